@@ -1,0 +1,147 @@
+"""Clauses: one guarantee each, with a stable id, grouped into families.
+
+A clause is an async function taking a :class:`ClauseContext`. It proves its guarantee or raises
+:class:`ClauseFailure` (through :func:`ensure` and friends) with a message that says what broke.
+Clause modules register themselves with :func:`clause` when :mod:`conformance.clauses` is imported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from storages.contract import Capability
+
+if TYPE_CHECKING:
+    from .context import ClauseContext
+
+ClauseFunction = Callable[["ClauseContext"], Awaitable[None]]
+F = TypeVar("F", bound=ClauseFunction)
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a clause may take before it fails as timed out."""
+
+_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")
+
+
+FAMILIES: dict[str, str] = {
+    "contract": "MAF's six-method protocol behaves as MAF's runner expects.",
+    "isolation": "Objects handed in and out are copies; the store never aliases caller state.",
+    "ordering": "Latest is commit order, decided by the backend, never by timestamps.",
+    "fidelity": "Every value the codec supports comes back equal and of the same type.",
+    "identifiers": "Hostile ids and names are stored safely or refused with a typed error.",
+    "corruption": "Damaged bodies raise CheckpointCorruptedError naming the id; nothing is skipped.",
+    "durability": "Checkpoints survive closing every handle and opening a new one.",
+    "concurrency": "Many tasks and several handles on one backend lose and duplicate nothing.",
+    "capabilities": "Declared capabilities work; undeclared operations raise UnsupportedOperationError.",
+}
+"""Family name -> what the family proves, in catalogue order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Clause:
+    """One checkable guarantee."""
+
+    id: str
+    guarantee: str
+    function: ClauseFunction = field(repr=False, compare=False)
+    requires: frozenset[Capability] = frozenset()
+    timeout: float = DEFAULT_TIMEOUT
+
+    @property
+    def family(self) -> str:
+        return self.id.partition(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.partition(".")[2]
+
+
+_REGISTRY: dict[str, Clause] = {}
+
+
+def clause(
+    clause_id: str,
+    guarantee: str,
+    *,
+    requires: Iterable[Capability] = (),
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Callable[[F], F]:
+    """Register the decorated coroutine function as clause ``clause_id`` ("family.name")."""
+    if not _ID_PATTERN.match(clause_id):
+        raise ValueError(f"clause id {clause_id!r} is not 'family.name' in lower snake case")
+    family = clause_id.partition(".")[0]
+    if family not in FAMILIES:
+        raise ValueError(f"clause {clause_id!r} names unknown family {family!r}")
+    if "\n" in guarantee or not guarantee.strip():
+        raise ValueError(f"clause {clause_id!r}: the guarantee must be one non-empty line")
+
+    def register(function: F) -> F:
+        if clause_id in _REGISTRY:
+            raise ValueError(f"clause id {clause_id!r} is registered twice")
+        _REGISTRY[clause_id] = Clause(clause_id, guarantee.strip(), function, frozenset(requires), timeout)
+        return function
+
+    return register
+
+
+def all_clauses() -> list[Clause]:
+    """Every registered clause, in catalogue order (family order, then definition order)."""
+    from . import clauses  # noqa: F401 - importing registers the clause modules
+
+    order = {family: index for index, family in enumerate(FAMILIES)}
+    return sorted(_REGISTRY.values(), key=lambda c: order[c.family])
+
+
+def select_clauses(patterns: Iterable[str] | None = None) -> list[Clause]:
+    """Clauses whose id equals a pattern, or whose family does (``"ordering"``)."""
+    selected = all_clauses()
+    wanted = list(patterns or [])
+    if not wanted:
+        return selected
+    known = {c.id for c in selected} | set(FAMILIES)
+    unknown = [p for p in wanted if p not in known]
+    if unknown:
+        raise ValueError(f"unknown clause ids or families: {', '.join(unknown)}")
+    return [c for c in selected if c.id in wanted or c.family in wanted]
+
+
+class ClauseFailure(AssertionError):
+    """A clause's guarantee does not hold."""
+
+
+def fail(message: str) -> NoReturn:
+    raise ClauseFailure(message)
+
+
+def ensure(condition: object, message: str) -> None:
+    """Fail with ``message`` unless ``condition`` is true."""
+    if not condition:
+        raise ClauseFailure(message)
+
+
+def ensure_equal(actual: Any, expected: Any, what: str) -> None:
+    """Fail unless ``actual == expected``, showing both."""
+    if actual != expected:
+        raise ClauseFailure(f"{what}: expected {_short(expected)}, got {_short(actual)}")
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "FAMILIES",
+    "Clause",
+    "ClauseFailure",
+    "all_clauses",
+    "clause",
+    "ensure",
+    "ensure_equal",
+    "fail",
+    "select_clauses",
+]

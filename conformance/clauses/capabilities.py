@@ -1,0 +1,1 @@
+"""capabilities family (placeholder until written)."""

@@ -1,0 +1,1 @@
+"""concurrency family (placeholder until written)."""

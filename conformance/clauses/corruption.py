@@ -1,0 +1,1 @@
+"""corruption family (placeholder until written)."""

@@ -1,0 +1,1 @@
+"""durability family (placeholder until written)."""

@@ -1,0 +1,1 @@
+"""fidelity family (placeholder until written)."""

@@ -1,0 +1,1 @@
+"""identifiers family (placeholder until written)."""

@@ -1,0 +1,1 @@
+"""isolation family (placeholder until written)."""

@@ -1,0 +1,1 @@
+"""ordering family (placeholder until written)."""

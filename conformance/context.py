@@ -1,0 +1,92 @@
+"""The toolbox a clause works with: a fresh storage handle, unique names, checkpoint builders."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from storages.contract import Capability
+
+from .clause import fail
+from .target import StorageTarget
+
+_counter = itertools.count()
+
+
+class ClauseContext:
+    """Given to every clause. Handles opened through it are closed when the clause ends."""
+
+    def __init__(self, target: StorageTarget, storage: Any, capabilities: frozenset[Capability]) -> None:
+        self.target = target
+        self.storage = storage
+        self.capabilities = capabilities
+        self._handles: list[Any] = [storage]
+        self._run_tag = uuid.uuid4().hex[:8]
+
+    def has(self, capability: Capability) -> bool:
+        return capability in self.capabilities
+
+    def workflow_name(self, label: str = "wf") -> str:
+        """A workflow name no other clause or run uses, so the kit never needs to wipe a store."""
+        return f"ck-{label}-{self._run_tag}-{next(_counter)}"
+
+    def checkpoint(self, workflow_name: str, **fields: Any) -> Any:
+        """A checkpoint of the target's checkpoint class with the given fields."""
+        fields.setdefault("graph_signature_hash", "sig-" + "0" * 60)
+        return self.target.checkpoint_class(workflow_name=workflow_name, **fields)
+
+    async def save_chain(self, workflow_name: str, length: int, **fields: Any) -> list[Any]:
+        """Save ``length`` checkpoints chained by previous id; returns them oldest first."""
+        chain: list[Any] = []
+        previous: str | None = None
+        for index in range(length):
+            checkpoint = self.checkpoint(
+                workflow_name, previous_checkpoint_id=previous, iteration_count=index, **fields
+            )
+            await self.storage.save(checkpoint)
+            chain.append(checkpoint)
+            previous = checkpoint.checkpoint_id
+        return chain
+
+    async def other_handle(self) -> Any:
+        """Another handle on the same backend, closed when the clause ends."""
+        handle = await self._new_handle(self.storage)
+        self._handles.append(handle)
+        return handle
+
+    async def reopen(self) -> Any:
+        """Close every handle of this clause and open a new one; it becomes ``self.storage``."""
+        template = self.storage
+        await self.close_handles()
+        self.storage = await self._new_handle(template)
+        self._handles = [self.storage]
+        return self.storage
+
+    async def tamper(self, checkpoint_id: str, mutate: Callable[[bytes], bytes]) -> None:
+        """Rewrite a stored body behind the storage's back (needs raw_access)."""
+        body = await self.storage.read_raw_body(checkpoint_id)
+        if body is None:
+            fail(f"read_raw_body({checkpoint_id!r}) found nothing right after a save")
+        await self.storage.write_raw_body(checkpoint_id, mutate(body))
+
+    async def close_handles(self) -> None:
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            close = getattr(handle, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _new_handle(self, template: Any) -> Any:
+        new_handle = getattr(template, "new_handle", None)
+        if new_handle is not None:
+            handle = new_handle()
+            if inspect.isawaitable(handle):
+                handle = await handle
+            return handle
+        return await self.target.open()
+
+
+__all__ = ["ClauseContext"]

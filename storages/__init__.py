@@ -1,0 +1,90 @@
+"""Checkpoint storage backends for workflow runners, with one contract.
+
+Drop-in for Microsoft Agent Framework: ``WorkflowBuilder(checkpoint_storage=open_storage(url))``.
+Backends import lazily, so ``import storages`` needs none of the optional dependencies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from .codec import CheckpointCodec
+from .contract import (
+    MAX_ID_LENGTH,
+    AncestryEnd,
+    AncestryWalk,
+    Capability,
+    CheckpointID,
+    CheckpointLike,
+    CheckpointStorage,
+    MafCheckpointStorage,
+    WorkflowCheckpoint,
+    validate_identifier,
+)
+from .errors import (
+    CheckpointConflictError,
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    GraphSignatureMismatchError,
+    InvalidCheckpointError,
+    InvalidCheckpointIdError,
+    MissingDependencyError,
+    StorageClosedError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+    UnserializableValueError,
+    UnsupportedOperationError,
+)
+from .memory import InMemoryCheckpointStorage
+from .urls import open_storage, supported_schemes
+
+if TYPE_CHECKING:
+    from .sqlite import SQLiteCheckpointStorage
+
+_LAZY = {"SQLiteCheckpointStorage": "storages.sqlite"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'storages' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "AncestryEnd",
+    "AncestryWalk",
+    "BaseCheckpointStorage",
+    "Capability",
+    "CheckpointCodec",
+    "CheckpointConflictError",
+    "CheckpointCorruptedError",
+    "CheckpointID",
+    "CheckpointLike",
+    "CheckpointNotFoundError",
+    "CheckpointRecord",
+    "CheckpointStorage",
+    "CheckpointStorageError",
+    "GraphSignatureMismatchError",
+    "InMemoryCheckpointStorage",
+    "InvalidCheckpointError",
+    "InvalidCheckpointIdError",
+    "MafCheckpointStorage",
+    "MissingDependencyError",
+    "SQLiteCheckpointStorage",
+    "StorageClosedError",
+    "StorageConfigurationError",
+    "StorageUnavailableError",
+    "StoredBody",
+    "UnserializableValueError",
+    "UnsupportedOperationError",
+    "WorkflowCheckpoint",
+    "open_storage",
+    "supported_schemes",
+    "validate_identifier",
+]

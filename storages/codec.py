@@ -1,0 +1,711 @@
+"""The safe checkpoint codec: msgpack (msgspec) with typed extensions, no pickle.
+
+A body is ``header + payload``. The header carries a magic, the format version, flags (zstd) and
+a CRC-32 of the payload, so any damage to stored bytes is detected instead of decoded into
+silently different data. The payload is msgpack; every non-JSON type travels as a msgpack
+extension whose code names the type, so a user dict can never be mistaken for an envelope.
+
+Decoding only ever constructs built-in value types, the checkpoint classes, and types the codec
+was explicitly given (by class or ``"module:qualname"``). An unregistered type fails at save
+time, naming the type and where in the checkpoint it sits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import importlib
+import struct
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
+from typing import Any, Final, cast
+
+import msgspec
+
+from .contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
+from .errors import CheckpointCorruptedError, MissingDependencyError, UnserializableValueError
+
+TypeRef = type[Any] | str
+"""A type given by class or by ``"module:qualname"``."""
+
+_MAGIC: Final = b"CK"
+_FORMAT_VERSION: Final = 1
+_FLAG_ZSTD: Final = 0x01
+_HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
+HEADER_SIZE: Final = _HEADER.size
+
+# Extension codes. Stable: they are part of the stored format.
+_EXT_TUPLE: Final = 1
+_EXT_SET: Final = 2
+_EXT_FROZENSET: Final = 3
+_EXT_DATETIME: Final = 4
+_EXT_DATE: Final = 5
+_EXT_TIME: Final = 6
+_EXT_TIMEDELTA: Final = 7
+_EXT_UUID: Final = 8
+_EXT_DECIMAL: Final = 9
+_EXT_BIGINT: Final = 10
+_EXT_BYTEARRAY: Final = 11
+_EXT_DICT_PAIRS: Final = 12
+_EXT_ENUM: Final = 13
+_EXT_DATACLASS: Final = 14
+_EXT_PYDANTIC: Final = 15
+_EXT_CUSTOM: Final = 16
+_EXT_CHECKPOINT: Final = 17
+
+_NATIVE_CHECKPOINT_TAG: Final = "native"
+_MAF_CHECKPOINT_TAG: Final = "maf"
+_MAF_CHECKPOINT_MODULE: Final = "agent_framework._workflows._checkpoint"
+
+_ATOMS: Final = frozenset({str, int, float, bool, type(None), bytes})
+_KEY_ATOMS: Final = frozenset({str, int})
+_INT64_MIN: Final = -(2**63)
+_UINT64_MAX: Final = 2**64 - 1
+
+Ext = msgspec.msgpack.Ext
+
+
+def type_key(cls: type[Any]) -> str:
+    """The ``"module:qualname"`` key the codec stores for a class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _resolve_type_key(key: str) -> type[Any]:
+    module_name, _, qualname = key.partition(":")
+    if not module_name or not qualname:
+        raise ValueError(f"type key {key!r} is not of the form 'module:qualname'")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise ValueError(f"type key {key!r} does not name a class")
+    return obj
+
+
+class _Unencodable(Exception):
+    def __init__(self, value: object, hint: str) -> None:
+        super().__init__(hint)
+        self.value = value
+        self.hint = hint
+
+
+class _Undecodable(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _CustomType:
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+@dataclasses.dataclass(slots=True)
+class _Registration:
+    """One allowed type: a class (resolved now or on first use) and, for custom types, hooks."""
+
+    key: str
+    cls: type[Any] | None
+    custom: _CustomType | None = None
+
+    def resolve(self) -> type[Any]:
+        if self.cls is None:
+            self.cls = _resolve_type_key(self.key)
+        return self.cls
+
+
+class CheckpointCodec:
+    """Encodes checkpoints to bytes and back, allowing only known types.
+
+    Args:
+        allowed_types: enums, dataclasses and pydantic models the codec may store, by class or
+            ``"module:qualname"``. A string is imported only when a body that names it is decoded.
+        checkpoint_classes: additional classes with the 11 checkpoint fields to accept and give
+            back (ours and MAF's ``WorkflowCheckpoint`` are always accepted).
+        compress_threshold: compress payloads of at least this many bytes with zstd
+            (``None`` never compresses). Needs the ``zstd`` extra.
+        compression_level: zstd level.
+    """
+
+    def __init__(
+        self,
+        *,
+        allowed_types: Iterable[TypeRef] = (),
+        checkpoint_classes: Iterable[type[Any]] = (),
+        compress_threshold: int | None = None,
+        compression_level: int = 3,
+    ) -> None:
+        self._by_key: dict[str, _Registration] = {}
+        self._atoms: frozenset[type[Any]] = _ATOMS
+        self._key_atoms: frozenset[type[Any]] = _KEY_ATOMS
+        self._boxing: CheckpointCodec | None = None
+        # Type -> encoder for one value; registered types are added as they are first met.
+        self._encoders: dict[type[Any], Callable[[Any], Any]] = self._builtin_encoders()
+        self._checkpoint_tags: dict[type[Any], str] = {WorkflowCheckpoint: _NATIVE_CHECKPOINT_TAG}
+        self._checkpoint_classes: dict[str, type[Any]] = {_NATIVE_CHECKPOINT_TAG: WorkflowCheckpoint}
+        for cls in checkpoint_classes:
+            self.register_checkpoint_class(cls)
+        for ref in allowed_types:
+            self.register(ref)
+        self._compress_threshold = compress_threshold
+        self._compression_level = compression_level
+        self._zstd: Any = None
+        if compress_threshold is not None:
+            try:
+                import zstandard
+            except ImportError as exc:
+                raise MissingDependencyError("zstd compression", "zstd", "zstandard") from exc
+            self._zstd = zstandard
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self._decoders: dict[int, Callable[[Any], Any]] = {
+            _EXT_TUPLE: tuple,
+            _EXT_SET: set,
+            _EXT_FROZENSET: frozenset,
+            _EXT_DATETIME: _decode_datetime,
+            _EXT_DATE: dt.date.fromisoformat,
+            _EXT_TIME: _decode_time,
+            _EXT_TIMEDELTA: _decode_timedelta,
+            _EXT_DECIMAL: Decimal,
+            _EXT_BIGINT: int,
+            _EXT_DICT_PAIRS: _decode_pairs,
+            _EXT_ENUM: self._decode_enum,
+            _EXT_DATACLASS: self._decode_dataclass,
+            _EXT_PYDANTIC: self._decode_pydantic,
+            _EXT_CUSTOM: self._decode_custom,
+            _EXT_CHECKPOINT: self._decode_checkpoint_payload,
+        }
+
+    def _builtin_encoders(self) -> dict[type[Any], Callable[[Any], Any]]:
+        return {
+            tuple: self._encode_tuple,
+            set: self._encode_set,
+            frozenset: self._encode_frozenset,
+            dt.datetime: _encode_datetime,
+            dt.date: _encode_date,
+            dt.time: _encode_time,
+            dt.timedelta: _encode_timedelta,
+            uuid.UUID: _encode_uuid,
+            Decimal: _encode_decimal,
+            bytearray: _encode_bytearray,
+            WorkflowCheckpoint: self._encode_checkpoint_ext,
+        }
+
+    # ------------------------------------------------------------------ registration
+
+    def register(
+        self,
+        type_ref: TypeRef,
+        *,
+        encode: Callable[[Any], Any] | None = None,
+        decode: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Allow a type. Enums, dataclasses and pydantic models need no hooks; any other class
+        needs ``encode`` (to a codec-encodable value) and ``decode`` (back to the object)."""
+        if (encode is None) != (decode is None):
+            raise TypeError("give both encode and decode, or neither")
+        custom = _CustomType(encode, decode) if encode is not None and decode is not None else None
+        if isinstance(type_ref, str):
+            _resolve_key_syntax(type_ref)
+            registration = _Registration(type_ref, None, custom)
+        elif isinstance(type_ref, type):
+            registration = _Registration(type_key(type_ref), type_ref, custom)
+            if custom is None:
+                _kind_of(type_ref)  # fail now, not at save time, for a class we cannot store
+        else:
+            raise TypeError(f"expected a class or 'module:qualname', got {type_ref!r}")
+        self._by_key[registration.key] = registration
+        if registration.cls is not None:
+            self._encoders.pop(registration.cls, None)
+
+    def register_checkpoint_class(self, cls: type[Any]) -> None:
+        """Accept another class with the 11 checkpoint fields and give it back on load."""
+        missing = [name for name in CHECKPOINT_FIELDS if name not in _field_names(cls)]
+        if missing:
+            raise TypeError(f"{type_key(cls)} lacks checkpoint fields {missing}")
+        tag = type_key(cls)
+        self._checkpoint_tags[cls] = tag
+        self._checkpoint_classes[tag] = cls
+        self._encoders[cls] = self._encode_checkpoint_ext
+
+    @property
+    def allowed_type_keys(self) -> frozenset[str]:
+        return frozenset(self._by_key)
+
+    # ------------------------------------------------------------------ public API
+
+    def encode_checkpoint(self, checkpoint: Any) -> bytes:
+        """Encode a checkpoint object to a self-checking body."""
+        tag = self._checkpoint_tag(type(checkpoint))
+        if tag is None:
+            raise UnserializableValueError(
+                type_key(type(checkpoint)),
+                "checkpoint",
+                "not a checkpoint class this codec knows; register it with register_checkpoint_class()",
+            )
+        return self._frame(self._encode_with_location(checkpoint, tag))
+
+    def decode_checkpoint(self, body: bytes, *, checkpoint_id: str) -> Any:
+        """Decode a body; any failure raises CheckpointCorruptedError naming ``checkpoint_id``."""
+        payload = self._unframe(body, checkpoint_id)
+        try:
+            wire = self._decoder.decode(payload)
+            if not isinstance(wire, list):
+                raise _Undecodable("payload is not a checkpoint record")
+            return self._build_checkpoint(wire)
+        except CheckpointCorruptedError:
+            raise
+        except Exception as exc:
+            raise CheckpointCorruptedError(checkpoint_id, _describe(exc)) from exc
+
+    def encode_value(self, value: Any) -> bytes:
+        """Encode any value the codec allows (used for state outside a checkpoint)."""
+        return self._frame(self._encode_with_location(value, None))
+
+    def decode_value(self, body: bytes, *, label: str = "value") -> Any:
+        payload = self._unframe(body, label)
+        try:
+            return self._decoder.decode(payload)
+        except Exception as exc:
+            raise CheckpointCorruptedError(label, _describe(exc)) from exc
+
+    @staticmethod
+    def verify_frame(body: bytes, *, checkpoint_id: str) -> None:
+        """Check the header and CRC only (cheap; decodes nothing)."""
+        _check_frame(body, checkpoint_id)
+
+    # ------------------------------------------------------------------ framing
+
+    def _frame(self, payload: bytes) -> bytes:
+        flags = 0
+        if self._compress_threshold is not None and len(payload) >= self._compress_threshold:
+            payload = self._zstd.ZstdCompressor(level=self._compression_level).compress(payload)
+            flags |= _FLAG_ZSTD
+        return _HEADER.pack(_MAGIC, _FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
+
+    def _unframe(self, body: bytes, checkpoint_id: str) -> bytes | memoryview:
+        flags, payload = _check_frame(body, checkpoint_id)
+        if flags & _FLAG_ZSTD:
+            zstd = self._zstd
+            if zstd is None:
+                try:
+                    import zstandard as zstd
+                except ImportError as exc:
+                    raise MissingDependencyError("reading zstd-compressed checkpoints", "zstd", "zstandard") from exc
+                self._zstd = zstd
+            try:
+                return cast(bytes, zstd.ZstdDecompressor().decompress(payload))
+            except Exception as exc:
+                raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
+        return payload
+
+    # ------------------------------------------------------------------ encoding
+
+    def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
+        try:
+            return self._encoder.encode(self._wire(root, checkpoint_tag))
+        except _Unencodable as exc:
+            path = _locate(root, exc.value)
+            raise UnserializableValueError(type_key(type(exc.value)), path, exc.hint) from None
+        except OverflowError:
+            # An int outside msgpack's 64-bit range: redo on the slow path that boxes such ints.
+            boxing = self._boxing_codec()
+            return boxing._encoder.encode(boxing._wire(root, checkpoint_tag))
+
+    def _wire(self, root: Any, checkpoint_tag: str | None) -> Any:
+        if checkpoint_tag is None:
+            return self._to_wire(root)
+        return self._checkpoint_wire(root, checkpoint_tag)
+
+    def _boxing_codec(self) -> CheckpointCodec:
+        if self._boxing is None:
+            boxing = CheckpointCodec.__new__(CheckpointCodec)
+            boxing.__dict__.update(self.__dict__)
+            boxing._atoms = _ATOMS - {int}
+            boxing._key_atoms = frozenset({str})
+            boxing._boxing = boxing
+            boxing._encoders = {}
+            boxing._encoders.update(boxing._builtin_encoders())
+            boxing._encoders[int] = _encode_int_boxed
+            self._boxing = boxing
+        return self._boxing
+
+    def _checkpoint_tag(self, cls: type[Any]) -> str | None:
+        tag = self._checkpoint_tags.get(cls)
+        if tag is None and cls.__name__ == "WorkflowCheckpoint" and cls.__module__ == _MAF_CHECKPOINT_MODULE:
+            tag = _MAF_CHECKPOINT_TAG
+            self._checkpoint_tags[cls] = tag
+            self._checkpoint_classes[tag] = cls
+            self._encoders[cls] = self._encode_checkpoint_ext
+        return tag
+
+    def _checkpoint_wire(self, checkpoint: Any, tag: str) -> list[Any]:
+        to_wire = self._to_wire
+        atoms = self._atoms
+        wire: list[Any] = [_FORMAT_VERSION, tag]
+        for name in CHECKPOINT_FIELDS:
+            value = getattr(checkpoint, name)
+            wire.append(value if type(value) in atoms else to_wire(value))
+        return wire
+
+    def _to_wire(self, value: Any) -> Any:
+        # The hot path: plain dicts and lists of atoms are copied with one type test per item.
+        cls = type(value)
+        atoms = self._atoms
+        if cls in atoms:
+            return value
+        if cls is dict:
+            out: dict[Any, Any] = {}
+            to_wire = self._to_wire
+            key_atoms = self._key_atoms
+            for key, item in value.items():
+                if type(key) not in key_atoms:
+                    return self._encode_pairs(value)
+                out[key] = item if type(item) in atoms else to_wire(item)
+            return out
+        if cls is list:
+            to_wire = self._to_wire
+            return [item if type(item) in atoms else to_wire(item) for item in value]
+        encoder = self._encoders.get(cls)
+        if encoder is None:
+            encoder = self._encoder_for(cls, value)
+        return encoder(value)
+
+    def _encode_pairs(self, value: dict[Any, Any]) -> Any:
+        to_wire = self._to_wire
+        pairs = [[to_wire(key), to_wire(item)] for key, item in value.items()]
+        return Ext(_EXT_DICT_PAIRS, self._encoder.encode(pairs))
+
+    def _encode_tuple(self, value: tuple[Any, ...]) -> Any:
+        to_wire = self._to_wire
+        return Ext(_EXT_TUPLE, self._encoder.encode([to_wire(item) for item in value]))
+
+    def _encode_set(self, value: set[Any]) -> Any:
+        to_wire = self._to_wire
+        return Ext(_EXT_SET, self._encoder.encode([to_wire(item) for item in value]))
+
+    def _encode_frozenset(self, value: frozenset[Any]) -> Any:
+        to_wire = self._to_wire
+        return Ext(_EXT_FROZENSET, self._encoder.encode([to_wire(item) for item in value]))
+
+    def _encode_checkpoint_ext(self, checkpoint: Any) -> Any:
+        tag = self._checkpoint_tag(type(checkpoint))
+        assert tag is not None
+        return Ext(_EXT_CHECKPOINT, self._encoder.encode(self._checkpoint_wire(checkpoint, tag)))
+
+    def _encoder_for(self, cls: type[Any], value: Any) -> Callable[[Any], Any]:
+        if self._checkpoint_tag(cls) is not None:
+            return self._encode_checkpoint_ext
+        registration = self._by_key.get(type_key(cls))
+        if registration is None:
+            raise _Unencodable(value, self._unregistered_hint(cls))
+        if registration.cls is None:
+            registration.cls = cls
+        elif registration.cls is not cls:
+            raise _Unencodable(value, "another class is registered under the same 'module:qualname'")
+        encoder = self._make_encoder(registration)
+        self._encoders[cls] = encoder
+        return encoder
+
+    def _make_encoder(self, registration: _Registration) -> Callable[[Any], Any]:
+        key = registration.key
+        encode = self._encoder.encode
+        to_wire = self._to_wire
+        custom = registration.custom
+        if custom is not None:
+            hook = custom.encode
+            return lambda value: Ext(_EXT_CUSTOM, encode([key, to_wire(hook(value))]))
+        kind = _kind_of(registration.resolve())
+        if kind == _EXT_ENUM:
+            return lambda value: Ext(_EXT_ENUM, encode([key, to_wire(value.value)]))
+        if kind == _EXT_DATACLASS:
+            names = [f.name for f in dataclasses.fields(registration.resolve())]
+
+            def encode_dataclass(value: Any) -> Any:
+                return Ext(_EXT_DATACLASS, encode([key, {name: to_wire(getattr(value, name)) for name in names}]))
+
+            return encode_dataclass
+
+        def encode_model(value: Any) -> Any:
+            names = type(value).model_fields
+            return Ext(_EXT_PYDANTIC, encode([key, {name: to_wire(getattr(value, name)) for name in names}]))
+
+        return encode_model
+
+    @staticmethod
+    def _unregistered_hint(cls: type[Any]) -> str:
+        if issubclass(cls, (dict, list, tuple, set, frozenset, str, int, float, bytes)):
+            return (
+                f"{cls.__name__} is a subclass of a built-in type; convert it to the plain type "
+                "or register it with encode/decode hooks"
+            )
+        return "the type is not registered; allow it with CheckpointCodec(allowed_types=[...]) or codec.register()"
+
+    # ------------------------------------------------------------------ decoding
+
+    def _ext_hook(self, code: int, data: memoryview) -> Any:
+        if code == _EXT_UUID:
+            return uuid.UUID(bytes=bytes(data))
+        if code == _EXT_BYTEARRAY:
+            return bytearray(data)
+        decode = self._decoders.get(code)
+        if decode is None:
+            raise _Undecodable(f"unknown extension code {code}")
+        return decode(self._decoder.decode(data))
+
+    def _registered_class(self, key: str) -> tuple[type[Any], _Registration]:
+        registration = self._by_key.get(key)
+        if registration is None:
+            raise _Undecodable(f"type {key!r} is not registered with this storage's codec")
+        return registration.resolve(), registration
+
+    def _decode_enum(self, wire: Any) -> Any:
+        key, value = wire
+        cls, _ = self._registered_class(key)
+        return cls(value)
+
+    def _decode_dataclass(self, wire: Any) -> Any:
+        key, values = wire
+        cls, _ = self._registered_class(key)
+        init_values = {}
+        late_values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in values:
+                (init_values if f.init else late_values)[f.name] = values[f.name]
+        unknown = set(values) - set(init_values) - set(late_values)
+        if unknown:
+            raise _Undecodable(f"{key} has no fields {sorted(unknown)}")
+        obj = cls(**init_values)
+        for name, value in late_values.items():
+            object.__setattr__(obj, name, value)
+        return obj
+
+    def _decode_pydantic(self, wire: Any) -> Any:
+        key, values = wire
+        cls, _ = self._registered_class(key)
+        return cls.model_validate(values)
+
+    def _decode_custom(self, wire: Any) -> Any:
+        key, state = wire
+        _, registration = self._registered_class(key)
+        if registration.custom is None:
+            raise _Undecodable(f"{key} was stored with hooks but is registered without them")
+        return registration.custom.decode(state)
+
+    def _decode_checkpoint_payload(self, wire: Any) -> Any:
+        return self._build_checkpoint(wire)
+
+    def _build_checkpoint(self, wire: list[Any]) -> Any:
+        if len(wire) != 2 + len(CHECKPOINT_FIELDS) or wire[0] != _FORMAT_VERSION:
+            raise _Undecodable("not a checkpoint record of this format version")
+        tag = wire[1]
+        cls = self._checkpoint_classes.get(tag)
+        if cls is None:
+            cls = self._load_checkpoint_class(tag)
+        values = dict(zip(CHECKPOINT_FIELDS, wire[2:]))
+        _check_checkpoint_field_types(values)
+        return cls(**values)
+
+    def _load_checkpoint_class(self, tag: str) -> type[Any]:
+        if tag != _MAF_CHECKPOINT_TAG:
+            raise _Undecodable(f"checkpoint class {tag!r} is not registered with this storage's codec")
+        try:
+            module = importlib.import_module(_MAF_CHECKPOINT_MODULE)
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "loading a checkpoint saved from Agent Framework", "maf", "agent-framework-core"
+            ) from exc
+        cls = cast(type[Any], module.WorkflowCheckpoint)
+        self._checkpoint_tag(cls)
+        return cls
+
+
+# ---------------------------------------------------------------------- value encoders
+
+
+def _zone_key(tzinfo: dt.tzinfo | None) -> str | None:
+    key = getattr(tzinfo, "key", None)
+    return key if isinstance(key, str) and type(tzinfo).__module__ == "zoneinfo" else None
+
+
+def _encode_datetime(value: dt.datetime) -> Any:
+    zone = _zone_key(value.tzinfo)
+    if zone is None:
+        return Ext(_EXT_DATETIME, msgspec.msgpack.encode(value.isoformat()))
+    naive = value.replace(tzinfo=None).isoformat()
+    return Ext(_EXT_DATETIME, msgspec.msgpack.encode([naive, zone, value.fold]))
+
+
+def _decode_datetime(wire: Any) -> dt.datetime:
+    if isinstance(wire, str):
+        return dt.datetime.fromisoformat(wire)
+    naive, zone, fold = wire
+    from zoneinfo import ZoneInfo
+
+    return dt.datetime.fromisoformat(naive).replace(tzinfo=ZoneInfo(zone), fold=fold)
+
+
+def _encode_date(value: dt.date) -> Any:
+    return Ext(_EXT_DATE, msgspec.msgpack.encode(value.isoformat()))
+
+
+def _encode_time(value: dt.time) -> Any:
+    zone = _zone_key(value.tzinfo)
+    if zone is None:
+        return Ext(_EXT_TIME, msgspec.msgpack.encode(value.isoformat()))
+    return Ext(_EXT_TIME, msgspec.msgpack.encode([value.replace(tzinfo=None).isoformat(), zone, value.fold]))
+
+
+def _decode_time(wire: Any) -> dt.time:
+    if isinstance(wire, str):
+        return dt.time.fromisoformat(wire)
+    naive, zone, fold = wire
+    from zoneinfo import ZoneInfo
+
+    return dt.time.fromisoformat(naive).replace(tzinfo=ZoneInfo(zone), fold=fold)
+
+
+def _encode_timedelta(value: dt.timedelta) -> Any:
+    return Ext(_EXT_TIMEDELTA, msgspec.msgpack.encode([value.days, value.seconds, value.microseconds]))
+
+
+def _decode_timedelta(wire: Any) -> dt.timedelta:
+    days, seconds, microseconds = wire
+    return dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
+
+
+def _encode_uuid(value: uuid.UUID) -> Any:
+    return Ext(_EXT_UUID, value.bytes)
+
+
+def _encode_decimal(value: Decimal) -> Any:
+    return Ext(_EXT_DECIMAL, msgspec.msgpack.encode(str(value)))
+
+
+def _encode_bytearray(value: bytearray) -> Any:
+    return Ext(_EXT_BYTEARRAY, bytes(value))
+
+
+def _encode_int_boxed(value: int) -> Any:
+    if _INT64_MIN <= value <= _UINT64_MAX:
+        return value
+    return Ext(_EXT_BIGINT, msgspec.msgpack.encode(str(value)))
+
+
+def _decode_pairs(wire: Any) -> dict[Any, Any]:
+    return {key: value for key, value in wire}
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _resolve_key_syntax(key: str) -> None:
+    module_name, sep, qualname = key.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"type key {key!r} is not of the form 'module:qualname'")
+
+
+def _kind_of(cls: type[Any]) -> int:
+    if isinstance(cls, enum.EnumMeta):
+        return _EXT_ENUM
+    if dataclasses.is_dataclass(cls):
+        return _EXT_DATACLASS
+    if hasattr(cls, "model_fields") and hasattr(cls, "model_validate"):
+        return _EXT_PYDANTIC
+    raise TypeError(
+        f"{type_key(cls)} is not an enum, dataclass or pydantic model; register it with encode/decode hooks"
+    )
+
+
+def _field_names(cls: type[Any]) -> set[str]:
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "__annotations__", {}))
+
+
+_FIELD_TYPES: Final[dict[str, type[Any] | tuple[type[Any], ...]]] = {
+    "workflow_name": str,
+    "graph_signature_hash": str,
+    "checkpoint_id": str,
+    "previous_checkpoint_id": (str, type(None)),
+    "timestamp": str,
+    "messages": dict,
+    "state": dict,
+    "pending_request_info_events": dict,
+    "iteration_count": int,
+    "metadata": dict,
+    "version": str,
+}
+
+
+def _check_checkpoint_field_types(values: dict[str, Any]) -> None:
+    for name, expected in _FIELD_TYPES.items():
+        if not isinstance(values[name], expected):
+            raise _Undecodable(f"field {name} has type {type(values[name]).__name__}")
+
+
+def _check_frame(body: bytes, checkpoint_id: str) -> tuple[int, memoryview]:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise CheckpointCorruptedError(checkpoint_id, f"stored body is {type(body).__name__}, not bytes")
+    if len(body) < HEADER_SIZE:
+        raise CheckpointCorruptedError(checkpoint_id, f"body is {len(body)} bytes, shorter than its header")
+    magic, version, flags, crc = _HEADER.unpack_from(body)
+    if magic != _MAGIC:
+        raise CheckpointCorruptedError(checkpoint_id, "body does not start with the checkpoint magic")
+    if version != _FORMAT_VERSION:
+        raise CheckpointCorruptedError(checkpoint_id, f"unknown body format version {version}")
+    payload = memoryview(body)[HEADER_SIZE:]
+    if zlib.crc32(payload) != crc:
+        raise CheckpointCorruptedError(checkpoint_id, "checksum mismatch: stored bytes were altered")
+    return flags, payload
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, _Undecodable):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _children(value: Any) -> Iterator[tuple[str, Any]]:
+    cls = type(value)
+    if cls is dict:
+        for key, item in value.items():
+            yield f"[{key!r}]", item
+            yield f"<key {key!r}>", key
+    elif cls in (list, tuple):
+        for index, item in enumerate(value):
+            yield f"[{index}]", item
+    elif cls in (set, frozenset):
+        for item in value:
+            yield f"<member {item!r}>", item
+    elif hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            yield f".{name}", getattr(value, name, None)
+    elif hasattr(type(value), "model_fields"):
+        for name in type(value).model_fields:
+            yield f".{name}", getattr(value, name, None)
+    elif isinstance(value, enum.Enum):
+        yield ".value", value.value
+
+
+def _locate(root: Any, target: object) -> str:
+    """Path of ``target`` inside ``root`` (first found, breadth first), for error messages."""
+    root_name = "checkpoint" if hasattr(root, "checkpoint_id") else "value"
+    frontier: list[tuple[str, Any]] = [(root_name, root)]
+    seen: set[int] = set()
+    while frontier:
+        next_frontier: list[tuple[str, Any]] = []
+        for path, value in frontier:
+            if value is target:
+                return path
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            next_frontier.extend((path + step, child) for step, child in _children(value))
+        frontier = next_frontier
+    return root_name
+
+
+__all__ = ["HEADER_SIZE", "CheckpointCodec", "TypeRef", "type_key"]

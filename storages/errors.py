@@ -1,0 +1,170 @@
+"""One error hierarchy for every storage.
+
+Every error here derives from :class:`CheckpointStorageError`. When Microsoft Agent Framework is
+importable, that base also derives from MAF's ``WorkflowCheckpointException``, so MAF's runner
+handles our errors exactly as it handles its own storages' errors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+
+def _runner_exception_base() -> type[Exception]:
+    # Resolved once at import: MAF's package imports lazily, so this costs one module load.
+    if importlib.util.find_spec("agent_framework") is None:
+        return Exception
+    try:
+        from agent_framework.exceptions import WorkflowCheckpointException
+    except ImportError:  # pragma: no cover - a broken MAF install
+        return Exception
+    return WorkflowCheckpointException
+
+
+_RunnerException: Any = _runner_exception_base()
+
+
+class CheckpointStorageError(_RunnerException):  # type: ignore[misc]
+    """Base of every error raised by a checkpoint storage or its codec."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CheckpointNotFoundError(CheckpointStorageError, LookupError):
+    """No checkpoint with this id exists."""
+
+    def __init__(self, checkpoint_id: str) -> None:
+        super().__init__(f"No checkpoint found with ID {checkpoint_id!r}")
+        self.checkpoint_id = checkpoint_id
+
+
+class CheckpointCorruptedError(CheckpointStorageError):
+    """A stored body could not be decoded or failed its integrity check."""
+
+    def __init__(self, checkpoint_id: str, reason: str) -> None:
+        super().__init__(f"Checkpoint {checkpoint_id!r} is corrupted: {reason}")
+        self.checkpoint_id = checkpoint_id
+        self.reason = reason
+
+
+class InvalidCheckpointError(CheckpointStorageError, ValueError):
+    """A checkpoint given to the storage is malformed; nothing was stored."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidCheckpointIdError(InvalidCheckpointError):
+    """An id or workflow name is not a non-empty string of at most 256 characters without control
+    characters."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"Invalid {field} {shown}: {reason}", field=field)
+        self.value = value
+        self.reason = reason
+
+
+class UnserializableValueError(InvalidCheckpointError, TypeError):
+    """A value in the checkpoint has a type the codec is not allowed to store."""
+
+    def __init__(self, type_key: str, path: str, hint: str) -> None:
+        super().__init__(f"Cannot store a value of type {type_key!r} at {path}: {hint}", field=path)
+        self.type_key = type_key
+        self.path = path
+
+
+class CheckpointConflictError(CheckpointStorageError):
+    """A checkpoint id was saved again with different content; checkpoints are immutable."""
+
+    def __init__(self, checkpoint_id: str) -> None:
+        super().__init__(
+            f"Checkpoint {checkpoint_id!r} already exists with different content; "
+            "checkpoints are immutable, save the new state under a new id"
+        )
+        self.checkpoint_id = checkpoint_id
+
+
+class GraphSignatureMismatchError(CheckpointStorageError):
+    """A checkpoint's graph signature is not the one the caller can restore."""
+
+    def __init__(self, checkpoint_id: str, expected: str, actual: str) -> None:
+        super().__init__(
+            f"Checkpoint {checkpoint_id!r} has graph signature {actual!r}, expected {expected!r}; "
+            "the workflow graph has changed since the checkpoint was created"
+        )
+        self.checkpoint_id = checkpoint_id
+        self.expected = expected
+        self.actual = actual
+
+
+class UnsupportedOperationError(CheckpointStorageError, NotImplementedError):
+    """The storage does not declare the capability this operation needs."""
+
+    def __init__(self, storage: str, operation: str, capability: str) -> None:
+        super().__init__(
+            f"{storage} does not support {operation}() (capability {capability!r} is not declared)"
+        )
+        self.storage = storage
+        self.operation = operation
+        self.capability = capability
+
+
+class StorageUnavailableError(CheckpointStorageError):
+    """The backend could not be reached or failed past its retry budget."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(f"{operation} failed: {detail}")
+        self.operation = operation
+        self.detail = detail
+
+
+class StorageClosedError(CheckpointStorageError):
+    """The storage was used after aclose()."""
+
+    def __init__(self, storage: str, operation: str) -> None:
+        super().__init__(f"{storage} is closed; cannot {operation}()")
+        self.storage = storage
+        self.operation = operation
+
+
+class StorageConfigurationError(CheckpointStorageError, ValueError):
+    """A storage URL or option is invalid."""
+
+
+class MissingDependencyError(CheckpointStorageError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs the {module!r} package: pip install 'checkpoint-storages[{extra}]'"
+        )
+        self.feature = feature
+        self.extra = extra
+        self.module = module
+
+
+__all__ = [
+    "CheckpointConflictError",
+    "CheckpointCorruptedError",
+    "CheckpointNotFoundError",
+    "CheckpointStorageError",
+    "GraphSignatureMismatchError",
+    "InvalidCheckpointError",
+    "InvalidCheckpointIdError",
+    "MissingDependencyError",
+    "StorageClosedError",
+    "StorageConfigurationError",
+    "StorageUnavailableError",
+    "UnserializableValueError",
+    "UnsupportedOperationError",
+]

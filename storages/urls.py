@@ -1,0 +1,68 @@
+"""``open_storage(url)``: build any built-in storage from a URL.
+
+URL forms:
+
+* ``memory://``: a fresh in-memory store.
+* ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db``: a SQLite file.
+
+An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
+says what to do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .base import BaseCheckpointStorage
+from .errors import MissingDependencyError, StorageConfigurationError
+
+
+@dataclass(frozen=True, slots=True)
+class _Backend:
+    module: str
+    cls: str
+    extra: str | None
+    dependency: str | None
+
+
+_BACKENDS: dict[str, _Backend] = {
+    "memory": _Backend("storages.memory", "InMemoryCheckpointStorage", None, None),
+    "sqlite": _Backend("storages.sqlite", "SQLiteCheckpointStorage", "sqlite", "aiosqlite"),
+}
+
+
+def supported_schemes() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
+    """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``).
+
+    The storage connects lazily on first use; close it with ``aclose()`` or ``async with``.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise StorageConfigurationError(
+            f"Not a storage URL: {url!r}; expected one of {', '.join(s + '://' for s in supported_schemes())}"
+        )
+    scheme = urlsplit(url).scheme.lower()
+    backend = _BACKENDS.get(scheme)
+    if backend is None:
+        raise StorageConfigurationError(
+            f"Unknown storage URL scheme {scheme!r} in {url!r}; supported: "
+            + ", ".join(s + "://" for s in supported_schemes())
+        )
+    if backend.dependency is not None and importlib.util.find_spec(backend.dependency) is None:
+        assert backend.extra is not None
+        raise MissingDependencyError(f"{scheme}:// storage", backend.extra, backend.dependency)
+    module = importlib.import_module(backend.module)
+    cls = getattr(module, backend.cls)
+    storage = cls.from_url(url, **options) if hasattr(cls, "from_url") else cls(**options)
+    assert isinstance(storage, BaseCheckpointStorage)
+    return storage
+
+
+__all__ = ["open_storage", "supported_schemes"]
