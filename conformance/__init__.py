@@ -12,7 +12,17 @@ Importing the kit starts nothing and touches no files or servers.
 
 from __future__ import annotations
 
-from .clause import FAMILIES, Clause, ClauseFailure, all_clauses, clause, ensure, ensure_equal, fail, select_clauses
+from .clause import (
+    FAMILIES,
+    Clause,
+    ClauseFailure,
+    all_clauses,
+    clause,
+    ensure,
+    ensure_equal,
+    fail,
+    select_clauses,
+)
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report
 from .runner import avalidate, avalidate_target, run_clause, validate

@@ -130,7 +130,10 @@ class Report:
                 ET.SubElement(case, "error", message=backend.error)
             for r in backend.results:
                 case = ET.SubElement(
-                    suite, "testcase", classname=f"{backend.backend}.{r.family}", name=r.clause_id,
+                    suite,
+                    "testcase",
+                    classname=f"{backend.backend}.{r.family}",
+                    name=r.clause_id,
                     time=f"{r.duration:.6f}",
                 )
                 if r.outcome is Outcome.FAILED:

@@ -25,7 +25,9 @@ async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
     missing = sorted(c.value for c in clause.requires - context.capabilities)
     try:
         if missing:
-            return _result(clause, Outcome.SKIPPED, started, f"needs undeclared capability {', '.join(missing)}")
+            return _result(
+                clause, Outcome.SKIPPED, started, f"needs undeclared capability {', '.join(missing)}"
+            )
         outcome, message = await _outcome(clause, context)
     finally:
         try:
@@ -37,7 +39,9 @@ async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
         if outcome is Outcome.FAILED:
             return _result(clause, Outcome.XFAILED, started, f"known deviation ({reason}): {message}")
         return _result(
-            clause, Outcome.FAILED, started,
+            clause,
+            Outcome.FAILED,
+            started,
             f"declared as a known deviation ({reason}) but passed; remove it from expected_failures",
         )
     return _result(clause, outcome, started, message)
@@ -113,7 +117,9 @@ async def avalidate(
     selected = select_clauses(clauses)
     report = Report()
     for subject in subjects:
-        report.backends.append(await avalidate_target(as_target(subject), clauses=selected, progress=progress))
+        report.backends.append(
+            await avalidate_target(as_target(subject), clauses=selected, progress=progress)
+        )
     return report
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,7 @@ class StorageTarget:
     def declared_capabilities(self, storage: Any) -> frozenset[Capability]:
         if self.capabilities is not None:
             return self.capabilities
-        declared = getattr(storage, "capabilities", frozenset())
+        declared: Iterable[Any] = getattr(storage, "capabilities", frozenset())
         return frozenset(Capability(c) for c in declared)
 
 

@@ -19,6 +19,7 @@ from typing_extensions import Self
 
 from .codec import CheckpointCodec
 from .contract import (
+    CHECKPOINT_FIELDS,
     AncestryWalk,
     Capability,
     CheckpointID,
@@ -206,7 +207,9 @@ class BaseCheckpointStorage(abc.ABC):
         self._require(Capability.PRUNE, "prune")
         validate_identifier(workflow_name, "workflow_name")
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
-            raise InvalidCheckpointError(f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last")
+            raise InvalidCheckpointError(
+                f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
+            )
         await self._ready("prune")
         return await self._prune(workflow_name, keep_last)
 
@@ -238,7 +241,8 @@ class BaseCheckpointStorage(abc.ABC):
         self._require(Capability.RAW_ACCESS, "write_raw_body")
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._ready("write_raw_body")
-        if not await self._overwrite_body(checkpoint_id, bytes(body)):
+        raw = bytes(body)
+        if not await self._overwrite_body(checkpoint_id, raw, body_digest(raw)):
             raise CheckpointNotFoundError(checkpoint_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -300,7 +304,8 @@ class BaseCheckpointStorage(abc.ABC):
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         """Delete one record; True if it existed."""
 
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes) -> bool:
+    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        """Replace a stored body and its digest; False if the id is absent."""
         raise NotImplementedError
 
     async def _workflow_names(self) -> list[str]:
@@ -353,16 +358,15 @@ class BaseCheckpointStorage(abc.ABC):
             self._require(Capability.NESTED, f"{operation}(include_nested=True)")
 
     def _record_for(self, checkpoint: Any) -> CheckpointRecord:
-        try:
-            workflow_name = checkpoint.workflow_name
-            checkpoint_id = checkpoint.checkpoint_id
-            previous_id = checkpoint.previous_checkpoint_id
-            signature = checkpoint.graph_signature_hash
-        except AttributeError as exc:
+        missing = next((name for name in CHECKPOINT_FIELDS if not hasattr(checkpoint, name)), None)
+        if missing is not None:
             raise InvalidCheckpointError(
-                f"{type(checkpoint).__name__} is not a checkpoint: missing field {exc.name!r}",
-                field=exc.name,
-            ) from None
+                f"{type(checkpoint).__name__} is not a checkpoint: missing field {missing!r}", field=missing
+            )
+        workflow_name = checkpoint.workflow_name
+        checkpoint_id = checkpoint.checkpoint_id
+        previous_id = checkpoint.previous_checkpoint_id
+        signature = checkpoint.graph_signature_hash
         validate_identifier(workflow_name, "workflow_name")
         validate_identifier(checkpoint_id, "checkpoint_id")
         if previous_id is not None:

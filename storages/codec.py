@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import enum
 import importlib
+import inspect
 import struct
 import uuid
 import zlib
@@ -34,6 +35,7 @@ TypeRef = type[Any] | str
 _MAGIC: Final = b"CK"
 _FORMAT_VERSION: Final = 1
 _FLAG_ZSTD: Final = 0x01
+_KNOWN_FLAGS: Final = _FLAG_ZSTD
 _HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
 HEADER_SIZE: Final = _HEADER.size
 
@@ -60,12 +62,13 @@ _NATIVE_CHECKPOINT_TAG: Final = "native"
 _MAF_CHECKPOINT_TAG: Final = "maf"
 _MAF_CHECKPOINT_MODULE: Final = "agent_framework._workflows._checkpoint"
 
-_ATOMS: Final = frozenset({str, int, float, bool, type(None), bytes})
-_KEY_ATOMS: Final = frozenset({str, int})
+_ATOMS: Final[frozenset[type[Any]]] = frozenset({str, int, float, bool, type(None), bytes})
+_KEY_ATOMS: Final[frozenset[type[Any]]] = frozenset({str, int})
 _INT64_MIN: Final = -(2**63)
 _UINT64_MAX: Final = 2**64 - 1
 
 Ext = msgspec.msgpack.Ext
+_UNSET: Final = object()
 
 
 def type_key(cls: type[Any]) -> str:
@@ -169,7 +172,7 @@ class CheckpointCodec:
             _EXT_TIME: _decode_time,
             _EXT_TIMEDELTA: _decode_timedelta,
             _EXT_DECIMAL: Decimal,
-            _EXT_BIGINT: int,
+            _EXT_BIGINT: _decode_int_boxed,
             _EXT_DICT_PAIRS: _decode_pairs,
             _EXT_ENUM: self._decode_enum,
             _EXT_DATACLASS: self._decode_dataclass,
@@ -255,7 +258,7 @@ class CheckpointCodec:
             if not isinstance(wire, list):
                 raise _Undecodable("payload is not a checkpoint record")
             return self._build_checkpoint(wire)
-        except CheckpointCorruptedError:
+        except (CheckpointCorruptedError, MissingDependencyError):
             raise
         except Exception as exc:
             raise CheckpointCorruptedError(checkpoint_id, _describe(exc)) from exc
@@ -268,6 +271,8 @@ class CheckpointCodec:
         payload = self._unframe(body, label)
         try:
             return self._decoder.decode(payload)
+        except (CheckpointCorruptedError, MissingDependencyError):
+            raise
         except Exception as exc:
             raise CheckpointCorruptedError(label, _describe(exc)) from exc
 
@@ -293,10 +298,12 @@ class CheckpointCodec:
                 try:
                     import zstandard as zstd
                 except ImportError as exc:
-                    raise MissingDependencyError("reading zstd-compressed checkpoints", "zstd", "zstandard") from exc
+                    raise MissingDependencyError(
+                        "reading zstd-compressed checkpoints", "zstd", "zstandard"
+                    ) from exc
                 self._zstd = zstd
             try:
-                return cast(bytes, zstd.ZstdDecompressor().decompress(payload))
+                return cast("bytes", zstd.ZstdDecompressor().decompress(payload))
             except Exception as exc:
                 raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
         return payload
@@ -305,14 +312,27 @@ class CheckpointCodec:
 
     def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
         try:
-            return self._encoder.encode(self._wire(root, checkpoint_tag))
+            try:
+                return self._encoder.encode(self._wire(root, checkpoint_tag))
+            except OverflowError:
+                # An int outside msgpack's 64-bit range: redo on the slow path that boxes such ints.
+                boxing = self._boxing_codec()
+                return boxing._encoder.encode(boxing._wire(root, checkpoint_tag))
         except _Unencodable as exc:
-            path = _locate(root, exc.value)
-            raise UnserializableValueError(type_key(type(exc.value)), path, exc.hint) from None
-        except OverflowError:
-            # An int outside msgpack's 64-bit range: redo on the slow path that boxes such ints.
-            boxing = self._boxing_codec()
-            return boxing._encoder.encode(boxing._wire(root, checkpoint_tag))
+            target = exc.value
+            path = _locate(root, lambda value: value is target)
+            raise UnserializableValueError(type_key(type(target)), path, exc.hint) from None
+        except UnicodeEncodeError:
+            path = _locate(root, _is_unencodable_str)
+            raise UnserializableValueError(
+                "builtins:str", path, "the string contains a lone surrogate, which is not valid UTF-8"
+            ) from None
+        except RecursionError:
+            raise UnserializableValueError(
+                type_key(type(root)),
+                "checkpoint" if checkpoint_tag is not None else "value",
+                "the value is nested too deeply or contains a reference cycle",
+            ) from None
 
     def _wire(self, root: Any, checkpoint_tag: str | None) -> Any:
         if checkpoint_tag is None:
@@ -405,7 +425,11 @@ class CheckpointCodec:
             registration.cls = cls
         elif registration.cls is not cls:
             raise _Unencodable(value, "another class is registered under the same 'module:qualname'")
-        encoder = self._make_encoder(registration)
+        try:
+            encoder = self._make_encoder(registration)
+        except TypeError as exc:
+            # Registered by "module:qualname" without hooks, and not an enum, dataclass or model.
+            raise _Unencodable(value, str(exc)) from None
         self._encoders[cls] = encoder
         return encoder
 
@@ -424,13 +448,22 @@ class CheckpointCodec:
             names = [f.name for f in dataclasses.fields(registration.resolve())]
 
             def encode_dataclass(value: Any) -> Any:
-                return Ext(_EXT_DATACLASS, encode([key, {name: to_wire(getattr(value, name)) for name in names}]))
+                state = {}
+                for name in names:
+                    item = getattr(value, name, _UNSET)
+                    if item is _UNSET:  # a field(init=False) never assigned
+                        raise _Unencodable(value, f"field {name!r} is not set")
+                    state[name] = to_wire(item)
+                return Ext(_EXT_DATACLASS, encode([key, state]))
 
             return encode_dataclass
 
         def encode_model(value: Any) -> Any:
-            names = type(value).model_fields
-            return Ext(_EXT_PYDANTIC, encode([key, {name: to_wire(getattr(value, name)) for name in names}]))
+            state = {name: to_wire(getattr(value, name)) for name in type(value).model_fields}
+            extra = getattr(value, "__pydantic_extra__", None)  # fields kept by extra="allow"
+            if extra:
+                state.update((name, to_wire(item)) for name, item in extra.items())
+            return Ext(_EXT_PYDANTIC, encode([key, state]))
 
         return encode_model
 
@@ -441,7 +474,10 @@ class CheckpointCodec:
                 f"{cls.__name__} is a subclass of a built-in type; convert it to the plain type "
                 "or register it with encode/decode hooks"
             )
-        return "the type is not registered; allow it with CheckpointCodec(allowed_types=[...]) or codec.register()"
+        return (
+            "the type is not registered; "
+            "allow it with CheckpointCodec(allowed_types=[...]) or codec.register()"
+        )
 
     # ------------------------------------------------------------------ decoding
 
@@ -469,8 +505,8 @@ class CheckpointCodec:
     def _decode_dataclass(self, wire: Any) -> Any:
         key, values = wire
         cls, _ = self._registered_class(key)
-        init_values = {}
-        late_values = {}
+        init_values: dict[str, Any] = {}
+        late_values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name in values:
                 (init_values if f.init else late_values)[f.name] = values[f.name]
@@ -485,7 +521,7 @@ class CheckpointCodec:
     def _decode_pydantic(self, wire: Any) -> Any:
         key, values = wire
         cls, _ = self._registered_class(key)
-        return cls.model_validate(values)
+        return cls.model_validate(values, **_validate_by_name(cls))
 
     def _decode_custom(self, wire: Any) -> Any:
         key, state = wire
@@ -504,7 +540,7 @@ class CheckpointCodec:
         cls = self._checkpoint_classes.get(tag)
         if cls is None:
             cls = self._load_checkpoint_class(tag)
-        values = dict(zip(CHECKPOINT_FIELDS, wire[2:]))
+        values = dict(zip(CHECKPOINT_FIELDS, wire[2:], strict=True))
         _check_checkpoint_field_types(values)
         return cls(**values)
 
@@ -517,7 +553,7 @@ class CheckpointCodec:
             raise MissingDependencyError(
                 "loading a checkpoint saved from Agent Framework", "maf", "agent-framework-core"
             ) from exc
-        cls = cast(type[Any], module.WorkflowCheckpoint)
+        cls = cast("type[Any]", module.WorkflowCheckpoint)
         self._checkpoint_tag(cls)
         return cls
 
@@ -530,21 +566,44 @@ def _zone_key(tzinfo: dt.tzinfo | None) -> str | None:
     return key if isinstance(key, str) and type(tzinfo).__module__ == "zoneinfo" else None
 
 
-def _encode_datetime(value: dt.datetime) -> Any:
+def _clock_wire(value: dt.datetime | dt.time) -> Any:
+    """ISO text, or ``[text, zone, fold]`` when ISO text alone would lose the zone or the fold.
+
+    ``zone`` is a zoneinfo key, ``[days, seconds, microseconds]`` of a fixed offset, or None (the
+    offset, if any, is in ``text``).
+    """
     zone = _zone_key(value.tzinfo)
-    if zone is None:
-        return Ext(_EXT_DATETIME, msgspec.msgpack.encode(value.isoformat()))
-    naive = value.replace(tzinfo=None).isoformat()
-    return Ext(_EXT_DATETIME, msgspec.msgpack.encode([naive, zone, value.fold]))
+    if zone is not None:
+        return [value.replace(tzinfo=None).isoformat(), zone, value.fold]
+    offset = value.utcoffset()
+    if offset is not None and offset.microseconds:
+        # fromisoformat() reads an offset of under one second as UTC (CPython 3.11); keep it exact.
+        exact = [offset.days, offset.seconds, offset.microseconds]
+        return [value.replace(tzinfo=None).isoformat(), exact, value.fold]
+    if value.fold:  # isoformat() drops fold, which a naive local time needs
+        return [value.isoformat(), None, value.fold]
+    return value.isoformat()
+
+
+def _zone_from_wire(zone: Any) -> dt.tzinfo:
+    if isinstance(zone, str):
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(zone)
+    days, seconds, microseconds = zone
+    return dt.timezone(dt.timedelta(days=days, seconds=seconds, microseconds=microseconds))
+
+
+def _encode_datetime(value: dt.datetime) -> Any:
+    return Ext(_EXT_DATETIME, msgspec.msgpack.encode(_clock_wire(value)))
 
 
 def _decode_datetime(wire: Any) -> dt.datetime:
     if isinstance(wire, str):
         return dt.datetime.fromisoformat(wire)
-    naive, zone, fold = wire
-    from zoneinfo import ZoneInfo
-
-    return dt.datetime.fromisoformat(naive).replace(tzinfo=ZoneInfo(zone), fold=fold)
+    text, zone, fold = wire
+    value = dt.datetime.fromisoformat(text)
+    return value.replace(tzinfo=value.tzinfo if zone is None else _zone_from_wire(zone), fold=fold)
 
 
 def _encode_date(value: dt.date) -> Any:
@@ -552,19 +611,15 @@ def _encode_date(value: dt.date) -> Any:
 
 
 def _encode_time(value: dt.time) -> Any:
-    zone = _zone_key(value.tzinfo)
-    if zone is None:
-        return Ext(_EXT_TIME, msgspec.msgpack.encode(value.isoformat()))
-    return Ext(_EXT_TIME, msgspec.msgpack.encode([value.replace(tzinfo=None).isoformat(), zone, value.fold]))
+    return Ext(_EXT_TIME, msgspec.msgpack.encode(_clock_wire(value)))
 
 
 def _decode_time(wire: Any) -> dt.time:
     if isinstance(wire, str):
         return dt.time.fromisoformat(wire)
-    naive, zone, fold = wire
-    from zoneinfo import ZoneInfo
-
-    return dt.time.fromisoformat(naive).replace(tzinfo=ZoneInfo(zone), fold=fold)
+    text, zone, fold = wire
+    value = dt.time.fromisoformat(text)
+    return value.replace(tzinfo=value.tzinfo if zone is None else _zone_from_wire(zone), fold=fold)
 
 
 def _encode_timedelta(value: dt.timedelta) -> Any:
@@ -591,7 +646,12 @@ def _encode_bytearray(value: bytearray) -> Any:
 def _encode_int_boxed(value: int) -> Any:
     if _INT64_MIN <= value <= _UINT64_MAX:
         return value
-    return Ext(_EXT_BIGINT, msgspec.msgpack.encode(str(value)))
+    # Hex, not decimal: Python limits decimal int<->str conversion to 4300 digits, never hex.
+    return Ext(_EXT_BIGINT, msgspec.msgpack.encode(format(value, "x")))
+
+
+def _decode_int_boxed(wire: str) -> int:
+    return int(wire, 16)
 
 
 def _decode_pairs(wire: Any) -> dict[Any, Any]:
@@ -599,6 +659,19 @@ def _decode_pairs(wire: Any) -> dict[Any, Any]:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+_VALIDATE_BY_NAME: dict[type[Any], dict[str, bool]] = {}
+
+
+def _validate_by_name(model: type[Any]) -> dict[str, bool]:
+    """model_validate options that accept the stored field names even for aliased fields."""
+    options = _VALIDATE_BY_NAME.get(model)
+    if options is None:
+        # by_name exists from pydantic 2.11; earlier versions validate by alias only.
+        by_name = "by_name" in inspect.signature(model.model_validate).parameters
+        options = _VALIDATE_BY_NAME[model] = {"by_alias": False, "by_name": True} if by_name else {}
+    return options
 
 
 def _resolve_key_syntax(key: str) -> None:
@@ -656,6 +729,9 @@ def _check_frame(body: bytes, checkpoint_id: str) -> tuple[int, memoryview]:
         raise CheckpointCorruptedError(checkpoint_id, "body does not start with the checkpoint magic")
     if version != _FORMAT_VERSION:
         raise CheckpointCorruptedError(checkpoint_id, f"unknown body format version {version}")
+    if flags & ~_KNOWN_FLAGS:
+        # A flag this version does not know changes how the payload reads; never guess.
+        raise CheckpointCorruptedError(checkpoint_id, f"unknown body flags {flags:#04x}")
     payload = memoryview(body)[HEADER_SIZE:]
     if zlib.crc32(payload) != crc:
         raise CheckpointCorruptedError(checkpoint_id, "checksum mismatch: stored bytes were altered")
@@ -686,19 +762,31 @@ def _children(value: Any) -> Iterator[tuple[str, Any]]:
     elif hasattr(type(value), "model_fields"):
         for name in type(value).model_fields:
             yield f".{name}", getattr(value, name, None)
+        for name, item in (getattr(value, "__pydantic_extra__", None) or {}).items():
+            yield f".{name}", item
     elif isinstance(value, enum.Enum):
         yield ".value", value.value
 
 
-def _locate(root: Any, target: object) -> str:
-    """Path of ``target`` inside ``root`` (first found, breadth first), for error messages."""
+def _is_unencodable_str(value: object) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _locate(root: Any, is_target: Callable[[Any], bool]) -> str:
+    """Path of the first value inside ``root`` (breadth first) that ``is_target``, for error messages."""
     root_name = "checkpoint" if hasattr(root, "checkpoint_id") else "value"
     frontier: list[tuple[str, Any]] = [(root_name, root)]
     seen: set[int] = set()
     while frontier:
         next_frontier: list[tuple[str, Any]] = []
         for path, value in frontier:
-            if value is target:
+            if is_target(value):
                 return path
             if id(value) in seen:
                 continue

@@ -35,6 +35,17 @@ class CheckpointStorageError(_RunnerException):  # type: ignore[misc]
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take their own constructor arguments, so the default (call the class with
+        # self.args) fails; rebuild from state so errors cross process boundaries intact.
+        return (_rebuild_error, (type(self), self.args), self.__dict__)
+
+
+def _rebuild_error(cls: type[CheckpointStorageError], args: tuple[Any, ...]) -> CheckpointStorageError:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
+
 
 class CheckpointNotFoundError(CheckpointStorageError, LookupError):
     """No checkpoint with this id exists."""

@@ -111,7 +111,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             # still get a higher sequence than anything saved before.
         return True
 
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes) -> bool:
+    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         store = self._store
         with store.lock:
             entry = store.by_id.get(checkpoint_id)
@@ -119,8 +119,12 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 return False
             old = entry.record
             entry.record = CheckpointRecord(
-                old.checkpoint_id, old.workflow_name, old.previous_checkpoint_id, old.graph_signature_hash,
-                body, old.digest,
+                old.checkpoint_id,
+                old.workflow_name,
+                old.previous_checkpoint_id,
+                old.graph_signature_hash,
+                body,
+                old.digest,
             )
         return True
 

@@ -1,1 +1,332 @@
-"""capabilities family (placeholder until written)."""
+"""capabilities: declared capabilities work; undeclared operations raise UnsupportedOperationError.
+
+There is one clause per operation capability (``storages.contract.OPERATION_CAPABILITIES``), and
+each checks the declaration both ways. Declared: a small call does what the capability promises.
+Undeclared: every operation it gates raises UnsupportedOperationError, and changes nothing. A
+third-party storage may simply lack the method (or, for an extension keyword of MAF's methods,
+the keyword): that is an honest refusal too. A method that exists and quietly returns, or a
+keyword that is quietly ignored, is the failure these clauses exist to catch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Set
+from typing import Any
+
+from storages.contract import AncestryEnd, Capability
+from storages.errors import CheckpointNotFoundError, UnsupportedOperationError
+
+from ..clause import clause, ensure, ensure_equal, fail
+from ..context import ClauseContext
+from ._maf import is_not_found
+from .fidelity import first_difference
+
+
+async def expect_refused(
+    ctx: ClauseContext,
+    capability: Capability,
+    operation: str,
+    *args: Any,
+    keyword: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """Calling ``operation`` must raise UnsupportedOperationError, or the storage must lack it.
+
+    ``keyword`` names an extension keyword of one of MAF's methods: a storage whose signature
+    lacks it refuses with TypeError, which is as honest as a missing method.
+    """
+    method = getattr(ctx.storage, operation, None)
+    if method is None:
+        return
+    call = f"{operation}({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
+    try:
+        result = await method(*args, **kwargs)
+    except UnsupportedOperationError:
+        return
+    except TypeError as exc:
+        if keyword is not None and keyword in str(exc):
+            return
+        fail(
+            f"{call} raised TypeError: {exc}; with {capability.value!r} undeclared it must raise "
+            "UnsupportedOperationError"
+        )
+    except Exception as exc:
+        fail(
+            f"{call} raised {type(exc).__name__}: {exc}; with {capability.value!r} undeclared it must raise "
+            "UnsupportedOperationError"
+        )
+    fail(
+        f"{call} returned {_show(result)} although capability {capability.value!r} is not declared; "
+        "it must raise UnsupportedOperationError"
+    )
+
+
+def _show(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _ids(checkpoints: list[Any]) -> list[str]:
+    return [c.checkpoint_id for c in checkpoints]
+
+
+async def _ensure_unchanged(ctx: ClauseContext, saved: list[Any], after: str) -> None:
+    workflow_name = saved[0].workflow_name
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    # Order is the ordering family's business; here only what is stored matters.
+    ensure_equal(sorted(ids), sorted(_ids(saved)), f"ids listed for {workflow_name!r} after {after}")
+    for checkpoint in saved:
+        problem = first_difference(checkpoint, await ctx.storage.load(checkpoint.checkpoint_id))
+        if problem is not None:
+            fail(f"load({checkpoint.checkpoint_id!r}) after {after}: {problem}")
+
+
+@clause(
+    "capabilities.signature_filter",
+    "Declared: graph_signature_hash= filters get_latest and list_*; undeclared: passing it is refused.",
+)
+async def signature_filter(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("signatures")
+    first = ctx.checkpoint(workflow_name, graph_signature_hash="sig-filter-a")
+    other = ctx.checkpoint(workflow_name, graph_signature_hash="sig-filter-b")
+    last = ctx.checkpoint(workflow_name, graph_signature_hash="sig-filter-a")
+    for checkpoint in (first, other, last):
+        await ctx.storage.save(checkpoint)
+    storage = ctx.storage
+    if not ctx.has(Capability.SIGNATURE_FILTER):
+        for operation in ("get_latest", "list_checkpoints", "list_checkpoint_ids"):
+            await expect_refused(
+                ctx,
+                Capability.SIGNATURE_FILTER,
+                operation,
+                keyword="graph_signature_hash",
+                workflow_name=workflow_name,
+                graph_signature_hash="sig-filter-b",
+            )
+        return
+    latest_a = await storage.get_latest(workflow_name=workflow_name, graph_signature_hash="sig-filter-a")
+    ensure_equal(
+        getattr(latest_a, "checkpoint_id", None), last.checkpoint_id, "get_latest id for signature a"
+    )
+    latest_b = await storage.get_latest(workflow_name=workflow_name, graph_signature_hash="sig-filter-b")
+    ensure_equal(
+        getattr(latest_b, "checkpoint_id", None), other.checkpoint_id, "get_latest id for signature b"
+    )
+    none = await storage.get_latest(workflow_name=workflow_name, graph_signature_hash="sig-filter-unknown")
+    ensure(none is None, f"get_latest for an unused signature returned {_show(none)}, not None")
+    ids_a = await storage.list_checkpoint_ids(
+        workflow_name=workflow_name, graph_signature_hash="sig-filter-a"
+    )
+    ensure_equal(ids_a, _ids([first, last]), "list_checkpoint_ids for signature a")
+    listed_b = await storage.list_checkpoints(
+        workflow_name=workflow_name, graph_signature_hash="sig-filter-b"
+    )
+    ensure_equal(listed_b, [other], "list_checkpoints for signature b")
+    unknown = await storage.list_checkpoint_ids(
+        workflow_name=workflow_name, graph_signature_hash="sig-filter-unknown"
+    )
+    ensure_equal(unknown, [], "list_checkpoint_ids for an unused signature")
+
+
+@clause(
+    "capabilities.ancestry",
+    "Declared: walk_ancestry and walk_ancestry_ids walk to the root; undeclared: both are refused.",
+)
+async def ancestry(ctx: ClauseContext) -> None:
+    chain = await ctx.save_chain(ctx.workflow_name("ancestry"), 3)
+    newest = chain[-1].checkpoint_id
+    if not ctx.has(Capability.ANCESTRY):
+        for operation in ("walk_ancestry", "walk_ancestry_ids"):
+            await expect_refused(ctx, Capability.ANCESTRY, operation, newest)
+        return
+    walk_ids = await ctx.storage.walk_ancestry_ids(newest)
+    ensure(walk_ids is not None, f"walk_ancestry_ids({newest!r}) returned None")
+    ensure_equal(list(walk_ids.items), _ids(chain)[::-1], f"walk_ancestry_ids({newest!r}) items")
+    ensure_equal(walk_ids.end, AncestryEnd.ROOT, f"walk_ancestry_ids({newest!r}) end")
+    ensure_equal(walk_ids.end_id, chain[0].checkpoint_id, f"walk_ancestry_ids({newest!r}) end_id")
+    walk = await ctx.storage.walk_ancestry(newest)
+    ensure(walk is not None, f"walk_ancestry({newest!r}) returned None")
+    ensure_equal(list(walk.items), chain[::-1], f"walk_ancestry({newest!r}) items")
+    ensure_equal(walk.end, AncestryEnd.ROOT, f"walk_ancestry({newest!r}) end")
+
+
+@clause(
+    "capabilities.nested",
+    "Declared: list_nested names embedded checkpoints, include_nested= works; undeclared: both refused.",
+)
+async def nested(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("nested")
+    child = ctx.checkpoint(ctx.workflow_name("nested-child"), state={"leaf": True})
+    parent = ctx.checkpoint(
+        workflow_name, state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}}
+    )
+    await ctx.storage.save(parent)
+    if not ctx.has(Capability.NESTED):
+        await expect_refused(ctx, Capability.NESTED, "list_nested", parent.checkpoint_id)
+        for operation in ("list_checkpoints", "list_checkpoint_ids"):
+            await expect_refused(
+                ctx,
+                Capability.NESTED,
+                operation,
+                keyword="include_nested",
+                workflow_name=workflow_name,
+                include_nested=True,
+            )
+        return
+    nested_ids = await ctx.storage.list_nested(parent.checkpoint_id)
+    ensure(
+        isinstance(nested_ids, list) and child.checkpoint_id in nested_ids,
+        f"list_nested({parent.checkpoint_id!r}) returned {_show(nested_ids)}, "
+        f"without embedded {child.checkpoint_id!r}",
+    )
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name, include_nested=True)
+    ensure(
+        isinstance(ids, list) and parent.checkpoint_id in ids,
+        f"list_checkpoint_ids(include_nested=True) returned {_show(ids)}, without {parent.checkpoint_id!r}",
+    )
+
+
+@clause(
+    "capabilities.prune",
+    "Declared: prune(keep_last=) and delete_workflow() delete and count; undeclared: refused, no deletes.",
+)
+async def prune(ctx: ClauseContext) -> None:
+    chain = await ctx.save_chain(ctx.workflow_name("prune"), 5)
+    workflow_name = chain[0].workflow_name
+    if not ctx.has(Capability.PRUNE):
+        await expect_refused(ctx, Capability.PRUNE, "prune", workflow_name=workflow_name, keep_last=1)
+        await expect_refused(ctx, Capability.PRUNE, "delete_workflow", workflow_name=workflow_name)
+        await _ensure_unchanged(ctx, chain, "refused prune and delete_workflow calls")
+        return
+    removed = await ctx.storage.prune(workflow_name=workflow_name, keep_last=2)
+    ensure_equal(removed, 3, "prune(keep_last=2) of 5 checkpoints: count removed")
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(ids, _ids(chain[-2:]), "list_checkpoint_ids after prune(keep_last=2)")
+    deleted = await ctx.storage.delete_workflow(workflow_name=workflow_name)
+    ensure_equal(deleted, 2, "delete_workflow() of 2 remaining checkpoints: count deleted")
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(ids, [], "list_checkpoint_ids after delete_workflow()")
+    latest = await ctx.storage.get_latest(workflow_name=workflow_name)
+    ensure(latest is None, f"get_latest after delete_workflow() returned {_show(latest)}")
+
+
+@clause(
+    "capabilities.ttl",
+    "Declared: the storage's ttl is None or a positive duration; undeclared: no ttl is configured.",
+)
+async def ttl(ctx: ClauseContext) -> None:
+    # The contract has no TTL operation yet (expiry itself is checked when one lands), so this
+    # checks the declaration against the one observable: the storage's configured ``ttl``.
+    storage = ctx.storage
+    if not ctx.has(Capability.TTL):
+        configured = getattr(storage, "ttl", None)
+        ensure(
+            configured is None,
+            f"the storage has ttl={configured!r} configured but does not declare the 'ttl' capability",
+        )
+        return
+    ensure(hasattr(storage, "ttl"), "the storage declares 'ttl' but has no ttl attribute")
+    value = storage.ttl
+    if value is None:
+        return
+    if isinstance(value, dt.timedelta):
+        ensure(value > dt.timedelta(0), f"ttl is {value!r}; a time to live must be positive")
+        return
+    ensure(
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0,
+        f"ttl is {value!r}; expected None, a positive number of seconds or a positive timedelta",
+    )
+
+
+@clause(
+    "capabilities.list_workflows",
+    "Declared: list_workflows() names exactly the workflows holding checkpoints; undeclared: refused.",
+)
+async def list_workflows(ctx: ClauseContext) -> None:
+    kept = await ctx.save_chain(ctx.workflow_name("listed"), 2)
+    emptied = await ctx.save_chain(ctx.workflow_name("emptied"), 1)
+    if not ctx.has(Capability.LIST_WORKFLOWS):
+        await expect_refused(ctx, Capability.LIST_WORKFLOWS, "list_workflows")
+        return
+    names = await ctx.storage.list_workflows()
+    ensure(isinstance(names, list), f"list_workflows() returned {_show(names)}, not a list")
+    for checkpoint in (kept[0], emptied[0]):
+        ensure(checkpoint.workflow_name in names, f"list_workflows() lacks {checkpoint.workflow_name!r}")
+    await ctx.storage.delete(emptied[0].checkpoint_id)
+    names = await ctx.storage.list_workflows()
+    ensure(
+        emptied[0].workflow_name not in names,
+        f"list_workflows() still names {emptied[0].workflow_name!r} after its only checkpoint was deleted",
+    )
+    ensure(kept[0].workflow_name in names, f"list_workflows() lost {kept[0].workflow_name!r}")
+
+
+@clause(
+    "capabilities.raw_access",
+    "Declared: read_raw_body/write_raw_body read and replace stored bytes; undeclared: refused, no writes.",
+)
+async def raw_access(ctx: ClauseContext) -> None:
+    saved = await ctx.save_chain(ctx.workflow_name("raw"), 1, state={"pair": (1, 2)})
+    checkpoint_id = saved[0].checkpoint_id
+    if not ctx.has(Capability.RAW_ACCESS):
+        await expect_refused(ctx, Capability.RAW_ACCESS, "read_raw_body", checkpoint_id)
+        await expect_refused(ctx, Capability.RAW_ACCESS, "write_raw_body", checkpoint_id, b"not a checkpoint")
+        await _ensure_unchanged(ctx, saved, "refused raw access calls")
+        return
+    body = await ctx.storage.read_raw_body(checkpoint_id)
+    ensure(
+        isinstance(body, bytes) and len(body) > 0,
+        f"read_raw_body({checkpoint_id!r}) returned {_show(body)}, not the stored bytes",
+    )
+    missing_id = f"missing-{ctx.workflow_name('raw-missing')}"
+    nothing = await ctx.storage.read_raw_body(missing_id)
+    ensure(
+        nothing is None, f"read_raw_body({missing_id!r}) of an unknown id returned {_show(nothing)}, not None"
+    )
+    await ctx.storage.write_raw_body(checkpoint_id, body)
+    await _ensure_unchanged(ctx, saved, "writing its own body back")
+    try:
+        await ctx.storage.write_raw_body(missing_id, body)
+    except CheckpointNotFoundError:
+        pass
+    except Exception as exc:
+        fail(f"write_raw_body({missing_id!r}) of an unknown id raised {type(exc).__name__}: {exc}")
+    else:
+        fail(
+            f"write_raw_body({missing_id!r}) of an unknown id returned; it must raise CheckpointNotFoundError"
+        )
+    try:
+        await ctx.storage.load(missing_id)
+    except Exception as exc:
+        if is_not_found(exc):
+            return
+        fail(f"load({missing_id!r}) after a refused raw write raised {type(exc).__name__}: {exc}")
+    fail(f"write_raw_body({missing_id!r}) created a checkpoint under an unknown id")
+
+
+@clause(
+    "capabilities.declared_members",
+    "The capabilities attribute is a set of Capability members or their string values, nothing else.",
+)
+async def declared_members(ctx: ClauseContext) -> None:
+    storage = ctx.storage
+    if not hasattr(storage, "capabilities"):
+        # A storage written only for MAF's protocol declares nothing, which is a valid declaration.
+        return
+    declared = storage.capabilities
+    ensure(
+        isinstance(declared, Set),
+        f"capabilities is a {type(declared).__name__} ({_show(declared)}); declare a frozenset of Capability",
+    )
+    values = {c.value for c in Capability}
+    strays = [
+        item
+        for item in declared
+        if not isinstance(item, Capability) and not (isinstance(item, str) and item in values)
+    ]
+    ensure(not strays, f"capabilities holds values that are not capabilities: {_show(strays)}")

@@ -1,1 +1,344 @@
-"""concurrency family (placeholder until written)."""
+"""concurrency: many tasks and several handles on one backend lose and duplicate nothing.
+
+Saves are fired together with ``asyncio.gather``. Afterwards every checkpoint must be listed
+exactly once, the latest must be the last listed, and the list order must be a total order that
+respects real time: a save that returned before another save started is listed before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from storages.contract import Capability
+from storages.errors import CheckpointConflictError
+
+from ..clause import clause, ensure, ensure_equal, fail
+from ..context import ClauseContext
+from ._maf import is_not_found
+from .fidelity import first_difference
+
+BURST = 120
+"""Checkpoints saved at once in the single-workflow clauses."""
+
+_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """When a save started and returned, in ticks of one shared counter (real-time order)."""
+
+    checkpoint: Any
+    started: int
+    finished: int
+
+
+async def _timed_saves(pairs: Sequence[tuple[Any, Any]]) -> list[_Timed]:
+    """Save each (storage, checkpoint) pair concurrently, recording start and finish order."""
+    ticks = itertools.count()
+
+    async def save(storage: Any, checkpoint: Any) -> _Timed:
+        started = next(ticks)
+        returned = await storage.save(checkpoint)
+        ensure_equal(returned, checkpoint.checkpoint_id, "id returned by a concurrent save()")
+        return _Timed(checkpoint, started, next(ticks))
+
+    return list(await asyncio.gather(*(save(storage, checkpoint) for storage, checkpoint in pairs)))
+
+
+def _ensure_exactly_once(ids: list[str], saved: Sequence[Any], what: str) -> None:
+    expected = {c.checkpoint_id for c in saved}
+    duplicated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    ensure(not duplicated, f"{what} lists {len(duplicated)} ids more than once, e.g. {duplicated[:3]}")
+    missing = sorted(expected - set(ids))
+    ensure(not missing, f"{what} lost {len(missing)} of {len(expected)} concurrent saves, e.g. {missing[:3]}")
+    foreign = sorted(set(ids) - expected)
+    ensure(not foreign, f"{what} lists ids that were never saved to it, e.g. {foreign[:3]}")
+
+
+def _ensure_real_time_order(ids: list[str], saves: Sequence[_Timed], what: str) -> None:
+    """A save that returned before another started must be listed before it."""
+    position = {checkpoint_id: index for index, checkpoint_id in enumerate(ids)}
+    by_finish = sorted(saves, key=lambda s: s.finished)
+    for later in saves:
+        for earlier in by_finish:
+            if earlier.finished >= later.started:
+                break
+            if position[earlier.checkpoint.checkpoint_id] > position[later.checkpoint.checkpoint_id]:
+                fail(
+                    f"{what} lists {later.checkpoint.checkpoint_id!r} before "
+                    f"{earlier.checkpoint.checkpoint_id!r}, although the save of the second returned "
+                    "before the save of the first started"
+                )
+
+
+async def _ensure_consistent(
+    storage: Any, workflow_name: str, saves: Sequence[_Timed], handle: str
+) -> list[str]:
+    """The workflow holds exactly ``saves``, in one order shared by every read; returns the ids."""
+    saved = {s.checkpoint.checkpoint_id: s.checkpoint for s in saves}
+    ids: list[str] = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+    _ensure_exactly_once(ids, list(saved.values()), f"list_checkpoint_ids on {handle}")
+    _ensure_real_time_order(ids, saves, f"list_checkpoint_ids on {handle}")
+    listed = await storage.list_checkpoints(workflow_name=workflow_name)
+    ensure_equal(
+        [c.checkpoint_id for c in listed],
+        ids,
+        f"list_checkpoints order vs list_checkpoint_ids order on {handle}",
+    )
+    for checkpoint in listed:
+        problem = first_difference(saved[checkpoint.checkpoint_id], checkpoint)
+        if problem is not None:
+            fail(f"list_checkpoints on {handle}, checkpoint {checkpoint.checkpoint_id!r}: {problem}")
+    latest = await storage.get_latest(workflow_name=workflow_name)
+    ensure(
+        latest is not None,
+        f"get_latest({workflow_name!r}) on {handle} returned None after {len(saves)} saves",
+    )
+    ensure_equal(latest.checkpoint_id, ids[-1], f"get_latest id vs the last listed id on {handle}")
+    ensure_equal(latest, saved[latest.checkpoint_id], f"get_latest on {handle}")
+    return ids
+
+
+@clause(
+    "concurrency.many_saves_one_workflow",
+    f"{BURST} concurrent saves to one workflow are listed once each, in real-time order, latest last.",
+    timeout=_TIMEOUT,
+)
+async def many_saves_one_workflow(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("burst")
+    checkpoints = [ctx.checkpoint(workflow_name, iteration_count=i, state={"i": i}) for i in range(BURST)]
+    saves = await _timed_saves([(ctx.storage, c) for c in checkpoints])
+    ids = await _ensure_consistent(ctx.storage, workflow_name, saves, "the saving handle")
+    # The burst must leave the sequence usable: the next save is the newest.
+    follow_up = ctx.checkpoint(workflow_name, previous_checkpoint_id=ids[-1], iteration_count=BURST)
+    await ctx.storage.save(follow_up)
+    after = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(after, [*ids, follow_up.checkpoint_id], "list_checkpoint_ids after one more save")
+
+
+@clause(
+    "concurrency.workflows_do_not_mix",
+    "Interleaved concurrent saves to many workflows leave each workflow exactly its own checkpoints.",
+    timeout=_TIMEOUT,
+)
+async def workflows_do_not_mix(ctx: ClauseContext) -> None:
+    names = [ctx.workflow_name(f"mix{index}") for index in range(16)]
+    checkpoints = [
+        ctx.checkpoint(name, iteration_count=i, state={"i": i}) for i in range(8) for name in names
+    ]
+    random.Random(7748).shuffle(checkpoints)  # noqa: S311 - reproducible order
+    saves = await _timed_saves([(ctx.storage, c) for c in checkpoints])
+    for name in names:
+        own = [s for s in saves if s.checkpoint.workflow_name == name]
+        await _ensure_consistent(ctx.storage, name, own, f"workflow {name!r}")
+
+
+@clause(
+    "concurrency.identical_saves",
+    "Concurrent saves of equal checkpoints under one id all succeed and store it exactly once (MAF #7748).",
+    timeout=_TIMEOUT,
+)
+async def identical_saves(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("same-id")
+    original = ctx.checkpoint(workflow_name, state={"tuple": (1, 2), "text": "same"})
+    copies = [_copy_of(ctx, original) for _ in range(64)]
+    results = await asyncio.gather(*(ctx.storage.save(c) for c in copies), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            fail(
+                f"a concurrent save of equal checkpoint {original.checkpoint_id!r} raised "
+                f"{type(result).__name__}: {result}"
+            )
+        ensure_equal(
+            result, original.checkpoint_id, "id returned by a concurrent save of an equal checkpoint"
+        )
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(ids, [original.checkpoint_id], "list_checkpoint_ids after 64 concurrent equal saves")
+    loaded = await ctx.storage.load(original.checkpoint_id)
+    problem = first_difference(original, loaded)
+    ensure(problem is None, f"load({original.checkpoint_id!r}) after concurrent equal saves: {problem}")
+
+
+def _copy_of(ctx: ClauseContext, checkpoint: Any, **changes: Any) -> Any:
+    """An equal but distinct checkpoint object (a caller rebuilding it, not reusing it)."""
+    fields = {
+        "checkpoint_id": checkpoint.checkpoint_id,
+        "timestamp": checkpoint.timestamp,
+        "graph_signature_hash": checkpoint.graph_signature_hash,
+        "state": {key: value for key, value in checkpoint.state.items()},
+    }
+    fields.update(changes)
+    return ctx.checkpoint(checkpoint.workflow_name, **fields)
+
+
+@clause(
+    "concurrency.conflicting_saves",
+    "Concurrent saves of different content under one id store one; the others raise CheckpointConflictError.",
+    timeout=_TIMEOUT,
+)
+async def conflicting_saves(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("conflict")
+    base = ctx.checkpoint(workflow_name)
+    variants = [_copy_of(ctx, base, state={"variant": index}) for index in range(16)]
+    results = await asyncio.gather(*(ctx.storage.save(v) for v in variants), return_exceptions=True)
+    stored = await ctx.storage.load(base.checkpoint_id)
+    winners = [index for index, variant in enumerate(variants) if variant == stored]
+    ensure(len(winners) == 1, f"load({base.checkpoint_id!r}) returned none of the saved variants: {stored!r}")
+    for index, result in enumerate(results):
+        if index == winners[0]:
+            if isinstance(result, BaseException):
+                fail(f"the save whose variant {index} was stored raised {type(result).__name__}: {result}")
+        elif not isinstance(result, CheckpointConflictError):
+            outcome = (
+                f"raised {type(result).__name__}: {result}"
+                if isinstance(result, BaseException)
+                else "returned"
+            )
+            fail(
+                f"save of variant {index} under {base.checkpoint_id!r} {outcome}, but variant {winners[0]} "
+                "is stored; a losing concurrent save must raise CheckpointConflictError"
+            )
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(ids, [base.checkpoint_id], "list_checkpoint_ids after conflicting concurrent saves")
+
+
+@clause(
+    "concurrency.reads_see_whole_checkpoints",
+    "Reads racing with saves see either nothing or a whole, equal checkpoint, never a partial one.",
+    timeout=_TIMEOUT,
+)
+async def reads_see_whole_checkpoints(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("racing-reads")
+    payload = [f"item {index} " + "x" * 200 for index in range(300)]
+    checkpoints = [
+        ctx.checkpoint(
+            workflow_name, iteration_count=i, state={"i": i, "payload": payload, "pair": (i, str(i))}
+        )
+        for i in range(40)
+    ]
+    expected = {c.checkpoint_id: c for c in checkpoints}
+    readers_handles = [ctx.storage]
+    if ctx.has(Capability.SHARED):
+        readers_handles.append(await ctx.other_handle())
+    writing = True
+
+    def check(checkpoint: Any, source: str) -> None:
+        want = expected.get(checkpoint.checkpoint_id)
+        ensure(want is not None, f"{source} returned unknown checkpoint {checkpoint.checkpoint_id!r}")
+        problem = first_difference(want, checkpoint)
+        if problem is not None:
+            fail(f"{source} during concurrent saves, checkpoint {checkpoint.checkpoint_id!r}: {problem}")
+
+    async def read_everything(storage: Any) -> None:
+        for checkpoint_id in expected:
+            try:
+                loaded = await storage.load(checkpoint_id)
+            except Exception as exc:
+                if is_not_found(exc):
+                    continue
+                fail(f"load({checkpoint_id!r}) during concurrent saves raised {type(exc).__name__}: {exc}")
+            check(loaded, f"load({checkpoint_id!r})")
+        try:
+            latest = await storage.get_latest(workflow_name=workflow_name)
+            listed = await storage.list_checkpoints(workflow_name=workflow_name)
+        except Exception as exc:
+            fail(f"get_latest/list_checkpoints during concurrent saves raised {type(exc).__name__}: {exc}")
+        if latest is not None:
+            check(latest, "get_latest")
+        for checkpoint in listed:
+            check(checkpoint, "list_checkpoints")
+
+    async def reader(storage: Any) -> None:
+        while writing:
+            await read_everything(storage)
+            await asyncio.sleep(0)
+
+    async def writer() -> None:
+        nonlocal writing
+        try:
+            await asyncio.gather(*(ctx.storage.save(c) for c in checkpoints))
+        finally:
+            writing = False
+
+    await asyncio.gather(writer(), *(reader(handle) for handle in readers_handles for _ in range(2)))
+    for handle in readers_handles:
+        await read_everything(handle)
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    _ensure_exactly_once(ids, checkpoints, "list_checkpoint_ids after racing reads")
+
+
+@clause(
+    "concurrency.shared_handles_interleave",
+    "Two handles saving to one workflow at once both see every save once, in one order, agreeing on latest.",
+    requires=(Capability.SHARED,),
+    timeout=_TIMEOUT,
+)
+async def shared_handles_interleave(ctx: ClauseContext) -> None:
+    first, second = ctx.storage, await ctx.other_handle()
+    handles = {"the first handle": first, "the second handle": second}
+    workflow_name = ctx.workflow_name("two-handles")
+    checkpoints = [ctx.checkpoint(workflow_name, iteration_count=i, state={"i": i}) for i in range(80)]
+    saves = await _timed_saves([(first if i % 2 == 0 else second, c) for i, c in enumerate(checkpoints)])
+    orders = {name: await _ensure_consistent(h, workflow_name, saves, name) for name, h in handles.items()}
+    ensure_equal(
+        orders["the second handle"], orders["the first handle"], "list order seen by the two handles"
+    )
+    # Sequences must come from the shared backend: a save on either handle is newest on both.
+    for writer_name, reader_name in (
+        ("the second handle", "the first handle"),
+        ("the first handle", "the second handle"),
+    ):
+        checkpoint = ctx.checkpoint(workflow_name, state={"written_by": writer_name})
+        await handles[writer_name].save(checkpoint)
+        latest = await handles[reader_name].get_latest(workflow_name=workflow_name)
+        ensure_equal(
+            getattr(latest, "checkpoint_id", None),
+            checkpoint.checkpoint_id,
+            f"get_latest on {reader_name} right after a save on {writer_name}",
+        )
+        checkpoints.append(checkpoint)
+    for name, handle in handles.items():
+        ids = await handle.list_checkpoint_ids(workflow_name=workflow_name)
+        ensure_equal(
+            ids,
+            [*orders[name], checkpoints[-2].checkpoint_id, checkpoints[-1].checkpoint_id],
+            f"ids on {name}",
+        )
+
+
+@clause(
+    "concurrency.shared_identical_saves",
+    "Equal checkpoints saved under one id through two handles at once are stored once, without error.",
+    requires=(Capability.SHARED,),
+    timeout=_TIMEOUT,
+)
+async def shared_identical_saves(ctx: ClauseContext) -> None:
+    first, second = ctx.storage, await ctx.other_handle()
+    workflow_name = ctx.workflow_name("two-handles-same-id")
+    original = ctx.checkpoint(workflow_name, state={"set": frozenset({1, 2})})
+    calls = [(first if i % 2 == 0 else second).save(_copy_of(ctx, original)) for i in range(32)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            fail(
+                f"an equal save of {original.checkpoint_id!r} through two handles raised "
+                f"{type(result).__name__}: {result}"
+            )
+    for name, handle in (("the first handle", first), ("the second handle", second)):
+        ids = await handle.list_checkpoint_ids(workflow_name=workflow_name)
+        ensure_equal(
+            ids,
+            [original.checkpoint_id],
+            f"list_checkpoint_ids on {name} after equal saves through two handles",
+        )
+    # One stored copy means one delete, through either handle, removes it for both.
+    ensure_equal(await first.delete(original.checkpoint_id), True, f"delete({original.checkpoint_id!r})")
+    remaining = await second.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(
+        remaining, [], "list_checkpoint_ids on the second handle after the first deleted the only copy"
+    )

@@ -1,12 +1,44 @@
-"""contract: MAF's six-method protocol behaves as MAF's runner expects."""
+"""contract: MAF's six-method protocol behaves as MAF's runner expects.
+
+These clauses use only the six methods MAF's runner calls. Where "latest" matters they give
+checkpoints strictly increasing timestamps, so a storage that orders by timestamp is not judged
+here; the ordering family covers that.
+"""
 
 from __future__ import annotations
 
-from storages.errors import CheckpointNotFoundError
+import copy
+import importlib.util
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from storages.errors import CheckpointConflictError, CheckpointStorageError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
-from ._maf import is_runner_checkpoint_error
+from ._maf import is_not_found
+
+_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def _at(second: int) -> str:
+    """An ISO timestamp ``second`` seconds after a fixed epoch; later seconds sort later."""
+    return (_EPOCH + timedelta(seconds=second)).isoformat()
+
+
+def _ids(checkpoints: list[Any]) -> list[str]:
+    return [c.checkpoint_id for c in checkpoints]
+
+
+async def _expect_not_found(ctx: ClauseContext, checkpoint_id: str, when: str) -> None:
+    try:
+        loaded = await ctx.storage.load(checkpoint_id)
+    except Exception as exc:
+        if is_not_found(exc):
+            return
+        fail(f"load({checkpoint_id!r}) {when} raised {type(exc).__name__}: {exc}")
+    fail(f"load({checkpoint_id!r}) {when} returned {type(loaded).__name__} instead of raising")
 
 
 @clause("contract.save_returns_id", "save() returns the checkpoint's own id.")
@@ -16,12 +48,17 @@ async def save_returns_id(ctx: ClauseContext) -> None:
     ensure_equal(returned, checkpoint.checkpoint_id, "id returned by save()")
 
 
-@clause("contract.load_returns_saved", "load() returns a checkpoint equal to the one saved, of the same class.")
+@clause(
+    "contract.load_returns_saved", "load() returns a checkpoint equal to the one saved, of the same class."
+)
 async def load_returns_saved(ctx: ClauseContext) -> None:
     checkpoint = ctx.checkpoint(ctx.workflow_name(), state={"answer": 42}, iteration_count=3)
     await ctx.storage.save(checkpoint)
     loaded = await ctx.storage.load(checkpoint.checkpoint_id)
-    ensure(type(loaded) is type(checkpoint), f"load() returned {type(loaded).__name__}, saved {type(checkpoint).__name__}")
+    ensure(
+        type(loaded) is type(checkpoint),
+        f"load() returned {type(loaded).__name__}, saved {type(checkpoint).__name__}",
+    )
     ensure_equal(loaded, checkpoint, "loaded checkpoint")
 
 
@@ -30,11 +67,261 @@ async def load_returns_saved(ctx: ClauseContext) -> None:
     "load() of an unknown id raises CheckpointNotFoundError (a WorkflowCheckpointException under MAF).",
 )
 async def load_missing_raises(ctx: ClauseContext) -> None:
-    missing = f"missing-{ctx.workflow_name()}"
+    await _expect_not_found(ctx, f"missing-{ctx.workflow_name()}", "of an id never saved")
+
+
+@clause(
+    "contract.list_returns_workflow_checkpoints",
+    "list_checkpoints() returns every checkpoint of the workflow exactly once, equal to what was saved, "
+    "of the same class, and none of any other workflow.",
+)
+async def list_returns_workflow_checkpoints(ctx: ClauseContext) -> None:
+    mine, other = ctx.workflow_name("mine"), ctx.workflow_name("other")
+    saved: list[Any] = []
+    for index in range(3):
+        checkpoint = ctx.checkpoint(
+            mine, iteration_count=index, state={"step": index}, timestamp=_at(2 * index)
+        )
+        await ctx.storage.save(checkpoint)
+        saved.append(checkpoint)
+        # Interleave another workflow so a storage that lists by position or prefix shows it.
+        await ctx.storage.save(ctx.checkpoint(other, iteration_count=index, timestamp=_at(2 * index + 1)))
+    listed = await ctx.storage.list_checkpoints(workflow_name=mine)
+    strangers = [c.checkpoint_id for c in listed if c.workflow_name != mine]
+    ensure(not strangers, f"list_checkpoints({mine!r}) includes checkpoints of other workflows: {strangers}")
+    ensure_equal(sorted(_ids(listed)), sorted(_ids(saved)), f"ids listed by list_checkpoints({mine!r})")
+    by_id = {c.checkpoint_id: c for c in listed}
+    for checkpoint in saved:
+        listed_one = by_id[checkpoint.checkpoint_id]
+        ensure(
+            type(listed_one) is type(checkpoint),
+            f"list_checkpoints() returned {type(listed_one).__name__} for {checkpoint.checkpoint_id!r}, "
+            f"saved {type(checkpoint).__name__}",
+        )
+        ensure_equal(listed_one, checkpoint, f"listed checkpoint {checkpoint.checkpoint_id!r}")
+
+
+@clause(
+    "contract.list_ids_match_list",
+    "list_checkpoint_ids() returns the ids of list_checkpoints(), in the same order: oldest first.",
+)
+async def list_ids_match_list(ctx: ClauseContext) -> None:
+    workflow, other = ctx.workflow_name(), ctx.workflow_name("other")
+    saved: list[Any] = []
+    for index in range(4):
+        checkpoint = ctx.checkpoint(workflow, iteration_count=index, timestamp=_at(2 * index))
+        await ctx.storage.save(checkpoint)
+        saved.append(checkpoint)
+        await ctx.storage.save(ctx.checkpoint(other, timestamp=_at(2 * index + 1)))
+    listed = _ids(await ctx.storage.list_checkpoints(workflow_name=workflow))
+    listed_ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+    ensure_equal(listed, _ids(saved), f"list_checkpoints({workflow!r}) ids, oldest first")
+    ensure_equal(listed_ids, listed, f"list_checkpoint_ids({workflow!r}) against list_checkpoints()")
+
+
+@clause(
+    "contract.unknown_workflow_is_empty",
+    "For a workflow with no checkpoints, list_checkpoints() and list_checkpoint_ids() return [] "
+    "and get_latest() returns None.",
+)
+async def unknown_workflow_is_empty(ctx: ClauseContext) -> None:
+    # Another workflow holds data, so "empty" cannot come from an empty store.
+    await ctx.storage.save(ctx.checkpoint(ctx.workflow_name("neighbour")))
+    unknown = ctx.workflow_name("never-saved")
+    listed = await ctx.storage.list_checkpoints(workflow_name=unknown)
+    ensure_equal(listed, [], f"list_checkpoints({unknown!r})")
+    listed_ids = await ctx.storage.list_checkpoint_ids(workflow_name=unknown)
+    ensure_equal(listed_ids, [], f"list_checkpoint_ids({unknown!r})")
+    latest = await ctx.storage.get_latest(workflow_name=unknown)
+    ensure(latest is None, f"get_latest({unknown!r}) returned {latest!r}, expected None")
+
+
+@clause(
+    "contract.latest_returns_saved",
+    "get_latest() returns a checkpoint equal to the workflow's last save, of the same class.",
+)
+async def latest_returns_saved(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name()
+    first = ctx.checkpoint(workflow, timestamp=_at(0), state={"step": 0})
+    last = ctx.checkpoint(
+        workflow, timestamp=_at(1), state={"step": 1}, previous_checkpoint_id=first.checkpoint_id
+    )
+    await ctx.storage.save(first)
+    await ctx.storage.save(last)
+    latest = await ctx.storage.get_latest(workflow_name=workflow)
+    ensure(latest is not None, f"get_latest({workflow!r}) returned None after two saves")
+    ensure(
+        type(latest) is type(last),
+        f"get_latest() returned {type(latest).__name__}, saved {type(last).__name__}",
+    )
+    ensure_equal(latest, last, f"get_latest({workflow!r})")
+
+
+@clause(
+    "contract.delete_removes",
+    "delete() of a stored checkpoint returns True and removes it from load(), list_checkpoints(), "
+    "list_checkpoint_ids() and get_latest(), leaving the workflow's other checkpoints intact.",
+)
+async def delete_removes(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name()
+    keeper = ctx.checkpoint(workflow, timestamp=_at(0), state={"role": "keeper"})
+    victim = ctx.checkpoint(workflow, timestamp=_at(1), state={"role": "victim"})
+    await ctx.storage.save(keeper)
+    await ctx.storage.save(victim)
+    deleted = await ctx.storage.delete(victim.checkpoint_id)
+    ensure(deleted is True, f"delete({victim.checkpoint_id!r}) of a stored checkpoint returned {deleted!r}")
+    await _expect_not_found(ctx, victim.checkpoint_id, "after delete()")
+    listed = _ids(await ctx.storage.list_checkpoints(workflow_name=workflow))
+    ensure_equal(listed, [keeper.checkpoint_id], f"list_checkpoints({workflow!r}) after delete()")
+    listed_ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+    ensure_equal(listed_ids, [keeper.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after delete()")
+    latest = await ctx.storage.get_latest(workflow_name=workflow)
+    ensure_equal(latest, keeper, f"get_latest({workflow!r}) after deleting the newest checkpoint")
+    ensure_equal(await ctx.storage.load(keeper.checkpoint_id), keeper, "the checkpoint not deleted")
+
+
+@clause(
+    "contract.delete_missing_returns_false",
+    "delete() returns False, without raising, for an id never stored and for one already deleted.",
+)
+async def delete_missing_returns_false(ctx: ClauseContext) -> None:
+    never = f"never-{ctx.workflow_name()}"
+    result = await ctx.storage.delete(never)
+    ensure(result is False, f"delete({never!r}) of an id never stored returned {result!r}")
+    checkpoint = ctx.checkpoint(ctx.workflow_name())
+    await ctx.storage.save(checkpoint)
+    first = await ctx.storage.delete(checkpoint.checkpoint_id)
+    ensure(first is True, f"first delete({checkpoint.checkpoint_id!r}) returned {first!r}")
+    second = await ctx.storage.delete(checkpoint.checkpoint_id)
+    ensure(second is False, f"second delete({checkpoint.checkpoint_id!r}) returned {second!r}")
+
+
+@clause(
+    "contract.delete_latest_promotes_previous",
+    "After delete() of a workflow's latest checkpoint, get_latest() returns the one saved before it; "
+    "once all are deleted, None.",
+)
+async def delete_latest_promotes_previous(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name()
+    saved = [ctx.checkpoint(workflow, timestamp=_at(index), iteration_count=index) for index in range(3)]
+    for checkpoint in saved:
+        await ctx.storage.save(checkpoint)
+    for position in range(len(saved) - 1, 0, -1):
+        await ctx.storage.delete(saved[position].checkpoint_id)
+        latest = await ctx.storage.get_latest(workflow_name=workflow)
+        ensure(
+            latest is not None and latest.checkpoint_id == saved[position - 1].checkpoint_id,
+            f"after deleting latest {saved[position].checkpoint_id!r}, get_latest() returned "
+            f"{getattr(latest, 'checkpoint_id', None)!r}, expected {saved[position - 1].checkpoint_id!r}",
+        )
+    await ctx.storage.delete(saved[0].checkpoint_id)
+    latest = await ctx.storage.get_latest(workflow_name=workflow)
+    ensure(latest is None, f"get_latest() after deleting every checkpoint returned {latest!r}, expected None")
+
+
+@clause(
+    "contract.resave_identical_is_noop",
+    "save() of an id already stored with equal content returns the id without raising and changes "
+    "nothing: one listed entry, listing order and latest unchanged.",
+)
+async def resave_identical_is_noop(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name()
+    first = ctx.checkpoint(workflow, timestamp=_at(0), state={"nested": {"items": [1, 2]}})
+    second = ctx.checkpoint(workflow, timestamp=_at(1), previous_checkpoint_id=first.checkpoint_id)
+    await ctx.storage.save(first)
+    await ctx.storage.save(second)
     try:
-        await ctx.storage.load(missing)
+        returned = await ctx.storage.save(copy.deepcopy(first))
     except Exception as exc:
-        if isinstance(exc, CheckpointNotFoundError) or is_runner_checkpoint_error(exc):
-            return
-        fail(f"load() of a missing id raised {type(exc).__name__}: {exc}")
-    fail("load() of a missing id returned instead of raising")
+        fail(f"re-saving {first.checkpoint_id!r} with equal content raised {type(exc).__name__}: {exc}")
+    ensure_equal(returned, first.checkpoint_id, "id returned by the identical re-save")
+    expected = [first.checkpoint_id, second.checkpoint_id]
+    listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+    ensure_equal(listed, expected, f"list_checkpoint_ids({workflow!r}) after an identical re-save")
+    listed_full = _ids(await ctx.storage.list_checkpoints(workflow_name=workflow))
+    ensure_equal(listed_full, expected, f"list_checkpoints({workflow!r}) after an identical re-save")
+    latest = await ctx.storage.get_latest(workflow_name=workflow)
+    ensure_equal(
+        getattr(latest, "checkpoint_id", None),
+        second.checkpoint_id,
+        "get_latest() after an identical re-save",
+    )
+    ensure_equal(await ctx.storage.load(first.checkpoint_id), first, "the re-saved checkpoint")
+
+
+@clause(
+    "contract.resave_conflict_raises",
+    "save() of an id already stored with different content raises CheckpointConflictError "
+    "and keeps the original.",
+)
+async def resave_conflict_raises(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name()
+    original = ctx.checkpoint(workflow, timestamp=_at(0), state={"version": "original"})
+    await ctx.storage.save(original)
+    changed = copy.deepcopy(original)
+    changed.state["version"] = "changed"
+    try:
+        await ctx.storage.save(changed)
+    except CheckpointConflictError:
+        pass
+    except Exception as exc:
+        fail(f"conflicting re-save of {original.checkpoint_id!r} raised {type(exc).__name__}: {exc}")
+    else:
+        stored = await ctx.storage.load(original.checkpoint_id)
+        outcome = "overwrote the original" if stored == changed else "kept the original"
+        fail(
+            f"conflicting re-save of {original.checkpoint_id!r} returned instead of raising "
+            f"CheckpointConflictError; it {outcome}"
+        )
+    ensure_equal(
+        await ctx.storage.load(original.checkpoint_id), original, "checkpoint after a refused re-save"
+    )
+    listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+    ensure_equal(
+        listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after a refused re-save"
+    )
+
+
+def _expected_error_base() -> tuple[type[BaseException], str]:
+    if importlib.util.find_spec("agent_framework") is not None:
+        from agent_framework.exceptions import WorkflowCheckpointException
+
+        return WorkflowCheckpointException, "WorkflowCheckpointException"
+    return CheckpointStorageError, "CheckpointStorageError"
+
+
+@clause(
+    "contract.errors_are_checkpoint_exceptions",
+    "Errors from load() of a missing id, from an empty id and from a conflicting re-save derive from "
+    "MAF's WorkflowCheckpointException (CheckpointStorageError when MAF is not installed).",
+)
+async def errors_are_checkpoint_exceptions(ctx: ClauseContext) -> None:
+    # Whether each operation must raise is other clauses' business; here every error that is
+    # raised must be one MAF's runner catches.
+    base, base_name = _expected_error_base()
+    workflow = ctx.workflow_name()
+    original = ctx.checkpoint(workflow, state={"version": "original"})
+    await ctx.storage.save(original)
+    changed = copy.deepcopy(original)
+    changed.state["version"] = "changed"
+    empty_id = ctx.checkpoint(workflow, checkpoint_id="")
+    attempts: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("load() of a missing id", lambda: ctx.storage.load(f"missing-{workflow}")),
+        ("load('')", lambda: ctx.storage.load("")),
+        ("save() of an empty id", lambda: ctx.storage.save(empty_id)),
+        ("conflicting re-save", lambda: ctx.storage.save(changed)),
+    ]
+    raised: list[str] = []
+    wrong: list[str] = []
+    for what, attempt in attempts:
+        try:
+            await attempt()
+        except Exception as exc:
+            raised.append(what)
+            if not isinstance(exc, base):
+                wrong.append(f"{what} raised {type(exc).__name__}: {exc}")
+    if "save() of an empty id" not in raised:
+        # The storage kept a checkpoint under ''; remove it so later runs do not trip on it.
+        await ctx.storage.delete("")
+    ensure(not wrong, f"errors that are not a {base_name}: " + "; ".join(wrong))
+    ensure(raised, "none of load(missing), load(''), save(empty id), conflicting save raised")

@@ -1,1 +1,194 @@
-"""durability family (placeholder until written)."""
+"""durability: checkpoints survive closing every handle and opening a new one.
+
+Each clause writes through one handle, closes every handle with ``ctx.reopen()`` and checks the
+new handle sees exactly what was committed: the checkpoints, their order, the latest, the deletes,
+and the per-workflow sequence, which must continue rather than restart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from storages.contract import Capability
+from storages.errors import CheckpointConflictError
+
+from ..clause import clause, ensure, ensure_equal, fail
+from ..context import ClauseContext
+from ._maf import is_not_found
+from .fidelity import first_difference
+
+_DURABLE = (Capability.DURABLE,)
+
+
+def _ids(checkpoints: list[Any]) -> list[str]:
+    return [c.checkpoint_id for c in checkpoints]
+
+
+async def _expect_loads_equal(storage: Any, checkpoint: Any, when: str) -> None:
+    loaded = await storage.load(checkpoint.checkpoint_id)
+    problem = first_difference(checkpoint, loaded)
+    if problem is not None:
+        fail(f"load({checkpoint.checkpoint_id!r}) {when}: {problem}")
+
+
+async def _expect_missing(storage: Any, checkpoint_id: str, when: str) -> None:
+    try:
+        loaded = await storage.load(checkpoint_id)
+    except Exception as exc:
+        if is_not_found(exc):
+            return
+        fail(
+            f"load({checkpoint_id!r}) {when} raised {type(exc).__name__}: {exc}, not CheckpointNotFoundError"
+        )
+    fail(f"load({checkpoint_id!r}) {when} returned checkpoint {getattr(loaded, 'checkpoint_id', loaded)!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What a handle shows of one workflow: ids in list order, and the latest."""
+
+    ids: list[str]
+    latest: Any
+
+
+async def _view(storage: Any, workflow_name: str) -> _View:
+    ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+    return _View(list(ids), await storage.get_latest(workflow_name=workflow_name))
+
+
+def _ensure_same_view(after: _View, before: _View, workflow_name: str) -> None:
+    # Compared with what the storage itself showed before reopening, so a backend is judged on
+    # keeping its order, not on the order (the ordering family's business).
+    ensure_equal(after.ids, before.ids, f"list_checkpoint_ids({workflow_name!r}) after reopening vs before")
+    ensure_equal(after.latest, before.latest, f"get_latest({workflow_name!r}) after reopening vs before")
+
+
+@clause(
+    "durability.survives_reopen",
+    "After every handle closes, a new handle loads every checkpoint equal, with the same latest and order.",
+    requires=_DURABLE,
+)
+async def survives_reopen(ctx: ClauseContext) -> None:
+    rich_state = {
+        "tuple": (1, "two"),
+        "when": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+        "blob": b"\x00\xff",
+    }
+    saved = [
+        await ctx.save_chain(ctx.workflow_name("durable"), 3, state=rich_state),
+        await ctx.save_chain(ctx.workflow_name("durable-other"), 1),
+    ]
+    before = [await _view(ctx.storage, chain[0].workflow_name) for chain in saved]
+    storage = await ctx.reopen()
+    for chain, seen in zip(saved, before, strict=True):
+        workflow_name = chain[0].workflow_name
+        for checkpoint in chain:
+            await _expect_loads_equal(storage, checkpoint, "after reopening")
+        _ensure_same_view(await _view(storage, workflow_name), seen, workflow_name)
+        by_id = {c.checkpoint_id: c for c in chain}
+        listed = await storage.list_checkpoints(workflow_name=workflow_name)
+        ensure_equal(
+            listed, [by_id[i] for i in seen.ids], f"list_checkpoints({workflow_name!r}) after reopening"
+        )
+
+
+@clause(
+    "durability.sequence_continues",
+    "Saves after reopening are newer than everything saved before: the latest is the last one saved.",
+    requires=_DURABLE,
+)
+async def sequence_continues(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("sequence")
+    chain = await ctx.save_chain(workflow_name, 3)
+    before = await _view(ctx.storage, workflow_name)
+    storage = await ctx.reopen()
+    after = [ctx.checkpoint(workflow_name, previous_checkpoint_id=chain[-1].checkpoint_id, iteration_count=3)]
+    after.append(
+        ctx.checkpoint(workflow_name, previous_checkpoint_id=after[0].checkpoint_id, iteration_count=4)
+    )
+    for checkpoint in after:
+        await storage.save(checkpoint)
+        latest = await storage.get_latest(workflow_name=workflow_name)
+        ensure_equal(
+            getattr(latest, "checkpoint_id", None),
+            checkpoint.checkpoint_id,
+            "get_latest id right after a save on the reopened handle (did the sequence restart?)",
+        )
+    ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(
+        ids, before.ids + _ids(after), "list_checkpoint_ids: the ones before reopening, then the new ones"
+    )
+
+
+@clause(
+    "durability.deletes_persist",
+    "Deleted checkpoints stay deleted after reopening, including a deleted latest.",
+    requires=_DURABLE,
+)
+async def deletes_persist(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("deletes")
+    chain = await ctx.save_chain(workflow_name, 4)
+    gone = [chain[1], chain[3]]
+    for checkpoint in gone:
+        ensure_equal(
+            await ctx.storage.delete(checkpoint.checkpoint_id), True, f"delete({checkpoint.checkpoint_id!r})"
+        )
+    before = await _view(ctx.storage, workflow_name)
+    storage = await ctx.reopen()
+    for checkpoint in gone:
+        await _expect_missing(storage, checkpoint.checkpoint_id, "after deleting it and reopening")
+        again = await storage.delete(checkpoint.checkpoint_id)
+        ensure_equal(again, False, f"delete({checkpoint.checkpoint_id!r}) after deleting it and reopening")
+    after = await _view(storage, workflow_name)
+    ensure_equal(
+        sorted(after.ids), sorted(_ids([chain[0], chain[2]])), "ids listed after deletes and reopening"
+    )
+    _ensure_same_view(after, before, workflow_name)
+
+
+@clause(
+    "durability.immutable_after_reopen",
+    "After reopening, re-saving an equal checkpoint is a no-op and different content under its id conflicts.",
+    requires=_DURABLE,
+)
+async def immutable_after_reopen(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("immutable")
+    (checkpoint,) = await ctx.save_chain(workflow_name, 1, state={"set": {1, 2, 3}, "tuple": (4,)})
+    storage = await ctx.reopen()
+    same = ctx.checkpoint(
+        workflow_name,
+        checkpoint_id=checkpoint.checkpoint_id,
+        timestamp=checkpoint.timestamp,
+        iteration_count=checkpoint.iteration_count,
+        state={"set": {3, 2, 1}, "tuple": (4,)},
+    )
+    ensure(same == checkpoint, "the kit built an unequal copy; this is a kit bug")
+    stored = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(stored, [checkpoint.checkpoint_id], "list_checkpoint_ids after reopening, before re-saving")
+    returned = await storage.save(same)
+    ensure_equal(returned, checkpoint.checkpoint_id, "save() of an equal checkpoint after reopening")
+    ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure_equal(ids, [checkpoint.checkpoint_id], "list_checkpoint_ids after re-saving an equal checkpoint")
+    changed = ctx.checkpoint(
+        workflow_name,
+        checkpoint_id=checkpoint.checkpoint_id,
+        timestamp=checkpoint.timestamp,
+        state={"changed": True},
+    )
+    try:
+        await storage.save(changed)
+    except CheckpointConflictError:
+        pass
+    except Exception as exc:
+        fail(
+            f"save() of different content under {checkpoint.checkpoint_id!r} raised "
+            f"{type(exc).__name__}: {exc}, not CheckpointConflictError"
+        )
+    else:
+        fail(
+            f"save() of different content under existing {checkpoint.checkpoint_id!r} after reopening "
+            "returned instead of raising CheckpointConflictError"
+        )
+    await _expect_loads_equal(storage, checkpoint, "after a refused overwrite")

@@ -1,0 +1,116 @@
+"""Every built-in backend on its embedded default, ready for the kit.
+
+Each backend is one entry in :data:`BUILTIN_BACKENDS`: a name for reports and a ``start``
+function that brings up whatever the backend needs locally (a temp file, later an in-process
+fake server) and says how to reach it. Nothing starts until a target is first opened, and a
+backend whose optional dependency is missing is not skipped: its target fails to open with the
+``MissingDependencyError`` message, so the report shows it as an error.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storages.base import BaseCheckpointStorage
+
+from .target import StorageTarget
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A running embedded backend: the URL (and options) to open it, and how to tear it down."""
+
+    url: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    stop: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinBackend:
+    """A built-in backend and how to run it with nothing but its Python extras installed."""
+
+    name: str
+    start: Callable[[], Embedded]
+
+
+def _memory() -> Embedded:
+    return Embedded("memory://")
+
+
+def _sqlite_temp_file() -> Embedded:
+    directory = Path(tempfile.mkdtemp(prefix="checkpoint-conformance-"))
+    return Embedded(
+        f"sqlite:///{directory.as_posix()}/conformance.db",
+        stop=lambda: shutil.rmtree(directory, ignore_errors=True),
+    )
+
+
+BUILTIN_BACKENDS: tuple[BuiltinBackend, ...] = (
+    BuiltinBackend("memory://", _memory),
+    BuiltinBackend("sqlite (temp file)", _sqlite_temp_file),
+)
+"""The backends ``checkpoint-conformance`` checks when given no URL, in report order."""
+
+
+class _EmbeddedTarget:
+    """Starts the backend and opens its root storage on first use; each clause gets a new handle."""
+
+    def __init__(self, backend: BuiltinBackend) -> None:
+        self._backend = backend
+        self._embedded: Embedded | None = None
+        self._root: BaseCheckpointStorage | None = None
+
+    async def open(self) -> BaseCheckpointStorage:
+        from storages.urls import open_storage
+
+        if self._root is None:
+            if self._embedded is None:
+                self._embedded = self._backend.start()
+            # Raises MissingDependencyError when the backend's extra is not installed.
+            self._root = open_storage(self._embedded.url, **self._embedded.options)
+        return self._root.new_handle()
+
+    async def cleanup(self) -> None:
+        root, embedded = self._root, self._embedded
+        self._root = self._embedded = None
+        try:
+            if root is not None:
+                await root.aclose()
+        finally:
+            if embedded is not None and embedded.stop is not None:
+                embedded.stop()
+
+
+def builtin_target(backend: BuiltinBackend) -> StorageTarget:
+    """A target for one built-in backend; starting it is deferred to the first open."""
+    embedded = _EmbeddedTarget(backend)
+    return StorageTarget(name=backend.name, factory=embedded.open, cleanup=embedded.cleanup)
+
+
+def builtin_targets() -> list[StorageTarget]:
+    """One target per built-in backend, each on its embedded default (no servers to run)."""
+    return [builtin_target(backend) for backend in BUILTIN_BACKENDS]
+
+
+def unavailable_target(name: str, error: BaseException) -> StorageTarget:
+    """A target that cannot open, so the run reports ``error`` against ``name`` instead of hiding it."""
+
+    def refuse() -> Any:
+        raise error
+
+    return StorageTarget(name=name, factory=refuse)
+
+
+__all__ = [
+    "BUILTIN_BACKENDS",
+    "BuiltinBackend",
+    "Embedded",
+    "builtin_target",
+    "builtin_targets",
+    "unavailable_target",
+]

@@ -1,0 +1,160 @@
+"""pytest entry point of the kit: every clause becomes one test item of your test class.
+
+Subclass :class:`CheckpointStorageConformance` (its name does not start with ``Test``, so the base
+itself is never collected) and provide a ``storage`` fixture::
+
+    from conformance.pytest_plugin import CheckpointStorageConformance
+
+    class TestMyStorage(CheckpointStorageConformance):
+        expected_failures = {"ordering.latest_is_commit_order": "issue #12"}
+
+        @pytest.fixture
+        async def storage(self):
+            async with MyStorage(...) as storage:
+                yield storage
+
+Items are named ``test_clause[<clause id>]``. Each runs on a fresh ``storage`` (keep the fixture
+function-scoped; put servers in a wider-scoped fixture it uses). The kit closes that handle when
+the clause ends, so ``aclose()`` must be idempotent; second handles and reopening use the
+storage's ``new_handle()``.
+
+The clause test is a coroutine. With pytest-asyncio (auto or strict mode) it runs in
+pytest-asyncio's loop, the same one your async fixtures use: the kit marks it ``asyncio``
+unless you already did (mark the class ``pytest.mark.asyncio(loop_scope=...)`` to choose the
+loop). In strict mode write async fixtures with ``@pytest_asyncio.fixture``. Without
+pytest-asyncio this plugin runs it with ``asyncio.run`` (the fixture must then be synchronous).
+
+Options: ``--conformance-clause ID_OR_FAMILY`` (repeatable) narrows every conformance class.
+Importing this module has no side effects: no I/O, no storages, not even clause registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from storages.contract import Capability, WorkflowCheckpoint
+
+from .clause import Clause, select_clauses
+from .report import ClauseResult, Outcome
+from .runner import run_clause
+from .target import StorageTarget
+
+CLAUSE_ARGUMENT = "conformance_clause"
+
+
+class CheckpointStorageConformance:
+    """Base class of a storage's conformance tests; subclasses provide a ``storage`` fixture."""
+
+    expected_failures: ClassVar[Mapping[str, str]] = {}
+    """Clause id -> reason. Such a clause xfails when it fails and fails the test when it passes."""
+    checkpoint_class: ClassVar[type[Any]] = WorkflowCheckpoint
+    """The class clauses build checkpoints with (``agent_framework.WorkflowCheckpoint`` for MAF's)."""
+    clauses: ClassVar[Sequence[str] | None] = None
+    """Clause ids or family names to run; None runs every clause."""
+    capabilities: ClassVar[frozenset[Capability] | None] = None
+    """Overrides the storage's declared ``capabilities``."""
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Parametrize ``test_clause`` with the selected clauses (pytest calls this per class)."""
+        if CLAUSE_ARGUMENT not in metafunc.fixturenames:
+            return
+        selected = _selected_clauses(type(self), metafunc.config.getoption("conformance_clause", None))
+        marks: list[pytest.MarkDecorator] = []
+        if metafunc.config.pluginmanager.has_plugin("asyncio") and (
+            metafunc.definition.get_closest_marker("asyncio") is None
+        ):
+            marks.append(pytest.mark.asyncio)  # needed in strict mode, harmless in auto mode
+        metafunc.parametrize(
+            CLAUSE_ARGUMENT,
+            [pytest.param(c, id=c.id, marks=marks) for c in selected],
+        )
+
+    async def test_clause(self, storage: Any, conformance_clause: Clause) -> None:
+        """The clause's guarantee holds on ``storage``."""
+        target = StorageTarget(
+            name=type(self).__qualname__,
+            factory=_FirstHandleThenNew(storage),
+            expected_failures=dict(self.expected_failures),
+            checkpoint_class=self.checkpoint_class,
+            capabilities=self.capabilities,
+        )
+        report_outcome(await run_clause(conformance_clause, target))
+
+
+def report_outcome(result: ClauseResult) -> None:
+    """Turn a clause result into the pytest outcome: return, fail, skip or xfail."""
+    if result.outcome is Outcome.FAILED:
+        pytest.fail(f"{result.clause_id}: {result.guarantee}\n{result.message}", pytrace=False)
+    if result.outcome is Outcome.SKIPPED:
+        pytest.skip(result.message)
+    if result.outcome is Outcome.XFAILED:
+        pytest.xfail(result.message)
+
+
+class _FirstHandleThenNew:
+    """The fixture's storage for the clause's first open; a new handle on it for any later one."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+        self._given = False
+
+    def __call__(self) -> Any:
+        if not self._given:
+            self._given = True
+            return self._storage
+        new_handle = getattr(self._storage, "new_handle", None)
+        if new_handle is None:
+            raise TypeError(
+                f"{type(self._storage).__name__} has no new_handle(); "
+                "this clause needs a second handle on the same backend"
+            )
+        return new_handle()
+
+
+def _selected_clauses(cls: type[CheckpointStorageConformance], option: Sequence[str] | None) -> list[Clause]:
+    try:
+        selected = select_clauses(cls.clauses)
+        if option:
+            narrowed = {c.id for c in select_clauses(option)}
+            selected = [c for c in selected if c.id in narrowed]
+        known = {c.id for c in select_clauses()}
+    except ValueError as exc:
+        pytest.fail(f"{cls.__qualname__}: {exc}", pytrace=False)
+    unknown = sorted(set(cls.expected_failures) - known)
+    if unknown:
+        pytest.fail(
+            f"{cls.__qualname__}.expected_failures names unknown clauses: {', '.join(unknown)}", pytrace=False
+        )
+    return selected
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("checkpoint-conformance").addoption(
+        "--conformance-clause",
+        action="append",
+        dest="conformance_clause",
+        metavar="ID_OR_FAMILY",
+        help="run only these conformance clauses or families (repeatable)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run clause tests with asyncio.run when pytest-asyncio is not there to run coroutines."""
+    if pyfuncitem.config.pluginmanager.has_plugin("asyncio"):
+        return None
+    if getattr(pyfuncitem.obj, "__func__", None) is not CheckpointStorageConformance.test_clause:
+        return None
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    coroutine = pyfuncitem.obj(**arguments)
+    assert inspect.iscoroutine(coroutine)
+    asyncio.run(coroutine)
+    return True
+
+
+__all__ = ["CheckpointStorageConformance", "report_outcome"]

@@ -1,0 +1,439 @@
+"""SQLite storage: one file, shared safely by handles, tasks and processes (needs ``aiosqlite``).
+
+How it stays correct with several writers on one file:
+
+* WAL journal mode, so readers never block the writer and the writer never blocks readers.
+* Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock before reading
+  anything, so a transaction never has to upgrade a read lock (which fails at once, whatever the
+  busy timeout). Waiting for the lock is bounded by ``busy_timeout_ms``.
+* Each workflow's next sequence number lives in ``workflows.next_sequence`` and is taken inside
+  that transaction, so sequences follow commit order across processes and never go back, even
+  after the newest checkpoint is deleted. "Latest" is one indexed query on the highest sequence.
+
+Each handle owns one aiosqlite connection, and so one non-daemon thread, which keeps the
+interpreter from exiting until it is closed: close handles with ``aclose()`` or ``async with``.
+Operations on one handle run one at a time; use more handles for more parallelism.
+
+The schema is versioned: ``schema_version`` holds the number of :data:`MIGRATIONS` applied, and
+opening a file applies the missing ones in one transaction. Planned later steps: a container id
+column for nested checkpoints and a tombstone table for pruned ancestors; the ancestry walk needs no
+schema change, it is one recursive CTE over the ``checkpoint_id`` primary key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import aiosqlite
+from typing_extensions import Self
+
+from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from .codec import CheckpointCodec
+from .contract import Capability, CheckpointID
+from .errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+"""How long a write waits for another connection's write lock before giving up."""
+
+URL_PREFIX = "sqlite://"
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: per-workflow sequence counters and the checkpoints they order.
+    (
+        """
+        CREATE TABLE workflows (
+            name TEXT PRIMARY KEY NOT NULL,
+            next_sequence INTEGER NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE checkpoints (
+            checkpoint_id TEXT PRIMARY KEY NOT NULL,
+            workflow_name TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            previous_checkpoint_id TEXT,
+            graph_signature_hash TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            body BLOB NOT NULL
+        )
+        """,
+        "CREATE UNIQUE INDEX checkpoints_by_sequence ON checkpoints (workflow_name, sequence)",
+        """
+        CREATE INDEX checkpoints_by_signature
+            ON checkpoints (workflow_name, graph_signature_hash, sequence)
+        """,
+    ),
+)
+"""Schema migrations, applied in order; step ``n`` (1-based) brings the file to version ``n``.
+Append new steps, never edit old ones: files in the field are at every earlier version."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this code writes and reads."""
+
+_SCHEMA_TABLES = ("workflows", "checkpoints", "checkpoints_by_sequence", "checkpoints_by_signature")
+
+_CREATE_SCHEMA_VERSION = """
+    CREATE TABLE IF NOT EXISTS schema_version (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        version INTEGER NOT NULL
+    )
+"""
+_SELECT_SCHEMA_VERSION = """
+    SELECT
+        EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'),
+        (SELECT group_concat(name) FROM sqlite_master WHERE name IN (?, ?, ?, ?))
+"""
+_RECORD_SCHEMA_VERSION = """
+    INSERT INTO schema_version (singleton, version) VALUES (1, ?)
+    ON CONFLICT (singleton) DO UPDATE SET version = excluded.version
+"""
+
+# One query tells an insert whether the id exists and, if not, which sequence it gets.
+_SELECT_DIGEST_AND_NEXT_SEQUENCE = """
+    SELECT
+        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
+        (SELECT next_sequence FROM workflows WHERE name = ?)
+"""
+_INSERT_CHECKPOINT = """
+    INSERT INTO checkpoints (
+        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body
+    ) VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+_ADVANCE_SEQUENCE = """
+    INSERT INTO workflows (name, next_sequence) VALUES (?, ?)
+    ON CONFLICT (name) DO UPDATE SET next_sequence = excluded.next_sequence
+"""
+_SELECT_BODY = "SELECT body FROM checkpoints WHERE checkpoint_id = ?"
+SELECT_LATEST = """
+    SELECT checkpoint_id, body FROM checkpoints
+    WHERE workflow_name = ?
+    ORDER BY sequence DESC LIMIT 1
+"""
+SELECT_LATEST_WITH_SIGNATURE = """
+    SELECT checkpoint_id, body FROM checkpoints
+    WHERE workflow_name = ? AND graph_signature_hash = ?
+    ORDER BY sequence DESC LIMIT 1
+"""
+_SELECT_BODIES = "SELECT checkpoint_id, body FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_BODIES_WITH_SIGNATURE = """
+    SELECT checkpoint_id, body FROM checkpoints
+    WHERE workflow_name = ? AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+_SELECT_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_IDS_WITH_SIGNATURE = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+# The workflow row is kept: its counter must outlive its checkpoints.
+_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE checkpoint_id = ?"
+_UPDATE_BODY = "UPDATE checkpoints SET body = ?, digest = ? WHERE checkpoint_id = ?"
+_SELECT_WORKFLOW_NAMES = "SELECT DISTINCT workflow_name FROM checkpoints"
+
+
+class SQLiteCheckpointStorage(BaseCheckpointStorage):
+    """Checkpoints in a SQLite file. Handles on one file, in any process, share one store."""
+
+    capabilities = frozenset(
+        {
+            Capability.SIGNATURE_FILTER,
+            Capability.LIST_WORKFLOWS,
+            Capability.RAW_ACCESS,
+            Capability.SHARED,
+            Capability.DURABLE,
+        }
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        codec: CheckpointCodec | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        super().__init__(codec=codec)
+        # Resolved now, so a later chdir changes neither this handle nor its new_handle()s.
+        self._path = _checked_path(path)
+        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
+            raise StorageConfigurationError(f"busy_timeout_ms must be an int >= 0, got {busy_timeout_ms!r}")
+        self._busy_timeout_ms = busy_timeout_ms
+        self._connection: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        codec: CheckpointCodec | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> Self:
+        """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``."""
+        return cls(path_from_url(url), codec=codec, busy_timeout_ms=busy_timeout_ms)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def busy_timeout_ms(self) -> int:
+        return self._busy_timeout_ms
+
+    def describe(self) -> str:
+        return URL_PREFIX + "/" + self._path.as_posix()
+
+    def new_handle(self) -> Self:
+        return type(self)(self._path, codec=self._codec, busy_timeout_ms=self._busy_timeout_ms)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _open(self) -> None:
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageUnavailableError(
+                "open", f"cannot create the directory of {self._path}: {exc}"
+            ) from exc
+        try:
+            connection = await aiosqlite.connect(
+                self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise self._translate("open", exc) from exc
+        try:
+            await self._prepare(connection)
+        except BaseException:
+            # A failed open must not leave the connection's thread behind.
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise
+        self._connection = connection
+
+    async def _close(self) -> None:
+        async with self._lock:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                try:
+                    await connection.close()
+                except sqlite3.Error as exc:
+                    raise self._translate("aclose", exc) from exc
+
+    async def _prepare(self, connection: aiosqlite.Connection) -> None:
+        try:
+            # Reading the version first refuses foreign and newer files before anything changes them.
+            version = await self._schema_version(connection)
+            rows = list(await connection.execute_fetchall("PRAGMA journal_mode = WAL"))
+            mode = str(rows[0][0]).lower() if rows else "unknown"
+            if mode != "wal":
+                raise StorageConfigurationError(
+                    f"{self.describe()}: could not switch to WAL journal mode (it is {mode!r}); "
+                    "is the file on a file system without shared memory support?"
+                )
+            if version < SCHEMA_VERSION:
+                await self._migrate(connection)
+        except sqlite3.Error as exc:
+            raise self._translate("open", exc) from exc
+
+    async def _migrate(self, connection: aiosqlite.Connection) -> None:
+        async with _immediate_transaction(connection):
+            await connection.execute(_CREATE_SCHEMA_VERSION)
+            # Another connection may have migrated since the version was read outside the lock.
+            version = await self._schema_version(connection)
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    await connection.execute(statement)
+            await connection.execute(_RECORD_SCHEMA_VERSION, (SCHEMA_VERSION,))
+
+    async def _schema_version(self, connection: aiosqlite.Connection) -> int:
+        """The file's schema version (0 if new); refuses files this code cannot read."""
+        rows = list(await connection.execute_fetchall(_SELECT_SCHEMA_VERSION, _SCHEMA_TABLES))
+        has_version_table, existing_tables = bool(rows[0][0]), rows[0][1]
+        if not has_version_table:
+            if existing_tables:
+                raise StorageConfigurationError(
+                    f"{self.describe()} has tables ({existing_tables}) but no schema_version table; "
+                    "it was not created by this storage, use another file"
+                )
+            return 0
+        version_rows = list(await connection.execute_fetchall("SELECT version FROM schema_version"))
+        version = int(version_rows[0][0]) if version_rows else 0
+        if version > SCHEMA_VERSION:
+            raise StorageConfigurationError(
+                f"{self.describe()} has schema version {version}, newer than version {SCHEMA_VERSION} "
+                "known to this code; upgrade checkpoint-storages to open it"
+            )
+        return version
+
+    # ------------------------------------------------------------------ primitives
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        async with self._write("save") as connection:
+            rows = list(
+                await connection.execute_fetchall(
+                    _SELECT_DIGEST_AND_NEXT_SEQUENCE, (record.checkpoint_id, record.workflow_name)
+                )
+            )
+            existing_digest, next_sequence = rows[0]
+            if existing_digest is not None:
+                return str(existing_digest)
+            sequence = 1 if next_sequence is None else int(next_sequence)
+            await connection.execute(
+                _INSERT_CHECKPOINT,
+                (
+                    record.checkpoint_id,
+                    record.workflow_name,
+                    sequence,
+                    record.previous_checkpoint_id,
+                    record.graph_signature_hash,
+                    record.digest,
+                    record.body,
+                ),
+            )
+            await connection.execute(_ADVANCE_SEQUENCE, (record.workflow_name, sequence + 1))
+        return None
+
+    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+        async with self._connected("load") as connection:
+            rows = list(await connection.execute_fetchall(_SELECT_BODY, (checkpoint_id,)))
+        return bytes(rows[0][0]) if rows else None
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        query, parameters = _query_for(
+            SELECT_LATEST, SELECT_LATEST_WITH_SIGNATURE, workflow_name, graph_signature_hash
+        )
+        async with self._connected("get_latest") as connection:
+            rows = list(await connection.execute_fetchall(query, parameters))
+        return StoredBody(str(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+        query, parameters = _query_for(
+            _SELECT_BODIES, _SELECT_BODIES_WITH_SIGNATURE, workflow_name, graph_signature_hash
+        )
+        async with self._connected("list_checkpoints") as connection:
+            rows = await connection.execute_fetchall(query, parameters)
+        return [StoredBody(str(row[0]), bytes(row[1])) for row in rows]
+
+    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+        query, parameters = _query_for(
+            _SELECT_IDS, _SELECT_IDS_WITH_SIGNATURE, workflow_name, graph_signature_hash
+        )
+        async with self._connected("list_checkpoint_ids") as connection:
+            rows = await connection.execute_fetchall(query, parameters)
+        return [str(row[0]) for row in rows]
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        async with self._write("delete") as connection:
+            cursor = await connection.execute(_DELETE_CHECKPOINT, (checkpoint_id,))
+            return cursor.rowcount > 0
+
+    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        async with self._write("write_raw_body") as connection:
+            cursor = await connection.execute(_UPDATE_BODY, (body, digest, checkpoint_id))
+            return cursor.rowcount > 0
+
+    async def _workflow_names(self) -> list[str]:
+        async with self._connected("list_workflows") as connection:
+            rows = await connection.execute_fetchall(_SELECT_WORKFLOW_NAMES)
+        return [str(row[0]) for row in rows]
+
+    # ------------------------------------------------------------------ machinery
+
+    @contextlib.asynccontextmanager
+    async def _connected(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection, for one operation at a time; sqlite errors become typed errors."""
+        async with self._lock:
+            connection = self._connection
+            if connection is None:
+                # aclose() ran while this operation waited for the lock.
+                raise StorageClosedError(self.describe(), operation)
+            try:
+                yield connection
+            except sqlite3.Error as exc:
+                raise self._translate(operation, exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _write(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection inside a BEGIN IMMEDIATE transaction, committed when the block ends."""
+        async with self._connected(operation) as connection, _immediate_transaction(connection):
+            yield connection
+
+    def _translate(self, operation: str, exc: sqlite3.Error) -> Exception:
+        if _error_name(exc) == "SQLITE_NOTADB" or "file is not a database" in str(exc):
+            return StorageConfigurationError(f"{self.describe()} is not a SQLite database file: {exc}")
+        return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
+
+
+@contextlib.asynccontextmanager
+async def _immediate_transaction(connection: aiosqlite.Connection) -> AsyncIterator[None]:
+    # BEGIN sits inside the try: if the caller is cancelled while BEGIN waits for the lock, the
+    # connection's thread still finishes it, and the rollback queued behind it ends the transaction.
+    try:
+        await connection.execute("BEGIN IMMEDIATE")
+        yield
+        await connection.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # fails only when no transaction is open
+            await connection.execute("ROLLBACK")
+        raise
+
+
+def _query_for(
+    unfiltered: str, by_signature: str, workflow_name: str, graph_signature_hash: str | None
+) -> tuple[str, tuple[str, ...]]:
+    if graph_signature_hash is None:
+        return unfiltered, (workflow_name,)
+    return by_signature, (workflow_name, graph_signature_hash)
+
+
+def _error_name(exc: sqlite3.Error) -> str | None:
+    # sqlite_errorname exists from Python 3.11; older versions fall back to the message.
+    name = getattr(exc, "sqlite_errorname", None)
+    return name if isinstance(name, str) else None
+
+
+def _checked_path(path: str | os.PathLike[str]) -> Path:
+    if isinstance(path, (str, os.PathLike)):
+        text = os.fspath(path)
+        if isinstance(text, str) and text.strip():
+            if text == ":memory:":
+                raise StorageConfigurationError(
+                    "SQLite ':memory:' databases are private to one connection, so handles could not "
+                    "share them; use a file path, or memory:// for an in-memory store"
+                )
+            return Path(os.path.abspath(text))
+    raise StorageConfigurationError(f"SQLite path must be a non-empty str or path, got {path!r}")
+
+
+def path_from_url(url: str) -> Path:
+    """The file path in a ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` URL."""
+    if not isinstance(url, str) or url[: len(URL_PREFIX)].lower() != URL_PREFIX:
+        raise StorageConfigurationError(f"Not a SQLite URL: {url!r}; expected sqlite:///path.db")
+    rest = url[len(URL_PREFIX) :]
+    if rest in ("", "/"):
+        raise StorageConfigurationError(f"SQLite URL {url!r} has no file path; expected sqlite:///path.db")
+    if not rest.startswith("/"):
+        raise StorageConfigurationError(
+            f"SQLite URL {url!r} names a host; SQLite files are local: use sqlite:///relative.db "
+            "or sqlite:////absolute/path.db"
+        )
+    path = rest[1:]
+    if "?" in path:
+        raise StorageConfigurationError(
+            f"SQLite URL {url!r} has a query string; pass options as keywords, e.g. busy_timeout_ms=..."
+        )
+    return _checked_path(path)
+
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLiteCheckpointStorage",
+    "path_from_url",
+]

@@ -1,0 +1,130 @@
+"""Fixtures shared by the test modules: one open storage per built-in backend, and a deep
+type-exact comparison for round-trip checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import math
+import os
+from collections.abc import AsyncIterator, Callable, Iterable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storages import BaseCheckpointStorage, open_storage
+
+BACKENDS = ("memory", "sqlite")
+
+
+def backend_url(backend: str, directory: Path) -> str:
+    """The URL of a fresh store of ``backend``; file-based stores live in ``directory``."""
+    if backend == "memory":
+        return "memory://"
+    if backend == "sqlite":
+        return f"sqlite:///{directory}/t.db"  # directory is absolute: sqlite:////abs/path
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+@pytest.fixture(params=BACKENDS)
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a fresh, empty store, once per built-in backend."""
+    return backend_url(request.param, tmp_path)
+
+
+@pytest.fixture
+async def storage(storage_url: str) -> AsyncIterator[BaseCheckpointStorage]:
+    """An open storage on ``storage_url``, closed after the test."""
+    async with open_storage(storage_url) as opened:
+        yield opened
+
+
+_MISSING = object()
+
+
+def _twin(item: Any, candidates: Iterable[Any]) -> Any:
+    """The candidate equal to ``item`` with identical types, or _MISSING."""
+    return next((other for other in candidates if _same_types(item, other)), _MISSING)
+
+
+def _same_tzinfo(a: dt.tzinfo | None, b: dt.tzinfo | None) -> bool:
+    if type(a) is not type(b):
+        return False
+    if a is None or b is None:
+        return True
+    if hasattr(a, "key"):  # zoneinfo.ZoneInfo
+        return bool(a.key == getattr(b, "key", _MISSING))
+    return a == b
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        if math.isnan(a):
+            return math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, Decimal):
+        return a.as_tuple() == b.as_tuple()  # 1.0 and 1.00, NaN and sNaN, 0 and -0 differ here
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(_same_types, a, b))
+    if isinstance(a, dict):
+        if len(a) != len(b):
+            return False
+        for key, value in a.items():
+            other_key = _twin(key, b)
+            if other_key is _MISSING or not _same_types(value, b[other_key]):
+                return False
+        return True
+    if isinstance(a, (set, frozenset)):
+        return len(a) == len(b) and all(_twin(item, b) is not _MISSING for item in a)
+    if isinstance(a, (dt.datetime, dt.time)):
+        # Aware datetimes compare by instant; compare wall clock, fold and zone instead.
+        wall_a, wall_b = a.replace(tzinfo=None), b.replace(tzinfo=None)
+        return wall_a == wall_b and a.fold == b.fold and _same_tzinfo(a.tzinfo, b.tzinfo)
+    if isinstance(a, enum.Enum):
+        return a is b
+    if dataclasses.is_dataclass(a):
+        return all(
+            _same_types(getattr(a, f.name, _MISSING), getattr(b, f.name, _MISSING))
+            for f in dataclasses.fields(a)
+        )
+    if hasattr(type(a), "model_fields"):  # pydantic
+        names = list(type(a).model_fields) + list(getattr(a, "__pydantic_extra__", None) or {})
+        return all(_same_types(getattr(a, name), getattr(b, name, _MISSING)) for name in names)
+    return bool(a == b)
+
+
+@pytest.fixture(scope="session")
+def same_types() -> Callable[[Any, Any], bool]:
+    """``same_types(a, b)``: equal, with identical types all the way down (dict keys, set members,
+    float signs, Decimal exponents, datetime zones and folds included)."""
+    return _same_types
+
+
+# ---------------------------------------------------------------------- test selection and CI rules
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the backend it exercises, so tox can run one backend per environment:
+    parametrised tests by their ``storage_url`` backend, backend modules by their own mark."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("storage_url") if callspec is not None else None
+        if backend in BACKENDS:
+            item.add_marker(getattr(pytest.mark, backend))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """With CHECKPOINT_FORBID_SKIPS=1 (set by tox), a skipped test fails: an unreachable backend
+    or a missing dependency must never pass as a skip."""
+    outcome = yield
+    report = outcome.get_result()
+    forbid = os.environ.get("CHECKPOINT_FORBID_SKIPS") == "1"
+    if forbid and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped tests are failures here (CHECKPOINT_FORBID_SKIPS=1): {report.longrepr}"

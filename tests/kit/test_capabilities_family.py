@@ -1,0 +1,210 @@
+"""The capabilities family checks declarations both ways and catches storages that fake them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from storages.contract import OPERATION_CAPABILITIES, AncestryEnd, AncestryWalk, Capability
+from storages.memory import InMemoryCheckpointStorage
+
+FAMILY = "capabilities"
+MEMORY_CAPABILITIES = InMemoryCheckpointStorage.capabilities
+
+
+def run_family(factory: Any, **target: Any) -> BackendReport:
+    name = getattr(factory, "__name__", type(factory).__name__)
+    report = validate(StorageTarget(name=name, factory=factory, **target), clauses=[FAMILY])
+    (backend,) = report.backends
+    assert not backend.error, backend.error
+    assert {r.family for r in backend.results} == {FAMILY}
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    return {r.clause_id for r in backend.failures}
+
+
+class HollowExtensions(InMemoryCheckpointStorage):
+    """Declares ancestry and list_workflows but answers with nothing."""
+
+    capabilities = MEMORY_CAPABILITIES | {Capability.ANCESTRY}
+
+    async def walk_ancestry(self, checkpoint_id: str, *, max_depth: int = 100) -> AncestryWalk[Any]:
+        return AncestryWalk((), AncestryEnd.ROOT, None)
+
+    async def walk_ancestry_ids(self, checkpoint_id: str, *, max_depth: int = 100) -> AncestryWalk[str]:
+        return AncestryWalk((), AncestryEnd.ROOT, None)
+
+    async def list_workflows(self) -> list[str]:
+        return []
+
+
+class IgnoresSignatureFilter(InMemoryCheckpointStorage):
+    """Does not declare signature_filter, yet accepts graph_signature_hash= and ignores it."""
+
+    capabilities = MEMORY_CAPABILITIES - {Capability.SIGNATURE_FILTER}
+
+    async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
+        return await super().get_latest(workflow_name=workflow_name)
+
+    async def list_checkpoints(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, include_nested: bool = False
+    ) -> list[Any]:
+        return await super().list_checkpoints(workflow_name=workflow_name, include_nested=include_nested)
+
+    async def list_checkpoint_ids(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, include_nested: bool = False
+    ) -> list[str]:
+        return await super().list_checkpoint_ids(workflow_name=workflow_name, include_nested=include_nested)
+
+
+class SilentPrune(InMemoryCheckpointStorage):
+    """Does not declare prune, yet prune() and delete_workflow() quietly return 0."""
+
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        return 0
+
+    async def delete_workflow(self, *, workflow_name: str) -> int:
+        return 0
+
+
+class UndeclaredRawAccess(InMemoryCheckpointStorage):
+    """Serves raw bodies without declaring raw_access."""
+
+    capabilities = MEMORY_CAPABILITIES - {Capability.RAW_ACCESS}
+
+    async def read_raw_body(self, checkpoint_id: str) -> bytes | None:
+        return await self._get(checkpoint_id)
+
+
+class UndeclaredTtl(InMemoryCheckpointStorage):
+    """Expires checkpoints after a minute without declaring ttl."""
+
+    ttl = 60
+
+
+class DeclaredTtl(InMemoryCheckpointStorage):
+    capabilities = MEMORY_CAPABILITIES | {Capability.TTL}
+    ttl: Any = dt.timedelta(minutes=5)
+
+
+class NegativeTtl(DeclaredTtl):
+    ttl = -5
+
+
+class TtlWithoutAttribute(InMemoryCheckpointStorage):
+    capabilities = MEMORY_CAPABILITIES | {Capability.TTL}
+
+
+class ListedCapabilities(InMemoryCheckpointStorage):
+    """Declares its capabilities as a list, which the protocol does not allow."""
+
+    capabilities = sorted(MEMORY_CAPABILITIES)  # type: ignore[assignment]
+
+
+class StrayCapability(InMemoryCheckpointStorage):
+    capabilities = frozenset({*MEMORY_CAPABILITIES, "teleport"})  # type: ignore[arg-type]
+
+
+class MafOnlyStorage:
+    """A third-party storage with only MAF's six methods, no capabilities and no extension keywords."""
+
+    def __init__(self) -> None:
+        self._inner = InMemoryCheckpointStorage()
+
+    async def save(self, checkpoint: Any) -> str:
+        return await self._inner.save(checkpoint)
+
+    async def load(self, checkpoint_id: str) -> Any:
+        return await self._inner.load(checkpoint_id)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
+        return await self._inner.list_checkpoints(workflow_name=workflow_name)
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        return await self._inner.list_checkpoint_ids(workflow_name=workflow_name)
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        return await self._inner.delete(checkpoint_id)
+
+    async def get_latest(self, *, workflow_name: str) -> Any:
+        return await self._inner.get_latest(workflow_name=workflow_name)
+
+
+def test_every_operation_capability_has_a_clause() -> None:
+    ids = {c.id for c in all_clauses() if c.family == FAMILY}
+    assert {f"capabilities.{capability.value}" for capability in OPERATION_CAPABILITIES} <= ids
+    assert "capabilities.declared_members" in ids
+
+
+def test_in_memory_storage_passes_every_capabilities_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+def test_a_storage_with_only_mafs_methods_passes() -> None:
+    # A missing method or keyword is an honest refusal.
+    backend = run_family(MafOnlyStorage)
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+def test_declared_but_hollow_extensions_are_caught() -> None:
+    backend = run_family(HollowExtensions)
+    assert failed(backend) == {"capabilities.ancestry", "capabilities.list_workflows"}
+    assert "walk_ancestry_ids" in backend.result("capabilities.ancestry").message
+    assert "list_workflows() lacks" in backend.result("capabilities.list_workflows").message
+
+
+def test_an_ignored_signature_filter_is_caught() -> None:
+    backend = run_family(IgnoresSignatureFilter)
+    assert failed(backend) == {"capabilities.signature_filter"}
+    message = backend.result("capabilities.signature_filter").message
+    assert "get_latest(" in message
+    assert "must raise UnsupportedOperationError" in message
+
+
+def test_undeclared_operations_that_return_quietly_are_caught() -> None:
+    prune = run_family(SilentPrune)
+    assert failed(prune) == {"capabilities.prune"}
+    assert "returned 0" in prune.result("capabilities.prune").message
+    raw = run_family(UndeclaredRawAccess)
+    assert failed(raw) == {"capabilities.raw_access"}
+    assert "read_raw_body" in raw.result("capabilities.raw_access").message
+
+
+def test_the_targets_declaration_is_what_counts() -> None:
+    # A target declaring list_workflows absent, on a storage that still serves it, fails the clause.
+    backend = run_family(
+        InMemoryCheckpointStorage, capabilities=MEMORY_CAPABILITIES - {Capability.LIST_WORKFLOWS}
+    )
+    assert failed(backend) == {"capabilities.list_workflows"}
+    assert "is not declared" in backend.result("capabilities.list_workflows").message
+
+
+@pytest.mark.parametrize(
+    ("storage_class", "outcome"),
+    [
+        (UndeclaredTtl, Outcome.FAILED),
+        (DeclaredTtl, Outcome.PASSED),
+        (NegativeTtl, Outcome.FAILED),
+        (TtlWithoutAttribute, Outcome.FAILED),
+    ],
+)
+def test_ttl_declarations_match_the_configured_ttl(storage_class: type[Any], outcome: Outcome) -> None:
+    backend = run_family(storage_class)
+    assert backend.result("capabilities.ttl").outcome is outcome, backend.result("capabilities.ttl").message
+
+
+def test_capabilities_that_are_not_a_set_of_capabilities_are_caught() -> None:
+    listed = run_family(ListedCapabilities)
+    assert failed(listed) == {"capabilities.declared_members"}
+    assert "capabilities is a list" in listed.result("capabilities.declared_members").message
+    # Stray values stop the runner from reading the declaration, so the target states it.
+    stray = run_family(StrayCapability, capabilities=MEMORY_CAPABILITIES)
+    assert failed(stray) == {"capabilities.declared_members"}
+    assert "teleport" in stray.result("capabilities.declared_members").message

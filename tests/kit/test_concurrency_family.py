@@ -1,0 +1,190 @@
+"""The concurrency family passes the in-memory storage and catches racy storages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from typing_extensions import Self
+
+from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.contract import Capability
+from storages.memory import InMemoryCheckpointStorage
+
+FAMILY = "concurrency"
+
+
+def run_family(storage_class: type[Any], **target: Any) -> BackendReport:
+    report = validate(
+        StorageTarget(name=storage_class.__name__, factory=storage_class, **target), clauses=[FAMILY]
+    )
+    (backend,) = report.backends
+    assert not backend.error, backend.error
+    assert {r.family for r in backend.results} == {FAMILY}
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    return {r.clause_id for r in backend.failures}
+
+
+@dataclass
+class _Row:
+    sequence: int
+    record: CheckpointRecord
+
+
+@dataclass
+class _Table:
+    rows: list[_Row] = field(default_factory=list)
+    next_sequence: int = 1
+
+
+class RacyStorage(BaseCheckpointStorage):
+    """Checks for the id, reads the next sequence, then awaits before writing: a check-then-act race."""
+
+    capabilities = frozenset({Capability.SHARED})
+
+    def __init__(self, table: _Table | None = None) -> None:
+        super().__init__()
+        self._table = table if table is not None else _Table()
+
+    def new_handle(self) -> Self:
+        return type(self)(self._table)
+
+    def _rows(self, workflow_name: str | None = None) -> list[_Row]:
+        rows = sorted(self._table.rows, key=lambda row: row.sequence)
+        return [row for row in rows if workflow_name is None or row.record.workflow_name == workflow_name]
+
+    def _find(self, checkpoint_id: str) -> _Row | None:
+        return next((row for row in self._rows() if row.record.checkpoint_id == checkpoint_id), None)
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        existing = self._find(record.checkpoint_id)
+        if existing is not None:
+            return existing.record.digest
+        sequence = self._table.next_sequence
+        await asyncio.sleep(0)  # e.g. a round trip to the database between the read and the write
+        self._table.next_sequence = sequence + 1
+        self._table.rows.append(_Row(sequence, record))
+        return None
+
+    async def _get(self, checkpoint_id: str) -> bytes | None:
+        row = self._find(checkpoint_id)
+        return None if row is None else row.record.body
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        rows = self._rows(workflow_name)
+        if not rows:
+            return None
+        newest = max(rows, key=lambda row: row.sequence)  # the first of any tied rows
+        return StoredBody(newest.record.checkpoint_id, newest.record.body)
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+        return [StoredBody(row.record.checkpoint_id, row.record.body) for row in self._rows(workflow_name)]
+
+    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+        return [row.record.checkpoint_id for row in self._rows(workflow_name)]
+
+    async def _remove(self, checkpoint_id: str) -> bool:
+        row = self._find(checkpoint_id)
+        if row is None:
+            return False
+        self._table.rows.remove(row)
+        return True
+
+
+class NotReallyShared(InMemoryCheckpointStorage):
+    """Declares shared, but each new handle opens a store of its own."""
+
+    def new_handle(self) -> Self:
+        return type(self)()
+
+
+class TornWrites(InMemoryCheckpointStorage):
+    """Writes a body in two steps with an await between, so a reader can see the first half."""
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        half = CheckpointRecord(
+            record.checkpoint_id,
+            record.workflow_name,
+            record.previous_checkpoint_id,
+            record.graph_signature_hash,
+            record.body[: len(record.body) // 2],
+            record.digest,
+        )
+        existing = await super()._insert(half)
+        if existing is None:
+            await asyncio.sleep(0)
+            await self._overwrite_body(record.checkpoint_id, record.body, record.digest)
+        return existing
+
+
+class OrdersById(InMemoryCheckpointStorage):
+    """Lists and picks latest by checkpoint id instead of commit order."""
+
+    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+        return sorted(await super()._list_ids(workflow_name, graph_signature_hash))
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+        return sorted(await super()._list(workflow_name, graph_signature_hash), key=lambda s: s.checkpoint_id)
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        listed = await self._list(workflow_name, graph_signature_hash)
+        return listed[-1] if listed else None
+
+
+def test_in_memory_storage_passes_every_concurrency_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+def test_two_handle_clauses_need_shared() -> None:
+    not_shared = InMemoryCheckpointStorage.capabilities - {Capability.SHARED}
+    backend = run_family(InMemoryCheckpointStorage, capabilities=not_shared)
+    skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
+    assert skipped == {"concurrency.shared_handles_interleave", "concurrency.shared_identical_saves"}
+    assert not backend.failures
+
+
+def test_a_check_then_act_race_is_caught() -> None:
+    backend = run_family(RacyStorage)
+    assert {
+        "concurrency.identical_saves",
+        "concurrency.conflicting_saves",
+        "concurrency.shared_identical_saves",
+    } <= failed(backend)
+    assert (
+        "list_checkpoint_ids after 64 concurrent equal saves"
+        in backend.result("concurrency.identical_saves").message
+    )
+    # Every save read the same next sequence, so the latest is not the last listed.
+    assert (
+        "get_latest id vs the last listed id" in backend.result("concurrency.many_saves_one_workflow").message
+    )
+
+
+def test_handles_that_do_not_share_a_store_are_caught() -> None:
+    backend = run_family(NotReallyShared)
+    assert failed(backend) == {"concurrency.shared_handles_interleave", "concurrency.shared_identical_saves"}
+    assert "lost" in backend.result("concurrency.shared_handles_interleave").message
+
+
+def test_reads_of_half_written_checkpoints_are_caught() -> None:
+    backend = run_family(TornWrites)
+    assert "concurrency.reads_see_whole_checkpoints" in failed(backend)
+    message = backend.result("concurrency.reads_see_whole_checkpoints").message
+    assert "during concurrent saves raised CheckpointCorruptedError" in message
+
+
+def test_an_order_that_contradicts_real_time_is_caught() -> None:
+    backend = run_family(OrdersById)
+    assert "concurrency.many_saves_one_workflow" in failed(backend)
+    assert (
+        "returned before the save of the first started"
+        in backend.result("concurrency.many_saves_one_workflow").message
+    )

@@ -1,0 +1,132 @@
+"""The contract family passes a correct storage and catches storages broken in one way each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
+from storages.base import CheckpointRecord, StoredBody
+from storages.contract import CheckpointID
+from storages.memory import InMemoryCheckpointStorage
+
+FAMILY = "contract"
+
+
+def run_family(factory: type[InMemoryCheckpointStorage]) -> BackendReport:
+    report = validate(StorageTarget(name=factory.__name__, factory=factory), clauses=[FAMILY])
+    backend = report.backends[0]
+    assert not backend.error
+    assert [r.clause_id for r in backend.results] == [c.id for c in select_clauses([FAMILY])]
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    return {r.clause_id for r in backend.failures}
+
+
+# ---------------------------------------------------------------- mutants, one defect each
+
+
+class OverwritesOnConflict(InMemoryCheckpointStorage):
+    """Saving an existing id with new content replaces the stored body (last writer wins)."""
+
+    async def _check_same_content(self, record: CheckpointRecord) -> None:
+        await self._overwrite_body(record.checkpoint_id, record.body, record.digest)
+
+
+class ConflictIsValueError(InMemoryCheckpointStorage):
+    """Refuses a conflicting save, but with a ValueError MAF's runner does not catch."""
+
+    async def _check_same_content(self, record: CheckpointRecord) -> None:
+        raise ValueError(f"{record.checkpoint_id} exists")
+
+
+class DeleteAlwaysTrue(InMemoryCheckpointStorage):
+    """delete() reports success for ids it never stored."""
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        await super()._remove(checkpoint_id)
+        return True
+
+
+class ListsNewestFirst(InMemoryCheckpointStorage):
+    """list_checkpoints() returns newest first while list_checkpoint_ids() returns oldest first."""
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
+        return list(reversed(await super()._list(workflow_name, graph_signature_hash)))
+
+
+class StaleLatestAfterDelete(InMemoryCheckpointStorage):
+    """Keeps a 'latest' pointer per workflow that save() updates and delete() forgets."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._latest_pointer: dict[str, StoredBody] = {}
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        existing = await super()._insert(record)
+        if existing is None:
+            self._latest_pointer[record.workflow_name] = StoredBody(record.checkpoint_id, record.body)
+        return existing
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        return self._latest_pointer.get(workflow_name)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_in_memory_storage_passes_every_contract_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    assert {r.clause_id: r.outcome for r in backend.results} == {
+        c.id: Outcome.PASSED for c in select_clauses([FAMILY])
+    }
+    assert len(backend.results) >= 13
+
+
+def test_overwrite_on_conflict_fails_only_resave_conflict_raises() -> None:
+    backend = run_family(OverwritesOnConflict)
+    assert failed(backend) == {"contract.resave_conflict_raises"}
+    assert "overwrote the original" in backend.result("contract.resave_conflict_raises").message
+
+
+def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
+    backend = run_family(ConflictIsValueError)
+    assert failed(backend) == {"contract.resave_conflict_raises", "contract.errors_are_checkpoint_exceptions"}
+    message = backend.result("contract.errors_are_checkpoint_exceptions").message
+    assert "conflicting re-save raised ValueError" in message
+
+
+def test_delete_returning_true_for_missing_ids_fails_delete_missing_returns_false() -> None:
+    backend = run_family(DeleteAlwaysTrue)
+    assert failed(backend) == {"contract.delete_missing_returns_false"}
+    assert "never stored returned True" in backend.result("contract.delete_missing_returns_false").message
+
+
+def test_listing_newest_first_fails_the_order_checks() -> None:
+    # list_returns_workflow_checkpoints compares sets, so only the clauses that promise
+    # oldest-first order (directly, or after an identical re-save) catch this one.
+    backend = run_family(ListsNewestFirst)
+    assert failed(backend) == {"contract.list_ids_match_list", "contract.resave_identical_is_noop"}
+
+
+def test_latest_that_survives_delete_fails_the_delete_clauses() -> None:
+    backend = run_family(StaleLatestAfterDelete)
+    assert failed(backend) == {"contract.delete_removes", "contract.delete_latest_promotes_previous"}
+    assert "get_latest(" in backend.result("contract.delete_removes").message
+
+
+@pytest.mark.maf
+def test_maf_in_memory_storage_fails_only_the_immutability_clause() -> None:
+    """MAF's own in-memory storage meets MAF's protocol but overwrites on a conflicting re-save."""
+    agent_framework = pytest.importorskip("agent_framework")
+    target = StorageTarget(
+        name="agent_framework.InMemoryCheckpointStorage",
+        factory=agent_framework.InMemoryCheckpointStorage,
+        checkpoint_class=agent_framework.WorkflowCheckpoint,
+    )
+    backend = validate(target, clauses=[FAMILY]).backends[0]
+    assert failed(backend) == {"contract.resave_conflict_raises"}
+    assert backend.count(Outcome.PASSED) == len(backend.results) - 1

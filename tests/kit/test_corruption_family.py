@@ -1,0 +1,142 @@
+"""The corruption family passes the in-memory storage and catches storages that hide damage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from storages.base import StoredBody
+from storages.contract import Capability, WorkflowCheckpoint
+from storages.errors import CheckpointCorruptedError
+from storages.memory import InMemoryCheckpointStorage
+
+FAMILY = "corruption"
+LOAD_CLAUSES = {
+    "corruption.truncated_body",
+    "corruption.garbage_body",
+    "corruption.flipped_bit",
+    "corruption.empty_body",
+    "corruption.swapped_body",
+}
+
+
+def run_family(storage_class: type[Any], **target: Any) -> BackendReport:
+    report = validate(
+        StorageTarget(name=storage_class.__name__, factory=storage_class, **target), clauses=[FAMILY]
+    )
+    (backend,) = report.backends
+    assert not backend.error, backend.error
+    assert {r.family for r in backend.results} == {FAMILY}
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    return {r.clause_id for r in backend.failures}
+
+
+class SkipsUndecodable(InMemoryCheckpointStorage):
+    """get_latest and list_checkpoints skip bodies they cannot decode (MAF #8181)."""
+
+    async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
+        for checkpoint_id in reversed(await self.list_checkpoint_ids(workflow_name=workflow_name)):
+            try:
+                return await self.load(checkpoint_id)
+            except CheckpointCorruptedError:
+                continue
+        return None
+
+    async def list_checkpoints(self, *, workflow_name: str, **_: Any) -> list[Any]:
+        decodable = []
+        for checkpoint_id in await self.list_checkpoint_ids(workflow_name=workflow_name):
+            try:
+                decodable.append(await self.load(checkpoint_id))
+            except CheckpointCorruptedError:
+                continue
+        return decodable
+
+
+class LoadReturnsDefault(InMemoryCheckpointStorage):
+    """load() hands back an empty checkpoint when the body cannot be decoded."""
+
+    async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:
+        try:
+            return await super().load(checkpoint_id)
+        except CheckpointCorruptedError:
+            return WorkflowCheckpoint(
+                workflow_name="recovered", graph_signature_hash="", checkpoint_id=checkpoint_id
+            )
+
+
+class TrustsAnyBody(InMemoryCheckpointStorage):
+    """Decodes whatever body sits under an id without checking it belongs to that id."""
+
+    def _decode(self, stored: StoredBody, workflow_name: str | None = None) -> Any:
+        return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id)
+
+
+class HidesDamagedIds(InMemoryCheckpointStorage):
+    """list_checkpoint_ids drops ids whose bodies do not decode."""
+
+    async def list_checkpoint_ids(self, *, workflow_name: str, **_: Any) -> list[str]:
+        ids = []
+        for checkpoint_id in await super().list_checkpoint_ids(workflow_name=workflow_name):
+            try:
+                await self.load(checkpoint_id)
+            except CheckpointCorruptedError:
+                continue
+            ids.append(checkpoint_id)
+        return ids
+
+
+class NamesTheWrongId(InMemoryCheckpointStorage):
+    """Reports corruption, but of some other checkpoint than the damaged one."""
+
+    async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:
+        try:
+            return await super().load(checkpoint_id)
+        except CheckpointCorruptedError as exc:
+            raise CheckpointCorruptedError("some-other-id", exc.reason) from exc
+
+
+def test_in_memory_storage_passes_every_corruption_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+def test_corruption_clauses_need_raw_access() -> None:
+    without_raw = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    backend = run_family(InMemoryCheckpointStorage, capabilities=without_raw)
+    assert all(r.outcome is Outcome.SKIPPED for r in backend.results)
+
+
+def test_skipping_undecodable_bodies_is_caught() -> None:
+    backend = run_family(SkipsUndecodable)
+    assert failed(backend) == {"corruption.get_latest_raises", "corruption.list_checkpoints_raises"}
+    message = backend.result("corruption.get_latest_raises").message
+    assert "returned" in message
+    assert "expected CheckpointCorruptedError" in message
+
+
+def test_load_returning_a_default_checkpoint_is_caught() -> None:
+    backend = run_family(LoadReturnsDefault)
+    assert failed(backend) >= LOAD_CLAUSES
+    assert "recovered" in backend.result("corruption.flipped_bit").message
+
+
+def test_a_body_of_another_checkpoint_is_caught() -> None:
+    backend = run_family(TrustsAnyBody)
+    assert failed(backend) == {"corruption.swapped_body"}
+    assert "holding the body of" in backend.result("corruption.swapped_body").message
+
+
+def test_dropping_damaged_ids_from_the_id_listing_is_caught() -> None:
+    backend = run_family(HidesDamagedIds)
+    assert "corruption.ids_still_listed" in failed(backend)
+    assert "dropped damaged checkpoint" in backend.result("corruption.ids_still_listed").message
+
+
+def test_an_error_naming_the_wrong_checkpoint_is_caught() -> None:
+    backend = run_family(NamesTheWrongId)
+    assert failed(backend) >= LOAD_CLAUSES
+    assert "naming 'some-other-id'" in backend.result("corruption.truncated_body").message

@@ -1,0 +1,200 @@
+"""The durability family passes a store that keeps data across handles and catches ones that lose it."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from typing_extensions import Self
+
+from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.contract import Capability
+from storages.memory import InMemoryCheckpointStorage
+
+FAMILY = "durability"
+
+
+def run_family(factory: Any, **target: Any) -> BackendReport:
+    name = getattr(factory, "__name__", type(factory).__name__)
+    report = validate(StorageTarget(name=name, factory=factory, **target), clauses=[FAMILY])
+    (backend,) = report.backends
+    assert not backend.error, backend.error
+    assert {r.family for r in backend.results} == {FAMILY}
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    return {r.clause_id for r in backend.failures}
+
+
+@dataclass
+class _Row:
+    sequence: int
+    record: CheckpointRecord
+
+
+@dataclass
+class _Disk:
+    """Stands for a database file: every handle opened on it sees the same rows."""
+
+    rows: list[_Row] = field(default_factory=list)
+    next_sequence: int = 1
+
+
+class RowStorage(BaseCheckpointStorage):
+    """A correct durable store: rows with a per-store sequence, shared by every handle."""
+
+    capabilities = frozenset({Capability.DURABLE, Capability.SHARED})
+
+    def __init__(self, disk: _Disk | None = None) -> None:
+        super().__init__()
+        self._disk = disk if disk is not None else _Disk()
+
+    def new_handle(self) -> Self:
+        return type(self)(self._disk)
+
+    def _allocate_sequence(self) -> int:
+        sequence = self._disk.next_sequence
+        self._disk.next_sequence += 1
+        return sequence
+
+    def _visible(self) -> list[_Row]:
+        return sorted(self._disk.rows, key=lambda row: row.sequence)
+
+    def _find(self, checkpoint_id: str) -> _Row | None:
+        return next((row for row in self._visible() if row.record.checkpoint_id == checkpoint_id), None)
+
+    def _workflow(self, workflow_name: str, signature: str | None) -> list[_Row]:
+        return [
+            row
+            for row in self._visible()
+            if row.record.workflow_name == workflow_name
+            and (signature is None or row.record.graph_signature_hash == signature)
+        ]
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        existing = self._find(record.checkpoint_id)
+        if existing is not None:
+            return existing.record.digest
+        self._disk.rows.append(_Row(self._allocate_sequence(), record))
+        return None
+
+    async def _get(self, checkpoint_id: str) -> bytes | None:
+        row = self._find(checkpoint_id)
+        return None if row is None else row.record.body
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        rows = self._workflow(workflow_name, graph_signature_hash)
+        return StoredBody(rows[-1].record.checkpoint_id, rows[-1].record.body) if rows else None
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+        return [
+            StoredBody(r.record.checkpoint_id, r.record.body)
+            for r in self._workflow(workflow_name, graph_signature_hash)
+        ]
+
+    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+        return [r.record.checkpoint_id for r in self._workflow(workflow_name, graph_signature_hash)]
+
+    async def _remove(self, checkpoint_id: str) -> bool:
+        row = self._find(checkpoint_id)
+        if row is None:
+            return False
+        self._disk.rows.remove(row)
+        return True
+
+
+class ForgetsOnReopen(InMemoryCheckpointStorage):
+    """Declares durable, but every new handle starts from an empty store."""
+
+    capabilities = frozenset({Capability.DURABLE, Capability.SIGNATURE_FILTER})
+
+    def new_handle(self) -> Self:
+        return type(self)()
+
+
+class SequenceRestarts(RowStorage):
+    """Keeps rows, but each handle numbers its saves from 1 again (a counter held in memory)."""
+
+    def __init__(self, disk: _Disk | None = None) -> None:
+        super().__init__(disk)
+        self._counter = itertools.count(1)
+
+    def _allocate_sequence(self) -> int:
+        return next(self._counter)
+
+
+class DeletesInMemoryOnly(RowStorage):
+    """Deletes hide rows from this handle only; they come back on reopening."""
+
+    def __init__(self, disk: _Disk | None = None) -> None:
+        super().__init__(disk)
+        self._hidden: set[str] = set()
+
+    def _visible(self) -> list[_Row]:
+        return [row for row in super()._visible() if row.record.checkpoint_id not in self._hidden]
+
+    async def _remove(self, checkpoint_id: str) -> bool:
+        if self._find(checkpoint_id) is None:
+            return False
+        self._hidden.add(checkpoint_id)
+        return True
+
+
+class ForgetsWhatExists(RowStorage):
+    """Checks for an existing id in a per-handle cache, so after reopening it writes a second row."""
+
+    def __init__(self, disk: _Disk | None = None) -> None:
+        super().__init__(disk)
+        self._known: dict[str, str] = {}
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        if record.checkpoint_id in self._known:
+            return self._known[record.checkpoint_id]
+        self._known[record.checkpoint_id] = record.digest
+        self._disk.rows.append(_Row(self._allocate_sequence(), record))
+        return None
+
+
+def test_in_memory_storage_skips_every_durability_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
+    assert all(r.outcome is Outcome.SKIPPED for r in backend.results)
+    assert all("durable" in r.message for r in backend.results)
+
+
+def test_a_store_shared_across_handles_passes_when_declared_durable() -> None:
+    # Handles of one in-memory store outlive each other, so declared durable it must pass.
+    declared = InMemoryCheckpointStorage.capabilities | {Capability.DURABLE}
+    backend = run_family(InMemoryCheckpointStorage, capabilities=declared)
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+    correct = run_family(RowStorage)
+    assert all(r.outcome is Outcome.PASSED for r in correct.results), correct.failures
+
+
+def test_losing_everything_on_reopen_is_caught() -> None:
+    backend = run_family(ForgetsOnReopen)
+    assert failed(backend) == {r.clause_id for r in backend.results}
+    assert "No checkpoint found" in backend.result("durability.survives_reopen").message
+
+
+def test_a_sequence_restarting_after_reopen_is_caught() -> None:
+    backend = run_family(SequenceRestarts)
+    assert "durability.sequence_continues" in failed(backend)
+    assert "did the sequence restart" in backend.result("durability.sequence_continues").message
+    assert backend.result("durability.survives_reopen").outcome is Outcome.PASSED
+
+
+def test_deletes_that_do_not_persist_are_caught() -> None:
+    backend = run_family(DeletesInMemoryOnly)
+    assert failed(backend) == {"durability.deletes_persist"}
+    assert "after deleting it and reopening" in backend.result("durability.deletes_persist").message
+
+
+def test_forgetting_existing_ids_after_reopen_is_caught() -> None:
+    backend = run_family(ForgetsWhatExists)
+    assert failed(backend) == {"durability.immutable_after_reopen"}
+    assert "re-saving an equal checkpoint" in backend.result("durability.immutable_after_reopen").message

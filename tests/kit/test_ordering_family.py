@@ -1,0 +1,210 @@
+"""The ordering family passes a correct storage and catches storages that order by anything else."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pytest
+from typing_extensions import Self
+
+from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
+from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.contract import Capability, CheckpointID
+from storages.memory import InMemoryCheckpointStorage
+
+FAMILY = "ordering"
+LATEST_CLAUSES = {
+    "ordering.latest_ignores_older_timestamp",
+    "ordering.latest_with_equal_timestamps",
+    "ordering.list_is_commit_order",
+    "ordering.order_survives_delete",
+    "ordering.save_after_delete_is_latest",
+}
+
+
+def run_family(target: StorageTarget | type[BaseCheckpointStorage]) -> BackendReport:
+    if not isinstance(target, StorageTarget):
+        target = StorageTarget(name=target.__name__, factory=target)
+    backend = validate(target, clauses=[FAMILY]).backends[0]
+    assert not backend.error
+    assert [r.clause_id for r in backend.results] == [c.id for c in select_clauses([FAMILY])]
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    return {r.clause_id for r in backend.failures}
+
+
+# ---------------------------------------------------------------- mutants, one defect each
+
+
+class LatestByTimestamp(InMemoryCheckpointStorage):
+    """get_latest() picks the greatest timestamp, first saved on ties: MAF's in-memory rule."""
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await self._list(workflow_name, graph_signature_hash)
+        if not stored:
+            return None
+        return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
+
+
+class ListsInIdOrder(InMemoryCheckpointStorage):
+    """Lists in lexicographic id order, as an object store's key listing returns them."""
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
+        stored = await super()._list(workflow_name, graph_signature_hash)
+        return sorted(stored, key=lambda item: item.checkpoint_id)
+
+    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+        return sorted(await super()._list_ids(workflow_name, graph_signature_hash))
+
+
+class OneLatestPointerPerStore(InMemoryCheckpointStorage):
+    """Remembers the last save of the whole store (not per workflow) and serves it as latest."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._last_saved: StoredBody | None = None
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        existing = await super()._insert(record)
+        if existing is None:
+            self._last_saved = StoredBody(record.checkpoint_id, record.body)
+        return existing
+
+    async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any | None:
+        pointer = self._last_saved
+        if pointer is not None and await self._get(pointer.checkpoint_id) is not None:
+            return self._decode(pointer)
+        return await super().get_latest(
+            workflow_name=workflow_name, graph_signature_hash=graph_signature_hash
+        )
+
+
+@dataclass
+class _Row:
+    record: CheckpointRecord
+    sequence: int
+
+
+class SequenceFromCount(BaseCheckpointStorage):
+    """Numbers each save by how many checkpoints its workflow holds, so numbers repeat after a
+    delete; latest is the highest number, the earliest stored winning a tie."""
+
+    capabilities = frozenset({Capability.SHARED})
+
+    def __init__(self, rows: dict[CheckpointID, _Row] | None = None) -> None:
+        super().__init__()
+        self._rows: dict[CheckpointID, _Row] = {} if rows is None else rows
+
+    def new_handle(self) -> Self:
+        return type(self)(self._rows)
+
+    def _workflow(self, workflow_name: str) -> list[_Row]:
+        return [row for row in self._rows.values() if row.record.workflow_name == workflow_name]
+
+    def _ordered(self, workflow_name: str) -> list[_Row]:
+        return sorted(self._workflow(workflow_name), key=lambda row: row.sequence)
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        existing = self._rows.get(record.checkpoint_id)
+        if existing is not None:
+            return existing.record.digest
+        self._rows[record.checkpoint_id] = _Row(record, len(self._workflow(record.workflow_name)))
+        return None
+
+    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+        row = self._rows.get(checkpoint_id)
+        return None if row is None else row.record.body
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        rows = self._workflow(workflow_name)
+        if not rows:
+            return None
+        top = max(rows, key=lambda row: row.sequence)
+        return StoredBody(top.record.checkpoint_id, top.record.body)
+
+    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+        return [StoredBody(row.record.checkpoint_id, row.record.body) for row in self._ordered(workflow_name)]
+
+    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+        return [row.record.checkpoint_id for row in self._ordered(workflow_name)]
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        return self._rows.pop(checkpoint_id, None) is not None
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_in_memory_storage_passes_every_ordering_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    assert Capability.SHARED in InMemoryCheckpointStorage.capabilities  # so nothing is skipped
+    assert {r.clause_id: r.outcome for r in backend.results} == {
+        c.id: Outcome.PASSED for c in select_clauses([FAMILY])
+    }
+    assert len(backend.results) >= 7
+
+
+def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> None:
+    # workflows_are_independent gives this workflow rising timestamps, so it has nothing to catch.
+    backend = run_family(LatestByTimestamp)
+    assert failed(backend) == {*LATEST_CLAUSES, "ordering.commit_order_across_handles"}
+    message = backend.result("ordering.latest_with_equal_timestamps").message
+    assert "after saving c1 with the same timestamp returned c0, expected c1" in message
+
+
+def test_listing_in_id_order_fails_the_listing_clauses_only() -> None:
+    backend = run_family(ListsInIdOrder)
+    assert failed(backend) == {
+        "ordering.list_is_commit_order",
+        "ordering.order_survives_delete",
+        "ordering.save_after_delete_is_latest",
+        "ordering.commit_order_across_handles",
+    }
+    assert "list_checkpoints() after five saves returned [c2, c4, c0, c3, c1]" in (
+        backend.result("ordering.list_is_commit_order").message
+    )
+
+
+def test_sequence_numbers_reused_after_delete_fail_save_after_delete_is_latest() -> None:
+    backend = run_family(SequenceFromCount)
+    assert failed(backend) == {"ordering.save_after_delete_is_latest"}
+    assert (
+        "then saving c4 returned c2, expected c4"
+        in backend.result("ordering.save_after_delete_is_latest").message
+    )
+
+
+def test_one_latest_pointer_for_all_workflows_fails_workflows_are_independent() -> None:
+    # The pointer lives in the handle, so the two-handle clause sees it go stale as well.
+    backend = run_family(OneLatestPointerPerStore)
+    assert failed(backend) == {"ordering.workflows_are_independent", "ordering.commit_order_across_handles"}
+    assert (
+        "of another workflow returned 'ck-other-"
+        in backend.result("ordering.workflows_are_independent").message
+    )
+    # Within one workflow on one handle the pointer is right, so those clauses pass.
+    for clause_id in LATEST_CLAUSES:
+        assert backend.result(clause_id).outcome is Outcome.PASSED, clause_id
+
+
+@pytest.mark.maf
+def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
+    """MAF's InMemoryCheckpointStorage decides latest by max timestamp (MAF issue #8513)."""
+    agent_framework = pytest.importorskip("agent_framework")
+    backend = run_family(
+        StorageTarget(
+            name="agent_framework.InMemoryCheckpointStorage",
+            factory=agent_framework.InMemoryCheckpointStorage,
+            checkpoint_class=agent_framework.WorkflowCheckpoint,
+        )
+    )
+    assert failed(backend) == LATEST_CLAUSES
+    assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED
+    # MAF's storage declares no capabilities, so the two-handle clause cannot run.
+    assert backend.result("ordering.commit_order_across_handles").outcome is Outcome.SKIPPED
+    assert "returned c0, expected c1" in backend.result("ordering.latest_ignores_older_timestamp").message

@@ -1,0 +1,235 @@
+"""The pytest entry point: one test item per clause, outcomes mapped onto pytest's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conformance import ClauseResult, Outcome, all_clauses
+from conformance.pytest_plugin import report_outcome
+from storages.memory import InMemoryCheckpointStorage
+
+pytest_plugins = ["pytester"]
+
+MEMORY_SUITE = """
+import pytest
+
+from conformance.pytest_plugin import CheckpointStorageConformance
+from storages.memory import InMemoryCheckpointStorage
+
+
+class TestMemory(CheckpointStorageConformance):
+{body}
+"""
+
+ASYNC_FIXTURE = """
+    @pytest.fixture
+    async def storage(self):
+        storage = InMemoryCheckpointStorage()
+        yield storage
+        await storage.aclose()
+"""
+
+SYNC_FIXTURE = """
+    @pytest.fixture
+    def storage(self):
+        return InMemoryCheckpointStorage()
+"""
+
+BROKEN_SUITE = """
+import pytest
+
+from conformance.pytest_plugin import CheckpointStorageConformance
+from storages.memory import InMemoryCheckpointStorage
+
+
+class BrokenLoad(InMemoryCheckpointStorage):
+    async def load(self, checkpoint_id, **options):
+        raise RuntimeError("load is broken on purpose")
+
+
+class TestBroken(CheckpointStorageConformance):
+    clauses = ["contract.save_returns_id", "contract.load_returns_saved"]
+{body}
+
+    @pytest.fixture
+    def storage(self):
+        return {storage}()
+"""
+
+
+def memory_suite(fixture: str, attributes: str = "") -> str:
+    return MEMORY_SUITE.format(body=textwrap.indent(textwrap.dedent(attributes), "    ") + fixture)
+
+
+def broken_suite(storage: str = "BrokenLoad", attributes: str = "") -> str:
+    return BROKEN_SUITE.format(storage=storage, body=textwrap.indent(textwrap.dedent(attributes), "    "))
+
+
+def runnable_on_memory(capabilities: frozenset[object] = InMemoryCheckpointStorage.capabilities) -> int:
+    return sum(1 for c in all_clauses() if c.requires <= capabilities)
+
+
+def auto_mode(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
+
+
+def test_each_clause_is_one_item_named_by_its_id(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(memory_suite(ASYNC_FIXTURE))
+    result = pytester.runpytest("-v")
+    total = len(all_clauses())
+    runnable = runnable_on_memory()
+    result.assert_outcomes(passed=runnable, skipped=total - runnable)
+    result.stdout.fnmatch_lines(
+        [f"*::TestMemory::test_clause[[]{c.id}[]] *" for c in all_clauses()], consecutive=False
+    )
+
+
+def test_strict_mode_runs_clauses_in_the_async_fixture_loop(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n")
+    fixture = """
+    @pytest_asyncio.fixture
+    async def storage(self):
+        storage = InMemoryCheckpointStorage()
+        yield storage
+        await storage.aclose()
+"""
+    pytester.makepyfile("import pytest_asyncio\n" + memory_suite(fixture))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=runnable_on_memory(), skipped=len(all_clauses()) - runnable_on_memory())
+
+
+def test_runs_without_pytest_asyncio(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(memory_suite(SYNC_FIXTURE))
+    result = pytester.runpytest("-p", "no:asyncio")
+    result.assert_outcomes(passed=runnable_on_memory(), skipped=len(all_clauses()) - runnable_on_memory())
+
+
+def test_a_broken_storage_fails_with_the_clause_message(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(broken_suite())
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_clause[[]contract.load_returns_saved[]]*",
+            "*unexpected RuntimeError: load is broken on purpose*",
+        ],
+        consecutive=False,
+    )
+
+
+def test_expected_failure_xfails_when_it_fails(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(
+        broken_suite(attributes='expected_failures = {"contract.load_returns_saved": "load is broken"}\n')
+    )
+    result = pytester.runpytest("-rx")
+    result.assert_outcomes(passed=1, xfailed=1)
+    result.stdout.fnmatch_lines(["*known deviation (load is broken)*"])
+
+
+def test_expected_failure_that_passes_fails_strictly(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(
+        broken_suite(
+            storage="InMemoryCheckpointStorage",
+            attributes='expected_failures = {"contract.load_returns_saved": "stale entry"}\n',
+        )
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*remove it from expected_failures*"])
+
+
+def test_undeclared_capabilities_skip_the_clauses_that_need_them(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    bare = """
+    @pytest.fixture
+    def storage(self):
+        class Bare(InMemoryCheckpointStorage):
+            capabilities = frozenset()
+
+        return Bare()
+"""
+    pytester.makepyfile(memory_suite(bare))
+    result = pytester.runpytest()
+    runnable = runnable_on_memory(frozenset())
+    assert runnable < len(all_clauses())
+    result.assert_outcomes(passed=runnable, skipped=len(all_clauses()) - runnable)
+
+
+def test_capabilities_attribute_overrides_the_declared_ones(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    attributes = 'clauses = ["corruption"]\ncapabilities = frozenset()\n'
+    pytester.makepyfile(memory_suite(SYNC_FIXTURE, attributes=attributes))
+    result = pytester.runpytest()
+    corruption = [c for c in all_clauses() if c.family == "corruption"]
+    needing = sum(1 for c in corruption if c.requires)
+    assert needing > 0
+    result.assert_outcomes(passed=len(corruption) - needing, skipped=needing)
+
+
+def test_command_line_option_narrows_the_clauses(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(memory_suite(SYNC_FIXTURE))
+    result = pytester.runpytest("--conformance-clause", "contract.save_returns_id", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_clause[[]contract.save_returns_id[]] PASSED*"])
+
+
+def test_family_selection_runs_the_whole_family(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(memory_suite(SYNC_FIXTURE, attributes='clauses = ["contract"]\n'))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=sum(1 for c in all_clauses() if c.family == "contract"))
+
+
+@pytest.mark.parametrize(
+    ("attributes", "named"),
+    [
+        ('clauses = ["contract.no_such_clause"]\n', "contract.no_such_clause"),
+        ('expected_failures = {"nope.never": "typo"}\n', "nope.never"),
+    ],
+)
+def test_unknown_clause_ids_are_a_usage_error(pytester: pytest.Pytester, attributes: str, named: str) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(memory_suite(SYNC_FIXTURE, attributes=attributes))
+    result = pytester.runpytest()
+    assert result.ret != pytest.ExitCode.OK
+    assert named in result.stdout.str() + result.stderr.str()
+
+
+def _result(outcome: Outcome, message: str = "why") -> ClauseResult:
+    return ClauseResult(
+        "contract.save_returns_id", "contract", "save() returns the id.", outcome, 0.0, message
+    )
+
+
+def test_outcomes_map_onto_pytest_outcomes() -> None:
+    report_outcome(_result(Outcome.PASSED, ""))
+    failure = r"contract\.save_returns_id: save\(\) returns the id\.\nwhy"
+    with pytest.raises(pytest.fail.Exception, match=failure):
+        report_outcome(_result(Outcome.FAILED))
+    with pytest.raises(pytest.skip.Exception, match="why"):
+        report_outcome(_result(Outcome.SKIPPED))
+    with pytest.raises(pytest.xfail.Exception, match="why"):
+        report_outcome(_result(Outcome.XFAILED))
+
+
+def test_importing_the_plugin_has_no_side_effects() -> None:
+    probe = (
+        "import sys, threading\n"
+        "import conformance.pytest_plugin\n"
+        "registry = sys.modules['conformance.clause']._REGISTRY\n"
+        "assert not registry, sorted(registry)\n"
+        "loaded = [m for m in ('conformance.clauses', 'storages.sqlite', 'aiosqlite') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr

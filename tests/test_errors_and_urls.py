@@ -1,0 +1,260 @@
+"""The error hierarchy (ours and MAF's), ``open_storage`` URLs, and what importing the packages costs."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import WorkflowCheckpointException
+
+import storages
+import storages.errors
+from storages import (
+    CheckpointCodec,
+    CheckpointConflictError,
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    GraphSignatureMismatchError,
+    InMemoryCheckpointStorage,
+    InvalidCheckpointError,
+    InvalidCheckpointIdError,
+    MissingDependencyError,
+    StorageClosedError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+    UnserializableValueError,
+    UnsupportedOperationError,
+    WorkflowCheckpoint,
+    open_storage,
+    supported_schemes,
+)
+
+# One instance of every error class, as the storages raise them.
+SAMPLE_ERRORS: list[CheckpointStorageError] = [
+    CheckpointNotFoundError("cp-1"),
+    CheckpointCorruptedError("cp-1", "checksum mismatch"),
+    InvalidCheckpointError("bad checkpoint", field="state"),
+    InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),
+    UnserializableValueError("pkg:Thing", "checkpoint.state['a']", "not registered"),
+    CheckpointConflictError("cp-1"),
+    GraphSignatureMismatchError("cp-1", "expected-sig", "actual-sig"),
+    UnsupportedOperationError("memory://", "prune", "prune"),
+    StorageUnavailableError("save", "connection refused"),
+    StorageClosedError("memory://", "load"),
+    StorageConfigurationError("bad url"),
+    MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite"),
+]
+
+
+def test_samples_cover_every_exported_error() -> None:
+    exported = {getattr(storages.errors, name) for name in storages.errors.__all__}
+    assert exported == {type(error) for error in SAMPLE_ERRORS} | {CheckpointStorageError}
+
+
+@pytest.mark.parametrize("error", SAMPLE_ERRORS, ids=lambda error: type(error).__name__)
+def test_every_error_is_a_maf_checkpoint_exception(error: CheckpointStorageError) -> None:
+    assert isinstance(error, CheckpointStorageError)
+    assert isinstance(error, WorkflowCheckpointException)
+    assert str(error) == error.message
+    assert error.message
+    with pytest.raises(WorkflowCheckpointException):  # how MAF's runner catches storage failures
+        raise error
+
+
+@pytest.mark.parametrize(
+    ("error_class", "builtin"),
+    [
+        (CheckpointNotFoundError, LookupError),
+        (InvalidCheckpointError, ValueError),
+        (InvalidCheckpointIdError, ValueError),
+        (InvalidCheckpointIdError, InvalidCheckpointError),
+        (UnserializableValueError, TypeError),
+        (UnserializableValueError, InvalidCheckpointError),
+        (UnsupportedOperationError, NotImplementedError),
+        (StorageConfigurationError, ValueError),
+        (MissingDependencyError, ImportError),
+    ],
+)
+def test_errors_are_also_the_builtin_exception_callers_expect(
+    error_class: type[Exception], builtin: type[Exception]
+) -> None:
+    assert issubclass(error_class, builtin)
+
+
+@pytest.mark.parametrize("error", SAMPLE_ERRORS, ids=lambda error: type(error).__name__)
+def test_errors_survive_pickling_and_copying(error: CheckpointStorageError) -> None:
+    for clone in (pickle.loads(pickle.dumps(error)), copy.copy(error), copy.deepcopy(error)):
+        assert type(clone) is type(error)
+        assert str(clone) == str(error)
+        assert clone.args == error.args
+        assert vars(clone) == vars(error)
+
+
+def test_errors_carry_what_they_are_about() -> None:
+    corrupted = CheckpointCorruptedError("cp-1", "checksum mismatch")
+    assert (corrupted.checkpoint_id, corrupted.reason) == ("cp-1", "checksum mismatch")
+    assert "'cp-1'" in str(corrupted)
+    invalid = InvalidCheckpointIdError("workflow_name", "x" * 300, "too long")
+    assert invalid.field == "workflow_name"
+    assert len(str(invalid)) < 150  # long values are shortened in the message
+    missing = MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite")
+    assert "pip install 'checkpoint-storages[sqlite]'" in str(missing)
+
+
+# ---------------------------------------------------------------------------- open_storage
+
+
+async def test_memory_urls_open_fresh_private_stores() -> None:
+    first, second = open_storage("memory://"), open_storage("MEMORY://")
+    assert type(first) is InMemoryCheckpointStorage
+    assert type(second) is InMemoryCheckpointStorage
+    async with first, second:
+        await first.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a"))
+        assert await second.list_checkpoint_ids(workflow_name="wf") == []
+
+
+def test_options_reach_the_backend() -> None:
+    codec = CheckpointCodec()
+    assert open_storage("memory://", codec=codec).codec is codec
+
+
+async def test_sqlite_relative_url_is_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with open_storage("sqlite:///rel.db") as storage:
+        await storage.save(
+            WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a")
+        )
+    assert (tmp_path / "rel.db").is_file()
+    async with open_storage(f"sqlite:///{tmp_path / 'rel.db'}") as reopened:  # same file, absolute
+        assert await reopened.list_checkpoint_ids(workflow_name="wf") == ["a"]
+
+
+async def test_sqlite_absolute_url_ignores_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    target = tmp_path / "data" / "abs.db"
+    url = f"sqlite:///{target}"
+    assert url.startswith("sqlite:////")
+    async with open_storage(url) as storage:
+        await storage.save(
+            WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a")
+        )
+    assert target.is_file()
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["nosuchdb://x", "ftp://host/file", "://nothing", "postgresql://u@h/db"])
+def test_unknown_scheme_lists_the_supported_ones(url: str) -> None:
+    with pytest.raises(StorageConfigurationError) as caught:
+        open_storage(url)
+    assert isinstance(caught.value, ValueError)
+    assert {"memory", "sqlite"} <= set(supported_schemes())
+    for scheme in supported_schemes():
+        assert f"{scheme}://" in str(caught.value)
+
+
+@pytest.mark.parametrize("not_a_url", ["memory", "", "/tmp/checkpoints.db", "sqlite:relative.db", None, 42])
+def test_non_urls_are_configuration_errors(not_a_url: Any) -> None:
+    with pytest.raises(StorageConfigurationError, match="memory://"):
+        open_storage(not_a_url)
+
+
+def test_missing_aiosqlite_names_the_sqlite_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def without_aiosqlite(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "aiosqlite" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_aiosqlite)
+    with pytest.raises(MissingDependencyError) as caught:
+        open_storage(f"sqlite:///{tmp_path}/t.db")
+    assert caught.value.extra == "sqlite"
+    assert caught.value.module == "aiosqlite"
+    assert "checkpoint-storages[sqlite]" in str(caught.value)
+    assert not (tmp_path / "t.db").exists()
+
+
+# ---------------------------------------------------------------------------- import cost
+
+
+IMPORT_PROBE = """
+import json, os, socket, sys
+
+class RefusedSocket(socket.socket):
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("a socket was opened at import time")
+
+socket.socket = RefusedSocket
+import {module}
+print(json.dumps({{"modules": sorted(sys.modules), "files": sorted(os.listdir("."))}}))
+"""
+
+
+def import_in_subprocess(module: str, cwd: Path) -> dict[str, list[str]]:
+    """Import ``module`` in a fresh interpreter (sockets refused) in ``cwd``; its modules and files."""
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE.format(module=module)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+BACKEND_DEPENDENCIES = {
+    "aiosqlite",
+    "sqlite3",
+    "redis",
+    "boto3",
+    "botocore",
+    "zstandard",
+    "fakeredis",
+    "moto",
+}
+
+
+def top_level(modules: list[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_importing_storages_loads_no_backend_dependency(tmp_path: Path) -> None:
+    loaded = import_in_subprocess("storages", tmp_path)
+    assert "storages" in loaded["modules"]
+    assert top_level(loaded["modules"]) & (BACKEND_DEPENDENCIES | {"rich", "pydantic"}) == set()
+    assert loaded["files"] == []
+
+
+@pytest.mark.parametrize("module", ["conformance", "conformance.pytest_plugin"])
+def test_importing_the_kit_loads_no_backend_and_touches_nothing(tmp_path: Path, module: str) -> None:
+    loaded = import_in_subprocess(module, tmp_path)
+    assert module in loaded["modules"]
+    assert top_level(loaded["modules"]) & BACKEND_DEPENDENCIES == set()
+    assert loaded["files"] == []
+
+
+def test_the_sqlite_backend_loads_lazily_on_attribute_access(tmp_path: Path) -> None:
+    probe = "import sys, storages; storages.SQLiteCheckpointStorage; print('aiosqlite' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        storages.NoSuchThing  # noqa: B018

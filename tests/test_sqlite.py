@@ -1,0 +1,446 @@
+"""SQLite backend specifics; the contract itself is checked by the conformance kit."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+
+from storages import (
+    CheckpointConflictError,
+    StorageClosedError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+    WorkflowCheckpoint,
+    open_storage,
+)
+from storages.sqlite import (
+    SCHEMA_VERSION,
+    SELECT_LATEST,
+    SELECT_LATEST_WITH_SIGNATURE,
+    SQLiteCheckpointStorage,
+)
+
+pytestmark = pytest.mark.sqlite
+
+WORKER = Path(__file__).with_name("sqlite_worker.py")
+PAUSE_BETWEEN_SAVES = 0.002
+"""As between a workflow's supersteps. Writers saving back to back without pause starve each other:
+SQLite's busy handler sleeps with backoff while the other process keeps taking the free lock."""
+
+
+def checkpoint(workflow: str = "wf", **fields: object) -> WorkflowCheckpoint:
+    fields.setdefault("graph_signature_hash", "sig")
+    return WorkflowCheckpoint(workflow_name=workflow, **fields)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "nested" / "dir" / "checkpoints.db"
+
+
+@pytest.fixture
+async def storage(db_path: Path) -> AsyncIterator[SQLiteCheckpointStorage]:
+    async with SQLiteCheckpointStorage(db_path) as opened:
+        yield opened
+
+
+def query(path: Path, sql: str, parameters: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Rows read through a plain sqlite3 connection, bypassing the storage."""
+    with closing(sqlite3.connect(path)) as connection:
+        return connection.execute(sql, parameters).fetchall()
+
+
+def sequences(path: Path, workflow: str) -> dict[str, int]:
+    rows = query(path, "SELECT checkpoint_id, sequence FROM checkpoints WHERE workflow_name = ?", (workflow,))
+    return {str(checkpoint_id): int(sequence) for checkpoint_id, sequence in rows}
+
+
+@contextmanager
+def write_lock_held(path: Path) -> Iterator[sqlite3.Connection]:
+    """Another connection holding the file's write lock."""
+    with closing(sqlite3.connect(path, timeout=0.1, isolation_level=None)) as connection:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        finally:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+
+
+def connection_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread is not threading.main_thread()}
+
+
+async def threads_after_closing(threads_before: set[threading.Thread]) -> set[threading.Thread]:
+    """Threads started since ``threads_before`` still alive after a grace period.
+
+    A closed connection's thread resolves its last future just before it returns, so it may be
+    seen alive for a moment after aclose().
+    """
+    for _ in range(100):
+        started = connection_threads() - threads_before
+        if not started:
+            break
+        await asyncio.sleep(0.01)
+    return started
+
+
+# ---------------------------------------------------------------------- connection settings
+
+
+async def test_wal_mode_and_busy_timeout_are_set(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path, busy_timeout_ms=1234) as storage:
+        connection = storage._connection
+        assert connection is not None
+        assert list(await connection.execute_fetchall("PRAGMA journal_mode")) == [("wal",)]
+        assert list(await connection.execute_fetchall("PRAGMA busy_timeout")) == [(1234,)]
+    assert query(db_path, "PRAGMA journal_mode") == [("wal",)]
+
+
+async def test_default_busy_timeout_is_five_seconds(storage: SQLiteCheckpointStorage) -> None:
+    assert storage._connection is not None
+    assert list(await storage._connection.execute_fetchall("PRAGMA busy_timeout")) == [(5000,)]
+
+
+async def test_parent_directories_are_created(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
+    await storage.save(checkpoint())
+    assert query(db_path, "SELECT count(*) FROM checkpoints") == [(1,)]
+
+
+async def test_new_handle_keeps_path_settings_and_codec(db_path: Path) -> None:
+    storage = SQLiteCheckpointStorage(db_path, busy_timeout_ms=77)
+    handle = storage.new_handle()
+    assert handle is not storage
+    assert (handle.path, handle.busy_timeout_ms, handle.codec) == (db_path, 77, storage.codec)
+    async with storage, handle:
+        saved = await storage.save(checkpoint())
+        assert (await handle.load(saved)).checkpoint_id == saved
+
+
+# ---------------------------------------------------------------------- schema
+
+
+async def test_schema_version_is_recorded_and_reopening_is_idempotent(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        saved = await storage.save(checkpoint())
+    assert query(db_path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    for _ in range(2):
+        async with SQLiteCheckpointStorage(db_path) as storage:
+            assert (await storage.load(saved)).checkpoint_id == saved
+    assert query(db_path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
+async def test_opening_a_current_file_needs_no_write_lock(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        saved = await storage.save(checkpoint())
+    with write_lock_held(db_path):
+        async with SQLiteCheckpointStorage(db_path, busy_timeout_ms=0) as storage:
+            assert (await storage.load(saved)).checkpoint_id == saved
+
+
+async def test_file_with_a_newer_schema_is_refused(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())
+    with closing(sqlite3.connect(db_path)) as connection, connection:
+        connection.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    threads_before = connection_threads()
+    storage = SQLiteCheckpointStorage(db_path)
+    with pytest.raises(StorageConfigurationError, match=f"schema version {SCHEMA_VERSION + 1}") as raised:
+        await storage.list_checkpoint_ids(workflow_name="wf")
+    assert str(db_path) in str(raised.value)
+    assert not await threads_after_closing(threads_before), "a failed open left its connection thread running"
+    await storage.aclose()
+
+
+async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    with closing(sqlite3.connect(db_path)) as connection:
+        connection.execute("CREATE TABLE checkpoints (thread_id TEXT, data BLOB)")
+    storage = SQLiteCheckpointStorage(db_path)
+    with pytest.raises(StorageConfigurationError, match="not created by this storage"):
+        await storage.save(checkpoint())
+    await storage.aclose()
+    assert query(db_path, "SELECT name FROM sqlite_master") == [("checkpoints",)]
+    assert query(db_path, "PRAGMA journal_mode") == [("delete",)], "a refused file was changed"
+
+
+# ---------------------------------------------------------------------- queries
+
+
+@pytest.mark.parametrize(
+    ("sql", "parameters", "index"),
+    [
+        (SELECT_LATEST, ("wf",), "checkpoints_by_sequence"),
+        (SELECT_LATEST_WITH_SIGNATURE, ("wf", "sig"), "checkpoints_by_signature"),
+    ],
+)
+async def test_latest_is_one_indexed_search(
+    db_path: Path, storage: SQLiteCheckpointStorage, sql: str, parameters: tuple[str, ...], index: str
+) -> None:
+    for _ in range(3):
+        await storage.save(checkpoint())
+    plan = " | ".join(str(row[-1]) for row in query(db_path, "EXPLAIN QUERY PLAN " + sql, parameters))
+    assert f"USING INDEX {index}" in plan, plan
+    assert "SCAN" not in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
+
+
+async def test_sequence_stays_monotonic_after_deleting_the_newest(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    first, second = checkpoint(), checkpoint()
+    await storage.save(first)
+    await storage.save(second)
+    assert await storage.delete(second.checkpoint_id)
+    third = checkpoint()
+    await storage.save(third)
+    assert sequences(db_path, "wf") == {first.checkpoint_id: 1, third.checkpoint_id: 3}
+    assert (await storage.get_latest(workflow_name="wf")).checkpoint_id == third.checkpoint_id
+
+    for saved in (first, third):
+        await storage.delete(saved.checkpoint_id)
+    assert await storage.list_workflows() == []
+    fourth = checkpoint()
+    await storage.save(fourth)
+    assert sequences(db_path, "wf") == {fourth.checkpoint_id: 4}
+    assert await storage.list_workflows() == ["wf"]
+
+
+async def test_idempotent_resave_takes_no_sequence(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
+    saved = checkpoint()
+    await storage.save(saved)
+    await storage.save(saved)
+    later = checkpoint()
+    await storage.save(later)
+    assert sequences(db_path, "wf") == {saved.checkpoint_id: 1, later.checkpoint_id: 2}
+
+
+async def test_racing_saves_of_one_id_store_it_once(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
+    other = storage.new_handle()
+    async with other:
+        same = checkpoint()
+        results = await asyncio.gather(*(handle.save(same) for handle in (storage, other) * 10))
+        assert results == [same.checkpoint_id] * 20
+        assert sequences(db_path, "wf") == {same.checkpoint_id: 1}
+
+        contested = "contested"
+        outcomes = await asyncio.gather(
+            storage.save(checkpoint(checkpoint_id=contested, state={"writer": 1})),
+            other.save(checkpoint(checkpoint_id=contested, state={"writer": 2})),
+            return_exceptions=True,
+        )
+    conflicts = [outcome for outcome in outcomes if isinstance(outcome, CheckpointConflictError)]
+    assert len(conflicts) == 1, outcomes
+    assert outcomes.count(contested) == 1, outcomes
+
+
+# ---------------------------------------------------------------------- durability and sharing
+
+
+async def test_checkpoints_persist_across_close_and_reopen(db_path: Path) -> None:
+    chain = []
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        previous = None
+        for index in range(3):
+            saved = checkpoint(previous_checkpoint_id=previous, iteration_count=index, state={"i": index})
+            await storage.save(saved)
+            chain.append(saved)
+            previous = saved.checkpoint_id
+    async with SQLiteCheckpointStorage(db_path) as reopened:
+        assert await reopened.list_checkpoints(workflow_name="wf") == chain
+        assert await reopened.get_latest(workflow_name="wf") == chain[-1]
+        assert await reopened.load(chain[0].checkpoint_id) == chain[0]
+
+
+@pytest.mark.slow
+async def test_two_processes_write_one_file_concurrently(db_path: Path) -> None:
+    count = 100
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.list_checkpoint_ids(workflow_name="shared")  # create the schema before the race
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), "save", str(db_path), "shared", str(count), "child",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert worker.stdin is not None
+        assert worker.stdout is not None
+        assert await asyncio.wait_for(worker.stdout.readline(), 60) == b"ready\n"
+        worker.stdin.write(b"go\n")
+        await worker.stdin.drain()
+        parent_ids = [f"parent-{index}" for index in range(count)]
+        for index, checkpoint_id in enumerate(parent_ids):
+            await storage.save(checkpoint("shared", checkpoint_id=checkpoint_id, iteration_count=index))
+            await asyncio.sleep(PAUSE_BETWEEN_SAVES)
+        stdout, stderr = await asyncio.wait_for(worker.communicate(), 120)
+        assert worker.returncode == 0, stderr.decode()
+        assert stdout == b"done\n"
+        assert b"locked" not in stderr
+
+        listed = await storage.list_checkpoint_ids(workflow_name="shared")
+        child_ids = [f"child-{index}" for index in range(count)]
+        assert sorted(listed) == sorted(parent_ids + child_ids)
+        # Each process's saves keep their commit order within the shared list.
+        assert [i for i in listed if i.startswith("parent-")] == parent_ids
+        assert [i for i in listed if i.startswith("child-")] == child_ids
+        interleaved = sum(1 for a, b in itertools.pairwise(listed) if a[:5] != b[:5])
+        latest = await storage.get_latest(workflow_name="shared")
+    assert sorted(sequences(db_path, "shared").values()) == list(range(1, 2 * count + 1))
+    assert latest is not None
+    assert latest.checkpoint_id == listed[-1]
+    assert latest.checkpoint_id in (parent_ids[-1], child_ids[-1])
+    assert interleaved > 1, "the two writers never overlapped; the test proved nothing"
+
+
+# ---------------------------------------------------------------------- lifecycle
+
+
+async def test_aclose_stops_the_connection_thread(db_path: Path) -> None:
+    threads_before = connection_threads()
+    storage = SQLiteCheckpointStorage(db_path)
+    await storage.save(checkpoint())
+    assert len(connection_threads() - threads_before) == 1
+    await storage.aclose()
+    assert not await threads_after_closing(threads_before)
+    with pytest.raises(StorageClosedError):
+        await storage.load("anything")
+
+
+def test_process_exits_after_aclose(db_path: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, str(WORKER), "save-and-exit", str(db_path), "wf"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr.decode()
+    assert finished.stdout == b"closed\n"
+    assert query(db_path, "SELECT count(*) FROM checkpoints") == [(1,)]
+
+
+async def test_aclose_waits_for_an_operation_in_flight(db_path: Path) -> None:
+    storage = SQLiteCheckpointStorage(db_path)
+    await storage.list_workflows()
+    saving = asyncio.ensure_future(storage.save(checkpoint()))
+    await asyncio.sleep(0)
+    await storage.aclose()
+    await saving
+    assert query(db_path, "SELECT count(*) FROM checkpoints") == [(1,)]
+
+
+# ---------------------------------------------------------------------- URLs
+
+
+def test_from_url_relative_path_is_relative_to_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    storage = SQLiteCheckpointStorage.from_url("sqlite:///sub/k.db", busy_timeout_ms=10)
+    assert storage.path == tmp_path / "sub" / "k.db"
+    assert storage.busy_timeout_ms == 10
+    monkeypatch.chdir("/")
+    assert storage.new_handle().path == tmp_path / "sub" / "k.db"
+
+
+def test_from_url_absolute_path_and_describe_round_trip(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/k.db"
+    assert url.startswith("sqlite:////")
+    storage = open_storage(url)
+    assert isinstance(storage, SQLiteCheckpointStorage)
+    assert storage.path == tmp_path / "k.db"
+    assert storage.describe() == url
+    assert SQLiteCheckpointStorage.from_url(storage.describe()).path == storage.path
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite://host/k.db", "names a host"),
+        ("sqlite://", "no file path"),
+        ("sqlite:///", "no file path"),
+        ("sqlite:///:memory:", "memory://"),
+        ("sqlite:///k.db?mode=ro", "query string"),
+        ("memory://", "Not a SQLite URL"),
+    ],
+)
+def test_from_url_rejects_invalid_forms(url: str, message: str) -> None:
+    with pytest.raises(StorageConfigurationError, match=message):
+        SQLiteCheckpointStorage.from_url(url)
+
+
+def test_constructor_rejects_bad_settings(tmp_path: Path) -> None:
+    with pytest.raises(StorageConfigurationError, match="memory://"):
+        SQLiteCheckpointStorage(":memory:")
+    with pytest.raises(StorageConfigurationError, match="non-empty"):
+        SQLiteCheckpointStorage("")
+    with pytest.raises(StorageConfigurationError, match="busy_timeout_ms"):
+        SQLiteCheckpointStorage(tmp_path / "k.db", busy_timeout_ms=-1)
+
+
+# ---------------------------------------------------------------------- errors
+
+
+async def test_a_file_that_is_not_sqlite_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"this is not a database, just some text " * 100)
+    threads_before = connection_threads()
+    storage = SQLiteCheckpointStorage(path)
+    with pytest.raises(StorageConfigurationError, match="not a SQLite database") as raised:
+        await storage.get_latest(workflow_name="wf")
+    assert str(path) in str(raised.value)
+    assert not await threads_after_closing(threads_before)
+    await storage.aclose()
+
+
+async def test_an_unopenable_path_is_unavailable(tmp_path: Path) -> None:
+    threads_before = connection_threads()
+    storage = SQLiteCheckpointStorage(tmp_path)  # a directory
+    with pytest.raises(StorageUnavailableError, match=str(tmp_path)):
+        await storage.list_workflows()
+    assert not await threads_after_closing(threads_before)
+    await storage.aclose()
+
+
+async def test_a_held_write_lock_past_busy_timeout_is_unavailable(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path, busy_timeout_ms=50) as storage:
+        kept = checkpoint()
+        await storage.save(kept)
+        with write_lock_held(db_path):
+            with pytest.raises(StorageUnavailableError, match="locked") as raised:
+                await storage.save(checkpoint())
+            assert raised.value.operation == "save"
+            assert not isinstance(raised.value, sqlite3.Error)
+            with pytest.raises(StorageUnavailableError, match="locked"):
+                await storage.delete(kept.checkpoint_id)
+            # WAL: readers are not blocked by another connection's write.
+            assert await storage.list_checkpoint_ids(workflow_name="wf") == [kept.checkpoint_id]
+        # The failed transactions were rolled back; the handle writes again.
+        later = checkpoint()
+        await storage.save(later)
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [
+            kept.checkpoint_id,
+            later.checkpoint_id,
+        ]
+
+
+async def test_cancelled_save_leaves_no_transaction_open(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path, busy_timeout_ms=10_000) as storage:
+        await storage.list_workflows()
+        with write_lock_held(db_path):
+            saving = asyncio.ensure_future(storage.save(checkpoint()))
+            await asyncio.sleep(0.2)  # the save now waits in BEGIN IMMEDIATE
+            saving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await saving
+        later = checkpoint()
+        await storage.save(later)
+        with write_lock_held(db_path):  # would raise "database is locked" if a transaction lingered
+            pass
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [later.checkpoint_id]
