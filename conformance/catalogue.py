@@ -61,7 +61,7 @@ from conformance.pytest_plugin import CheckpointStorageConformance
 
 
 class TestMyStorage(CheckpointStorageConformance):
-    expected_failures = {"ordering.latest_is_commit_order": "tracked in issue 12"}
+    expected_failures = {"ordering.latest_ignores_older_timestamp": "tracked in issue 12"}
     clauses = None  # or a list of clause ids and family names
 
     @pytest.fixture

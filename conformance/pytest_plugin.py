@@ -6,7 +6,7 @@ itself is never collected) and provide a ``storage`` fixture::
     from conformance.pytest_plugin import CheckpointStorageConformance
 
     class TestMyStorage(CheckpointStorageConformance):
-        expected_failures = {"ordering.latest_is_commit_order": "issue #12"}
+        expected_failures = {"ordering.latest_ignores_older_timestamp": "issue #12"}
 
         @pytest.fixture
         async def storage(self):
