@@ -9,26 +9,19 @@ from typing import Any
 
 from typing_extensions import Self
 
-from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from conformance import BackendReport, Outcome, all_clauses
 from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
 from storages.contract import Capability
 from storages.memory import InMemoryCheckpointStorage
 
+from . import support
+from .support import failed
+
 FAMILY = "concurrency"
 
 
-def run_family(storage_class: type[Any], **target: Any) -> BackendReport:
-    report = validate(
-        StorageTarget(name=storage_class.__name__, factory=storage_class, **target), clauses=[FAMILY]
-    )
-    (backend,) = report.backends
-    assert not backend.error, backend.error
-    assert {r.family for r in backend.results} == {FAMILY}
-    return backend
-
-
-def failed(backend: BackendReport) -> set[str]:
-    return {r.clause_id for r in backend.failures}
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
 
 
 @dataclass

@@ -11,19 +11,14 @@ from storages.base import CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
+from . import support
+from .support import failed
+
 FAMILY = "contract"
 
 
-def run_family(factory: type[InMemoryCheckpointStorage]) -> BackendReport:
-    report = validate(StorageTarget(name=factory.__name__, factory=factory), clauses=[FAMILY])
-    backend = report.backends[0]
-    assert not backend.error
-    assert [r.clause_id for r in backend.results] == [c.id for c in select_clauses([FAMILY])]
-    return backend
-
-
-def failed(backend: BackendReport) -> set[str]:
-    return {r.clause_id for r in backend.failures}
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
 
 
 # ---------------------------------------------------------------- mutants, one defect each

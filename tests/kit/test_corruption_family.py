@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from conformance import BackendReport, Outcome, all_clauses
 from storages.base import StoredBody
 from storages.contract import Capability, WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
 from storages.memory import InMemoryCheckpointStorage
 
+from . import support
+from .support import failed
+
 FAMILY = "corruption"
+
+
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
+
+
 LOAD_CLAUSES = {
     "corruption.truncated_body",
     "corruption.garbage_body",
@@ -18,20 +27,6 @@ LOAD_CLAUSES = {
     "corruption.empty_body",
     "corruption.swapped_body",
 }
-
-
-def run_family(storage_class: type[Any], **target: Any) -> BackendReport:
-    report = validate(
-        StorageTarget(name=storage_class.__name__, factory=storage_class, **target), clauses=[FAMILY]
-    )
-    (backend,) = report.backends
-    assert not backend.error, backend.error
-    assert {r.family for r in backend.results} == {FAMILY}
-    return backend
-
-
-def failed(backend: BackendReport) -> set[str]:
-    return {r.clause_id for r in backend.failures}
 
 
 class SkipsUndecodable(InMemoryCheckpointStorage):

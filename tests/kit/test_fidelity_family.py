@@ -6,24 +6,19 @@ import dataclasses
 import json
 from typing import Any
 
-from conformance import BackendReport, Outcome, StorageTarget, all_clauses, validate
+from conformance import BackendReport, Outcome, all_clauses
 from storages.base import CheckpointRecord
 from storages.errors import UnserializableValueError
 from storages.memory import InMemoryCheckpointStorage
 
+from . import support
+from .support import failed
+
 FAMILY = "fidelity"
 
 
-def run_family(storage_class: type[Any]) -> BackendReport:
-    report = validate(StorageTarget(name=storage_class.__name__, factory=storage_class), clauses=[FAMILY])
-    (backend,) = report.backends
-    assert not backend.error, backend.error
-    assert {r.family for r in backend.results} == {FAMILY}
-    return backend
-
-
-def failed(backend: BackendReport) -> set[str]:
-    return {r.clause_id for r in backend.failures}
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
 
 
 def _tuples_to_lists(value: Any) -> Any:

@@ -11,31 +11,27 @@ from typing import Any
 import pytest
 from typing_extensions import Self
 
-from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
+from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
 from storages.errors import InvalidCheckpointIdError
 from storages.memory import InMemoryCheckpointStorage
 
+from . import support
+from .support import failed
+
 FAMILY = "identifiers"
+
+
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
+
+
 INVALID_INPUT_CLAUSES = {
     "identifiers.invalid_ids_rejected",
     "identifiers.invalid_names_rejected",
     "identifiers.refused_save_stores_nothing",
 }
-
-
-def run_family(target: StorageTarget | type[BaseCheckpointStorage]) -> BackendReport:
-    if not isinstance(target, StorageTarget):
-        target = StorageTarget(name=target.__name__, factory=target)
-    backend = validate(target, clauses=[FAMILY]).backends[0]
-    assert not backend.error
-    assert [r.clause_id for r in backend.results] == [c.id for c in select_clauses([FAMILY])]
-    return backend
-
-
-def failed(backend: BackendReport) -> set[str]:
-    return {r.clause_id for r in backend.failures}
 
 
 # ---------------------------------------------------------------- mutants, one defect each

@@ -10,12 +10,21 @@ from typing import Any
 import pytest
 from typing_extensions import Self
 
-from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
+from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
 from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
+from . import support
+from .support import failed
+
 FAMILY = "ordering"
+
+
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
+
+
 LATEST_CLAUSES = {
     "ordering.latest_ignores_older_timestamp",
     "ordering.latest_with_equal_timestamps",
@@ -23,19 +32,6 @@ LATEST_CLAUSES = {
     "ordering.order_survives_delete",
     "ordering.save_after_delete_is_latest",
 }
-
-
-def run_family(target: StorageTarget | type[BaseCheckpointStorage]) -> BackendReport:
-    if not isinstance(target, StorageTarget):
-        target = StorageTarget(name=target.__name__, factory=target)
-    backend = validate(target, clauses=[FAMILY]).backends[0]
-    assert not backend.error
-    assert [r.clause_id for r in backend.results] == [c.id for c in select_clauses([FAMILY])]
-    return backend
-
-
-def failed(backend: BackendReport) -> set[str]:
-    return {r.clause_id for r in backend.failures}
 
 
 # ---------------------------------------------------------------- mutants, one defect each

@@ -1,0 +1,24 @@
+"""Running one clause family against a (usually deliberately broken) storage, for the mutant tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance import BackendReport, StorageTarget, select_clauses, validate
+
+
+def run_family(family: str, subject: Any, **target: Any) -> BackendReport:
+    """Every clause of ``family`` against ``subject`` (a StorageTarget, or a factory such as a
+    storage class, with ``target`` as further StorageTarget fields)."""
+    if not isinstance(subject, StorageTarget):
+        name = getattr(subject, "__name__", type(subject).__name__)
+        subject = StorageTarget(name=name, factory=subject, **target)
+    (backend,) = validate(subject, clauses=[family]).backends
+    assert not backend.error, backend.error
+    assert [r.clause_id for r in backend.results] == [c.id for c in select_clauses([family])]
+    return backend
+
+
+def failed(backend: BackendReport) -> set[str]:
+    """Ids of the clauses that failed."""
+    return {r.clause_id for r in backend.failures}
