@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from storages.contract import Capability
 
+from .faults import Fault
+
 if TYPE_CHECKING:
     from .context import ClauseContext
 
@@ -36,6 +38,12 @@ FAMILIES: dict[str, str] = {
     "durability": "Checkpoints survive closing every handle and opening a new one.",
     "concurrency": "Many tasks and several handles on one backend lose and duplicate nothing.",
     "capabilities": "Declared capabilities work; undeclared operations raise UnsupportedOperationError.",
+    "nested": "Embedded (sub-workflow) checkpoints are stored once, faithfully, and addressable by id.",
+    "signature": "Graph signatures are kept byte for byte, filter latest and listing, and are enforced.",
+    "ancestry": "Ancestry walks reach the root through forks and nested records and report every break.",
+    "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
+    "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
+    "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
 }
 """Family name -> what the family proves, in catalogue order."""
 
@@ -49,6 +57,8 @@ class Clause:
     function: ClauseFunction = field(repr=False, compare=False)
     requires: frozenset[Capability] = frozenset()
     timeout: float = DEFAULT_TIMEOUT
+    injects: frozenset[Fault] = frozenset()
+    """Faults the target's injector must support, for the ``faults`` family."""
 
     @property
     def family(self) -> str:
@@ -68,6 +78,7 @@ def clause(
     *,
     requires: Iterable[Capability] = (),
     timeout: float = DEFAULT_TIMEOUT,
+    injects: Iterable[Fault] = (),
 ) -> Callable[[F], F]:
     """Register the decorated coroutine function as clause ``clause_id`` ("family.name")."""
     if not _ID_PATTERN.match(clause_id):
@@ -81,7 +92,9 @@ def clause(
     def register(function: F) -> F:
         if clause_id in _REGISTRY:
             raise ValueError(f"clause id {clause_id!r} is registered twice")
-        _REGISTRY[clause_id] = Clause(clause_id, guarantee.strip(), function, frozenset(requires), timeout)
+        _REGISTRY[clause_id] = Clause(
+            clause_id, guarantee.strip(), function, frozenset(requires), timeout, frozenset(injects)
+        )
         return function
 
     return register

@@ -11,6 +11,7 @@ from typing import Any
 from storages.contract import Capability
 
 from .clause import fail
+from .faults import FaultInjector
 from .target import StorageTarget
 
 _counter = itertools.count()
@@ -28,6 +29,13 @@ class ClauseContext:
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
+
+    @property
+    def faults(self) -> FaultInjector:
+        """The target's fault injector (fault clauses only run when there is one)."""
+        if self.target.faults is None:
+            fail("this clause needs a fault injector and the target has none")
+        return self.target.faults
 
     def workflow_name(self, label: str = "wf") -> str:
         """A workflow name no other clause or run uses, so the kit never needs to wipe a store."""

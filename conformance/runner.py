@@ -23,10 +23,16 @@ async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
         return _result(clause, Outcome.FAILED, started, f"could not open the storage: {_describe(exc)}")
     context = ClauseContext(target, storage, target.declared_capabilities(storage))
     missing = sorted(c.value for c in clause.requires - context.capabilities)
+    injectable = target.faults.faults if target.faults is not None else frozenset()
+    not_injectable = sorted(f.value for f in clause.injects - injectable)
     try:
         if missing:
             return _result(
                 clause, Outcome.SKIPPED, started, f"needs undeclared capability {', '.join(missing)}"
+            )
+        if not_injectable:
+            return _result(
+                clause, Outcome.SKIPPED, started, f"needs a fault injector for {', '.join(not_injectable)}"
             )
         outcome, message = await _outcome(clause, context)
     finally:

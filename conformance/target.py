@@ -9,6 +9,9 @@ from typing import Any
 
 from storages.contract import Capability, WorkflowCheckpoint
 
+from .faults import FaultInjector
+from .scenario import RunnerProfile
+
 StorageFactory = Callable[[], Any]
 """Returns a storage, or an awaitable of one. Every call must give a handle on the same backend."""
 
@@ -28,6 +31,10 @@ class StorageTarget:
             ``agent_framework.WorkflowCheckpoint``).
         capabilities: overrides the storage's declared ``capabilities``.
         cleanup: awaited once after the run (remove temp files, stop servers).
+        faults: breaks the backend on purpose for the ``faults`` family; without one, fault
+            clauses are skipped.
+        runner: the runner the ``runner`` family drives against the storage; None means the
+            reference :class:`~conformance.scenario.ScenarioRunner` (built with ``checkpoint_class``).
     """
 
     name: str
@@ -36,6 +43,8 @@ class StorageTarget:
     checkpoint_class: type[Any] = WorkflowCheckpoint
     capabilities: frozenset[Capability] | None = None
     cleanup: Callable[[], Awaitable[None]] | None = None
+    faults: FaultInjector | None = None
+    runner: RunnerProfile | None = None
 
     async def open(self) -> Any:
         handle = self.factory()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -20,9 +20,11 @@ from typing_extensions import Self
 from .codec import CheckpointCodec
 from .contract import (
     CHECKPOINT_FIELDS,
+    AncestryEnd,
     AncestryWalk,
     Capability,
     CheckpointID,
+    CheckpointInfo,
     validate_identifier,
 )
 from .errors import (
@@ -51,6 +53,17 @@ class CheckpointRecord:
     body: bytes
     digest: str
     """Hex digest of ``body``; an idempotent re-save is recognised by it without fetching bodies."""
+    container_id: CheckpointID | None = None
+    """For a nested record: the checkpoint whose body refers to it."""
+    root_id: CheckpointID | None = None
+    """For a nested record: the top-level checkpoint it was saved with (its container's root)."""
+    position: int = 0
+    """Place in its save: 0 for the checkpoint saved, then 1, 2, ... for nested records in the
+    order they were met; list_nested returns a container's children in this order."""
+
+    @property
+    def nested(self) -> bool:
+        return self.container_id is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +72,19 @@ class StoredBody:
 
     checkpoint_id: CheckpointID
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WalkRecords:
+    """What a backend's ancestry primitive read, in one round trip, for the base to assemble."""
+
+    links: Mapping[CheckpointID, CheckpointID | None]
+    """id -> previous id of every record the walk reached: at most ``max_depth`` records along the
+    chain from the start (a backend may stop early only at a root, a cycle or a missing id)."""
+    bodies: Mapping[CheckpointID, bytes]
+    """With bodies: the body of every reached record and of every record nested in them."""
+    tombstones: frozenset[CheckpointID]
+    """Which previous ids that were not reached are tombstones of pruned records."""
 
 
 def body_digest(body: bytes) -> str:
@@ -104,11 +130,14 @@ class BaseCheckpointStorage(abc.ABC):
         CheckpointConflictError when it differs.
         """
         await self._ready("save")
-        record = self._record_for(checkpoint)
-        existing_digest = await self._insert(record)
-        if existing_digest is not None and existing_digest != record.digest:
-            await self._check_same_content(record)
-        return record.checkpoint_id
+        records = self._records_for(checkpoint)
+        top = records[0]
+        existing_digest = await (self._insert(top) if len(records) == 1 else self._insert_family(records))
+        if existing_digest is not None and (
+            existing_digest != top.digest or not await self._same_nested_bodies(records)
+        ):
+            await self._check_same_content(records)
+        return top.checkpoint_id
 
     async def load(
         self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None
@@ -124,7 +153,7 @@ class BaseCheckpointStorage(abc.ABC):
         body = await self._get(checkpoint_id)
         if body is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        checkpoint = self._decode(StoredBody(checkpoint_id, body))
+        (checkpoint,) = await self._decode_all([StoredBody(checkpoint_id, body)])
         if (
             expected_graph_signature_hash is not None
             and checkpoint.graph_signature_hash != expected_graph_signature_hash
@@ -141,11 +170,17 @@ class BaseCheckpointStorage(abc.ABC):
         graph_signature_hash: str | None = None,
         include_nested: bool = False,
     ) -> list[Any]:
-        """Every checkpoint of ``workflow_name``, oldest first (commit order)."""
+        """Every checkpoint of ``workflow_name``, oldest first (commit order).
+
+        Nested records of that workflow name are left out unless ``include_nested`` is true.
+        """
         self._check_listing("list_checkpoints", workflow_name, graph_signature_hash, include_nested)
         await self._ready("list_checkpoints")
-        stored = await self._list(workflow_name, graph_signature_hash)
-        return [self._decode(item, workflow_name) for item in stored]
+        if include_nested:
+            stored = await self._list(workflow_name, graph_signature_hash, include_nested=True)
+        else:
+            stored = await self._list(workflow_name, graph_signature_hash)
+        return await self._decode_all(stored, workflow_name)
 
     async def list_checkpoint_ids(
         self,
@@ -157,10 +192,15 @@ class BaseCheckpointStorage(abc.ABC):
         """Ids of every checkpoint of ``workflow_name``, oldest first; decodes no bodies."""
         self._check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
         await self._ready("list_checkpoint_ids")
+        if include_nested:
+            return await self._list_ids(workflow_name, graph_signature_hash, include_nested=True)
         return await self._list_ids(workflow_name, graph_signature_hash)
 
     async def delete(self, checkpoint_id: CheckpointID) -> bool:
-        """Delete one checkpoint; True if it existed."""
+        """Delete one checkpoint and the checkpoints nested in it; True if it existed.
+
+        A nested record raises NestedCheckpointDeletionError: it goes with its container.
+        """
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._ready("delete")
         return await self._remove(checkpoint_id)
@@ -170,20 +210,33 @@ class BaseCheckpointStorage(abc.ABC):
         self._check_listing("get_latest", workflow_name, graph_signature_hash, False)
         await self._ready("get_latest")
         stored = await self._latest(workflow_name, graph_signature_hash)
-        return None if stored is None else self._decode(stored, workflow_name)
+        if stored is None:
+            return None
+        (checkpoint,) = await self._decode_all([stored], workflow_name)
+        return checkpoint
 
     # ------------------------------------------------------------------ extensions
 
     async def walk_ancestry(
         self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
     ) -> AncestryWalk[Any]:
-        """Checkpoints from ``checkpoint_id`` back to its root, newest first."""
+        """Checkpoints from ``checkpoint_id`` back to its root, newest first.
+
+        The result's ``end`` says why the walk stopped; it never loops and never skips a record.
+        """
         self._require(Capability.ANCESTRY, "walk_ancestry")
         validate_identifier(checkpoint_id, "checkpoint_id")
+        _check_max_depth(max_depth)
         await self._ready("walk_ancestry")
-        walk, bodies = await self._walk(checkpoint_id, max_depth, with_bodies=True)
-        items = tuple(self._decode(item) for item in bodies)
-        return AncestryWalk(items, walk.end, walk.end_id)
+        records = await self._walk(checkpoint_id, max_depth, with_bodies=True)
+        ids = _assemble_walk(checkpoint_id, records, max_depth)
+        items: list[Any] = []
+        for item_id in ids.items:
+            body = records.bodies.get(item_id)
+            if body is None:
+                raise CheckpointCorruptedError(item_id, "the ancestry walk reached it but read no body")
+            items.append(self._decode(StoredBody(item_id, body), None, records.bodies))
+        return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
         self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
@@ -191,19 +244,24 @@ class BaseCheckpointStorage(abc.ABC):
         """Ids from ``checkpoint_id`` back to its root, newest first; decodes no bodies."""
         self._require(Capability.ANCESTRY, "walk_ancestry_ids")
         validate_identifier(checkpoint_id, "checkpoint_id")
+        _check_max_depth(max_depth)
         await self._ready("walk_ancestry_ids")
-        walk, _ = await self._walk(checkpoint_id, max_depth, with_bodies=False)
-        return walk
+        records = await self._walk(checkpoint_id, max_depth, with_bodies=False)
+        return _assemble_walk(checkpoint_id, records, max_depth)
 
     async def list_nested(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
-        """Ids of the checkpoints embedded in ``checkpoint_id``."""
+        """Ids of the checkpoints embedded directly in ``checkpoint_id``, in the order met."""
         self._require(Capability.NESTED, "list_nested")
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._ready("list_nested")
-        return await self._nested_ids(checkpoint_id)
+        nested = await self._nested_ids(checkpoint_id)
+        if nested is None:
+            raise CheckpointNotFoundError(checkpoint_id)
+        return nested
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` checkpoints of a workflow; returns how many."""
+        """Delete all but the newest ``keep_last`` checkpoints of a workflow (with their nested
+        records), leaving a tombstone for each deleted id; returns how many were deleted."""
         self._require(Capability.PRUNE, "prune")
         validate_identifier(workflow_name, "workflow_name")
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
@@ -214,7 +272,8 @@ class BaseCheckpointStorage(abc.ABC):
         return await self._prune(workflow_name, keep_last)
 
     async def delete_workflow(self, *, workflow_name: str) -> int:
-        """Delete every checkpoint of a workflow; returns how many."""
+        """Delete every checkpoint of a workflow, their nested records and the workflow's
+        tombstones; returns how many checkpoints were deleted."""
         self._require(Capability.PRUNE, "delete_workflow")
         validate_identifier(workflow_name, "workflow_name")
         await self._ready("delete_workflow")
@@ -225,6 +284,31 @@ class BaseCheckpointStorage(abc.ABC):
         self._require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._ready("list_workflows")
         return sorted(await self._workflow_names())
+
+    async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        """The index entry of one stored record (nested ones too), or None."""
+        self._require(Capability.INSPECT, "checkpoint_info")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        await self._ready("checkpoint_info")
+        return await self._info(checkpoint_id)
+
+    async def list_records(self, *, workflow_name: str | None = None) -> list[CheckpointInfo]:
+        """Index entries of every stored record (or one workflow's), nested ones included, in
+        workflow then sequence order. Decodes no bodies."""
+        self._require(Capability.INSPECT, "list_records")
+        if workflow_name is not None:
+            validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_records")
+        records = await self._records(workflow_name)
+        return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
+
+    async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
+        """Ids pruned from the storage (or from one workflow), sorted."""
+        self._require(Capability.INSPECT, "list_tombstones")
+        if workflow_name is not None:
+            validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_tombstones")
+        return sorted(await self._tombstones(workflow_name))
 
     async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None:
         """The stored bytes of a checkpoint, or None; for verify tooling and the kit."""
@@ -282,7 +366,18 @@ class BaseCheckpointStorage(abc.ABC):
         """Insert ``record`` with the workflow's next sequence number unless its id exists.
 
         Returns None if inserted, else the digest stored under that id (nothing is written).
+        Backends with nested records usually forward to ``_insert_family((record,))``.
         """
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        """Insert a checkpoint (``records[0]``) and its nested records, all or nothing.
+
+        If the checkpoint's id exists, write nothing and return its stored digest. If a nested
+        record's id exists, write nothing and raise CheckpointConflictError naming it. Otherwise
+        insert every record, each with the next sequence number of its own workflow name, and
+        return None. Needed by backends that declare ``nested``.
+        """
+        raise NotImplementedError
 
     @abc.abstractmethod
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
@@ -293,16 +388,27 @@ class BaseCheckpointStorage(abc.ABC):
         """The body with the highest sequence in the workflow (optionally of one signature)."""
 
     @abc.abstractmethod
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
-        """Bodies of the workflow in ascending sequence."""
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        """Bodies of the workflow in ascending sequence (top-level records unless include_nested)."""
 
     @abc.abstractmethod
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
-        """Ids of the workflow in ascending sequence."""
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        """Ids of the workflow in ascending sequence (top-level records unless include_nested)."""
 
     @abc.abstractmethod
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
-        """Delete one record; True if it existed."""
+        """Delete one record and every record nested in it, atomically; True if it existed.
+
+        A nested record is not deleted: raise NestedCheckpointDeletionError naming its container.
+        """
+
+    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        """Bodies of every record nested, at any depth, in the given records (more is harmless)."""
+        raise NotImplementedError
 
     async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         """Replace a stored body and its digest; False if the id is absent."""
@@ -311,18 +417,34 @@ class BaseCheckpointStorage(abc.ABC):
     async def _workflow_names(self) -> list[str]:
         raise NotImplementedError
 
-    async def _walk(
-        self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool
-    ) -> tuple[AncestryWalk[CheckpointID], list[StoredBody]]:
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        """The records an ancestry walk from ``checkpoint_id`` reaches, in one round trip.
+
+        ``links`` is empty if ``checkpoint_id`` is not stored. See :class:`WalkRecords`.
+        """
         raise NotImplementedError
 
-    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
+    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        """Direct children of a record by position, or None if the record does not exist."""
         raise NotImplementedError
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        """Delete all but the newest ``keep_last`` top-level records of the workflow, with their
+        nested records, and tombstone every deleted id, atomically; return the top-level count."""
         raise NotImplementedError
 
     async def _delete_workflow(self, workflow_name: str) -> int:
+        """Delete the workflow's top-level records, their nested records and the workflow's
+        tombstones; return the top-level count."""
+        raise NotImplementedError
+
+    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        raise NotImplementedError
+
+    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        raise NotImplementedError
+
+    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ shared machinery
@@ -357,11 +479,53 @@ class BaseCheckpointStorage(abc.ABC):
         if include_nested:
             self._require(Capability.NESTED, f"{operation}(include_nested=True)")
 
+    def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
+        """The records a save writes: the checkpoint, then (with ``nested``) each embedded one."""
+        if Capability.NESTED not in self.capabilities:
+            return [self._record_for(checkpoint)]
+        self._check_fields(checkpoint)
+        nodes = self._codec.encode_checkpoint_tree(checkpoint)
+        top_id = checkpoint.checkpoint_id
+        records: list[CheckpointRecord] = []
+        for position, node in enumerate(nodes):
+            nested = node.checkpoint
+            if position:
+                self._check_fields(nested, embedded_in=node.container_id)
+            records.append(
+                CheckpointRecord(
+                    checkpoint_id=nested.checkpoint_id,
+                    workflow_name=nested.workflow_name,
+                    previous_checkpoint_id=nested.previous_checkpoint_id,
+                    graph_signature_hash=nested.graph_signature_hash,
+                    body=node.body,
+                    digest=body_digest(node.body),
+                    container_id=node.container_id,
+                    root_id=top_id if position else None,
+                    position=position,
+                )
+            )
+        return records
+
     def _record_for(self, checkpoint: Any) -> CheckpointRecord:
+        """The one record of a checkpoint, embedded checkpoints inline."""
+        self._check_fields(checkpoint)
+        body = self._codec.encode_checkpoint(checkpoint)
+        return CheckpointRecord(
+            checkpoint_id=checkpoint.checkpoint_id,
+            workflow_name=checkpoint.workflow_name,
+            previous_checkpoint_id=checkpoint.previous_checkpoint_id,
+            graph_signature_hash=checkpoint.graph_signature_hash,
+            body=body,
+            digest=body_digest(body),
+        )
+
+    def _check_fields(self, checkpoint: Any, *, embedded_in: CheckpointID | None = None) -> None:
+        where = "" if embedded_in is None else f" (embedded in checkpoint {embedded_in!r})"
         missing = next((name for name in CHECKPOINT_FIELDS if not hasattr(checkpoint, name)), None)
         if missing is not None:
             raise InvalidCheckpointError(
-                f"{type(checkpoint).__name__} is not a checkpoint: missing field {missing!r}", field=missing
+                f"{type(checkpoint).__name__}{where} is not a checkpoint: missing field {missing!r}",
+                field=missing,
             )
         workflow_name = checkpoint.workflow_name
         checkpoint_id = checkpoint.checkpoint_id
@@ -379,18 +543,25 @@ class BaseCheckpointStorage(abc.ABC):
             _expect_field(checkpoint_id, "iteration_count", iteration_count, int, got_bool=True)
         for name in _DICT_FIELDS:
             _expect_field(checkpoint_id, name, getattr(checkpoint, name), dict)
-        body = self._codec.encode_checkpoint(checkpoint)
-        return CheckpointRecord(
-            checkpoint_id=checkpoint_id,
-            workflow_name=workflow_name,
-            previous_checkpoint_id=previous_id,
-            graph_signature_hash=signature,
-            body=body,
-            digest=body_digest(body),
-        )
 
-    def _decode(self, stored: StoredBody, workflow_name: str | None = None) -> Any:
-        checkpoint = self._codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id)
+    async def _decode_all(self, stored: Sequence[StoredBody], workflow_name: str | None = None) -> list[Any]:
+        """Decode bodies, first fetching (in one call) the nested records any of them refer to."""
+        has_refs = self._codec.has_nested_refs
+        containers = [item.checkpoint_id for item in stored if has_refs(item.body)]
+        if not containers:
+            return [self._decode(item, workflow_name) for item in stored]
+        nested = await self._nested_bodies(containers)
+        return [self._decode(item, workflow_name, nested) for item in stored]
+
+    def _decode(
+        self,
+        stored: StoredBody,
+        workflow_name: str | None = None,
+        nested: Mapping[CheckpointID, bytes] | None = None,
+    ) -> Any:
+        checkpoint = self._codec.decode_checkpoint(
+            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
+        )
         if checkpoint.checkpoint_id != stored.checkpoint_id:
             raise CheckpointCorruptedError(
                 stored.checkpoint_id, f"the stored body belongs to checkpoint {checkpoint.checkpoint_id!r}"
@@ -402,17 +573,59 @@ class BaseCheckpointStorage(abc.ABC):
             )
         return checkpoint
 
-    async def _check_same_content(self, record: CheckpointRecord) -> None:
+    async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
+        """True unless the incoming nested records differ from the stored ones byte for byte."""
+        # A container's body holds only its children's ids, so an equal container digest says
+        # nothing about the children: a changed child under the same id must still conflict.
+        if len(records) == 1:
+            return True
+        stored = await self._nested_bodies([records[0].checkpoint_id])
+        return all(stored.get(record.checkpoint_id) == record.body for record in records[1:])
+
+    async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         # Digests differ; equal content may still encode differently (set order varies between
         # processes), so compare decoded values before calling it a conflict.
-        stored = await self._get(record.checkpoint_id)
+        top = records[0]
+        stored = await self._get(top.checkpoint_id)
         if stored is None:
             # Deleted between the insert attempt and now; the caller may simply retry.
-            raise CheckpointConflictError(record.checkpoint_id)
-        existing = self._decode(StoredBody(record.checkpoint_id, stored))
-        incoming = self._codec.decode_checkpoint(record.body, checkpoint_id=record.checkpoint_id)
+            raise CheckpointConflictError(top.checkpoint_id)
+        (existing,) = await self._decode_all([StoredBody(top.checkpoint_id, stored)])
+        incoming_nested = {record.checkpoint_id: record.body for record in records[1:]}
+        incoming = self._codec.decode_checkpoint(
+            top.body, checkpoint_id=top.checkpoint_id, nested=incoming_nested or None
+        )
         if type(existing) is not type(incoming) or existing != incoming:
-            raise CheckpointConflictError(record.checkpoint_id)
+            raise CheckpointConflictError(top.checkpoint_id)
+
+
+def _check_max_depth(max_depth: object) -> None:
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+        raise InvalidCheckpointError(f"max_depth must be an int >= 1, got {max_depth!r}", field="max_depth")
+
+
+def _assemble_walk(start: CheckpointID, records: WalkRecords, max_depth: int) -> AncestryWalk[CheckpointID]:
+    """Follow previous ids through what the backend read, deciding why the walk ends."""
+    links = records.links
+    if start not in links:
+        raise CheckpointNotFoundError(start)
+    items: list[CheckpointID] = []
+    visited: set[CheckpointID] = set()
+    current = start
+    while True:
+        items.append(current)
+        visited.add(current)
+        previous = links[current]
+        if previous is None:
+            return AncestryWalk(tuple(items), AncestryEnd.ROOT, current)
+        if len(items) >= max_depth:
+            return AncestryWalk(tuple(items), AncestryEnd.DEPTH_LIMIT, current)
+        if previous in visited:
+            return AncestryWalk(tuple(items), AncestryEnd.CYCLE, previous)
+        if previous not in links:
+            end = AncestryEnd.PRUNED if previous in records.tombstones else AncestryEnd.MISSING
+            return AncestryWalk(tuple(items), end, previous)
+        current = previous
 
 
 def _expect_field(
@@ -426,4 +639,11 @@ def _expect_field(
         )
 
 
-__all__ = ["DEFAULT_MAX_DEPTH", "BaseCheckpointStorage", "CheckpointRecord", "StoredBody", "body_digest"]
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "BaseCheckpointStorage",
+    "CheckpointRecord",
+    "StoredBody",
+    "WalkRecords",
+    "body_digest",
+]

@@ -1,13 +1,19 @@
 """The safe checkpoint codec: msgpack (msgspec) with typed extensions, no pickle.
 
-A body is ``header + payload``. The header carries a magic, the format version, flags (zstd) and
-a CRC-32 of the payload, so any damage to stored bytes is detected instead of decoded into
-silently different data. The payload is msgpack; every non-JSON type travels as a msgpack
-extension whose code names the type, so a user dict can never be mistaken for an envelope.
+A body is ``header + payload``. The header carries a magic, the format version, flags (zstd,
+nested refs) and a CRC-32 of the payload, so any damage to stored bytes is detected instead of
+decoded into silently different data. The payload is msgpack; every non-JSON type travels as a
+msgpack extension whose code names the type, so a user dict can never be mistaken for an envelope.
 
 Decoding only ever constructs built-in value types, the checkpoint classes, and types the codec
 was explicitly given (by class or ``"module:qualname"``). An unregistered type fails at save
 time, naming the type and where in the checkpoint it sits.
+
+Checkpoints embedded in a checkpoint (a sub-workflow's state inside its parent's) are encoded in
+one of two ways. :meth:`CheckpointCodec.encode_checkpoint` writes them inline. A storage that keeps
+nested records uses :meth:`CheckpointCodec.encode_checkpoint_tree` instead: every embedded
+checkpoint becomes a body of its own, the container holds only a reference to its id, and the
+``nested refs`` header flag says the body needs those records to decode.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import inspect
 import struct
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any, Final, cast
 
@@ -35,7 +42,10 @@ TypeRef = type[Any] | str
 _MAGIC: Final = b"CK"
 _FORMAT_VERSION: Final = 1
 _FLAG_ZSTD: Final = 0x01
-_KNOWN_FLAGS: Final = _FLAG_ZSTD
+_FLAG_NESTED_REFS: Final = 0x02
+"""The payload refers to embedded checkpoints stored as records of their own."""
+_KNOWN_FLAGS: Final = _FLAG_ZSTD | _FLAG_NESTED_REFS
+_FLAGS_OFFSET: Final = 3
 _HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
 HEADER_SIZE: Final = _HEADER.size
 
@@ -57,6 +67,7 @@ _EXT_DATACLASS: Final = 14
 _EXT_PYDANTIC: Final = 15
 _EXT_CUSTOM: Final = 16
 _EXT_CHECKPOINT: Final = 17
+_EXT_NESTED_REF: Final = 18
 
 _NATIVE_CHECKPOINT_TAG: Final = "native"
 _MAF_CHECKPOINT_TAG: Final = "maf"
@@ -119,6 +130,41 @@ class _Registration:
         return self.cls
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class EncodedCheckpoint:
+    """One body of an encoded checkpoint tree."""
+
+    checkpoint: Any
+    body: bytes
+    container_id: str | None
+    """Id of the checkpoint this one is embedded in; None for the checkpoint being saved."""
+
+
+@dataclasses.dataclass(slots=True)
+class _TreeEncoding:
+    """State of one encode_checkpoint_tree call, shared by the nested encoder calls it makes."""
+
+    nodes: list[EncodedCheckpoint | None]
+    containers: list[str]
+    first_seen: dict[str, int]
+    references: int = 0
+    """References written so far; a body wrote some if this grew while it was encoded."""
+
+
+@dataclasses.dataclass(slots=True)
+class _NestedResolver:
+    """State of one decode: the nested bodies it may use and what it already built from them."""
+
+    bodies: Mapping[str, bytes]
+    decoded: dict[str, Any] = dataclasses.field(default_factory=dict)
+    in_progress: set[str] = dataclasses.field(default_factory=set)
+
+
+# Context variables, not attributes: one codec serves many tasks and threads at once.
+_TREE: ContextVar[_TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
+_RESOLVER: ContextVar[_NestedResolver | None] = ContextVar("checkpoint_nested_resolver", default=None)
+
+
 class CheckpointCodec:
     """Encodes checkpoints to bytes and back, allowing only known types.
 
@@ -179,6 +225,7 @@ class CheckpointCodec:
             _EXT_PYDANTIC: self._decode_pydantic,
             _EXT_CUSTOM: self._decode_custom,
             _EXT_CHECKPOINT: self._decode_checkpoint_payload,
+            _EXT_NESTED_REF: self._decode_nested_ref,
         }
 
     def _builtin_encoders(self) -> dict[type[Any], Callable[[Any], Any]]:
@@ -240,7 +287,11 @@ class CheckpointCodec:
     # ------------------------------------------------------------------ public API
 
     def encode_checkpoint(self, checkpoint: Any) -> bytes:
-        """Encode a checkpoint object to a self-checking body."""
+        """Encode a checkpoint object to a self-checking body, embedded checkpoints inline."""
+        tag = self._require_checkpoint_tag(checkpoint)
+        return self._frame(self._encode_with_location(checkpoint, tag))
+
+    def _require_checkpoint_tag(self, checkpoint: Any) -> str:
         tag = self._checkpoint_tag(type(checkpoint))
         if tag is None:
             raise UnserializableValueError(
@@ -248,20 +299,86 @@ class CheckpointCodec:
                 "checkpoint",
                 "not a checkpoint class this codec knows; register it with register_checkpoint_class()",
             )
-        return self._frame(self._encode_with_location(checkpoint, tag))
+        return tag
 
-    def decode_checkpoint(self, body: bytes, *, checkpoint_id: str) -> Any:
-        """Decode a body; any failure raises CheckpointCorruptedError naming ``checkpoint_id``."""
+    def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
+        """Encode a checkpoint and, as bodies of their own, the checkpoints embedded in it.
+
+        Returns the checkpoint's body first, then one body per embedded checkpoint in the order
+        they are met (containers before what they contain). An embedded checkpoint met twice is
+        stored once when both encode alike; two different ones under one id are refused.
+        """
+        tag = self._require_checkpoint_tag(checkpoint)
+        state = _TreeEncoding(nodes=[None], containers=[checkpoint.checkpoint_id], first_seen={})
+        token = _TREE.set(state)
+        try:
+            payload = self._encode_with_location(checkpoint, tag)
+        finally:
+            _TREE.reset(token)
+        top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
+        state.nodes[0] = top
+        return [node for node in state.nodes if node is not None]
+
+    def decode_checkpoint(
+        self, body: bytes, *, checkpoint_id: str, nested: Mapping[str, bytes] | None = None
+    ) -> Any:
+        """Decode a body; any failure raises CheckpointCorruptedError naming ``checkpoint_id``.
+
+        ``nested`` maps ids to the bodies of the checkpoints embedded in this one, for bodies
+        written by :meth:`encode_checkpoint_tree`; it may hold more than this body needs.
+        """
         payload = self._unframe(body, checkpoint_id)
+        resolver = _NestedResolver(nested or {})
+        token = _RESOLVER.set(resolver)
         try:
             wire = self._decoder.decode(payload)
             if not isinstance(wire, list):
                 raise _Undecodable("payload is not a checkpoint record")
-            return self._build_checkpoint(wire)
+            checkpoint = self._build_checkpoint(wire)
+            if self.has_nested_refs(body) and not resolver.decoded:
+                # The flag and the payload disagree: one of them was altered.
+                raise _Undecodable("the header announces nested records but the payload refers to none")
+            return checkpoint
         except (CheckpointCorruptedError, MissingDependencyError):
             raise
         except Exception as exc:
             raise CheckpointCorruptedError(checkpoint_id, _describe(exc)) from exc
+        finally:
+            _RESOLVER.reset(token)
+
+    @staticmethod
+    def has_nested_refs(body: bytes) -> bool:
+        """True if ``body`` refers to nested records (reads the header flag only)."""
+        return len(body) > _FLAGS_OFFSET and bool(body[_FLAGS_OFFSET] & _FLAG_NESTED_REFS)
+
+    @staticmethod
+    def nested_ref_ids(body: bytes, *, checkpoint_id: str) -> list[str]:
+        """Ids of the nested records ``body`` refers to directly, in order (for verify tooling)."""
+        flags, payload = _check_frame(body, checkpoint_id)
+        if not flags & _FLAG_NESTED_REFS:
+            return []
+        if flags & _FLAG_ZSTD:
+            try:
+                import zstandard
+            except ImportError as exc:
+                raise MissingDependencyError(
+                    "reading zstd-compressed checkpoints", "zstd", "zstandard"
+                ) from exc
+            payload = memoryview(zstandard.ZstdDecompressor().decompress(payload))
+        found: list[str] = []
+
+        def collect(code: int, data: memoryview) -> Any:
+            if code == _EXT_NESTED_REF:
+                found.append(msgspec.msgpack.decode(data))
+            else:
+                msgspec.msgpack.decode(data, ext_hook=collect)
+            return None
+
+        try:
+            msgspec.msgpack.decode(payload, ext_hook=collect)
+        except Exception as exc:
+            raise CheckpointCorruptedError(checkpoint_id, _describe(exc)) from exc
+        return found
 
     def encode_value(self, value: Any) -> bytes:
         """Encode any value the codec allows (used for state outside a checkpoint)."""
@@ -283,8 +400,8 @@ class CheckpointCodec:
 
     # ------------------------------------------------------------------ framing
 
-    def _frame(self, payload: bytes) -> bytes:
-        flags = 0
+    def _frame(self, payload: bytes, *, nested_refs: bool = False) -> bytes:
+        flags = _FLAG_NESTED_REFS if nested_refs else 0
         if self._compress_threshold is not None and len(payload) >= self._compress_threshold:
             payload = self._zstd.ZstdCompressor(level=self._compression_level).compress(payload)
             flags |= _FLAG_ZSTD
@@ -311,11 +428,23 @@ class CheckpointCodec:
     # ------------------------------------------------------------------ encoding
 
     def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
+        tree = _TREE.get()
+        mark = (
+            (len(tree.nodes), len(tree.containers), dict(tree.first_seen), tree.references)
+            if tree is not None
+            else None
+        )
         try:
             try:
                 return self._encoder.encode(self._wire(root, checkpoint_tag))
             except OverflowError:
-                # An int outside msgpack's 64-bit range: redo on the slow path that boxes such ints.
+                # An int outside msgpack's 64-bit range: redo on the slow path that boxes such ints,
+                # forgetting the nested bodies the first attempt collected.
+                if tree is not None and mark is not None:
+                    del tree.nodes[mark[0] :]
+                    del tree.containers[mark[1] :]
+                    tree.first_seen = mark[2]
+                    tree.references = mark[3]
                 boxing = self._boxing_codec()
                 return boxing._encoder.encode(boxing._wire(root, checkpoint_tag))
         except _Unencodable as exc:
@@ -413,7 +542,42 @@ class CheckpointCodec:
     def _encode_checkpoint_ext(self, checkpoint: Any) -> Any:
         tag = self._checkpoint_tag(type(checkpoint))
         assert tag is not None
-        return Ext(_EXT_CHECKPOINT, self._encoder.encode(self._checkpoint_wire(checkpoint, tag)))
+        tree = _TREE.get()
+        if tree is None:
+            return Ext(_EXT_CHECKPOINT, self._encoder.encode(self._checkpoint_wire(checkpoint, tag)))
+        return self._encode_nested_record(checkpoint, tag, tree)
+
+    def _encode_nested_record(self, checkpoint: Any, tag: str, tree: _TreeEncoding) -> Any:
+        """Encode an embedded checkpoint as a body of its own; the container keeps its id."""
+        checkpoint_id = checkpoint.checkpoint_id
+        if not isinstance(checkpoint_id, str):
+            raise _Unencodable(checkpoint, "an embedded checkpoint's checkpoint_id must be a str")
+        if checkpoint_id in tree.containers:
+            raise _Unencodable(checkpoint, f"checkpoint {checkpoint_id!r} is embedded in itself")
+        container_id = tree.containers[-1]
+        index = len(tree.nodes)
+        references_before = tree.references
+        tree.nodes.append(None)
+        tree.containers.append(checkpoint_id)
+        try:
+            payload = self._encoder.encode(self._checkpoint_wire(checkpoint, tag))
+        finally:
+            tree.containers.pop()
+        body = self._frame(payload, nested_refs=tree.references > references_before)
+        first = tree.first_seen.get(checkpoint_id)
+        if first is None:
+            tree.first_seen[checkpoint_id] = index
+            tree.nodes[index] = EncodedCheckpoint(checkpoint, body, container_id)
+        else:
+            earlier = tree.nodes[first]
+            if earlier is not None and earlier.body != body:
+                raise _Unencodable(
+                    checkpoint, f"another embedded checkpoint with id {checkpoint_id!r} has different content"
+                )
+            # The same checkpoint met again (aliasing): stored once, referred to twice.
+            del tree.nodes[index:]
+        tree.references += 1
+        return Ext(_EXT_NESTED_REF, self._encoder.encode(checkpoint_id))
 
     def _encoder_for(self, cls: type[Any], value: Any) -> Callable[[Any], Any]:
         if self._checkpoint_tag(cls) is not None:
@@ -532,6 +696,42 @@ class CheckpointCodec:
 
     def _decode_checkpoint_payload(self, wire: Any) -> Any:
         return self._build_checkpoint(wire)
+
+    def _decode_nested_ref(self, checkpoint_id: Any) -> Any:
+        resolver = _RESOLVER.get()
+        if not isinstance(checkpoint_id, str):
+            raise _Undecodable("a nested checkpoint reference is not a str id")
+        if resolver is None:
+            raise _Undecodable(
+                f"it refers to embedded checkpoint {checkpoint_id!r} but was read without its nested records"
+            )
+        done = resolver.decoded.get(checkpoint_id, _UNSET)
+        if done is not _UNSET:
+            return done  # one object for every reference, as when it was saved
+        if checkpoint_id in resolver.in_progress:
+            raise _Undecodable(f"embedded checkpoint {checkpoint_id!r} contains itself")
+        body = resolver.bodies.get(checkpoint_id)
+        if body is None:
+            raise _Undecodable(f"embedded checkpoint {checkpoint_id!r} is missing from the storage")
+        resolver.in_progress.add(checkpoint_id)
+        try:
+            payload = self._unframe(body, checkpoint_id)
+            wire = self._decoder.decode(payload)
+            if not isinstance(wire, list):
+                raise _Undecodable("payload is not a checkpoint record")
+            checkpoint = self._build_checkpoint(wire)
+        except CheckpointCorruptedError as exc:
+            raise _Undecodable(f"embedded checkpoint {checkpoint_id!r}: {exc.reason}") from exc
+        except _Undecodable as exc:
+            raise _Undecodable(f"embedded checkpoint {checkpoint_id!r}: {exc}") from exc
+        finally:
+            resolver.in_progress.discard(checkpoint_id)
+        if checkpoint.checkpoint_id != checkpoint_id:
+            raise _Undecodable(
+                f"embedded checkpoint {checkpoint_id!r} resolved to a body of {checkpoint.checkpoint_id!r}"
+            )
+        resolver.decoded[checkpoint_id] = checkpoint
+        return checkpoint
 
     def _build_checkpoint(self, wire: list[Any]) -> Any:
         if len(wire) != 2 + len(CHECKPOINT_FIELDS) or wire[0] != _FORMAT_VERSION:
@@ -796,4 +996,4 @@ def _locate(root: Any, is_target: Callable[[Any], bool]) -> str:
     return root_name
 
 
-__all__ = ["HEADER_SIZE", "CheckpointCodec", "TypeRef", "type_key"]
+__all__ = ["HEADER_SIZE", "CheckpointCodec", "EncodedCheckpoint", "TypeRef", "type_key"]

@@ -16,6 +16,13 @@ Semantics (the kit checks each one; ``docs/contract.md`` explains them):
   characters; anything else raises :class:`~storages.errors.InvalidCheckpointIdError`.
 * A stored body that cannot be decoded raises :class:`~storages.errors.CheckpointCorruptedError`
   naming its id, from every read that decodes it; nothing is skipped silently.
+* Nested checkpoints (``nested`` capability): a checkpoint embedded anywhere in another one's
+  values is stored once, as a record of its own that records its container. It loads and walks by
+  its own id, is listed only with ``include_nested=True``, is saved and deleted atomically with
+  its container, and cannot be deleted on its own.
+* Ancestry (``ancestry``): a walk follows previous ids through every record, nested ones too,
+  and says why it stopped: a root, a pruned ancestor (tombstone), a dangling link, a cycle, or
+  the depth limit. It never loops.
 """
 
 from __future__ import annotations
@@ -105,6 +112,8 @@ class Capability(str, enum.Enum):
     """list_workflows() names every workflow with a stored checkpoint."""
     RAW_ACCESS = "raw_access"
     """read_raw_body / write_raw_body expose stored bytes (for verify tooling and the kit)."""
+    INSPECT = "inspect"
+    """checkpoint_info / list_records / list_tombstones describe stored records without decoding."""
 
     # Properties of the backend rather than operations.
     DURABLE = "durable"
@@ -125,6 +134,7 @@ OPERATION_CAPABILITIES: frozenset[Capability] = frozenset(
         Capability.TTL,
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
+        Capability.INSPECT,
     }
 )
 
@@ -166,6 +176,26 @@ class AncestryWalk(Generic[T]):
     def intact(self) -> bool:
         """True when the walk reached a root or a deliberate prune."""
         return self.end in (AncestryEnd.ROOT, AncestryEnd.PRUNED)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """What a storage's index knows about one stored record, read without decoding its body."""
+
+    checkpoint_id: CheckpointID
+    workflow_name: str
+    previous_checkpoint_id: CheckpointID | None
+    graph_signature_hash: str
+    container_id: CheckpointID | None
+    """The checkpoint this one is embedded in, or None for a checkpoint saved on its own."""
+    sequence: int
+    """Commit position within ``workflow_name`` (nested records are numbered too)."""
+    size: int
+    """Stored body size in bytes."""
+
+    @property
+    def nested(self) -> bool:
+        return self.container_id is not None
 
 
 @runtime_checkable
@@ -238,6 +268,12 @@ class CheckpointStorage(Protocol):
 
     async def list_workflows(self) -> list[str]: ...
 
+    async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None: ...
+
+    async def list_records(self, *, workflow_name: str | None = None) -> list[CheckpointInfo]: ...
+
+    async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]: ...
+
     async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None: ...
 
     async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None: ...
@@ -283,6 +319,7 @@ __all__ = [
     "AncestryWalk",
     "Capability",
     "CheckpointID",
+    "CheckpointInfo",
     "CheckpointLike",
     "CheckpointStorage",
     "MafCheckpointStorage",

@@ -97,10 +97,12 @@ class UnserializableValueError(InvalidCheckpointError, TypeError):
 class CheckpointConflictError(CheckpointStorageError):
     """A checkpoint id was saved again with different content; checkpoints are immutable."""
 
-    def __init__(self, checkpoint_id: str) -> None:
+    def __init__(self, checkpoint_id: str, detail: str | None = None) -> None:
         super().__init__(
             f"Checkpoint {checkpoint_id!r} already exists with different content; "
             "checkpoints are immutable, save the new state under a new id"
+            if detail is None
+            else f"Checkpoint {checkpoint_id!r}: {detail}"
         )
         self.checkpoint_id = checkpoint_id
 
@@ -116,6 +118,18 @@ class GraphSignatureMismatchError(CheckpointStorageError):
         self.checkpoint_id = checkpoint_id
         self.expected = expected
         self.actual = actual
+
+
+class NestedCheckpointDeletionError(CheckpointStorageError):
+    """A nested checkpoint belongs to the checkpoint it is embedded in; delete that one instead."""
+
+    def __init__(self, checkpoint_id: str, container_id: str) -> None:
+        super().__init__(
+            f"Checkpoint {checkpoint_id!r} is embedded in checkpoint {container_id!r} and is deleted "
+            "with it; it cannot be deleted on its own"
+        )
+        self.checkpoint_id = checkpoint_id
+        self.container_id = container_id
 
 
 class UnsupportedOperationError(CheckpointStorageError, NotImplementedError):
@@ -173,6 +187,7 @@ __all__ = [
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",
     "MissingDependencyError",
+    "NestedCheckpointDeletionError",
     "StorageClosedError",
     "StorageConfigurationError",
     "StorageUnavailableError",

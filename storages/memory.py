@@ -3,33 +3,41 @@
 Bodies are stored encoded, so every read builds a fresh object (copy isolation) and a checkpoint
 that cannot be encoded fails at save time, exactly as on a persistent backend. Latest is O(1):
 each workflow's ids sit in an insertion-ordered dict, whose last key is the newest commit.
-A lock guards the shared maps, so handles may be used from several threads and event loops.
+A lock guards the shared maps, so handles may be used from several threads and event loops;
+every primitive takes it once, which makes each one atomic.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
 from .codec import CheckpointCodec
-from .contract import Capability, CheckpointID
+from .contract import Capability, CheckpointID, CheckpointInfo
+from .errors import CheckpointConflictError, NestedCheckpointDeletionError
 
 
 @dataclass(slots=True)
 class _Entry:
     record: CheckpointRecord
     sequence: int
+    children: list[CheckpointID] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class _Workflow:
     next_sequence: int = 1
     # id -> entry, in commit order; dicts keep insertion order and delete from the middle in O(1).
+    # Top-level and nested records are kept apart so latest stays O(1) for both kinds of name.
     entries: dict[CheckpointID, _Entry] = field(default_factory=dict)
+    nested: dict[CheckpointID, _Entry] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
 
 
 @dataclass(slots=True)
@@ -37,6 +45,8 @@ class _MemoryStore:
     lock: threading.Lock = field(default_factory=threading.Lock)
     by_id: dict[CheckpointID, _Entry] = field(default_factory=dict)
     workflows: dict[str, _Workflow] = field(default_factory=dict)
+    tombstones: dict[CheckpointID, str] = field(default_factory=dict)
+    """Pruned id -> the workflow it was pruned from."""
 
 
 class InMemoryCheckpointStorage(BaseCheckpointStorage):
@@ -45,8 +55,12 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     capabilities = frozenset(
         {
             Capability.SIGNATURE_FILTER,
+            Capability.ANCESTRY,
+            Capability.NESTED,
+            Capability.PRUNE,
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
+            Capability.INSPECT,
             Capability.SHARED,
         }
     )
@@ -61,52 +75,45 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     def new_handle(self) -> Self:
         return type(self)(codec=self._codec, _store=self._store)
 
+    # ------------------------------------------------------------------ writes
+
     async def _insert(self, record: CheckpointRecord) -> str | None:
+        return await self._insert_family((record,))
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         store = self._store
         with store.lock:
-            existing = store.by_id.get(record.checkpoint_id)
+            existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
                 return existing.record.digest
-            workflow = store.workflows.get(record.workflow_name)
-            if workflow is None:
-                workflow = store.workflows[record.workflow_name] = _Workflow()
-            entry = _Entry(record, workflow.next_sequence)
-            workflow.next_sequence += 1
-            workflow.entries[record.checkpoint_id] = entry
-            store.by_id[record.checkpoint_id] = entry
+            for record in records[1:]:
+                if record.checkpoint_id in store.by_id:
+                    raise CheckpointConflictError(
+                        record.checkpoint_id,
+                        f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                        "is already stored; an embedded checkpoint needs an id of its own",
+                    )
+            for record in records:
+                workflow = store.workflows.get(record.workflow_name)
+                if workflow is None:
+                    workflow = store.workflows[record.workflow_name] = _Workflow()
+                entry = _Entry(record, workflow.next_sequence)
+                workflow.next_sequence += 1
+                (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
+                store.by_id[record.checkpoint_id] = entry
+                if record.container_id is not None:
+                    store.by_id[record.container_id].children.append(record.checkpoint_id)
         return None
-
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        entry = self._store.by_id.get(checkpoint_id)
-        return None if entry is None else entry.record.body
-
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        with self._store.lock:
-            workflow = self._store.workflows.get(workflow_name)
-            if workflow is None:
-                return None
-            for entry in reversed(workflow.entries.values()):
-                if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
-                    return StoredBody(entry.record.checkpoint_id, entry.record.body)
-        return None
-
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
-        return [
-            StoredBody(entry.record.checkpoint_id, entry.record.body)
-            for entry in self._entries(workflow_name, graph_signature_hash)
-        ]
-
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
-        return [entry.record.checkpoint_id for entry in self._entries(workflow_name, graph_signature_hash)]
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         store = self._store
         with store.lock:
-            entry = store.by_id.pop(checkpoint_id, None)
+            entry = store.by_id.get(checkpoint_id)
             if entry is None:
                 return False
-            workflow = store.workflows[entry.record.workflow_name]
-            del workflow.entries[checkpoint_id]
+            if entry.record.container_id is not None:
+                raise NestedCheckpointDeletionError(checkpoint_id, entry.record.container_id)
+            self._drop_family(entry)
             # The workflow (and its sequence counter) is kept even when empty: a later save must
             # still get a higher sequence than anything saved before.
         return True
@@ -118,6 +125,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             if entry is None:
                 return False
             old = entry.record
+            # The digest is kept: it records what was saved, so a re-save still compares contents.
             entry.record = CheckpointRecord(
                 old.checkpoint_id,
                 old.workflow_name,
@@ -125,23 +133,181 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 old.graph_signature_hash,
                 body,
                 old.digest,
+                old.container_id,
+                old.root_id,
+                old.position,
             )
         return True
 
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(workflow_name)
+            if workflow is None:
+                return 0
+            doomed = list(workflow.entries.values())
+            doomed = doomed[: max(0, len(doomed) - keep_last)]
+            for entry in doomed:
+                for dropped in self._drop_family(entry):
+                    store.tombstones[dropped] = workflow_name
+        return len(doomed)
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(workflow_name)
+            entries = list(workflow.entries.values()) if workflow is not None else []
+            for entry in entries:
+                self._drop_family(entry)
+            for pruned in [i for i, name in store.tombstones.items() if name == workflow_name]:
+                del store.tombstones[pruned]
+        return len(entries)
+
+    # ------------------------------------------------------------------ reads
+
+    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+        entry = self._store.by_id.get(checkpoint_id)
+        return None if entry is None else entry.record.body
+
+    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        store = self._store
+        with store.lock:
+            return {
+                entry.record.checkpoint_id: entry.record.body
+                for container_id in checkpoint_ids
+                if (container := store.by_id.get(container_id)) is not None
+                for entry in self._descendants(container)
+            }
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        with self._store.lock:
+            workflow = self._store.workflows.get(workflow_name)
+            if workflow is None:
+                return None
+            for entry in reversed(workflow.entries.values()):
+                if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
+                    return StoredBody(entry.record.checkpoint_id, entry.record.body)
+        return None
+
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        return [
+            StoredBody(entry.record.checkpoint_id, entry.record.body)
+            for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
+        ]
+
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        return [
+            entry.record.checkpoint_id
+            for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
+        ]
+
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        store = self._store
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        with store.lock:
+            current: CheckpointID | None = checkpoint_id
+            while current is not None and current not in links and len(links) < max_depth:
+                entry = store.by_id.get(current)
+                if entry is None:
+                    if current in store.tombstones:
+                        tombstones.add(current)
+                    break
+                links[current] = entry.record.previous_checkpoint_id
+                if with_bodies:
+                    bodies[current] = entry.record.body
+                    bodies.update((e.record.checkpoint_id, e.record.body) for e in self._descendants(entry))
+                current = entry.record.previous_checkpoint_id
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        with self._store.lock:
+            entry = self._store.by_id.get(checkpoint_id)
+            return None if entry is None else list(entry.children)
+
     async def _workflow_names(self) -> list[str]:
         with self._store.lock:
-            return [name for name, workflow in self._store.workflows.items() if workflow.entries]
+            return [name for name, workflow in self._store.workflows.items() if workflow]
 
-    def _entries(self, workflow_name: str, graph_signature_hash: str | None) -> list[_Entry]:
+    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        with self._store.lock:
+            entry = self._store.by_id.get(checkpoint_id)
+            return None if entry is None else _info(entry)
+
+    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        with self._store.lock:
+            return [
+                _info(entry)
+                for entry in self._store.by_id.values()
+                if workflow_name is None or entry.record.workflow_name == workflow_name
+            ]
+
+    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        with self._store.lock:
+            return [
+                pruned
+                for pruned, name in self._store.tombstones.items()
+                if workflow_name is None or name == workflow_name
+            ]
+
+    # ------------------------------------------------------------------ machinery (lock held)
+
+    def _entries(
+        self, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
+    ) -> list[_Entry]:
         with self._store.lock:
             workflow = self._store.workflows.get(workflow_name)
             if workflow is None:
                 return []
+            entries = list(workflow.entries.values())
+            if include_nested and workflow.nested:
+                entries = sorted([*entries, *workflow.nested.values()], key=lambda entry: entry.sequence)
             return [
                 entry
-                for entry in workflow.entries.values()
+                for entry in entries
                 if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash
             ]
+
+    def _descendants(self, entry: _Entry) -> list[_Entry]:
+        by_id = self._store.by_id
+        found: list[_Entry] = []
+        pending = list(entry.children)
+        while pending:
+            child = by_id.get(pending.pop())
+            if child is not None:
+                found.append(child)
+                pending.extend(child.children)
+        return found
+
+    def _drop_family(self, entry: _Entry) -> list[CheckpointID]:
+        """Remove a top-level entry and everything nested in it; returns the removed ids."""
+        store = self._store
+        dropped: list[CheckpointID] = []
+        for member in [entry, *self._descendants(entry)]:
+            record = member.record
+            del store.by_id[record.checkpoint_id]
+            workflow = store.workflows[record.workflow_name]
+            del (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id]
+            dropped.append(record.checkpoint_id)
+        return dropped
+
+
+def _info(entry: _Entry) -> CheckpointInfo:
+    record = entry.record
+    return CheckpointInfo(
+        checkpoint_id=record.checkpoint_id,
+        workflow_name=record.workflow_name,
+        previous_checkpoint_id=record.previous_checkpoint_id,
+        graph_signature_hash=record.graph_signature_hash,
+        container_id=record.container_id,
+        sequence=entry.sequence,
+        size=len(record.body),
+    )
 
 
 __all__ = ["InMemoryCheckpointStorage"]

@@ -14,28 +14,44 @@ Each handle owns one aiosqlite connection, and so one non-daemon thread, which k
 interpreter from exiting until it is closed: close handles with ``aclose()`` or ``async with``.
 Operations on one handle run one at a time; use more handles for more parallelism.
 
+Nested records are rows of the same table with ``container_id`` (the checkpoint whose body refers
+to them) and ``root_id`` (the top-level checkpoint they were saved with); a save inserts the whole
+family in its one transaction, and a delete removes every row whose root is the deleted id.
+Listing and latest read top-level rows only, through indexes that lead with ``nested``.
+
+The ancestry walk is one recursive CTE over the ``checkpoint_id`` primary key. It uses ``UNION``
+(not ``UNION ALL``) on (id, previous id) rows, so a cycle produces a repeated row that SQLite
+drops and the recursion ends by itself; ``LIMIT`` caps it at ``max_depth`` rows. The same
+statement returns the bodies of the walked rows and their nested rows, and whether a missing
+previous id is a tombstone: one round trip whatever the depth.
+
 The schema is versioned: ``schema_version`` holds the number of :data:`MIGRATIONS` applied, and
-opening a file applies the missing ones in one transaction. Planned later steps: a container id
-column for nested checkpoints and a tombstone table for pruned ancestors; the ancestry walk needs no
-schema change, it is one recursive CTE over the ``checkpoint_id`` primary key.
+opening a file applies the missing ones in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import aiosqlite
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
 from .codec import CheckpointCodec
-from .contract import Capability, CheckpointID
-from .errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
+from .contract import Capability, CheckpointID, CheckpointInfo
+from .errors import (
+    CheckpointConflictError,
+    NestedCheckpointDeletionError,
+    StorageClosedError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+)
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another connection's write lock before giving up."""
@@ -68,6 +84,28 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             ON checkpoints (workflow_name, graph_signature_hash, sequence)
         """,
     ),
+    # 2: nested records, tombstones of pruned records, top-level-only indexes.
+    (
+        "ALTER TABLE checkpoints ADD COLUMN nested INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE checkpoints ADD COLUMN container_id TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN root_id TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN position INTEGER NOT NULL DEFAULT 0",
+        "DROP INDEX checkpoints_by_signature",
+        "CREATE INDEX checkpoints_top_by_sequence ON checkpoints (workflow_name, nested, sequence)",
+        """
+        CREATE INDEX checkpoints_top_by_signature
+            ON checkpoints (workflow_name, nested, graph_signature_hash, sequence)
+        """,
+        "CREATE INDEX checkpoints_by_container ON checkpoints (container_id, position)",
+        "CREATE INDEX checkpoints_by_root ON checkpoints (root_id)",
+        """
+        CREATE TABLE tombstones (
+            checkpoint_id TEXT PRIMARY KEY NOT NULL,
+            workflow_name TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX tombstones_by_workflow ON tombstones (workflow_name)",
+    ),
 )
 """Schema migrations, applied in order; step ``n`` (1-based) brings the file to version ``n``.
 Append new steps, never edit old ones: files in the field are at every earlier version."""
@@ -99,10 +137,12 @@ _SELECT_DIGEST_AND_NEXT_SEQUENCE = """
         (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
         (SELECT next_sequence FROM workflows WHERE name = ?)
 """
+_SELECT_NEXT_SEQUENCE = "SELECT next_sequence FROM workflows WHERE name = ?"
 _INSERT_CHECKPOINT = """
     INSERT INTO checkpoints (
-        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body
-    ) VALUES (?, ?, ?, ?, ?, ?, ?)
+        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
+        nested, container_id, root_id, position
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _ADVANCE_SEQUENCE = """
     INSERT INTO workflows (name, next_sequence) VALUES (?, ?)
@@ -111,30 +151,111 @@ _ADVANCE_SEQUENCE = """
 _SELECT_BODY = "SELECT body FROM checkpoints WHERE checkpoint_id = ?"
 SELECT_LATEST = """
     SELECT checkpoint_id, body FROM checkpoints
-    WHERE workflow_name = ?
+    WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT 1
 """
 SELECT_LATEST_WITH_SIGNATURE = """
     SELECT checkpoint_id, body FROM checkpoints
-    WHERE workflow_name = ? AND graph_signature_hash = ?
+    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
     ORDER BY sequence DESC LIMIT 1
 """
-_SELECT_BODIES = "SELECT checkpoint_id, body FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_BODIES = """
+    SELECT checkpoint_id, body FROM checkpoints WHERE workflow_name = ? AND nested = 0 ORDER BY sequence
+"""
 _SELECT_BODIES_WITH_SIGNATURE = """
+    SELECT checkpoint_id, body FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+_SELECT_ALL_BODIES = "SELECT checkpoint_id, body FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_ALL_BODIES_WITH_SIGNATURE = """
     SELECT checkpoint_id, body FROM checkpoints
     WHERE workflow_name = ? AND graph_signature_hash = ?
     ORDER BY sequence
 """
-_SELECT_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0 ORDER BY sequence"
 _SELECT_IDS_WITH_SIGNATURE = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+_SELECT_ALL_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_ALL_IDS_WITH_SIGNATURE = """
     SELECT checkpoint_id FROM checkpoints
     WHERE workflow_name = ? AND graph_signature_hash = ?
     ORDER BY sequence
 """
+_SELECT_CONTAINER = "SELECT container_id FROM checkpoints WHERE checkpoint_id = ?"
 # The workflow row is kept: its counter must outlive its checkpoints.
-_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE checkpoint_id = ?"
+_DELETE_FAMILY = "DELETE FROM checkpoints WHERE checkpoint_id = ? OR root_id = ?"
 _UPDATE_BODY = "UPDATE checkpoints SET body = ?, digest = ? WHERE checkpoint_id = ?"
-_SELECT_WORKFLOW_NAMES = "SELECT DISTINCT workflow_name FROM checkpoints"
+_SELECT_WORKFLOW_NAMES = "SELECT DISTINCT workflow_name FROM checkpoints WHERE nested = 0"
+# Nested rows of the given containers, at any depth: everything saved with the same root.
+_SELECT_NESTED_BODIES = """
+    SELECT nested.checkpoint_id, nested.body
+    FROM checkpoints AS container
+    JOIN checkpoints AS nested ON nested.root_id = coalesce(container.root_id, container.checkpoint_id)
+    WHERE container.checkpoint_id IN (SELECT value FROM json_each(?))
+"""
+_SELECT_CHILDREN = """
+    SELECT
+        EXISTS (SELECT 1 FROM checkpoints WHERE checkpoint_id = :id),
+        (SELECT json_group_array(checkpoint_id) FROM (
+            SELECT checkpoint_id FROM checkpoints WHERE container_id = :id ORDER BY position
+        ))
+"""
+# UNION drops a repeated (id, previous) row, which ends the recursion on a cycle.
+_WALK = """
+    WITH RECURSIVE walk (checkpoint_id, previous_checkpoint_id) AS (
+        SELECT checkpoint_id, previous_checkpoint_id FROM checkpoints WHERE checkpoint_id = :start
+        UNION
+        SELECT c.checkpoint_id, c.previous_checkpoint_id
+        FROM walk JOIN checkpoints AS c ON c.checkpoint_id = walk.previous_checkpoint_id
+        LIMIT :max_depth
+    )
+"""
+# Both walks are constant SQL: the CTE is shared text, not input.
+WALK_IDS = (
+    _WALK  # noqa: S608
+    + """
+    SELECT walk.checkpoint_id, walk.previous_checkpoint_id,
+        EXISTS (SELECT 1 FROM tombstones WHERE checkpoint_id = walk.previous_checkpoint_id)
+    FROM walk
+"""
+)
+WALK_WITH_BODIES = (
+    _WALK  # noqa: S608
+    + """
+    SELECT walk.checkpoint_id, walk.previous_checkpoint_id,
+        EXISTS (SELECT 1 FROM tombstones WHERE checkpoint_id = walk.previous_checkpoint_id), c.body, 1
+    FROM walk JOIN checkpoints AS c ON c.checkpoint_id = walk.checkpoint_id
+    UNION ALL
+    SELECT nested.checkpoint_id, NULL, 0, nested.body, 0
+    FROM walk
+    JOIN checkpoints AS c ON c.checkpoint_id = walk.checkpoint_id
+    JOIN checkpoints AS nested ON nested.root_id = coalesce(c.root_id, c.checkpoint_id)
+"""
+)
+_SELECT_PRUNED = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0
+    ORDER BY sequence DESC LIMIT -1 OFFSET ?
+"""
+_TOMBSTONE_FAMILY = """
+    INSERT OR IGNORE INTO tombstones (checkpoint_id, workflow_name)
+    SELECT checkpoint_id, ? FROM checkpoints WHERE checkpoint_id = ? OR root_id = ?
+"""
+_SELECT_TOP_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0"
+_DELETE_TOMBSTONES = "DELETE FROM tombstones WHERE workflow_name = ?"
+_SELECT_ALL_INFO = """
+    SELECT checkpoint_id, workflow_name, previous_checkpoint_id, graph_signature_hash, container_id,
+        sequence, length(body)
+    FROM checkpoints
+"""
+_SELECT_INFO = _SELECT_ALL_INFO + " WHERE checkpoint_id = ?"
+_SELECT_WORKFLOW_INFO = _SELECT_ALL_INFO + " WHERE workflow_name = ?"
+_SELECT_TOMBSTONES = "SELECT checkpoint_id FROM tombstones"
+_SELECT_WORKFLOW_TOMBSTONES = "SELECT checkpoint_id FROM tombstones WHERE workflow_name = ?"
 
 
 class SQLiteCheckpointStorage(BaseCheckpointStorage):
@@ -143,8 +264,12 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
     capabilities = frozenset(
         {
             Capability.SIGNATURE_FILTER,
+            Capability.ANCESTRY,
+            Capability.NESTED,
+            Capability.PRUNE,
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
+            Capability.INSPECT,
             Capability.SHARED,
             Capability.DURABLE,
         }
@@ -273,35 +398,52 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
     # ------------------------------------------------------------------ primitives
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
+        return await self._insert_family((record,))
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        top = records[0]
         async with self._write("save") as connection:
             rows = list(
                 await connection.execute_fetchall(
-                    _SELECT_DIGEST_AND_NEXT_SEQUENCE, (record.checkpoint_id, record.workflow_name)
+                    _SELECT_DIGEST_AND_NEXT_SEQUENCE, (top.checkpoint_id, top.workflow_name)
                 )
             )
             existing_digest, next_sequence = rows[0]
             if existing_digest is not None:
                 return str(existing_digest)
-            sequence = 1 if next_sequence is None else int(next_sequence)
-            await connection.execute(
-                _INSERT_CHECKPOINT,
-                (
-                    record.checkpoint_id,
-                    record.workflow_name,
-                    sequence,
-                    record.previous_checkpoint_id,
-                    record.graph_signature_hash,
-                    record.digest,
-                    record.body,
-                ),
-            )
-            await connection.execute(_ADVANCE_SEQUENCE, (record.workflow_name, sequence + 1))
+            sequences: dict[str, int] = {
+                top.workflow_name: 1 if next_sequence is None else int(next_sequence)
+            }
+            for record in records:
+                if record.workflow_name not in sequences:
+                    found = list(
+                        await connection.execute_fetchall(_SELECT_NEXT_SEQUENCE, (record.workflow_name,))
+                    )
+                    sequences[record.workflow_name] = int(found[0][0]) if found else 1
+                sequence = sequences[record.workflow_name]
+                sequences[record.workflow_name] = sequence + 1
+                try:
+                    await connection.execute(_INSERT_CHECKPOINT, _row(record, sequence))
+                except sqlite3.IntegrityError as exc:
+                    # The transaction rolls back: none of the family is written.
+                    raise CheckpointConflictError(
+                        record.checkpoint_id,
+                        f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                        "is already stored; an embedded checkpoint needs an id of its own",
+                    ) from exc
+            await connection.executemany(_ADVANCE_SEQUENCE, list(sequences.items()))
         return None
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         async with self._connected("load") as connection:
             rows = list(await connection.execute_fetchall(_SELECT_BODY, (checkpoint_id,)))
         return bytes(rows[0][0]) if rows else None
+
+    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        ids = json.dumps(list(dict.fromkeys(checkpoint_ids)))
+        async with self._connected("load") as connection:
+            rows = await connection.execute_fetchall(_SELECT_NESTED_BODIES, (ids,))
+        return {str(row[0]): bytes(row[1]) for row in rows}
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         query, parameters = _query_for(
@@ -311,17 +453,29 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             rows = list(await connection.execute_fetchall(query, parameters))
         return StoredBody(str(rows[0][0]), bytes(rows[0][1])) if rows else None
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
-        query, parameters = _query_for(
-            _SELECT_BODIES, _SELECT_BODIES_WITH_SIGNATURE, workflow_name, graph_signature_hash
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        query, parameters = (
+            _query_for(
+                _SELECT_ALL_BODIES, _SELECT_ALL_BODIES_WITH_SIGNATURE, workflow_name, graph_signature_hash
+            )
+            if include_nested
+            else _query_for(
+                _SELECT_BODIES, _SELECT_BODIES_WITH_SIGNATURE, workflow_name, graph_signature_hash
+            )
         )
         async with self._connected("list_checkpoints") as connection:
             rows = await connection.execute_fetchall(query, parameters)
         return [StoredBody(str(row[0]), bytes(row[1])) for row in rows]
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
-        query, parameters = _query_for(
-            _SELECT_IDS, _SELECT_IDS_WITH_SIGNATURE, workflow_name, graph_signature_hash
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        query, parameters = (
+            _query_for(_SELECT_ALL_IDS, _SELECT_ALL_IDS_WITH_SIGNATURE, workflow_name, graph_signature_hash)
+            if include_nested
+            else _query_for(_SELECT_IDS, _SELECT_IDS_WITH_SIGNATURE, workflow_name, graph_signature_hash)
         )
         async with self._connected("list_checkpoint_ids") as connection:
             rows = await connection.execute_fetchall(query, parameters)
@@ -329,17 +483,94 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         async with self._write("delete") as connection:
-            cursor = await connection.execute(_DELETE_CHECKPOINT, (checkpoint_id,))
-            return cursor.rowcount > 0
+            rows = list(await connection.execute_fetchall(_SELECT_CONTAINER, (checkpoint_id,)))
+            if not rows:
+                return False
+            container_id = rows[0][0]
+            if container_id is not None:
+                raise NestedCheckpointDeletionError(checkpoint_id, str(container_id))
+            await connection.execute(_DELETE_FAMILY, (checkpoint_id, checkpoint_id))
+        return True
 
     async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         async with self._write("write_raw_body") as connection:
             cursor = await connection.execute(_UPDATE_BODY, (body, digest, checkpoint_id))
             return cursor.rowcount > 0
 
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        parameters = {"start": checkpoint_id, "max_depth": max_depth}
+        async with self._connected("walk_ancestry") as connection:
+            rows = await connection.execute_fetchall(
+                WALK_WITH_BODIES if with_bodies else WALK_IDS, parameters
+            )
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        for row in rows:
+            row_id = str(row[0])
+            if with_bodies:
+                bodies[row_id] = bytes(row[3])
+                if not row[4]:
+                    continue  # a row nested in a walked one: its body only
+            previous = None if row[1] is None else str(row[1])
+            links[row_id] = previous
+            if row[2] and previous is not None:
+                tombstones.add(previous)
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        async with self._connected("list_nested") as connection:
+            rows = list(await connection.execute_fetchall(_SELECT_CHILDREN, {"id": checkpoint_id}))
+        exists, children = rows[0]
+        if not exists:
+            return None
+        return [str(child) for child in json.loads(children)]
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        async with self._write("prune") as connection:
+            doomed = [
+                str(row[0])
+                for row in await connection.execute_fetchall(_SELECT_PRUNED, (workflow_name, keep_last))
+            ]
+            await connection.executemany(
+                _TOMBSTONE_FAMILY, [(workflow_name, doomed_id, doomed_id) for doomed_id in doomed]
+            )
+            await connection.executemany(_DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
+        return len(doomed)
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        async with self._write("delete_workflow") as connection:
+            doomed = [
+                str(row[0]) for row in await connection.execute_fetchall(_SELECT_TOP_IDS, (workflow_name,))
+            ]
+            await connection.executemany(_DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
+            await connection.execute(_DELETE_TOMBSTONES, (workflow_name,))
+        return len(doomed)
+
     async def _workflow_names(self) -> list[str]:
         async with self._connected("list_workflows") as connection:
             rows = await connection.execute_fetchall(_SELECT_WORKFLOW_NAMES)
+        return [str(row[0]) for row in rows]
+
+    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        async with self._connected("checkpoint_info") as connection:
+            rows = list(await connection.execute_fetchall(_SELECT_INFO, (checkpoint_id,)))
+        return _info(rows[0]) if rows else None
+
+    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        async with self._connected("list_records") as connection:
+            if workflow_name is None:
+                rows = await connection.execute_fetchall(_SELECT_ALL_INFO)
+            else:
+                rows = await connection.execute_fetchall(_SELECT_WORKFLOW_INFO, (workflow_name,))
+        return [_info(row) for row in rows]
+
+    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        async with self._connected("list_tombstones") as connection:
+            if workflow_name is None:
+                rows = await connection.execute_fetchall(_SELECT_TOMBSTONES)
+            else:
+                rows = await connection.execute_fetchall(_SELECT_WORKFLOW_TOMBSTONES, (workflow_name,))
         return [str(row[0]) for row in rows]
 
     # ------------------------------------------------------------------ machinery
@@ -381,6 +612,35 @@ async def _immediate_transaction(connection: aiosqlite.Connection) -> AsyncItera
         with contextlib.suppress(sqlite3.Error):  # fails only when no transaction is open
             await connection.execute("ROLLBACK")
         raise
+
+
+def _row(record: CheckpointRecord, sequence: int) -> tuple[object, ...]:
+    return (
+        record.checkpoint_id,
+        record.workflow_name,
+        sequence,
+        record.previous_checkpoint_id,
+        record.graph_signature_hash,
+        record.digest,
+        record.body,
+        1 if record.nested else 0,
+        record.container_id,
+        record.root_id,
+        record.position,
+    )
+
+
+def _info(row: Iterable[object]) -> CheckpointInfo:
+    checkpoint_id, workflow_name, previous_id, signature, container_id, sequence, size = row
+    return CheckpointInfo(
+        checkpoint_id=str(checkpoint_id),
+        workflow_name=str(workflow_name),
+        previous_checkpoint_id=None if previous_id is None else str(previous_id),
+        graph_signature_hash=str(signature),
+        container_id=None if container_id is None else str(container_id),
+        sequence=int(str(sequence)),
+        size=int(str(size)),
+    )
 
 
 def _query_for(

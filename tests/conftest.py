@@ -9,6 +9,8 @@ import enum
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,37 @@ import pytest
 
 from storages import BaseCheckpointStorage, open_storage
 
-BACKENDS = ("memory", "sqlite")
+StorageMaker = Callable[[], BaseCheckpointStorage]
+"""Returns a new, unopened handle on one fresh store; every call reaches the same store."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A backend the shared tests run on: how to bring up a fresh store for one test."""
+
+    marker: str
+    """The pytest mark (and tox environment) its tests run under."""
+    fresh_store: Callable[[Path], AbstractAsyncContextManager[StorageMaker]]
+
+
+@asynccontextmanager
+async def _url_store(url: str) -> AsyncIterator[StorageMaker]:
+    root = open_storage(url)
+    try:
+        yield root.new_handle
+    finally:
+        await root.aclose()
+
+
+# Each backend's tests add their entries here (one line each), in report order.
+BACKENDS: dict[str, Backend] = {
+    "memory": Backend("memory", lambda directory: _url_store("memory://")),
+    # directory is absolute, so this is sqlite:////abs/path
+    "sqlite": Backend("sqlite", lambda directory: _url_store(f"sqlite:///{directory}/t.db")),
+}
+
+URL_BACKENDS = ("memory", "sqlite")
+"""Backends the ``storage_url`` fixture covers (stores reachable by URL alone)."""
 
 
 def backend_url(backend: str, directory: Path) -> str:
@@ -25,20 +57,27 @@ def backend_url(backend: str, directory: Path) -> str:
     if backend == "memory":
         return "memory://"
     if backend == "sqlite":
-        return f"sqlite:///{directory}/t.db"  # directory is absolute: sqlite:////abs/path
+        return f"sqlite:///{directory}/t.db"
     raise ValueError(f"unknown backend {backend!r}")
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=URL_BACKENDS)
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of a fresh, empty store, once per built-in backend."""
+    """A URL of a fresh, empty store, once per URL-reachable backend."""
     return backend_url(request.param, tmp_path)
 
 
+@pytest.fixture(params=list(BACKENDS))
+async def storage_maker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StorageMaker]:
+    """Makes handles on one fresh store, once per backend; the store is torn down afterwards."""
+    async with BACKENDS[request.param].fresh_store(tmp_path) as maker:
+        yield maker
+
+
 @pytest.fixture
-async def storage(storage_url: str) -> AsyncIterator[BaseCheckpointStorage]:
-    """An open storage on ``storage_url``, closed after the test."""
-    async with open_storage(storage_url) as opened:
+async def storage(storage_maker: StorageMaker) -> AsyncIterator[BaseCheckpointStorage]:
+    """An open storage on a fresh store of each backend, closed after the test."""
+    async with storage_maker() as opened:
         yield opened
 
 
@@ -113,9 +152,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     parametrised tests by their ``storage_url`` backend, backend modules by their own mark."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        backend = callspec.params.get("storage_url") if callspec is not None else None
+        if callspec is None:
+            continue
+        backend = callspec.params.get("storage_maker", callspec.params.get("storage_url"))
         if backend in BACKENDS:
-            item.add_marker(getattr(pytest.mark, backend))
+            item.add_marker(getattr(pytest.mark, BACKENDS[backend].marker))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -475,8 +475,12 @@ async def test_capabilities_are_declared_as_a_frozenset_of_capability(storage: B
 def test_memory_declares_exactly_what_it_implements() -> None:
     assert InMemoryCheckpointStorage.capabilities == {
         Capability.SIGNATURE_FILTER,
+        Capability.ANCESTRY,
+        Capability.NESTED,
+        Capability.PRUNE,
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
+        Capability.INSPECT,
         Capability.SHARED,
     }
 

@@ -27,6 +27,7 @@ from storages import (
     InvalidCheckpointError,
     InvalidCheckpointIdError,
     MissingDependencyError,
+    NestedCheckpointDeletionError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -45,6 +46,10 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),
     UnserializableValueError("pkg:Thing", "checkpoint.state['a']", "not registered"),
     CheckpointConflictError("cp-1"),
+    CheckpointConflictError(
+        "cp-2", "embedded in checkpoint 'cp-1', but a record with this id is already stored"
+    ),
+    NestedCheckpointDeletionError("cp-2", "cp-1"),
     GraphSignatureMismatchError("cp-1", "expected-sig", "actual-sig"),
     UnsupportedOperationError("memory://", "prune", "prune"),
     StorageUnavailableError("save", "connection refused"),

@@ -179,8 +179,8 @@ async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
 @pytest.mark.parametrize(
     ("sql", "parameters", "index"),
     [
-        (SELECT_LATEST, ("wf",), "checkpoints_by_sequence"),
-        (SELECT_LATEST_WITH_SIGNATURE, ("wf", "sig"), "checkpoints_by_signature"),
+        (SELECT_LATEST, ("wf",), "checkpoints_top_by_sequence"),
+        (SELECT_LATEST_WITH_SIGNATURE, ("wf", "sig"), "checkpoints_top_by_signature"),
     ],
 )
 async def test_latest_is_one_indexed_search(

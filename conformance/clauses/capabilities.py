@@ -310,6 +310,51 @@ async def raw_access(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "capabilities.inspect",
+    "Declared: checkpoint_info/list_records/list_tombstones describe stored records; undeclared: refused.",
+)
+async def inspect(ctx: ClauseContext) -> None:
+    saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
+    workflow_name = saved[0].workflow_name
+    newest = saved[-1]
+    if not ctx.has(Capability.INSPECT):
+        await expect_refused(ctx, Capability.INSPECT, "checkpoint_info", newest.checkpoint_id)
+        await expect_refused(ctx, Capability.INSPECT, "list_records", workflow_name=workflow_name)
+        await expect_refused(ctx, Capability.INSPECT, "list_tombstones", workflow_name=workflow_name)
+        return
+    info = await ctx.storage.checkpoint_info(newest.checkpoint_id)
+    ensure(info is not None, f"checkpoint_info({newest.checkpoint_id!r}) of a saved checkpoint returned None")
+    described = (
+        info.checkpoint_id,
+        info.workflow_name,
+        info.previous_checkpoint_id,
+        info.graph_signature_hash,
+    )
+    ensure_equal(
+        described,
+        (newest.checkpoint_id, workflow_name, saved[0].checkpoint_id, newest.graph_signature_hash),
+        f"checkpoint_info({newest.checkpoint_id!r}): id, workflow, previous id, signature",
+    )
+    ensure(
+        info.container_id is None,
+        f"checkpoint_info of a top-level checkpoint names container {info.container_id!r}",
+    )
+    ensure(info.size > 0, f"checkpoint_info({newest.checkpoint_id!r}).size is {info.size!r}")
+    records = await ctx.storage.list_records(workflow_name=workflow_name)
+    ensure_equal(
+        [r.checkpoint_id for r in records], _ids(saved), f"list_records(workflow_name={workflow_name!r}) ids"
+    )
+    ensure(
+        records[0].sequence < records[1].sequence,
+        f"list_records sequences {[r.sequence for r in records]} do not rise in commit order",
+    )
+    tombstones = await ctx.storage.list_tombstones(workflow_name=workflow_name)
+    ensure_equal(tombstones, [], f"list_tombstones of never-pruned workflow {workflow_name!r}")
+    unknown = await ctx.storage.checkpoint_info(f"missing-{workflow_name}")
+    ensure(unknown is None, f"checkpoint_info of an unknown id returned {_show(unknown)}, not None")
+
+
+@clause(
     "capabilities.declared_members",
     "The capabilities attribute is a set of Capability members or their string values, nothing else.",
 )

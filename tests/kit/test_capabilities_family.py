@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
 import pytest
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.contract import OPERATION_CAPABILITIES, AncestryEnd, AncestryWalk, Capability
+from storages.contract import OPERATION_CAPABILITIES, AncestryEnd, AncestryWalk, Capability, CheckpointInfo
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
@@ -61,6 +62,8 @@ class IgnoresSignatureFilter(InMemoryCheckpointStorage):
 class SilentPrune(InMemoryCheckpointStorage):
     """Does not declare prune, yet prune() and delete_workflow() quietly return 0."""
 
+    capabilities = MEMORY_CAPABILITIES - {Capability.PRUNE}
+
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
         return 0
 
@@ -75,6 +78,23 @@ class UndeclaredRawAccess(InMemoryCheckpointStorage):
 
     async def read_raw_body(self, checkpoint_id: str) -> bytes | None:
         return await self._get(checkpoint_id)
+
+
+class UndeclaredInspect(InMemoryCheckpointStorage):
+    """Describes records without declaring inspect."""
+
+    capabilities = MEMORY_CAPABILITIES - {Capability.INSPECT}
+
+    async def checkpoint_info(self, checkpoint_id: str) -> CheckpointInfo | None:
+        return await self._info(checkpoint_id)
+
+
+class HollowInspect(InMemoryCheckpointStorage):
+    """Declares inspect but describes every record as top-level with no previous id."""
+
+    async def _info(self, checkpoint_id: str) -> CheckpointInfo | None:
+        info = await super()._info(checkpoint_id)
+        return None if info is None else dataclasses.replace(info, previous_checkpoint_id=None)
 
 
 class UndeclaredTtl(InMemoryCheckpointStorage):
@@ -171,6 +191,15 @@ def test_undeclared_operations_that_return_quietly_are_caught() -> None:
     raw = run_family(UndeclaredRawAccess)
     assert failed(raw) == {"capabilities.raw_access"}
     assert "read_raw_body" in raw.result("capabilities.raw_access").message
+    inspect = run_family(UndeclaredInspect)
+    assert failed(inspect) == {"capabilities.inspect"}
+    assert "checkpoint_info" in inspect.result("capabilities.inspect").message
+
+
+def test_inspect_describing_the_wrong_previous_id_is_caught() -> None:
+    backend = run_family(HollowInspect)
+    assert failed(backend) == {"capabilities.inspect"}
+    assert "previous id" in backend.result("capabilities.inspect").message
 
 
 def test_the_targets_declaration_is_what_counts() -> None:

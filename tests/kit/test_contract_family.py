@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -27,15 +28,15 @@ def run_family(subject: Any, **target: Any) -> BackendReport:
 class OverwritesOnConflict(InMemoryCheckpointStorage):
     """Saving an existing id with new content replaces the stored body (last writer wins)."""
 
-    async def _check_same_content(self, record: CheckpointRecord) -> None:
-        await self._overwrite_body(record.checkpoint_id, record.body, record.digest)
+    async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
+        await self._overwrite_body(records[0].checkpoint_id, records[0].body, records[0].digest)
 
 
 class ConflictIsValueError(InMemoryCheckpointStorage):
     """Refuses a conflicting save, but with a ValueError MAF's runner does not catch."""
 
-    async def _check_same_content(self, record: CheckpointRecord) -> None:
-        raise ValueError(f"{record.checkpoint_id} exists")
+    async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
+        raise ValueError(f"{records[0].checkpoint_id} exists")
 
 
 class DeleteAlwaysTrue(InMemoryCheckpointStorage):
@@ -49,7 +50,9 @@ class DeleteAlwaysTrue(InMemoryCheckpointStorage):
 class ListsNewestFirst(InMemoryCheckpointStorage):
     """list_checkpoints() returns newest first while list_checkpoint_ids() returns oldest first."""
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[StoredBody]:
         return list(reversed(await super()._list(workflow_name, graph_signature_hash)))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from conformance import BackendReport, Outcome, all_clauses
@@ -65,8 +66,13 @@ class LoadReturnsDefault(InMemoryCheckpointStorage):
 class TrustsAnyBody(InMemoryCheckpointStorage):
     """Decodes whatever body sits under an id without checking it belongs to that id."""
 
-    def _decode(self, stored: StoredBody, workflow_name: str | None = None) -> Any:
-        return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id)
+    def _decode(
+        self,
+        stored: StoredBody,
+        workflow_name: str | None = None,
+        nested: Mapping[str, bytes] | None = None,
+    ) -> Any:
+        return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
 
 
 class HidesDamagedIds(InMemoryCheckpointStorage):

@@ -57,12 +57,12 @@ class JsonState(InMemoryCheckpointStorage):
 class AcceptsUnencodable(InMemoryCheckpointStorage):
     """Stores the repr of values it cannot encode instead of refusing the save."""
 
-    def _record_for(self, checkpoint: Any) -> CheckpointRecord:
+    def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
         try:
-            return super()._record_for(checkpoint)
+            return super()._records_for(checkpoint)
         except UnserializableValueError:
             state = json.loads(json.dumps(_jsonable(checkpoint.state)))
-            return super()._record_for(dataclasses.replace(checkpoint, state=state))
+            return super()._records_for(dataclasses.replace(checkpoint, state=state))
 
 
 class StripsSignature(InMemoryCheckpointStorage):
