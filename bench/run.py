@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # run as ``python bench/run.py``: make ``bench`` 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench.ancestry_bench import ancestry_table, run_ancestry
 from bench.codec_bench import run_codec
 from bench.measure import Budget
 from bench.report import TIMES, all_tables, conclusions
@@ -159,6 +160,9 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         results["storages"]["sqlite_settings"] = await sqlite_settings()
     for table in all_tables(results)[1:]:
         console.print(table.to_rich())
+    with progress:
+        results["ancestry"] = await run_ancestry(budget, progress)
+    console.print(ancestry_table(results["ancestry"]).to_rich())
     return results
 
 
@@ -224,6 +228,18 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
         lines += [f"Not measured: {key} ({reason})." for key, reason in storages["skipped"].items()] + [""]
     for table in all_tables(results):
         lines += [f"## {table.title}", "", table.to_markdown(), ""]
+    if "ancestry" in results:
+        lines += [
+            f"## {ancestry_table(results['ancestry']).title}",
+            "",
+            f"A chain of {results['ancestry']['depth']:,} checkpoints of the benchmark shape, chained by "
+            "previous id. `walk_ancestry_ids` returns the ids only (no body decoded); `walk_ancestry` "
+            "decodes every checkpoint; the last column walks the same chain the way a caller without a "
+            "walk must: `load`, read `previous_checkpoint_id`, repeat. MAF's storages have no walk.",
+            "",
+            ancestry_table(results["ancestry"]).to_markdown(),
+            "",
+        ]
     lines += ["## Conclusions from this run", ""]
     lines += [f"- {statement}" for statement in conclusions(results)]
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ from .clause import (
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report
 from .runner import avalidate, avalidate_target, run_clause, validate
+from .scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
 from .target import StorageTarget, target_from_url
 
 __all__ = [
@@ -35,8 +36,14 @@ __all__ = [
     "ClauseContext",
     "ClauseFailure",
     "ClauseResult",
+    "ChildStorageMode",
+    "GraphChange",
     "Outcome",
     "Report",
+    "RunObservation",
+    "RunnerProfile",
+    "Scenario",
+    "ScenarioRunner",
     "StorageTarget",
     "all_clauses",
     "avalidate",

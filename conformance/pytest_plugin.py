@@ -40,6 +40,8 @@ import pytest
 from storages.contract import Capability, WorkflowCheckpoint
 
 from .clause import Clause, select_clauses
+from .faults import FaultInjector
+from .scenario import RunnerProfile
 from .report import ClauseResult, Outcome
 from .runner import run_clause
 from .target import StorageTarget
@@ -58,6 +60,10 @@ class CheckpointStorageConformance:
     """Clause ids or family names to run; None runs every clause."""
     capabilities: ClassVar[frozenset[Capability] | None] = None
     """Overrides the storage's declared ``capabilities``."""
+    faults: ClassVar[FaultInjector | None] = None
+    """Breaks the backend on purpose for the ``faults`` family; without one those clauses skip."""
+    runner: ClassVar[RunnerProfile | None] = None
+    """The runner the ``runner`` family drives; None is the kit's reference scenario driver."""
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize ``test_clause`` with the selected clauses (pytest calls this per class)."""
@@ -82,6 +88,8 @@ class CheckpointStorageConformance:
             expected_failures=dict(self.expected_failures),
             checkpoint_class=self.checkpoint_class,
             capabilities=self.capabilities,
+            faults=self.faults,
+            runner=self.runner,
         )
         report_outcome(await run_clause(conformance_clause, target))
 

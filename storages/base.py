@@ -40,6 +40,10 @@ from .errors import (
 DEFAULT_MAX_DEPTH = 100_000
 """Ancestry walks stop here unless asked otherwise; deeper chains report DEPTH_LIMIT."""
 
+_LARGEST_BACKEND_INT = 2**63 - 1
+"""max_depth and keep_last are clamped to this before they reach a primitive: a larger int means
+"no limit" all the same, and would overflow a 64-bit database integer (SQLite's, for one)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:
@@ -228,7 +232,7 @@ class BaseCheckpointStorage(abc.ABC):
         validate_identifier(checkpoint_id, "checkpoint_id")
         _check_max_depth(max_depth)
         await self._ready("walk_ancestry")
-        records = await self._walk(checkpoint_id, max_depth, with_bodies=True)
+        records = await self._walk(checkpoint_id, min(max_depth, _LARGEST_BACKEND_INT), with_bodies=True)
         ids = _assemble_walk(checkpoint_id, records, max_depth)
         items: list[Any] = []
         for item_id in ids.items:
@@ -246,7 +250,7 @@ class BaseCheckpointStorage(abc.ABC):
         validate_identifier(checkpoint_id, "checkpoint_id")
         _check_max_depth(max_depth)
         await self._ready("walk_ancestry_ids")
-        records = await self._walk(checkpoint_id, max_depth, with_bodies=False)
+        records = await self._walk(checkpoint_id, min(max_depth, _LARGEST_BACKEND_INT), with_bodies=False)
         return _assemble_walk(checkpoint_id, records, max_depth)
 
     async def list_nested(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
@@ -269,7 +273,7 @@ class BaseCheckpointStorage(abc.ABC):
                 f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
             )
         await self._ready("prune")
-        return await self._prune(workflow_name, keep_last)
+        return await self._prune(workflow_name, min(keep_last, _LARGEST_BACKEND_INT))
 
     async def delete_workflow(self, *, workflow_name: str) -> int:
         """Delete every checkpoint of a workflow, their nested records and the workflow's

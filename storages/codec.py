@@ -156,6 +156,8 @@ class _NestedResolver:
     """State of one decode: the nested bodies it may use and what it already built from them."""
 
     bodies: Mapping[str, bytes]
+    given: bool
+    """False when the caller passed no nested records at all."""
     decoded: dict[str, Any] = dataclasses.field(default_factory=dict)
     in_progress: set[str] = dataclasses.field(default_factory=set)
 
@@ -196,6 +198,12 @@ class CheckpointCodec:
         self._checkpoint_classes: dict[str, type[Any]] = {_NATIVE_CHECKPOINT_TAG: WorkflowCheckpoint}
         for cls in checkpoint_classes:
             self.register_checkpoint_class(cls)
+        from .maf import maf_available, register_maf_types
+
+        if maf_available():
+            # MAF's runner stores its own messages and events in every checkpoint; a codec that
+            # refused them would make MAF drop checkpoints with nothing but a logged warning.
+            register_maf_types(self)
         for ref in allowed_types:
             self.register(ref)
         self._compress_threshold = compress_threshold
@@ -280,6 +288,15 @@ class CheckpointCodec:
         self._checkpoint_classes[tag] = cls
         self._encoders[cls] = self._encode_checkpoint_ext
 
+    def _runner_registration(self, key: str) -> _Registration | None:
+        """Allow a type the application registered with MAF's ``register_checkpoint_type``."""
+        from .maf import runner_registered_type_keys
+
+        if key not in runner_registered_type_keys():
+            return None
+        self.register(key)
+        return self._by_key[key]
+
     @property
     def allowed_type_keys(self) -> frozenset[str]:
         return frozenset(self._by_key)
@@ -328,7 +345,7 @@ class CheckpointCodec:
         written by :meth:`encode_checkpoint_tree`; it may hold more than this body needs.
         """
         payload = self._unframe(body, checkpoint_id)
-        resolver = _NestedResolver(nested or {})
+        resolver = _NestedResolver(nested or {}, given=nested is not None)
         token = _RESOLVER.set(resolver)
         try:
             wire = self._decoder.decode(payload)
@@ -582,7 +599,7 @@ class CheckpointCodec:
     def _encoder_for(self, cls: type[Any], value: Any) -> Callable[[Any], Any]:
         if self._checkpoint_tag(cls) is not None:
             return self._encode_checkpoint_ext
-        registration = self._by_key.get(type_key(cls))
+        registration = self._by_key.get(type_key(cls)) or self._runner_registration(type_key(cls))
         if registration is None:
             raise _Unencodable(value, self._unregistered_hint(cls))
         if registration.cls is None:
@@ -656,7 +673,7 @@ class CheckpointCodec:
         return decode(self._decoder.decode(data))
 
     def _registered_class(self, key: str) -> tuple[type[Any], _Registration]:
-        registration = self._by_key.get(key)
+        registration = self._by_key.get(key) or self._runner_registration(key)
         if registration is None:
             raise _Undecodable(f"type {key!r} is not registered with this storage's codec")
         return registration.resolve(), registration
@@ -701,7 +718,7 @@ class CheckpointCodec:
         resolver = _RESOLVER.get()
         if not isinstance(checkpoint_id, str):
             raise _Undecodable("a nested checkpoint reference is not a str id")
-        if resolver is None:
+        if resolver is None or not resolver.given:
             raise _Undecodable(
                 f"it refers to embedded checkpoint {checkpoint_id!r} but was read without its nested records"
             )

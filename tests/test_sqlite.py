@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import sqlite3
 import subprocess
@@ -11,10 +12,13 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from storages import (
+    AncestryEnd,
+    CheckpointCodec,
     CheckpointConflictError,
     StorageClosedError,
     StorageConfigurationError,
@@ -22,10 +26,13 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
+from storages.base import body_digest
 from storages.sqlite import (
+    MIGRATIONS,
     SCHEMA_VERSION,
     SELECT_LATEST,
     SELECT_LATEST_WITH_SIGNATURE,
+    WALK_IDS,
     SQLiteCheckpointStorage,
 )
 
@@ -444,3 +451,142 @@ async def test_cancelled_save_leaves_no_transaction_open(db_path: Path) -> None:
         with write_lock_held(db_path):  # would raise "database is locked" if a transaction lingered
             pass
         assert await storage.list_checkpoint_ids(workflow_name="wf") == [later.checkpoint_id]
+
+
+# ---------------------------------------------------------------------- nested records, ancestry, prune
+
+
+def version_1_file(path: Path, rows: list[WorkflowCheckpoint]) -> None:
+    """A file as version 1 of the schema wrote it, holding ``rows`` chained in order."""
+    codec = CheckpointCodec()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(path)) as connection:
+        for statement in MIGRATIONS[0]:
+            connection.execute(statement)
+        connection.execute("CREATE TABLE schema_version (singleton INTEGER PRIMARY KEY, version INTEGER)")
+        connection.execute("INSERT INTO schema_version VALUES (1, 1)")
+        for sequence, row in enumerate(rows, start=1):
+            body = codec.encode_checkpoint(row)
+            connection.execute(
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.checkpoint_id,
+                    row.workflow_name,
+                    sequence,
+                    row.previous_checkpoint_id,
+                    row.graph_signature_hash,
+                    body_digest(body),
+                    body,
+                ),
+            )
+        connection.execute("INSERT INTO workflows VALUES (?, ?)", ("wf", len(rows) + 1))
+        connection.commit()
+
+
+async def test_a_version_1_file_is_migrated_with_its_checkpoints_intact(db_path: Path) -> None:
+    first = checkpoint()
+    second = checkpoint(previous_checkpoint_id=first.checkpoint_id)
+    version_1_file(db_path, [first, second])
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [
+            first.checkpoint_id,
+            second.checkpoint_id,
+        ]
+        assert (await storage.walk_ancestry(second.checkpoint_id)).items == (second, first)
+        third = checkpoint(previous_checkpoint_id=second.checkpoint_id)
+        await storage.save(third)
+        assert await storage.get_latest(workflow_name="wf") == third
+    assert query(db_path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    assert sequences(db_path, "wf")[third.checkpoint_id] == 3
+
+
+async def test_nested_records_are_rows_of_their_own_deleted_with_their_root(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    leaf = checkpoint("leaf")
+    middle = checkpoint("middle", state={"leaf": leaf})
+    top = checkpoint(state={"_executor_state": {"sub": {"sub_workflow_checkpoint": middle}}})
+    await storage.save(top)
+    rows = query(
+        db_path,
+        "SELECT checkpoint_id, nested, container_id, root_id, position FROM checkpoints ORDER BY position",
+    )
+    assert rows == [
+        (top.checkpoint_id, 0, None, None, 0),
+        (middle.checkpoint_id, 1, top.checkpoint_id, top.checkpoint_id, 1),
+        (leaf.checkpoint_id, 1, middle.checkpoint_id, top.checkpoint_id, 2),
+    ]
+    assert await storage.load(top.checkpoint_id) == top
+    assert await storage.delete(top.checkpoint_id)
+    assert query(db_path, "SELECT count(*) FROM checkpoints") == [(0,)]
+
+
+async def test_a_family_with_a_taken_nested_id_writes_nothing(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    taken = checkpoint("other")
+    await storage.save(taken)
+    parent = checkpoint(state={"fresh": checkpoint("child"), "clash": dataclasses.replace(taken)})
+    with pytest.raises(CheckpointConflictError, match=taken.checkpoint_id):
+        await storage.save(parent)
+    assert query(db_path, "SELECT checkpoint_id FROM checkpoints") == [(taken.checkpoint_id,)]
+    assert query(db_path, "SELECT name, next_sequence FROM workflows ORDER BY name") == [("other", 2)]
+
+
+class StatementCounter:
+    """Counts statements a connection runs, to prove an operation is one round trip."""
+
+    def __init__(self, connection: Any) -> None:
+        self.statements: list[str] = []
+        self._original = connection.execute_fetchall
+
+        async def counting(sql: str, *args: Any) -> Any:
+            self.statements.append(" ".join(sql.split())[:60])
+            return await self._original(sql, *args)
+
+        connection.execute_fetchall = counting
+
+
+@pytest.mark.parametrize("with_bodies", [False, True])
+async def test_an_ancestry_walk_of_any_depth_is_one_statement(
+    storage: SQLiteCheckpointStorage, with_bodies: bool
+) -> None:
+    previous = None
+    for _ in range(300):
+        saved = checkpoint(previous_checkpoint_id=previous, state={"sub": checkpoint("child")})
+        await storage.save(saved)
+        previous = saved.checkpoint_id
+    assert previous is not None
+    counter = StatementCounter(storage._connection)
+    walk = await (storage.walk_ancestry(previous) if with_bodies else storage.walk_ancestry_ids(previous))
+    assert len(walk.items) == 300
+    assert walk.end is AncestryEnd.ROOT
+    assert len(counter.statements) == 1, counter.statements
+
+
+async def test_a_cycle_ends_the_recursive_query_without_the_depth_limit(
+    storage: SQLiteCheckpointStorage,
+) -> None:
+    await storage.save(checkpoint(checkpoint_id="a", previous_checkpoint_id="b"))
+    await storage.save(checkpoint(checkpoint_id="b", previous_checkpoint_id="a"))
+    rows = await storage._connection.execute_fetchall(WALK_IDS, {"start": "a", "max_depth": 1_000_000})
+    assert [row[0] for row in rows] == ["a", "b"]
+    walk = await storage.walk_ancestry_ids("a")
+    assert (walk.items, walk.end, walk.end_id) == (("a", "b"), AncestryEnd.CYCLE, "a")
+
+
+async def test_prune_tombstones_the_whole_family_in_one_transaction(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    child = checkpoint("child")
+    old = checkpoint(state={"sub": child})
+    new = checkpoint(previous_checkpoint_id=old.checkpoint_id)
+    await storage.save(old)
+    await storage.save(new)
+    assert await storage.prune(workflow_name="wf", keep_last=1) == 1
+    assert query(
+        db_path, "SELECT checkpoint_id, workflow_name FROM tombstones ORDER BY checkpoint_id"
+    ) == sorted([(old.checkpoint_id, "wf"), (child.checkpoint_id, "wf")])
+    assert query(db_path, "SELECT checkpoint_id FROM checkpoints") == [(new.checkpoint_id,)]
+    walk = await storage.walk_ancestry_ids(new.checkpoint_id)
+    assert (walk.end, walk.end_id) == (AncestryEnd.PRUNED, old.checkpoint_id)

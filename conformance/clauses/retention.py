@@ -1,0 +1,422 @@
+"""retention: prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.
+
+``prune(keep_last=N)`` keeps a workflow's N newest checkpoints by commit order (timestamps are
+data, never order) and leaves a tombstone for every id it deletes, so a walk from a kept checkpoint
+ends PRUNED: history cut on purpose. A plain ``delete`` leaves none, so the same walk ends MISSING.
+``delete_workflow`` removes a workflow's checkpoints, their nested records and its tombstones,
+and nothing of any other workflow, however similar the names.
+
+Checkpoint ids here are readable, ``<workflow>-<label>``; see :class:`~.ancestry.Book`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storages.contract import AncestryEnd, Capability
+from storages.errors import InvalidCheckpointError
+
+from ..clause import clause, ensure, ensure_equal
+from ..context import ClauseContext
+from .ancestry import (
+    Book,
+    answer,
+    at,
+    expect_gone,
+    expect_latest,
+    expect_listed,
+    expect_loads_equal,
+    expect_raises,
+    expect_walk,
+    ids_of,
+    sub_workflow_state,
+)
+
+_PRUNE = (Capability.PRUNE,)
+
+# Commit position -> (id key, timestamp): neither the ids nor the timestamps sort into commit
+# order, and the two newest by timestamp (c2, c5) are not the two newest commits (c4, c5).
+_SCRAMBLE: tuple[tuple[str, int], ...] = (("c", 3), ("f", 1), ("a", 5), ("d", 0), ("b", 2), ("e", 4))
+
+
+async def _expect_tombstones(book: Book, workflow_name: str, expected: list[str], when: str) -> None:
+    tombstones = await book.ctx.storage.list_tombstones(workflow_name=workflow_name)
+    ensure(
+        sorted(tombstones) == sorted(expected),
+        f"list_tombstones(workflow_name={workflow_name!r}) {when} returned {book.show(list(tombstones))}, "
+        f"expected {book.show(sorted(expected))} {book.legend}",
+    )
+
+
+async def _prune(book: Book, workflow_name: str, keep_last: int, expected_count: int, when: str = "") -> None:
+    call = f"prune(workflow_name={workflow_name!r}, keep_last={keep_last})"
+    suffix = f" {when}" if when else ""
+    removed = await answer(
+        f"{call}{suffix}", book.ctx.storage.prune(workflow_name=workflow_name, keep_last=keep_last)
+    )
+    ensure_equal(removed, expected_count, f"count returned by {call}{suffix}")
+
+
+async def _nested_family(book: Book, length: int) -> tuple[list[Any], list[Any], str]:
+    """``length`` top-level checkpoints t0, t1, ... of the book's workflow, each embedding a
+    sub-workflow checkpoint n0, n1, ... chained by previous id; returns (tops, nested, sub name)."""
+    sub = book.ctx.workflow_name("sub")
+    tops: list[Any] = []
+    nested: list[Any] = []
+    for index in range(length):
+        child = book.make(f"n{index}", workflow=sub, previous=nested[-1].checkpoint_id if nested else None)
+        top = await book.save(
+            f"t{index}",
+            previous=tops[-1].checkpoint_id if tops else None,
+            state=sub_workflow_state(child),
+            iteration_count=index,
+        )
+        tops.append(top)
+        nested.append(child)
+    return tops, nested, sub
+
+
+@clause(
+    "retention.prune_keeps_newest",
+    "prune(keep_last=2) deletes all but the 2 checkpoints saved last (commit order, not timestamp or id "
+    "order), returns the count, leaves those 2 loadable and intact, and no other workflow changes.",
+    requires=_PRUNE,
+)
+async def prune_keeps_newest(ctx: ClauseContext) -> None:
+    book, other = Book(ctx, "prune"), Book(ctx, "bystander")
+    saved: list[Any] = []
+    bystanders: list[Any] = []
+    for index, (key, clock) in enumerate(_SCRAMBLE):
+        previous = saved[-1].checkpoint_id if saved else None
+        saved.append(await book.save(f"c{index}", key=key, previous=previous, timestamp=at(clock)))
+        # Another workflow's checkpoints, interleaved and newer by clock: prune must not see them.
+        previous = bystanders[-1].checkpoint_id if bystanders else None
+        bystanders.append(await other.save(f"o{index}", previous=previous, timestamp=at(100 + index)))
+    await _prune(book, book.workflow, 2, len(saved) - 2, "of 6 checkpoints")
+    when = "after prune(keep_last=2)"
+    await expect_listed(book, book.workflow, saved[-2:], when)
+    await expect_latest(book, book.workflow, saved[-1], when)
+    for checkpoint in saved[-2:]:
+        await expect_loads_equal(book, checkpoint, when)
+    for checkpoint in saved[:-2]:
+        await expect_gone(book, checkpoint.checkpoint_id, when)
+    await expect_listed(other, other.workflow, bystanders, f"{when} of workflow {book.workflow!r}")
+    for checkpoint in bystanders:
+        await expect_loads_equal(other, checkpoint, f"{when} of workflow {book.workflow!r}")
+
+
+@clause(
+    "retention.prune_edge_counts",
+    "prune with keep_last at or above the count deletes nothing and returns 0; keep_last=0 deletes every "
+    "checkpoint and returns the count; pruning an empty or unknown workflow returns 0.",
+    requires=_PRUNE,
+)
+async def prune_edge_counts(ctx: ClauseContext) -> None:
+    book = Book(ctx, "edges")
+    chain = await book.chain(3)
+    workflow = book.workflow
+    # 2**64 does not fit a 64-bit database integer: "keep everything" must still just work.
+    for keep_last in (5, 3, 2**64):
+        await _prune(book, workflow, keep_last, 0, "of 3 checkpoints")
+        await expect_listed(book, workflow, chain, f"after prune(keep_last={keep_last}) of 3 checkpoints")
+    await _prune(book, workflow, 0, 3, "of 3 checkpoints")
+    when = "after prune(keep_last=0)"
+    await expect_listed(book, workflow, [], when)
+    await expect_latest(book, workflow, None, when)
+    for checkpoint in chain:
+        await expect_gone(book, checkpoint.checkpoint_id, when)
+    await _prune(book, workflow, 0, 0, "of a workflow already pruned to nothing")
+    await _prune(book, ctx.workflow_name("never-saved"), 0, 0, "of a workflow never saved")
+
+
+@clause(
+    "retention.prune_invalid_keep_last",
+    "prune with keep_last of -1, True, False, 1.5 or '2' raises InvalidCheckpointError and deletes nothing.",
+    requires=_PRUNE,
+)
+async def prune_invalid_keep_last(ctx: ClauseContext) -> None:
+    book = Book(ctx, "bad-keep")
+    chain = await book.chain(3)
+    for bad in (-1, True, False, 1.5, "2"):
+        call = f"prune(workflow_name={book.workflow!r}, keep_last={bad!r})"
+        await expect_raises(
+            InvalidCheckpointError,
+            call,
+            ctx.storage.prune,
+            workflow_name=book.workflow,
+            keep_last=bad,
+        )
+        await expect_listed(book, book.workflow, chain, f"after the refused {call}")
+
+
+@clause(
+    "retention.pruned_ancestor_leaves_tombstone",
+    "A walk from a checkpoint kept by prune ends PRUNED at the newest pruned id, not MISSING.",
+    requires=[Capability.PRUNE, Capability.ANCESTRY],
+)
+async def pruned_ancestor_leaves_tombstone(ctx: ClauseContext) -> None:
+    book = Book(ctx, "tombstone")
+    chain = await book.chain(5)
+    await _prune(book, book.workflow, 2, 3, "of 5 checkpoints")
+    cut = chain[2].checkpoint_id
+    when = "after prune(keep_last=2)"
+    await expect_walk(book, chain[4].checkpoint_id, [chain[4], chain[3]], AncestryEnd.PRUNED, cut, when=when)
+    await expect_walk(book, chain[3].checkpoint_id, [chain[3]], AncestryEnd.PRUNED, cut, when=when)
+
+
+@clause(
+    "retention.tombstones_listed",
+    "list_tombstones(workflow_name=) names exactly the ids pruned from that workflow, accumulating over "
+    "prunes; other workflows' lists are unaffected.",
+    requires=[Capability.PRUNE, Capability.INSPECT],
+)
+async def tombstones_listed(ctx: ClauseContext) -> None:
+    book, other = Book(ctx, "listed"), Book(ctx, "unpruned")
+    chain = await book.chain(5)
+    await other.chain(2)
+    await _prune(book, book.workflow, 3, 2, "of 5 checkpoints")
+    await _expect_tombstones(book, book.workflow, ids_of(chain[:2]), "after prune(keep_last=3)")
+    await _prune(book, book.workflow, 1, 2, "of the 3 left")
+    await _expect_tombstones(book, book.workflow, ids_of(chain[:4]), "after a second prune(keep_last=1)")
+    await _expect_tombstones(other, other.workflow, [], f"after pruning only {book.workflow!r}")
+    everything = set(await ctx.storage.list_tombstones())
+    missing = [i for i in ids_of(chain[:4]) if i not in everything]
+    ensure(not missing, f"list_tombstones() without a workflow lacks {book.show(missing)} {book.legend}")
+
+
+@clause(
+    "retention.prune_removes_nested",
+    "Pruning a checkpoint deletes the checkpoints embedded in it too: none stays loadable, listed or "
+    "indexed, while the kept checkpoint's embedded one stays intact.",
+    requires=[Capability.PRUNE, Capability.NESTED],
+)
+async def prune_removes_nested(ctx: ClauseContext) -> None:
+    book = Book(ctx, "nested-prune")
+    tops, nested, sub = await _nested_family(book, 3)
+    await _prune(book, book.workflow, 1, 2, "of 3 checkpoints with one embedded each (nested not counted)")
+    when = "after prune(keep_last=1)"
+    for checkpoint in nested[:2]:
+        await expect_gone(book, checkpoint.checkpoint_id, when)
+    await expect_loads_equal(book, tops[-1], when)
+    await expect_loads_equal(book, nested[-1], when)
+    listed = await ctx.storage.list_checkpoint_ids(workflow_name=sub, include_nested=True)
+    ensure(
+        list(listed) == ids_of(nested[-1:]),
+        f"list_checkpoint_ids(workflow_name={sub!r}, include_nested=True) {when} returned "
+        f"{book.show(list(listed))}, expected [n2] {book.legend}",
+    )
+    if ctx.has(Capability.INSPECT):
+        for checkpoint in nested[:2]:
+            info = await ctx.storage.checkpoint_info(checkpoint.checkpoint_id)
+            ensure(
+                info is None,
+                f"checkpoint_info({book.name(checkpoint.checkpoint_id)}) {when} returned {info!r}",
+            )
+        tombstones = set(await ctx.storage.list_tombstones())
+        unmarked = [i for i in ids_of([*tops[:2], *nested[:2]]) if i not in tombstones]
+        ensure(not unmarked, f"list_tombstones() {when} lacks pruned {book.show(unmarked)} {book.legend}")
+
+
+@clause(
+    "retention.walk_reaches_pruned_nested",
+    "A walk that reaches an embedded checkpoint deleted with its pruned container ends PRUNED at it.",
+    requires=[Capability.PRUNE, Capability.NESTED, Capability.ANCESTRY],
+)
+async def walk_reaches_pruned_nested(ctx: ClauseContext) -> None:
+    book = Book(ctx, "nested-walk")
+    tops, nested, sub = await _nested_family(book, 3)
+    resumed = await book.save("r", workflow=sub, previous=nested[-1].checkpoint_id)
+    await _prune(book, book.workflow, 1, 2, "of 3 checkpoints with one embedded each")
+    when = "after prune(keep_last=1)"
+    cut = nested[1].checkpoint_id
+    await expect_walk(book, resumed.checkpoint_id, [resumed, nested[2]], AncestryEnd.PRUNED, cut, when=when)
+    await expect_walk(book, nested[2].checkpoint_id, [nested[2]], AncestryEnd.PRUNED, cut, when=when)
+    await expect_walk(
+        book, tops[2].checkpoint_id, [tops[2]], AncestryEnd.PRUNED, tops[1].checkpoint_id, when=when
+    )
+
+
+@clause(
+    "retention.delete_workflow_removes_all",
+    "delete_workflow deletes every checkpoint of the workflow and those embedded in them, returns the "
+    "count, and leaves get_latest None, listing empty and other workflows intact.",
+    requires=_PRUNE,
+)
+async def delete_workflow_removes_all(ctx: ClauseContext) -> None:
+    book, other = Book(ctx, "doomed"), Book(ctx, "survivor")
+    bystanders = await other.chain(2)
+    sub: str | None = None
+    nested: list[Any] = []
+    if ctx.has(Capability.NESTED):
+        tops, nested, sub = await _nested_family(book, 3)
+    else:
+        tops = await book.chain(3)
+    bystanders += await other.chain(1, prefix="later", previous=bystanders[-1].checkpoint_id)
+    deleted = await ctx.storage.delete_workflow(workflow_name=book.workflow)
+    ensure_equal(
+        deleted, 3, f"count returned by delete_workflow(workflow_name={book.workflow!r}) of 3 checkpoints"
+    )
+    when = "after delete_workflow"
+    await expect_listed(book, book.workflow, [], when)
+    await expect_latest(book, book.workflow, None, when)
+    for checkpoint in [*tops, *nested]:
+        await expect_gone(book, checkpoint.checkpoint_id, when)
+    if sub is not None:
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=sub, include_nested=True)
+        ensure(
+            list(listed) == [],
+            f"list_checkpoint_ids(workflow_name={sub!r}, include_nested=True) {when} of the containers' "
+            f"workflow returned {book.show(list(listed))}, expected [] {book.legend}",
+        )
+    if ctx.has(Capability.INSPECT):
+        for name in filter(None, (book.workflow, sub)):
+            records = await ctx.storage.list_records(workflow_name=name)
+            left = [r.checkpoint_id for r in records]
+            ensure(
+                not left,
+                f"list_records(workflow_name={name!r}) {when} still has {book.show(left)} {book.legend}",
+            )
+    await expect_listed(other, other.workflow, bystanders, f"{when} of {book.workflow!r}")
+    for checkpoint in bystanders:
+        await expect_loads_equal(other, checkpoint, f"{when} of {book.workflow!r}")
+
+
+@clause(
+    "retention.delete_workflow_spares_others",
+    "delete_workflow('wf_1') leaves workflows named 'wf_10', 'wf_', 'wfx1' and 'WF_1' untouched: names "
+    "match exactly, never by prefix, pattern or case.",
+    requires=_PRUNE,
+)
+async def delete_workflow_spares_others(ctx: ClauseContext) -> None:
+    target = ctx.workflow_name("wf_1")
+    neighbours = {
+        "a longer name it is a prefix of": target + "0",
+        "a prefix of it": target[:-1],
+        "its name with '_' as a LIKE wildcard would match": target.replace("_", "x"),
+        "its name in upper case": target.upper(),
+    }
+    books = {reason: Book(ctx, "spared") for reason in neighbours}
+    doomed = Book(ctx, "doomed")
+    kept: dict[str, list[Any]] = {reason: [] for reason in neighbours}
+    for index in range(2):
+        await ctx.storage.save(doomed.make(f"t{index}", workflow=target))
+        for reason, name in neighbours.items():
+            checkpoint = books[reason].make(f"k{index}", workflow=name)
+            await ctx.storage.save(checkpoint)
+            kept[reason].append(checkpoint)
+    deleted = await ctx.storage.delete_workflow(workflow_name=target)
+    # Neighbours first: a lost neighbour says more than the count it inflated.
+    for reason, name in neighbours.items():
+        book = books[reason]
+        when = f"after delete_workflow({target!r}), for workflow {name!r}, {reason}"
+        await expect_listed(book, name, kept[reason], when)
+        for checkpoint in kept[reason]:
+            await expect_loads_equal(book, checkpoint, when)
+    ensure_equal(deleted, 2, f"count returned by delete_workflow(workflow_name={target!r}) of 2 checkpoints")
+    await expect_listed(doomed, target, [], f"after delete_workflow({target!r})")
+
+
+@clause(
+    "retention.delete_workflow_clears_tombstones",
+    "delete_workflow clears the workflow's tombstones (a link to a pruned id is then MISSING) and no "
+    "other workflow's.",
+    requires=[Capability.PRUNE, Capability.INSPECT],
+)
+async def delete_workflow_clears_tombstones(ctx: ClauseContext) -> None:
+    book, other = Book(ctx, "cleared"), Book(ctx, "still-pruned")
+    chain = await book.chain(4)
+    others = await other.chain(3)
+    await _prune(book, book.workflow, 2, 2, "of 4 checkpoints")
+    await _prune(other, other.workflow, 1, 2, "of 3 checkpoints")
+    await _expect_tombstones(
+        book, book.workflow, ids_of(chain[:2]), "after prune(keep_last=2), before delete_workflow"
+    )
+    deleted = await ctx.storage.delete_workflow(workflow_name=book.workflow)
+    ensure_equal(
+        deleted, 2, f"count returned by delete_workflow(workflow_name={book.workflow!r}) of 2 checkpoints"
+    )
+    when = "after delete_workflow"
+    await _expect_tombstones(book, book.workflow, [], when)
+    await _expect_tombstones(other, other.workflow, ids_of(others[:2]), f"{when} of {book.workflow!r}")
+    everything = set(await ctx.storage.list_tombstones())
+    stale = [i for i in ids_of(chain[:2]) if i in everything]
+    ensure(not stale, f"list_tombstones() {when} still names {book.show(stale)} {book.legend}")
+    if ctx.has(Capability.ANCESTRY):
+        cut = chain[1].checkpoint_id
+        orphan = await book.save("x", previous=cut)
+        await expect_walk(book, orphan.checkpoint_id, [orphan], AncestryEnd.MISSING, cut, when=when)
+
+
+@clause(
+    "retention.save_after_delete_workflow",
+    "After delete_workflow, new saves (and a re-save of a deleted id) become latest in commit order, "
+    "with sequence numbers above every earlier one.",
+    requires=_PRUNE,
+)
+async def save_after_delete_workflow(ctx: ClauseContext) -> None:
+    book = Book(ctx, "reborn")
+    chain = await book.chain(3)
+    before: list[int] = []
+    if ctx.has(Capability.INSPECT):
+        before = [r.sequence for r in await ctx.storage.list_records(workflow_name=book.workflow)]
+    deleted = await ctx.storage.delete_workflow(workflow_name=book.workflow)
+    ensure_equal(
+        deleted, 3, f"count returned by delete_workflow(workflow_name={book.workflow!r}) of 3 checkpoints"
+    )
+    x = book.make("x")
+    y = book.make("y", previous=x.checkpoint_id)
+    again = chain[0]
+    saved: list[Any] = []
+    for checkpoint in (x, y, again):
+        returned = await ctx.storage.save(checkpoint)
+        label = book.name(checkpoint.checkpoint_id)
+        ensure_equal(
+            returned, checkpoint.checkpoint_id, f"id returned by save({label}) after delete_workflow"
+        )
+        saved.append(checkpoint)
+        when = f"after delete_workflow, then saving {book.show(ids_of(saved))}"
+        await expect_latest(book, book.workflow, checkpoint, when)
+        await expect_listed(book, book.workflow, saved, when)
+    await expect_loads_equal(book, again, "re-saved after delete_workflow")
+    if before:
+        records = await ctx.storage.list_records(workflow_name=book.workflow)
+        after = {r.checkpoint_id: r.sequence for r in records}
+        numbers = [after.get(c.checkpoint_id, -1) for c in saved]
+        ensure(
+            min(numbers) > max(before) and numbers == sorted(numbers),
+            f"sequences of {book.show(ids_of(saved))} saved after delete_workflow are {numbers}; they must "
+            f"rise above {max(before)}, the highest before it (sequences never go back) {book.legend}",
+        )
+
+
+@clause(
+    "retention.delete_is_not_prune",
+    "A plain delete of a mid-chain checkpoint leaves no tombstone: a walk from its child ends MISSING at it.",
+    requires=[Capability.ANCESTRY],
+)
+async def delete_is_not_prune(ctx: ClauseContext) -> None:
+    book = Book(ctx, "deleted")
+    chain = await book.chain(4)
+    cut = chain[1].checkpoint_id
+    await ctx.storage.delete(cut)
+    when = f"after delete({book.name(cut)})"
+    await expect_walk(book, chain[3].checkpoint_id, [chain[3], chain[2]], AncestryEnd.MISSING, cut, when=when)
+    if ctx.has(Capability.INSPECT):
+        await _expect_tombstones(book, book.workflow, [], when)
+
+
+@clause(
+    "retention.tombstones_survive_reopen",
+    "After every handle closes, a walk from a kept checkpoint still ends PRUNED at the pruned ancestor.",
+    requires=[Capability.PRUNE, Capability.ANCESTRY, Capability.DURABLE],
+)
+async def tombstones_survive_reopen(ctx: ClauseContext) -> None:
+    book = Book(ctx, "durable-prune")
+    chain = await book.chain(4)
+    await _prune(book, book.workflow, 2, 2, "of 4 checkpoints")
+    await ctx.reopen()
+    when = "after prune(keep_last=2) and reopening"
+    cut = chain[1].checkpoint_id
+    await expect_walk(book, chain[3].checkpoint_id, [chain[3], chain[2]], AncestryEnd.PRUNED, cut, when=when)
+    if ctx.has(Capability.INSPECT):
+        await _expect_tombstones(book, book.workflow, ids_of(chain[:2]), when)

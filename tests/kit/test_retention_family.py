@@ -1,0 +1,338 @@
+"""The retention family passes storages that prune and delete exactly and catches the ones that
+prune the wrong checkpoints, orphan nested records, lose or keep tombstones, or delete too much."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import BackendReport, Outcome, StorageTarget, select_clauses
+from storages import open_storage
+from storages.base import StoredBody
+from storages.contract import Capability, CheckpointID
+from storages.errors import InvalidCheckpointError
+from storages.memory import InMemoryCheckpointStorage
+from storages.sqlite import SQLiteCheckpointStorage
+
+from . import support
+from .support import failed
+
+FAMILY = "retention"
+
+
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
+
+
+DURABLE_ONLY = {"retention.tombstones_survive_reopen"}
+"""The clauses an in-memory storage skips: they need the durable capability."""
+
+
+# ---------------------------------------------------------------- mutants, one defect each
+# They reach into the in-memory store (``_store``, ``_drop_family``) as a backend's own code would.
+
+
+class PruneWithoutTombstones(InMemoryCheckpointStorage):
+    """Prunes the right checkpoints but leaves no tombstones behind."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        before = set(self._store.tombstones)
+        count = await super()._prune(workflow_name, keep_last)
+        for pruned in set(self._store.tombstones) - before:
+            del self._store.tombstones[pruned]
+        return count
+
+
+class PrunesByTimestamp(InMemoryCheckpointStorage):
+    """Keeps the checkpoints with the newest timestamps rather than the last ones committed."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        store = self._store
+        workflow = store.workflows.get(workflow_name)
+        if workflow is None:
+            return 0
+        entries = list(workflow.entries.values())
+        decoded = await self._decode_all([StoredBody(e.record.checkpoint_id, e.record.body) for e in entries])
+        clocks = {c.checkpoint_id: datetime.fromisoformat(c.timestamp) for c in decoded}
+        by_clock = sorted(entries, key=lambda entry: clocks[entry.record.checkpoint_id])
+        doomed = by_clock[: max(0, len(by_clock) - keep_last)]
+        with store.lock:
+            for entry in doomed:
+                for dropped in self._drop_family(entry):
+                    store.tombstones[dropped] = workflow_name
+        return len(doomed)
+
+
+class PruneLeavesNestedOrphans(InMemoryCheckpointStorage):
+    """Prunes top-level records only; the checkpoints embedded in them stay behind."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(workflow_name)
+            if workflow is None:
+                return 0
+            entries = list(workflow.entries.values())
+            doomed = entries[: max(0, len(entries) - keep_last)]
+            for entry in doomed:
+                checkpoint_id = entry.record.checkpoint_id
+                del store.by_id[checkpoint_id]
+                del workflow.entries[checkpoint_id]
+                store.tombstones[checkpoint_id] = workflow_name
+        return len(doomed)
+
+
+class PruneSliceKeepsAllAtZero(InMemoryCheckpointStorage):
+    """Slices ``entries[:-keep_last]``, and ``[:-0]`` is empty: keep_last=0 deletes nothing."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(workflow_name)
+            if workflow is None:
+                return 0
+            doomed = list(workflow.entries.values())[:-keep_last]
+            for entry in doomed:
+                for dropped in self._drop_family(entry):
+                    store.tombstones[dropped] = workflow_name
+        return len(doomed)
+
+
+class LaxKeepLast(InMemoryCheckpointStorage):
+    """Checks only that keep_last is not negative, so True counts as 1 and 1.5 gets through."""
+
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        if keep_last < 0:
+            raise InvalidCheckpointError(f"keep_last must be >= 0, got {keep_last!r}", field="keep_last")
+        await self._ready("prune")
+        return await self._prune(workflow_name, int(keep_last))
+
+
+class KeepLastAsInt64(InMemoryCheckpointStorage):
+    """Hands keep_last to a database as a 64-bit integer, unchecked: a larger one overflows."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        if keep_last > 2**63 - 1:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        return await super()._prune(workflow_name, keep_last)
+
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        # The base clamps keep_last before _prune; this storage checks it as the base does and
+        # then passes it through as given.
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+            raise InvalidCheckpointError(
+                f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
+            )
+        await self._ready("prune")
+        return await self._prune(workflow_name, keep_last)
+
+
+class DeleteWorkflowByPrefix(InMemoryCheckpointStorage):
+    """Deletes every workflow whose name starts with the given one, as ``LIKE 'wf1%'`` would."""
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        names = [name for name in list(self._store.workflows) if name.startswith(workflow_name)]
+        deleted = 0
+        for name in names:
+            deleted += await super()._delete_workflow(name)
+        return deleted
+
+
+class DeleteWorkflowKeepsTombstones(InMemoryCheckpointStorage):
+    """Deletes the workflow's checkpoints but leaves its tombstones."""
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        kept = {pruned: name for pruned, name in self._store.tombstones.items() if name == workflow_name}
+        deleted = await super()._delete_workflow(workflow_name)
+        self._store.tombstones.update(kept)
+        return deleted
+
+
+class DeleteWorkflowLeavesNested(InMemoryCheckpointStorage):
+    """Deletes the workflow's top-level records and tombstones, but not what is embedded in them."""
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(workflow_name)
+            doomed = list(workflow.entries) if workflow is not None else []
+            for checkpoint_id in doomed:
+                del store.by_id[checkpoint_id]
+                del store.workflows[workflow_name].entries[checkpoint_id]
+            for pruned in [i for i, name in store.tombstones.items() if name == workflow_name]:
+                del store.tombstones[pruned]
+        return len(doomed)
+
+
+class DeleteWorkflowForgetsSequence(InMemoryCheckpointStorage):
+    """Drops the workflow's sequence counter with its checkpoints, so numbering starts again at 1."""
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        deleted = await super()._delete_workflow(workflow_name)
+        workflow = self._store.workflows.get(workflow_name)
+        if workflow is not None and not workflow.nested:
+            del self._store.workflows[workflow_name]
+        return deleted
+
+
+class DeleteLeavesTombstone(InMemoryCheckpointStorage):
+    """Tombstones an id on a plain delete, so a deliberate break looks like a prune."""
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        info = await self._info(checkpoint_id)
+        removed = await super()._remove(checkpoint_id)
+        if removed and info is not None:
+            self._store.tombstones[checkpoint_id] = info.workflow_name
+        return removed
+
+
+# ---------------------------------------------------------------- tests
+
+
+def _expected_outcomes(capabilities: frozenset[Capability]) -> dict[str, Outcome]:
+    return {
+        c.id: Outcome.PASSED if c.requires <= capabilities else Outcome.SKIPPED
+        for c in select_clauses([FAMILY])
+    }
+
+
+def test_in_memory_storage_passes_every_retention_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    outcomes = {r.clause_id: r.outcome for r in backend.results}
+    assert outcomes == _expected_outcomes(InMemoryCheckpointStorage.capabilities)
+    assert {i for i, outcome in outcomes.items() if outcome is Outcome.SKIPPED} == DURABLE_ONLY
+    assert len(outcomes) >= 13
+
+
+@pytest.mark.sqlite
+def test_sqlite_storage_passes_every_retention_clause(tmp_path: Path) -> None:
+    # Declared, so that no clause of the family is skipped on SQLite.
+    needed = {
+        Capability.PRUNE,
+        Capability.ANCESTRY,
+        Capability.NESTED,
+        Capability.INSPECT,
+        Capability.DURABLE,
+    }
+    assert needed <= SQLiteCheckpointStorage.capabilities
+    root = open_storage(f"sqlite:///{tmp_path}/retention.db")
+    backend = run_family(
+        StorageTarget(name="sqlite (temp file)", factory=root.new_handle, cleanup=root.aclose)
+    )
+    assert {r.clause_id: (r.outcome, r.message) for r in backend.results} == {
+        clause_id: (Outcome.PASSED, "") for clause_id in _expected_outcomes(frozenset(Capability))
+    }
+
+
+def test_prune_without_tombstones_fails_every_tombstone_clause() -> None:
+    backend = run_family(PruneWithoutTombstones)
+    assert failed(backend) == {
+        "retention.pruned_ancestor_leaves_tombstone",
+        "retention.tombstones_listed",
+        "retention.prune_removes_nested",
+        "retention.walk_reaches_pruned_nested",
+        "retention.delete_workflow_clears_tombstones",
+    }
+    assert (
+        "walk_ancestry_ids(c4) after prune(keep_last=2) returned [c4, c3] ending missing at c2, "
+        "expected [c4, c3] ending pruned at c2"
+    ) in backend.result("retention.pruned_ancestor_leaves_tombstone").message
+    assert (
+        "after prune(keep_last=2), before delete_workflow returned [], expected [c0, c1]"
+        in backend.result("retention.delete_workflow_clears_tombstones").message
+    )
+
+
+def test_prune_by_timestamp_fails_prune_keeps_newest_only() -> None:
+    backend = run_family(PrunesByTimestamp)
+    assert failed(backend) == {"retention.prune_keeps_newest"}
+    assert (
+        "after prune(keep_last=2) returned [c2, c5], expected [c4, c5]"
+        in backend.result("retention.prune_keeps_newest").message
+    )
+
+
+def test_prune_leaving_nested_orphans_fails_the_nested_prune_clauses() -> None:
+    backend = run_family(PruneLeavesNestedOrphans)
+    assert failed(backend) == {"retention.prune_removes_nested", "retention.walk_reaches_pruned_nested"}
+    assert (
+        "load(n0) after prune(keep_last=1) returned checkpoint n0; it should be gone"
+        in backend.result("retention.prune_removes_nested").message
+    )
+    assert (
+        "returned [r, n2, n1, n0] ending root at n0, expected [r, n2] ending pruned at n1"
+        in backend.result("retention.walk_reaches_pruned_nested").message
+    )
+
+
+def test_prune_slice_bug_fails_prune_edge_counts_only() -> None:
+    backend = run_family(PruneSliceKeepsAllAtZero)
+    assert failed(backend) == {"retention.prune_edge_counts"}
+    assert (
+        "keep_last=0) of 3 checkpoints: expected 3, got 0"
+        in backend.result("retention.prune_edge_counts").message
+    )
+
+
+def test_lax_keep_last_check_fails_prune_invalid_keep_last_only() -> None:
+    backend = run_family(LaxKeepLast)
+    assert failed(backend) == {"retention.prune_invalid_keep_last"}
+    assert (
+        "keep_last=True) returned 2; expected it to raise InvalidCheckpointError"
+        in backend.result("retention.prune_invalid_keep_last").message
+    )
+
+
+def test_delete_workflow_by_prefix_fails_delete_workflow_spares_others_only() -> None:
+    backend = run_family(DeleteWorkflowByPrefix)
+    assert failed(backend) == {"retention.delete_workflow_spares_others"}
+    message = backend.result("retention.delete_workflow_spares_others").message
+    assert "a longer name it is a prefix of returned [], expected [k0, k1]" in message
+
+
+def test_delete_workflow_keeping_tombstones_fails_delete_workflow_clears_tombstones_only() -> None:
+    backend = run_family(DeleteWorkflowKeepsTombstones)
+    assert failed(backend) == {"retention.delete_workflow_clears_tombstones"}
+    assert (
+        "after delete_workflow returned [c0, c1], expected []"
+        in backend.result("retention.delete_workflow_clears_tombstones").message
+    )
+
+
+def test_delete_workflow_leaving_nested_fails_delete_workflow_removes_all_only() -> None:
+    backend = run_family(DeleteWorkflowLeavesNested)
+    assert failed(backend) == {"retention.delete_workflow_removes_all"}
+    assert (
+        "load(n0) after delete_workflow returned checkpoint n0; it should be gone"
+        in backend.result("retention.delete_workflow_removes_all").message
+    )
+
+
+def test_sequence_restarting_after_delete_workflow_fails_save_after_delete_workflow_only() -> None:
+    backend = run_family(DeleteWorkflowForgetsSequence)
+    assert failed(backend) == {"retention.save_after_delete_workflow"}
+    assert (
+        "saved after delete_workflow are [1, 2, 3]; they must rise above 3"
+        in backend.result("retention.save_after_delete_workflow").message
+    )
+
+
+def test_tombstone_on_plain_delete_fails_delete_is_not_prune_only() -> None:
+    backend = run_family(DeleteLeavesTombstone)
+    assert failed(backend) == {"retention.delete_is_not_prune"}
+    assert (
+        "after delete(c1) returned [c3, c2] ending pruned at c1, expected [c3, c2] ending missing at c1"
+        in backend.result("retention.delete_is_not_prune").message
+    )
+
+
+def test_keep_last_overflowing_a_64_bit_integer_fails_prune_edge_counts_only() -> None:
+    backend = run_family(KeepLastAsInt64)
+    assert failed(backend) == {"retention.prune_edge_counts"}
+    assert (
+        "keep_last=18446744073709551616) of 3 checkpoints raised OverflowError: Python int too large"
+        in backend.result("retention.prune_edge_counts").message
+    )
