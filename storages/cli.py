@@ -1,0 +1,241 @@
+"""``checkpoint-storages``: verify and inspect a storage from a shell.
+
+* ``checkpoint-storages verify URL [--workflow NAME] [--json]``: scan for dangling links,
+  cycles, orphaned nested records, undecodable bodies and signature changes (storages.verify).
+  Exit status 0 when nothing is found, 1 when something is, 2 for a usage or connection error.
+* ``checkpoint-storages inspect URL``: the workflows, with counts.
+  ``inspect URL WORKFLOW``: that workflow's lineage tree.
+  ``inspect URL --checkpoint ID``: one checkpoint's fields.
+  Exit status 0, 1 when the checkpoint shown cannot be loaded, 2 for a usage or connection error
+  (an unknown workflow or checkpoint included).
+
+``--allow-type module:qualname`` (repeatable) lets the codec decode values of that type, as the
+application's own codec does; without it such checkpoints are reported as undecodable.
+The commands only read: a SQLite URL naming a file that does not exist is an error, not a new
+empty store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console, RenderableType
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .base import BaseCheckpointStorage
+from .codec import CheckpointCodec
+from .errors import CheckpointNotFoundError, CheckpointStorageError
+from .inspect import (
+    build_lineage,
+    describe_checkpoint,
+    list_workflow_summaries,
+    render_checkpoint,
+    render_lineage,
+    render_workflows,
+)
+from .urls import open_storage, supported_schemes
+from .verify import FindingKind, VerifyReport, describe_storage, verify
+
+PROG = "checkpoint-storages"
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+"""verify found problems; inspect showed a checkpoint that cannot be loaded."""
+EXIT_ERROR = 2
+"""Usage error, unknown workflow or checkpoint, or the storage could not be used."""
+
+
+class UsageError(Exception):
+    """A request that cannot be carried out; reported in one line with exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``checkpoint-storages`` console script; returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse exits for --help and its own usage errors
+        return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
+    console = Console()
+    try:
+        if args.command == "verify":
+            return asyncio.run(_verify(args, console))
+        return asyncio.run(_inspect(args, console))
+    except (UsageError, CheckpointStorageError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------------- verify
+
+
+async def _verify(args: argparse.Namespace, console: Console) -> int:
+    async with _open(args) as storage:
+        with Progress(
+            TextColumn("[bold]verify"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=args.json or not console.is_terminal,  # a bar only on a terminal
+        ) as progress:
+            task = progress.add_task("verify", total=None)
+            report = await verify(
+                storage,
+                workflow_name=args.workflow,
+                progress=lambda done, known: progress.update(task, completed=done, total=known),
+            )
+    if args.workflow is not None and report.records_checked == 0 and report.ok:
+        raise UsageError(f"no records of workflow {args.workflow!r} in {report.storage}")
+    if args.json:
+        print(report.to_json())
+    else:
+        if report.findings:
+            console.print(findings_table(report))
+        console.print(verdict(report))
+    return EXIT_OK if report.ok else EXIT_FOUND
+
+
+def findings_table(report: VerifyReport) -> Table:
+    count = len(report.findings)
+    table = Table(title=f"{report.storage}: {count} finding{'' if count == 1 else 's'}", title_justify="left")
+    table.add_column("Kind", no_wrap=True, style="bold red")
+    table.add_column("Checkpoints")
+    table.add_column("Message", ratio=1)
+    for finding in report.findings:
+        table.add_row(finding.kind.value, Text("\n".join(finding.checkpoint_ids)), Text(finding.message))
+    return table
+
+
+def verdict(report: VerifyReport) -> Text:
+    scope = "" if report.workflow_name is None else f" of workflow {report.workflow_name!r}"
+    checked = f"{report.records_checked} record{'' if report.records_checked == 1 else 's'}{scope}"
+    if report.ok:
+        return Text(f"{report.storage}: no problems found in {checked}.", style="bold green")
+    counts = ", ".join(f"{n} {kind.value}" for kind in FindingKind if (n := len(report.of_kind(kind))))
+    return Text(f"{report.storage}: {counts} in {checked}.", style="bold red")
+
+
+# ---------------------------------------------------------------------- inspect
+
+
+async def _inspect(args: argparse.Namespace, console: Console) -> int:
+    if args.checkpoint is not None and args.workflow is not None:
+        raise UsageError("give a WORKFLOW or --checkpoint ID, not both")
+    async with _open(args) as storage:
+        if args.checkpoint is not None:
+            try:
+                view = await describe_checkpoint(storage, args.checkpoint)
+            except CheckpointNotFoundError as exc:
+                raise UsageError(f"{exc} in {describe_storage(storage)}") from exc
+            _show(console, args.json, render_checkpoint(view), view.to_dict())
+            return EXIT_OK if view.error is None else EXIT_FOUND
+        if args.workflow is not None:
+            tree = await build_lineage(storage, args.workflow)
+            if not tree.roots:
+                raise UsageError(f"no records of workflow {args.workflow!r} in {describe_storage(storage)}")
+            _show(console, args.json, render_lineage(tree), tree.to_dict())
+            return EXIT_OK
+        summaries = await list_workflow_summaries(storage)
+        _show(
+            console,
+            args.json,
+            render_workflows(summaries, describe_storage(storage)),
+            {"workflows": [summary.to_dict() for summary in summaries]},
+        )
+        return EXIT_OK
+
+
+def _show(console: Console, as_json: bool, renderable: RenderableType, data: object) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        console.print(renderable)
+
+
+# ---------------------------------------------------------------------- shared
+
+
+def _open(args: argparse.Namespace) -> BaseCheckpointStorage:
+    codec = CheckpointCodec(allowed_types=args.allow_type or ())
+    storage = open_storage(args.url, codec=codec)
+    # The commands only read; opening a SQLite URL that names no file would create an empty store.
+    path = getattr(storage, "path", None)
+    if isinstance(path, Path) and not path.exists():
+        raise UsageError(f"{args.url}: no such file {path}")
+    return storage
+
+
+def _parser() -> argparse.ArgumentParser:
+    schemes = ", ".join(scheme + "://" for scheme in supported_schemes())
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Verify and inspect checkpoint storages.",
+        epilog=f"Storage URLs: {schemes} (e.g. sqlite:///checkpoints.db).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    verify_parser = commands.add_parser(
+        "verify",
+        help="report dangling links, cycles, orphans, undecodable bodies, signature changes",
+        description=(
+            "Scan a storage (or one workflow and the records nested in it) for dangling previous "
+            "links, cycles, orphaned or missing nested records, undecodable bodies, bodies that "
+            "disagree with the index, and graph signature changes along a chain."
+        ),
+        epilog="Exit status: 0 nothing found, 1 something found, 2 usage or connection error.",
+    )
+    verify_parser.add_argument("url", metavar="URL", help="storage URL")
+    verify_parser.add_argument("--workflow", metavar="NAME", help="scan only this workflow")
+    _common_options(verify_parser, json_help="print the report as JSON")
+
+    inspect_parser = commands.add_parser(
+        "inspect",
+        help="list workflows, draw a workflow's lineage tree, or show one checkpoint",
+        description=(
+            "With a URL only: the workflows and their counts. With a WORKFLOW: its checkpoints as a "
+            "lineage tree (forks, nested records, signatures abbreviated). With --checkpoint: one "
+            "checkpoint's fields."
+        ),
+        epilog="Exit status: 0 shown, 1 the checkpoint cannot be loaded, 2 usage or connection error.",
+    )
+    inspect_parser.add_argument("url", metavar="URL", help="storage URL")
+    inspect_parser.add_argument("workflow", nargs="?", metavar="WORKFLOW", help="draw this workflow's tree")
+    inspect_parser.add_argument("--checkpoint", metavar="ID", help="show this checkpoint's fields")
+    _common_options(inspect_parser, json_help="print the data as JSON instead of drawing it")
+    return parser
+
+
+def _common_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument(
+        "--allow-type",
+        action="append",
+        metavar="MODULE:QUALNAME",
+        help="a type the application's codec allows (repeatable), so its checkpoints decode",
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("checkpoint-storages")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

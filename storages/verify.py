@@ -1,0 +1,493 @@
+"""``verify``: scan a storage, or one workflow, for broken lineage and unreadable records.
+
+Uses only the public contract: the index (``list_records``, ``checkpoint_info``,
+``list_tombstones``, capability ``inspect``), the stored bytes (``read_raw_body``, capability
+``raw_access``) and decoding through the storage's own codec (or ``load`` when the storage has
+none). It never writes.
+
+What it finds (:class:`FindingKind`), each finding naming the ids involved, the record the
+finding is about first:
+
+* a previous id that resolves to nothing and is no tombstone (a pruned ancestor is fine);
+* previous links that form a cycle;
+* a nested record whose container is gone, a container referring to a nested record that is not
+  stored, a nested record its container does not refer to;
+* a body that fails its integrity check or cannot be decoded (a container whose embedded records
+  are broken cannot be loaded either, and is reported too, naming them);
+* a body whose fields disagree with the index the storage lists and walks by;
+* a graph signature that changes from one checkpoint to the next along a chain.
+
+A scan reads the index once and every body once, one family (a checkpoint and what is nested in
+it) at a time, so memory stays bounded by the largest family. On a storage being written to while
+it runs, records that vanish mid-scan are skipped, not reported.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import CheckpointCodec
+from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from .errors import CheckpointCorruptedError, UnsupportedOperationError
+
+VerifyProgress = Callable[[int, int], None]
+"""Called as ``progress(records_checked, records_known)`` while bodies are read."""
+
+REQUIRED_CAPABILITIES: tuple[Capability, ...] = (Capability.INSPECT, Capability.RAW_ACCESS)
+"""verify reads the index and the stored bytes; a storage must declare both."""
+
+
+class FindingKind(str, enum.Enum):
+    """What is wrong; the order here is the order of a report."""
+
+    DANGLING_LINK = "dangling_link"
+    """A previous id resolves to no stored record and no tombstone."""
+    CYCLE = "cycle"
+    """Following previous ids comes back to where it started."""
+    ORPHANED_NESTED = "orphaned_nested"
+    """A nested record whose container is no longer stored."""
+    NESTED_REF_MISSING = "nested_ref_missing"
+    """A body refers to an embedded checkpoint that is not stored."""
+    UNREFERENCED_NESTED = "unreferenced_nested"
+    """A nested record names a container whose body does not refer to it."""
+    UNDECODABLE_BODY = "undecodable_body"
+    """A body fails its integrity check or cannot be decoded: loading it raises."""
+    INDEX_MISMATCH = "index_mismatch"
+    """The decoded body disagrees with the index (workflow, previous id or signature)."""
+    SIGNATURE_CHANGE = "signature_change"
+    """A checkpoint's graph signature differs from its previous checkpoint's."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_KIND_ORDER = {kind: position for position, kind in enumerate(FindingKind)}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem. ``checkpoint_ids[0]`` is the record it is about; the others are involved."""
+
+    kind: FindingKind
+    checkpoint_ids: tuple[CheckpointID, ...]
+    message: str
+    workflow_name: str | None = None
+    """The workflow of ``checkpoint_ids[0]``, when it is stored."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "checkpoint_ids": list(self.checkpoint_ids),
+            "workflow_name": self.workflow_name,
+            "message": self.message,
+        }
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What a scan checked and found."""
+
+    storage: str
+    workflow_name: str | None
+    """The workflow scanned, or None for the whole storage."""
+    records_checked: int = 0
+    """Records whose bodies were read and checked (nested records included)."""
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def of_kind(self, kind: FindingKind) -> list[Finding]:
+        return [finding for finding in self.findings if finding.kind is kind]
+
+    def counts(self) -> dict[str, int]:
+        """Findings per kind, every kind listed."""
+        return {kind.value: len(self.of_kind(kind)) for kind in FindingKind}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "storage": self.storage,
+            "workflow_name": self.workflow_name,
+            "ok": self.ok,
+            "records_checked": self.records_checked,
+            "counts": self.counts(),
+            "findings": [finding.to_dict() for finding in self.findings],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+
+
+def require_capabilities(
+    storage: CheckpointStorage, operation: str, needed: Iterable[Capability] = REQUIRED_CAPABILITIES
+) -> None:
+    """Raise UnsupportedOperationError naming the first capability in ``needed`` that the storage
+    does not declare, before ``operation`` starts rather than part way through."""
+    declared: frozenset[Capability] = getattr(storage, "capabilities", frozenset())
+    for capability in needed:
+        if capability not in declared:
+            raise UnsupportedOperationError(describe_storage(storage), operation, capability.value)
+
+
+def describe_storage(storage: object) -> str:
+    describe = getattr(storage, "describe", None)
+    return str(describe()) if callable(describe) else type(storage).__name__
+
+
+async def verify(
+    storage: CheckpointStorage,
+    *,
+    workflow_name: str | None = None,
+    progress: VerifyProgress | None = None,
+) -> VerifyReport:
+    """Scan ``storage`` (or one workflow, with the records nested in it) and report every problem.
+
+    Raises UnsupportedOperationError when the storage lacks the ``inspect`` or ``raw_access``
+    capability; storage errors (unreachable, closed) propagate. Finding nothing is ``report.ok``.
+    """
+    require_capabilities(storage, "verify")
+    scan = _Scan(storage, workflow_name, progress)
+    await scan.run()
+    return scan.report
+
+
+@dataclass(slots=True)
+class _Family:
+    """A checkpoint and the records nested in it, read together so the checkpoint can be decoded."""
+
+    members: list[CheckpointInfo] = field(default_factory=list)
+    """Breadth first from the family's root: containers before what they contain."""
+    bodies: dict[CheckpointID, bytes] = field(default_factory=dict)
+
+
+class _Scan:
+    """One verify run: the records in scope, what was learnt about them, and the findings."""
+
+    def __init__(
+        self, storage: CheckpointStorage, workflow_name: str | None, progress: VerifyProgress | None
+    ) -> None:
+        self._storage = storage
+        self._workflow_name = workflow_name
+        self._progress = progress
+        codec = getattr(storage, "codec", None)
+        self._codec = codec if isinstance(codec, CheckpointCodec) else None
+        self.report = VerifyReport(describe_storage(storage), workflow_name)
+        self._scope: dict[CheckpointID, CheckpointInfo] = {}
+        """Records to check: the listed ones plus the records nested in them."""
+        self._outside: dict[CheckpointID, CheckpointInfo | None] = {}
+        """Records out of scope looked up by id (None: not stored)."""
+        self._checked: set[CheckpointID] = set()
+        self._vanished: set[CheckpointID] = set()
+        self._refs: dict[CheckpointID, list[CheckpointID]] = {}
+        """Direct nested references of each body read that passed its integrity check."""
+        self._broken: set[CheckpointID] = set()
+        """Records that cannot be loaded, or whose bodies refer to records that are not stored."""
+        self._tombstones: frozenset[CheckpointID] | None = None
+
+    async def run(self) -> None:
+        listed = await self._storage.list_records(workflow_name=self._workflow_name)
+        self._scope = {info.checkpoint_id: info for info in listed}
+        # Containers first, so their nested records are checked inside their families, where
+        # they can be decoded; nested records left over afterwards are checked on their own.
+        ordered = [info for info in listed if not info.nested] + [info for info in listed if info.nested]
+        for info in ordered:
+            if info.checkpoint_id not in self._checked:
+                await self._check_family(info)
+        for checkpoint_id in self._vanished:
+            self._scope.pop(checkpoint_id, None)
+        await self._check_links()
+        self._find_cycles()
+        self.report.findings.sort(key=lambda finding: _KIND_ORDER[finding.kind])
+
+    # ------------------------------------------------------------------ bodies
+
+    async def _check_family(self, root: CheckpointInfo) -> None:
+        family = _Family()
+        pending = deque([root])
+        while pending:
+            info = pending.popleft()
+            checkpoint_id = info.checkpoint_id
+            if checkpoint_id in self._checked:
+                continue
+            self._checked.add(checkpoint_id)
+            body = await self._read_body(info)
+            self._advance()
+            if body is None:
+                continue
+            family.members.append(info)
+            family.bodies[checkpoint_id] = body
+            for ref in self._refs.get(checkpoint_id, ()):
+                if ref in family.bodies:
+                    continue  # one embedded checkpoint referred to twice is stored once
+                nested = await self._nested_record(checkpoint_id, ref)
+                if nested is None:
+                    continue
+                if nested.checkpoint_id in self._checked:
+                    # Already checked in another scan step; its body is still needed to decode.
+                    earlier = await self._storage.read_raw_body(ref)
+                    if earlier is not None:
+                        family.bodies[ref] = earlier
+                else:
+                    pending.append(nested)
+        # Innermost first: a container's decode failure can then name the nested records behind it.
+        for info in reversed(family.members):
+            await self._decode(info, family.bodies)
+
+    async def _read_body(self, info: CheckpointInfo) -> bytes | None:
+        """The record's body if it passed its integrity check (its references noted), else None."""
+        checkpoint_id = info.checkpoint_id
+        body = await self._storage.read_raw_body(checkpoint_id)
+        if body is None:
+            if await self._storage.checkpoint_info(checkpoint_id) is None:
+                self._vanished.add(checkpoint_id)  # deleted while we scanned: nothing to report
+                return None
+            self._undecodable(info, "it is listed in the index but has no stored body")
+            return None
+        self.report.records_checked += 1
+        try:
+            self._refs[checkpoint_id] = CheckpointCodec.nested_ref_ids(body, checkpoint_id=checkpoint_id)
+        except CheckpointCorruptedError as exc:
+            self._undecodable(info, exc.reason)
+            return None
+        return body
+
+    async def _nested_record(self, container_id: CheckpointID, ref: CheckpointID) -> CheckpointInfo | None:
+        """The record a body refers to, brought into scope; None (and a finding) if not stored."""
+        info = self._scope.get(ref)
+        if info is None:
+            info = await self._storage.checkpoint_info(ref)
+            if info is not None:
+                self._scope[ref] = info
+        if info is None:
+            self._broken.add(container_id)
+            self._add(
+                FindingKind.NESTED_REF_MISSING,
+                (container_id, ref),
+                f"checkpoint {container_id!r} embeds checkpoint {ref!r}, which is not stored; "
+                f"loading {container_id!r} fails",
+                self._workflow_of(container_id),
+            )
+        return info
+
+    async def _decode(self, info: CheckpointInfo, bodies: dict[CheckpointID, bytes]) -> None:
+        checkpoint_id = info.checkpoint_id
+        body = bodies[checkpoint_id]
+        try:
+            if self._codec is not None:
+                nested = bodies if CheckpointCodec.has_nested_refs(body) else None
+                checkpoint = self._codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, nested=nested)
+            else:
+                checkpoint = await self._storage.load(checkpoint_id)
+        except CheckpointCorruptedError as exc:
+            culprits = [d for d in self._descendants(checkpoint_id) if d in self._broken]
+            if culprits:
+                # The decoder's own reason would describe the first broken record it met; the
+                # culprits' findings say what is wrong with each.
+                many = len(culprits) > 1
+                self._broken.add(checkpoint_id)
+                self._add(
+                    FindingKind.UNDECODABLE_BODY,
+                    (checkpoint_id, *culprits),
+                    f"checkpoint {checkpoint_id!r} cannot be loaded: the embedded "
+                    f"checkpoint{'s' if many else ''} {_names(culprits)} {'are' if many else 'is'} broken",
+                    info.workflow_name,
+                )
+            else:
+                self._undecodable(info, exc.reason)
+            return
+        if checkpoint.checkpoint_id != checkpoint_id:
+            self._undecodable(info, f"the stored body belongs to checkpoint {checkpoint.checkpoint_id!r}")
+            return
+        disagreements = [
+            f"{name} is {actual!r} in the body but {indexed!r} in the index"
+            for name, actual, indexed in (
+                ("workflow_name", checkpoint.workflow_name, info.workflow_name),
+                ("previous_checkpoint_id", checkpoint.previous_checkpoint_id, info.previous_checkpoint_id),
+                ("graph_signature_hash", checkpoint.graph_signature_hash, info.graph_signature_hash),
+            )
+            if actual != indexed
+        ]
+        if disagreements:
+            self._add(
+                FindingKind.INDEX_MISMATCH,
+                (checkpoint_id,),
+                f"checkpoint {checkpoint_id!r}: " + "; ".join(disagreements),
+                info.workflow_name,
+            )
+
+    def _descendants(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
+        """Records nested in this one at any depth, nearest first."""
+        found: dict[CheckpointID, None] = {}
+        pending = deque(self._refs.get(checkpoint_id, ()))
+        while pending:
+            current = pending.popleft()
+            if current not in found:
+                found[current] = None
+                pending.extend(self._refs.get(current, ()))
+        return list(found)
+
+    def _undecodable(self, info: CheckpointInfo, reason: str) -> None:
+        self._broken.add(info.checkpoint_id)
+        self._add(
+            FindingKind.UNDECODABLE_BODY,
+            (info.checkpoint_id,),
+            f"checkpoint {info.checkpoint_id!r} cannot be decoded: {reason}",
+            info.workflow_name,
+        )
+
+    # ------------------------------------------------------------------ links
+
+    async def _check_links(self) -> None:
+        for info in list(self._scope.values()):
+            checkpoint_id = info.checkpoint_id
+            previous_id = info.previous_checkpoint_id
+            if previous_id is not None and previous_id != checkpoint_id:
+                previous = await self._lookup(previous_id)
+                if previous is not None:
+                    self._check_signature(info, previous)
+                elif previous_id not in await self._all_tombstones():
+                    self._add(
+                        FindingKind.DANGLING_LINK,
+                        (checkpoint_id, previous_id),
+                        f"checkpoint {checkpoint_id!r} continues from {previous_id!r}, which is "
+                        "neither stored nor pruned",
+                        info.workflow_name,
+                    )
+            if info.container_id is not None:
+                await self._check_container(info, info.container_id)
+
+    async def _check_container(self, info: CheckpointInfo, container_id: CheckpointID) -> None:
+        checkpoint_id = info.checkpoint_id
+        container = await self._lookup(container_id)
+        if container is None:
+            pruned = container_id in await self._all_tombstones()
+            self._add(
+                FindingKind.ORPHANED_NESTED,
+                (checkpoint_id, container_id),
+                f"nested checkpoint {checkpoint_id!r} belongs to checkpoint {container_id!r}, which "
+                + ("was pruned without it" if pruned else "is no longer stored"),
+                info.workflow_name,
+            )
+            return
+        refs = await self._refs_of(container_id)
+        if refs is not None and checkpoint_id not in refs:
+            self._add(
+                FindingKind.UNREFERENCED_NESTED,
+                (checkpoint_id, container_id),
+                f"nested checkpoint {checkpoint_id!r} names {container_id!r} as its container, but "
+                "that checkpoint's body does not embed it",
+                info.workflow_name,
+            )
+
+    async def _refs_of(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        """Direct nested references of a stored body; None if it cannot be read."""
+        if checkpoint_id in self._checked:
+            return self._refs.get(checkpoint_id)
+        body = await self._storage.read_raw_body(checkpoint_id)
+        self._checked.add(checkpoint_id)  # out of scope: read for its references only, once
+        if body is None:
+            return None
+        try:
+            refs = CheckpointCodec.nested_ref_ids(body, checkpoint_id=checkpoint_id)
+        except CheckpointCorruptedError:
+            return None  # out of scope: a full scan reports it
+        self._refs[checkpoint_id] = refs
+        return refs
+
+    def _check_signature(self, info: CheckpointInfo, previous: CheckpointInfo) -> None:
+        if info.graph_signature_hash == previous.graph_signature_hash:
+            return
+        self._add(
+            FindingKind.SIGNATURE_CHANGE,
+            (info.checkpoint_id, previous.checkpoint_id),
+            f"checkpoint {info.checkpoint_id!r} has graph signature "
+            f"{abbreviate_signature(info.graph_signature_hash)!r} but its previous checkpoint "
+            f"{previous.checkpoint_id!r} has {abbreviate_signature(previous.graph_signature_hash)!r}",
+            info.workflow_name,
+        )
+
+    def _find_cycles(self) -> None:
+        # Each record has at most one previous id, so every cycle is found by walking from each
+        # record until the walk meets a record it has seen: on this walk (a cycle) or an earlier one.
+        done: set[CheckpointID] = set()
+        for start in self._scope:
+            path: list[CheckpointID] = []
+            on_path: dict[CheckpointID, int] = {}
+            current: CheckpointID | None = start
+            while current is not None and current in self._scope and current not in done:
+                if current in on_path:
+                    members = path[on_path[current] :]
+                    chain = " -> ".join([*members, current])
+                    self._add(
+                        FindingKind.CYCLE,
+                        tuple(members),
+                        f"previous links form a cycle of {_plural(members, 'checkpoint')}: {chain}",
+                        self._scope[members[0]].workflow_name,
+                    )
+                    break
+                on_path[current] = len(path)
+                path.append(current)
+                current = self._scope[current].previous_checkpoint_id
+            done.update(path)
+
+    # ------------------------------------------------------------------ lookups
+
+    async def _lookup(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        info = self._scope.get(checkpoint_id)
+        if info is not None:
+            return info
+        if checkpoint_id not in self._outside:
+            self._outside[checkpoint_id] = await self._storage.checkpoint_info(checkpoint_id)
+        return self._outside[checkpoint_id]
+
+    async def _all_tombstones(self) -> frozenset[CheckpointID]:
+        # Every workflow's: a record nested under another workflow's name is tombstoned under the
+        # name of the workflow that was pruned.
+        if self._tombstones is None:
+            self._tombstones = frozenset(await self._storage.list_tombstones())
+        return self._tombstones
+
+    def _workflow_of(self, checkpoint_id: CheckpointID) -> str | None:
+        info = self._scope.get(checkpoint_id)
+        return None if info is None else info.workflow_name
+
+    def _add(
+        self, kind: FindingKind, ids: tuple[CheckpointID, ...], message: str, workflow_name: str | None
+    ) -> None:
+        self.report.findings.append(Finding(kind, ids, message, workflow_name))
+
+    def _advance(self) -> None:
+        if self._progress is not None:
+            self._progress(len(self._checked), len(self._scope))
+
+
+def abbreviate_signature(signature: str, length: int = 8) -> str:
+    """The first ``length`` characters and an ellipsis; short signatures unchanged."""
+    return signature if len(signature) <= length + 1 else signature[:length] + "…"
+
+
+def _plural(items: list[CheckpointID], noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
+
+
+def _names(ids: Iterable[CheckpointID]) -> str:
+    return ", ".join(repr(i) for i in ids)
+
+
+__all__ = [
+    "REQUIRED_CAPABILITIES",
+    "Finding",
+    "FindingKind",
+    "VerifyProgress",
+    "VerifyReport",
+    "abbreviate_signature",
+    "describe_storage",
+    "require_capabilities",
+    "verify",
+]
