@@ -1,0 +1,240 @@
+"""The nested family passes correct storages and catches each way of mishandling embedded checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import BackendReport, Outcome, select_clauses, target_from_url
+from storages.base import CheckpointRecord, StoredBody
+from storages.contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointInfo
+from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
+from storages.memory import InMemoryCheckpointStorage
+
+from . import support
+from .support import failed
+
+FAMILY = "nested"
+
+
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
+
+
+def _all_passed(backend: BackendReport) -> None:
+    assert {r.clause_id: r.outcome for r in backend.results} == {
+        c.id: Outcome.PASSED for c in select_clauses([FAMILY])
+    }, [(r.clause_id, r.message) for r in backend.failures]
+
+
+# ---------------------------------------------------------------- mutants, one defect each
+
+
+def _as_dicts(value: Any) -> Any:
+    """``value`` with every checkpoint inside it replaced by its to_dict(), at any depth."""
+    if all(hasattr(value, name) for name in CHECKPOINT_FIELDS):
+        return {name: _as_dicts(item) for name, item in value.to_dict().items()}
+    if type(value) is dict:
+        return {key: _as_dicts(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_as_dicts(item) for item in value)
+    return value
+
+
+class NestedDecodedAsDicts(InMemoryCheckpointStorage):
+    """A decoder hook that hands embedded checkpoints back as their to_dict() mappings."""
+
+    def _decode(
+        self,
+        stored: StoredBody,
+        workflow_name: str | None = None,
+        nested: Mapping[CheckpointID, bytes] | None = None,
+    ) -> Any:
+        checkpoint = super()._decode(stored, workflow_name, nested)
+        for name in ("messages", "state", "pending_request_info_events", "metadata"):
+            setattr(checkpoint, name, _as_dicts(getattr(checkpoint, name)))
+        return checkpoint
+
+
+class InlineOnly(InMemoryCheckpointStorage):
+    """Claims ``nested`` but encodes embedded checkpoints inline, recording nothing nested."""
+
+    def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
+        return [self._record_for(checkpoint)]
+
+
+class DeleteLeavesOrphans(InMemoryCheckpointStorage):
+    """delete() removes the container's record only; its nested records stay behind."""
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        store = self._store
+        with store.lock:
+            entry = store.by_id.get(checkpoint_id)
+            if entry is None:
+                return False
+            if entry.record.container_id is not None:
+                raise NestedCheckpointDeletionError(checkpoint_id, entry.record.container_id)
+            del store.by_id[checkpoint_id]
+            del store.workflows[entry.record.workflow_name].entries[checkpoint_id]
+        return True
+
+
+class ListsNestedWithoutFlag(InMemoryCheckpointStorage):
+    """list_checkpoint_ids() includes nested records whether or not include_nested is set."""
+
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        return await super()._list_ids(workflow_name, graph_signature_hash, include_nested=True)
+
+
+class NonAtomicFamilyInsert(InMemoryCheckpointStorage):
+    """Writes the checkpoint, then its nested records one by one, stopping at a conflict."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        existing = await super()._insert_family(records[:1])
+        if existing is not None:
+            return existing
+        for record in records[1:]:
+            if await super()._insert_family((record,)) is not None:
+                raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint's id is taken")
+        return None
+
+
+class NestedDeletable(InMemoryCheckpointStorage):
+    """delete() of a nested record deletes it (and what it holds) instead of refusing."""
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        store = self._store
+        with store.lock:
+            entry = store.by_id.get(checkpoint_id)
+            if entry is None:
+                return False
+            self._drop_family(entry)
+        return True
+
+
+class ContainerIsRoot(InMemoryCheckpointStorage):
+    """checkpoint_info() names the top-level checkpoint a record was saved with as its container."""
+
+    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        info = await super()._info(checkpoint_id)
+        entry = self._store.by_id.get(checkpoint_id)
+        if info is None or entry is None or not entry.record.nested:
+            return info
+        return dataclasses.replace(info, container_id=entry.record.root_id)
+
+
+class ListNestedAllDescendants(InMemoryCheckpointStorage):
+    """list_nested() names every record below a checkpoint, grandchildren too."""
+
+    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        with self._store.lock:
+            entry = self._store.by_id.get(checkpoint_id)
+            if entry is None:
+                return None
+            return [child.record.checkpoint_id for child in self._descendants(entry)]
+
+
+class ResaveComparesContainerOnly(InMemoryCheckpointStorage):
+    """Treats a re-save as a no-op when the container's own body matches, ignoring its children."""
+
+    async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
+        return True
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_in_memory_storage_passes_every_nested_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    _all_passed(backend)
+    assert len(backend.results) >= 14
+
+
+@pytest.mark.sqlite
+def test_sqlite_storage_passes_every_nested_clause(tmp_path: Path) -> None:
+    # A temp-file store reached by URL, as the CLI checks it.
+    _all_passed(run_family(target_from_url(f"sqlite:///{tmp_path.as_posix()}/nested.db")))
+
+
+def test_embedded_checkpoints_decoded_as_dicts_fail_every_clause_reading_them() -> None:
+    backend = run_family(NestedDecodedAsDicts)
+    assert failed(backend) == {
+        "nested.round_trip_anywhere",
+        "nested.round_trip_deep",
+        "nested.loadable_by_own_id",
+        "nested.delete_cascades",
+        "nested.delete_nested_refused",
+        "nested.save_is_atomic",
+        "nested.aliasing_stored_once",
+        "nested.resave_identical_is_noop",
+        "nested.resave_changed_child_conflicts",
+    }
+    message = backend.result("nested.round_trip_deep").message
+    assert "should be WorkflowCheckpoint" in message
+    assert "came back as dict" in message
+
+
+def test_inline_only_storage_fails_every_clause_that_needs_a_record() -> None:
+    backend = run_family(InlineOnly)
+    assert failed(backend) == {c.id for c in select_clauses([FAMILY])} - {
+        # Inline bodies still round trip from the top.
+        "nested.round_trip_anywhere",
+        "nested.round_trip_deep",
+    }
+    assert "it holds a copy of embedded" in backend.result("nested.stored_once").message
+
+
+def test_delete_leaving_orphans_fails_delete_cascades() -> None:
+    backend = run_family(DeleteLeavesOrphans)
+    assert failed(backend) == {"nested.delete_cascades"}
+    assert "it should raise CheckpointNotFoundError" in backend.result("nested.delete_cascades").message
+
+
+def test_listing_nested_records_without_the_flag_fails_hidden_from_listing() -> None:
+    backend = run_family(ListsNestedWithoutFlag)
+    assert failed(backend) == {"nested.hidden_from_listing"}
+    message = backend.result("nested.hidden_from_listing").message
+    assert "list_checkpoint_ids(" in message
+    assert "expected [], got [" in message
+
+
+def test_non_atomic_family_insert_fails_save_is_atomic() -> None:
+    backend = run_family(NonAtomicFamilyInsert)
+    assert failed(backend) == {"nested.save_is_atomic"}
+    # The parent was written although its save raised; its collided child is not its own.
+    message = backend.result("nested.save_is_atomic").message
+    assert message.startswith("load('ck-atomic-parent-")
+    assert "after the save refused for an id collision" in message
+
+
+def test_deletable_nested_record_fails_delete_nested_refused() -> None:
+    backend = run_family(NestedDeletable)
+    assert failed(backend) == {"nested.delete_nested_refused"}
+    assert (
+        "must raise NestedCheckpointDeletionError" in backend.result("nested.delete_nested_refused").message
+    )
+
+
+def test_root_named_as_container_fails_records_container() -> None:
+    backend = run_family(ContainerIsRoot)
+    assert failed(backend) == {"nested.records_container"}
+    assert ".container_id: expected '" in backend.result("nested.records_container").message
+
+
+def test_listing_grandchildren_as_children_fails_list_nested_children() -> None:
+    backend = run_family(ListNestedAllDescendants)
+    assert failed(backend) == {"nested.list_nested_children", "nested.delete_nested_refused"}
+
+
+def test_resave_comparing_the_container_only_fails_resave_changed_child_conflicts() -> None:
+    backend = run_family(ResaveComparesContainerOnly)
+    assert failed(backend) == {"nested.resave_changed_child_conflicts"}
+    assert "was accepted; checkpoints are immutable" in (
+        backend.result("nested.resave_changed_child_conflicts").message
+    )

@@ -1,0 +1,191 @@
+"""The signature family passes correct storages and catches each way of mishandling graph signatures."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import BackendReport, Outcome, select_clauses, target_from_url
+from storages.base import CheckpointRecord, StoredBody
+from storages.contract import CheckpointID
+from storages.memory import InMemoryCheckpointStorage
+
+from . import support
+from .support import failed
+
+FAMILY = "signature"
+
+
+def run_family(subject: Any, **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, subject, **target)
+
+
+def _all_passed(backend: BackendReport) -> None:
+    assert {r.clause_id: r.outcome for r in backend.results} == {
+        c.id: Outcome.PASSED for c in select_clauses([FAMILY])
+    }, [(r.clause_id, r.message) for r in backend.failures]
+
+
+def _fold(signature: str) -> str:
+    """What a case-insensitive, whitespace-trimming comparison sees."""
+    return signature.strip().lower()
+
+
+# ---------------------------------------------------------------- mutants, one defect each
+
+
+class NormalisesSignature(InMemoryCheckpointStorage):
+    """Stores every checkpoint with its signature trimmed and lower-cased, as a "canonical" hash."""
+
+    async def save(self, checkpoint: Any) -> CheckpointID:
+        rewritten = copy.copy(checkpoint)
+        rewritten.graph_signature_hash = _fold(checkpoint.graph_signature_hash)
+        return await super().save(rewritten)
+
+
+class CaseInsensitiveSignatureIndex(InMemoryCheckpointStorage):
+    """Indexes signatures folded (a case-insensitive, trailing-space-insensitive collation); bodies
+    keep the exact hash, but filters and checkpoint_info see the folded one."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        folded = [dataclasses.replace(r, graph_signature_hash=_fold(r.graph_signature_hash)) for r in records]
+        return await super()._insert_family(folded)
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        query = None if graph_signature_hash is None else _fold(graph_signature_hash)
+        return await super()._latest(workflow_name, query)
+
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        query = None if graph_signature_hash is None else _fold(graph_signature_hash)
+        return await super()._list(workflow_name, query, include_nested=include_nested)
+
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        query = None if graph_signature_hash is None else _fold(graph_signature_hash)
+        return await super()._list_ids(workflow_name, query, include_nested=include_nested)
+
+
+class SignatureLatestByTimestamp(InMemoryCheckpointStorage):
+    """get_latest(graph_signature_hash=h) picks h's checkpoint with the greatest timestamp."""
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        if graph_signature_hash is None:
+            return await super()._latest(workflow_name, None)
+        stored = await self._list(workflow_name, graph_signature_hash)
+        if not stored:
+            return None
+        return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
+
+
+class IgnoresExpectedSignature(InMemoryCheckpointStorage):
+    """load() accepts expected_graph_signature_hash and never checks it."""
+
+    async def load(
+        self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None
+    ) -> Any:
+        return await super().load(checkpoint_id)
+
+
+class SignatureFilterIgnored(InMemoryCheckpointStorage):
+    """get_latest(graph_signature_hash=h) returns the workflow's latest, whatever its signature."""
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        return await super()._latest(workflow_name, None)
+
+
+class NestedIndexedWithContainerSignature(InMemoryCheckpointStorage):
+    """Indexes nested records under their top-level checkpoint's signature instead of their own."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        top = records[0].graph_signature_hash
+        return await super()._insert_family(
+            [records[0], *(dataclasses.replace(r, graph_signature_hash=top) for r in records[1:])]
+        )
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_in_memory_storage_passes_every_signature_clause() -> None:
+    backend = run_family(InMemoryCheckpointStorage)
+    _all_passed(backend)
+    assert len(backend.results) >= 7
+
+
+@pytest.mark.sqlite
+def test_sqlite_storage_passes_every_signature_clause(tmp_path: Path) -> None:
+    # A temp-file store reached by URL, as the CLI checks it.
+    _all_passed(run_family(target_from_url(f"sqlite:///{tmp_path.as_posix()}/signature.db")))
+
+
+def test_normalised_signature_fails_every_clause_that_reads_an_odd_signature() -> None:
+    backend = run_family(NormalisesSignature)
+    assert failed(backend) == {
+        "signature.preserved_exactly",
+        "signature.filter_is_exact",
+        # The error reports the rewritten hash as the stored one.
+        "signature.load_rejects_mismatch",
+        # The exact hash the checkpoint was saved with no longer matches it.
+        "signature.load_accepts_match",
+    }
+    assert "expected 'SHA256:Ünïcödé/日本語/🙂\\xa0sig', got 'sha256:ünïcödé/日本語/🙂\\xa0sig'" in (
+        backend.result("signature.preserved_exactly").message
+    )
+
+
+def test_case_insensitive_signature_index_fails_the_filter_clauses() -> None:
+    backend = run_family(CaseInsensitiveSignatureIndex)
+    assert failed(backend) == {
+        "signature.preserved_exactly",  # through checkpoint_info; bodies keep the exact hash
+        "signature.latest_by_signature",
+        "signature.list_by_signature",
+        "signature.filter_is_exact",
+    }
+    assert "checkpoint_info(" in backend.result("signature.preserved_exactly").message
+    assert "graph_signature_hash='SIG-LIST-A'), a signature no checkpoint has: expected [], got [" in (
+        backend.result("signature.list_by_signature").message
+    )
+
+
+def test_signature_latest_by_timestamp_fails_latest_by_signature() -> None:
+    backend = run_family(SignatureLatestByTimestamp)
+    assert failed(backend) == {"signature.latest_by_signature"}
+    message = backend.result("signature.latest_by_signature").message
+    assert "get_latest(graph_signature_hash='sig-latest-a') after saving" in message
+    assert message.endswith("(saved last with that signature; timestamps fall as commits rise)")
+
+
+def test_ignoring_the_expected_signature_fails_load_rejects_mismatch() -> None:
+    backend = run_family(IgnoresExpectedSignature)
+    assert failed(backend) == {"signature.load_rejects_mismatch"}
+    assert (
+        "it must raise GraphSignatureMismatchError"
+        in backend.result("signature.load_rejects_mismatch").message
+    )
+
+
+def test_latest_ignoring_the_signature_fails_every_filtered_latest() -> None:
+    backend = run_family(SignatureFilterIgnored)
+    assert failed(backend) == {
+        "signature.latest_by_signature",
+        "signature.filter_is_exact",
+        "signature.nested_keep_own",
+    }
+    assert "embedded checkpoints are never latest" in backend.result("signature.nested_keep_own").message
+
+
+def test_nested_records_indexed_with_the_container_signature_fail_nested_keep_own() -> None:
+    backend = run_family(NestedIndexedWithContainerSignature)
+    assert failed(backend) == {"signature.nested_keep_own"}
+    assert "graph_signature_hash='sig-own-child', include_nested=True): expected [" in (
+        backend.result("signature.nested_keep_own").message
+    )
