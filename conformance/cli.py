@@ -47,13 +47,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse exits for --help, --version and its own usage errors
         return exit_.code if isinstance(exit_.code, int) else 2
-    console = Console()
+    # Piped output (CI logs, tee) gets room for the family table instead of 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     try:
-        clauses = select_clauses(args.clause)
+        # The MAF runner drives only the runner family unless clauses are named: the other
+        # families call the storage directly, so a runner changes nothing for them.
+        clauses = select_clauses(args.clause or (["runner"] if args.runner == "maf" else None))
         if args.list:
             console.print(catalogue_table(clauses))
             return 0
         targets = _targets(args.urls)
+        _use_runner(targets, args.runner, args.child_storage)
         for path in (args.json, args.junit_xml):
             if path is not None and not path.parent.is_dir():
                 raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
@@ -210,6 +214,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID_OR_FAMILY",
         help="run only this clause or family (repeatable)",
     )
+    parser.add_argument(
+        "--runner",
+        choices=("reference", "maf"),
+        default="reference",
+        help="what drives the runner clauses: the reference driver, or real Agent Framework workflows "
+        "(maf; runs only the runner family unless --clause is given)",
+    )
+    parser.add_argument(
+        "--child-storage",
+        choices=("shared", "separate"),
+        default="shared",
+        help="with --runner maf: give the sub-workflow the parent's storage (shared) or an in-memory "
+        "store of its own (separate), where MAF leaves a dangling link after a parent restore",
+    )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -229,6 +247,21 @@ def _targets(urls: Sequence[str]) -> list[StorageTarget]:
             # Not a usage error: the URL is right, the environment lacks an extra. Report it.
             targets.append(unavailable_target(url, exc))
     return targets
+
+
+def _use_runner(targets: Sequence[StorageTarget], runner: str, child_storage: str) -> None:
+    if runner == "reference":
+        if child_storage != "shared":
+            raise UsageError("--child-storage needs --runner maf")
+        return
+    from .maf_profile import MafRunnerProfile
+
+    try:
+        profile = MafRunnerProfile(separate_child_storage=child_storage == "separate")
+    except MissingDependencyError as exc:
+        raise UsageError(str(exc)) from exc
+    for target in targets:
+        target.runner = profile
 
 
 def _backend_line(backend: BackendReport) -> Text:

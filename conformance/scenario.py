@@ -132,11 +132,15 @@ class RunObservation:
             superstep. It grows by at least one per superstep and continues across a restore:
             resuming from the parent checkpoint taken at iteration ``k`` must give the values an
             uninterrupted run had from superstep ``k + 1`` on.
+        child_storage: the storage the child saved to, when a profile gave it one of its own
+            although the scenario asked for a shared one (a profile configured to show what its
+            runner does with a separate child storage); None otherwise.
     """
 
     parent_saved: tuple[str, ...]
     child_saved: tuple[str, ...]
     child_progress: tuple[int, ...]
+    child_storage: Any = None
 
 
 class RunnerProfile(abc.ABC):

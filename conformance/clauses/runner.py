@@ -224,8 +224,12 @@ async def changed_child_graph_is_rejected(ctx: ClauseContext) -> None:
     await _changed_graph_is_rejected(ctx, GraphChange.CHILD)
 
 
-async def _walk_by_load(ctx: ClauseContext, start: str, role: str, embedded: list[str]) -> list[str]:
-    """Follow previous ids from ``start`` with load(); fail on a dangling link or a cycle."""
+async def _walk_by_load(
+    ctx: ClauseContext, start: str, role: str, embedded: list[str], storage: Any = None
+) -> list[str]:
+    """Follow previous ids from ``start`` with load() on ``storage`` (default: the target's);
+    fail on a dangling link or a cycle."""
+    storage = ctx.storage if storage is None else storage
     path: list[str] = []
     current: str | None = start
     while current is not None:
@@ -233,7 +237,7 @@ async def _walk_by_load(ctx: ClauseContext, start: str, role: str, embedded: lis
             fail(f"the walk from the newest {role} checkpoint {start!r} loops to {current!r} after {path}")
         if len(path) >= _WALK_LIMIT:
             fail(f"the walk from the newest {role} checkpoint {start!r} is longer than {_WALK_LIMIT} links")
-        checkpoint = await _loads(ctx.storage, current)
+        checkpoint = await _loads(storage, current)
         if checkpoint is None:
             fail(
                 f"the walk from the newest {role} checkpoint {start!r} reaches {current!r} after {path}, "
@@ -277,6 +281,16 @@ def _why_dangling(missing: str, embedded: list[str]) -> str:
     return ": a dangling link"
 
 
+def _never_saved_because(missing: str, embedded: list[str]) -> str:
+    if missing in embedded:
+        return (
+            ": it is the id of the child checkpoint embedded in the restored parent checkpoint, which the "
+            "runner restored the child from and stored only inside the parent's checkpoint, in the parent's "
+            "storage; with a storage of its own, the child's chain cannot be whole"
+        )
+    return ""
+
+
 @clause(
     "runner.chain_whole_after_parent_restore",
     "After a parent restore, with the child sharing the parent's storage, every checkpoint the parent "
@@ -293,9 +307,13 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
     ensure(resumed.parent_saved, f"{runner} saved no parent checkpoint after restoring {mid!r}")
     ensure(resumed.child_saved, f"{runner}: the child saved no checkpoint after restoring {mid!r}")
     embedded = _embedded_ids((await ctx.storage.load(mid)).state, story.child_workflow)
+    # A profile may give the child a storage of its own (RunObservation.child_storage) to show
+    # what its runner does then; the child's checkpoints are read from there.
+    child_store = resumed.child_storage
     for role, saved in (("parent", resumed.parent_saved), ("child", resumed.child_saved)):
+        store = child_store if role == "child" and child_store is not None else ctx.storage
         for checkpoint_id in saved:
-            checkpoint = await _loads(ctx.storage, checkpoint_id)
+            checkpoint = await _loads(store, checkpoint_id)
             if checkpoint is None:
                 fail(f"{role} checkpoint {checkpoint_id!r} was {after} but does not load")
             previous = checkpoint.previous_checkpoint_id
@@ -304,8 +322,15 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
                 f"{role} checkpoint {checkpoint_id!r}, {after}, has no previous id: the {role}'s chain "
                 "restarted instead of continuing from the restored state",
             )
+            if store is not ctx.storage:
+                ensure(
+                    previous in fresh.child_saved + resumed.child_saved,
+                    f"runner finding, not a storage defect: {role} checkpoint {checkpoint_id!r}, {after} "
+                    f"into the child's own storage, points at previous id {previous!r}, which {runner} never "
+                    f"saved there{_never_saved_because(previous, embedded)}",
+                )
             ensure(
-                await _loads(ctx.storage, previous) is not None,
+                await _loads(store, previous) is not None,
                 f"{role} checkpoint {checkpoint_id!r}, {after}, points at previous id {previous!r}, which "
                 f"the storage cannot load{_why_dangling(previous, embedded)}",
             )
@@ -316,8 +341,9 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
         f"{first_parent.previous_checkpoint_id!r}, not at the restored checkpoint",
     )
     for role, newest in (("child", resumed.child_saved[-1]), ("parent", resumed.parent_saved[-1])):
-        path = await _walk_by_load(ctx, newest, role, embedded)
-        if not ctx.has(Capability.ANCESTRY):
+        store = child_store if role == "child" and child_store is not None else ctx.storage
+        path = await _walk_by_load(ctx, newest, role, embedded, store)
+        if store is not ctx.storage or not ctx.has(Capability.ANCESTRY):
             continue
         walk = await ctx.storage.walk_ancestry_ids(newest)
         ensure(
@@ -354,7 +380,8 @@ async def resume_from_latest_continues(ctx: ClauseContext) -> None:
         ("parent", story.parent_workflow, fork.parent_saved[-1], fresh.parent_saved[-1]),
         ("child", story.child_workflow, fork.child_saved[-1], fresh.child_saved[-1]),
     ):
-        latest = await ctx.storage.get_latest(workflow_name=workflow)
+        own = fork.child_storage if role == "child" else None
+        latest = await (ctx.storage if own is None else own).get_latest(workflow_name=workflow)
         got = None if latest is None else latest.checkpoint_id
         note = " (the newest checkpoint of the abandoned first run)" if got == abandoned else ""
         ensure(

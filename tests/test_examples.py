@@ -1,0 +1,45 @@
+"""Every MAF example runs as its own process and ends with the resumed run equal to the first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis_servers
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.maf
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("memory", marks=pytest.mark.memory),
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("s3", marks=pytest.mark.s3),
+    ],
+)
+def test_maf_subworkflow_example_runs(backend: str, tmp_path: Path) -> None:
+    script = EXAMPLES / f"maf_subworkflow_{backend}.py"
+    arguments = [str(tmp_path / "checkpoints.db")] if backend == "sqlite" else []
+    environment = {**os.environ, "REDIS_URL": redis_servers.redis_url()}
+    done = subprocess.run(
+        [sys.executable, str(script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,  # the examples must not depend on the working directory
+        env=environment,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    first = next(line for line in lines if line.startswith("outputs, uninterrupted:"))
+    resumed = next(line for line in lines if line.startswith("outputs, resumed:"))
+    assert first.split(":", 1)[1].strip() == resumed.split(":", 1)[1].strip() == "['totals [2, 6, 14]']"
+    assert "sub-workflow chain from its latest checkpoint: 3 checkpoints, ends at root" in lines
+    if backend == "sqlite":
+        assert (tmp_path / "checkpoints.db").exists()
