@@ -204,6 +204,7 @@ class CheckpointCodec:
             # MAF's runner stores its own messages and events in every checkpoint; a codec that
             # refused them would make MAF drop checkpoints with nothing but a logged warning.
             register_maf_types(self)
+        self._builtin_type_keys = frozenset(self._by_key)
         for ref in allowed_types:
             self.register(ref)
         self._compress_threshold = compress_threshold
@@ -289,17 +290,22 @@ class CheckpointCodec:
         self._encoders[cls] = self._encode_checkpoint_ext
 
     def _runner_registration(self, key: str) -> _Registration | None:
-        """Allow a type the application registered with MAF's ``register_checkpoint_type``."""
-        from .maf import runner_registered_type_keys
+        """Allow, when first met, a type MAF allows: one the application registered with MAF's
+        ``register_checkpoint_type``, or a class of MAF's own package (see storages/maf.py)."""
+        from .maf import runner_type_hooks
 
-        if key not in runner_registered_type_keys():
+        allowed, encode, decode = runner_type_hooks(key)
+        if not allowed:
             return None
-        self.register(key)
+        self.register(key, encode=encode, decode=decode)
+        if key.startswith("agent_framework."):
+            self._builtin_type_keys |= {key}
         return self._by_key[key]
 
     @property
     def allowed_type_keys(self) -> frozenset[str]:
-        return frozenset(self._by_key)
+        """Keys of the types allowed beyond the built-in ones (MAF's own types, when installed)."""
+        return frozenset(self._by_key) - self._builtin_type_keys
 
     # ------------------------------------------------------------------ public API
 
