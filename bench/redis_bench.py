@@ -1,0 +1,378 @@
+"""Redis: our storage against a raw floor on the same server, at 10 and 100,000 checkpoints.
+
+Run alone with ``python -m bench.redis_bench [--url redis://...] [--quick]`` (prints the tables),
+or as part of ``python -m bench.run``, which adds the section to ``docs/benchmarks.md``.
+
+* Ours: ``RedisCheckpointStorage`` (one Lua script per save, per get_latest, per load).
+* Raw floor: the exact bytes our codec produces, written with one pipelined ``SET`` + ``ZADD``
+  round trip per save (the id in a sorted set by a client-side counter), read with ``GET``; its
+  latest is ``ZREVRANGE 0 0`` then ``GET`` (two round trips: without a script there is no one).
+* Ancestry: a chain of 1,000 checkpoints walked by ``walk_ancestry_ids`` and ``walk_ancestry``
+  (one script each), against the ``load``-by-``load`` walk a caller without a walk must do.
+
+Every store lives under a fresh key prefix on the server and is deleted (SCAN + DEL) afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from storages.codec import CheckpointCodec
+from storages.contract import WorkflowCheckpoint
+from storages.redis import RedisCheckpointStorage, delete_prefix
+
+from .measure import AsyncCase, Budget, Measurement, ratio, time_async
+from .report import TIMES, TableData, fmt_ratio, fmt_us
+from .workload import WORKFLOW_NAME, numbered, template
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+SMALL, LARGE = 10, 100_000
+QUICK_LARGE = 10_000
+DEPTH = 1_000
+POPULATE_CONCURRENCY = 50
+FLAT_TARGET = 1.5
+"""get_latest at 100,000 stored may cost at most this many times get_latest at 10."""
+SAVE_TARGET = 0.8
+"""Our save should reach at least this fraction of the raw write's speed (raw time ÷ our time)."""
+
+_CODEC = CheckpointCodec()
+_BASE = template(WorkflowCheckpoint)
+
+
+def _checkpoint(index: int, series: str = "main") -> Any:
+    return numbered(_BASE, index, series)
+
+
+@dataclass
+class _Subject:
+    save: Callable[[Any], Awaitable[Any]]
+    load: Callable[[str], Awaitable[Any]]
+    latest: Callable[[Any], Awaitable[Any]]
+    make_item: Callable[[int, str], Any]
+
+
+class _RawRedis:
+    """The floor: the same bytes, one pipelined SET + ZADD per save, no checks, no scripts."""
+
+    def __init__(self, client: Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.index_key = f"{prefix}:{{{WORKFLOW_NAME}}}:z"
+        self.sequence = itertools.count(1)
+
+    def body_key(self, checkpoint_id: str) -> str:
+        return f"{self.prefix}:{{{WORKFLOW_NAME}}}:b:{checkpoint_id}"
+
+    async def save(self, item: tuple[str, bytes]) -> None:
+        checkpoint_id, body = item
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.body_key(checkpoint_id), body)
+        pipe.zadd(self.index_key, {checkpoint_id: next(self.sequence)})
+        await pipe.execute()
+
+    async def load(self, checkpoint_id: str) -> bytes:
+        body = await self.client.get(self.body_key(checkpoint_id))
+        assert body is not None, checkpoint_id
+        return bytes(body)
+
+    async def latest(self, _: object) -> bytes:
+        (newest,) = await self.client.zrevrange(self.index_key, 0, 0)
+        return await self.load(newest.decode())
+
+
+def _raw_item(index: int, series: str) -> tuple[str, bytes]:
+    checkpoint = _checkpoint(index, series)
+    return checkpoint.checkpoint_id, _CODEC.encode_checkpoint(checkpoint)
+
+
+async def _populate(save: Callable[[Any], Awaitable[Any]], items: list[Any]) -> None:
+    # Concurrent batches for speed; the last item is saved alone, so it is the latest.
+    body, last = items[:-1], items[-1]
+    for start in range(0, len(body), POPULATE_CONCURRENCY):
+        await asyncio.gather(*(save(item) for item in body[start : start + POPULATE_CONCURRENCY]))
+    await save(last)
+
+
+def _cases(
+    subject: _Subject, stored: int, series: str, counter: itertools.count[int]
+) -> dict[str, AsyncCase]:
+    rng = random.Random(stored)
+
+    def load_args(n: int) -> list[str]:
+        return [_checkpoint(rng.randrange(stored)).checkpoint_id for _ in range(n)]
+
+    def save_args(n: int) -> list[Any]:
+        return [subject.make_item(next(counter), series) for _ in range(n)]
+
+    return {
+        "save": AsyncCase(subject.save, save_args),
+        "load": AsyncCase(subject.load, load_args),
+        "latest": AsyncCase(subject.latest, lambda n: [None] * n),
+    }
+
+
+async def run_redis(url: str, budget: Budget, *, large: int = LARGE) -> dict[str, Any]:
+    """Every Redis figure, as a JSON-ready dict."""
+    run = uuid.uuid4().hex[:8]
+    ours_prefix, raw_prefix = f"bench-ours-{run}", f"bench-raw-{run}"
+    client = Redis.from_url(url)
+    storage = RedisCheckpointStorage.from_url(url + ("&" if "?" in url else "?") + f"prefix={ours_prefix}")
+    raw = _RawRedis(client, raw_prefix)
+
+    async def latest(_: object) -> Any:
+        return await storage.get_latest(workflow_name=WORKFLOW_NAME)
+
+    subjects = {
+        "ours": _Subject(storage.save, storage.load, latest, _checkpoint),
+        "raw": _Subject(raw.save, raw.load, raw.latest, _raw_item),
+    }
+    results: dict[str, Any] = {"url": url, "sizes": {"small": SMALL, "large": large}, "operations": {}}
+    try:
+        info = await client.info("server")
+        persistence = await client.info("persistence")
+        results["server"] = {
+            "redis_version": info.get("redis_version"),
+            "aof_enabled": persistence.get("aof_enabled"),
+            "appendfsync": (await client.config_get("appendfsync")).get("appendfsync"),
+        }
+        stored = 0
+        for size in (SMALL, large):
+            for name, subject in subjects.items():
+                make = subject.make_item
+                await _populate(subject.save, [make(index, "main") for index in range(stored, size)])
+                latest = await subject.latest(None)
+                assert latest is not None, f"{name}: nothing stored after populating {size:,}"
+            stored = size
+            counters = {name: itertools.count(10 * large) for name in subjects}
+            cases = {
+                f"{name}/{operation}": case
+                for name, subject in subjects.items()
+                for operation, case in _cases(subject, size, f"timed-{size}", counters[name]).items()
+            }
+            measured = await time_async(cases, budget)
+            results["operations"][str(size)] = {key: m.to_json() for key, m in measured.items()}
+        results["ancestry"] = await _ancestry(storage, budget)
+    finally:
+        await storage.aclose()
+        for prefix in (ours_prefix, raw_prefix):
+            await delete_prefix(client, prefix)
+        await client.aclose()
+    results["ratios"] = derive(results)
+    return results
+
+
+async def _ancestry(storage: RedisCheckpointStorage, budget: Budget) -> dict[str, Any]:
+    chain = [_checkpoint(index, "chain") for index in range(DEPTH)]
+    for checkpoint in chain:
+        await storage.save(checkpoint)
+    newest = chain[-1].checkpoint_id
+
+    async def walk_ids(_: object) -> int:
+        return len((await storage.walk_ancestry_ids(newest)).items)
+
+    async def walk(_: object) -> int:
+        return len((await storage.walk_ancestry(newest)).items)
+
+    async def load_by_load(_: object) -> int:
+        current: str | None = newest
+        count = 0
+        while current is not None:
+            current = (await storage.load(current)).previous_checkpoint_id
+            count += 1
+        return count
+
+    assert await walk_ids(None) == DEPTH
+    cases = {
+        "walk_ancestry_ids": AsyncCase(walk_ids, lambda n: [None] * n),
+        "walk_ancestry": AsyncCase(walk, lambda n: [None] * n),
+        "load_by_load": AsyncCase(load_by_load, lambda n: [None] * n),
+    }
+    measured: dict[str, Measurement] = await time_async(cases, budget)
+    return {"depth": DEPTH, **{key: m.to_json() for key, m in measured.items()}}
+
+
+def derive(results: dict[str, Any]) -> dict[str, float]:
+    small, large = (str(results["sizes"][k]) for k in ("small", "large"))
+    ops = results["operations"]
+
+    def median(size: str, key: str) -> float:
+        return float(ops[size][key]["median_us"])
+
+    ratios: dict[str, float] = {}
+    for size in (small, large):
+        for operation in ("save", "load", "latest"):
+            ours, raw = median(size, f"ours/{operation}"), median(size, f"raw/{operation}")
+            ratios[f"{operation}@{size} ours/raw"] = ratio(ours, raw)
+        ratios[f"save@{size} raw/ours"] = ratio(median(size, "raw/save"), median(size, "ours/save"))
+    ratios["latest flatness ours"] = ratio(median(large, "ours/latest"), median(small, "ours/latest"))
+    ratios["latest flatness raw"] = ratio(median(large, "raw/latest"), median(small, "raw/latest"))
+    return ratios
+
+
+def _timing_table(results: dict[str, Any]) -> TableData:
+    small, large = results["sizes"]["small"], results["sizes"]["large"]
+    ops = results["operations"]
+    names = (("save", "save"), ("load", "load"), ("latest", "get_latest"))
+    columns = ["subject"] + [f"{label} @{size:,}" for _, label in names for size in (small, large)]
+    table = TableData("Redis: µs per operation (median)", columns)
+    for name, label in (
+        ("ours", "ours RedisCheckpointStorage"),
+        ("raw", "raw SET+ZADD / GET / ZREVRANGE+GET"),
+    ):
+        row = [label]
+        for operation, _ in names:
+            row += [fmt_us(ops[str(size)][f"{name}/{operation}"]["median_us"]) for size in (small, large)]
+        table.rows.append(row)
+    return table
+
+
+def _ratio_table(results: dict[str, Any]) -> TableData:
+    small, large = results["sizes"]["small"], results["sizes"]["large"]
+    r = results["ratios"]
+    save_target, flat_target = f"≥ {SAVE_TARGET}{TIMES}", f"≤ {FLAT_TARGET}{TIMES}"
+    rows = [
+        [
+            f"save: raw ÷ ours @{small:,} (share of the raw write's speed)",
+            r[f"save@{small} raw/ours"],
+            save_target,
+        ],
+        [f"save: raw ÷ ours @{large:,}", r[f"save@{large} raw/ours"], save_target],
+        [f"load: ours ÷ raw @{large:,}", r[f"load@{large} ours/raw"], ""],
+        [f"get_latest: ours ÷ raw @{large:,}", r[f"latest@{large} ours/raw"], ""],
+        [f"get_latest flatness, ours (@{large:,} ÷ @{small:,})", r["latest flatness ours"], flat_target],
+        [f"get_latest flatness, raw (@{large:,} ÷ @{small:,})", r["latest flatness raw"], ""],
+    ]
+    table = TableData("Redis: ratios", ["figure", "value", "target"])
+    table.rows = [[label, fmt_ratio(value), target] for label, value, target in rows]
+    return table
+
+
+def _walk_table(results: dict[str, Any]) -> TableData:
+    ancestry = results["ancestry"]
+    table = TableData(
+        f"Redis: ancestry of a {ancestry['depth']:,}-checkpoint chain (µs per walk, median)",
+        ["walk", "µs", "÷ walk_ancestry_ids"],
+    )
+    base = ancestry["walk_ancestry_ids"]["median_us"]
+    for key, label in (
+        ("walk_ancestry_ids", "walk_ancestry_ids (one script)"),
+        ("walk_ancestry", "walk_ancestry (one script, bodies decoded)"),
+        ("load_by_load", "load by load (one round trip per checkpoint)"),
+    ):
+        median = ancestry[key]["median_us"]
+        table.rows.append([label, fmt_us(median), fmt_ratio(ratio(median, base))])
+    return table
+
+
+def tables(results: dict[str, Any]) -> list[TableData]:
+    return [_timing_table(results), _ratio_table(results), _walk_table(results)]
+
+
+def conclusions(results: dict[str, Any]) -> list[str]:
+    r, large = results["ratios"], results["sizes"]["large"]
+    flat, share = r["latest flatness ours"], r[f"save@{large} raw/ours"]
+    walk = results["ancestry"]
+    speedup = ratio(walk["load_by_load"]["median_us"], walk["walk_ancestry_ids"]["median_us"])
+    flat_verdict = "flat, within" if flat <= FLAT_TARGET else "above"
+    save_verdict = "meets" if share >= SAVE_TARGET else "misses"
+    return [
+        f"Redis get_latest at {large:,} stored costs {flat:.2f}{TIMES} what it costs at 10 "
+        f"({flat_verdict} the {FLAT_TARGET}{TIMES} target).",
+        f"Redis save runs at {share:.2f}{TIMES} the speed of a raw pipelined SET+ZADD of the same bytes "
+        f"({save_verdict} the {SAVE_TARGET}{TIMES} target); ours also encodes the checkpoint and runs a "
+        "script that checks the id, takes a sequence number and writes the record, two sorted sets and "
+        "the location pointer.",
+        f"Walking {walk['depth']:,} ancestors with walk_ancestry_ids is {speedup:.1f}{TIMES} faster than "
+        "loading them one by one.",
+    ]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    server = results.get("server", {})
+    aof = server.get("aof_enabled") in (1, "1")
+    persistence = f"AOF on, appendfsync {server.get('appendfsync')}" if aof else "AOF off"
+    lines = [
+        "## Redis",
+        "",
+        f"Against the Redis server at `{results['url']}` (Redis {server.get('redis_version')}, "
+        f"{persistence}), each store under its own key prefix, deleted afterwards. The raw floor writes "
+        "the exact bytes our codec produces with one pipelined `SET` + `ZADD` per save and reads with "
+        "`GET` (latest: `ZREVRANGE 0 0` then `GET`). Stores are filled to 10, then to "
+        f"{results['sizes']['large']:,} checkpoints in one workflow; timed saves go on top of them. "
+        "`bench/redis_bench.py` describes the method.",
+        "",
+    ]
+    for table in tables(results):
+        lines += [f"### {table.title}", "", table.to_markdown(), ""]
+    lines += [f"- {statement}" for statement in conclusions(results)]
+    return "\n".join(lines) + "\n"
+
+
+def redis_arguments(parser: argparse.ArgumentParser) -> None:
+    """``bench.run``'s options for this section."""
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL", DEFAULT_URL),
+        help="the Redis server of the Redis section (default: $REDIS_URL or %(default)s)",
+    )
+    parser.add_argument("--no-redis", action="store_true", help="skip the Redis section")
+
+
+async def run_redis_section(
+    args: argparse.Namespace, budget: Budget, results: dict[str, Any], console: Any
+) -> None:
+    """Run the section for ``bench.run`` into ``results["redis"]`` and print its tables."""
+    if args.no_redis:
+        results["redis_skipped"] = "--no-redis given"
+        return
+    large = QUICK_LARGE if args.quick else LARGE
+    with console.status(f"Redis: filling {large:,} checkpoints and timing"):
+        try:
+            results["redis"] = await run_redis(args.redis_url, budget, large=large)
+        except (OSError, RedisError) as exc:
+            results["redis_skipped"] = f"{args.redis_url} unreachable: {type(exc).__name__}: {exc}"
+            console.print(f"[yellow]Skipping the Redis section: {results['redis_skipped']}[/]")
+            return
+    for table in tables(results["redis"]):
+        console.print(table.to_rich())
+
+
+def redis_section(results: dict[str, Any]) -> list[str]:
+    """The section's markdown lines for ``docs/benchmarks.md``."""
+    if "redis" in results:
+        return [*markdown(results["redis"]).splitlines(), ""]
+    if "redis_skipped" in results:
+        return ["## Redis", "", f"Not measured: {results['redis_skipped']}.", ""]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(prog="python -m bench.redis_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--url", default=os.environ.get("REDIS_URL", DEFAULT_URL))
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_LARGE:,} instead of {LARGE:,} stored")
+    args = parser.parse_args(argv)
+    budget = Budget(repeats=7, batch_seconds=0.02) if args.quick else Budget(repeats=15, batch_seconds=0.03)
+    results = asyncio.run(run_redis(args.url, budget, large=QUICK_LARGE if args.quick else LARGE))
+    console = Console()
+    for table in tables(results):
+        console.print(table.to_rich())
+    for statement in conclusions(results):
+        console.print(f"• {statement}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

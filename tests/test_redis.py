@@ -1,0 +1,576 @@
+"""The Redis backend: the whole kit on a real server, fakeredis and a real 3-master cluster; the
+server fault clauses on a private durable server; key layout, URLs, TTL, connection errors, and
+the cluster's cross-slot paths.
+
+Real-server tests use ``REDIS_URL`` (default redis://127.0.0.1:6379/0) under a fresh key prefix
+and delete only that prefix's keys. An unreachable server fails these tests; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis_servers
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+from conformance import Outcome, StorageTarget, all_clauses, validate
+from conformance.builtin import BUILTIN_BACKENDS, builtin_target
+from conformance.target import target_from_url
+from storages import (
+    AncestryEnd,
+    Capability,
+    CheckpointNotFoundError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+    WorkflowCheckpoint,
+    open_storage,
+)
+from storages.redis import RedisCheckpointStorage, RedisKeys, escape, unescape
+
+redis_mark = pytest.mark.redis
+cluster_mark = pytest.mark.redis_cluster
+
+FAULT_CLAUSES = {c.id for c in all_clauses() if c.injects}
+
+
+def _assert_conforms(target: StorageTarget) -> None:
+    """Every clause passes; only clauses needing a fault injector (none here) may be skipped."""
+    (backend,) = validate(target).backends
+    assert not backend.error, backend.error
+    assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
+    skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
+    assert skipped == FAULT_CLAUSES, skipped ^ FAULT_CLAUSES
+    assert len(backend.results) == len(all_clauses())
+
+
+@pytest.fixture
+def real_prefix() -> Any:
+    prefix = redis_servers.fresh_prefix("kit")
+    yield prefix
+    asyncio.run(redis_servers.wipe(redis_servers.redis_url(), prefix))
+
+
+@pytest.fixture
+async def real_storage() -> AsyncIterator[RedisCheckpointStorage]:
+    async with redis_servers.server_store(redis_servers.redis_url()) as maker, maker() as storage:
+        yield storage
+
+
+@pytest.fixture
+async def fake_storage() -> AsyncIterator[RedisCheckpointStorage]:
+    async with redis_servers.fake_store() as maker, maker() as storage:
+        yield storage
+
+
+@pytest.fixture
+async def cluster_storage() -> AsyncIterator[RedisCheckpointStorage]:
+    async with redis_servers.server_store(redis_servers.shared_cluster().url) as maker, maker() as storage:
+        yield storage
+
+
+def _chain(workflow_name: str, length: int, previous: str | None = None) -> list[WorkflowCheckpoint]:
+    chain = []
+    for index in range(length):
+        checkpoint = WorkflowCheckpoint(
+            workflow_name, "sig", previous_checkpoint_id=previous, iteration_count=index
+        )
+        chain.append(checkpoint)
+        previous = checkpoint.checkpoint_id
+    return chain
+
+
+def _with_child(workflow_name: str, child: WorkflowCheckpoint, **fields: Any) -> WorkflowCheckpoint:
+    state = {"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}}
+    return WorkflowCheckpoint(workflow_name, "sig", state=state, **fields)
+
+
+# ---------------------------------------------------------------------- the kit, three ways
+
+
+@redis_mark
+def test_kit_passes_on_the_real_server(real_prefix: str) -> None:
+    url = redis_servers.with_query(redis_servers.redis_url(), prefix=real_prefix)
+    _assert_conforms(target_from_url(url))
+
+
+@redis_mark
+def test_kit_passes_on_fakeredis_as_the_builtin_backend() -> None:
+    [backend] = [b for b in BUILTIN_BACKENDS if b.name == "redis (fakeredis)"]
+    _assert_conforms(builtin_target(backend))
+
+
+@cluster_mark
+def test_kit_passes_on_a_three_master_cluster() -> None:
+    cluster = redis_servers.shared_cluster()
+    prefix = redis_servers.fresh_prefix("kit")
+    try:
+        _assert_conforms(target_from_url(redis_servers.with_query(cluster.url, prefix=prefix)))
+    finally:
+        asyncio.run(redis_servers.wipe(cluster.url, prefix))
+
+
+@redis_mark
+def test_cli_passes_against_the_real_server(real_prefix: str, tmp_path: Path) -> None:
+    script = shutil.which("checkpoint-conformance", path=str(Path(sys.executable).parent))
+    assert script is not None
+    url = redis_servers.with_query(redis_servers.redis_url(), prefix=real_prefix)
+    completed = subprocess.run([script, url], capture_output=True, text=True, check=False, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "Every backend conforms" in completed.stdout
+
+
+# ---------------------------------------------------------------------- faults on a real server
+
+
+@redis_mark
+def test_fault_clauses_pass_on_a_private_durable_server() -> None:
+    faulty = redis_servers.faulty_redis()
+    try:
+        target = faulty.target(redis_servers.fresh_prefix("faults"))
+        (backend,) = validate(target, clauses=["faults"]).backends
+        ours = {r.clause_id: r for r in backend.results if r.clause_id in FAULT_CLAUSES}
+        for clause_id in (
+            "faults.server_restart_keeps_acknowledged",
+            "faults.connection_cut_whole_or_nothing",
+        ):
+            assert ours[clause_id].outcome is Outcome.PASSED, ours[clause_id].message
+        assert faulty.proxy.cuts == 1
+        assert isinstance(target.faults, redis_servers.RedisFaultInjector)
+        assert target.faults.restarts == 1
+    finally:
+        faulty.stop()
+
+
+@redis_mark
+def test_restart_clause_catches_a_server_that_does_not_persist() -> None:
+    # The same clause against a server with no AOF and no snapshots: kill -9 loses everything.
+    server = redis_servers.RedisServerProcess("--appendonly", "no")
+    server.start()
+    faulty = redis_servers.FaultyRedis(server, redis_servers.CuttingProxy(server.port))
+    try:
+        target = faulty.target(redis_servers.fresh_prefix("volatile"))
+        (backend,) = validate(target, clauses=["faults.server_restart_keeps_acknowledged"]).backends
+        (result,) = backend.results
+        assert result.outcome is Outcome.FAILED
+        assert "was lost by kill -9 and restart" in result.message
+    finally:
+        faulty.stop()
+
+
+@redis_mark
+async def test_a_save_cut_after_it_reached_the_server_is_retried_and_lands_once() -> None:
+    faulty = redis_servers.faulty_redis()
+    try:
+        prefix = redis_servers.fresh_prefix("cut")
+        async with RedisCheckpointStorage.from_url(
+            redis_servers.with_query(faulty.url, prefix=prefix)
+        ) as storage:
+            first = WorkflowCheckpoint("wf", "sig")
+            await storage.save(first)
+            second = _with_child(
+                "wf", WorkflowCheckpoint("child", "sig"), previous_checkpoint_id=first.checkpoint_id
+            )
+            injector = redis_servers.RedisFaultInjector(faulty.server, faulty.proxy)
+            async with injector.cut_connection_during_save():
+                # redis-py retries on a new connection; the script finds the record already there.
+                assert await storage.save(second) == second.checkpoint_id
+            assert faulty.proxy.cuts == 1
+            ids = [first.checkpoint_id, second.checkpoint_id]
+            assert await storage.list_checkpoint_ids(workflow_name="wf") == ids
+            info = await storage.checkpoint_info(second.checkpoint_id)
+            assert getattr(info, "sequence", None) == 2  # the retry took no second sequence number
+            assert await storage.load(second.checkpoint_id) == second
+    finally:
+        faulty.stop()
+
+
+# ---------------------------------------------------------------------- key layout
+
+
+HOSTILE_NAMES = ["plain", "a:b", "a%3Ab", "{a}", "a}", "}{", "%", "x{y}z:r:w", "ünïcode {tag}"]
+
+
+@redis_mark
+async def test_every_key_of_a_workflow_sits_in_its_own_slot(fake_storage: RedisCheckpointStorage) -> None:
+    keys: RedisKeys = fake_storage.keys
+    for name in HOSTILE_NAMES:
+        child = WorkflowCheckpoint(name + "-child", "sig", checkpoint_id=f"{name}-child-id")
+        first, second = _chain(name, 2)
+        await fake_storage.save(first)
+        await fake_storage.save(_with_child(name, child, previous_checkpoint_id=first.checkpoint_id))
+        del second
+    client = fake_storage._client
+    stored = [key.decode() async for key in client.scan_iter(match=f"{keys.prefix}:*")]
+    for name in HOSTILE_NAMES:
+        tag = keys.tag(name)
+        own = [key for key in stored if key.startswith(tag + ":")]
+        assert {key.rsplit(":", 1)[-1] for key in own if key.count(":") == tag.count(":") + 1} >= {
+            "seq",
+            "top",
+        }
+        # Redis hashes the text between the first "{" and the next "}": the escaped name, whole.
+        for key in own:
+            start = key.index("{")
+            assert key[start + 1 : key.index("}", start)] == escape(name)
+            assert key_slot(key.encode()) == key_slot(tag.encode())
+    assert sorted(await fake_storage.list_workflows()) == sorted(HOSTILE_NAMES)
+
+
+@redis_mark
+async def test_hostile_names_and_ids_never_collide(fake_storage: RedisCheckpointStorage) -> None:
+    saved: dict[str, list[str]] = {}
+    for name in HOSTILE_NAMES:
+        # Each workflow reuses the other names as ids, so an unescaped layout would mix them up.
+        ids = [f"{name}:{other}" for other in HOSTILE_NAMES[:3]]
+        for checkpoint_id in ids:
+            await fake_storage.save(WorkflowCheckpoint(name, "s:{g}", checkpoint_id=checkpoint_id))
+        saved[name] = ids
+    for name, ids in saved.items():
+        assert await fake_storage.list_checkpoint_ids(workflow_name=name) == ids
+        assert await fake_storage.list_checkpoint_ids(workflow_name=name, graph_signature_hash="s:{g}") == ids
+        latest = await fake_storage.get_latest(workflow_name=name)
+        assert getattr(latest, "checkpoint_id", None) == ids[-1]
+
+
+@redis_mark
+def test_escape_round_trips_and_removes_every_delimiter() -> None:
+    for text in [*HOSTILE_NAMES, "%7B", "%%", "::", "{}}{"]:
+        escaped = escape(text)
+        assert not set(escaped) & {"{", "}", ":"}
+        assert unescape(escaped) == text
+
+
+# ---------------------------------------------------------------------- construction and URLs
+
+
+@redis_mark
+def test_url_forms() -> None:
+    storage = RedisCheckpointStorage.from_url("redis://user:secret@db.example:6380/3?prefix=app1&ttl=90")
+    assert (storage.prefix, storage.ttl, storage.cluster) == ("app1", 90.0, False)
+    assert Capability.TTL in storage.capabilities
+    assert "secret" not in storage.describe()
+    assert "db.example:6380/3" in storage.describe()
+    plain = open_storage("rediss://127.0.0.1:6379/0")
+    assert isinstance(plain, RedisCheckpointStorage)
+    assert (plain.prefix, plain.ttl) == ("checkpoints", None)
+    assert Capability.TTL not in plain.capabilities
+    assert RedisCheckpointStorage.from_url("redis://127.0.0.1:7000?cluster=true").cluster
+
+
+@redis_mark
+async def test_url_settings_reach_the_client() -> None:
+    storage = RedisCheckpointStorage.from_url(
+        "rediss://user:secret@127.0.0.1:6380/5?prefix=p&ssl_cert_reqs=none"
+    )
+    await storage._open()  # builds the client without connecting
+    kwargs = storage._client.get_connection_kwargs()
+    assert (kwargs["username"], kwargs["password"], kwargs["db"], kwargs["port"]) == (
+        "user",
+        "secret",
+        5,
+        6380,
+    )
+    assert storage._client.connection_pool.connection_class.__name__ == "SSLConnection"
+    assert kwargs["retry"].get_retries() == 3
+    await storage._client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://h/0?ttl=soon", "ttl must be seconds"),
+        ("redis://h/0?ttl=-1", "positive number of seconds"),
+        ("redis://h/0?prefix=a{b}", "without braces"),
+        ("redis://h/0?cluster=maybe", "cluster must be true or false"),
+    ],
+)
+@redis_mark
+def test_bad_url_options_are_configuration_errors(url: str, says: str) -> None:
+    with pytest.raises(StorageConfigurationError, match=says):
+        open_storage(url)
+
+
+@redis_mark
+async def test_client_injection_rules() -> None:
+    with pytest.raises(StorageConfigurationError, match="exactly one"):
+        RedisCheckpointStorage()
+    decoding = Redis(decode_responses=True)
+    with pytest.raises(StorageConfigurationError, match="decode_responses=False"):
+        RedisCheckpointStorage(decoding)
+    await decoding.aclose()
+    client = Redis.from_url(redis_servers.redis_url())
+    prefix = redis_servers.fresh_prefix("inject")
+    storage = RedisCheckpointStorage(client, prefix=prefix)
+    other = storage.new_handle()
+    checkpoint = WorkflowCheckpoint("wf", "sig")
+    await storage.save(checkpoint)
+    assert await other.load(checkpoint.checkpoint_id) == checkpoint
+    await storage.aclose()
+    await other.aclose()
+    assert await client.ping()  # the storage never closes a client it was given
+    await redis_servers.delete_prefix(client, prefix)
+    await client.aclose()
+
+
+# ---------------------------------------------------------------------- retries, errors, idempotence
+
+
+@redis_mark
+async def test_an_unreachable_server_raises_a_typed_error_naming_the_operation() -> None:
+    port = redis_servers.free_port()  # nothing listens here
+    storage = RedisCheckpointStorage.from_url(f"redis://127.0.0.1:{port}/0")
+    with pytest.raises(StorageUnavailableError) as saving:
+        await storage.save(WorkflowCheckpoint("wf", "sig"))
+    assert saving.value.operation == "save"
+    with pytest.raises(StorageUnavailableError) as loading:
+        await storage.load("some-id")
+    assert loading.value.operation == "load"
+    await storage.aclose()
+
+
+@redis_mark
+async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointStorage) -> None:
+    child = WorkflowCheckpoint("child", "sig")
+    checkpoint = _with_child("wf", child)
+    records = real_storage._records_for(checkpoint)
+    assert await real_storage._insert_family(records) is None
+    # The same request again, as redis-py sends it after an ambiguous connection failure.
+    assert await real_storage._insert_family(records) == records[0].digest
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == [checkpoint.checkpoint_id]
+    assert await real_storage.list_checkpoint_ids(workflow_name="child", include_nested=True) == [
+        child.checkpoint_id
+    ]
+    info = await real_storage.checkpoint_info(checkpoint.checkpoint_id)
+    assert getattr(info, "sequence", None) == 1
+    after = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=checkpoint.checkpoint_id)
+    await real_storage.save(after)
+    info = await real_storage.checkpoint_info(after.checkpoint_id)
+    assert getattr(info, "sequence", None) == 2  # the retry took no sequence number
+
+
+@redis_mark
+async def test_a_pointer_without_a_record_reads_as_not_found(real_storage: RedisCheckpointStorage) -> None:
+    # What a crash between a cluster save's pointer claim and its script leaves behind.
+    keys = real_storage.keys
+    await real_storage._client.set(keys.location("orphan"), "some-workflow")
+    with pytest.raises(CheckpointNotFoundError):
+        await real_storage.load("orphan")
+    assert await real_storage.checkpoint_info("orphan") is None
+    assert await real_storage.delete("orphan") is False
+    checkpoint = WorkflowCheckpoint("other-workflow", "sig", checkpoint_id="orphan")
+    await real_storage.save(checkpoint)
+    assert await real_storage.load("orphan") == checkpoint
+
+
+# ---------------------------------------------------------------------- TTL
+
+
+async def _ttl_store(prefix: str, ttl: str, client: Redis) -> RedisCheckpointStorage:
+    url = redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl=ttl)
+    return RedisCheckpointStorage.from_url(url)
+
+
+@redis_mark
+async def test_ttl_covers_every_key_a_save_or_prune_writes() -> None:
+    prefix = redis_servers.fresh_prefix("ttl")
+    client = Redis.from_url(redis_servers.redis_url())
+    try:
+        async with await _ttl_store(prefix, "3600", client) as storage:
+            assert Capability.TTL in storage.capabilities
+            await storage.save(_with_child("wf", WorkflowCheckpoint("child", "sig"), checkpoint_id="parent"))
+            await storage.save(WorkflowCheckpoint("wf", "sig", previous_checkpoint_id="parent"))
+            await storage.prune(workflow_name="wf", keep_last=1)
+            stored = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+            assert len(stored) > 5
+            for key in stored:
+                assert 0 < await client.pttl(key) <= 3_600_000, key
+        async with await _ttl_store(prefix, "", client) as plain:
+            assert Capability.TTL not in plain.capabilities
+            await plain.save(WorkflowCheckpoint("no-ttl", "sig"))
+            assert await client.pttl(plain.keys.top("no-ttl")) == -1
+    finally:
+        await redis_servers.delete_prefix(client, prefix)
+        await client.aclose()
+
+
+@redis_mark
+async def test_expired_checkpoints_are_gone_not_corrupt() -> None:
+    prefix = redis_servers.fresh_prefix("ttl")
+    client = Redis.from_url(redis_servers.redis_url())
+    try:
+        async with await _ttl_store(prefix, "0.2", client) as storage:
+            first = WorkflowCheckpoint("wf", "sig")
+            await storage.save(_with_child("wf", WorkflowCheckpoint("child", "sig")))
+            await storage.save(first)
+            deadline = asyncio.get_running_loop().time() + 30
+            while await client.exists(storage.keys.record("wf", first.checkpoint_id)):
+                assert asyncio.get_running_loop().time() < deadline, "nothing expired"
+                await asyncio.sleep(0.05)
+            assert await storage.list_checkpoint_ids(workflow_name="wf") == []
+            assert await storage.list_checkpoint_ids(workflow_name="child", include_nested=True) == []
+            assert await storage.get_latest(workflow_name="wf") is None
+            with pytest.raises(CheckpointNotFoundError):
+                await storage.load(first.checkpoint_id)
+            # A checkpoint whose parent expired walks to MISSING, not to a corruption error.
+            orphan = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=first.checkpoint_id)
+            await storage.save(orphan)
+            walk = await storage.walk_ancestry(orphan.checkpoint_id)
+            assert (walk.end, walk.end_id) == (AncestryEnd.MISSING, first.checkpoint_id)
+    finally:
+        await redis_servers.delete_prefix(client, prefix)
+        await client.aclose()
+
+
+@redis_mark
+async def test_index_entries_of_expired_records_are_skipped(fake_storage: RedisCheckpointStorage) -> None:
+    first, second = _chain("wf", 2)
+    await fake_storage.save(first)
+    await fake_storage.save(second)
+    # Expire the newest record as Redis would: its keys go, the sorted sets keep the id.
+    await fake_storage._client.delete(fake_storage.keys.record("wf", second.checkpoint_id))
+    latest = await fake_storage.get_latest(workflow_name="wf")
+    assert getattr(latest, "checkpoint_id", None) == first.checkpoint_id
+    assert await fake_storage.list_checkpoint_ids(workflow_name="wf") == [first.checkpoint_id]
+    assert await fake_storage._client.zscore(fake_storage.keys.top("wf"), second.checkpoint_id) is None
+
+
+# ---------------------------------------------------------------------- cluster paths
+
+
+@cluster_mark
+async def test_cluster_walk_hops_into_another_workflows_slot(cluster_storage: RedisCheckpointStorage) -> None:
+    child = WorkflowCheckpoint("child-wf", "sig", checkpoint_id="embedded-child")
+    parent = _with_child("parent-wf", child)
+    await cluster_storage.save(parent)
+    # The child resumed from its embedded checkpoint: its chain continues in its own workflow.
+    resumed = _chain("child-wf", 3, previous=child.checkpoint_id)
+    for checkpoint in resumed:
+        await cluster_storage.save(checkpoint)
+    keys = cluster_storage.keys
+    assert key_slot(keys.tag("child-wf").encode()) != key_slot(keys.tag("parent-wf").encode())
+    walk = await cluster_storage.walk_ancestry(resumed[-1].checkpoint_id)
+    assert [c.checkpoint_id for c in walk.items] == [c.checkpoint_id for c in reversed(resumed)] + [
+        child.checkpoint_id
+    ]
+    assert walk.end is AncestryEnd.ROOT
+    assert await cluster_storage.list_checkpoint_ids(workflow_name="child-wf", include_nested=True) == [
+        child.checkpoint_id,
+        *[c.checkpoint_id for c in resumed],
+    ]
+    await cluster_storage.prune(workflow_name="parent-wf", keep_last=0)
+    walk = await cluster_storage.walk_ancestry_ids(resumed[-1].checkpoint_id)
+    assert (walk.end, walk.end_id) == (AncestryEnd.PRUNED, child.checkpoint_id)
+
+
+@cluster_mark
+async def test_cluster_save_interrupted_after_its_cross_slot_half(
+    cluster_storage: RedisCheckpointStorage,
+) -> None:
+    child = WorkflowCheckpoint("child-wf", "sig", checkpoint_id="half-child")
+    parent = _with_child("parent-wf", child, checkpoint_id="half-parent")
+    records = cluster_storage._records_for(parent)
+    sequences = [""] * len(records)
+    # Pointers claimed, nested sequence taken and indexed, then the process died before the script.
+    assert await cluster_storage._prepare_cluster_save(records, "parent-wf", sequences) is None
+    for checkpoint_id in ("half-parent", "half-child"):
+        with pytest.raises(CheckpointNotFoundError):
+            await cluster_storage.load(checkpoint_id)
+    assert await cluster_storage.list_checkpoint_ids(workflow_name="child-wf", include_nested=True) == []
+    assert await cluster_storage.list_records() == []
+    await cluster_storage.save(parent)
+    assert await cluster_storage.load("half-parent") == parent
+    assert await cluster_storage.list_checkpoint_ids(workflow_name="child-wf", include_nested=True) == [
+        "half-child"
+    ]
+
+
+@cluster_mark
+async def test_cluster_clients_are_cluster_clients(cluster_storage: RedisCheckpointStorage) -> None:
+    await cluster_storage.save(WorkflowCheckpoint("wf", "sig"))
+    assert isinstance(cluster_storage._client, RedisCluster)
+    assert len(cluster_storage._client.get_primaries()) == 3
+    assert cluster_storage.cluster
+
+
+# ---------------------------------------------------------------------- round trips and paging
+
+
+class _CountingClient:
+    """Counts the commands a storage sends through its client."""
+
+    def __init__(self, storage: RedisCheckpointStorage) -> None:
+        self.commands: list[str] = []
+        client = storage._client
+        original = client.execute_command
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.commands.append(str(args[0]))
+            return await original(*args, **kwargs)
+
+        client.execute_command = counted
+
+
+@redis_mark
+async def test_each_operation_is_one_round_trip_on_plain_redis(real_storage: RedisCheckpointStorage) -> None:
+    child = WorkflowCheckpoint("child", "sig")
+    parent, *rest = _chain("wf", 3)
+    await real_storage.save(WorkflowCheckpoint("warm-up", "sig"))
+    for script in real_storage._scripts.values():  # as on a server that ran them before
+        await real_storage._client.script_load(script.script)
+    counter = _CountingClient(real_storage)
+    with_child = _with_child("wf", child, previous_checkpoint_id=rest[-1].checkpoint_id)
+    for checkpoint in [parent, *rest, with_child]:
+        counter.commands.clear()
+        await real_storage.save(checkpoint)
+        assert counter.commands == ["EVALSHA"], checkpoint.checkpoint_id
+    for operation in (
+        lambda: real_storage.get_latest(workflow_name="wf"),
+        lambda: real_storage.get_latest(workflow_name="wf", graph_signature_hash="sig"),
+        lambda: real_storage.load(rest[0].checkpoint_id),
+        lambda: real_storage.walk_ancestry_ids(with_child.checkpoint_id),
+        lambda: real_storage.walk_ancestry(with_child.checkpoint_id),
+        lambda: real_storage.delete(rest[0].checkpoint_id),
+        lambda: real_storage.prune(workflow_name="wf", keep_last=1),
+    ):
+        counter.commands.clear()
+        await operation()
+        assert counter.commands == ["EVALSHA"]
+    counter.commands.clear()
+    assert await real_storage.load(with_child.checkpoint_id) == with_child  # nested bodies came along
+    assert counter.commands == ["EVALSHA"]
+
+
+@redis_mark
+async def test_listing_reads_page_by_page(
+    fake_storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storages.redis
+
+    monkeypatch.setattr(storages.redis, "PAGE_SIZE", 3)
+    chain = _chain("wf", 10)
+    for index, checkpoint in enumerate(chain):
+        if index % 4 == 1:
+            nested = WorkflowCheckpoint("wf", "sig", checkpoint_id=f"nested-{index}")
+            checkpoint = _with_child("wf", nested, checkpoint_id=checkpoint.checkpoint_id,
+                                     previous_checkpoint_id=checkpoint.previous_checkpoint_id)  # fmt: skip
+            chain[index] = checkpoint
+        await fake_storage.save(checkpoint)
+    ids = [c.checkpoint_id for c in chain]
+    assert await fake_storage.list_checkpoint_ids(workflow_name="wf") == ids
+    assert [c.checkpoint_id for c in await fake_storage.list_checkpoints(workflow_name="wf")] == ids
+    with_nested = await fake_storage.list_checkpoint_ids(workflow_name="wf", include_nested=True)
+    expected = []
+    for index, checkpoint_id in enumerate(ids):
+        # A nested record takes its sequence number right after its container's.
+        expected += [checkpoint_id, f"nested-{index}"] if index % 4 == 1 else [checkpoint_id]
+    assert with_nested == expected
+    assert len(await fake_storage.list_records(workflow_name="wf")) == len(expected)
