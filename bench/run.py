@@ -30,7 +30,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench.ancestry_bench import ancestry_table, run_ancestry
 from bench.codec_bench import run_codec
+from bench.maf_bench import maf_arguments, maf_only, maf_section, run_maf_section
 from bench.measure import Budget
+from bench.redis_bench import redis_arguments, redis_section, run_redis_section
 from bench.report import TIMES, all_tables, conclusions
 from bench.storage_bench import Sizes, run_storages
 from bench.subjects import sqlite_settings, sqlite_unavailable_reason, subjects
@@ -53,6 +55,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--markdown", type=Path, metavar="PATH", help="write the report (e.g. docs/benchmarks.md)"
     )
     parser.add_argument("--no-sqlite", action="store_true", help="skip our SQLite storage and its raw floor")
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="run only the S3 section (bench/s3_bench.py, moto server); --quick, --json, --markdown apply",
+    )
+    maf_arguments(parser)
+    redis_arguments(parser)
     parser.add_argument(
         "--affinity",
         metavar="CPUS",
@@ -163,6 +172,8 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with progress:
         results["ancestry"] = await run_ancestry(budget, progress)
     console.print(ancestry_table(results["ancestry"]).to_rich())
+    await run_maf_section(args, results, console)
+    await run_redis_section(args, budget, results, console)
     return results
 
 
@@ -240,6 +251,8 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
             ancestry_table(results["ancestry"]).to_markdown(),
             "",
         ]
+    lines += redis_section(results)
+    lines += maf_section(results)
     lines += ["## Conclusions from this run", ""]
     lines += [f"- {statement}" for statement in conclusions(results)]
     return "\n".join(lines) + "\n"
@@ -300,9 +313,17 @@ def _durability_lines(settings: dict[str, str] | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.s3:
+        from bench.s3_bench import main as s3_main
+
+        options = ["--quick"] if args.quick else []
+        options += ["--markdown", str(args.markdown)] if args.markdown else []
+        return s3_main(options + (["--json", str(args.json)] if args.json else []))
     if args.affinity is not None:
         # Before anything starts a thread: aiosqlite and to_thread workers inherit it.
         os.sched_setaffinity(0, args.affinity)
+    if args.maf_only:
+        return maf_only(args.json, args.markdown, invocation(sys.argv[1:] if argv is None else argv))
     # Piped output (CI logs, tee) gets a width that fits the tables instead of rich's 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=150)
     started = time.perf_counter()

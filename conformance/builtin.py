@@ -18,6 +18,8 @@ from typing import Any
 
 from storages.base import BaseCheckpointStorage
 
+from .faults import FaultInjector
+from .s3_moto import S3FaultInjector
 from .target import StorageTarget
 
 
@@ -28,6 +30,8 @@ class Embedded:
     url: str
     options: Mapping[str, Any] = field(default_factory=dict)
     stop: Callable[[], None] | None = None
+    open: Callable[[], BaseCheckpointStorage] | None = None
+    """Builds the root storage when a URL cannot say how (an injected in-process client)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,8 @@ class BuiltinBackend:
 
     name: str
     start: Callable[[], Embedded]
+    faults: FaultInjector | None = None
+    """Breaks the backend on purpose for the ``faults`` family; ``start`` attaches it."""
 
 
 def _memory() -> Embedded:
@@ -50,9 +56,57 @@ def _sqlite_temp_file() -> Embedded:
     )
 
 
+def _redis_fakeredis() -> Embedded:
+    import importlib.util
+
+    from storages.errors import MissingDependencyError
+
+    if importlib.util.find_spec("redis") is None:
+        raise MissingDependencyError("redis:// storage", "redis", "redis")
+    if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
+        raise MissingDependencyError("the embedded Redis backend (fakeredis)", "dev", "fakeredis[lua]")
+    import fakeredis
+    from redis.asyncio import BlockingConnectionPool
+
+    from storages.redis import RedisCheckpointStorage
+
+    client = fakeredis.FakeAsyncRedis(
+        server=fakeredis.FakeServer(), connection_pool_class=BlockingConnectionPool, max_connections=64
+    )
+    return Embedded("redis (fakeredis)", open=lambda: RedisCheckpointStorage(client, prefix="conformance"))
+
+
+_S3_FAULTS = S3FaultInjector()
+
+
+def _s3_moto() -> Embedded:
+    import importlib.util
+
+    from storages.errors import MissingDependencyError
+
+    if importlib.util.find_spec("boto3") is None:
+        raise MissingDependencyError("s3:// storage", "s3", "boto3")
+    if importlib.util.find_spec("moto") is None:
+        raise MissingDependencyError("the embedded S3 backend (moto)", "dev", "moto[server]")
+    from storages.s3 import S3CheckpointStorage
+
+    from .s3_moto import start_in_process
+
+    # moto in this process: the client must be made inside the mock, so it is injected.
+    client, stop = start_in_process("ckpt-conformance")
+    _S3_FAULTS.attach(client)
+    return Embedded(
+        "s3 (moto)",
+        stop=stop,
+        open=lambda: S3CheckpointStorage("ckpt-conformance", "conformance", client=client),
+    )
+
+
 BUILTIN_BACKENDS: tuple[BuiltinBackend, ...] = (
     BuiltinBackend("memory://", _memory),
     BuiltinBackend("sqlite (temp file)", _sqlite_temp_file),
+    BuiltinBackend("redis (fakeredis)", _redis_fakeredis),
+    BuiltinBackend("s3 (moto)", _s3_moto, faults=_S3_FAULTS),
 )
 """The backends ``checkpoint-conformance`` checks when given no URL, in report order."""
 
@@ -71,8 +125,11 @@ class _EmbeddedTarget:
         if self._root is None:
             if self._embedded is None:
                 self._embedded = self._backend.start()
-            # Raises MissingDependencyError when the backend's extra is not installed.
-            self._root = open_storage(self._embedded.url, **self._embedded.options)
+            if self._embedded.open is not None:
+                self._root = self._embedded.open()
+            else:
+                # Raises MissingDependencyError when the backend's extra is not installed.
+                self._root = open_storage(self._embedded.url, **self._embedded.options)
         return self._root.new_handle()
 
     async def cleanup(self) -> None:
@@ -89,7 +146,9 @@ class _EmbeddedTarget:
 def builtin_target(backend: BuiltinBackend) -> StorageTarget:
     """A target for one built-in backend; starting it is deferred to the first open."""
     embedded = _EmbeddedTarget(backend)
-    return StorageTarget(name=backend.name, factory=embedded.open, cleanup=embedded.cleanup)
+    return StorageTarget(
+        name=backend.name, factory=embedded.open, cleanup=embedded.cleanup, faults=backend.faults
+    )
 
 
 def builtin_targets() -> list[StorageTarget]:

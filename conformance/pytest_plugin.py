@@ -41,9 +41,9 @@ from storages.contract import Capability, WorkflowCheckpoint
 
 from .clause import Clause, select_clauses
 from .faults import FaultInjector
-from .scenario import RunnerProfile
 from .report import ClauseResult, Outcome
 from .runner import run_clause
+from .scenario import RunnerProfile
 from .target import StorageTarget
 
 CLAUSE_ARGUMENT = "conformance_clause"

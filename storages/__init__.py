@@ -43,9 +43,15 @@ from .memory import InMemoryCheckpointStorage
 from .urls import open_storage, supported_schemes
 
 if TYPE_CHECKING:
+    from .redis import RedisCheckpointStorage
+    from .s3 import S3CheckpointStorage
     from .sqlite import SQLiteCheckpointStorage
 
-_LAZY = {"SQLiteCheckpointStorage": "storages.sqlite"}
+_LAZY = {
+    "SQLiteCheckpointStorage": "storages.sqlite",
+    "RedisCheckpointStorage": "storages.redis",
+    "S3CheckpointStorage": "storages.s3",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -80,6 +86,8 @@ __all__ = [
     "MafCheckpointStorage",
     "MissingDependencyError",
     "NestedCheckpointDeletionError",
+    "RedisCheckpointStorage",
+    "S3CheckpointStorage",
     "SQLiteCheckpointStorage",
     "StorageClosedError",
     "StorageConfigurationError",

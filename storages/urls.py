@@ -4,6 +4,10 @@ URL forms:
 
 * ``memory://``: a fresh in-memory store.
 * ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db``: a SQLite file.
+* ``redis://[user:password@]host:port/db?prefix=...&ttl=...`` (``rediss://`` for TLS; add
+  ``cluster=true`` for a Redis Cluster): a Redis server, see ``docs/redis.md``.
+* ``s3://bucket/prefix?endpoint_url=...&region=...``: objects in S3 or an S3-compatible store,
+  see ``docs/s3.md``.
 
 An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
 says what to do.
@@ -32,6 +36,9 @@ class _Backend:
 _BACKENDS: dict[str, _Backend] = {
     "memory": _Backend("storages.memory", "InMemoryCheckpointStorage", None, None),
     "sqlite": _Backend("storages.sqlite", "SQLiteCheckpointStorage", "sqlite", "aiosqlite"),
+    "redis": _Backend("storages.redis", "RedisCheckpointStorage", "redis", "redis"),
+    "rediss": _Backend("storages.redis", "RedisCheckpointStorage", "redis", "redis"),
+    "s3": _Backend("storages.s3", "S3CheckpointStorage", "s3", "boto3"),
 }
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis_servers
+import s3_support
 
 from storages import BaseCheckpointStorage, open_storage
 
@@ -46,6 +48,11 @@ BACKENDS: dict[str, Backend] = {
     "memory": Backend("memory", lambda directory: _url_store("memory://")),
     # directory is absolute, so this is sqlite:////abs/path
     "sqlite": Backend("sqlite", lambda directory: _url_store(f"sqlite:///{directory}/t.db")),
+    "redis": Backend("redis", redis_servers.real_server_store),  # REDIS_URL, a fresh key prefix
+    "redis-fake": Backend("redis", redis_servers.fakeredis_store),
+    "redis-cluster": Backend("redis_cluster", redis_servers.cluster_store),  # started on first use
+    "s3": Backend("s3", s3_support.store_maker(server=False)),  # moto in this process
+    "s3-server": Backend("s3", s3_support.store_maker(server=True)),  # moto over HTTP, loopback
 }
 
 URL_BACKENDS = ("memory", "sqlite")

@@ -1,0 +1,464 @@
+"""The S3 backend: the whole kit on moto in-process and over HTTP, every crash point of a save,
+racing conditional writes, injected 409/412/500/503, requests per operation, keys, URLs.
+
+The shared contract tests run on S3 through the ``storage`` fixture (tests/conftest.py); this
+module covers what is specific to object storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from s3_support import BUCKET, S3Store, s3_store, server_endpoint
+
+from conformance import Outcome, StorageTarget, avalidate
+from conformance.builtin import BUILTIN_BACKENDS, builtin_target
+from conformance.cli import main as conformance_main
+from conformance.faults import SimulatedCrash
+from conformance.s3_moto import make_client
+from storages import open_storage
+from storages.contract import WorkflowCheckpoint
+from storages.errors import (
+    CheckpointConflictError,
+    CheckpointNotFoundError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+)
+from storages.s3 import S3CheckpointStorage, escape_component, unescape_component
+
+pytestmark = pytest.mark.s3
+
+HTTP_FAULT_CLAUSES = (
+    "faults.transient_errors_retried",
+    "faults.transient_errors_exhausted",
+    "faults.conditional_conflicts_retried",
+    "faults.conditional_conflicts_exhausted",
+    "faults.crash_between_writes",
+    "faults.crash_between_nested_writes",
+)
+
+
+@pytest.fixture(params=["in-process", "server"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[S3Store]:
+    async with s3_store(server=request.param == "server") as opened:
+        yield opened
+
+
+@pytest.fixture
+async def in_process() -> AsyncIterator[S3Store]:
+    async with s3_store(server=False) as opened:
+        yield opened
+
+
+def checkpoint(workflow_name: str = "wf", previous: Any = None, **fields: Any) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(
+        workflow_name=workflow_name,
+        graph_signature_hash=fields.pop("graph_signature_hash", "sig"),
+        previous_checkpoint_id=None if previous is None else previous.checkpoint_id,
+        **fields,
+    )
+
+
+# ---------------------------------------------------------------------- the kit
+
+
+@pytest.mark.slow
+async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Store) -> None:
+    root = store.storage()
+    target = StorageTarget(name="s3", factory=root.new_handle, faults=store.faults)
+    try:
+        (backend,) = (await avalidate(target)).backends
+    finally:
+        await root.aclose()
+    assert not backend.error, backend.error
+    assert backend.failures == [], [(r.clause_id, r.message) for r in backend.failures]
+    outcomes = {r.clause_id: r.outcome for r in backend.results}
+    assert {clause_id: outcomes[clause_id] for clause_id in HTTP_FAULT_CLAUSES} == dict.fromkeys(
+        HTTP_FAULT_CLAUSES, Outcome.PASSED
+    )
+    # Skipped: only the server-process faults (kill -9, cut connections), which need a server process.
+    skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
+    assert skipped == {"faults.server_restart_keeps_acknowledged", "faults.connection_cut_whole_or_nothing"}
+    # Every kind of fault was really injected.
+    assert {"500", "503", "409", "412", "crash"} <= set(store.faults.injected)
+
+
+def test_the_default_kit_run_includes_s3_on_moto() -> None:
+    (backend_entry,) = [b for b in BUILTIN_BACKENDS if b.name == "s3 (moto)"]
+    report = asyncio.run(avalidate(builtin_target(backend_entry), clauses=["contract", "ordering", "faults"]))
+    (backend,) = report.backends
+    assert not backend.error, backend.error
+    assert backend.failures == [], [(r.clause_id, r.message) for r in backend.failures]
+    passed = {r.clause_id for r in backend.results if r.outcome is Outcome.PASSED}
+    assert set(HTTP_FAULT_CLAUSES) <= passed
+
+
+def test_the_cli_passes_against_a_moto_server_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint = server_endpoint()
+    make_client(endpoint).create_bucket(Bucket="ckpt-conformance")
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    url = f"s3://ckpt-conformance/cli-run?endpoint_url={endpoint}&region=us-east-1"
+    assert conformance_main([url, "--clause", "ordering", "--clause", "nested", "--quiet"]) == 0
+
+
+# ---------------------------------------------------------------------- crash points
+
+
+async def test_a_crash_after_each_write_of_a_save_leaves_all_or_nothing(store: S3Store) -> None:
+    """A save writes: the record, the order key (commit), the pointer. Crash after each."""
+    for crash_after, visible in ((1, False), (2, True), (3, True)):
+        workflow_name = f"crash-{crash_after}"
+        async with store.storage() as storage:
+            first = checkpoint(workflow_name)
+            await storage.save(first)
+            newest = checkpoint(workflow_name, previous=first)
+            with pytest.raises(SimulatedCrash):
+                async with store.faults.crash_after_writes(crash_after):
+                    await storage.save(newest)
+        async with store.storage() as reopened:
+            latest = await reopened.get_latest(workflow_name=workflow_name)
+            assert latest is not None
+            assert latest.checkpoint_id == (newest if visible else first).checkpoint_id, crash_after
+            ids = await reopened.list_checkpoint_ids(workflow_name=workflow_name)
+            assert ids == [first.checkpoint_id, *([newest.checkpoint_id] if visible else [])]
+            if not visible:
+                with pytest.raises(CheckpointNotFoundError):
+                    await reopened.load(newest.checkpoint_id)
+            # Saving again finishes the job once; the next save comes after it.
+            assert await reopened.save(newest) == newest.checkpoint_id
+            following = checkpoint(workflow_name, previous=newest)
+            await reopened.save(following)
+            assert await reopened.list_checkpoint_ids(workflow_name=workflow_name) == [
+                first.checkpoint_id,
+                newest.checkpoint_id,
+                following.checkpoint_id,
+            ]
+            infos = await reopened.list_records(workflow_name=workflow_name)
+            assert [i.sequence for i in infos] == sorted({i.sequence for i in infos})  # unique, rising
+
+
+async def test_a_nested_save_retried_after_a_crash_at_any_write_is_whole(store: S3Store) -> None:
+    """Writes of a save with one nested record: nested record, container record, nested order key,
+    container order key. Crash after each, save into the nested workflow meanwhile, retry."""
+    for crash_after in (1, 2, 3, 4):
+        child = WorkflowCheckpoint(f"child-{crash_after}", "sig-child", state={"n": crash_after})
+        state = {"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}}
+        parent = WorkflowCheckpoint(f"parent-{crash_after}", "sig", state=state)
+        async with store.storage() as storage:
+            with pytest.raises(SimulatedCrash):
+                async with store.faults.crash_after_writes(crash_after):
+                    await storage.save(parent)
+        async with store.storage() as reopened:
+            if crash_after < 4:
+                with pytest.raises(CheckpointNotFoundError):
+                    await reopened.load(parent.checkpoint_id)
+            meanwhile = WorkflowCheckpoint(f"child-{crash_after}", "sig-child")
+            await reopened.save(meanwhile)
+            assert await reopened.save(parent) == parent.checkpoint_id
+            loaded = await reopened.load(parent.checkpoint_id)
+            assert loaded.state["_executor_state"]["sub"]["sub_workflow_checkpoint"] == child
+            assert await reopened.load(child.checkpoint_id) == child
+            assert await reopened.list_nested(parent.checkpoint_id) == [child.checkpoint_id]
+            nested_ids = await reopened.list_checkpoint_ids(
+                workflow_name=child.workflow_name, include_nested=True
+            )
+            assert sorted(nested_ids) == sorted([child.checkpoint_id, meanwhile.checkpoint_id])
+            latest = await reopened.get_latest(workflow_name=parent.workflow_name)
+            assert latest is not None
+            assert latest.checkpoint_id == parent.checkpoint_id
+
+
+async def test_a_crashed_nested_record_with_other_content_is_replaced_on_retry(in_process: S3Store) -> None:
+    def family(value: int) -> WorkflowCheckpoint:
+        child = WorkflowCheckpoint("child", "sig-child", checkpoint_id="child-1", state={"v": value})
+        state = {"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}}
+        return WorkflowCheckpoint("parent", "sig", checkpoint_id="parent-1", state=state)
+
+    async with in_process.storage() as storage:
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(1):  # only the nested record landed
+                await storage.save(family(1))
+    async with in_process.storage(conflict_retries=2) as reopened:
+        second = family(2)
+        assert await reopened.save(second) == "parent-1"
+        assert (await reopened.load("child-1")).state == {"v": 2}
+        assert await reopened.load("parent-1") == second
+
+
+async def test_a_stale_pointer_does_not_hide_the_newest_checkpoint(in_process: S3Store) -> None:
+    # Crash between order key and pointer, then a save from another handle: the pointer lags, yet
+    # the high-water mark comes from the listing head too, so the new save sorts after.
+    async with in_process.storage() as storage:
+        first = checkpoint()
+        await storage.save(first)
+        newest = checkpoint(previous=first)
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(2):
+                await storage.save(newest)
+    async with in_process.storage() as other:
+        after = checkpoint(previous=newest)
+        await other.save(after)
+        latest = await other.get_latest(workflow_name="wf")
+        assert latest is not None
+        assert latest.checkpoint_id == after.checkpoint_id
+        infos = {i.checkpoint_id: i.sequence for i in await other.list_records(workflow_name="wf")}
+        assert infos[first.checkpoint_id] < infos[newest.checkpoint_id] < infos[after.checkpoint_id]
+
+
+# ---------------------------------------------------------------------- racing writers
+
+
+async def test_two_writers_racing_on_one_id_exactly_one_wins(store: S3Store) -> None:
+    async with store.storage() as one, store.storage() as two:
+        for round_number in range(10):
+            base = checkpoint("race", checkpoint_id=f"same-{round_number}")
+            variants = [
+                WorkflowCheckpoint("race", "sig", checkpoint_id=base.checkpoint_id, state={"writer": writer})
+                for writer in (1, 2)
+            ]
+            results = await asyncio.gather(
+                one.save(variants[0]), two.save(variants[1]), return_exceptions=True
+            )
+            winners = [r for r in results if r == base.checkpoint_id]
+            losers = [r for r in results if isinstance(r, CheckpointConflictError)]
+            assert (len(winners), len(losers)) == (1, 1), results
+            stored = await one.load(base.checkpoint_id)
+            assert stored.state == variants[results.index(base.checkpoint_id)].state
+        assert len(await one.list_checkpoint_ids(workflow_name="race")) == 10
+
+
+def test_racing_create_only_writes_on_one_key_exactly_one_wins(store: S3Store) -> None:
+    """The primitive the storage relies on, on this endpoint: IfNoneMatch="*" from 8 threads."""
+    for attempt in range(5):
+        key = f"{store.prefix}/race-{attempt}"
+        outcomes: list[str] = []
+        barrier = threading.Barrier(8)
+
+        def put(
+            writer: int,
+            key: str = key,
+            barrier: threading.Barrier = barrier,
+            outcomes: list[str] = outcomes,
+        ) -> None:
+            barrier.wait()
+            try:
+                store.client.put_object(Bucket=BUCKET, Key=key, Body=str(writer).encode(), IfNoneMatch="*")
+                outcomes.append("won")
+            except ClientError as exc:
+                outcomes.append(exc.response["Error"]["Code"])
+
+        threads = [threading.Thread(target=put, args=(writer,)) for writer in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == ["PreconditionFailed"] * 7 + ["won"]
+
+
+# ---------------------------------------------------------------------- injected errors
+
+
+async def test_409_and_412_are_retried_by_the_storage_not_botocore(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        async with in_process.faults.conditional_conflicts(6):
+            saved = [checkpoint(), checkpoint()]
+            for item in saved:
+                await storage.save(item)
+        assert in_process.faults.injected["409"] == 3
+        assert in_process.faults.injected["412"] == 3
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [c.checkpoint_id for c in saved]
+
+
+async def test_past_the_budget_the_error_names_operation_and_key(in_process: S3Store) -> None:
+    async with in_process.storage(conflict_retries=2) as storage:
+        item = checkpoint()
+        async with in_process.faults.conditional_conflicts(100):
+            with pytest.raises(StorageUnavailableError) as raised:
+                await storage.save(item)
+        assert raised.value.operation == "save"
+        assert f"{in_process.prefix}/r/{item.checkpoint_id}" in str(raised.value)
+        async with in_process.faults.transient_errors(100):
+            with pytest.raises(StorageUnavailableError) as raised:
+                await storage.load(item.checkpoint_id)
+        assert raised.value.operation == "load"
+        assert "InternalError" in str(raised.value) or "SlowDown" in str(raised.value)
+
+
+async def test_an_unreachable_endpoint_is_a_typed_error() -> None:
+    storage = S3CheckpointStorage(
+        "ckpt-none", endpoint_url="http://127.0.0.1:9", region="us-east-1", max_attempts=1
+    )
+    async with storage:
+        with pytest.raises(StorageUnavailableError) as raised:
+            await storage.get_latest(workflow_name="wf")
+    assert raised.value.operation == "get_latest"
+    assert "ckpt-none" in str(raised.value)
+
+
+# ---------------------------------------------------------------------- requests per operation
+
+
+async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Store) -> None:
+    """get_latest is one one-item LIST and one GET, load a GET and a HEAD, save six requests,
+    at 10 checkpoints and at 1,051 (more than one LIST page)."""
+    counts: dict[int, dict[str, dict[str, int]]] = {}
+    async with in_process.storage() as storage:
+        stored = 0
+        for size in (10, 1050):
+            items = [checkpoint("history", state={"i": i}) for i in range(stored, size)]
+            for start in range(0, len(items), 50):
+                # Batches in order: each batch's saves are concurrent, batches follow each other.
+                await asyncio.gather(*(storage.save(item) for item in items[start : start + 50]))
+            stored = size
+            newest = checkpoint("history", state={"newest": True})
+            per_operation: dict[str, dict[str, int]] = {}
+            for name, operation in (
+                ("save", lambda newest=newest: storage.save(newest)),
+                ("load", lambda newest=newest: storage.load(newest.checkpoint_id)),
+                ("get_latest", lambda: storage.get_latest(workflow_name="history")),
+            ):
+                in_process.requests.reset()
+                result = await operation()
+                per_operation[name] = in_process.requests.snapshot()
+                if name == "get_latest":
+                    assert result.checkpoint_id == newest.checkpoint_id
+            stored += 1
+            in_process.requests.reset()
+            assert len(await storage.list_checkpoint_ids(workflow_name="history")) == stored
+            per_operation["list_checkpoint_ids"] = in_process.requests.snapshot()
+            counts[size] = per_operation
+    for size in (10, 1050):
+        assert counts[size]["get_latest"] == {"ListObjectsV2": 1, "GetObject": 1}, size
+        assert counts[size]["load"] == {"GetObject": 1, "HeadObject": 1}, size
+        assert counts[size]["save"] == {"GetObject": 1, "ListObjectsV2": 2, "PutObject": 3}, size
+    # Listing ids reads keys only: one LIST request per 1,000 checkpoints, no GETs.
+    assert counts[10]["list_checkpoint_ids"] == {"ListObjectsV2": 1}
+    assert counts[1050]["list_checkpoint_ids"] == {"ListObjectsV2": 2}
+
+
+async def test_a_burst_of_saves_uses_at_most_max_workers_threads(in_process: S3Store) -> None:
+    async with in_process.storage(max_workers=3) as storage:
+        seen: set[str] = set()
+
+        async def watch() -> None:
+            while True:
+                seen.update(t.name for t in threading.enumerate() if t.name.startswith("s3-checkpoints"))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await asyncio.gather(*(storage.save(checkpoint("burst")) for _ in range(60)))
+        finally:
+            watcher.cancel()
+        assert len(await storage.list_checkpoint_ids(workflow_name="burst")) == 60
+    assert 1 <= len(seen) <= 3
+
+
+# ---------------------------------------------------------------------- keys
+
+
+@pytest.mark.parametrize(
+    "text", ["wf", "a/b", "..", "../x", "x.y", "100%", "ünï/cödé ☃", "sp ace", "~!*'()", "a" * 256]
+)
+def test_escaped_components_are_reversible_and_path_free(text: str) -> None:
+    escaped = escape_component(text)
+    assert "/" not in escaped
+    assert "." not in escaped
+    assert unescape_component(escaped) == text
+    assert len(escaped.encode()) <= 300
+
+
+def test_very_long_unicode_ids_are_hashed_within_the_key_limit() -> None:
+    text = "☃" * 256
+    escaped = escape_component(text)
+    assert escaped.startswith("!")
+    assert unescape_component(escaped) is None
+    assert escaped != escape_component("☃" * 255)
+
+
+async def test_names_that_prefix_each_other_never_mix(store: S3Store) -> None:
+    names = ["wf1", "wf10", "wf1/0", "wf1.0", "..", "../wf1", "wf%31", "ünï"]
+    long_name = "☃" * 256
+    async with store.storage() as storage:
+        all_names = [*names, long_name]
+        for index, name in enumerate(all_names):
+            await storage.save(checkpoint(name, checkpoint_id=f"{name[:200]}-{index}"))
+        for index, name in enumerate(all_names):
+            assert await storage.list_checkpoint_ids(workflow_name=name) == [f"{name[:200]}-{index}"]
+            latest = await storage.get_latest(workflow_name=name)
+            assert latest is not None
+            assert latest.checkpoint_id == f"{name[:200]}-{index}"
+        assert await storage.list_workflows() == sorted([*names, long_name])
+
+
+# ---------------------------------------------------------------------- construction and URLs
+
+
+def test_url_options_reach_the_storage() -> None:
+    storage = open_storage(
+        "s3://my-bucket/some/prefix/?endpoint_url=http://127.0.0.1:1&region=eu-west-1"
+        "&checksum=when_required&sse=aws:kms&sse_kms_key_id=key-1&max_workers=4&create_bucket=true"
+    )
+    assert isinstance(storage, S3CheckpointStorage)
+    assert (storage.bucket, storage.prefix) == ("my-bucket", "some/prefix/")
+    assert storage.describe() == "s3://my-bucket/some/prefix/"
+    assert storage._put_parameters == {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "key-1"}
+    assert (storage._endpoint_url, storage._region, storage._checksum) == (
+        "http://127.0.0.1:1",
+        "eu-west-1",
+        "when_required",
+    )
+    assert storage._max_workers == 4
+    assert storage._create_bucket
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://",
+        "s3://ab/p",
+        "s3://bucket/p?colour=red",
+        "s3://bucket/p?max_workers=many",
+        "s3://b/p?checksum=always",
+    ],
+)
+def test_bad_urls_are_configuration_errors(url: str) -> None:
+    with pytest.raises(StorageConfigurationError):
+        open_storage(url)
+
+
+async def test_put_parameters_are_sent_with_every_write(in_process: S3Store) -> None:
+    async with in_process.storage(put_parameters={"ServerSideEncryption": "AES256"}) as storage:
+        saved = checkpoint()
+        await storage.save(saved)
+    key = f"{in_process.prefix}/r/{escape_component(saved.checkpoint_id)}"
+    assert in_process.client.head_object(Bucket=BUCKET, Key=key)["ServerSideEncryption"] == "AES256"
+
+
+async def test_a_missing_bucket_says_how_to_fix_it_and_create_bucket_creates_it() -> None:
+    client = make_client(server_endpoint())
+    try:
+        async with S3CheckpointStorage("ckpt-missing-bucket", client=client) as storage:
+            with pytest.raises(StorageConfigurationError, match="create_bucket=true"):
+                await storage.save(checkpoint())
+        async with S3CheckpointStorage("ckpt-created-bucket", client=client, create_bucket=True) as storage:
+            await storage.save(saved := checkpoint())
+            assert (await storage.load(saved.checkpoint_id)).checkpoint_id == saved.checkpoint_id
+    finally:
+        client.close()
+
+
+async def test_closing_a_handle_leaves_an_injected_client_usable(in_process: S3Store) -> None:
+    first = in_process.storage()
+    async with first:
+        await first.save(saved := checkpoint())
+    with pytest.raises(Exception, match="closed"):
+        await first.load(saved.checkpoint_id)
+    async with first.new_handle() as second:
+        assert (await second.load(saved.checkpoint_id)).checkpoint_id == saved.checkpoint_id
