@@ -246,7 +246,8 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
             f"A chain of {results['ancestry']['depth']:,} checkpoints of the benchmark shape, chained by "
             "previous id. `walk_ancestry_ids` returns the ids only (no body decoded); `walk_ancestry` "
             "decodes every checkpoint; the last column walks the same chain the way a caller without a "
-            "walk must: `load`, read `previous_checkpoint_id`, repeat. MAF's storages have no walk.",
+            "walk must: `load`, read `previous_checkpoint_id`, repeat, keeping what it loaded as the "
+            "walk does. MAF's storages have no walk.",
             "",
             ancestry_table(results["ancestry"]).to_markdown(),
             "",
