@@ -64,7 +64,7 @@ def _redis_fakeredis() -> Embedded:
     if importlib.util.find_spec("redis") is None:
         raise MissingDependencyError("redis:// storage", "redis", "redis")
     if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
-        raise MissingDependencyError("the embedded Redis backend (fakeredis)", "dev", "fakeredis[lua]")
+        raise MissingDependencyError("the embedded Redis backend (fakeredis)", "conformance", "fakeredis[lua]")
     import fakeredis
     from redis.asyncio import BlockingConnectionPool
 
@@ -87,7 +87,7 @@ def _s3_moto() -> Embedded:
     if importlib.util.find_spec("boto3") is None:
         raise MissingDependencyError("s3:// storage", "s3", "boto3")
     if importlib.util.find_spec("moto") is None:
-        raise MissingDependencyError("the embedded S3 backend (moto)", "dev", "moto[server]")
+        raise MissingDependencyError("the embedded S3 backend (moto)", "conformance", "moto[server]")
     from storages.s3 import S3CheckpointStorage
 
     from .s3_moto import start_in_process
