@@ -64,7 +64,9 @@ def _redis_fakeredis() -> Embedded:
     if importlib.util.find_spec("redis") is None:
         raise MissingDependencyError("redis:// storage", "redis", "redis")
     if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
-        raise MissingDependencyError("the embedded Redis backend (fakeredis)", "conformance", "fakeredis[lua]")
+        raise MissingDependencyError(
+            "the embedded Redis backend (fakeredis)", "conformance", "fakeredis[lua]"
+        )
     import fakeredis
     from redis.asyncio import BlockingConnectionPool
 
