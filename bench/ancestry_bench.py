@@ -105,7 +105,7 @@ async def _build_chain(subject: _Subject) -> str:
     return previous
 
 
-async def _load_chain(storage: Any, newest: str) -> int:
+async def load_chain(storage: Any, newest: str) -> int:
     # Keeps what it loaded, as walk_ancestry returns it: a caller walks to use the history, and
     # 1,000 live checkpoints cost more to build than 1,000 that are freed at once.
     history: list[Any] = []
@@ -130,7 +130,7 @@ async def _time(operation: Callable[[], Awaitable[int]], repeats: int) -> tuple[
 
 def _operations(storage: Any, newest: str) -> dict[str, Callable[[], Awaitable[int]]]:
     async def load_chain() -> int:
-        return await _load_chain(storage, newest)
+        return await load_chain(storage, newest)
 
     if not hasattr(storage, "walk_ancestry_ids"):
         return {"load_chain": load_chain}

@@ -32,6 +32,7 @@ from storages.codec import CheckpointCodec
 from storages.contract import WorkflowCheckpoint
 from storages.redis import RedisCheckpointStorage, delete_prefix
 
+from .ancestry_bench import load_chain
 from .measure import AsyncCase, Budget, Measurement, ratio, time_async
 from .report import TIMES, TableData, fmt_ratio, fmt_us
 from .workload import WORKFLOW_NAME, numbered, template
@@ -185,14 +186,7 @@ async def _ancestry(storage: RedisCheckpointStorage, budget: Budget) -> dict[str
         return len((await storage.walk_ancestry(newest)).items)
 
     async def load_by_load(_: object) -> int:
-        # Keeps what it loaded, as walk_ancestry returns it (see bench/ancestry_bench.py).
-        history: list[Any] = []
-        current: str | None = newest
-        while current is not None:
-            checkpoint = await storage.load(current)
-            history.append(checkpoint)
-            current = checkpoint.previous_checkpoint_id
-        return len(history)
+        return await load_chain(storage, newest)
 
     assert await walk_ids(None) == DEPTH
     cases = {

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from storages import installed_version
 from storages.errors import MissingDependencyError, StorageConfigurationError
 
 from .builtin import builtin_targets, unavailable_target
@@ -230,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     return parser
 
 
@@ -309,15 +310,6 @@ def _verdict(report: Report) -> Text:
     if not failing:
         return Text(f"Every backend conforms. Clauses: {summary}.", style="bold green")
     return Text(f"Does not conform: {', '.join(failing)}. Clauses: {summary}.", style="bold red")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("checkpoint-storages")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -54,6 +54,16 @@ _LAZY = {
 }
 
 
+def installed_version() -> str:
+    """This package's installed version, or "unknown" in a source tree never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("checkpoint-storages")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
@@ -96,6 +106,7 @@ __all__ = [
     "UnserializableValueError",
     "UnsupportedOperationError",
     "WorkflowCheckpoint",
+    "installed_version",
     "open_storage",
     "supported_schemes",
     "validate_identifier",

@@ -76,6 +76,9 @@ class StoredBody:
 
     checkpoint_id: CheckpointID
     body: bytes
+    nested: Mapping[CheckpointID, bytes] | None = None
+    """Bodies of the records nested in it, when the backend read them in the same round trip;
+    None means they are fetched with ``_nested_bodies`` if the body refers to any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +157,10 @@ class BaseCheckpointStorage(abc.ABC):
         """
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._ready("load")
-        body = await self._get(checkpoint_id)
-        if body is None:
+        stored = await self._load(checkpoint_id)
+        if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        (checkpoint,) = await self._decode_all([StoredBody(checkpoint_id, body)])
+        (checkpoint,) = await self._decode_all([stored])
         if (
             expected_graph_signature_hash is not None
             and checkpoint.graph_signature_hash != expected_graph_signature_hash
@@ -387,6 +390,12 @@ class BaseCheckpointStorage(abc.ABC):
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         """The body stored under ``checkpoint_id``, or None."""
 
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        """The body stored under ``checkpoint_id`` for decoding, or None. A backend that can read
+        the nested records' bodies in the same round trip returns them in ``StoredBody.nested``."""
+        body = await self._get(checkpoint_id)
+        return None if body is None else StoredBody(checkpoint_id, body)
+
     @abc.abstractmethod
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         """The body with the highest sequence in the workflow (optionally of one signature)."""
@@ -549,13 +558,20 @@ class BaseCheckpointStorage(abc.ABC):
             _expect_field(checkpoint_id, name, getattr(checkpoint, name), dict)
 
     async def _decode_all(self, stored: Sequence[StoredBody], workflow_name: str | None = None) -> list[Any]:
-        """Decode bodies, first fetching (in one call) the nested records any of them refer to."""
+        """Decode bodies, first fetching (in one call) the nested records any of them refer to
+        and the backend did not already read with it."""
         has_refs = self._codec.has_nested_refs
-        containers = [item.checkpoint_id for item in stored if has_refs(item.body)]
+        containers = [item for item in stored if has_refs(item.body)]
         if not containers:
             return [self._decode(item, workflow_name) for item in stored]
-        nested = await self._nested_bodies(containers)
-        return [self._decode(item, workflow_name, nested) for item in stored]
+        unread = [item.checkpoint_id for item in containers if item.nested is None]
+        fetched = await self._nested_bodies(unread) if unread else {}
+        return [
+            self._decode(item, workflow_name, fetched if item.nested is None else item.nested)
+            if has_refs(item.body)
+            else self._decode(item, workflow_name)
+            for item in stored
+        ]
 
     def _decode(
         self,
@@ -590,11 +606,11 @@ class BaseCheckpointStorage(abc.ABC):
         # Digests differ; equal content may still encode differently (set order varies between
         # processes), so compare decoded values before calling it a conflict.
         top = records[0]
-        stored = await self._get(top.checkpoint_id)
+        stored = await self._load(top.checkpoint_id)
         if stored is None:
             # Deleted between the insert attempt and now; the caller may simply retry.
             raise CheckpointConflictError(top.checkpoint_id)
-        (existing,) = await self._decode_all([StoredBody(top.checkpoint_id, stored)])
+        (existing,) = await self._decode_all([stored])
         incoming_nested = {record.checkpoint_id: record.body for record in records[1:]}
         incoming = self._codec.decode_checkpoint(
             top.body, checkpoint_id=top.checkpoint_id, nested=incoming_nested or None

@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from . import installed_version
 from .base import BaseCheckpointStorage
 from .codec import CheckpointCodec
 from .errors import CheckpointNotFoundError, CheckpointStorageError
@@ -184,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Verify and inspect checkpoint storages.",
         epilog=f"Storage URLs: {schemes} (e.g. sqlite:///checkpoints.db).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify_parser = commands.add_parser(
@@ -226,15 +227,6 @@ def _common_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:
         metavar="MODULE:QUALNAME",
         help="a type the application's codec allows (repeatable), so its checkpoints decode",
     )
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("checkpoint-storages")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
 
 
 if __name__ == "__main__":

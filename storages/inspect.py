@@ -20,6 +20,7 @@ per start (one ``line`` entry each). One level therefore never holds two runs.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import reprlib
 from collections import defaultdict
@@ -77,15 +78,8 @@ class LineageNode:
         return self.info.checkpoint_id
 
     def to_dict(self) -> dict[str, Any]:
-        info = self.info
         return {
-            "checkpoint_id": info.checkpoint_id,
-            "workflow_name": info.workflow_name,
-            "previous_checkpoint_id": info.previous_checkpoint_id,
-            "graph_signature_hash": info.graph_signature_hash,
-            "container_id": info.container_id,
-            "sequence": info.sequence,
-            "size": info.size,
+            **dataclasses.asdict(self.info),
             "start": None if self.start is None else self.start.value,
             "latest": self.latest,
             "signature_changed": self.signature_changed,
@@ -161,17 +155,10 @@ class CheckpointView:
     """Why the body could not be loaded, if it could not."""
 
     def to_dict(self) -> dict[str, Any]:
-        info = self.info
         return {
-            "checkpoint_id": info.checkpoint_id,
-            "workflow_name": info.workflow_name,
-            "previous_checkpoint_id": info.previous_checkpoint_id,
+            **dataclasses.asdict(self.info),
             "previous_status": self.previous_status,
-            "graph_signature_hash": info.graph_signature_hash,
-            "container_id": info.container_id,
             "nested_ids": list(self.nested_ids),
-            "sequence": info.sequence,
-            "size": info.size,
             "fields": dict(self.fields),
             "error": self.error,
         }

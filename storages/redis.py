@@ -87,7 +87,6 @@ MAX_CONNECTIONS = 64
 """Connections per handle built from a URL; more concurrent operations wait for one."""
 CONNECTION_WAIT_SECONDS = 30.0
 """How long an operation waits for a free connection before failing."""
-_PREFETCH_LIMIT = 64
 PAGE_SIZE = 500
 """Listing reads the index in pages of this many ids, one script call per page."""
 
@@ -622,7 +621,6 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         self._ttl_ms = "0" if ttl is None else str(max(1, round(ttl * 1000)))
         self._cluster = isinstance(client, RedisCluster) if client is not None else _url_is_cluster(url)
         self._scripts: dict[str, Any] = {}
-        self._prefetched: dict[CheckpointID, dict[CheckpointID, bytes]] = {}
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
@@ -833,28 +831,20 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     # ------------------------------------------------------------------ reads
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+        stored = await self._load(checkpoint_id)
+        return None if stored is None else stored.body
+
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        # The read script returns the nested bodies with the body: a checkpoint with sub-workflow
+        # checkpoints loads in one round trip, from one consistent snapshot.
         reply = await self._at("load", "read", checkpoint_id, ["body"])
         if reply is None:
             return None
-        return self._keep_nested(checkpoint_id, bytes(reply[0]), reply[1])
-
-    def _keep_nested(self, checkpoint_id: CheckpointID, body: bytes, flat_nested: Sequence[Any]) -> bytes:
-        """Hold the nested bodies a read brought with the body, for the decode that follows
-        (the base asks ``_nested_bodies`` next): a checkpoint with sub-workflow checkpoints
-        loads in one round trip, read from one consistent snapshot."""
-        if flat_nested:
-            if len(self._prefetched) >= _PREFETCH_LIMIT:
-                self._prefetched.clear()  # only left by raw reads that never decoded
-            self._prefetched[checkpoint_id] = _body_pairs(flat_nested)
-        return body
+        return _stored(checkpoint_id, reply[0], reply[1])
 
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         found: dict[CheckpointID, bytes] = {}
         for container_id in checkpoint_ids:
-            prefetched = self._prefetched.pop(container_id, None)
-            if prefetched is not None:
-                found.update(prefetched)
-                continue
             flat = await self._at("load", "read", container_id, ["nested"])
             found.update(_body_pairs(flat or []))
         return found
@@ -868,8 +858,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         reply = await self._run("get_latest", "latest", index, [workflow_name])
         if reply is None:
             return None
-        checkpoint_id = _text(reply[0])
-        return StoredBody(checkpoint_id, self._keep_nested(checkpoint_id, bytes(reply[1]), reply[2]))
+        return _stored(_text(reply[0]), reply[1], reply[2])
 
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -1078,6 +1067,12 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
 
 def _pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
     return [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _stored(checkpoint_id: CheckpointID, body: Any, flat_nested: Sequence[Any]) -> StoredBody:
+    """A body read with the nested bodies that came back beside it; with none, the base asks
+    ``_nested_bodies`` if the body turns out to need any."""
+    return StoredBody(checkpoint_id, bytes(body), _body_pairs(flat_nested) if flat_nested else None)
 
 
 def _body_pairs(flat: Sequence[Any]) -> dict[CheckpointID, bytes]:

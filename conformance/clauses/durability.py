@@ -16,21 +16,14 @@ from storages.errors import CheckpointConflictError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
+from ._loads import expect_loads_equal
 from ._maf import is_not_found
-from .fidelity import first_difference
 
 _DURABLE = (Capability.DURABLE,)
 
 
 def _ids(checkpoints: list[Any]) -> list[str]:
     return [c.checkpoint_id for c in checkpoints]
-
-
-async def _expect_loads_equal(storage: Any, checkpoint: Any, when: str) -> None:
-    loaded = await storage.load(checkpoint.checkpoint_id)
-    problem = first_difference(checkpoint, loaded)
-    if problem is not None:
-        fail(f"load({checkpoint.checkpoint_id!r}) {when}: {problem}")
 
 
 async def _expect_missing(storage: Any, checkpoint_id: str, when: str) -> None:
@@ -85,7 +78,7 @@ async def survives_reopen(ctx: ClauseContext) -> None:
     for chain, seen in zip(saved, before, strict=True):
         workflow_name = chain[0].workflow_name
         for checkpoint in chain:
-            await _expect_loads_equal(storage, checkpoint, "after reopening")
+            await expect_loads_equal(storage, checkpoint, "after reopening")
         _ensure_same_view(await _view(storage, workflow_name), seen, workflow_name)
         by_id = {c.checkpoint_id: c for c in chain}
         listed = await storage.list_checkpoints(workflow_name=workflow_name)
@@ -191,4 +184,4 @@ async def immutable_after_reopen(ctx: ClauseContext) -> None:
             f"save() of different content under existing {checkpoint.checkpoint_id!r} after reopening "
             "returned instead of raising CheckpointConflictError"
         )
-    await _expect_loads_equal(storage, checkpoint, "after a refused overwrite")
+    await expect_loads_equal(storage, checkpoint, "after a refused overwrite")

@@ -20,8 +20,7 @@ from storages.errors import StorageUnavailableError
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
 from ..faults import Fault, SimulatedCrash
-from ._maf import is_not_found
-from .fidelity import first_difference
+from ._loads import expect_loads_equal, loads_equal_or_absent
 from .nested import FIXED_TIMESTAMP, embedded, sub_workflow_state
 
 FEW = 2
@@ -44,25 +43,6 @@ def _checkpoint(ctx: ClauseContext, workflow_name: str, label: str, previous: An
     return ctx.checkpoint(workflow_name, state={"label": label}, **fields)
 
 
-async def _loads_equal(storage: Any, checkpoint: Any, when: str) -> None:
-    loaded = await storage.load(checkpoint.checkpoint_id)
-    problem = first_difference(checkpoint, loaded)
-    ensure(problem is None, f"load({checkpoint.checkpoint_id!r}) {when}: {problem}")
-
-
-async def _present(storage: Any, checkpoint: Any, when: str) -> bool:
-    """True if it loads equal, False if not found; anything else fails the clause."""
-    try:
-        loaded = await storage.load(checkpoint.checkpoint_id)
-    except Exception as exc:
-        if is_not_found(exc):
-            return False
-        fail(f"load({checkpoint.checkpoint_id!r}) {when} raised {type(exc).__name__}: {exc}")
-    problem = first_difference(checkpoint, loaded)
-    ensure(problem is None, f"load({checkpoint.checkpoint_id!r}) {when}: {problem}")
-    return True
-
-
 async def _expect_exactly(storage: Any, workflow_name: str, saved: list[Any], when: str) -> None:
     """The workflow lists exactly ``saved`` in order, the last is latest, each loads equal."""
     ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
@@ -74,7 +54,7 @@ async def _expect_exactly(storage: Any, workflow_name: str, saved: list[Any], wh
         f"expected {saved[-1].checkpoint_id!r}",
     )
     for checkpoint in saved:
-        await _loads_equal(storage, checkpoint, when)
+        await expect_loads_equal(storage, checkpoint, when)
 
 
 async def _whole_or_absent(
@@ -82,7 +62,7 @@ async def _whole_or_absent(
 ) -> bool:
     """After a failed save: the attempted checkpoint (with what it embeds) is either visible
     everywhere or nowhere, and what was there before is untouched. Returns whether it landed."""
-    landed = await _present(storage, attempted, when)
+    landed = await loads_equal_or_absent(storage, attempted, when)
     ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
     expected = [c.checkpoint_id for c in before] + ([attempted.checkpoint_id] if landed else [])
     ensure_equal(
@@ -98,7 +78,7 @@ async def _whole_or_absent(
     outer = _embedded_in(attempted)
     if outer is not None:
         # The embedded checkpoint is a record of its own: it landed exactly when its container did.
-        outer_landed = await _present(storage, outer, f"(the embedded checkpoint) {when}")
+        outer_landed = await loads_equal_or_absent(storage, outer, f"(the embedded checkpoint) {when}")
         ensure_equal(
             outer_landed,
             landed,
@@ -106,7 +86,7 @@ async def _whole_or_absent(
             "container does",
         )
     for checkpoint in before:
-        await _loads_equal(storage, checkpoint, when)
+        await expect_loads_equal(storage, checkpoint, when)
     return landed
 
 
@@ -143,7 +123,7 @@ async def transient_errors_retried(ctx: ClauseContext) -> None:
         async with ctx.faults.transient_errors(FEW):
             try:
                 if read == "load":
-                    await _loads_equal(ctx.storage, saved[1], f"with {FEW} server errors injected")
+                    await expect_loads_equal(ctx.storage, saved[1], f"with {FEW} server errors injected")
                 elif read == "list":
                     listed = await ctx.storage.list_checkpoints(workflow_name=workflow_name)
                     ensure_equal(

@@ -20,8 +20,7 @@ from storages.errors import CheckpointStorageError
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
 from ..faults import Fault
-from ._maf import is_not_found
-from .fidelity import first_difference
+from ._loads import loads_equal_or_absent
 from .nested import FIXED_TIMESTAMP, embedded, sub_workflow_state
 
 SAVES_AROUND_RESTART = 12
@@ -38,20 +37,6 @@ def _with_nested(ctx: ClauseContext, workflow_name: str, label: str, **fields: A
     outer = embedded(ctx, f"{label}-outer", state=sub_workflow_state(inner))
     checkpoint = ctx.checkpoint(workflow_name, state=sub_workflow_state(outer, label=label), **fields)
     return checkpoint, [outer, inner]
-
-
-async def _presence(storage: Any, checkpoint: Any, when: str) -> bool:
-    """True if ``checkpoint`` loads equal, False if not found; anything else fails the clause."""
-    try:
-        loaded = await storage.load(checkpoint.checkpoint_id)
-    except Exception as exc:
-        if is_not_found(exc):
-            return False
-        fail(f"load({checkpoint.checkpoint_id!r}) {when} raised {type(exc).__name__}: {exc}")
-    problem = first_difference(checkpoint, loaded)
-    if problem is not None:
-        fail(f"load({checkpoint.checkpoint_id!r}) {when}: {problem}")
-    return True
 
 
 @clause(
@@ -102,7 +87,7 @@ async def server_restart_keeps_acknowledged(ctx: ClauseContext) -> None:
     storage = await ctx.reopen()
     for checkpoint in [*acknowledged, *nested]:
         ensure(
-            await _presence(storage, checkpoint, "after kill -9 and restart"),
+            await loads_equal_or_absent(storage, checkpoint, "after kill -9 and restart"),
             f"acknowledged checkpoint {checkpoint.checkpoint_id!r} was lost by kill -9 and restart",
         )
     ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
@@ -146,11 +131,11 @@ async def connection_cut_whole_or_nothing(ctx: ClauseContext) -> None:
                 "expected success or a typed storage error (StorageUnavailableError)"
             )
     storage = await ctx.reopen()
-    present = await _presence(storage, checkpoint, "after its save's connection was cut")
+    present = await loads_equal_or_absent(storage, checkpoint, "after its save's connection was cut")
     if acknowledged:
         ensure(present, f"save() returned but checkpoint {checkpoint.checkpoint_id!r} is not stored")
     for record in nested:
-        here = await _presence(storage, record, "after its container's save was cut")
+        here = await loads_equal_or_absent(storage, record, "after its container's save was cut")
         ensure_equal(
             here,
             present,
@@ -169,5 +154,6 @@ async def connection_cut_whole_or_nothing(ctx: ClauseContext) -> None:
     )
     for record in [checkpoint, *nested]:
         ensure(
-            await _presence(storage, record, "after the retried save"), f"{record.checkpoint_id!r} missing"
+            await loads_equal_or_absent(storage, record, "after the retried save"),
+            f"{record.checkpoint_id!r} missing",
         )
