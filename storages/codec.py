@@ -523,23 +523,36 @@ class CheckpointCodec:
         return wire
 
     def _to_wire(self, value: Any) -> Any:
-        # The hot path: plain dicts and lists of atoms are copied with one type test per item.
+        # The hot path. Dicts and lists come back as they are unless something inside them needs
+        # converting; only then is the container copied, so plain JSON-like state costs one type
+        # test per item and no allocation.
         cls = type(value)
         atoms = self._atoms
-        if cls in atoms:
-            return value
         if cls is dict:
-            out: dict[Any, Any] = {}
-            to_wire = self._to_wire
             key_atoms = self._key_atoms
+            copied: dict[Any, Any] | None = None
             for key, item in value.items():
                 if type(key) not in key_atoms:
                     return self._encode_pairs(value)
-                out[key] = item if type(item) in atoms else to_wire(item)
-            return out
+                if type(item) not in atoms:
+                    wire = self._to_wire(item)
+                    if wire is not item:
+                        if copied is None:
+                            copied = value.copy()
+                        copied[key] = wire
+            return value if copied is None else copied
         if cls is list:
-            to_wire = self._to_wire
-            return [item if type(item) in atoms else to_wire(item) for item in value]
+            copied_list: list[Any] | None = None
+            for index, item in enumerate(value):
+                if type(item) not in atoms:
+                    wire = self._to_wire(item)
+                    if wire is not item:
+                        if copied_list is None:
+                            copied_list = value.copy()
+                        copied_list[index] = wire
+            return value if copied_list is None else copied_list
+        if cls in atoms:
+            return value
         encoder = self._encoders.get(cls)
         if encoder is None:
             encoder = self._encoder_for(cls, value)

@@ -56,6 +56,7 @@ TTL disappears entirely, its counter with it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Awaitable, Collection, Mapping, Sequence
@@ -64,7 +65,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -245,6 +246,32 @@ for i = 1, n do
   end
 end
 return {'ok'}
+"""
+
+# The common save on plain Redis, one top-level record with nothing nested: the same writes as
+# _SAVE for that case with the key names given, so the server does only the six commands.
+# KEYS: the id's location pointer, its record, the workflow's counter, top index and signature
+# index. ARGV[4] workflow, ARGV[5] id, ARGV[6] body, ARGV[7] digest, ARGV[8] signature,
+# ARGV[9] previous id ('' for none). Returns false when written, else the stored digest.
+_SAVE_ONE = r"""
+local pointer, record = KEYS[1], KEYS[2]
+local home = redis.call('GET', pointer)
+if home then
+  local digest = redis.call('HGET', rkey(tag(home), ARGV[5]), 'd')
+  if digest then return digest end
+end
+local seq = redis.call('INCR', KEYS[3])
+if ARGV[9] == '' then
+  redis.call('HSET', record, 'b', ARGV[6], 'd', ARGV[7], 'w', ARGV[4], 's', ARGV[8], 'q', seq, 'n', '0')
+else
+  redis.call('HSET', record, 'b', ARGV[6], 'd', ARGV[7], 'w', ARGV[4], 's', ARGV[8], 'q', seq, 'n', '0',
+    'p', ARGV[9])
+end
+redis.call('ZADD', KEYS[4], seq, ARGV[5])
+redis.call('ZADD', KEYS[5], seq, ARGV[5])
+redis.call('SET', pointer, ARGV[4])
+for i = 1, 5 do touch(KEYS[i]) end
+return false
 """
 
 # Cluster only, on KEYS[1] = P:{id}:loc: point it at ARGV[4] unless it names another home,
@@ -478,6 +505,7 @@ _SCRIPTS = {
     name: _PRELUDE + text
     for name, text in {
         "save": _SAVE,
+        "save_one": _SAVE_ONE,
         "claim": _CLAIM,
         "unlink_if": _UNLINK_IF,
         "read": _READ,
@@ -544,6 +572,17 @@ class RedisKeys:
 
     def location(self, checkpoint_id: CheckpointID) -> str:
         return self.tag(checkpoint_id) + ":loc"
+
+    def written_by_save(self, workflow_name: str, checkpoint_id: CheckpointID, signature: str) -> list[str]:
+        """The keys a one-record save writes: location, record, sequence, top, signature."""
+        tag = self.tag(workflow_name)
+        return [
+            self.location(checkpoint_id),
+            f"{tag}:r:{escape(checkpoint_id)}",
+            tag + ":seq",
+            tag + ":top",
+            f"{tag}:sig:{escape(signature)}",
+        ]
 
     def pruned(self, checkpoint_id: CheckpointID) -> str:
         return self.tag(checkpoint_id) + ":pruned"
@@ -707,7 +746,23 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     # ------------------------------------------------------------------ writes
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._insert_family((record,))
+        if self._cluster:
+            return await self._insert_family((record,))
+        workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
+        script_keys = self._keys.written_by_save(workflow_name, checkpoint_id, record.graph_signature_hash)
+        args = [
+            self._keys.prefix,
+            "1",
+            self._ttl_ms,
+            workflow_name,
+            checkpoint_id,
+            record.body,
+            record.digest,
+            record.graph_signature_hash,
+            record.previous_checkpoint_id or "",
+        ]
+        digest = await self._call("save", self._scripts["save_one"](keys=script_keys, args=args))
+        return None if digest is None else _text(digest)
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         top = records[0]
@@ -1142,12 +1197,55 @@ def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
     try:
         if _url_is_cluster(url):
             return RedisCluster.from_url(redis_url, **settings)
-        # A burst of concurrent operations waits for a free connection instead of failing.
         settings.setdefault("max_connections", MAX_CONNECTIONS)
-        settings.setdefault("timeout", CONNECTION_WAIT_SECONDS)
-        return Redis.from_pool(BlockingConnectionPool.from_url(redis_url, **settings))
+        settings.setdefault("wait_seconds", CONNECTION_WAIT_SECONDS)
+        return Redis.from_pool(WaitingConnectionPool.from_url(redis_url, **settings))
     except (ValueError, redis_errors.RedisError) as exc:
         raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+
+
+class WaitingConnectionPool(ConnectionPool):
+    """A bounded pool where a burst of concurrent operations waits for a free connection (up to
+    ``wait_seconds``) instead of failing, as redis-py's ``BlockingConnectionPool`` does, but
+    takes a free connection without its condition variable and timer: a save's one round trip
+    should not pay for a wait that did not happen."""
+
+    def __init__(self, *, wait_seconds: float | str | None = CONNECTION_WAIT_SECONDS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # From a URL's query (``?wait_seconds=5``) the value arrives as text.
+        self.wait_seconds = None if wait_seconds is None else float(wait_seconds)
+        if self.wait_seconds is not None and not self.wait_seconds >= 0:
+            raise ValueError(f"wait_seconds must be a number of seconds >= 0, got {wait_seconds!r}")
+        self._free = asyncio.Semaphore(self.max_connections)
+        self._handed_out: set[Any] = set()
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self._free.locked():
+            try:
+                await asyncio.wait_for(self._free.acquire(), self.wait_seconds)
+            except asyncio.TimeoutError:
+                raise redis_errors.ConnectionError(
+                    f"no free connection after {self.wait_seconds} s ({self.max_connections} in use)"
+                ) from None
+        else:
+            await self._free.acquire()
+        try:
+            connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except BaseException:
+            # A connection the base class could not prepare went back through release(), which
+            # frees a slot only for connections handed out; this one was not.
+            self._free.release()
+            raise
+        self._handed_out.add(connection)
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        try:
+            await super().release(connection)
+        finally:
+            if connection in self._handed_out:
+                self._handed_out.discard(connection)
+                self._free.release()
 
 
 async def delete_prefix(client: Any, prefix: str) -> int:
@@ -1164,6 +1262,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "RedisCheckpointStorage",
     "RedisKeys",
+    "WaitingConnectionPool",
     "delete_prefix",
     "escape",
     "script_sha",

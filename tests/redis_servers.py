@@ -271,7 +271,7 @@ def fakeredis_store(directory: Path) -> Any:
 class CuttingProxy:
     """A TCP proxy in front of a Redis server that can cut one connection mid-request.
 
-    Armed with a marker, the next client request containing it is forwarded to the server, and
+    Armed with markers, the next client request containing one is forwarded to the server, and
     then the server's reply is swallowed and both sockets are closed: the request was executed
     but the client only sees a dropped connection, the most ambiguous failure there is.
     """
@@ -280,19 +280,19 @@ class CuttingProxy:
         self.upstream_port = upstream_port
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
-        self._marker: bytes | None = None
+        self._markers: tuple[bytes, ...] = ()
         self._lock = threading.Lock()
         self.cuts = 0
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, marker: bytes) -> None:
+    def arm(self, *markers: bytes) -> None:
         with self._lock:
-            self._marker = marker
+            self._markers = markers
 
     def disarm(self) -> None:
         with self._lock:
-            self._marker = None
+            self._markers = ()
 
     def close(self) -> None:
         self._closed = True
@@ -317,8 +317,8 @@ class CuttingProxy:
         try:
             while data := client.recv(65536):
                 with self._lock:
-                    if self._marker is not None and self._marker in data:
-                        self._marker = None
+                    if any(marker in data for marker in self._markers):
+                        self._markers = ()
                         self.cuts += 1
                         cut.set()  # set before forwarding, so the reply is never passed on
                 upstream.sendall(data)
@@ -363,7 +363,8 @@ class RedisFaultInjector(FaultInjector):
     @asynccontextmanager
     async def cut_connection_during_save(self) -> AsyncIterator[None]:
         cuts = self.proxy.cuts
-        self.proxy.arm(script_sha("save").encode())
+        # Either save script: the general one, or the one-record fast path on plain Redis.
+        self.proxy.arm(script_sha("save").encode(), script_sha("save_one").encode())
         try:
             yield
         finally:

@@ -21,6 +21,7 @@ import redis_servers
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from conformance import Outcome, StorageTarget, all_clauses, validate
 from conformance.builtin import BUILTIN_BACKENDS, builtin_target
@@ -34,7 +35,7 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.redis import RedisCheckpointStorage, RedisKeys, escape, unescape
+from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
 
 redis_mark = pytest.mark.redis
 cluster_mark = pytest.mark.redis_cluster
@@ -282,6 +283,14 @@ async def test_url_settings_reach_the_client() -> None:
     assert storage._client.connection_pool.connection_class.__name__ == "SSLConnection"
     assert kwargs["retry"].get_retries() == 3
     await storage._client.aclose()
+    sized = RedisCheckpointStorage.from_url("redis://127.0.0.1:6379/0?max_connections=7&wait_seconds=5")
+    await sized._open()
+    pool = sized._client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    assert (pool.max_connections, pool.wait_seconds) == (7, 5.0)
+    await sized.aclose()
+    with pytest.raises(StorageConfigurationError, match="could not convert string to float: 'soon'"):
+        await RedisCheckpointStorage.from_url("redis://127.0.0.1:6379/0?wait_seconds=soon")._open()
 
 
 @pytest.mark.parametrize(
@@ -338,6 +347,45 @@ async def test_an_unreachable_server_raises_a_typed_error_naming_the_operation()
 
 
 @redis_mark
+async def test_a_burst_beyond_the_pool_waits_for_a_connection() -> None:
+    url = redis_servers.redis_url()
+    pool = WaitingConnectionPool.from_url(url, max_connections=2, wait_seconds=10)
+    client = Redis.from_pool(pool)
+    try:
+        # Twenty blocking calls of 50 ms through two connections: they queue, none fails.
+        waits = [client.execute_command("BLPOP", "nothing", "0.05") for _ in range(20)]
+        assert await asyncio.gather(*waits) == [None] * 20
+        assert len(pool._in_use_connections) == 0
+        assert len(pool._available_connections) == 2
+    finally:
+        await client.aclose()
+
+
+@redis_mark
+async def test_a_full_pool_fails_after_its_wait_and_frees_every_slot() -> None:
+    pool = WaitingConnectionPool.from_url(redis_servers.redis_url(), max_connections=1, wait_seconds=0.05)
+    client = Redis.from_pool(pool)
+    try:
+        held = await pool.get_connection()
+        with pytest.raises(RedisConnectionError, match=r"no free connection after 0\.05 s"):
+            await client.ping()
+        await pool.release(held)
+        assert await client.ping()
+    finally:
+        await client.aclose()
+    # Connections that fail to open give their slot back: more failures than slots, each one
+    # the connection error, never a wait for a slot that leaked.
+    unreachable = WaitingConnectionPool.from_url(
+        f"redis://127.0.0.1:{redis_servers.free_port()}/0", max_connections=2, wait_seconds=0.05
+    )
+    for _ in range(5):
+        with pytest.raises(RedisConnectionError) as refused:
+            await unreachable.get_connection()
+        assert "no free connection" not in str(refused.value)
+    await unreachable.disconnect()
+
+
+@redis_mark
 async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointStorage) -> None:
     child = WorkflowCheckpoint("child", "sig")
     checkpoint = _with_child("wf", child)
@@ -355,6 +403,63 @@ async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointSto
     await real_storage.save(after)
     info = await real_storage.checkpoint_info(after.checkpoint_id)
     assert getattr(info, "sequence", None) == 2  # the retry took no sequence number
+
+
+@redis_mark
+async def test_a_retried_one_record_save_is_a_no_op(real_storage: RedisCheckpointStorage) -> None:
+    (record,) = real_storage._records_for(WorkflowCheckpoint("wf", "sig"))
+    assert await real_storage._insert(record) is None
+    assert await real_storage._insert(record) == record.digest
+    after = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=record.checkpoint_id)
+    await real_storage.save(after)
+    info = await real_storage.checkpoint_info(after.checkpoint_id)
+    assert getattr(info, "sequence", None) == 2  # the retry took no sequence number
+
+
+@redis_mark
+async def test_the_one_record_save_writes_what_the_general_save_writes(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    # save_one is the fast path of save for one top-level record on plain Redis: it must leave
+    # the same keys, values and TTLs, or reads written against one would misread the other.
+    client = real_storage._client
+
+    async def dump(storage: RedisCheckpointStorage) -> dict[str, Any]:
+        keys = sorted([key.decode() async for key in client.scan_iter(match=f"{storage.prefix}:*")])
+        dumped: dict[str, Any] = {}
+        for key in keys:
+            kind = (await client.type(key)).decode()
+            if kind == "hash":
+                value: Any = await client.hgetall(key)
+            elif kind == "zset":
+                value = await client.zrange(key, 0, -1, withscores=True)
+            else:
+                value = await client.get(key)
+            dumped[key[len(storage.prefix) :]] = (kind, value, await client.pttl(key) > 0)
+        return dumped
+
+    def store(label: str, ttl: str) -> RedisCheckpointStorage:
+        prefix = redis_servers.fresh_prefix(label)
+        return RedisCheckpointStorage.from_url(
+            redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl=ttl)
+        )
+
+    for ttl in ("", "3600"):
+        fast, general = store("one", ttl), store("gen", ttl)
+        try:
+            chain = _chain("w:{x}%", 2)
+            for checkpoint in chain:
+                await fast.save(checkpoint)
+                await general._ready("save")
+                assert await general._insert_family(general._records_for(checkpoint)) is None
+            written = await dump(fast)
+            assert len(written) == 7  # per checkpoint a record and a pointer; counter, top, signature
+            assert written == await dump(general)
+            assert await fast.load(chain[1].checkpoint_id) == chain[1]
+        finally:
+            for storage in (fast, general):
+                await storage.aclose()
+                await redis_servers.delete_prefix(client, storage.prefix)
 
 
 @redis_mark
