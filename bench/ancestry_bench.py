@@ -129,11 +129,11 @@ async def _time(operation: Callable[[], Awaitable[int]], repeats: int) -> tuple[
 
 
 def _operations(storage: Any, newest: str) -> dict[str, Callable[[], Awaitable[int]]]:
-    async def load_chain() -> int:
+    async def loads() -> int:
         return await load_chain(storage, newest)
 
     if not hasattr(storage, "walk_ancestry_ids"):
-        return {"load_chain": load_chain}
+        return {"load_chain": loads}
 
     async def walk_ids() -> int:
         return len((await storage.walk_ancestry_ids(newest)).items)
@@ -141,7 +141,7 @@ def _operations(storage: Any, newest: str) -> dict[str, Callable[[], Awaitable[i
     async def walk() -> int:
         return len((await storage.walk_ancestry(newest)).items)
 
-    return {"walk_ids": walk_ids, "walk": walk, "load_chain": load_chain}
+    return {"walk_ids": walk_ids, "walk": walk, "load_chain": loads}
 
 
 async def _measure(subject: _Subject, newest: str, repeats: int) -> dict[str, Any]:

@@ -1,0 +1,25 @@
+"""The benchmark's own helpers, on a short chain: a broken bench must fail here, not on the next
+full run."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.ancestry_bench import _operations, load_chain
+from storages import WorkflowCheckpoint
+from storages.memory import InMemoryCheckpointStorage
+
+
+@pytest.mark.memory
+async def test_every_ancestry_operation_walks_the_whole_chain() -> None:
+    storage = InMemoryCheckpointStorage()
+    previous = None
+    for index in range(5):
+        checkpoint = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=previous, iteration_count=index)
+        previous = await storage.save(checkpoint)
+    assert previous is not None
+    assert await load_chain(storage, previous) == 5
+    operations = _operations(storage, previous)
+    assert set(operations) == {"walk_ids", "walk", "load_chain"}
+    for name, operation in operations.items():
+        assert await operation() == 5, name
