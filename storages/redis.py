@@ -27,7 +27,10 @@ Why it is correct:
   delete, a prune, an ancestry walk (the script follows previous ids server-side, depth-guarded
   and cycle-safe), and a load or latest (the script returns the bodies of the checkpoint's nested
   records with its own, so a sub-workflow checkpoint decodes from one consistent read). Listing
-  reads the sorted set in pages of :data:`PAGE_SIZE`, one script call per page.
+  reads the sorted set in pages of :data:`PAGE_SIZE`, one script call per page. The commonest
+  save, one top-level checkpoint with nothing nested, runs a leaner script (``save_one``) that is
+  handed its key names and does only the six commands that case needs; a test checks it leaves
+  exactly what the general script leaves.
 * Latest is ``ZREVRANGE P:{W}:top 0 0``: O(log n) whatever the history size. Sequences come from
   ``INCR`` inside the save script, so they follow commit order and survive deletes.
 * A save whose top id exists writes nothing and returns the stored digest; the base then decides
