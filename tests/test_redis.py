@@ -446,12 +446,24 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 
     for ttl in ("", "3600"):
         fast, general = store("one", ttl), store("gen", ttl)
+        await fast._ready("save")
+        fast_path = fast._scripts["save_one"]
+        fast_saves: list[str] = []
+
+        async def counted(
+            *, keys: list[str], args: list[Any], script: Any = fast_path, seen: list[str] = fast_saves
+        ) -> Any:
+            seen.append(str(args[4]))
+            return await script(keys=keys, args=args)
+
+        fast._scripts["save_one"] = counted
         try:
             chain = _chain("w:{x}%", 2)
             for checkpoint in chain:
                 await fast.save(checkpoint)
                 await general._ready("save")
                 assert await general._insert_family(general._records_for(checkpoint)) is None
+            assert fast_saves == [checkpoint.checkpoint_id for checkpoint in chain]  # the fast path ran
             written = await dump(fast)
             assert len(written) == 7  # per checkpoint a record and a pointer; counter, top, signature
             assert written == await dump(general)
