@@ -22,3 +22,9 @@ def run_family(family: str, subject: Any, **target: Any) -> BackendReport:
 def failed(backend: BackendReport) -> set[str]:
     """Ids of the clauses that failed."""
     return {r.clause_id for r in backend.failures}
+
+
+def caught_only_by(backend: BackendReport, clause_id: str, says: str) -> None:
+    """A mutant's defect is caught by ``clause_id`` alone, and its message contains ``says``."""
+    assert failed(backend) == {clause_id}
+    assert says in backend.result(clause_id).message

@@ -13,7 +13,7 @@ from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .support import failed
+from .support import caught_only_by, failed
 
 FAMILY = "contract"
 
@@ -86,8 +86,7 @@ def test_in_memory_storage_passes_every_contract_clause() -> None:
 
 def test_overwrite_on_conflict_fails_only_resave_conflict_raises() -> None:
     backend = run_family(OverwritesOnConflict)
-    assert failed(backend) == {"contract.resave_conflict_raises"}
-    assert "overwrote the original" in backend.result("contract.resave_conflict_raises").message
+    caught_only_by(backend, "contract.resave_conflict_raises", "overwrote the original")
 
 
 def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
@@ -99,8 +98,7 @@ def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
 
 def test_delete_returning_true_for_missing_ids_fails_delete_missing_returns_false() -> None:
     backend = run_family(DeleteAlwaysTrue)
-    assert failed(backend) == {"contract.delete_missing_returns_false"}
-    assert "never stored returned True" in backend.result("contract.delete_missing_returns_false").message
+    caught_only_by(backend, "contract.delete_missing_returns_false", "never stored returned True")
 
 
 def test_listing_newest_first_fails_the_order_checks() -> None:

@@ -12,7 +12,7 @@ from storages.errors import CheckpointCorruptedError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .support import failed
+from .support import caught_only_by, failed
 
 FAMILY = "corruption"
 
@@ -127,8 +127,7 @@ def test_load_returning_a_default_checkpoint_is_caught() -> None:
 
 def test_a_body_of_another_checkpoint_is_caught() -> None:
     backend = run_family(TrustsAnyBody)
-    assert failed(backend) == {"corruption.swapped_body"}
-    assert "holding the body of" in backend.result("corruption.swapped_body").message
+    caught_only_by(backend, "corruption.swapped_body", "holding the body of")
 
 
 def test_dropping_damaged_ids_from_the_id_listing_is_caught() -> None:

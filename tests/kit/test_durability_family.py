@@ -15,7 +15,7 @@ from storages.contract import Capability
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .support import failed
+from .support import caught_only_by, failed
 
 FAMILY = "durability"
 
@@ -184,11 +184,9 @@ def test_a_sequence_restarting_after_reopen_is_caught() -> None:
 
 def test_deletes_that_do_not_persist_are_caught() -> None:
     backend = run_family(DeletesInMemoryOnly)
-    assert failed(backend) == {"durability.deletes_persist"}
-    assert "after deleting it and reopening" in backend.result("durability.deletes_persist").message
+    caught_only_by(backend, "durability.deletes_persist", "after deleting it and reopening")
 
 
 def test_forgetting_existing_ids_after_reopen_is_caught() -> None:
     backend = run_family(ForgetsWhatExists)
-    assert failed(backend) == {"durability.immutable_after_reopen"}
-    assert "re-saving an equal checkpoint" in backend.result("durability.immutable_after_reopen").message
+    caught_only_by(backend, "durability.immutable_after_reopen", "re-saving an equal checkpoint")

@@ -18,7 +18,7 @@ from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
-from .support import failed
+from .support import caught_only_by, failed
 
 FAMILY = "retention"
 
@@ -248,10 +248,10 @@ def test_prune_without_tombstones_fails_every_tombstone_clause() -> None:
 
 def test_prune_by_timestamp_fails_prune_keeps_newest_only() -> None:
     backend = run_family(PrunesByTimestamp)
-    assert failed(backend) == {"retention.prune_keeps_newest"}
-    assert (
-        "after prune(keep_last=2) returned [c2, c5], expected [c4, c5]"
-        in backend.result("retention.prune_keeps_newest").message
+    caught_only_by(
+        backend,
+        "retention.prune_keeps_newest",
+        "after prune(keep_last=2) returned [c2, c5], expected [c4, c5]",
     )
 
 
@@ -270,19 +270,19 @@ def test_prune_leaving_nested_orphans_fails_the_nested_prune_clauses() -> None:
 
 def test_prune_slice_bug_fails_prune_edge_counts_only() -> None:
     backend = run_family(PruneSliceKeepsAllAtZero)
-    assert failed(backend) == {"retention.prune_edge_counts"}
-    assert (
-        "keep_last=0) of 3 checkpoints: expected 3, got 0"
-        in backend.result("retention.prune_edge_counts").message
+    caught_only_by(
+        backend,
+        "retention.prune_edge_counts",
+        "keep_last=0) of 3 checkpoints: expected 3, got 0",
     )
 
 
 def test_lax_keep_last_check_fails_prune_invalid_keep_last_only() -> None:
     backend = run_family(LaxKeepLast)
-    assert failed(backend) == {"retention.prune_invalid_keep_last"}
-    assert (
-        "keep_last=True) returned 2; expected it to raise InvalidCheckpointError"
-        in backend.result("retention.prune_invalid_keep_last").message
+    caught_only_by(
+        backend,
+        "retention.prune_invalid_keep_last",
+        "keep_last=True) returned 2; expected it to raise InvalidCheckpointError",
     )
 
 
@@ -295,44 +295,44 @@ def test_delete_workflow_by_prefix_fails_delete_workflow_spares_others_only() ->
 
 def test_delete_workflow_keeping_tombstones_fails_delete_workflow_clears_tombstones_only() -> None:
     backend = run_family(DeleteWorkflowKeepsTombstones)
-    assert failed(backend) == {"retention.delete_workflow_clears_tombstones"}
-    assert (
-        "after delete_workflow returned [c0, c1], expected []"
-        in backend.result("retention.delete_workflow_clears_tombstones").message
+    caught_only_by(
+        backend,
+        "retention.delete_workflow_clears_tombstones",
+        "after delete_workflow returned [c0, c1], expected []",
     )
 
 
 def test_delete_workflow_leaving_nested_fails_delete_workflow_removes_all_only() -> None:
     backend = run_family(DeleteWorkflowLeavesNested)
-    assert failed(backend) == {"retention.delete_workflow_removes_all"}
-    assert (
-        "load(n0) after delete_workflow returned checkpoint n0; it should be gone"
-        in backend.result("retention.delete_workflow_removes_all").message
+    caught_only_by(
+        backend,
+        "retention.delete_workflow_removes_all",
+        "load(n0) after delete_workflow returned checkpoint n0; it should be gone",
     )
 
 
 def test_sequence_restarting_after_delete_workflow_fails_save_after_delete_workflow_only() -> None:
     backend = run_family(DeleteWorkflowForgetsSequence)
-    assert failed(backend) == {"retention.save_after_delete_workflow"}
-    assert (
-        "saved after delete_workflow are [1, 2, 3]; they must rise above 3"
-        in backend.result("retention.save_after_delete_workflow").message
+    caught_only_by(
+        backend,
+        "retention.save_after_delete_workflow",
+        "saved after delete_workflow are [1, 2, 3]; they must rise above 3",
     )
 
 
 def test_tombstone_on_plain_delete_fails_delete_is_not_prune_only() -> None:
     backend = run_family(DeleteLeavesTombstone)
-    assert failed(backend) == {"retention.delete_is_not_prune"}
-    assert (
-        "after delete(c1) returned [c3, c2] ending pruned at c1, expected [c3, c2] ending missing at c1"
-        in backend.result("retention.delete_is_not_prune").message
+    caught_only_by(
+        backend,
+        "retention.delete_is_not_prune",
+        "after delete(c1) returned [c3, c2] ending pruned at c1, expected [c3, c2] ending missing at c1",
     )
 
 
 def test_keep_last_overflowing_a_64_bit_integer_fails_prune_edge_counts_only() -> None:
     backend = run_family(KeepLastAsInt64)
-    assert failed(backend) == {"retention.prune_edge_counts"}
-    assert (
-        "keep_last=18446744073709551616) of 3 checkpoints raised OverflowError: Python int too large"
-        in backend.result("retention.prune_edge_counts").message
+    caught_only_by(
+        backend,
+        "retention.prune_edge_counts",
+        "keep_last=18446744073709551616) of 3 checkpoints raised OverflowError: Python int too large",
     )
