@@ -12,6 +12,7 @@ error, and must have written the whole checkpoint or nothing.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from storages.contract import Capability
@@ -110,14 +111,9 @@ async def transient_errors_retried(ctx: ClauseContext) -> None:
         checkpoint = _checkpoint(
             ctx, workflow_name, f"t{index}", saved[-1] if saved else None, nested=index == 1
         )
-        async with ctx.faults.transient_errors(FEW):
-            try:
-                returned = await ctx.storage.save(checkpoint)
-            except Exception as exc:
-                fail(
-                    f"save #{index + 1} with {FEW} server errors injected raised {type(exc).__name__}: {exc}"
-                )
-        ensure_equal(returned, checkpoint.checkpoint_id, f"id returned by save #{index + 1}")
+        await _save_despite(
+            ctx, checkpoint, index + 1, f"{FEW} server errors", ctx.faults.transient_errors(FEW)
+        )
         saved.append(checkpoint)
     for read in ("load", "list", "latest"):
         async with ctx.faults.transient_errors(FEW):
@@ -169,12 +165,9 @@ async def conditional_conflicts_retried(ctx: ClauseContext) -> None:
             ctx, workflow_name, f"c{index}", saved[-1] if saved else None, nested=index == 2
         )
         # 409, 412, 409, 412: more than one per save, so every conditional write of it is hit.
-        async with ctx.faults.conditional_conflicts(4):
-            try:
-                returned = await ctx.storage.save(checkpoint)
-            except Exception as exc:
-                fail(f"save #{index + 1} with 409/412 answers injected raised {type(exc).__name__}: {exc}")
-        ensure_equal(returned, checkpoint.checkpoint_id, f"id returned by save #{index + 1}")
+        await _save_despite(
+            ctx, checkpoint, index + 1, "409/412 answers", ctx.faults.conditional_conflicts(4)
+        )
         saved.append(checkpoint)
         await _expect_exactly(ctx.storage, workflow_name, saved, f"after save #{index + 1}")
     handle = await ctx.other_handle()
@@ -190,6 +183,18 @@ async def conditional_conflicts_retried(ctx: ClauseContext) -> None:
 )
 async def conditional_conflicts_exhausted(ctx: ClauseContext) -> None:
     await _exhausted(ctx, "409/412 answers", lambda: ctx.faults.conditional_conflicts(MANY))
+
+
+async def _save_despite(
+    ctx: ClauseContext, checkpoint: Any, number: int, what: str, injected: AbstractAsyncContextManager[Any]
+) -> None:
+    """Save #``number`` while ``injected`` faults are active: it must succeed and return the id."""
+    async with injected:
+        try:
+            returned = await ctx.storage.save(checkpoint)
+        except Exception as exc:
+            fail(f"save #{number} with {what} injected raised {type(exc).__name__}: {exc}")
+    ensure_equal(returned, checkpoint.checkpoint_id, f"id returned by save #{number}")
 
 
 async def _exhausted(ctx: ClauseContext, what: str, inject: Any) -> None:
