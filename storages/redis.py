@@ -578,13 +578,12 @@ class RedisKeys:
 
     def written_by_save(self, workflow_name: str, checkpoint_id: CheckpointID, signature: str) -> list[str]:
         """The keys a one-record save writes: location, record, sequence, top, signature."""
-        tag = self.tag(workflow_name)
         return [
             self.location(checkpoint_id),
-            f"{tag}:r:{escape(checkpoint_id)}",
-            tag + ":seq",
-            tag + ":top",
-            f"{tag}:sig:{escape(signature)}",
+            self.record(workflow_name, checkpoint_id),
+            self.sequence(workflow_name),
+            self.top(workflow_name),
+            self.signature(workflow_name, signature),
         ]
 
     def pruned(self, checkpoint_id: CheckpointID) -> str:
@@ -752,11 +751,8 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         if self._cluster:
             return await self._insert_family((record,))
         workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
-        script_keys = self._keys.written_by_save(workflow_name, checkpoint_id, record.graph_signature_hash)
+        keys = self._keys.written_by_save(workflow_name, checkpoint_id, record.graph_signature_hash)
         args = [
-            self._keys.prefix,
-            "1",
-            self._ttl_ms,
             workflow_name,
             checkpoint_id,
             record.body,
@@ -764,7 +760,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             record.graph_signature_hash,
             record.previous_checkpoint_id or "",
         ]
-        digest = await self._call("save", self._scripts["save_one"](keys=script_keys, args=args))
+        digest = await self._run("save", "save_one", keys, args)
         return None if digest is None else _text(digest)
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
@@ -1105,10 +1101,11 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             operation, script, self._keys.record(home_name, checkpoint_id), [checkpoint_id, home_name, *args]
         )
 
-    async def _run(self, operation: str, script: str, key: str, args: Sequence[Any]) -> Any:
+    async def _run(self, operation: str, script: str, key: str | list[str], args: Sequence[Any]) -> Any:
         """One script call: KEYS[1] routes it to its slot; the common arguments go first."""
+        keys = [key] if isinstance(key, str) else key
         common = [self._keys.prefix, "0" if self._cluster else "1", self._ttl_ms]
-        return await self._call(operation, self._scripts[script](keys=[key], args=[*common, *args]))
+        return await self._call(operation, self._scripts[script](keys=keys, args=[*common, *args]))
 
     async def _call(self, operation: str, request: Awaitable[Any]) -> Any:
         try:
