@@ -11,13 +11,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from typing_extensions import Self
 
-from .codec import CheckpointCodec
+from .codec import CheckpointCodec, TypeRef
 from .contract import (
     CHECKPOINT_FIELDS,
     AncestryEnd,
@@ -111,11 +111,29 @@ class BaseCheckpointStorage(abc.ABC):
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     """What this backend supports; see :class:`~storages.contract.Capability`."""
 
-    def __init__(self, *, codec: CheckpointCodec | None = None) -> None:
-        self._codec = codec if codec is not None else CheckpointCodec()
+    def __init__(
+        self,
+        *,
+        codec: CheckpointCodec | None = None,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
+    ) -> None:
+        """``allowed_checkpoint_types`` ("module:qualname" strings or classes, as MAF's
+        FileCheckpointStorage takes them) and ``allowed_modules`` extend the codec's allow-list
+        (a given ``codec`` is extended in place); see storages/allowlist.py."""
+        if codec is None:
+            codec = self._default_codec()
+        codec.allow(types=_as_list(allowed_checkpoint_types), modules=_as_list(allowed_modules))
+        self._codec = codec
         self._closed = False
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+
+    @classmethod
+    def _default_codec(cls) -> CheckpointCodec:
+        """The codec of a storage built without one; stores whose bytes leave the process (every
+        durable one) trust no type they were not told about, so any process reads alike."""
+        return CheckpointCodec()
 
     @property
     def codec(self) -> CheckpointCodec:
@@ -617,6 +635,13 @@ class BaseCheckpointStorage(abc.ABC):
         )
         if type(existing) is not type(incoming) or existing != incoming:
             raise CheckpointConflictError(top.checkpoint_id)
+
+
+def _as_list(refs: Iterable[Any]) -> list[Any]:
+    # One "a:B,c:D" string (as a URL option arrives) is a list of its comma-separated items.
+    if isinstance(refs, str):
+        return [item.strip() for item in refs.split(",") if item.strip()]
+    return list(refs)
 
 
 def _check_max_depth(max_depth: object) -> None:

@@ -5,9 +5,17 @@ nested refs) and a CRC-32 of the payload, so any damage to stored bytes is detec
 decoded into silently different data. The payload is msgpack; every non-JSON type travels as a
 msgpack extension whose code names the type, so a user dict can never be mistaken for an envelope.
 
-Decoding only ever constructs built-in value types, the checkpoint classes, and types the codec
-was explicitly given (by class or ``"module:qualname"``). An unregistered type fails at save
-time, naming the type and where in the checkpoint it sits.
+Decoding only ever constructs built-in value types, the checkpoint classes, and the types on the
+codec's allow-list (see storages/allowlist.py for exactly what that list holds). A type that is
+not allowed fails at save time, naming the type, where in the checkpoint it sits and the option
+that allows it; a stored body naming a type that is not allowed raises
+CheckpointTypeNotAllowedError (the data is intact), never CheckpointCorruptedError.
+
+Decoding is bounded: a body is at most ``max_payload_bytes`` once decompressed, a compressed
+payload must declare its size and expand at most ``max_compression_ratio`` times, and msgpack
+lengths are checked against the bytes present before anything is allocated, so decoding a body
+of n bytes builds at most about 128 x n bytes of Python objects (MAF types and allowed pydantic
+models aside, which run their own validation).
 
 Checkpoints embedded in a checkpoint (a sub-workflow's state inside its parent's) are encoded in
 one of two ways. :meth:`CheckpointCodec.encode_checkpoint` writes them inline. A storage that keeps
@@ -33,8 +41,21 @@ from typing import Any, Final, cast
 
 import msgspec
 
+from .allowlist import (
+    TypeNotResolvable,
+    module_allowed,
+    normalise_modules,
+    resolve_exact_class,
+    split_key,
+)
 from .contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
-from .errors import CheckpointCorruptedError, MissingDependencyError, UnserializableValueError
+from .errors import (
+    CheckpointCorruptedError,
+    CheckpointTypeNotAllowedError,
+    InvalidCheckpointError,
+    MissingDependencyError,
+    UnserializableValueError,
+)
 
 TypeRef = type[Any] | str
 """A type given by class or by ``"module:qualname"``."""
@@ -68,6 +89,13 @@ _EXT_PYDANTIC: Final = 15
 _EXT_CUSTOM: Final = 16
 _EXT_CHECKPOINT: Final = 17
 _EXT_NESTED_REF: Final = 18
+_EXT_NAMEDTUPLE: Final = 19
+
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 256 * 1024 * 1024
+"""Largest payload (after decompression) a codec writes or reads, unless configured otherwise."""
+DEFAULT_MAX_COMPRESSION_RATIO: Final = 100
+"""A compressed payload may expand at most this many times; the encoder stores a payload that
+compresses better than this uncompressed, so every body it writes reads back."""
 
 _NATIVE_CHECKPOINT_TAG: Final = "native"
 _MAF_CHECKPOINT_TAG: Final = "maf"
@@ -87,16 +115,17 @@ def type_key(cls: type[Any]) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _resolve_type_key(key: str) -> type[Any]:
-    module_name, _, qualname = key.partition(":")
-    if not module_name or not qualname:
-        raise ValueError(f"type key {key!r} is not of the form 'module:qualname'")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type):
-        raise ValueError(f"type key {key!r} does not name a class")
-    return obj
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpaqueValue:
+    """A value of an application or MAF type, read without constructing the type.
+
+    :meth:`CheckpointCodec.decode_checkpoint` returns these with ``construct_types=False``, so
+    tools (``checkpoint-storages verify``) can check structure and links of checkpoints whose
+    types are not importable or not allowed in the reading process.
+    """
+
+    type_key: str
+    state: Any
 
 
 class _Unencodable(Exception):
@@ -108,6 +137,13 @@ class _Unencodable(Exception):
 
 class _Undecodable(Exception):
     pass
+
+
+class _TypeNotAllowed(Exception):
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(reason)
+        self.key = key
+        self.reason = reason
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,7 +162,7 @@ class _Registration:
 
     def resolve(self) -> type[Any]:
         if self.cls is None:
-            self.cls = _resolve_type_key(self.key)
+            self.cls = resolve_exact_class(self.key)
         return self.cls
 
 
@@ -165,29 +201,51 @@ class _NestedResolver:
 # Context variables, not attributes: one codec serves many tasks and threads at once.
 _TREE: ContextVar[_TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
 _RESOLVER: ContextVar[_NestedResolver | None] = ContextVar("checkpoint_nested_resolver", default=None)
+_OPAQUE: ContextVar[bool] = ContextVar("checkpoint_decode_opaque", default=False)
 
 
 class CheckpointCodec:
     """Encodes checkpoints to bytes and back, allowing only known types.
 
     Args:
-        allowed_types: enums, dataclasses and pydantic models the codec may store, by class or
-            ``"module:qualname"``. A string is imported only when a body that names it is decoded.
+        allowed_types: enums, dataclasses, pydantic models and NamedTuples the codec may store, by
+            class or ``"module:qualname"``. A string is imported only when a body that names it is
+            decoded.
+        allowed_checkpoint_types: the same, under the name MAF's FileCheckpointStorage uses.
+        allowed_modules: modules whose classes (defined there or in submodules) may be stored
+            without naming each one, e.g. ``["myapp"]``.
+        trust_saved_types: allow any storable class when it is first saved, and let reads of this
+            codec construct it (for stores whose bytes never leave the process: in-memory).
         checkpoint_classes: additional classes with the 11 checkpoint fields to accept and give
             back (ours and MAF's ``WorkflowCheckpoint`` are always accepted).
         compress_threshold: compress payloads of at least this many bytes with zstd
             (``None`` never compresses). Needs the ``zstd`` extra.
         compression_level: zstd level.
+        max_payload_bytes: largest payload written or read (after decompression).
+        max_compression_ratio: how many times a compressed payload may expand on reading.
     """
 
     def __init__(
         self,
         *,
         allowed_types: Iterable[TypeRef] = (),
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
+        trust_saved_types: bool = False,
         checkpoint_classes: Iterable[type[Any]] = (),
         compress_threshold: int | None = None,
         compression_level: int = 3,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_compression_ratio: int = DEFAULT_MAX_COMPRESSION_RATIO,
     ) -> None:
+        limits = (("max_payload_bytes", max_payload_bytes), ("max_compression_ratio", max_compression_ratio))
+        for name, limit in limits:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {limit!r}")
+        self._max_payload_bytes = max_payload_bytes
+        self._max_compression_ratio = max_compression_ratio
+        self._allowed_modules = normalise_modules(allowed_modules)
+        self._trust_saved_types = trust_saved_types
         self._by_key: dict[str, _Registration] = {}
         self._atoms: frozenset[type[Any]] = _ATOMS
         self._key_atoms: frozenset[type[Any]] = _KEY_ATOMS
@@ -205,7 +263,7 @@ class CheckpointCodec:
             # refused them would make MAF drop checkpoints with nothing but a logged warning.
             register_maf_types(self)
         self._builtin_type_keys = frozenset(self._by_key)
-        for ref in allowed_types:
+        for ref in (*allowed_types, *allowed_checkpoint_types):
             self.register(ref)
         self._compress_threshold = compress_threshold
         self._compression_level = compression_level
@@ -235,6 +293,7 @@ class CheckpointCodec:
             _EXT_CUSTOM: self._decode_custom,
             _EXT_CHECKPOINT: self._decode_checkpoint_payload,
             _EXT_NESTED_REF: self._decode_nested_ref,
+            _EXT_NAMEDTUPLE: self._decode_namedtuple,
         }
 
     def _builtin_encoders(self) -> dict[type[Any], Callable[[Any], Any]]:
@@ -289,23 +348,64 @@ class CheckpointCodec:
         self._checkpoint_classes[tag] = cls
         self._encoders[cls] = self._encode_checkpoint_ext
 
-    def _runner_registration(self, key: str) -> _Registration | None:
-        """Allow, when first met, a type MAF allows: one the application registered with MAF's
-        ``register_checkpoint_type``, or a class of MAF's own package (see storages/maf.py)."""
-        from .maf import runner_type_hooks
+    def _implicit_registration(self, key: str, cls: type[Any] | None = None) -> _Registration | None:
+        """Register ``key`` if an allowance covers it: MAF's ``register_checkpoint_type``, an
+        allowed module, or (given the class at save, with ``trust_saved_types``) trust.
 
-        allowed, encode, decode = runner_type_hooks(key)
-        if not allowed:
+        At save (``cls`` given) a key allowed by name must find ``cls`` again by that exact name,
+        so that a fresh process reading the body resolves the same class.
+        """
+        from .maf import runner_registered_type_keys
+
+        try:
+            module_name, _ = split_key(key)
+        except ValueError:
             return None
-        self.register(key, encode=encode, decode=decode)
-        if key.startswith("agent_framework."):
-            self._builtin_type_keys |= {key}
+        by_name = key in runner_registered_type_keys() or module_allowed(module_name, self._allowed_modules)
+        if by_name and cls is not None:
+            try:
+                by_name = resolve_exact_class(key) is cls
+            except TypeNotResolvable:
+                by_name = False
+        if by_name:
+            self.register(key)
+        elif cls is not None and self._trust_saved_types:
+            self._by_key[key] = _Registration(key, cls)
+        else:
+            return None
         return self._by_key[key]
 
     @property
     def allowed_type_keys(self) -> frozenset[str]:
         """Keys of the types allowed beyond the built-in ones (MAF's own types, when installed)."""
         return frozenset(self._by_key) - self._builtin_type_keys
+
+    @property
+    def allowed_modules(self) -> tuple[str, ...]:
+        return self._allowed_modules
+
+    def allow(self, *, types: Iterable[TypeRef] = (), modules: Iterable[str] = ()) -> None:
+        """Extend the allow-list: more types (as ``allowed_types``) and modules."""
+        for ref in types:
+            self.register(ref)
+        self._allowed_modules = (*self._allowed_modules, *normalise_modules(modules))
+
+    def allowed_class(self, key: str, cls: type[Any] | None = None) -> type[Any] | None:
+        """The class ``key`` names if this codec may name it in a body, else None.
+
+        For references to classes (a pending request's type) rather than values of them: with
+        ``cls`` (at save) the allowances are checked for that class, without it (at load) the key
+        is resolved exactly, importing its module only when the key is allowed.
+        """
+        registration = self._by_key.get(key) or self._implicit_registration(key, cls)
+        if registration is None:
+            return None
+        if cls is not None:
+            return cls if registration.cls in (None, cls) else None
+        try:
+            return registration.resolve()
+        except TypeNotResolvable:
+            return None
 
     # ------------------------------------------------------------------ public API
 
@@ -343,16 +443,26 @@ class CheckpointCodec:
         return [node for node in state.nodes if node is not None]
 
     def decode_checkpoint(
-        self, body: bytes, *, checkpoint_id: str, nested: Mapping[str, bytes] | None = None
+        self,
+        body: bytes,
+        *,
+        checkpoint_id: str,
+        nested: Mapping[str, bytes] | None = None,
+        construct_types: bool = True,
     ) -> Any:
-        """Decode a body; any failure raises CheckpointCorruptedError naming ``checkpoint_id``.
+        """Decode a body; damage raises CheckpointCorruptedError naming ``checkpoint_id``, a type
+        that is not allowed CheckpointTypeNotAllowedError.
 
         ``nested`` maps ids to the bodies of the checkpoints embedded in this one, for bodies
-        written by :meth:`encode_checkpoint_tree`; it may hold more than this body needs.
+        written by :meth:`encode_checkpoint_tree`; it may hold more than this body needs. With
+        ``construct_types=False`` no enum, dataclass, model or MAF type is constructed: their
+        values come back as :class:`OpaqueValue` and every checkpoint as this project's
+        ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
         """
         payload = self._unframe(body, checkpoint_id)
         resolver = _NestedResolver(nested or {}, given=nested is not None)
         token = _RESOLVER.set(resolver)
+        opaque_token = _OPAQUE.set(not construct_types)
         try:
             wire = self._decoder.decode(payload)
             if not isinstance(wire, list):
@@ -364,9 +474,12 @@ class CheckpointCodec:
             return checkpoint
         except (CheckpointCorruptedError, MissingDependencyError):
             raise
+        except _TypeNotAllowed as exc:
+            raise CheckpointTypeNotAllowedError(exc.key, checkpoint_id, reason=exc.reason) from None
         except Exception as exc:
             raise CheckpointCorruptedError(checkpoint_id, _describe(exc)) from exc
         finally:
+            _OPAQUE.reset(opaque_token)
             _RESOLVER.reset(token)
 
     @staticmethod
@@ -381,13 +494,11 @@ class CheckpointCodec:
         if not flags & _FLAG_NESTED_REFS:
             return []
         if flags & _FLAG_ZSTD:
-            try:
-                import zstandard
-            except ImportError as exc:
-                raise MissingDependencyError(
-                    "reading zstd-compressed checkpoints", "zstd", "zstandard"
-                ) from exc
-            payload = memoryview(zstandard.ZstdDecompressor().decompress(payload))
+            payload = memoryview(
+                _decompress_bounded(
+                    payload, checkpoint_id, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_COMPRESSION_RATIO
+                )
+            )
         found: list[str] = []
 
         def collect(code: int, data: memoryview) -> Any:
@@ -413,6 +524,8 @@ class CheckpointCodec:
             return self._decoder.decode(payload)
         except (CheckpointCorruptedError, MissingDependencyError):
             raise
+        except _TypeNotAllowed as exc:
+            raise CheckpointTypeNotAllowedError(exc.key, label, reason=exc.reason) from None
         except Exception as exc:
             raise CheckpointCorruptedError(label, _describe(exc)) from exc
 
@@ -424,28 +537,35 @@ class CheckpointCodec:
     # ------------------------------------------------------------------ framing
 
     def _frame(self, payload: bytes, *, nested_refs: bool = False) -> bytes:
+        if len(payload) > self._max_payload_bytes:
+            raise InvalidCheckpointError(
+                f"The checkpoint encodes to {len(payload)} bytes, over this codec's max_payload_bytes "
+                f"({self._max_payload_bytes}); nothing was stored. Raise the limit: "
+                "CheckpointCodec(max_payload_bytes=...)",
+                field="checkpoint",
+            )
         flags = _FLAG_NESTED_REFS if nested_refs else 0
         if self._compress_threshold is not None and len(payload) >= self._compress_threshold:
-            payload = self._zstd.ZstdCompressor(level=self._compression_level).compress(payload)
-            flags |= _FLAG_ZSTD
+            compressed = self._zstd.ZstdCompressor(level=self._compression_level).compress(payload)
+            # A payload that expands more than a reader allows is stored as it is, so every body
+            # this codec writes is one it can read back.
+            if len(compressed) * self._max_compression_ratio >= len(payload):
+                payload = compressed
+                flags |= _FLAG_ZSTD
         return _HEADER.pack(_MAGIC, _FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
 
     def _unframe(self, body: bytes, checkpoint_id: str) -> bytes | memoryview:
         flags, payload = _check_frame(body, checkpoint_id)
         if flags & _FLAG_ZSTD:
-            zstd = self._zstd
-            if zstd is None:
-                try:
-                    import zstandard as zstd
-                except ImportError as exc:
-                    raise MissingDependencyError(
-                        "reading zstd-compressed checkpoints", "zstd", "zstandard"
-                    ) from exc
-                self._zstd = zstd
-            try:
-                return cast("bytes", zstd.ZstdDecompressor().decompress(payload))
-            except Exception as exc:
-                raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
+            return _decompress_bounded(
+                payload, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio
+            )
+        if len(payload) > self._max_payload_bytes:
+            raise CheckpointCorruptedError(
+                checkpoint_id,
+                f"payload of {len(payload)} bytes is over this codec's max_payload_bytes "
+                f"({self._max_payload_bytes})",
+            )
         return payload
 
     # ------------------------------------------------------------------ encoding
@@ -618,10 +738,23 @@ class CheckpointCodec:
     def _encoder_for(self, cls: type[Any], value: Any) -> Callable[[Any], Any]:
         if self._checkpoint_tag(cls) is not None:
             return self._encode_checkpoint_ext
-        registration = self._by_key.get(type_key(cls)) or self._runner_registration(type_key(cls))
+        key = type_key(cls)
+        registration = self._by_key.get(key) or self._implicit_registration(key, cls)
         if registration is None:
             raise _Unencodable(value, self._unregistered_hint(cls))
         if registration.cls is None:
+            # Allowed by name: the name must lead a reader back to this very class.
+            try:
+                found: type[Any] | None = resolve_exact_class(key)
+            except TypeNotResolvable:
+                found = None
+            if found is not cls:
+                raise _Unencodable(
+                    value,
+                    f"it is allowed as {key!r}, but that name does not lead back to this class "
+                    "(a class defined inside a function, or replaced after import), so no reader could "
+                    "load it; define it at module level",
+                )
             registration.cls = cls
         elif registration.cls is not cls:
             raise _Unencodable(value, "another class is registered under the same 'module:qualname'")
@@ -644,6 +777,8 @@ class CheckpointCodec:
         kind = _kind_of(registration.resolve())
         if kind == _EXT_ENUM:
             return lambda value: Ext(_EXT_ENUM, encode([key, to_wire(value.value)]))
+        if kind == _EXT_NAMEDTUPLE:
+            return lambda value: Ext(_EXT_NAMEDTUPLE, encode([key, [to_wire(item) for item in value]]))
         if kind == _EXT_DATACLASS:
             names = [f.name for f in dataclasses.fields(registration.resolve())]
 
@@ -667,16 +802,26 @@ class CheckpointCodec:
 
         return encode_model
 
-    @staticmethod
-    def _unregistered_hint(cls: type[Any]) -> str:
-        if issubclass(cls, (dict, list, tuple, set, frozenset, str, int, float, bytes)):
+    def _unregistered_hint(self, cls: type[Any]) -> str:
+        key = type_key(cls)
+        builtin_subclass = issubclass(cls, (dict, list, tuple, set, frozenset, str, int, float, bytes))
+        if _is_namedtuple(cls) or not builtin_subclass:
+            try:
+                _kind_of(cls)
+            except TypeError:
+                return (
+                    "it is not an enum, dataclass, pydantic model or NamedTuple; convert it to one, "
+                    "or register it with encode/decode hooks: codec.register(cls, encode=..., decode=...)"
+                )
+            module_name = key.partition(":")[0]
             return (
-                f"{cls.__name__} is a subclass of a built-in type; convert it to the plain type "
-                "or register it with encode/decode hooks"
+                f"the type is not on this storage's allow-list. Fix: pass allowed_checkpoint_types=[{key!r}] "
+                f"(or allowed_modules=[{module_name!r}]) to the storage, or add "
+                f"allowed_checkpoint_types={key} to its URL"
             )
         return (
-            "the type is not registered; "
-            "allow it with CheckpointCodec(allowed_types=[...]) or codec.register()"
+            f"{cls.__name__} is a subclass of a built-in type; convert it to the plain type "
+            "or register it with encode/decode hooks"
         )
 
     # ------------------------------------------------------------------ decoding
@@ -691,20 +836,42 @@ class CheckpointCodec:
             raise _Undecodable(f"unknown extension code {code}")
         return decode(self._decoder.decode(data))
 
-    def _registered_class(self, key: str) -> tuple[type[Any], _Registration]:
-        registration = self._by_key.get(key) or self._runner_registration(key)
+    def _registered_class(self, key: Any) -> tuple[type[Any], _Registration]:
+        if not isinstance(key, str):
+            raise _Undecodable(f"a type key is {type(key).__name__}, not str")
+        registration = self._by_key.get(key) or self._implicit_registration(key)
         if registration is None:
-            raise _Undecodable(f"type {key!r} is not registered with this storage's codec")
-        return registration.resolve(), registration
+            raise _TypeNotAllowed(key, "it is not on this storage's allow-list")
+        try:
+            return registration.resolve(), registration
+        except TypeNotResolvable as exc:
+            raise _TypeNotAllowed(key, str(exc)) from None
 
     def _decode_enum(self, wire: Any) -> Any:
         key, value = wire
+        if _OPAQUE.get():
+            return OpaqueValue(key, value)
         cls, _ = self._registered_class(key)
+        if not isinstance(cls, enum.EnumMeta):
+            raise _Undecodable(f"{key} is stored as an enum but is not one")
         return cls(value)
+
+    def _decode_namedtuple(self, wire: Any) -> Any:
+        key, values = wire
+        if _OPAQUE.get():
+            return OpaqueValue(key, values)
+        cls, _ = self._registered_class(key)
+        if not _is_namedtuple(cls) or not isinstance(values, list) or len(values) != len(cls._fields):
+            raise _Undecodable(f"{key} is not a NamedTuple of {len(values)} fields")
+        return cls(*values)
 
     def _decode_dataclass(self, wire: Any) -> Any:
         key, values = wire
+        if _OPAQUE.get():
+            return OpaqueValue(key, values)
         cls, _ = self._registered_class(key)
+        if not dataclasses.is_dataclass(cls) or not isinstance(values, dict):
+            raise _Undecodable(f"{key} is stored as a dataclass but is not one")
         init_values: dict[str, Any] = {}
         late_values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
@@ -720,11 +887,17 @@ class CheckpointCodec:
 
     def _decode_pydantic(self, wire: Any) -> Any:
         key, values = wire
+        if _OPAQUE.get():
+            return OpaqueValue(key, values)
         cls, _ = self._registered_class(key)
+        if _kind_of_or_none(cls) != _EXT_PYDANTIC:
+            raise _Undecodable(f"{key} is stored as a pydantic model but is not one")
         return cls.model_validate(values, **_validate_by_name(cls))
 
     def _decode_custom(self, wire: Any) -> Any:
         key, state = wire
+        if _OPAQUE.get():
+            return OpaqueValue(key, state)
         _, registration = self._registered_class(key)
         if registration.custom is None:
             raise _Undecodable(f"{key} was stored with hooks but is registered without them")
@@ -773,7 +946,7 @@ class CheckpointCodec:
         if len(wire) != 2 + len(CHECKPOINT_FIELDS) or wire[0] != _FORMAT_VERSION:
             raise _Undecodable("not a checkpoint record of this format version")
         tag = wire[1]
-        cls = self._checkpoint_classes.get(tag)
+        cls = WorkflowCheckpoint if _OPAQUE.get() else self._checkpoint_classes.get(tag)
         if cls is None:
             cls = self._load_checkpoint_class(tag)
         values = dict(zip(CHECKPOINT_FIELDS, wire[2:], strict=True))
@@ -916,15 +1089,29 @@ def _resolve_key_syntax(key: str) -> None:
         raise ValueError(f"type key {key!r} is not of the form 'module:qualname'")
 
 
+def _is_namedtuple(cls: type[Any]) -> bool:
+    return issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)
+
+
+def _kind_of_or_none(cls: type[Any]) -> int | None:
+    try:
+        return _kind_of(cls)
+    except TypeError:
+        return None
+
+
 def _kind_of(cls: type[Any]) -> int:
     if isinstance(cls, enum.EnumMeta):
         return _EXT_ENUM
+    if _is_namedtuple(cls):
+        return _EXT_NAMEDTUPLE
     if dataclasses.is_dataclass(cls):
         return _EXT_DATACLASS
     if hasattr(cls, "model_fields") and hasattr(cls, "model_validate"):
         return _EXT_PYDANTIC
     raise TypeError(
-        f"{type_key(cls)} is not an enum, dataclass or pydantic model; register it with encode/decode hooks"
+        f"{type_key(cls)} is not an enum, dataclass, pydantic model or NamedTuple; "
+        "register it with encode/decode hooks"
     )
 
 
@@ -972,6 +1159,38 @@ def _check_frame(body: bytes, checkpoint_id: str) -> tuple[int, memoryview]:
     if zlib.crc32(payload) != crc:
         raise CheckpointCorruptedError(checkpoint_id, "checksum mismatch: stored bytes were altered")
     return flags, payload
+
+
+def _decompress_bounded(
+    payload: bytes | memoryview, checkpoint_id: str, max_payload_bytes: int, max_ratio: int
+) -> bytes:
+    """Decompress a zstd payload only if the size its frame declares is within both limits."""
+    try:
+        import zstandard
+    except ImportError as exc:
+        raise MissingDependencyError("reading zstd-compressed checkpoints", "zstd", "zstandard") from exc
+    try:
+        declared = zstandard.frame_content_size(payload)
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
+    if declared < 0:
+        raise CheckpointCorruptedError(checkpoint_id, "zstd payload does not declare its decompressed size")
+    limit = min(max_payload_bytes, max_ratio * len(payload))
+    if declared > limit:
+        raise CheckpointCorruptedError(
+            checkpoint_id,
+            f"zstd payload of {len(payload)} bytes declares {declared} bytes decompressed, over the limit of "
+            f"{limit} (max_payload_bytes {max_payload_bytes}, max_compression_ratio {max_ratio})",
+        )
+    try:
+        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=limit)
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
+    if len(data) != declared:
+        raise CheckpointCorruptedError(
+            checkpoint_id, f"zstd payload decompressed to {len(data)} bytes, not the {declared} it declares"
+        )
+    return data
 
 
 def _describe(exc: BaseException) -> str:
@@ -1032,4 +1251,13 @@ def _locate(root: Any, is_target: Callable[[Any], bool]) -> str:
     return root_name
 
 
-__all__ = ["HEADER_SIZE", "CheckpointCodec", "EncodedCheckpoint", "TypeRef", "type_key"]
+__all__ = [
+    "DEFAULT_MAX_COMPRESSION_RATIO",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "HEADER_SIZE",
+    "CheckpointCodec",
+    "EncodedCheckpoint",
+    "OpaqueValue",
+    "TypeRef",
+    "type_key",
+]

@@ -64,6 +64,38 @@ class CheckpointCorruptedError(CheckpointStorageError):
         self.reason = reason
 
 
+class CheckpointTypeNotAllowedError(CheckpointStorageError):
+    """A stored body names a type this storage's codec may not construct; the data is intact.
+
+    Not a corruption: allowing the type (or reading where it is importable) loads the checkpoint.
+    The message starts with MAF's own phrase for the same refusal.
+    """
+
+    def __init__(
+        self,
+        type_key: str,
+        checkpoint_id: str | None = None,
+        path: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        where = "".join(
+            (
+                f" in checkpoint {checkpoint_id!r}" if checkpoint_id is not None else "",
+                f" at {path}" if path is not None else "",
+            )
+        )
+        because = f" ({reason})" if reason else ""
+        super().__init__(
+            f"Checkpoint deserialization blocked for type {type_key!r}{where}{because}. The stored data is "
+            f"intact; allow the type with allowed_checkpoint_types=[{type_key!r}] (or allowed_modules=[...]) "
+            f"on the storage, or the URL option allowed_checkpoint_types={type_key}"
+        )
+        self.type_key = type_key
+        self.checkpoint_id = checkpoint_id
+        self.path = path
+        self.reason = reason
+
+
 class InvalidCheckpointError(CheckpointStorageError, ValueError):
     """A checkpoint given to the storage is malformed; nothing was stored."""
 
@@ -183,6 +215,7 @@ __all__ = [
     "CheckpointCorruptedError",
     "CheckpointNotFoundError",
     "CheckpointStorageError",
+    "CheckpointTypeNotAllowedError",
     "GraphSignatureMismatchError",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",

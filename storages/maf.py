@@ -10,14 +10,12 @@ these types is saved or loaded, so ``import storages`` never imports MAF.
 
 ``WorkflowEvent`` is neither a dataclass nor a model, so it travels through encode/decode hooks.
 Its request and response types are stored by name and resolved on load only to built-in value
-types, MAF's own types, and types the codec (or MAF's ``register_checkpoint_type``) allows; any
-other type is refused at save time, so a saved checkpoint always loads back.
+types and types on the codec's allow-list; any other type is refused at save time, so a saved
+checkpoint always loads back.
 
-Other classes of ``agent_framework`` itself (an ``AgentExecutor``'s conversation of ``Message``
-objects, ``AgentExecutorRequest``, ``AgentResponse``...) are allowed when first met, as MAF's own
-restricted unpickler allows its package: enums, dataclasses and pydantic models as such, classes
-with MAF's ``to_dict``/``from_dict`` serialization through those methods. Nothing outside the
-``agent_framework`` package is resolved this way.
+The MAF types allowed are exactly those listed in storages/allowlist.py (the ones MAF's runner and
+executors write); an ``AgentExecutor``'s ``Message`` and ``Content`` objects travel through MAF's
+own ``to_dict``/``from_dict``. No other class of the package is resolved from a stored body.
 
 Application types registered with MAF's ``register_checkpoint_type`` are honoured too, when they
 are enums, dataclasses or pydantic models: the codec allows them as if registered with it.
@@ -32,6 +30,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
+from .allowlist import MAF_PLAIN_TYPES, MAF_SERIALIZED_TYPES, MAF_WORKFLOW_EVENT, resolve_exact_class
 from .codec import type_key
 from .errors import MissingDependencyError
 
@@ -39,21 +38,10 @@ if TYPE_CHECKING:
     from .codec import CheckpointCodec
 
 _ENCODING_MODULE: Final = "agent_framework._workflows._checkpoint_encoding"
-_EVENTS_MODULE: Final = "agent_framework._workflows._events"
-_RUNNER_CONTEXT_MODULE: Final = "agent_framework._workflows._runner_context"
-_WORKFLOW_EXECUTOR_MODULE: Final = "agent_framework._workflows._workflow_executor"
 
-WORKFLOW_EVENT: Final = f"{_EVENTS_MODULE}:WorkflowEvent"
+WORKFLOW_EVENT: Final = MAF_WORKFLOW_EVENT
 
-MAF_TYPES: Final[tuple[str, ...]] = (
-    f"{_RUNNER_CONTEXT_MODULE}:WorkflowMessage",
-    f"{_RUNNER_CONTEXT_MODULE}:MessageType",
-    f"{_EVENTS_MODULE}:WorkflowEventSource",
-    f"{_EVENTS_MODULE}:WorkflowRunState",
-    f"{_EVENTS_MODULE}:WorkflowErrorDetails",
-    f"{_WORKFLOW_EXECUTOR_MODULE}:SubWorkflowRequestMessage",
-    f"{_WORKFLOW_EXECUTOR_MODULE}:SubWorkflowResponseMessage",
-)
+MAF_TYPES: Final[tuple[str, ...]] = tuple(sorted(MAF_PLAIN_TYPES))
 """MAF's enums and dataclasses that its runner stores in checkpoints (``WorkflowEvent`` aside)."""
 
 _EVENT_FIELDS: Final = ("type", "data", "origin", "state", "details", "executor_id", "iteration")
@@ -87,50 +75,23 @@ def runner_registered_type_keys() -> frozenset[str]:
     return frozenset(registry) if isinstance(registry, (set, frozenset)) else frozenset()
 
 
-def runner_type_hooks(key: str) -> tuple[bool, Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
-    """Whether the codec may allow ``key`` on MAF's behalf, and the hooks to store it with.
-
-    Allowed: keys registered with MAF's ``register_checkpoint_type`` (stored as enums, dataclasses
-    or pydantic models, hooks None), and classes of the ``agent_framework`` package (those with
-    ``to_dict``/``from_dict`` and no other way to store them get those methods as hooks).
-    """
-    if key in runner_registered_type_keys():
-        return True, None, None
-    if not key.startswith("agent_framework.") or not maf_available():
-        return False, None, None
-    try:
-        cls = _import_attribute(key, "storing an Agent Framework type")
-    except (ImportError, AttributeError, ValueError):
-        return False, None, None
-    if not isinstance(cls, type):
-        return False, None, None
-    if _plain_kind(cls):
-        return True, None, None
-    to_dict, from_dict = getattr(cls, "to_dict", None), getattr(cls, "from_dict", None)
-    if callable(to_dict) and callable(from_dict):
-        return True, _to_dict, from_dict
-    return False, None, None
-
-
 def _to_dict(value: Any) -> Any:
     return value.to_dict()
 
 
-def _plain_kind(cls: type[Any]) -> bool:
-    import dataclasses
-    import enum
+def _from_dict_of(key: str) -> Callable[[Any], Any]:
+    def from_dict(state: Any) -> Any:
+        return resolve_exact_class(key).from_dict(state)
 
-    return (
-        isinstance(cls, enum.EnumMeta)
-        or dataclasses.is_dataclass(cls)
-        or (hasattr(cls, "model_fields") and hasattr(cls, "model_validate"))
-    )
+    return from_dict
 
 
 def register_maf_types(codec: CheckpointCodec) -> None:
     """Allow MAF's checkpoint types on ``codec`` (done by every codec when MAF is installed)."""
     for key in MAF_TYPES:
         codec.register(key)
+    for key in sorted(MAF_SERIALIZED_TYPES):
+        codec.register(key, encode=_to_dict, decode=_from_dict_of(key))
     encode, decode = _workflow_event_hooks(codec)
     codec.register(WORKFLOW_EVENT, encode=encode, decode=decode)
 
@@ -146,7 +107,7 @@ def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any],
                 state[name] = None
                 continue
             key = type_key(cls) if isinstance(cls, type) else repr(cls)
-            if _resolvable_type(codec, key) is None:
+            if _resolvable_type(codec, key, cls if isinstance(cls, type) else None) is None:
                 from .codec import _Unencodable
 
                 raise _Unencodable(
@@ -175,23 +136,13 @@ def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any],
     return encode, decode
 
 
-def _resolvable_type(codec: CheckpointCodec, key: str) -> type[Any] | None:
-    """The class ``key`` names if a stored WorkflowEvent may name it, else None."""
+def _resolvable_type(codec: CheckpointCodec, key: str, cls: type[Any] | None = None) -> type[Any] | None:
+    """The class ``key`` names if a stored WorkflowEvent may name it, else None (``cls``: the
+    class itself, at save)."""
     builtin = _BUILTIN_VALUE_TYPES.get(key)
     if builtin is not None:
         return builtin
-    allowed = (
-        key.startswith("agent_framework.")
-        or key in codec.allowed_type_keys
-        or key in runner_registered_type_keys()
-    )
-    if not allowed:
-        return None
-    try:
-        resolved = _import_attribute(key, "resolving a pending request's type")
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return resolved if isinstance(resolved, type) else None
+    return codec.allowed_class(key, cls)
 
 
 def _import_attribute(key: str, purpose: str) -> Any:
@@ -215,5 +166,4 @@ __all__ = [
     "maf_available",
     "register_maf_types",
     "runner_registered_type_keys",
-    "runner_type_hooks",
 ]

@@ -10,13 +10,13 @@ every primitive takes it once, which makes each one atomic.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from typing_extensions import Self
 
 from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
-from .codec import CheckpointCodec
+from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import CheckpointConflictError, NestedCheckpointDeletionError
 
@@ -65,12 +65,27 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         }
     )
 
-    def __init__(self, *, codec: CheckpointCodec | None = None, _store: _MemoryStore | None = None) -> None:
-        super().__init__(codec=codec)
+    def __init__(
+        self,
+        *,
+        codec: CheckpointCodec | None = None,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
+        _store: _MemoryStore | None = None,
+    ) -> None:
+        super().__init__(
+            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+        )
         self._store = _store if _store is not None else _MemoryStore()
 
     def describe(self) -> str:
         return "memory://"
+
+    @classmethod
+    def _default_codec(cls) -> CheckpointCodec:
+        # The bytes never leave this process: a type met at save is trusted for this store's reads,
+        # as MAF's own in-memory storage keeps any object.
+        return CheckpointCodec(trust_saved_types=True)
 
     def new_handle(self) -> Self:
         return type(self)(codec=self._codec, _store=self._store)

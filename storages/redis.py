@@ -62,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -75,7 +75,7 @@ from redis.backoff import ExponentialBackoff
 from typing_extensions import Self
 
 from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
-from .codec import CheckpointCodec
+from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
     CheckpointConflictError,
@@ -638,8 +638,12 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         ttl: float | None = None,
         codec: CheckpointCodec | None = None,
         client_options: Mapping[str, Any] | None = None,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
     ) -> None:
-        super().__init__(codec=codec)
+        super().__init__(
+            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+        )
         if (client is None) == (url is None):
             raise StorageConfigurationError("RedisCheckpointStorage needs exactly one of client= or url=")
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:

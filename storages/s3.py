@@ -85,7 +85,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from typing_extensions import Self
 
 from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
-from .codec import CheckpointCodec
+from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
     CheckpointConflictError,
@@ -290,8 +290,12 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
         codec: CheckpointCodec | None = None,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
     ) -> None:
-        super().__init__(codec=codec)
+        super().__init__(
+            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+        )
         if not isinstance(bucket, str) or not 3 <= len(bucket) <= 63:
             raise StorageConfigurationError(f"S3 bucket name must be 3 to 63 characters, got {bucket!r}")
         if not isinstance(prefix, str):

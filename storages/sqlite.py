@@ -43,7 +43,7 @@ import aiosqlite
 from typing_extensions import Self
 
 from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
-from .codec import CheckpointCodec
+from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
     CheckpointConflictError,
@@ -281,8 +281,12 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         *,
         codec: CheckpointCodec | None = None,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
     ) -> None:
-        super().__init__(codec=codec)
+        super().__init__(
+            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+        )
         # Resolved now, so a later chdir changes neither this handle nor its new_handle()s.
         self._path = _checked_path(path)
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:

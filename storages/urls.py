@@ -9,6 +9,10 @@ URL forms:
 * ``s3://bucket/prefix?endpoint_url=...&region=...``: objects in S3 or an S3-compatible store,
   see ``docs/s3.md``.
 
+Every scheme also takes ``allowed_checkpoint_types=mod:Class,mod:Other`` and
+``allowed_modules=myapp,otherapp``: the types a stored body may name beyond the built-in ones (see
+storages/allowlist.py), as the storages' keywords of the same names.
+
 An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
 says what to do.
 """
@@ -19,10 +23,14 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .base import BaseCheckpointStorage
 from .errors import MissingDependencyError, StorageConfigurationError
+from .redaction import redact_url
+
+ALLOWANCE_OPTIONS = ("allowed_checkpoint_types", "allowed_modules")
+"""URL options every scheme takes: the codec's allow-list (handled here, not by the backend)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +75,37 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
         raise MissingDependencyError(f"{scheme}:// storage", backend.extra, backend.dependency)
     module = importlib.import_module(backend.module)
     cls = getattr(module, backend.cls)
+    url, allowances = _take_allowances(url)
+    if allowances:
+        codec = options.get("codec") or cls._default_codec()
+        try:
+            codec.allow(
+                types=allowances.get("allowed_checkpoint_types", []),
+                modules=allowances.get("allowed_modules", []),
+            )
+        except ValueError as exc:
+            raise StorageConfigurationError(f"Storage URL {redact_url(url)!r}: {exc}") from None
+        options["codec"] = codec
     storage = cls.from_url(url, **options) if hasattr(cls, "from_url") else cls(**options)
     assert isinstance(storage, BaseCheckpointStorage)
     return storage
 
 
-__all__ = ["open_storage", "supported_schemes"]
+def _take_allowances(url: str) -> tuple[str, dict[str, list[str]]]:
+    """``url`` without the allow-list options, and those options' comma-separated items."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url, {}
+    kept: list[tuple[str, str]] = []
+    allowances: dict[str, list[str]] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in ALLOWANCE_OPTIONS:
+            allowances.setdefault(name, []).extend(item.strip() for item in value.split(",") if item.strip())
+        else:
+            kept.append((name, value))
+    if not allowances:
+        return url, {}
+    return urlunsplit(parts._replace(query=urlencode(kept))), allowances
+
+
+__all__ = ["ALLOWANCE_OPTIONS", "open_storage", "supported_schemes"]

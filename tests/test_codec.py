@@ -30,6 +30,7 @@ from storages import (
     CheckpointCodec,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    CheckpointTypeNotAllowedError,
     MissingDependencyError,
     UnserializableValueError,
     WorkflowCheckpoint,
@@ -533,7 +534,7 @@ def test_custom_hooks_see_codec_types_on_decode() -> None:
 
 def test_registration_rejects_types_it_cannot_store() -> None:
     codec = CheckpointCodec()
-    with pytest.raises(TypeError, match="enum, dataclass or pydantic"):
+    with pytest.raises(TypeError, match="enum, dataclass, pydantic model or NamedTuple"):
         codec.register(Money)
     with pytest.raises(TypeError, match="both encode and decode"):
         codec.register(Money, encode=repr)
@@ -874,15 +875,17 @@ KINDS = ["enum", "dataclass", "pydantic", "custom"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_body_naming_an_unregistered_type_is_corrupted_not_imported(
+def test_body_naming_an_unregistered_type_is_refused_as_not_allowed_not_imported(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     body = body_naming("module_nobody_imports_xyz:Thing", kind)
     imported: list[str] = []
     monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name))
-    with pytest.raises(CheckpointCorruptedError, match="module_nobody_imports_xyz:Thing") as caught:
+    with pytest.raises(CheckpointTypeNotAllowedError, match="module_nobody_imports_xyz:Thing") as caught:
         CheckpointCodec().decode_checkpoint(body, checkpoint_id="crafted")
     assert caught.value.checkpoint_id == "crafted"
+    assert not isinstance(caught.value, CheckpointCorruptedError)  # the data is intact
+    assert str(caught.value).startswith("Checkpoint deserialization blocked for type")
     assert imported == []
     assert "module_nobody_imports_xyz" not in sys.modules
 
@@ -897,7 +900,7 @@ def test_body_naming_os_system_is_refused_without_import_or_call(
     called: list[Any] = []
     monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name))
     monkeypatch.setattr(os, "system", lambda *args: called.append(args))
-    with pytest.raises(CheckpointCorruptedError, match="os:system"):
+    with pytest.raises(CheckpointTypeNotAllowedError, match="os:system"):
         CheckpointCodec().decode_checkpoint(body, checkpoint_id="crafted")
     assert imported == []
     assert called == []

@@ -22,6 +22,7 @@ from storages import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    CheckpointTypeNotAllowedError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
@@ -45,6 +46,7 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     InvalidCheckpointError("bad checkpoint", field="state"),
     InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),
     UnserializableValueError("pkg:Thing", "checkpoint.state['a']", "not registered"),
+    CheckpointTypeNotAllowedError("pkg:Thing", "cp-1"),
     CheckpointConflictError("cp-1"),
     CheckpointConflictError(
         "cp-2", "embedded in checkpoint 'cp-1', but a record with this id is already stored"

@@ -25,7 +25,7 @@ from conformance.maf_profile import MafRunnerProfile
 from storages import (
     BaseCheckpointStorage,
     CheckpointCodec,
-    CheckpointCorruptedError,
+    CheckpointTypeNotAllowedError,
     InMemoryCheckpointStorage,
     UnserializableValueError,
     open_storage,
@@ -285,12 +285,12 @@ def test_agent_framework_classes_are_allowed_when_first_met() -> None:
     assert codec.allowed_type_keys == frozenset()  # allowed as MAF's, not listed as the user's
 
 
-def test_only_the_agent_framework_package_is_allowed_that_way() -> None:
+def test_only_the_listed_maf_types_are_allowed_that_way() -> None:
     codec = CheckpointCodec()
     with pytest.raises(UnserializableValueError, match="maf_workflows:Tally"):
         codec.encode_value(flows.Tally(1, 2, flows.Stage.DRAFT))
     body = CheckpointCodec(allowed_types=[flows.Tally]).encode_value(flows.Tally(1, 2, flows.Stage.DRAFT))
-    with pytest.raises(CheckpointCorruptedError, match="not registered"):
+    with pytest.raises(CheckpointTypeNotAllowedError, match="Checkpoint deserialization blocked for type"):
         codec.decode_value(body)
 
 
@@ -332,7 +332,8 @@ async def test_an_unregistered_user_type_makes_maf_drop_checkpoints_with_a_warni
 ) -> None:
     """Why every test above counts the checkpoints: MAF logs a failed save and runs on."""
     name = unique("unregistered")
-    storage = InMemoryCheckpointStorage()  # flows.Tally not registered
+    # A codec that trusts no saved type (as every durable storage's); flows.Tally is not allowed.
+    storage = InMemoryCheckpointStorage(codec=CheckpointCodec())
     with caplog.at_level(logging.WARNING, logger="agent_framework"):
         result = await flows.loop_workflow(name, 3, storage).run(flows.LOOP_INPUT)
     assert result.get_outputs()  # the run itself succeeded
