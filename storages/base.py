@@ -71,6 +71,17 @@ class CheckpointRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """What a backend's index says of a record. A read checks the decoded body against it: a body
+    that disagrees (moved from another record, or rewritten with a recomputed checksum) is
+    reported as corrupted, never returned."""
+
+    workflow_name: str
+    previous_checkpoint_id: CheckpointID | None
+    graph_signature_hash: str
+
+
+@dataclass(frozen=True, slots=True)
 class StoredBody:
     """A body read back from the backend with the id it is stored under."""
 
@@ -79,6 +90,8 @@ class StoredBody:
     nested: Mapping[CheckpointID, bytes] | None = None
     """Bodies of the records nested in it, when the backend read them in the same round trip;
     None means they are fetched with ``_nested_bodies`` if the body refers to any."""
+    entry: IndexEntry | None = None
+    """The index entry the body was found under, when the backend read it in the same round trip."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +218,7 @@ class BaseCheckpointStorage(abc.ABC):
             stored = await self._list(workflow_name, graph_signature_hash, include_nested=True)
         else:
             stored = await self._list(workflow_name, graph_signature_hash)
-        return await self._decode_all(stored, workflow_name)
+        return await self._decode_all(stored, workflow_name, graph_signature_hash)
 
     async def list_checkpoint_ids(
         self,
@@ -237,7 +250,7 @@ class BaseCheckpointStorage(abc.ABC):
         stored = await self._latest(workflow_name, graph_signature_hash)
         if stored is None:
             return None
-        (checkpoint,) = await self._decode_all([stored], workflow_name)
+        (checkpoint,) = await self._decode_all([stored], workflow_name, graph_signature_hash)
         return checkpoint
 
     # ------------------------------------------------------------------ extensions
@@ -260,7 +273,15 @@ class BaseCheckpointStorage(abc.ABC):
             body = records.bodies.get(item_id)
             if body is None:
                 raise CheckpointCorruptedError(item_id, "the ancestry walk reached it but read no body")
-            items.append(self._decode(StoredBody(item_id, body), None, records.bodies))
+            item = self._decode(StoredBody(item_id, body), None, records.bodies)
+            indexed_previous = records.links[item_id]
+            if item.previous_checkpoint_id != indexed_previous:
+                raise CheckpointCorruptedError(
+                    item_id,
+                    f"indexed with previous id {indexed_previous!r} but its body says "
+                    f"{item.previous_checkpoint_id!r}",
+                )
+            items.append(item)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
@@ -575,19 +596,27 @@ class BaseCheckpointStorage(abc.ABC):
         for name in _DICT_FIELDS:
             _expect_field(checkpoint_id, name, getattr(checkpoint, name), dict)
 
-    async def _decode_all(self, stored: Sequence[StoredBody], workflow_name: str | None = None) -> list[Any]:
+    async def _decode_all(
+        self,
+        stored: Sequence[StoredBody],
+        workflow_name: str | None = None,
+        graph_signature_hash: str | None = None,
+    ) -> list[Any]:
         """Decode bodies, first fetching (in one call) the nested records any of them refer to
-        and the backend did not already read with it."""
+        and the backend did not already read with it; each is checked against what it was
+        found by (the workflow, the signature asked for, its index entry)."""
         has_refs = self._codec.has_nested_refs
         containers = [item for item in stored if has_refs(item.body)]
         if not containers:
-            return [self._decode(item, workflow_name) for item in stored]
+            return [self._decode(item, workflow_name, None, graph_signature_hash) for item in stored]
         unread = [item.checkpoint_id for item in containers if item.nested is None]
         fetched = await self._nested_bodies(unread) if unread else {}
         return [
-            self._decode(item, workflow_name, fetched if item.nested is None else item.nested)
+            self._decode(
+                item, workflow_name, fetched if item.nested is None else item.nested, graph_signature_hash
+            )
             if has_refs(item.body)
-            else self._decode(item, workflow_name)
+            else self._decode(item, workflow_name, None, graph_signature_hash)
             for item in stored
         ]
 
@@ -596,19 +625,12 @@ class BaseCheckpointStorage(abc.ABC):
         stored: StoredBody,
         workflow_name: str | None = None,
         nested: Mapping[CheckpointID, bytes] | None = None,
+        graph_signature_hash: str | None = None,
     ) -> Any:
         checkpoint = self._codec.decode_checkpoint(
             stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
         )
-        if checkpoint.checkpoint_id != stored.checkpoint_id:
-            raise CheckpointCorruptedError(
-                stored.checkpoint_id, f"the stored body belongs to checkpoint {checkpoint.checkpoint_id!r}"
-            )
-        if workflow_name is not None and checkpoint.workflow_name != workflow_name:
-            raise CheckpointCorruptedError(
-                stored.checkpoint_id,
-                f"indexed under workflow {workflow_name!r} but its body says {checkpoint.workflow_name!r}",
-            )
+        _check_against_index(stored, checkpoint, workflow_name, graph_signature_hash)
         return checkpoint
 
     async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
@@ -635,6 +657,36 @@ class BaseCheckpointStorage(abc.ABC):
         )
         if type(existing) is not type(incoming) or existing != incoming:
             raise CheckpointConflictError(top.checkpoint_id)
+
+
+def _check_against_index(
+    stored: StoredBody, checkpoint: Any, workflow_name: str | None, graph_signature_hash: str | None
+) -> None:
+    """Raise CheckpointCorruptedError if a decoded body is not the record it was read as."""
+    checkpoint_id = stored.checkpoint_id
+
+    def disagree(what: str, indexed: object, in_body: object) -> CheckpointCorruptedError:
+        return CheckpointCorruptedError(
+            checkpoint_id, f"indexed with {what} {indexed!r} but its body says {in_body!r}"
+        )
+
+    if checkpoint.checkpoint_id != checkpoint_id:
+        raise CheckpointCorruptedError(
+            checkpoint_id, f"the stored body belongs to checkpoint {checkpoint.checkpoint_id!r}"
+        )
+    if workflow_name is not None and checkpoint.workflow_name != workflow_name:
+        raise disagree("workflow", workflow_name, checkpoint.workflow_name)
+    if graph_signature_hash is not None and checkpoint.graph_signature_hash != graph_signature_hash:
+        raise disagree("graph signature", graph_signature_hash, checkpoint.graph_signature_hash)
+    entry = stored.entry
+    if entry is None:
+        return
+    if checkpoint.workflow_name != entry.workflow_name:
+        raise disagree("workflow", entry.workflow_name, checkpoint.workflow_name)
+    if checkpoint.previous_checkpoint_id != entry.previous_checkpoint_id:
+        raise disagree("previous id", entry.previous_checkpoint_id, checkpoint.previous_checkpoint_id)
+    if checkpoint.graph_signature_hash != entry.graph_signature_hash:
+        raise disagree("graph signature", entry.graph_signature_hash, checkpoint.graph_signature_hash)
 
 
 def _as_list(refs: Iterable[Any]) -> list[Any]:
@@ -688,6 +740,7 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "BaseCheckpointStorage",
     "CheckpointRecord",
+    "IndexEntry",
     "StoredBody",
     "WalkRecords",
     "body_digest",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import CheckpointConflictError, NestedCheckpointDeletionError
@@ -184,6 +184,10 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         entry = self._store.by_id.get(checkpoint_id)
         return None if entry is None else entry.record.body
 
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        entry = self._store.by_id.get(checkpoint_id)
+        return None if entry is None else _stored(entry.record)
+
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         store = self._store
         with store.lock:
@@ -201,14 +205,14 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 return None
             for entry in reversed(workflow.entries.values()):
                 if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
-                    return StoredBody(entry.record.checkpoint_id, entry.record.body)
+                    return _stored(entry.record)
         return None
 
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         return [
-            StoredBody(entry.record.checkpoint_id, entry.record.body)
+            _stored(entry.record)
             for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
         ]
 
@@ -323,6 +327,11 @@ def _info(entry: _Entry) -> CheckpointInfo:
         sequence=entry.sequence,
         size=len(record.body),
     )
+
+
+def _stored(record: CheckpointRecord) -> StoredBody:
+    entry = IndexEntry(record.workflow_name, record.previous_checkpoint_id, record.graph_signature_hash)
+    return StoredBody(record.checkpoint_id, record.body, entry=entry)
 
 
 __all__ = ["InMemoryCheckpointStorage"]

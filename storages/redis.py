@@ -74,7 +74,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -294,7 +294,7 @@ return 1
 """
 
 # ARGV[4] id, ARGV[5] home given by a cluster client, ARGV[6] what to read:
-# 'body' -> {body, {id, body, ...} of its descendants};
+# 'body' -> {body, {id, body, ...} of its descendants, workflow, previous, signature};
 # 'info' -> {workflow, previous, signature, container, sequence, size};
 # 'children' -> {ids...} (false if absent); 'nested' -> {id, body, ...} of its descendants.
 _READ = r"""
@@ -305,11 +305,11 @@ local H = tag(home)
 local key = rkey(H, id)
 local what = ARGV[6]
 if what == 'body' then
-  local body = redis.call('HGET', key, 'b')
-  if not body then return false end
+  local f = redis.call('HMGET', key, 'b', 'w', 'p', 's')
+  if not f[1] then return false end
   local nested = {}
   descendants(H, id, nested)
-  return {body, nested}
+  return {f[1], nested, f[2], f[3], f[4]}
 end
 if redis.call('EXISTS', key) == 0 then return false end
 if what == 'info' then
@@ -898,7 +898,11 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         reply = await self._at("load", "read", checkpoint_id, ["body"])
         if reply is None:
             return None
-        return _stored(checkpoint_id, reply[0], reply[1])
+        workflow_name, previous_id, signature = reply[2:5]
+        entry = IndexEntry(
+            _text(workflow_name), None if previous_id is None else _text(previous_id), _text(signature)
+        )
+        return _stored(checkpoint_id, reply[0], reply[1], entry)
 
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         found: dict[CheckpointID, bytes] = {}
@@ -1128,10 +1132,13 @@ def _pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
     return [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
-def _stored(checkpoint_id: CheckpointID, body: Any, flat_nested: Sequence[Any]) -> StoredBody:
+def _stored(
+    checkpoint_id: CheckpointID, body: Any, flat_nested: Sequence[Any], entry: IndexEntry | None = None
+) -> StoredBody:
     """A body read with the nested bodies that came back beside it; with none, the base asks
     ``_nested_bodies`` if the body turns out to need any."""
-    return StoredBody(checkpoint_id, bytes(body), _body_pairs(flat_nested) if flat_nested else None)
+    nested = _body_pairs(flat_nested) if flat_nested else None
+    return StoredBody(checkpoint_id, bytes(body), nested, entry)
 
 
 def _body_pairs(flat: Sequence[Any]) -> dict[CheckpointID, bytes]:

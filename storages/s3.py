@@ -84,7 +84,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -726,6 +726,12 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             return None
         return stored.body
 
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        stored = await self._read(checkpoint_id, "load")
+        if stored is None or not await self._visible(stored.header, "load"):
+            return None
+        return _stored(stored)
+
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         prefix = self._order_prefix(workflow_name, False)
         tag = None if graph_signature_hash is None else signature_tag(graph_signature_hash)
@@ -744,7 +750,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 if stored is not None and (
                     graph_signature_hash is None or stored.header.graph_signature_hash == graph_signature_hash
                 ):
-                    return StoredBody(stored.header.checkpoint_id, stored.body)
+                    return _stored(stored)
             if not more:
                 return None
 
@@ -754,7 +760,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         entries = await self._listing(workflow_name, graph_signature_hash, include_nested, "list_checkpoints")
         stored = await self._gather(self._read_entry(entry, "list_checkpoints") for entry in entries)
         return [
-            StoredBody(item.header.checkpoint_id, item.body)
+            _stored(item)
             for item in stored
             # None: deleted since the listing, as if the listing had come a moment later.
             if item is not None
@@ -1142,6 +1148,13 @@ def _status(exc: BaseException) -> int:
 async def _backoff(attempt: int) -> None:
     # Jittered exponential backoff, capped: racing writers spread out instead of colliding again.
     await asyncio.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))  # noqa: S311 - not crypto
+
+
+def _stored(stored: _Stored) -> StoredBody:
+    """A body with the index entry its object's header gives, for the read to check it against."""
+    header = stored.header
+    entry = IndexEntry(header.workflow_name, header.previous_checkpoint_id, header.graph_signature_hash)
+    return StoredBody(header.checkpoint_id, stored.body, entry=entry)
 
 
 __all__ = [

@@ -42,7 +42,7 @@ from pathlib import Path
 import aiosqlite
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -148,28 +148,37 @@ _ADVANCE_SEQUENCE = """
     INSERT INTO workflows (name, next_sequence) VALUES (?, ?)
     ON CONFLICT (name) DO UPDATE SET next_sequence = excluded.next_sequence
 """
+# Reads select the body with the index entry it is checked against (_stored() reads the row).
 _SELECT_BODY = "SELECT body FROM checkpoints WHERE checkpoint_id = ?"
+_SELECT_RECORD = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
+    FROM checkpoints WHERE checkpoint_id = ?
+"""
 SELECT_LATEST = """
-    SELECT checkpoint_id, body FROM checkpoints
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
     WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT 1
 """
 SELECT_LATEST_WITH_SIGNATURE = """
-    SELECT checkpoint_id, body FROM checkpoints
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
     WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
     ORDER BY sequence DESC LIMIT 1
 """
 _SELECT_BODIES = """
-    SELECT checkpoint_id, body FROM checkpoints WHERE workflow_name = ? AND nested = 0 ORDER BY sequence
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
+    FROM checkpoints WHERE workflow_name = ? AND nested = 0 ORDER BY sequence
 """
 _SELECT_BODIES_WITH_SIGNATURE = """
-    SELECT checkpoint_id, body FROM checkpoints
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
     WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
     ORDER BY sequence
 """
-_SELECT_ALL_BODIES = "SELECT checkpoint_id, body FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+_SELECT_ALL_BODIES = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
+    FROM checkpoints WHERE workflow_name = ? ORDER BY sequence
+"""
 _SELECT_ALL_BODIES_WITH_SIGNATURE = """
-    SELECT checkpoint_id, body FROM checkpoints
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
     WHERE workflow_name = ? AND graph_signature_hash = ?
     ORDER BY sequence
 """
@@ -443,6 +452,11 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             rows = list(await connection.execute_fetchall(_SELECT_BODY, (checkpoint_id,)))
         return bytes(rows[0][0]) if rows else None
 
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        async with self._connected("load") as connection:
+            rows = list(await connection.execute_fetchall(_SELECT_RECORD, (checkpoint_id,)))
+        return _stored(rows[0]) if rows else None
+
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         ids = json.dumps(list(dict.fromkeys(checkpoint_ids)))
         async with self._connected("load") as connection:
@@ -455,7 +469,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         )
         async with self._connected("get_latest") as connection:
             rows = list(await connection.execute_fetchall(query, parameters))
-        return StoredBody(str(rows[0][0]), bytes(rows[0][1])) if rows else None
+        return _stored(rows[0]) if rows else None
 
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -471,7 +485,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         )
         async with self._connected("list_checkpoints") as connection:
             rows = await connection.execute_fetchall(query, parameters)
-        return [StoredBody(str(row[0]), bytes(row[1])) for row in rows]
+        return [_stored(row) for row in rows]
 
     async def _list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -692,6 +706,14 @@ def path_from_url(url: str) -> Path:
             f"SQLite URL {url!r} has a query string; pass options as keywords, e.g. busy_timeout_ms=..."
         )
     return _checked_path(path)
+
+
+def _stored(row: Sequence[object]) -> StoredBody:
+    """A row of checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash."""
+    checkpoint_id, body, workflow_name, previous_id, signature = row
+    entry = IndexEntry(str(workflow_name), None if previous_id is None else str(previous_id), str(signature))
+    assert isinstance(body, bytes)
+    return StoredBody(str(checkpoint_id), body, entry=entry)
 
 
 __all__ = [

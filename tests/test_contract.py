@@ -384,7 +384,7 @@ async def test_a_body_that_belongs_to_another_checkpoint_is_corrupted(storage: B
         await storage.load("a")
     await storage.write_raw_body("a", body_of_a)
     await storage.write_raw_body("b", storage.codec.encode_checkpoint(checkpoint("b", workflow_name="other")))
-    with pytest.raises(CheckpointCorruptedError, match="indexed under workflow"):
+    with pytest.raises(CheckpointCorruptedError, match="indexed with workflow"):
         await storage.list_checkpoints(workflow_name="wf")
     with pytest.raises(CheckpointNotFoundError):
         await storage.write_raw_body("missing", body_of_c)

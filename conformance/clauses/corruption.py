@@ -225,3 +225,112 @@ async def delete_damaged(ctx: ClauseContext) -> None:
     ensure_equal(latest, older, f"get_latest after deleting damaged {damaged.checkpoint_id!r}")
     listed = await ctx.storage.list_checkpoints(workflow_name=older.workflow_name)
     ensure_equal(listed, [older], f"list_checkpoints after deleting damaged {damaged.checkpoint_id!r}")
+
+
+# A body that is intact but not the record it is stored as: what a writer with access to the
+# store leaves when it moves bodies around and recomputes their checksums. Built with the
+# storage's own public API (save, read the raw body, delete), so any raw-access backend can run it.
+
+
+async def _body_as_saved(ctx: ClauseContext, checkpoint: Any) -> bytes:
+    """The raw body ``checkpoint`` is stored as, leaving nothing stored."""
+    await ctx.storage.save(checkpoint)
+    body = await ctx.storage.read_raw_body(checkpoint.checkpoint_id)
+    if not body:
+        fail(f"read_raw_body({checkpoint.checkpoint_id!r}) found nothing right after a save")
+    await ctx.storage.delete(checkpoint.checkpoint_id)
+    return bytes(body)
+
+
+async def _stored_with_body_of(ctx: ClauseContext, indexed: Any, impostor: Any) -> None:
+    """Store ``indexed`` and replace its body with ``impostor``'s (same id, one field differs)."""
+    body = await _body_as_saved(ctx, impostor)
+    await ctx.storage.save(indexed)
+    await ctx.tamper(indexed.checkpoint_id, lambda _: body)
+
+
+@clause(
+    "corruption.body_names_another_workflow",
+    "Reads refuse a checksummed body whose workflow name differs from its record (CheckpointCorruptedError).",
+    requires=_RAW,
+)
+async def body_names_another_workflow(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("moved")
+    indexed = ctx.checkpoint(workflow_name)
+    impostor = ctx.checkpoint(ctx.workflow_name("elsewhere"), checkpoint_id=indexed.checkpoint_id)
+    await _stored_with_body_of(ctx, indexed, impostor)
+    checkpoint_id = indexed.checkpoint_id
+    await expect_corrupted(
+        f"load({checkpoint_id!r}) whose body names workflow {impostor.workflow_name!r}",
+        ctx.storage.load(checkpoint_id),
+        checkpoint_id,
+    )
+    await expect_corrupted(
+        f"get_latest({workflow_name!r}) whose body names another workflow",
+        ctx.storage.get_latest(workflow_name=workflow_name),
+        checkpoint_id,
+    )
+    await expect_corrupted(
+        f"list_checkpoints({workflow_name!r}) whose body names another workflow",
+        ctx.storage.list_checkpoints(workflow_name=workflow_name),
+        checkpoint_id,
+    )
+
+
+@clause(
+    "corruption.body_has_another_signature",
+    "Reads, filtered by signature or not, refuse a body whose graph signature differs from the record's.",
+    requires=(Capability.RAW_ACCESS, Capability.SIGNATURE_FILTER),
+)
+async def body_has_another_signature(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("resigned")
+    signature = "sig-" + "a" * 60
+    indexed = ctx.checkpoint(workflow_name, graph_signature_hash=signature)
+    impostor = ctx.checkpoint(
+        workflow_name, checkpoint_id=indexed.checkpoint_id, graph_signature_hash="sig-" + "b" * 60
+    )
+    await _stored_with_body_of(ctx, indexed, impostor)
+    checkpoint_id = indexed.checkpoint_id
+    await expect_corrupted(
+        f"get_latest({workflow_name!r}, graph_signature_hash={signature!r}) whose body has another signature",
+        ctx.storage.get_latest(workflow_name=workflow_name, graph_signature_hash=signature),
+        checkpoint_id,
+    )
+    await expect_corrupted(
+        f"list_checkpoints({workflow_name!r}, graph_signature_hash=...) whose body has another signature",
+        ctx.storage.list_checkpoints(workflow_name=workflow_name, graph_signature_hash=signature),
+        checkpoint_id,
+    )
+    await expect_corrupted(
+        f"load({checkpoint_id!r}) whose body has another signature than its record",
+        ctx.storage.load(checkpoint_id),
+        checkpoint_id,
+    )
+
+
+@clause(
+    "corruption.body_has_another_previous",
+    "load() and walk_ancestry() refuse a body whose previous id differs from the record's link.",
+    requires=_RAW,
+)
+async def body_has_another_previous(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("relinked")
+    first, second = await ctx.save_chain(workflow_name, 2)
+    indexed = ctx.checkpoint(workflow_name, previous_checkpoint_id=second.checkpoint_id)
+    impostor = ctx.checkpoint(
+        workflow_name, checkpoint_id=indexed.checkpoint_id, previous_checkpoint_id=first.checkpoint_id
+    )
+    await _stored_with_body_of(ctx, indexed, impostor)
+    checkpoint_id = indexed.checkpoint_id
+    await expect_corrupted(
+        f"load({checkpoint_id!r}) whose body links to {first.checkpoint_id!r}, its record to "
+        f"{second.checkpoint_id!r}",
+        ctx.storage.load(checkpoint_id),
+        checkpoint_id,
+    )
+    if ctx.has(Capability.ANCESTRY):
+        await expect_corrupted(
+            f"walk_ancestry({checkpoint_id!r}) through a body whose previous id disagrees with its link",
+            ctx.storage.walk_ancestry(checkpoint_id),
+            checkpoint_id,
+        )

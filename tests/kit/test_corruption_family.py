@@ -12,7 +12,7 @@ from storages.errors import CheckpointCorruptedError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .support import caught_only_by, failed
+from .support import failed
 
 FAMILY = "corruption"
 
@@ -71,8 +71,30 @@ class TrustsAnyBody(InMemoryCheckpointStorage):
         stored: StoredBody,
         workflow_name: str | None = None,
         nested: Mapping[str, bytes] | None = None,
+        graph_signature_hash: str | None = None,
     ) -> Any:
         return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
+
+
+class ChecksOnlyIdAndWorkflowAskedFor(InMemoryCheckpointStorage):
+    """Checks a decoded body's id, and its workflow when a listing asked for one, but believes
+    the body over the record's index entry (the engine before the hardening)."""
+
+    def _decode(
+        self,
+        stored: StoredBody,
+        workflow_name: str | None = None,
+        nested: Mapping[str, bytes] | None = None,
+        graph_signature_hash: str | None = None,
+    ) -> Any:
+        checkpoint = self.codec.decode_checkpoint(
+            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
+        )
+        if checkpoint.checkpoint_id != stored.checkpoint_id or (
+            workflow_name is not None and checkpoint.workflow_name != workflow_name
+        ):
+            raise CheckpointCorruptedError(stored.checkpoint_id, "not the record it is stored as")
+        return checkpoint
 
 
 class HidesDamagedIds(InMemoryCheckpointStorage):
@@ -113,7 +135,13 @@ def test_corruption_clauses_need_raw_access() -> None:
 
 def test_skipping_undecodable_bodies_is_caught() -> None:
     backend = run_family(SkipsUndecodable)
-    assert failed(backend) == {"corruption.get_latest_raises", "corruption.list_checkpoints_raises"}
+    assert failed(backend) == {
+        "corruption.get_latest_raises",
+        "corruption.list_checkpoints_raises",
+        # get_latest and list_checkpoints skip the impostor bodies too
+        "corruption.body_names_another_workflow",
+        "corruption.body_has_another_signature",
+    }
     message = backend.result("corruption.get_latest_raises").message
     assert "returned" in message
     assert "expected CheckpointCorruptedError" in message
@@ -127,7 +155,26 @@ def test_load_returning_a_default_checkpoint_is_caught() -> None:
 
 def test_a_body_of_another_checkpoint_is_caught() -> None:
     backend = run_family(TrustsAnyBody)
-    caught_only_by(backend, "corruption.swapped_body", "holding the body of")
+    assert failed(backend) == {
+        "corruption.swapped_body",
+        # checking nothing, it believes impostor bodies of the same id too
+        "corruption.body_names_another_workflow",
+        "corruption.body_has_another_signature",
+        "corruption.body_has_another_previous",
+    }
+    assert "holding the body of" in backend.result("corruption.swapped_body").message
+
+
+def test_believing_a_body_over_its_index_entry_is_caught() -> None:
+    backend = run_family(ChecksOnlyIdAndWorkflowAskedFor)
+    assert failed(backend) == {
+        "corruption.body_names_another_workflow",
+        "corruption.body_has_another_signature",
+        "corruption.body_has_another_previous",
+    }
+    assert "names workflow" in backend.result("corruption.body_names_another_workflow").message
+    assert "graph_signature_hash=" in backend.result("corruption.body_has_another_signature").message
+    assert "links to" in backend.result("corruption.body_has_another_previous").message
 
 
 def test_dropping_damaged_ids_from_the_id_listing_is_caught() -> None:
