@@ -23,7 +23,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .base import BaseCheckpointStorage
 from .errors import MissingDependencyError, StorageConfigurationError
@@ -105,7 +105,11 @@ def _take_allowances(url: str) -> tuple[str, dict[str, list[str]]]:
             kept.append((name, value))
     if not allowances:
         return url, {}
-    return urlunsplit(parts._replace(query=urlencode(kept))), allowances
+    # Rebuilt by hand: urlunsplit would turn sqlite:////abs/path into sqlite://abs/path.
+    head, _, rest = url.partition("?")
+    _, hash_sign, fragment = rest.partition("#")
+    query = "?" + urlencode(kept) if kept else ""
+    return head + query + hash_sign + fragment, allowances
 
 
 __all__ = ["ALLOWANCE_OPTIONS", "open_storage", "supported_schemes"]
