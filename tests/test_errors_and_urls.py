@@ -22,6 +22,7 @@ from storages import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    EvictionPolicyError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
@@ -55,6 +56,7 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     StorageUnavailableError("save", "connection refused"),
     StorageClosedError("memory://", "load"),
     StorageConfigurationError("bad url"),
+    EvictionPolicyError("redis://h:6379/0", "allkeys-lru", None, "any key", "allow_evicting_policy=True"),
     MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite"),
 ]
 
