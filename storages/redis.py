@@ -93,7 +93,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
-from .redaction import redact_text
+from .redaction import chainable, redact_text
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -785,7 +785,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             try:
                 await self._client.initialize()
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable("open", exc) from exc
+                raise self._unavailable("open", exc) from chainable(exc)
         self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
 
     async def _ready(self, operation: str) -> None:
@@ -831,7 +831,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 refusals.append(str(exc))
                 continue
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable(operation, exc) from exc
+                raise self._unavailable(operation, exc) from chainable(exc)
             replies = reply if self._cluster else {"server": reply}
             return {str(node): read(answer) for node, answer in replies.items()}
         _warn_unverified(self.describe(), refusals)
@@ -843,7 +843,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             try:
                 await client.aclose()
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable("aclose", exc) from exc
+                raise self._unavailable("aclose", exc) from chainable(exc)
 
     # ------------------------------------------------------------------ writes
 
@@ -1223,7 +1223,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         try:
             return await request
         except (redis_errors.RedisError, OSError) as exc:
-            raise self._unavailable(operation, exc) from exc
+            raise self._unavailable(operation, exc) from chainable(exc)
 
     def _lost(
         self,
@@ -1363,7 +1363,7 @@ def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
         settings.setdefault("wait_seconds", CONNECTION_WAIT_SECONDS)
         return Redis.from_pool(WaitingConnectionPool.from_url(redis_url, **settings))
     except (ValueError, redis_errors.RedisError) as exc:
-        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from chainable(exc)
 
 
 class WaitingConnectionPool(ConnectionPool):
