@@ -61,7 +61,8 @@ entry whose record is gone and which expiry does not explain (no TTL, or a recor
 still stored) was lost, evicted or deleted behind the storage's back, and ``get_latest`` and
 listing raise :class:`~storages.errors.CheckpointCorruptedError` naming it instead of answering
 with an older checkpoint or a shorter list. To keep loss from happening, the storage refuses a
-server whose ``maxmemory-policy`` may evict its keys (``allkeys-*``) unless told otherwise.
+server whose ``maxmemory-policy`` may evict its keys (``allkeys-*``; with a TTL also
+``volatile-lru``, ``-lfu`` and ``-random``) unless told otherwise.
 """
 
 from __future__ import annotations
@@ -657,9 +658,11 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     :meth:`new_handle` gets its own connection pool). ``ttl`` in seconds makes checkpoints expire.
 
     On first use the storage reads the server's ``maxmemory-policy`` (every node's, on a cluster)
-    and refuses an ``allkeys-*`` policy with :class:`~storages.errors.EvictionPolicyError`: such a
-    server evicts checkpoints silently. ``allow_evicting_policy=True`` skips the check, for those
-    who accept the risk (or know the server cannot evict, as an in-process fake).
+    and refuses one that may evict its keys (``allkeys-*``; with ``ttl``, under which every key
+    has a TTL, also ``volatile-lru``, ``-lfu`` and ``-random``) with
+    :class:`~storages.errors.EvictionPolicyError`: such a server loses checkpoints silently.
+    ``allow_evicting_policy=True`` skips the check, for those who accept the risk (or know the
+    server cannot evict, as an in-process fake).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = _BASE_CAPABILITIES
@@ -712,8 +715,8 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     def from_url(cls, url: str, *, codec: CheckpointCodec | None = None, **client_options: Any) -> Self:
         """``redis://[user:password@]host:port/db?prefix=...&ttl=...``, ``rediss://`` for TLS;
         add ``cluster=true`` for a Redis Cluster (any node as the seed) and
-        ``allow_evicting_policy=true`` to accept an ``allkeys-*`` maxmemory-policy. Other query
-        options go to redis-py."""
+        ``allow_evicting_policy=true`` to accept a maxmemory-policy that may evict checkpoints.
+        Other query options go to redis-py."""
         if not isinstance(url, str) or urlsplit(url).scheme.lower() not in ("redis", "rediss"):
             raise StorageConfigurationError(f"Not a Redis URL: {url!r}; expected redis:// or rediss://")
         options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
@@ -811,14 +814,15 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             raise EvictionPolicyError(
                 self.describe(),
                 policy,
-                node if self._cluster else None,
+                node,
                 evicts,
                 "allow_evicting_policy=True (URL option allow_evicting_policy=true)",
             )
 
-    async def _eviction_policies(self, operation: str) -> dict[str, str] | None:
-        """maxmemory-policy per node, from CONFIG GET or, where CONFIG is refused (managed
-        services rename or forbid it), from INFO memory; None (logged once) if both are refused."""
+    async def _eviction_policies(self, operation: str) -> dict[str | None, str] | None:
+        """maxmemory-policy per node (None: the one server), from CONFIG GET or, where CONFIG is
+        refused (managed services rename or forbid it), from INFO memory; None (logged once)
+        if both are refused."""
         target: dict[str, Any] = {"target_nodes": RedisCluster.ALL_NODES} if self._cluster else {}
         refusals: list[str] = []
         for command, argument, read in (
@@ -832,8 +836,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 continue
             except (redis_errors.RedisError, OSError) as exc:
                 raise self._unavailable(operation, exc) from chainable(exc)
-            replies = reply if self._cluster else {"server": reply}
-            return {str(node): read(answer) for node, answer in replies.items()}
+            return {node: read(answer) for node, answer in _by_node(reply).items()}
         _warn_unverified(self.describe(), refusals)
         return None
 
@@ -1242,8 +1245,8 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         instead = "fall back to an older checkpoint" if operation == "get_latest" else "skip lost checkpoints"
         return CheckpointCorruptedError(
             checkpoint_id,
-            f"{index} lists it, but its record is gone from the server{others}: evicted under an "
-            f"allkeys-* maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
+            f"{index} lists it, but its record is gone from the server{others}: evicted by its "
+            f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
         )
 
     def _unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
@@ -1317,6 +1320,14 @@ def _url_flag(url: str | None, name: str) -> bool:
     if value not in ("", "0", "1", "true", "false", "yes", "no"):
         raise StorageConfigurationError(f"Redis URL {url!r}: {name} must be true or false, got {value!r}")
     return value in ("1", "true", "yes")
+
+
+def _by_node(reply: Any) -> Mapping[str | None, Any]:
+    """A cluster client answers a command sent to several nodes with {node name: reply}, and
+    one sent to a single node (a one-node cluster) with the reply itself, as a plain client does."""
+    if isinstance(reply, Mapping) and reply and all(isinstance(value, Mapping) for value in reply.values()):
+        return {_text(node): answer for node, answer in reply.items()}
+    return {None: reply}
 
 
 def _config_policy(reply: Mapping[Any, Any]) -> str:

@@ -438,3 +438,17 @@ async def test_every_cluster_node_is_checked() -> None:
             await opted_out.list_workflows()
     finally:
         await _set_policy(node.url, "noeviction")
+
+
+@redis_mark
+def test_a_reply_is_read_per_node_only_when_it_is_one() -> None:
+    # A cluster client answers a command sent to several nodes per node, and one sent to a
+    # single node (a one-node cluster) as a plain client does.
+    per_node = {"10.0.0.1:7000": {"maxmemory-policy": "noeviction"}, "10.0.0.2:7000": {"x": "y"}}
+    assert redis_storage._by_node(per_node) == per_node
+    assert redis_storage._by_node({b"maxmemory-policy": b"allkeys-lru"}) == {
+        None: {b"maxmemory-policy": b"allkeys-lru"}
+    }
+    assert redis_storage._config_policy({b"maxmemory-policy": b"allkeys-lru"}) == "allkeys-lru"
+    info = {"maxmemory_policy": "volatile-ttl", "used_memory": 1}
+    assert redis_storage._info_policy(info) == "volatile-ttl"
