@@ -75,7 +75,11 @@ def _redis_fakeredis() -> Embedded:
     client = fakeredis.FakeAsyncRedis(
         server=fakeredis.FakeServer(), connection_pool_class=BlockingConnectionPool, max_connections=64
     )
-    return Embedded("redis (fakeredis)", open=lambda: RedisCheckpointStorage(client, prefix="conformance"))
+    # fakeredis answers neither CONFIG GET nor INFO (the eviction policy check), and evicts nothing.
+    return Embedded(
+        "redis (fakeredis)",
+        open=lambda: RedisCheckpointStorage(client, prefix="conformance", allow_evicting_policy=True),
+    )
 
 
 _S3_FAULTS = S3FaultInjector()

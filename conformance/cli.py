@@ -20,6 +20,8 @@ from rich.text import Text
 
 from storages import installed_version
 from storages.errors import MissingDependencyError, StorageConfigurationError
+from storages.terminal import EXIT_BROKEN_PIPE, plain, silence_stdout
+from storages.terminal import console as terminal_console
 
 from .builtin import builtin_targets, unavailable_target
 from .clause import FAMILIES, Clause, select_clauses
@@ -43,13 +45,21 @@ class UsageError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``checkpoint-conformance`` console script; returns the exit status."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away (``... | head``): stop printing, quietly
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse exits for --help, --version and its own usage errors
         return exit_.code if isinstance(exit_.code, int) else 2
     # Piped output (CI logs, tee) gets room for the family table instead of 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = terminal_console() if sys.stdout.isatty() else terminal_console(width=160)
     try:
         # The MAF runner drives only the runner family unless clauses are named: the other
         # families call the storage directly, so a runner changes nothing for them.
@@ -150,14 +160,18 @@ def backend_report(backend: BackendReport, *, quiet: bool = False) -> list[Table
                 result.clause_id,
                 _outcome_text(result.outcome),
                 f"{result.duration * 1000:.1f}",
-                Text(result.message.replace("\n", " ")),
+                plain(result.message.replace("\n", " ")),
             )
         rendered.append(table)
     for result in backend.results:
         if result.outcome in (Outcome.FAILED, Outcome.XFAILED):
             rendered.append(
                 Text.assemble(
-                    _outcome_text(result.outcome), " ", (result.clause_id, "bold"), f": {result.message}"
+                    _outcome_text(result.outcome),
+                    " ",
+                    (result.clause_id, "bold"),
+                    ": ",
+                    plain(result.message, multiline=True),
                 )
             )
     rendered.append(_backend_line(backend))

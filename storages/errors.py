@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from .redaction import redact_text
+
 
 def _runner_exception_base() -> type[Exception]:
     # Resolved once at import: MAF's package imports lazily, so this costs one module load.
@@ -180,6 +182,8 @@ class StorageUnavailableError(CheckpointStorageError):
     """The backend could not be reached or failed past its retry budget."""
 
     def __init__(self, operation: str, detail: str) -> None:
+        # The detail usually quotes a driver's message, which may embed a URL with its password.
+        detail = redact_text(detail)
         super().__init__(f"{operation} failed: {detail}")
         self.operation = operation
         self.detail = detail
@@ -196,6 +200,28 @@ class StorageClosedError(CheckpointStorageError):
 
 class StorageConfigurationError(CheckpointStorageError, ValueError):
     """A storage URL or option is invalid."""
+
+    def __init__(self, message: str) -> None:
+        # Messages quote the URL or option they reject; its credentials stay out of them.
+        super().__init__(redact_text(message))
+
+
+class EvictionPolicyError(StorageConfigurationError):
+    """The server may evict the storage's keys under memory pressure (a Redis ``allkeys-*``
+    ``maxmemory-policy``, or ``volatile-lru``/``-lfu``/``-random`` for a storage whose keys all
+    have a TTL): acknowledged checkpoints would vanish without an error."""
+
+    def __init__(self, storage: str, policy: str, node: str | None, evicts: str, opt_out: str) -> None:
+        where = "the Redis server" if node is None else f"Redis node {node}"
+        super().__init__(
+            f"{storage}: {where} has maxmemory-policy {policy!r}, which lets it evict {evicts} when "
+            "memory runs short, without telling the writer: saved checkpoints would silently "
+            "become not found, and an evicted counter would reorder them. Set maxmemory-policy to "
+            f"noeviction (see docs/redis.md), or pass {opt_out} to accept the risk"
+        )
+        self.storage = storage
+        self.policy = policy
+        self.node = node
 
 
 class MissingDependencyError(CheckpointStorageError, ImportError):
@@ -216,6 +242,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointStorageError",
     "CheckpointTypeNotAllowedError",
+    "EvictionPolicyError",
     "GraphSignatureMismatchError",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",

@@ -52,15 +52,24 @@ different workflows racing on a cluster may both succeed (the pointer names the 
 
 TTL (optional, per storage): every key a save writes gets the TTL, so a checkpoint's keys expire
 together, and the per-workflow sets are refreshed on each save so they outlive their members.
-Index entries whose record expired are skipped (and removed) by latest and listing; a walk that
-reaches an expired ancestor reports it MISSING, never corrupt. A workflow idle for longer than the
-TTL disappears entirely, its counter with it.
+Records expire oldest first, so listing skips index entries older than every record still
+stored (prune removes them); a walk that reaches an expired ancestor reports it MISSING, never
+corrupt. A workflow idle for longer than the TTL disappears entirely, its counter with it.
+
+Reads never write, and never answer with something other than what was asked for: an index
+entry whose record is gone and which expiry does not explain (no TTL, or a record newer than one
+still stored) was lost, evicted or deleted behind the storage's back, and ``get_latest`` and
+listing raise :class:`~storages.errors.CheckpointCorruptedError` naming it instead of answering
+with an older checkpoint or a shorter list. To keep loss from happening, the storage refuses a
+server whose ``maxmemory-policy`` may evict its keys (``allkeys-*``; with a TTL also
+``volatile-lru``, ``-lfu`` and ``-random``) unless told otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,10 +88,13 @@ from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
     CheckpointConflictError,
+    CheckpointCorruptedError,
+    EvictionPolicyError,
     NestedCheckpointDeletionError,
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .redaction import chainable, redact_text
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -93,6 +105,12 @@ CONNECTION_WAIT_SECONDS = 30.0
 """How long an operation waits for a free connection before failing."""
 PAGE_SIZE = 500
 """Listing reads the index in pages of this many ids, one script call per page."""
+
+_logger = logging.getLogger(__name__)
+
+_EVICTS_KEYS_WITH_TTL = frozenset({"volatile-lru", "volatile-lfu", "volatile-random"})
+"""Policies that evict keys with a TTL in any order. ``volatile-ttl`` evicts the soonest to
+expire first, which for this storage's keys is early expiry in save order, as TTL itself does."""
 
 _BASE_CAPABILITIES = frozenset(
     {
@@ -344,41 +362,54 @@ end
 return out
 """
 
-# KEYS[1] an index of ARGV[4]'s home (top or signature set). Newest id with a body, dropping
-# index entries whose record expired. Returns {id, body, {id, body, ...} of its descendants} or false.
+# KEYS[1] an index of ARGV[4]'s home (top or signature set). Reads only. Returns false for an
+# empty index, {id, body, {id, body, ...} of its descendants} for the newest entry, or {id} alone
+# when the newest entry's record is gone and expiry does not explain it: never an older entry.
 _LATEST = r"""
 local H = tag(ARGV[4])
+local newest = redis.call('ZREVRANGE', KEYS[1], 0, 0)
+if #newest == 0 then return false end
+local id = newest[1]
+local body = redis.call('HGET', rkey(H, id), 'b')
+if body then
+  local nested = {}
+  descendants(H, id, nested)
+  return {id, body, nested}
+end
+if TTL == 0 then return {id} end
+-- With a TTL, records expire oldest first: the newest one gone is expiry only if all are gone.
+local start = 1
 while true do
-  local ids = redis.call('ZREVRANGE', KEYS[1], 0, 0)
-  if #ids == 0 then return false end
-  local body = redis.call('HGET', rkey(H, ids[1]), 'b')
-  if body then
-    local nested = {}
-    descendants(H, ids[1], nested)
-    return {ids[1], body, nested}
+  local older = redis.call('ZREVRANGE', KEYS[1], start, start + 499)
+  if #older == 0 then return false end
+  for _, other in ipairs(older) do
+    if redis.call('EXISTS', rkey(H, other)) == 1 then return {id} end
   end
-  redis.call('ZREM', KEYS[1], ids[1])
+  start = start + 500
 end
 """
 
 # KEYS[1] an index of ARGV[4]'s home; one page of ARGV[6] entries with score > ARGV[5];
-# ARGV[7] = '1' for bodies. Returns {{id, score, body-or-false, ...}, last score or false}.
+# ARGV[7] = '1' for bodies. Reads only. Returns {{id, score, body-or-false, ...} of entries with
+# a record, last score or false, {id, score, ...} of entries whose record is gone}.
 _PAGE = r"""
 local H = tag(ARGV[4])
 local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[5], '+inf', 'WITHSCORES',
   'LIMIT', 0, tonumber(ARGV[6]))
-local out = {}
+local out, gone = {}, {}
 for i = 1, #rows, 2 do
   local key = rkey(H, rows[i])
   local body = false
   if ARGV[7] == '1' then body = redis.call('HGET', key, 'b') end
   if body or (ARGV[7] ~= '1' and redis.call('EXISTS', key) == 1) then
     out[#out + 1] = rows[i]; out[#out + 1] = rows[i + 1]; out[#out + 1] = body
+  else
+    gone[#gone + 1] = rows[i]; gone[#gone + 1] = rows[i + 1]
   end
 end
 local last = false
 if #rows == 2 * tonumber(ARGV[6]) then last = rows[#rows] end
-return {out, last}
+return {out, last, gone}
 """
 
 # ARGV[4] id, ARGV[5] home given by a cluster client. Returns {'missing'}, {'nested', container}
@@ -625,6 +656,13 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     Give either ``client`` (a ``redis.asyncio.Redis`` or ``RedisCluster`` you own and close; it
     must not decode responses) or ``url`` (the storage builds and closes its own client; every
     :meth:`new_handle` gets its own connection pool). ``ttl`` in seconds makes checkpoints expire.
+
+    On first use the storage reads the server's ``maxmemory-policy`` (every node's, on a cluster)
+    and refuses one that may evict its keys (``allkeys-*``; with ``ttl``, under which every key
+    has a TTL, also ``volatile-lru``, ``-lfu`` and ``-random``) with
+    :class:`~storages.errors.EvictionPolicyError`: such a server loses checkpoints silently.
+    ``allow_evicting_policy=True`` skips the check, for those who accept the risk (or know the
+    server cannot evict, as an in-process fake).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = _BASE_CAPABILITIES
@@ -640,6 +678,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         client_options: Mapping[str, Any] | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        allow_evicting_policy: bool = False,
     ) -> None:
         super().__init__(
             codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
@@ -655,8 +694,14 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0 or ttl == float("inf")
         ):
             raise StorageConfigurationError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
+        if not isinstance(allow_evicting_policy, bool):
+            raise StorageConfigurationError(
+                f"allow_evicting_policy must be True or False, got {allow_evicting_policy!r}"
+            )
         if client is not None:
             _check_client(client)
+        self._allow_evicting_policy = allow_evicting_policy
+        self._policy_checked = allow_evicting_policy
         self._injected = client
         self._url = url
         self._client_options = dict(client_options or {})
@@ -673,8 +718,9 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     @classmethod
     def from_url(cls, url: str, *, codec: CheckpointCodec | None = None, **client_options: Any) -> Self:
         """``redis://[user:password@]host:port/db?prefix=...&ttl=...``, ``rediss://`` for TLS;
-        add ``cluster=true`` for a Redis Cluster (any node as the seed). Other query options go
-        to redis-py."""
+        add ``cluster=true`` for a Redis Cluster (any node as the seed) and
+        ``allow_evicting_policy=true`` to accept a maxmemory-policy that may evict checkpoints.
+        Other query options go to redis-py."""
         if not isinstance(url, str) or urlsplit(url).scheme.lower() not in ("redis", "rediss"):
             raise StorageConfigurationError(f"Not a Redis URL: {url!r}; expected redis:// or rediss://")
         options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
@@ -686,7 +732,14 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             raise StorageConfigurationError(
                 f"Redis URL {url!r}: ttl must be seconds, got {ttl_text!r}"
             ) from None
-        return cls(url=url, prefix=prefix, ttl=ttl, codec=codec, client_options=client_options)
+        return cls(
+            url=url,
+            prefix=prefix,
+            ttl=ttl,
+            codec=codec,
+            client_options=client_options,
+            allow_evicting_policy=_url_flag(url, "allow_evicting_policy"),
+        )
 
     @property
     def prefix(self) -> str:
@@ -722,6 +775,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             ttl=self._ttl,
             codec=self._codec,
             client_options=self._client_options,
+            allow_evicting_policy=self._allow_evicting_policy,
         )
         return handle
 
@@ -738,8 +792,57 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             try:
                 await self._client.initialize()
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable("open", exc) from exc
+                raise self._unavailable("open", exc) from chainable(exc)
         self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
+
+    async def _ready(self, operation: str) -> None:
+        await super()._ready(operation)
+        if not self._policy_checked:
+            # Here rather than in _open, so a server that cannot be reached fails the operation
+            # asked for, by name; a failed check is simply repeated by the next operation.
+            await self._check_eviction_policy(operation)
+            self._policy_checked = True
+
+    async def _check_eviction_policy(self, operation: str) -> None:
+        """Refuse a server (any node of a cluster) that may evict our keys; see docs/redis.md."""
+        policies = await self._eviction_policies(operation)
+        if policies is None:
+            return
+        for node, policy in policies.items():
+            if policy.startswith("allkeys-"):
+                evicts = "any key, checkpoints included,"
+            elif policy in _EVICTS_KEYS_WITH_TTL and self._ttl is not None:
+                evicts = "any key with a TTL, and with ttl= set every key of this storage has one,"
+            else:
+                continue
+            raise EvictionPolicyError(
+                self.describe(),
+                policy,
+                node,
+                evicts,
+                "allow_evicting_policy=True (URL option allow_evicting_policy=true)",
+            )
+
+    async def _eviction_policies(self, operation: str) -> dict[str | None, str] | None:
+        """maxmemory-policy per node (None: the one server), from CONFIG GET or, where CONFIG is
+        refused (managed services rename or forbid it), from INFO memory; None (logged once)
+        if both are refused."""
+        target: dict[str, Any] = {"target_nodes": RedisCluster.ALL_NODES} if self._cluster else {}
+        refusals: list[str] = []
+        for command, argument, read in (
+            ("config_get", "maxmemory-policy", _config_policy),
+            ("info", "memory", _info_policy),
+        ):
+            try:
+                reply = await getattr(self._client, command)(argument, **target)
+            except redis_errors.ResponseError as exc:  # unknown command, NOPERM, ...
+                refusals.append(str(exc))
+                continue
+            except (redis_errors.RedisError, OSError) as exc:
+                raise self._unavailable(operation, exc) from chainable(exc)
+            return {node: read(answer) for node, answer in _by_node(reply).items()}
+        _warn_unverified(self.describe(), refusals)
+        return None
 
     async def _close(self) -> None:
         client, self._client = self._client, None
@@ -747,7 +850,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             try:
                 await client.aclose()
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable("aclose", exc) from exc
+                raise self._unavailable("aclose", exc) from chainable(exc)
 
     # ------------------------------------------------------------------ writes
 
@@ -920,6 +1023,8 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         reply = await self._run("get_latest", "latest", index, [workflow_name])
         if reply is None:
             return None
+        if len(reply) == 1:
+            raise self._lost("get_latest", workflow_name, graph_signature_hash, _text(reply[0]), 1)
         return _stored(_text(reply[0]), reply[1], reply[2])
 
     async def _list(
@@ -953,9 +1058,10 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             else self._keys.signature(workflow_name, signature)
         )
         rows: list[tuple[float, CheckpointID, bytes | None]] = []
+        gone: list[tuple[float, CheckpointID]] = []
         after = "-inf"
         while True:
-            flat, last = await self._run(
+            flat, last, flat_gone = await self._run(
                 operation, "page", index, [workflow_name, after, PAGE_SIZE, "1" if with_bodies else "0"]
             )
             for position in range(0, len(flat), 3):
@@ -963,9 +1069,18 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 rows.append(
                     (float(flat[position + 1]), _text(flat[position]), None if body is None else bytes(body))
                 )
+            for position in range(0, len(flat_gone), 2):
+                gone.append((float(flat_gone[position + 1]), _text(flat_gone[position])))
             if last is None:
                 break
             after = _text(last)
+        if gone:
+            # With a TTL, records expire oldest first, so entries older than every record still
+            # stored are expired ones; any other entry without its record is a lost checkpoint.
+            oldest_stored = rows[0][0] if rows else float("inf")
+            lost = gone if self._ttl is None else [entry for entry in gone if entry[0] > oldest_stored]
+            if lost:
+                raise self._lost(operation, workflow_name, signature, lost[0][1], len(lost))
         if not include_nested:
             return rows
         members = await self._call(
@@ -1119,7 +1234,28 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         try:
             return await request
         except (redis_errors.RedisError, OSError) as exc:
-            raise self._unavailable(operation, exc) from exc
+            raise self._unavailable(operation, exc) from chainable(exc)
+
+    def _lost(
+        self,
+        operation: str,
+        workflow_name: str,
+        signature: str | None,
+        checkpoint_id: CheckpointID,
+        count: int,
+    ) -> CheckpointCorruptedError:
+        """A checkpoint the index lists whose record is gone: evicted, or deleted behind our back.
+        Reads report it rather than skip it, and never answer with an older checkpoint instead."""
+        index = f"workflow {workflow_name!r}" + (
+            "" if signature is None else f" (graph signature {signature!r})"
+        )
+        others = "" if count == 1 else f" ({count - 1} more index entries have lost their records too)"
+        instead = "fall back to an older checkpoint" if operation == "get_latest" else "skip lost checkpoints"
+        return CheckpointCorruptedError(
+            checkpoint_id,
+            f"{index} lists it, but its record is gone from the server{others}: evicted by its "
+            f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
+        )
 
     def _unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
         return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
@@ -1182,15 +1318,52 @@ def _check_client(client: object) -> None:
         )
 
 
-_OUR_OPTIONS = ("prefix", "ttl", "cluster")
+_OUR_OPTIONS = ("prefix", "ttl", "cluster", "allow_evicting_policy")
 
 
 def _url_is_cluster(url: str | None) -> bool:
+    return _url_flag(url, "cluster")
+
+
+def _url_flag(url: str | None, name: str) -> bool:
     options = dict(parse_qsl(urlsplit(url or "").query, keep_blank_values=True))
-    value = options.get("cluster", "").lower()
+    value = options.get(name, "").lower()
     if value not in ("", "0", "1", "true", "false", "yes", "no"):
-        raise StorageConfigurationError(f"Redis URL {url!r}: cluster must be true or false, got {value!r}")
+        raise StorageConfigurationError(f"Redis URL {url!r}: {name} must be true or false, got {value!r}")
     return value in ("1", "true", "yes")
+
+
+def _by_node(reply: Any) -> Mapping[str | None, Any]:
+    """A cluster client answers a command sent to several nodes with {node name: reply}, and
+    one sent to a single node (a one-node cluster) with the reply itself, as a plain client does."""
+    if isinstance(reply, Mapping) and reply and all(isinstance(value, Mapping) for value in reply.values()):
+        return {_text(node): answer for node, answer in reply.items()}
+    return {None: reply}
+
+
+def _config_policy(reply: Mapping[Any, Any]) -> str:
+    return next((_text(value) for key, value in reply.items() if _text(key) == "maxmemory-policy"), "")
+
+
+def _info_policy(reply: Mapping[Any, Any]) -> str:
+    return _text(reply.get("maxmemory_policy", ""))
+
+
+_unverified_servers: set[str] = set()
+"""Servers already warned about (once per process each): their eviction policy is unknown."""
+
+
+def _warn_unverified(server: str, refusals: Sequence[str]) -> None:
+    if server in _unverified_servers:
+        return
+    _unverified_servers.add(server)
+    _logger.warning(
+        "%s: could not read the server's maxmemory-policy (%s); if it is an allkeys-* policy the "
+        "server may evict checkpoints silently. Check it with the server's operator (docs/redis.md), "
+        "or pass allow_evicting_policy=True to skip this check",
+        server,
+        redact_text("; ".join(refusals)),
+    )
 
 
 def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
@@ -1212,7 +1385,7 @@ def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
         settings.setdefault("wait_seconds", CONNECTION_WAIT_SECONDS)
         return Redis.from_pool(WaitingConnectionPool.from_url(redis_url, **settings))
     except (ValueError, redis_errors.RedisError) as exc:
-        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from chainable(exc)
 
 
 class WaitingConnectionPool(ConnectionPool):

@@ -95,6 +95,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .redaction import chainable
 
 URL_SCHEME = "s3"
 DEFAULT_MAX_WORKERS = 16
@@ -1030,7 +1031,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         except (_Precondition, _Conflict, _Missing, StorageConfigurationError):
             raise
         except Exception as exc:
-            raise self._translate(operation, key, exc) from exc
+            raise self._translate(operation, key, exc) from chainable(exc)
 
     def _translate(self, operation: str, key: str, exc: Exception) -> Exception:
         code = _code(exc)

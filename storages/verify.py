@@ -34,6 +34,7 @@ from typing import Any
 from .codec import CheckpointCodec
 from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from .errors import CheckpointCorruptedError, UnsupportedOperationError
+from .redaction import redact_url
 
 VerifyProgress = Callable[[int, int], None]
 """Called as ``progress(records_checked, records_known)`` while bodies are read."""
@@ -137,7 +138,8 @@ def require_capabilities(
 
 def describe_storage(storage: object) -> str:
     describe = getattr(storage, "describe", None)
-    return str(describe()) if callable(describe) else type(storage).__name__
+    # A third-party describe() may show its URL whole; reports never carry its credentials.
+    return redact_url(str(describe())) if callable(describe) else type(storage).__name__
 
 
 async def verify(

@@ -23,6 +23,7 @@ from storages import (
     CheckpointNotFoundError,
     CheckpointStorageError,
     CheckpointTypeNotAllowedError,
+    EvictionPolicyError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
@@ -57,6 +58,7 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     StorageUnavailableError("save", "connection refused"),
     StorageClosedError("memory://", "load"),
     StorageConfigurationError("bad url"),
+    EvictionPolicyError("redis://h:6379/0", "allkeys-lru", None, "any key", "allow_evicting_policy=True"),
     MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite"),
 ]
 
