@@ -747,7 +747,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 entry = self._parse_order_key(key, False)
                 if entry is None or (tag is not None and entry.tag != tag):
                     continue
-                stored = await self._read_entry(entry, "get_latest")
+                stored = await self._read_entry(entry, "get_latest", lost_is_error=True)
                 if stored is not None and (
                     graph_signature_hash is None or stored.header.graph_signature_hash == graph_signature_hash
                 ):
@@ -759,7 +759,9 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         entries = await self._listing(workflow_name, graph_signature_hash, include_nested, "list_checkpoints")
-        stored = await self._gather(self._read_entry(entry, "list_checkpoints") for entry in entries)
+        stored = await self._gather(
+            self._read_entry(entry, "list_checkpoints", lost_is_error=True) for entry in entries
+        )
         return [
             _stored(item)
             for item in stored
@@ -778,7 +780,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         for entry in entries:
             checkpoint_id = entry.checkpoint_id
             if checkpoint_id is None:  # a hashed (very long) id: the record knows it
-                stored = await self._read_entry(entry, "list_checkpoint_ids")
+                stored = await self._read_entry(entry, "list_checkpoint_ids", lost_is_error=True)
                 if stored is None:
                     continue
                 checkpoint_id = stored.header.checkpoint_id
@@ -921,16 +923,31 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             )
         return _Stored(header, body, etag)
 
-    async def _read_entry(self, entry: _OrderEntry, operation: str) -> _Stored | None:
-        """The record an order key names, or None if it was deleted (or re-saved) since."""
+    async def _read_entry(
+        self, entry: _OrderEntry, operation: str, *, lost_is_error: bool = False
+    ) -> _Stored | None:
+        """The record an order key names, or None if it was deleted (or re-saved) since.
+
+        A delete removes the order key before the record, so an order key that is still there
+        while its record is missing (or is another save's) was not left by a delete: the record
+        was lost behind the storage's back. With ``lost_is_error`` (the reads that return
+        checkpoints) that raises rather than act as if the checkpoint never existed: a get_latest
+        would otherwise return an older one. Maintenance (prune, inspect) skips it.
+        """
         checkpoint_id = entry.checkpoint_id
         if checkpoint_id is None:
             stored = await self._read_hashed(entry.escaped_id, operation)
         else:
             stored = await self._read(checkpoint_id, operation)
-        if stored is None or stored.header.sequence != entry.sequence:
-            return None
-        return stored
+        if stored is not None and stored.header.sequence == entry.sequence:
+            return stored
+        if lost_is_error and await self._exists(operation, entry.key):
+            named = checkpoint_id if checkpoint_id is not None else entry.escaped_id
+            found = "is missing" if stored is None else f"holds sequence {stored.header.sequence}"
+            raise CheckpointCorruptedError(
+                named, f"its order key {entry.key!r} is listed but its record {found}; nothing was deleted"
+            )
+        return None
 
     async def _read_hashed(self, escaped_id: str, operation: str) -> _Stored | None:
         key = f"{self._prefix}r/{escaped_id}"

@@ -25,6 +25,7 @@ from storages import open_storage
 from storages.contract import WorkflowCheckpoint
 from storages.errors import (
     CheckpointConflictError,
+    CheckpointCorruptedError,
     CheckpointNotFoundError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -462,3 +463,24 @@ async def test_closing_a_handle_leaves_an_injected_client_usable(in_process: S3S
         await first.load(saved.checkpoint_id)
     async with first.new_handle() as second:
         assert (await second.load(saved.checkpoint_id)).checkpoint_id == saved.checkpoint_id
+
+
+async def test_a_lost_record_is_reported_never_replaced_by_an_older_checkpoint(in_process: S3Store) -> None:
+    """Its order key is listed but its record is gone (deleted behind the storage's back):
+    get_latest and the listings raise naming it, instead of answering as if it never existed."""
+    storage = in_process.storage()
+    older = checkpoint()
+    newest = checkpoint(previous=older)
+    await storage.save(older)
+    await storage.save(newest)
+    record_key = storage._record_key(newest.checkpoint_id)
+    in_process.client.delete_object(Bucket=BUCKET, Key=record_key)
+    for read in (
+        storage.get_latest(workflow_name="wf"),
+        storage.list_checkpoints(workflow_name="wf"),
+    ):
+        with pytest.raises(CheckpointCorruptedError, match="listed but its record is missing") as caught:
+            await read
+        assert caught.value.checkpoint_id == newest.checkpoint_id
+    assert await storage.load(older.checkpoint_id) == older
+    await storage.aclose()
