@@ -51,7 +51,8 @@ class CheckpointNotFoundError(CheckpointStorageError, LookupError):
     """No checkpoint with this id exists."""
 
     def __init__(self, checkpoint_id: str) -> None:
-        super().__init__(f"No checkpoint found with ID {checkpoint_id!r}")
+        # MAF's exact wording (no quotes): code and tests written against MAF match on it.
+        super().__init__(f"No checkpoint found with ID {checkpoint_id}")
         self.checkpoint_id = checkpoint_id
 
 
@@ -62,6 +63,29 @@ class CheckpointCorruptedError(CheckpointStorageError):
         super().__init__(f"Checkpoint {checkpoint_id!r} is corrupted: {reason}")
         self.checkpoint_id = checkpoint_id
         self.reason = reason
+
+
+class CheckpointTypeNotAllowedError(CheckpointStorageError):
+    """A stored body names a type this storage is not allowed to construct.
+
+    The data is intact (this is not corruption): allow the type and read it again.
+    """
+
+    def __init__(self, type_key: str, checkpoint_id: str | None = None, path: str | None = None) -> None:
+        where = "".join(
+            (
+                "" if checkpoint_id is None else f" in checkpoint {checkpoint_id!r}",
+                "" if path is None else f" at {path}",
+            )
+        )
+        super().__init__(
+            f"Checkpoint deserialization blocked for type '{type_key}'{where}; the data is intact: "
+            f"allow it with allowed_checkpoint_types=[{type_key!r}] or the URL option "
+            f"allowed_checkpoint_types={type_key}"
+        )
+        self.type_key = type_key
+        self.checkpoint_id = checkpoint_id
+        self.path = path
 
 
 class InvalidCheckpointError(CheckpointStorageError, ValueError):
@@ -183,6 +207,7 @@ __all__ = [
     "CheckpointCorruptedError",
     "CheckpointNotFoundError",
     "CheckpointStorageError",
+    "CheckpointTypeNotAllowedError",
     "GraphSignatureMismatchError",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",

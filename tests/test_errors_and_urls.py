@@ -22,6 +22,7 @@ from storages import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    CheckpointTypeNotAllowedError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
@@ -42,6 +43,7 @@ from storages import (
 SAMPLE_ERRORS: list[CheckpointStorageError] = [
     CheckpointNotFoundError("cp-1"),
     CheckpointCorruptedError("cp-1", "checksum mismatch"),
+    CheckpointTypeNotAllowedError("app.models:Ticket", "cp-1", "checkpoint.state['ticket']"),
     InvalidCheckpointError("bad checkpoint", field="state"),
     InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),
     UnserializableValueError("pkg:Thing", "checkpoint.state['a']", "not registered"),
@@ -112,6 +114,35 @@ def test_errors_carry_what_they_are_about() -> None:
     assert len(str(invalid)) < 150  # long values are shortened in the message
     missing = MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite")
     assert "pip install 'checkpoint-storages[sqlite]'" in str(missing)
+
+
+def test_not_found_message_is_mafs_exactly() -> None:
+    # MAF's storages say exactly this; code and tests written against MAF match on it.
+    assert str(CheckpointNotFoundError("0b7c-42")) == "No checkpoint found with ID 0b7c-42"
+
+
+async def test_a_missing_checkpoint_reads_as_mafs_not_found() -> None:
+    async with InMemoryCheckpointStorage() as storage:
+        with pytest.raises(WorkflowCheckpointException, match=r"^No checkpoint found with ID nope$"):
+            await storage.load("nope")
+
+
+def test_a_refused_type_is_not_corruption_and_says_how_to_allow_it() -> None:
+    refused = CheckpointTypeNotAllowedError("app.models:Ticket", "cp-1", "checkpoint.state['ticket']")
+    assert not isinstance(refused, CheckpointCorruptedError)
+    assert str(refused).startswith("Checkpoint deserialization blocked for type 'app.models:Ticket'")
+    assert "'cp-1'" in str(refused)
+    assert "checkpoint.state['ticket']" in str(refused)
+    assert "allowed_checkpoint_types=['app.models:Ticket']" in str(refused)
+    assert "URL option allowed_checkpoint_types=app.models:Ticket" in str(refused)
+    assert (refused.type_key, refused.checkpoint_id, refused.path) == (
+        "app.models:Ticket",
+        "cp-1",
+        "checkpoint.state['ticket']",
+    )
+    bare = CheckpointTypeNotAllowedError("app.models:Ticket")
+    assert (bare.checkpoint_id, bare.path) == (None, None)
+    assert str(bare).startswith("Checkpoint deserialization blocked for type 'app.models:Ticket'; ")
 
 
 # ---------------------------------------------------------------------------- open_storage
