@@ -737,6 +737,16 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 raise self._unavailable("open", exc) from exc
         self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
 
+    async def _follow_loop(self) -> None:
+        if self._injected is not None:
+            return  # the caller's client: binding it to loops is the caller's business
+        # Our client's connections belong to the old loop, which is usually closed: awaiting
+        # their close would fail, so they are dropped (the sockets close when collected) and a
+        # new client connects on this loop.
+        assert self._url is not None
+        self._client = _client_from_url(self._url, self._client_options)
+        self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
+
     async def _close(self) -> None:
         client, self._client = self._client, None
         if client is not None and self._injected is None:
