@@ -70,10 +70,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis import exceptions as redis_errors
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from typing_extensions import Self
 
+from . import urls
 from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
 from .codec import CheckpointCodec
 from .contract import Capability, CheckpointID, CheckpointInfo
@@ -83,6 +85,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .redaction import redact_url
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -673,7 +676,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         to redis-py."""
         if not isinstance(url, str) or urlsplit(url).scheme.lower() not in ("redis", "rediss"):
             raise StorageConfigurationError(f"Not a Redis URL: {url!r}; expected redis:// or rediss://")
-        options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        options = url_options(url)
         prefix = options.get("prefix", DEFAULT_PREFIX)
         ttl_text = options.get("ttl")
         try:
@@ -1182,6 +1185,57 @@ def _check_client(client: object) -> None:
 
 
 _OUR_OPTIONS = ("prefix", "ttl", "cluster")
+_DRIVER_OPTIONS = tuple(
+    # redis-py's own URL options. "timeout" is BlockingConnectionPool's and would reach the
+    # connection as an unknown argument; the wait for a free connection is wait_seconds here.
+    name
+    for name in (*URL_QUERY_ARGUMENT_PARSERS, "client_name", "lib_name", "lib_version")
+    if name != "timeout" and not name.startswith("ssl_")
+)
+_TLS_OPTIONS = tuple(
+    name
+    for name in (
+        *URL_QUERY_ARGUMENT_PARSERS,
+        *("ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_ca_path"),
+        *("ssl_ciphers", "ssl_password"),
+    )
+    if name.startswith("ssl_")
+)
+_POOL_OPTIONS = ("wait_seconds",)
+"""Options of WaitingConnectionPool, which only a single-server storage uses."""
+
+
+def url_option_names(url: str) -> tuple[str, ...]:
+    """The query options a Redis URL of this kind takes: ours, redis-py's, TLS ones for rediss://,
+    the pool's for a single server (a cluster client builds its own pools)."""
+    names = (*_OUR_OPTIONS, *_DRIVER_OPTIONS)
+    if urlsplit(url).scheme.lower() == "rediss":
+        names += _TLS_OPTIONS
+    if not _url_is_cluster(url):
+        names += _POOL_OPTIONS
+    return names
+
+
+def url_options(url: str) -> dict[str, str]:
+    """A Redis URL's query options, refusing names no part of the stack takes and values
+    redis-py cannot parse, so both fail when the storage is built, not at its first command."""
+    options = urls.parse_url_options(url, urlsplit(url).query, url_option_names(url), what="Redis")
+    try:
+        parse_url(_driver_url(url))
+    except ValueError as exc:
+        raise StorageConfigurationError(f"Redis URL {redact_url(url)!r}: {exc}") from None
+    return options
+
+
+def _driver_url(url: str) -> str:
+    """``url`` without the query options redis-py does not know (ours and the common ones)."""
+    parts = urlsplit(url)
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in _OUR_OPTIONS and k not in urls.COMMON_URL_OPTIONS
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def _url_is_cluster(url: str | None) -> bool:
@@ -1195,9 +1249,7 @@ def _url_is_cluster(url: str | None) -> bool:
 def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
     """A client for ``url`` without our own query options, retrying connection errors and
     timeouts with exponential backoff."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _OUR_OPTIONS]
-    redis_url = urlunsplit(parts._replace(query=urlencode(query)))
+    redis_url = _driver_url(url)
     settings: dict[str, Any] = {
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), RETRIES),
         "retry_on_error": [redis_errors.ConnectionError, redis_errors.TimeoutError],

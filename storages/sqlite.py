@@ -66,6 +66,8 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another connection's write lock before giving up."""
 
 URL_PREFIX = "sqlite://"
+URL_OPTIONS: tuple[str, ...] = ("busy_timeout_ms",)
+"""Query options ``sqlite://`` takes besides the common ones (see ``storages.urls``)."""
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: per-workflow sequence counters and the checkpoints they order.
@@ -307,9 +309,19 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         url: str,
         *,
         codec: CheckpointCodec | None = None,
-        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        busy_timeout_ms: int | None = None,
     ) -> Self:
-        """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``."""
+        """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``, optionally with
+        ``?busy_timeout_ms=...``; a keyword wins over the URL."""
+        options = url_options(url)
+        if busy_timeout_ms is None:
+            text = options.get("busy_timeout_ms", "")
+            try:
+                busy_timeout_ms = int(text) if text else DEFAULT_BUSY_TIMEOUT_MS
+            except ValueError:
+                raise StorageConfigurationError(
+                    f"SQLite URL {url!r}: busy_timeout_ms must be an int >= 0, got {text!r}"
+                ) from None
         return cls(path_from_url(url), codec=codec, busy_timeout_ms=busy_timeout_ms)
 
     @property
@@ -741,12 +753,18 @@ def path_from_url(url: str) -> Path:
             f"SQLite URL {url!r} names a host; SQLite files are local: use sqlite:///relative.db "
             "or sqlite:////absolute/path.db"
         )
-    path = rest[1:]
-    if "?" in path:
-        raise StorageConfigurationError(
-            f"SQLite URL {url!r} has a query string; pass options as keywords, e.g. busy_timeout_ms=..."
-        )
+    path, _, _ = rest[1:].partition("?")  # the query holds options, see url_options()
     return _checked_path(path)
+
+
+def url_options(url: str) -> dict[str, str]:
+    """The options in a SQLite URL's query string; an option not in :data:`URL_OPTIONS` (or the
+    common ones) raises StorageConfigurationError listing the valid ones."""
+    from .urls import parse_url_options
+
+    path_from_url(url)  # a malformed URL is reported as such first
+    _, _, query = url[len(URL_PREFIX) :].partition("?")
+    return parse_url_options(url, query, URL_OPTIONS, what="SQLite")
 
 
 __all__ = [
@@ -755,4 +773,5 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLiteCheckpointStorage",
     "path_from_url",
+    "url_options",
 ]

@@ -10,19 +10,44 @@ URL forms:
   see ``docs/s3.md``.
 
 An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
-says what to do.
+says what to do; so does an option a scheme does not take (the error lists those it takes).
+
+Where options are declared: each backend module's ``URL_OPTIONS`` (the options of its scheme),
+plus :data:`COMMON_URL_OPTIONS` here (options every scheme takes). A backend's ``from_url``
+reads its query through :func:`parse_url_options`, which refuses anything else.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from .base import BaseCheckpointStorage
 from .errors import MissingDependencyError, StorageConfigurationError
+from .redaction import redact_url
+
+COMMON_URL_OPTIONS: tuple[str, ...] = ()
+"""Query options every scheme takes, on top of its backend's own ``URL_OPTIONS``."""
+
+
+def parse_url_options(url: str, query: str, scheme_options: Collection[str], *, what: str) -> dict[str, str]:
+    """The options in ``query`` (a URL's query string; the last value of a name wins), refusing
+    any name outside ``scheme_options`` and :data:`COMMON_URL_OPTIONS`, so a misspelt option
+    fails when the storage is built instead of being ignored or failing at first use."""
+    valid = sorted({*scheme_options, *COMMON_URL_OPTIONS})
+    pairs = parse_qsl(query, keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs if name not in valid})
+    if unknown:
+        raise StorageConfigurationError(
+            f"{what} URL {redact_url(url)!r}: unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(name) for name in unknown)}; valid options: "
+            + (", ".join(valid) if valid else "none")
+        )
+    return dict(pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,4 +97,4 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
     return storage
 
 
-__all__ = ["open_storage", "supported_schemes"]
+__all__ = ["COMMON_URL_OPTIONS", "open_storage", "parse_url_options", "supported_schemes"]
