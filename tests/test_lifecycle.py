@@ -10,11 +10,13 @@ program's own traceback.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,16 +53,23 @@ print("finished")
 """
 
 
-def backend_url(backend: str, directory: Path) -> str:
+@pytest.fixture(scope="module")
+def redis_prefix() -> Iterator[str]:
+    """One key prefix for this module's Redis cases (each uses ids of its own), wiped after them."""
+    prefix = redis_servers.fresh_prefix("lifecycle")
+    yield prefix
+    asyncio.run(redis_servers.wipe(redis_servers.redis_url(), prefix))
+
+
+def backend_url(backend: str, directory: Path, request: pytest.FixtureRequest) -> str:
     """A fresh store of ``backend``, reachable by URL from another process."""
     if backend == "memory":
         return "memory://"
     if backend == "sqlite":
         return f"sqlite:///{directory}/lifecycle.db"
     if backend == "redis":
-        return redis_servers.with_query(
-            redis_servers.redis_url(), prefix=redis_servers.fresh_prefix("lifecycle")
-        )
+        prefix = request.getfixturevalue("redis_prefix")
+        return redis_servers.with_query(redis_servers.redis_url(), prefix=prefix)
     prefix = f"lifecycle-{uuid.uuid4().hex[:12]}"
     return (
         f"s3://{s3_support.BUCKET}/{prefix}?endpoint_url={s3_support.server_endpoint()}"
@@ -94,9 +103,9 @@ CASES = [
 
 @pytest.mark.parametrize(("backend", "scope", "ending"), CASES)
 def test_a_storage_never_closed_lets_its_process_exit_quietly(
-    backend: str, scope: str, ending: str, tmp_path: Path
+    backend: str, scope: str, ending: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = backend_url(backend, tmp_path)
+    url = backend_url(backend, tmp_path, request)
     try:
         result = subprocess.run(
             [sys.executable, "-c", PROGRAM, url, scope, ending, uuid.uuid4().hex],
