@@ -60,8 +60,10 @@ TTL disappears entirely, its counter with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
+import weakref
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -665,6 +667,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         self._ttl_ms = "0" if ttl is None else str(max(1, round(ttl * 1000)))
         self._cluster = isinstance(client, RedisCluster) if client is not None else _url_is_cluster(url)
         self._scripts: dict[str, Any] = {}
+        self._abandoned: weakref.finalize[Any, Any] | None = None
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
@@ -729,7 +732,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     async def _open(self) -> None:
         if self._client is None:
             assert self._url is not None
-            self._client = _client_from_url(self._url, self._client_options)
+            self._client = self._own_client()
         if self._cluster:
             # Read the slot map now (a no-op if the client already has it): left to the first
             # commands, a burst of concurrent ones each reinitialises the client and drops the
@@ -744,14 +747,27 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         if self._injected is not None:
             return  # the caller's client: binding it to loops is the caller's business
         # Our client's connections belong to the old loop, which is usually closed: awaiting
-        # their close would fail, so they are dropped (the sockets close when collected) and a
-        # new client connects on this loop.
-        assert self._url is not None
-        self._client = _client_from_url(self._url, self._client_options)
+        # their close would fail, so they are closed without waiting and a new client connects
+        # on this loop.
+        _close_abandoned(self._client)
+        self._client = self._own_client()
         self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
+
+    def _own_client(self) -> Any:
+        """A new client from the URL, closed by _close_abandoned if the storage is collected
+        without aclose()."""
+        assert self._url is not None
+        client = _client_from_url(self._url, self._client_options)
+        if self._abandoned is not None:
+            self._abandoned.detach()
+        self._abandoned = weakref.finalize(self, _close_abandoned, client)
+        return client
 
     async def _close(self) -> None:
         client, self._client = self._client, None
+        if self._abandoned is not None:
+            self._abandoned.detach()
+            self._abandoned = None
         if client is not None and self._injected is None:
             try:
                 await client.aclose()
@@ -1125,12 +1141,44 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             return await request
         except (redis_errors.RedisError, OSError) as exc:
             raise self._unavailable(operation, exc) from exc
+        except RuntimeError as exc:
+            if self._injected is None or "loop" not in str(exc):
+                raise
+            # Our own client follows the loop (_follow_loop); the caller's stays on its first one.
+            raise StorageUnavailableError(
+                operation,
+                f"{self.describe()}: the Redis client given to this storage is bound to an event "
+                f"loop that has ended ({exc}); a redis-py client belongs to the loop it connected "
+                "on: create the client and the storage on the running loop, or give the storage "
+                "url= so it makes its own client on each loop",
+            ) from exc
 
     def _unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
         return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _close_abandoned(client: Any) -> None:
+    """Close a client of ours that nobody will ``aclose()``: its storage was collected, or it
+    was left on an event loop that ended. Awaiting is not possible (the loop may be closed, or
+    about to be), so its sockets are closed without waiting, and a cluster client is marked
+    closed, so that neither reports itself "unclosed" from a running loop when collected."""
+    with contextlib.suppress(Exception):  # best effort: nobody is left to tell
+        if isinstance(client, RedisCluster):
+            nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
+            connections = [connection for node in nodes for connection in node._connections]
+            client._initialize = True  # what aclose() sets first
+        else:
+            pool = client.connection_pool
+            connections = [*pool._available_connections, *pool._in_use_connections]
+        for connection in connections:
+            try:
+                connection._close()  # type: ignore[no-untyped-call]
+            except RuntimeError:
+                # Its loop is closed: forget the streams; collecting the transport closes the socket.
+                connection._reader = connection._writer = None
 
 
 def _pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:

@@ -70,6 +70,10 @@ def backend_url(backend: str, directory: Path, request: pytest.FixtureRequest) -
     if backend == "redis":
         prefix = request.getfixturevalue("redis_prefix")
         return redis_servers.with_query(redis_servers.redis_url(), prefix=prefix)
+    if backend == "redis-cluster":
+        # The cluster's own processes outlive the test session's; keys go with the cluster.
+        url = redis_servers.shared_cluster().url
+        return redis_servers.with_query(url, prefix=redis_servers.fresh_prefix("lifecycle"))
     prefix = f"lifecycle-{uuid.uuid4().hex[:12]}"
     return (
         f"s3://{s3_support.BUCKET}/{prefix}?endpoint_url={s3_support.server_endpoint()}"
@@ -90,6 +94,7 @@ BACKEND_MARKS = {
     "memory": pytest.mark.memory,
     "sqlite": pytest.mark.sqlite,
     "redis": pytest.mark.redis,
+    "redis-cluster": pytest.mark.redis_cluster,
     "s3": pytest.mark.s3,
 }
 
@@ -159,3 +164,46 @@ async def test_a_closed_sqlite_handle_leaves_no_finalizer_behind(tmp_path: Path)
     assert finalizer.alive
     await storage.aclose()
     assert not finalizer.alive
+
+
+@pytest.mark.redis
+def test_an_injected_redis_client_on_an_ended_loop_is_a_clear_error() -> None:
+    from redis.asyncio import Redis
+
+    from storages import StorageUnavailableError
+    from storages.redis import RedisCheckpointStorage
+
+    prefix = redis_servers.fresh_prefix("lifecycle-injected")
+    client = Redis.from_url(redis_servers.redis_url())
+    storage = RedisCheckpointStorage(client, prefix=prefix)
+
+    async def save(checkpoint_id: str) -> None:
+        await storage.save(
+            WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id=checkpoint_id)
+        )
+
+    try:
+        asyncio.run(save("first"))
+        with pytest.raises(StorageUnavailableError, match="bound to an event loop that has ended"):
+            asyncio.run(save("second"))
+    finally:
+        asyncio.run(redis_servers.wipe(redis_servers.redis_url(), prefix))
+
+
+@pytest.mark.redis
+def test_a_storage_built_from_a_url_follows_each_new_loop(redis_prefix: str) -> None:
+    from storages import open_storage
+
+    storage = open_storage(redis_servers.with_query(redis_servers.redis_url(), prefix=redis_prefix))
+    ids = [f"loop-{n}" for n in range(3)]
+
+    async def save_and_count(checkpoint_id: str) -> int:
+        await storage.save(
+            WorkflowCheckpoint(
+                workflow_name="follows-loops", graph_signature_hash="s", checkpoint_id=checkpoint_id
+            )
+        )
+        return len(await storage.list_checkpoint_ids(workflow_name="follows-loops"))
+
+    assert [asyncio.run(save_and_count(checkpoint_id)) for checkpoint_id in ids] == [1, 2, 3]
+    asyncio.run(storage.aclose())  # closing from yet another loop closes what that loop holds
