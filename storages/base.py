@@ -34,6 +34,7 @@ from .errors import (
     GraphSignatureMismatchError,
     InvalidCheckpointError,
     StorageClosedError,
+    StorageConfigurationError,
     UnsupportedOperationError,
 )
 
@@ -136,11 +137,16 @@ class BaseCheckpointStorage(abc.ABC):
         (a given ``codec`` is extended in place); see storages/allowlist.py."""
         if codec is None:
             codec = self._default_codec()
-        codec.allow(types=_as_list(allowed_checkpoint_types), modules=_as_list(allowed_modules))
+        try:
+            codec.allow(types=_as_list(allowed_checkpoint_types), modules=_as_list(allowed_modules))
+        except (ValueError, TypeError) as exc:
+            raise StorageConfigurationError(f"{type(self).__name__}: {exc}") from None
         self._codec = codec
         self._closed = False
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the backend's loop-bound resources belong to (None before opening)."""
 
     @classmethod
     def _default_codec(cls) -> CheckpointCodec:
@@ -390,6 +396,8 @@ class BaseCheckpointStorage(abc.ABC):
             return
         self._closed = True
         if self._opened:
+            if self._loop is not asyncio.get_running_loop():
+                await self._follow_loop()  # closing from a new loop closes what is bound to it
             await self._close()
 
     async def __aenter__(self) -> Self:
@@ -406,6 +414,11 @@ class BaseCheckpointStorage(abc.ABC):
 
     async def _close(self) -> None:  # noqa: B027 - optional hook
         """Release what _open acquired."""
+
+    async def _follow_loop(self) -> None:  # noqa: B027 - optional hook
+        """The storage is used from an event loop other than the one it was opened on: replace
+        what is bound to the old loop (connections, asyncio locks) without awaiting on it, since
+        the old loop is usually closed. Backends holding nothing loop-bound need nothing here."""
 
     @abc.abstractmethod
     async def _insert(self, record: CheckpointRecord) -> str | None:
@@ -504,14 +517,21 @@ class BaseCheckpointStorage(abc.ABC):
     async def _ready(self, operation: str) -> None:
         if self._closed:
             raise StorageClosedError(self.describe(), operation)
-        if self._opened:
+        loop = asyncio.get_running_loop()
+        if self._opened and self._loop is loop:
             return
-        if self._open_lock is None:
+        if self._open_lock is None or self._loop is not loop:
+            # An asyncio lock belongs to the loop it first waited on; each loop gets its own.
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if not self._opened:
                 await self._open()
                 self._opened = True
+            elif self._loop is not loop:
+                # A second asyncio.run(), say: the loop of the first is gone, and so is whatever
+                # the backend had bound to it.
+                await self._follow_loop()
+            self._loop = loop
 
     def _require(self, capability: Capability, operation: str) -> None:
         if capability not in self.capabilities:

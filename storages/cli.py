@@ -1,7 +1,8 @@
 """``checkpoint-storages``: verify and inspect a storage from a shell.
 
-* ``checkpoint-storages verify URL [--workflow NAME] [--json]``: scan for dangling links,
-  cycles, orphaned nested records, undecodable bodies and signature changes (storages.verify).
+* ``checkpoint-storages verify URL [--workflow NAME] [--json] [--structure-only]``: scan for
+  dangling links, cycles, orphaned nested records, undecodable bodies, types the codec does not
+  allow and signature changes (storages.verify).
   Exit status 0 when nothing is found, 1 when something is, 2 for a usage or connection error.
 * ``checkpoint-storages inspect URL``: the workflows, with counts.
   ``inspect URL WORKFLOW``: that workflow's lineage tree.
@@ -10,7 +11,9 @@
   (an unknown workflow or checkpoint included).
 
 ``--allow-type module:qualname`` (repeatable) lets the codec decode values of that type, as the
-application's own codec does; without it such checkpoints are reported as undecodable.
+application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
+(intact data, not damage). ``verify --structure-only`` constructs no value at all, so it checks
+an application's store from a process that cannot import the application's types.
 The commands only read: a SQLite URL naming a file that does not exist is an error, not a new
 empty store.
 """
@@ -104,6 +107,7 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
                 storage,
                 workflow_name=args.workflow,
                 progress=lambda done, known: progress.update(task, completed=done, total=known),
+                structure_only=args.structure_only,
             )
     if args.workflow is not None and report.records_checked == 0 and report.ok:
         raise UsageError(f"no records of workflow {args.workflow!r} in {report.storage}")
@@ -200,7 +204,7 @@ def _parser() -> argparse.ArgumentParser:
 
     verify_parser = commands.add_parser(
         "verify",
-        help="report dangling links, cycles, orphans, undecodable bodies, signature changes",
+        help="report dangling links, cycles, orphans, undecodable bodies, refused types, signature changes",
         description=(
             "Scan a storage (or one workflow and the records nested in it) for dangling previous "
             "links, cycles, orphaned or missing nested records, undecodable bodies, bodies that "
@@ -210,6 +214,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify_parser.add_argument("url", metavar="URL", help="storage URL")
     verify_parser.add_argument("--workflow", metavar="NAME", help="scan only this workflow")
+    verify_parser.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="check framing, checksums, links, nesting and signatures without constructing any "
+        "value, so the application's types are not needed",
+    )
     _common_options(verify_parser, json_help="print the report as JSON")
 
     inspect_parser = commands.add_parser(

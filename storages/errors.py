@@ -53,7 +53,8 @@ class CheckpointNotFoundError(CheckpointStorageError, LookupError):
     """No checkpoint with this id exists."""
 
     def __init__(self, checkpoint_id: str) -> None:
-        super().__init__(f"No checkpoint found with ID {checkpoint_id!r}")
+        # MAF's exact wording (no quotes): code and tests written against MAF match on it.
+        super().__init__(f"No checkpoint found with ID {checkpoint_id}")
         self.checkpoint_id = checkpoint_id
 
 

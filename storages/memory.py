@@ -12,13 +12,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
 from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
-from .errors import CheckpointConflictError, NestedCheckpointDeletionError
+from .errors import CheckpointConflictError, NestedCheckpointDeletionError, StorageConfigurationError
+from .redaction import redact_url
+
+URL_OPTIONS: tuple[str, ...] = ()
+"""Query options ``memory://`` takes besides the common ones (see ``storages.urls``)."""
 
 
 @dataclass(slots=True)
@@ -77,6 +82,26 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
         )
         self._store = _store if _store is not None else _MemoryStore()
+
+    @classmethod
+    def from_url(cls, url: str, *, codec: CheckpointCodec | None = None) -> Self:
+        """``memory://``: a fresh store of its own; it names no host and no path."""
+        from .urls import parse_url_options
+
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme.lower() != "memory":
+            raise StorageConfigurationError(f"Not a memory URL: {url!r}; expected memory://")
+        if parts.netloc or parts.path or parts.fragment:
+            raise StorageConfigurationError(
+                f"memory URL {redact_url(url)!r} names a host or path; an in-memory store is this "
+                "process's memory: use memory:// (handles share a store through new_handle())"
+            )
+        options = parse_url_options(url, parts.query, URL_OPTIONS, what="memory")
+        return cls(
+            codec=codec,
+            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
+            allowed_modules=options.get("allowed_modules", ""),
+        )
 
     def describe(self) -> str:
         return "memory://"

@@ -68,9 +68,11 @@ server whose ``maxmemory-policy`` may evict its keys (``allkeys-*``; with a TTL 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
+import weakref
 from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -79,10 +81,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis import exceptions as redis_errors
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from typing_extensions import Self
 
+from . import urls
 from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
@@ -94,7 +98,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
-from .redaction import chainable, redact_text
+from .redaction import chainable, redact_text, redact_url
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -711,6 +715,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         self._ttl_ms = "0" if ttl is None else str(max(1, round(ttl * 1000)))
         self._cluster = isinstance(client, RedisCluster) if client is not None else _url_is_cluster(url)
         self._scripts: dict[str, Any] = {}
+        self._abandoned: weakref.finalize[Any, Any] | None = None
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
@@ -723,7 +728,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         Other query options go to redis-py."""
         if not isinstance(url, str) or urlsplit(url).scheme.lower() not in ("redis", "rediss"):
             raise StorageConfigurationError(f"Not a Redis URL: {url!r}; expected redis:// or rediss://")
-        options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        options = url_options(url)
         prefix = options.get("prefix", DEFAULT_PREFIX)
         ttl_text = options.get("ttl")
         try:
@@ -739,6 +744,8 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             codec=codec,
             client_options=client_options,
             allow_evicting_policy=_url_flag(url, "allow_evicting_policy"),
+            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
+            allowed_modules=options.get("allowed_modules", ""),
         )
 
     @property
@@ -784,7 +791,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     async def _open(self) -> None:
         if self._client is None:
             assert self._url is not None
-            self._client = _client_from_url(self._url, self._client_options)
+            self._client = self._own_client()
         if self._cluster:
             # Read the slot map now (a no-op if the client already has it): left to the first
             # commands, a burst of concurrent ones each reinitialises the client and drops the
@@ -844,8 +851,31 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         _warn_unverified(self.describe(), refusals)
         return None
 
+    async def _follow_loop(self) -> None:
+        if self._injected is not None:
+            return  # the caller's client: binding it to loops is the caller's business
+        # Our client's connections belong to the old loop, which is usually closed: awaiting
+        # their close would fail, so they are closed without waiting and a new client connects
+        # on this loop.
+        _close_abandoned(self._client)
+        self._client = self._own_client()
+        self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
+
+    def _own_client(self) -> Any:
+        """A new client from the URL, closed by _close_abandoned if the storage is collected
+        without aclose()."""
+        assert self._url is not None
+        client = _client_from_url(self._url, self._client_options)
+        if self._abandoned is not None:
+            self._abandoned.detach()
+        self._abandoned = weakref.finalize(self, _close_abandoned, client)
+        return client
+
     async def _close(self) -> None:
         client, self._client = self._client, None
+        if self._abandoned is not None:
+            self._abandoned.detach()
+            self._abandoned = None
         if client is not None and self._injected is None:
             try:
                 await client.aclose()
@@ -1235,6 +1265,17 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             return await request
         except (redis_errors.RedisError, OSError) as exc:
             raise self._unavailable(operation, exc) from chainable(exc)
+        except RuntimeError as exc:
+            if self._injected is None or "loop" not in str(exc):
+                raise
+            # Our own client follows the loop (_follow_loop); the caller's stays on its first one.
+            raise StorageUnavailableError(
+                operation,
+                f"{self.describe()}: the Redis client given to this storage is bound to an event "
+                f"loop that has ended ({exc}); a redis-py client belongs to the loop it connected "
+                "on: create the client and the storage on the running loop, or give the storage "
+                "url= so it makes its own client on each loop",
+            ) from exc
 
     def _lost(
         self,
@@ -1262,6 +1303,27 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _close_abandoned(client: Any) -> None:
+    """Close a client of ours that nobody will ``aclose()``: its storage was collected, or it
+    was left on an event loop that ended. Awaiting is not possible (the loop may be closed, or
+    about to be), so its sockets are closed without waiting, and a cluster client is marked
+    closed, so that neither reports itself "unclosed" from a running loop when collected."""
+    with contextlib.suppress(Exception):  # best effort: nobody is left to tell
+        if isinstance(client, RedisCluster):
+            nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
+            connections = [connection for node in nodes for connection in node._connections]
+            client._initialize = True  # what aclose() sets first
+        else:
+            pool = client.connection_pool
+            connections = [*pool._available_connections, *pool._in_use_connections]
+        for connection in connections:
+            try:
+                connection._close()  # type: ignore[no-untyped-call]
+            except RuntimeError:
+                # Its loop is closed: forget the streams; collecting the transport closes the socket.
+                connection._reader = connection._writer = None
 
 
 def _pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
@@ -1319,6 +1381,57 @@ def _check_client(client: object) -> None:
 
 
 _OUR_OPTIONS = ("prefix", "ttl", "cluster", "allow_evicting_policy")
+_DRIVER_OPTIONS = tuple(
+    # redis-py's own URL options. "timeout" is BlockingConnectionPool's and would reach the
+    # connection as an unknown argument; the wait for a free connection is wait_seconds here.
+    name
+    for name in (*URL_QUERY_ARGUMENT_PARSERS, "client_name", "lib_name", "lib_version")
+    if name != "timeout" and not name.startswith("ssl_")
+)
+_TLS_OPTIONS = tuple(
+    name
+    for name in (
+        *URL_QUERY_ARGUMENT_PARSERS,
+        *("ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_ca_path"),
+        *("ssl_ciphers", "ssl_password"),
+    )
+    if name.startswith("ssl_")
+)
+_POOL_OPTIONS = ("wait_seconds",)
+"""Options of WaitingConnectionPool, which only a single-server storage uses."""
+
+
+def url_option_names(url: str) -> tuple[str, ...]:
+    """The query options a Redis URL of this kind takes: ours, redis-py's, TLS ones for rediss://,
+    the pool's for a single server (a cluster client builds its own pools)."""
+    names = (*_OUR_OPTIONS, *_DRIVER_OPTIONS)
+    if urlsplit(url).scheme.lower() == "rediss":
+        names += _TLS_OPTIONS
+    if not _url_is_cluster(url):
+        names += _POOL_OPTIONS
+    return names
+
+
+def url_options(url: str) -> dict[str, str]:
+    """A Redis URL's query options, refusing names no part of the stack takes and values
+    redis-py cannot parse, so both fail when the storage is built, not at its first command."""
+    options = urls.parse_url_options(url, urlsplit(url).query, url_option_names(url), what="Redis")
+    try:
+        parse_url(_driver_url(url))
+    except ValueError as exc:
+        raise StorageConfigurationError(f"Redis URL {redact_url(url)!r}: {exc}") from None
+    return options
+
+
+def _driver_url(url: str) -> str:
+    """``url`` without the query options redis-py does not know (ours and the common ones)."""
+    parts = urlsplit(url)
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in _OUR_OPTIONS and k not in urls.COMMON_URL_OPTIONS
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def _url_is_cluster(url: str | None) -> bool:
@@ -1369,9 +1482,7 @@ def _warn_unverified(server: str, refusals: Sequence[str]) -> None:
 def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
     """A client for ``url`` without our own query options, retrying connection errors and
     timeouts with exponential backoff."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _OUR_OPTIONS]
-    redis_url = urlunsplit(parts._replace(query=urlencode(query)))
+    redis_url = _driver_url(url)
     settings: dict[str, Any] = {
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), RETRIES),
         "retry_on_error": [redis_errors.ConnectionError, redis_errors.TimeoutError],

@@ -75,12 +75,13 @@ import functools
 import hashlib
 import json
 import random
+import re
 import string
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
@@ -95,9 +96,21 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
-from .redaction import chainable
+from .redaction import chainable, redact_url
 
 URL_SCHEME = "s3"
+URL_OPTIONS: tuple[str, ...] = (
+    "endpoint_url",
+    "region",
+    "checksum",
+    "create_bucket",
+    "max_workers",
+    "max_attempts",
+    "conflict_retries",
+    "sse",
+    "sse_kms_key_id",
+)
+"""Query options ``s3://`` takes besides the common ones (see ``storages.urls``)."""
 DEFAULT_MAX_WORKERS = 16
 """Threads (and pooled connections) per handle."""
 DEFAULT_MAX_ATTEMPTS = 5
@@ -297,8 +310,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         super().__init__(
             codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
         )
-        if not isinstance(bucket, str) or not 3 <= len(bucket) <= 63:
-            raise StorageConfigurationError(f"S3 bucket name must be 3 to 63 characters, got {bucket!r}")
+        _check_bucket_name(bucket)
         if not isinstance(prefix, str):
             raise StorageConfigurationError(f"S3 prefix must be a str, got {prefix!r}")
         for name, value, low in (
@@ -335,11 +347,14 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             raise StorageConfigurationError(f"Not an S3 URL: {url!r}; expected s3://bucket/prefix")
         settings: dict[str, Any] = {}
         put_parameters: dict[str, Any] = {}
-        for name, values in parse_qs(parts.query, keep_blank_values=True).items():
-            value = values[-1]
+        for name, value in url_options(url).items():
             if name in ("endpoint_url", "region", "checksum"):
                 settings[name] = value or None
             elif name == "create_bucket":
+                if value.lower() not in ("", "0", "1", "true", "false", "yes", "no"):
+                    raise StorageConfigurationError(
+                        f"create_bucket in {redact_url(url)!r} must be true or false, got {value!r}"
+                    )
                 settings[name] = value.lower() in ("1", "true", "yes")
             elif name in ("max_workers", "max_attempts", "conflict_retries"):
                 try:
@@ -350,8 +365,8 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 put_parameters["ServerSideEncryption"] = value
             elif name == "sse_kms_key_id":
                 put_parameters["SSEKMSKeyId"] = value
-            else:
-                raise StorageConfigurationError(f"Unknown S3 URL option {name!r} in {url!r}")
+            elif name in ("allowed_checkpoint_types", "allowed_modules"):
+                settings[name] = value
         if put_parameters:
             settings["put_parameters"] = put_parameters
         settings.update(options)
@@ -1130,6 +1145,28 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 f"{self.describe()}: {len(errors)} of {len(keys)} deletes failed, e.g. "
                 f"{first.get('Key')!r}: {first.get('Code')} {first.get('Message')}",
             )
+
+
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]")
+"""What S3 (and botocore, which refuses other names before sending) accepts as a bucket name:
+3 to 63 letters, digits, dots, hyphens and (legacy buckets) underscores and capitals, starting
+and ending with a letter or digit."""
+
+
+def _check_bucket_name(bucket: object) -> None:
+    if not isinstance(bucket, str) or _BUCKET_NAME.fullmatch(bucket) is None or ".." in bucket:
+        raise StorageConfigurationError(
+            f"Invalid S3 bucket name {bucket!r}: a bucket name is 3 to 63 characters, letters, "
+            "digits, dots and hyphens, starting and ending with a letter or digit"
+        )
+
+
+def url_options(url: str) -> dict[str, str]:
+    """An S3 URL's query options; a name not in :data:`URL_OPTIONS` (or the common ones) raises
+    StorageConfigurationError listing the valid ones."""
+    from .urls import parse_url_options
+
+    return parse_url_options(url, urlsplit(url).query, URL_OPTIONS, what="S3")
 
 
 def _frame(header: _Header, body: bytes) -> bytes:

@@ -14,23 +14,46 @@ Every scheme also takes ``allowed_checkpoint_types=mod:Class,mod:Other`` and
 storages/allowlist.py), as the storages' keywords of the same names.
 
 An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
-says what to do.
+says what to do; so does an option a scheme does not take (the error lists those it takes).
+
+Where options are declared: each backend module's ``URL_OPTIONS`` (the options of its scheme),
+plus :data:`COMMON_URL_OPTIONS` here (options every scheme takes). A backend's ``from_url``
+reads its query through :func:`parse_url_options`, which refuses anything else.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from .base import BaseCheckpointStorage
 from .errors import MissingDependencyError, StorageConfigurationError
 from .redaction import redact_url
 
-ALLOWANCE_OPTIONS = ("allowed_checkpoint_types", "allowed_modules")
-"""URL options every scheme takes: the codec's allow-list (handled here, not by the backend)."""
+COMMON_URL_OPTIONS: tuple[str, ...] = ("allowed_checkpoint_types", "allowed_modules")
+"""Query options every scheme takes, on top of its backend's own ``URL_OPTIONS``: the codec's
+allow-list (comma-separated ``module:qualname`` keys, comma-separated module names), passed to
+the storage as its keywords of the same names."""
+
+
+def parse_url_options(url: str, query: str, scheme_options: Collection[str], *, what: str) -> dict[str, str]:
+    """The options in ``query`` (a URL's query string; the last value of a name wins), refusing
+    any name outside ``scheme_options`` and :data:`COMMON_URL_OPTIONS`, so a misspelt option
+    fails when the storage is built instead of being ignored or failing at first use."""
+    valid = sorted({*scheme_options, *COMMON_URL_OPTIONS})
+    pairs = parse_qsl(query, keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs if name not in valid})
+    if unknown:
+        raise StorageConfigurationError(
+            f"{what} URL {redact_url(url)!r}: unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(name) for name in unknown)}; valid options: "
+            + (", ".join(valid) if valid else "none")
+        )
+    return dict(pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,41 +98,14 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
         raise MissingDependencyError(f"{scheme}:// storage", backend.extra, backend.dependency)
     module = importlib.import_module(backend.module)
     cls = getattr(module, backend.cls)
-    url, allowances = _take_allowances(url)
-    if allowances:
-        codec = options.get("codec") or cls._default_codec()
-        try:
-            codec.allow(
-                types=allowances.get("allowed_checkpoint_types", []),
-                modules=allowances.get("allowed_modules", []),
-            )
-        except ValueError as exc:
-            raise StorageConfigurationError(f"Storage URL {redact_url(url)!r}: {exc}") from None
-        options["codec"] = codec
     storage = cls.from_url(url, **options) if hasattr(cls, "from_url") else cls(**options)
     assert isinstance(storage, BaseCheckpointStorage)
     return storage
 
 
-def _take_allowances(url: str) -> tuple[str, dict[str, list[str]]]:
-    """``url`` without the allow-list options, and those options' comma-separated items."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url, {}
-    kept: list[tuple[str, str]] = []
-    allowances: dict[str, list[str]] = {}
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in ALLOWANCE_OPTIONS:
-            allowances.setdefault(name, []).extend(item.strip() for item in value.split(",") if item.strip())
-        else:
-            kept.append((name, value))
-    if not allowances:
-        return url, {}
-    # Rebuilt by hand: urlunsplit would turn sqlite:////abs/path into sqlite://abs/path.
-    head, _, rest = url.partition("?")
-    _, hash_sign, fragment = rest.partition("#")
-    query = "?" + urlencode(kept) if kept else ""
-    return head + query + hash_sign + fragment, allowances
-
-
-__all__ = ["ALLOWANCE_OPTIONS", "open_storage", "supported_schemes"]
+__all__ = [
+    "COMMON_URL_OPTIONS",
+    "open_storage",
+    "parse_url_options",
+    "supported_schemes",
+]
