@@ -44,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
+    "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
 }
 """Family name -> what the family proves, in catalogue order."""
 
