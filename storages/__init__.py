@@ -33,12 +33,14 @@ from .errors import (
     InvalidCheckpointIdError,
     MissingDependencyError,
     NestedCheckpointDeletionError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
     UnserializableValueError,
     UnsupportedOperationError,
 )
+from .fencing import FencedStorage
 from .memory import InMemoryCheckpointStorage
 from .urls import open_storage, supported_schemes
 
@@ -89,6 +91,7 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointStorage",
     "CheckpointStorageError",
+    "FencedStorage",
     "GraphSignatureMismatchError",
     "InMemoryCheckpointStorage",
     "InvalidCheckpointError",
@@ -99,6 +102,7 @@ __all__ = [
     "RedisCheckpointStorage",
     "S3CheckpointStorage",
     "SQLiteCheckpointStorage",
+    "StaleWriterError",
     "StorageClosedError",
     "StorageConfigurationError",
     "StorageUnavailableError",
