@@ -532,7 +532,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         workflow = top.workflow_name
         for attempt in range(self._conflict_retries + 1):
             view = await self._fence_view(workflow)
-            latest = await self._fenced_latest(workflow, view)
+            latest = await self._fenced_latest(workflow, view, expected_latest_id)
             if latest == top.checkpoint_id:
                 stored = await self._read(top.checkpoint_id, "save")
                 if stored is not None:
@@ -597,9 +597,13 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         mark = max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence, nested)
         return _FenceView(mark, pointer, head)
 
-    async def _fenced_latest(self, workflow_name: str, view: _FenceView) -> CheckpointID | None:
+    async def _fenced_latest(
+        self, workflow_name: str, view: _FenceView, expected_latest_id: CheckpointID | None
+    ) -> CheckpointID | None:
         """The workflow's latest as a fenced save must see it, rolling forward a fenced commit
-        whose pointer swap is done but whose order key is not."""
+        whose pointer swap is done but whose order key is not. A head naming the expected id is
+        taken as read (a delete removes order keys before records, so a listed head has its
+        record); any other head is checked against its record first."""
         head_sequence = 0 if view.head is None else view.head.sequence
         pointer = view.pointer
         if pointer is not None and pointer.checkpoint_id is not None and pointer.sequence > head_sequence:
@@ -614,6 +618,8 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 return pointer.checkpoint_id
         if view.head is None:
             return None
+        if view.head.checkpoint_id is not None and view.head.checkpoint_id == expected_latest_id:
+            return view.head.checkpoint_id
         if view.head.checkpoint_id is not None and await self._read_entry(view.head, "save") is not None:
             return view.head.checkpoint_id
         # The head names a record deleted (or hashed) since: ask the full latest lookup.
