@@ -130,6 +130,15 @@ def fail(message: str) -> NoReturn:
     raise ClauseFailure(message)
 
 
+class ClauseSkipped(Exception):
+    """A clause found its guarantee does not apply to this storage, and says what it saw instead
+    (a finding about an undeclared capability, not a defect of what the storage declares)."""
+
+
+def skip(message: str) -> NoReturn:
+    raise ClauseSkipped(message)
+
+
 def ensure(condition: object, message: str) -> None:
     """Fail with ``message`` unless ``condition`` is true."""
     if not condition:
@@ -152,10 +161,12 @@ __all__ = [
     "FAMILIES",
     "Clause",
     "ClauseFailure",
+    "ClauseSkipped",
     "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
     "fail",
     "select_clauses",
+    "skip",
 ]

@@ -26,7 +26,7 @@ Semantics (the kit checks each one; ``docs/contract.md`` explains them):
 * Writer fencing (``fencing``): ``save(checkpoint, expected_latest_id=X)`` stores only if the
   workflow's latest is ``X`` (None: it has none), checked atomically with the write; otherwise it
   raises :class:`~storages.errors.StaleWriterError` and stores nothing. A retry of a fenced save
-  that succeeded returns its id (the checkpoint is then the latest it expects to follow).
+  that succeeded returns its id: the retry finds its own checkpoint as the latest.
 """
 
 from __future__ import annotations
