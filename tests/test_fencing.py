@@ -226,6 +226,53 @@ async def test_one_fenced_handle_shared_by_both_runs_fences_as_well(storage: Bas
         await shared.save(after(restored))
 
 
+async def test_saves_of_the_superseded_run_before_the_forks_first_save_are_superseded(
+    storage_maker: StorageMaker,
+) -> None:
+    """The window between B's restore and B's first save: A is not refused yet (nothing says B
+    exists), but B's first save takes over from A's newer head and A is refused from then on."""
+    async with storage_maker() as one, storage_maker() as two:
+        run_a, run_b = one.fenced(), two.fenced()
+        a_first = checkpoint()
+        await run_a.save(a_first)
+        a_head = after(a_first)
+        await run_a.save(a_head)
+        restored = await run_b.load(a_first.checkpoint_id)
+        in_window = [after(a_head)]
+        in_window.append(after(in_window[0]))
+        for late in in_window:
+            await run_a.save(late)  # lands after B's restore, before B's first save
+        fork = after(restored)
+        await run_b.save(fork)
+        assert await latest_id(one) == fork.checkpoint_id
+        with pytest.raises(StaleWriterError):
+            await run_a.save(after(in_window[-1]))
+        assert await latest_id(two) == fork.checkpoint_id
+
+
+async def test_a_stale_run_that_had_itself_resumed_is_refused_at_its_first_save(
+    storage_maker: StorageMaker,
+) -> None:
+    """A resumed from the latest, was dropped before saving; B resumed from an older checkpoint
+    and saved; A's late first save is a fork too, fenced on the latest A saw, so it is refused."""
+    async with storage_maker() as one, storage_maker() as two:
+        chain = [checkpoint()]
+        for _ in range(3):
+            chain.append(after(chain[-1]))
+        for saved in chain:
+            await one.save(saved)
+        run_a, run_b = one.fenced(), two.fenced()
+        a_restored = await run_a.load(chain[-1].checkpoint_id)
+        b_restored = await run_b.load(chain[1].checkpoint_id)
+        fork = after(b_restored)
+        await run_b.save(fork)
+        with pytest.raises(StaleWriterError) as refused:
+            await run_a.save(after(a_restored))
+        assert refused.value.expected_latest_id == chain[-1].checkpoint_id
+        assert refused.value.actual_latest_id == fork.checkpoint_id
+        assert await latest_id(one) == fork.checkpoint_id
+
+
 async def test_a_sub_workflow_resuming_from_its_embedded_checkpoint_is_a_fork(
     storage: BaseCheckpointStorage,
 ) -> None:

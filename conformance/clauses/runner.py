@@ -448,15 +448,19 @@ class _HeldSave:
 )
 async def stale_run_cannot_clobber_successor(ctx: ClauseContext) -> None:
     fenced = ctx.has(Capability.FENCING)
-    # One handle for both runs, as MAF's Workflow keeps one storage for all its runs.
-    storage: Any = FencedStorage(ctx.storage) if fenced else ctx.storage
+    # A handle per run, each on a connection of its own where handles share a store (A may be a
+    # zombie on another host).
+    run_a_storage: Any = ctx.storage
+    run_b_storage: Any = await ctx.other_handle() if ctx.has(Capability.SHARED) else ctx.storage
+    if fenced:
+        run_a_storage, run_b_storage = FencedStorage(run_a_storage), FencedStorage(run_b_storage)
     story = _Story(ctx, ChildStorageMode.NONE)
     runner = f"runner {story.profile.name!r}"
 
     def scenario(on: Any, supersteps: int, resume_from: str | None = None) -> Scenario:
         return Scenario(on, story.parent_workflow, story.child_workflow, supersteps, resume_from=resume_from)
 
-    held = _HeldSave(storage, story.parent_workflow, _SUPERSTEPS)
+    held = _HeldSave(run_a_storage, story.parent_workflow, _SUPERSTEPS)
     stale_run = asyncio.create_task(story.profile.run(scenario(held, _SUPERSTEPS)))
     holding = asyncio.create_task(held.holding.wait())
     await asyncio.wait({stale_run, holding}, return_when=asyncio.FIRST_COMPLETED)
@@ -466,7 +470,7 @@ async def stale_run_cannot_clobber_successor(ctx: ClauseContext) -> None:
     try:
         ids = await ctx.storage.list_checkpoint_ids(workflow_name=story.parent_workflow)
         mid = await story.mid_run_checkpoint(RunObservation(tuple(ids), (), ()))
-        successor = await story.profile.run(scenario(storage, 1, resume_from=mid))
+        successor = await story.profile.run(scenario(run_b_storage, 1, resume_from=mid))
         ensure(successor.parent_saved, f"{runner}: run B saved no parent checkpoint after restoring {mid!r}")
     except ClauseFailure:
         held.release.set()
@@ -498,7 +502,7 @@ async def stale_run_cannot_clobber_successor(ctx: ClauseContext) -> None:
     if fenced:
         fail(
             f"{race}: get_latest() is {got!r}, not B's {expected!r}, although the storage declares 'fencing' "
-            f"and both runs saved through FencedStorage (A's late save ended with {refusal!r})"
+            f"and each run saved through a FencedStorage of its own (A's late save ended with {refusal!r})"
         )
     # Not a defect of what the storage declares, so not a failure (a storage declaring only MAF's
     # six methods passes every clause it can run); the report still names what happened.
