@@ -22,12 +22,11 @@ for the runner, from what the runner saves and restores:
   fenced.
 
 The rule needs no memory of which run wrote what, only of what was restored, so one handle shared
-by every run of a workflow
-(MAF's ``Workflow`` keeps one storage for all its runs, as in the seed's race) fences as well as
-one handle per run. ``docs/contract.md`` ("Writer fencing") gives the limits: among them, a stale
-save that lands after B's restore but before B's first save is not refused (B's first save then
-supersedes it), two runs restoring from the same latest are told apart only by which saves first,
-and two live runs under one workflow name cannot both advance it.
+by every run of a workflow (MAF's ``Workflow`` keeps one storage for all its runs, as in the seed's
+race) fences as well as one handle per run. ``docs/contract.md`` ("Writer fencing") gives the
+limits: among them, a stale save that lands after B's restore but before B's first save is not
+refused (B's first save then takes over from it), two runs restoring from the same latest are told
+apart only by which saves first, and two live runs under one workflow name cannot both advance it.
 """
 
 from __future__ import annotations
@@ -43,7 +42,12 @@ from .contract import (
     CheckpointStorage,
     Unfenced,
 )
-from .errors import StaleWriterError, UnsupportedOperationError
+from .errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    StaleWriterError,
+    UnsupportedOperationError,
+)
 
 TAKEOVER_DEPTH: Final = 1_000
 """How far back a fork looks for the latest it saw at its restore when the latest has moved."""
@@ -139,20 +143,29 @@ class FencedStorage:
 
     async def _descends_from(self, checkpoint_id: CheckpointID, ancestor: CheckpointID) -> bool:
         """True if following previous ids from ``checkpoint_id`` reaches ``ancestor``."""
-        if Capability.ANCESTRY in self.capabilities:
-            walk = await self._storage.walk_ancestry_ids(checkpoint_id, max_depth=TAKEOVER_DEPTH)
-            return ancestor in walk.items[1:]
-        current: CheckpointID | None = checkpoint_id
-        for _ in range(TAKEOVER_DEPTH):
-            if current is None:
-                return False
-            current = (await self._storage.load(current)).previous_checkpoint_id
-            if current == ancestor:
-                return True
+        try:
+            if Capability.ANCESTRY in self.capabilities:
+                walk = await self._storage.walk_ancestry_ids(checkpoint_id, max_depth=TAKEOVER_DEPTH)
+                return ancestor in walk.items[1:]
+            current: CheckpointID | None = checkpoint_id
+            for _ in range(TAKEOVER_DEPTH):
+                if current is None:
+                    return False
+                current = (await self._storage.load(current)).previous_checkpoint_id
+                if current == ancestor:
+                    return True
+        except CheckpointNotFoundError:
+            pass  # deleted meanwhile: no chain to take over from
         return False
 
     async def _latest_id(self, workflow_name: str) -> CheckpointID | None:
-        latest = await self._storage.get_latest(workflow_name=workflow_name)
+        try:
+            latest = await self._storage.get_latest(workflow_name=workflow_name)
+        except CheckpointCorruptedError:
+            # Restoring an older checkpoint because the latest is damaged must still work: the
+            # listing names the latest without decoding it.
+            ids = await self._storage.list_checkpoint_ids(workflow_name=workflow_name)
+            return ids[-1] if ids else None
         return None if latest is None else str(latest.checkpoint_id)
 
 

@@ -369,3 +369,22 @@ async def test_an_s3_fenced_save_that_died_after_its_pointer_swap_is_finished_by
         assert refused.value.actual_latest_id == crashing.checkpoint_id
         assert await latest_id(other) == crashing.checkpoint_id  # the swap won; its commit was finished
         assert not await is_stored(other, rival.checkpoint_id)
+
+
+@pytest.mark.memory
+async def test_restoring_an_older_checkpoint_works_when_the_latest_is_damaged() -> None:
+    async with InMemoryCheckpointStorage() as storage:
+        first = checkpoint()
+        damaged = after(first)
+        await storage.save(first)
+        await storage.save(damaged)
+        await storage.write_raw_body(damaged.checkpoint_id, b"not a checkpoint")
+        run_b = storage.fenced()
+        restored = await run_b.load(first.checkpoint_id)
+        fork = after(restored)
+        await run_b.save(fork)  # fenced on the damaged latest, found by id without decoding it
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [
+            first.checkpoint_id,
+            damaged.checkpoint_id,
+            fork.checkpoint_id,
+        ]
