@@ -44,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
+    "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
 }
 """Family name -> what the family proves, in catalogue order."""
 
@@ -129,6 +130,15 @@ def fail(message: str) -> NoReturn:
     raise ClauseFailure(message)
 
 
+class ClauseSkipped(Exception):
+    """A clause found its guarantee does not apply to this storage, and says what it saw instead
+    (a finding about an undeclared capability, not a defect of what the storage declares)."""
+
+
+def skip(message: str) -> NoReturn:
+    raise ClauseSkipped(message)
+
+
 def ensure(condition: object, message: str) -> None:
     """Fail with ``message`` unless ``condition`` is true."""
     if not condition:
@@ -151,10 +161,12 @@ __all__ = [
     "FAMILIES",
     "Clause",
     "ClauseFailure",
+    "ClauseSkipped",
     "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
     "fail",
     "select_clauses",
+    "skip",
 ]

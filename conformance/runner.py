@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from .clause import Clause, ClauseFailure, select_clauses
+from .clause import Clause, ClauseFailure, ClauseSkipped, select_clauses
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report
 from .target import StorageFactory, StorageTarget
@@ -58,6 +58,8 @@ async def _outcome(clause: Clause, context: ClauseContext) -> tuple[Outcome, str
         await asyncio.wait_for(clause.function(context), timeout=clause.timeout)
     except ClauseFailure as exc:
         return Outcome.FAILED, str(exc)
+    except ClauseSkipped as exc:
+        return Outcome.SKIPPED, str(exc)
     except asyncio.TimeoutError:
         return Outcome.FAILED, f"timed out after {clause.timeout:g} s"
     except Exception as exc:

@@ -35,12 +35,14 @@ from .errors import (
     InvalidCheckpointIdError,
     MissingDependencyError,
     NestedCheckpointDeletionError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
     UnserializableValueError,
     UnsupportedOperationError,
 )
+from .fencing import FencedStorage
 from .memory import InMemoryCheckpointStorage
 from .urls import open_storage, supported_schemes
 
@@ -93,6 +95,7 @@ __all__ = [
     "CheckpointTypeNotAllowedError",
     "CheckpointStorageError",
     "EvictionPolicyError",
+    "FencedStorage",
     "GraphSignatureMismatchError",
     "InMemoryCheckpointStorage",
     "InvalidCheckpointError",
@@ -103,6 +106,7 @@ __all__ = [
     "RedisCheckpointStorage",
     "S3CheckpointStorage",
     "SQLiteCheckpointStorage",
+    "StaleWriterError",
     "StorageClosedError",
     "StorageConfigurationError",
     "StorageUnavailableError",

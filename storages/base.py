@@ -20,11 +20,13 @@ from typing_extensions import Self
 from .codec import CheckpointCodec, TypeRef
 from .contract import (
     CHECKPOINT_FIELDS,
+    UNFENCED,
     AncestryEnd,
     AncestryWalk,
     Capability,
     CheckpointID,
     CheckpointInfo,
+    Unfenced,
     validate_identifier,
 )
 from .errors import (
@@ -33,10 +35,12 @@ from .errors import (
     CheckpointNotFoundError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     UnsupportedOperationError,
 )
+from .fencing import FencedStorage
 
 DEFAULT_MAX_DEPTH = 100_000
 """Ancestry walks stop here unless asked otherwise; deeper chains report DEPTH_LIMIT."""
@@ -108,6 +112,17 @@ class WalkRecords:
     """Which previous ids that were not reached are tombstones of pruned records."""
 
 
+@dataclass(frozen=True, slots=True)
+class FenceCheck:
+    """Why a fenced insert wrote nothing: what the backend found at the moment of the check."""
+
+    latest_id: CheckpointID | None
+    """The workflow's latest top-level checkpoint (commit order), or None if it has none."""
+    existing_digest: str | None
+    """The digest stored under the checkpoint's id when that id already exists, else None (the
+    insert was refused because ``latest_id`` is not the expected one)."""
+
+
 def body_digest(body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=16).hexdigest()
 
@@ -167,12 +182,22 @@ class BaseCheckpointStorage(abc.ABC):
 
     # ------------------------------------------------------------------ MAF's six methods
 
-    async def save(self, checkpoint: Any) -> CheckpointID:
+    async def save(
+        self, checkpoint: Any, *, expected_latest_id: CheckpointID | Unfenced | None = UNFENCED
+    ) -> CheckpointID:
         """Store a snapshot of ``checkpoint`` and return its id.
 
         Saving an id that exists is a no-op when the content is equal and raises
         CheckpointConflictError when it differs.
+
+        With ``expected_latest_id`` (capability ``fencing``), the checkpoint is stored only if the
+        workflow's latest is that id (None: the workflow has no checkpoint yet), checked
+        atomically with the write; otherwise StaleWriterError names the expected and the actual
+        latest and nothing is stored. A repeated fenced save of a checkpoint that is already the
+        latest returns its id, so a retry after an ambiguous failure is harmless.
         """
+        if expected_latest_id is not UNFENCED:
+            return await self._save_fenced(checkpoint, expected_latest_id)
         await self._ready("save")
         records = self._records_for(checkpoint)
         top = records[0]
@@ -182,6 +207,26 @@ class BaseCheckpointStorage(abc.ABC):
         ):
             await self._check_same_content(records)
         return top.checkpoint_id
+
+    async def _save_fenced(self, checkpoint: Any, expected_latest_id: CheckpointID | None) -> CheckpointID:
+        self._require(Capability.FENCING, "save(expected_latest_id=...)")
+        if expected_latest_id is not None:
+            validate_identifier(expected_latest_id, "expected_latest_id")
+        await self._ready("save")
+        records = self._records_for(checkpoint)
+        top = records[0]
+        check = await self._insert_fenced(records, expected_latest_id)
+        if check is None:
+            return top.checkpoint_id
+        if check.existing_digest is None:
+            raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
+        if check.existing_digest != top.digest or not await self._same_nested_bodies(records):
+            await self._check_same_content(records)
+        if check.latest_id == top.checkpoint_id:
+            return top.checkpoint_id  # a retry of a save that succeeded: it is the latest
+        raise StaleWriterError(
+            top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id, already_stored=True
+        )
 
     async def load(
         self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None
@@ -390,6 +435,12 @@ class BaseCheckpointStorage(abc.ABC):
         Works on a closed handle too: it reuses settings, not connections.
         """
 
+    def fenced(self) -> FencedStorage:
+        """A per-run handle on this storage that fences every save continuing a checkpoint; pass
+        it to a runner that cannot give ``expected_latest_id`` itself (MAF's ``checkpoint_storage``).
+        See :class:`~storages.fencing.FencedStorage`."""
+        return FencedStorage(self)
+
     async def aclose(self) -> None:
         """Release connections; idempotent. Later operations raise StorageClosedError."""
         if self._closed:
@@ -436,6 +487,15 @@ class BaseCheckpointStorage(abc.ABC):
         insert every record, each with the next sequence number of its own workflow name, and
         return None. Needed by backends that declare ``nested``.
         """
+        raise NotImplementedError
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        """``_insert_family`` behind a fence, all in one atomic step: if the checkpoint's id
+        exists, write nothing and return the latest and the stored digest; else if the workflow's
+        latest top-level record is not ``expected_latest_id``, write nothing and return the
+        latest; else insert as ``_insert_family`` does and return None. Needed by ``fencing``."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -760,6 +820,7 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "BaseCheckpointStorage",
     "CheckpointRecord",
+    "FenceCheck",
     "IndexEntry",
     "StoredBody",
     "WalkRecords",

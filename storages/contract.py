@@ -23,6 +23,10 @@ Semantics (the kit checks each one; ``docs/contract.md`` explains them):
 * Ancestry (``ancestry``): a walk follows previous ids through every record, nested ones too,
   and says why it stopped: a root, a pruned ancestor (tombstone), a dangling link, a cycle, or
   the depth limit. It never loops.
+* Writer fencing (``fencing``): ``save(checkpoint, expected_latest_id=X)`` stores only if the
+  workflow's latest is ``X`` (None: it has none), checked atomically with the write; otherwise it
+  raises :class:`~storages.errors.StaleWriterError` and stores nothing. A retry of a fenced save
+  that succeeded returns its id: the retry finds its own checkpoint as the latest.
 """
 
 from __future__ import annotations
@@ -70,6 +74,17 @@ class WorkflowCheckpoint:
         return cls(**data)
 
 
+class Unfenced(enum.Enum):
+    """The type of :data:`UNFENCED`: ``save()`` was given no ``expected_latest_id``."""
+
+    UNFENCED = "unfenced"
+
+
+UNFENCED = Unfenced.UNFENCED
+"""Default of ``save(expected_latest_id=...)``: store without checking the latest (MAF's save).
+None cannot serve, since ``expected_latest_id=None`` means "the workflow has no checkpoint yet"."""
+
+
 CHECKPOINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WorkflowCheckpoint))
 """Field names in declaration order; the codec stores them in this order."""
 
@@ -114,6 +129,9 @@ class Capability(str, enum.Enum):
     """read_raw_body / write_raw_body expose stored bytes (for verify tooling and the kit)."""
     INSPECT = "inspect"
     """checkpoint_info / list_records / list_tombstones describe stored records without decoding."""
+    FENCING = "fencing"
+    """save(checkpoint, expected_latest_id=X) stores only while X is the workflow's latest (None: no
+    checkpoint yet), atomically with the check, else raises StaleWriterError (writer fencing)."""
 
     # Properties of the backend rather than operations.
     DURABLE = "durable"
@@ -135,6 +153,7 @@ OPERATION_CAPABILITIES: frozenset[Capability] = frozenset(
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.FENCING,
     }
 )
 
@@ -223,7 +242,9 @@ class CheckpointStorage(Protocol):
     def capabilities(self) -> frozenset[Capability]: ...
 
     # MAF's protocol. Keyword extensions default to MAF's behaviour.
-    async def save(self, checkpoint: Any) -> CheckpointID: ...
+    async def save(
+        self, checkpoint: Any, *, expected_latest_id: CheckpointID | Unfenced | None = ...
+    ) -> CheckpointID: ...
 
     async def load(
         self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None
@@ -324,6 +345,8 @@ __all__ = [
     "CheckpointStorage",
     "MafCheckpointStorage",
     "OPERATION_CAPABILITIES",
+    "UNFENCED",
+    "Unfenced",
     "WorkflowCheckpoint",
     "validate_identifier",
 ]

@@ -142,6 +142,36 @@ class CheckpointConflictError(CheckpointStorageError):
         self.checkpoint_id = checkpoint_id
 
 
+class StaleWriterError(CheckpointConflictError):
+    """A fenced save (``save(..., expected_latest_id=...)``) found the workflow's latest elsewhere
+    than the writer expected: another writer moved it on. Nothing was stored."""
+
+    def __init__(
+        self,
+        workflow_name: str,
+        checkpoint_id: str,
+        expected_latest_id: str | None,
+        actual_latest_id: str | None,
+        *,
+        already_stored: bool = False,
+    ) -> None:
+        if already_stored:
+            reason = (
+                "it is already stored but is not the latest, and a save cannot make an older "
+                "checkpoint the latest again"
+            )
+        else:
+            reason = "another writer moved the workflow on; this writer is stale"
+        super().__init__(
+            checkpoint_id,
+            f"refused: workflow {workflow_name!r} was expected at latest {expected_latest_id!r} but its "
+            f"latest is {actual_latest_id!r}; {reason}. Nothing was stored",
+        )
+        self.workflow_name = workflow_name
+        self.expected_latest_id = expected_latest_id
+        self.actual_latest_id = actual_latest_id
+
+
 class GraphSignatureMismatchError(CheckpointStorageError):
     """A checkpoint's graph signature is not the one the caller can restore."""
 
@@ -251,6 +281,7 @@ __all__ = [
     "NestedCheckpointDeletionError",
     "StorageClosedError",
     "StorageConfigurationError",
+    "StaleWriterError",
     "StorageUnavailableError",
     "UnserializableValueError",
     "UnsupportedOperationError",

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import CheckpointConflictError, NestedCheckpointDeletionError, StorageConfigurationError
@@ -67,6 +67,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.RAW_ACCESS,
             Capability.INSPECT,
             Capability.SHARED,
+            Capability.FENCING,
         }
     )
 
@@ -120,30 +121,50 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     async def _insert(self, record: CheckpointRecord) -> str | None:
         return await self._insert_family((record,))
 
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(records[0].workflow_name)
+            latest = None if workflow is None else next(reversed(workflow.entries), None)
+            existing = store.by_id.get(records[0].checkpoint_id)
+            if existing is not None:
+                return FenceCheck(latest, existing.record.digest)
+            if latest != expected_latest_id:
+                return FenceCheck(latest, None)
+            self._write_family(records)
+        return None
+
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         store = self._store
         with store.lock:
             existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
                 return existing.record.digest
-            for record in records[1:]:
-                if record.checkpoint_id in store.by_id:
-                    raise CheckpointConflictError(
-                        record.checkpoint_id,
-                        f"embedded in checkpoint {record.container_id!r}, but a record with this id "
-                        "is already stored; an embedded checkpoint needs an id of its own",
-                    )
-            for record in records:
-                workflow = store.workflows.get(record.workflow_name)
-                if workflow is None:
-                    workflow = store.workflows[record.workflow_name] = _Workflow()
-                entry = _Entry(record, workflow.next_sequence)
-                workflow.next_sequence += 1
-                (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
-                store.by_id[record.checkpoint_id] = entry
-                if record.container_id is not None:
-                    store.by_id[record.container_id].children.append(record.checkpoint_id)
+            self._write_family(records)
         return None
+
+    def _write_family(self, records: Sequence[CheckpointRecord]) -> None:
+        """Insert a family whose top id is absent (lock held); a taken nested id writes nothing."""
+        store = self._store
+        for record in records[1:]:
+            if record.checkpoint_id in store.by_id:
+                raise CheckpointConflictError(
+                    record.checkpoint_id,
+                    f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                    "is already stored; an embedded checkpoint needs an id of its own",
+                )
+        for record in records:
+            workflow = store.workflows.get(record.workflow_name)
+            if workflow is None:
+                workflow = store.workflows[record.workflow_name] = _Workflow()
+            entry = _Entry(record, workflow.next_sequence)
+            workflow.next_sequence += 1
+            (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
+            store.by_id[record.checkpoint_id] = entry
+            if record.container_id is not None:
+                store.by_id[record.container_id].children.append(record.checkpoint_id)
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         store = self._store

@@ -87,7 +87,7 @@ from redis.backoff import ExponentialBackoff
 from typing_extensions import Self
 
 from . import urls
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -127,6 +127,7 @@ _BASE_CAPABILITIES = frozenset(
         Capability.INSPECT,
         Capability.SHARED,
         Capability.DURABLE,
+        Capability.FENCING,
     }
 )
 
@@ -180,6 +181,17 @@ local function drop_family(H, home, id)
   redis.call('DEL', fkey(H, id))
   return dropped
 end
+-- Workflow w's latest top-level id ('' for none): the newest index entry whose record exists,
+-- dropping entries whose record expired, as the latest script does.
+local function head(w)
+  local H = tag(w)
+  while true do
+    local ids = redis.call('ZREVRANGE', H .. ':top', 0, 0)
+    if #ids == 0 then return '' end
+    if redis.call('EXISTS', rkey(H, ids[1])) == 1 then return ids[1] end
+    redis.call('ZREM', H .. ':top', ids[1])
+  end
+end
 -- Bodies of every record nested, at any depth, in record id of home H, appended to out.
 local function descendants(H, id, out)
   local pending = redis.call('LRANGE', kkey(H, id), 0, -1)
@@ -199,10 +211,13 @@ end
 
 # ARGV[4] home workflow, ARGV[5] record count, then 9 fields per record: id, workflow, previous
 # id ('' for none), signature, body, digest, container ('' at top level), position, sequence
-# ('' to take the next from the counter here). Returns {'ok'}, {'exists', digest} or {'conflict', id}.
+# ('' to take the next from the counter here); then, for a fenced save only, '1' and the expected
+# latest id ('' for none). Returns {'ok'}, {'exists', digest} or {'conflict', id}; fenced:
+# {'exists', digest, latest} or {'stale', latest} too.
 _SAVE = r"""
 local W, n = ARGV[4], tonumber(ARGV[5])
 local H = tag(W)
+local FENCED, EXPECTED = ARGV[6 + n * 9] == '1', ARGV[7 + n * 9]
 local records = {}
 for i = 0, n - 1 do
   local b = 6 + i * 9
@@ -226,7 +241,14 @@ local function stored(id)
 end
 local top = records[1]
 local existing = stored(top.id)
-if existing then return {'exists', redis.call('HGET', existing, 'd')} end
+if existing then
+  if FENCED then return {'exists', redis.call('HGET', existing, 'd'), head(W)} end
+  return {'exists', redis.call('HGET', existing, 'd')}
+end
+if FENCED then
+  local latest = head(W)
+  if latest ~= EXPECTED then return {'stale', latest} end
+end
 for i = 2, n do
   if stored(records[i].id) then return {'conflict', records[i].id} end
 end
@@ -277,13 +299,23 @@ return {'ok'}
 # _SAVE for that case with the key names given, so the server does only the six commands.
 # KEYS: the id's location pointer, its record, the workflow's counter, top index and signature
 # index. ARGV[4] workflow, ARGV[5] id, ARGV[6] body, ARGV[7] digest, ARGV[8] signature,
-# ARGV[9] previous id ('' for none). Returns false when written, else the stored digest.
+# ARGV[9] previous id ('' for none); for a fenced save only, ARGV[10] '1' and ARGV[11] the
+# expected latest id ('' for none). Returns false when written, else the stored digest; fenced:
+# {'exists', digest, latest} or {'stale', latest}.
 _SAVE_ONE = r"""
 local pointer, record = KEYS[1], KEYS[2]
+local FENCED = ARGV[10] == '1'
 local home = redis.call('GET', pointer)
 if home then
   local digest = redis.call('HGET', rkey(tag(home), ARGV[5]), 'd')
-  if digest then return digest end
+  if digest then
+    if FENCED then return {'exists', digest, head(ARGV[4])} end
+    return digest
+  end
+end
+if FENCED then
+  local latest = head(ARGV[4])
+  if latest ~= ARGV[11] then return {'stale', latest} end
 end
 local seq = redis.call('INCR', KEYS[3])
 if ARGV[9] == '' then
@@ -651,6 +683,12 @@ def _optional_text(value: Any) -> str | None:
     return None if value is None else _text(value)
 
 
+def _optional_id(value: Any) -> CheckpointID | None:
+    """An id from a script, where '' stands for none."""
+    text = _optional_text(value)
+    return text or None
+
+
 # ---------------------------------------------------------------------- the storage
 
 
@@ -887,9 +925,13 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     async def _insert(self, record: CheckpointRecord) -> str | None:
         if self._cluster:
             return await self._insert_family((record,))
+        digest = await self._run("save", "save_one", *self._save_one_call(record))
+        return None if digest is None else _text(digest)
+
+    def _save_one_call(self, record: CheckpointRecord) -> tuple[list[str], list[Any]]:
         workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
         keys = self._keys.written_by_save(workflow_name, checkpoint_id, record.graph_signature_hash)
-        args = [
+        args: list[Any] = [
             workflow_name,
             checkpoint_id,
             record.body,
@@ -897,10 +939,52 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             record.graph_signature_hash,
             record.previous_checkpoint_id or "",
         ]
-        digest = await self._run("save", "save_one", keys, args)
-        return None if digest is None else _text(digest)
+        return keys, args
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        # The check runs inside the script that writes the checkpoint, in the workflow's slot, so
+        # it is atomic on a cluster too. A refused cluster save may leave the location pointers
+        # it claimed first; they name no record, so reads treat them as not found (as after a crash).
+        fence = ["1", expected_latest_id or ""]
+        if len(records) == 1 and not self._cluster:
+            keys, args = self._save_one_call(records[0])
+            reply = await self._run("save", "save_one", keys, [*args, *fence])
+        else:
+            reply = await self._save_family(records, fence)
+            if isinstance(reply, str):
+                # The top id is stored under another workflow, found before the script ran: read
+                # this workflow's latest for the error message (nothing is written either way).
+                newest = await self._call(
+                    "save", self._client.zrevrange(self._keys.top(records[0].workflow_name), 0, 0)
+                )
+                return FenceCheck(_text(newest[0]) if newest else None, reply)
+        if reply is None:
+            return None
+        status = _text(reply[0])
+        if status == "stale":
+            return FenceCheck(_optional_id(reply[1]), None)
+        if status == "exists":
+            return FenceCheck(_optional_id(reply[2]), _text(reply[1]))
+        if status == "conflict":
+            raise _nested_conflict(_text(reply[1]), records)
+        return None
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        reply = await self._save_family(records, [])
+        if reply is None or isinstance(reply, str):
+            return reply
+        status = _text(reply[0])
+        if status == "exists":
+            return _text(reply[1])
+        if status == "conflict":
+            raise _nested_conflict(_text(reply[1]), records)
+        return None
+
+    async def _save_family(self, records: Sequence[CheckpointRecord], fence: list[str]) -> Any:
+        """The general save script's reply, or the stored digest (a str) when a cluster save
+        finds the top id already stored under another workflow."""
         top = records[0]
         home = top.workflow_name
         sequences = [""] * len(records)
@@ -921,13 +1005,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 record.position,
                 sequence,
             ]
-        reply = await self._run("save", "save", self._keys.sequence(home), args)
-        status = _text(reply[0])
-        if status == "exists":
-            return _text(reply[1])
-        if status == "conflict":
-            raise _nested_conflict(_text(reply[1]), records)
-        return None
+        return await self._run("save", "save", self._keys.sequence(home), [*args, *fence])
 
     async def _prepare_cluster_save(
         self, records: Sequence[CheckpointRecord], home: str, sequences: list[str]

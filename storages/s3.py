@@ -85,7 +85,7 @@ from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -260,6 +260,25 @@ class _Stored:
     etag: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Pointer:
+    """A workflow's pointer as read: the highest sequence committed, the id that set it, its ETag."""
+
+    sequence: int
+    checkpoint_id: CheckpointID | None
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class _FenceView:
+    """What a fenced save reads first, in one round trip: the workflow's high-water mark, its
+    pointer, and the head of its top-level listing."""
+
+    mark: int
+    pointer: _Pointer | None
+    head: _OrderEntry | None
+
+
 class _Precondition(Exception):
     """412: the conditional write's condition did not hold."""
 
@@ -286,6 +305,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             Capability.INSPECT,
             Capability.SHARED,
             Capability.DURABLE,
+            Capability.FENCING,
         }
     )
 
@@ -519,6 +539,126 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             "save", f"{self.describe()}: {self._record_key(top.checkpoint_id)} kept changing under the save"
         )
 
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        """A fenced save: the same steps as a save, plus one compare-and-swap of the workflow's
+        pointer (``IfMatch`` the ETag read with the check) between creating the record and its
+        order key. That swap is the commit point: of fenced writers that checked the same latest,
+        one moves the pointer and the others get 412, re-check and are refused. A pointer naming
+        a record above the listing's head is a fenced save that has not created its order key
+        yet (or crashed before it); the next fenced save finishes that commit before checking."""
+        top = records[0]
+        workflow = top.workflow_name
+        for attempt in range(self._conflict_retries + 1):
+            view = await self._fence_view(workflow)
+            latest = await self._fenced_latest(workflow, view, expected_latest_id)
+            if latest == top.checkpoint_id:
+                stored = await self._read(top.checkpoint_id, "save")
+                if stored is not None:
+                    return FenceCheck(latest, stored.header.digest)
+                continue  # deleted since: check again
+            if latest != expected_latest_id:
+                stored = await self._read(top.checkpoint_id, "save")
+                visible = stored is not None and await self._visible(stored.header, "save")
+                return FenceCheck(latest, stored.header.digest if stored is not None and visible else None)
+            pair = None if view.pointer is None else (view.pointer.sequence, view.pointer.etag)
+            headers, pointers = await self._headers_for(records, known={workflow: (view.mark, pair)})
+            if len(records) > 1:
+                last_try = attempt >= self._conflict_retries - 1
+                nested = await self._settle_nested(top, headers[1:], records[1:], may_replace=last_try)
+                if nested is None:
+                    await _backoff(attempt)
+                    continue
+                headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
+            key = self._record_key(top.checkpoint_id)
+            if not await self._create("save", key, headers[0], top.body):
+                stored = await self._read(top.checkpoint_id, "save")
+                if stored is None:
+                    continue
+                if await self._visible(stored.header, "save") or stored.header.digest != top.digest:
+                    return FenceCheck(latest, stored.header.digest)
+                # An earlier attempt at this save that never committed: rewrite it with this
+                # attempt's sequence, then commit it.
+                try:
+                    await self._run(
+                        "save", key, self._put, key, _frame(headers[0], top.body), {"IfMatch": stored.etag}
+                    )
+                except (_Precondition, _Conflict, _Missing):
+                    await _backoff(attempt)
+                    continue
+            sequence = max(
+                m.sequence for m in (headers[0].member, *headers[0].members) if m.workflow_name == workflow
+            )
+            if not await self._swap_pointer(workflow, view.pointer, sequence, top.checkpoint_id):
+                # Another writer committed since the check: this attempt's records never became
+                # visible; remove them and check again.
+                await self._delete_keys(
+                    "save", [key, *(self._record_key(m.checkpoint_id) for m in headers[0].members)]
+                )
+                await _backoff(attempt)
+                continue
+            pointers[workflow] = (sequence, view.pointer.etag if view.pointer is not None else "")
+            await self._commit(headers[0], "save", pointers)
+            return None
+        raise StorageUnavailableError(
+            "save", f"{self.describe()}: the pointer of workflow {workflow!r} kept moving under a fenced save"
+        )
+
+    async def _fence_view(self, workflow_name: str) -> _FenceView:
+        pointer_key = self._pointer_key(workflow_name)
+        top_prefix = self._order_prefix(workflow_name, False)
+        pointer, (top_page, _), nested = await asyncio.gather(
+            self._read_full_pointer(pointer_key, "save"),
+            self._run("save", top_prefix, self._list_page, top_prefix, None, 1),
+            self._head_sequence(workflow_name, True, "save"),
+        )
+        head = self._parse_order_key(top_page[0], False) if top_page else None
+        mark = max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence, nested)
+        return _FenceView(mark, pointer, head)
+
+    async def _fenced_latest(
+        self, workflow_name: str, view: _FenceView, expected_latest_id: CheckpointID | None
+    ) -> CheckpointID | None:
+        """The workflow's latest as a fenced save must see it, rolling forward a fenced commit
+        whose pointer swap is done but whose order key is not. A head naming the expected id is
+        taken as read (a delete removes order keys before records, so a listed head has its
+        record); any other head is checked against its record first."""
+        head_sequence = 0 if view.head is None else view.head.sequence
+        pointer = view.pointer
+        if pointer is not None and pointer.checkpoint_id is not None and pointer.sequence > head_sequence:
+            stored = await self._read(pointer.checkpoint_id, "save")
+            if (
+                stored is not None
+                and stored.header.workflow_name == workflow_name
+                and stored.header.container_id is None
+                and stored.header.sequence > head_sequence
+            ):
+                await self._commit(stored.header, "save")
+                return pointer.checkpoint_id
+        if view.head is None:
+            return None
+        if view.head.checkpoint_id is not None and view.head.checkpoint_id == expected_latest_id:
+            return view.head.checkpoint_id
+        if view.head.checkpoint_id is not None and await self._read_entry(view.head, "save") is not None:
+            return view.head.checkpoint_id
+        # The head names a record deleted (or hashed) since: ask the full latest lookup.
+        latest = await self._latest(workflow_name, None)
+        return None if latest is None else latest.checkpoint_id
+
+    async def _swap_pointer(
+        self, workflow_name: str, seen: _Pointer | None, sequence: int, checkpoint_id: CheckpointID
+    ) -> bool:
+        """Move the pointer from the state ``seen`` to (sequence, id); False if it moved since."""
+        key = self._pointer_key(workflow_name)
+        body = json.dumps({"seq": sequence, "id": checkpoint_id}).encode("utf-8")
+        condition = {"IfNoneMatch": "*"} if seen is None else {"IfMatch": seen.etag}
+        try:
+            await self._run("save", key, self._put, key, body, condition)
+        except (_Precondition, _Conflict, _Missing):
+            return False
+        return True
+
     async def _settle_nested(
         self,
         top: CheckpointRecord,
@@ -576,12 +716,18 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         return settled
 
     async def _headers_for(
-        self, records: Sequence[CheckpointRecord]
+        self,
+        records: Sequence[CheckpointRecord],
+        known: Mapping[str, tuple[int, tuple[int, str] | None]] | None = None,
     ) -> tuple[list[_Header], dict[str, tuple[int, str] | None]]:
         """Headers for a save, each record with the next sequence numbers of its workflow, and the
-        pointers as read (so advancing them needs no second read unless another save moved them)."""
+        pointers as read (so advancing them needs no second read unless another save moved them).
+        ``known`` gives high-water marks and pointers already read, by workflow name."""
         names = list(dict.fromkeys(record.workflow_name for record in records))
-        marks = await self._gather(self._high_water(name, "save") for name in names)
+        known = known or {}
+        unread = [name for name in names if name not in known]
+        read = await self._gather(self._high_water(name, "save") for name in unread)
+        marks = [known[name] if name in known else read[unread.index(name)] for name in names]
         next_sequence = {name: mark + 1 for name, (mark, _) in zip(names, marks, strict=True)}
         pointers = {name: pointer for name, (_, pointer) in zip(names, marks, strict=True)}
         sequences: list[int] = []
@@ -909,6 +1055,20 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         page, _ = await self._run(operation, prefix, self._list_page, prefix, None, 1)
         entry = self._parse_order_key(page[0], nested) if page else None
         return 0 if entry is None else entry.sequence
+
+    async def _read_full_pointer(self, key: str, operation: str) -> _Pointer | None:
+        found = await self._run(operation, key, self._get_object, key)
+        if found is None:
+            return None
+        raw, etag = found
+        try:
+            data = json.loads(raw)
+            checkpoint_id = data.get("id")
+            return _Pointer(int(data["seq"]), checkpoint_id if isinstance(checkpoint_id, str) else None, etag)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StorageUnavailableError(
+                operation, f"{self.describe()}: pointer {key} is unreadable: {exc}"
+            ) from exc
 
     async def _read_pointer(self, key: str, operation: str) -> tuple[int, str] | None:
         found = await self._run(operation, key, self._get_object, key)

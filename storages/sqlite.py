@@ -51,7 +51,7 @@ import aiosqlite
 import aiosqlite.core
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -147,6 +147,14 @@ _SELECT_DIGEST_AND_NEXT_SEQUENCE = """
     SELECT
         (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
         (SELECT next_sequence FROM workflows WHERE name = ?)
+"""
+# A fenced insert also reads the workflow's latest top-level id, in the same transaction.
+_SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = """
+    SELECT
+        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
+        (SELECT next_sequence FROM workflows WHERE name = ?),
+        (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0
+            ORDER BY sequence DESC LIMIT 1)
 """
 _SELECT_NEXT_SEQUENCE = "SELECT next_sequence FROM workflows WHERE name = ?"
 _INSERT_CHECKPOINT = """
@@ -292,6 +300,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             Capability.INSPECT,
             Capability.SHARED,
             Capability.DURABLE,
+            Capability.FENCING,
         }
     )
 
@@ -461,28 +470,57 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             existing_digest, next_sequence = rows[0]
             if existing_digest is not None:
                 return str(existing_digest)
-            sequences: dict[str, int] = {
-                top.workflow_name: 1 if next_sequence is None else int(next_sequence)
-            }
-            for record in records:
-                if record.workflow_name not in sequences:
-                    found = list(
-                        await connection.execute_fetchall(_SELECT_NEXT_SEQUENCE, (record.workflow_name,))
-                    )
-                    sequences[record.workflow_name] = int(found[0][0]) if found else 1
-                sequence = sequences[record.workflow_name]
-                sequences[record.workflow_name] = sequence + 1
-                try:
-                    await connection.execute(_INSERT_CHECKPOINT, _row(record, sequence))
-                except sqlite3.IntegrityError as exc:
-                    # The transaction rolls back: none of the family is written.
-                    raise CheckpointConflictError(
-                        record.checkpoint_id,
-                        f"embedded in checkpoint {record.container_id!r}, but a record with this id "
-                        "is already stored; an embedded checkpoint needs an id of its own",
-                    ) from exc
-            await connection.executemany(_ADVANCE_SEQUENCE, list(sequences.items()))
+            await self._write_family(connection, records, next_sequence)
         return None
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        top = records[0]
+        # The check and the write share one BEGIN IMMEDIATE transaction: no other writer, in this
+        # process or another, can commit between them.
+        async with self._write("save") as connection:
+            rows = list(
+                await connection.execute_fetchall(
+                    _SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST,
+                    (top.checkpoint_id, top.workflow_name, top.workflow_name),
+                )
+            )
+            existing_digest, next_sequence, latest = rows[0]
+            latest_id = None if latest is None else str(latest)
+            if existing_digest is not None:
+                return FenceCheck(latest_id, str(existing_digest))
+            if latest_id != expected_latest_id:
+                return FenceCheck(latest_id, None)
+            await self._write_family(connection, records, next_sequence)
+        return None
+
+    async def _write_family(
+        self, connection: aiosqlite.Connection, records: Sequence[CheckpointRecord], next_sequence: object
+    ) -> None:
+        """Insert a family whose top id is absent, inside the caller's write transaction."""
+        top = records[0]
+        sequences: dict[str, int] = {
+            top.workflow_name: 1 if next_sequence is None else int(str(next_sequence))
+        }
+        for record in records:
+            if record.workflow_name not in sequences:
+                found = list(
+                    await connection.execute_fetchall(_SELECT_NEXT_SEQUENCE, (record.workflow_name,))
+                )
+                sequences[record.workflow_name] = int(found[0][0]) if found else 1
+            sequence = sequences[record.workflow_name]
+            sequences[record.workflow_name] = sequence + 1
+            try:
+                await connection.execute(_INSERT_CHECKPOINT, _row(record, sequence))
+            except sqlite3.IntegrityError as exc:
+                # The transaction rolls back: none of the family is written.
+                raise CheckpointConflictError(
+                    record.checkpoint_id,
+                    f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                    "is already stored; an embedded checkpoint needs an id of its own",
+                ) from exc
+        await connection.executemany(_ADVANCE_SEQUENCE, list(sequences.items()))
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         async with self._connected("load") as connection:

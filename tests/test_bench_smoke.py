@@ -23,3 +23,20 @@ async def test_every_ancestry_operation_walks_the_whole_chain() -> None:
     assert set(operations) == {"walk_ids", "walk", "load_chain"}
     for name, operation in operations.items():
         assert await operation() == 5, name
+
+
+@pytest.mark.memory
+async def test_the_fencing_bench_times_plain_and_fenced_saves_of_unbroken_chains() -> None:
+    from bench.fencing_bench import cases, table
+    from bench.measure import Budget, time_async
+
+    storage = InMemoryCheckpointStorage()
+    measured = await time_async(cases(storage, "smoke"), Budget(repeats=2, batch_seconds=0.002))
+    assert set(measured) == {"plain", "fenced"}
+    for name in ("plain", "fenced"):
+        ids = await storage.list_checkpoint_ids(workflow_name=f"smoke-{name}")
+        # Every fenced save expected its predecessor: a refusal would have raised above.
+        assert len(ids) >= 3
+        chain = await storage.list_checkpoints(workflow_name=f"smoke-{name}")
+        assert [c.previous_checkpoint_id for c in chain[1:]] == ids[:-1]
+    assert "| memory |" in table({"memory": measured})

@@ -482,6 +482,7 @@ def test_memory_declares_exactly_what_it_implements() -> None:
         Capability.RAW_ACCESS,
         Capability.INSPECT,
         Capability.SHARED,
+        Capability.FENCING,
     }
 
 
@@ -513,6 +514,11 @@ GATED: list[tuple[str, Capability, Callable[[BaseCheckpointStorage], Awaitable[A
         "list_checkpoint_ids(graph_signature_hash=...)",
         Capability.SIGNATURE_FILTER,
         lambda s: s.list_checkpoint_ids(workflow_name="wf", graph_signature_hash="sig"),
+    ),
+    (
+        "save(expected_latest_id=...)",
+        Capability.FENCING,
+        lambda s: s.save(checkpoint("b"), expected_latest_id="a"),
     ),
 ]
 

@@ -9,6 +9,7 @@ from . import (  # noqa: F401 - imported for registration
     durability,
     faults_http,
     faults_server,
+    fencing,
     fidelity,
     identifiers,
     isolation,

@@ -16,7 +16,7 @@ from collections.abc import Set
 from typing import Any
 
 from storages.contract import AncestryEnd, Capability
-from storages.errors import CheckpointNotFoundError, UnsupportedOperationError
+from storages.errors import CheckpointNotFoundError, StaleWriterError, UnsupportedOperationError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
@@ -375,3 +375,33 @@ async def declared_members(ctx: ClauseContext) -> None:
         if not isinstance(item, Capability) and not (isinstance(item, str) and item in values)
     ]
     ensure(not strays, f"capabilities holds values that are not capabilities: {_show(strays)}")
+
+
+@clause(
+    "capabilities.fencing",
+    "Declared: save(expected_latest_id=...) stores on the right latest and refuses a wrong one; "
+    "undeclared: passing it is refused and stores nothing.",
+)
+async def fencing(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("fencing")
+    (first,) = await ctx.save_chain(workflow_name, 1)
+    second = ctx.checkpoint(workflow_name, previous_checkpoint_id=first.checkpoint_id, iteration_count=1)
+    if not ctx.has(Capability.FENCING):
+        await expect_refused(
+            ctx, Capability.FENCING, "save", second, keyword="expected_latest_id", expected_latest_id=None
+        )
+        await _ensure_unchanged(ctx, [first], "a refused save(expected_latest_id=None)")
+        return
+    try:
+        await ctx.storage.save(second, expected_latest_id=None)
+    except StaleWriterError:
+        pass
+    else:
+        fail(
+            f"save(expected_latest_id=None) stored {second.checkpoint_id!r} although the workflow has "
+            f"{first.checkpoint_id!r}; it must raise StaleWriterError"
+        )
+    await _ensure_unchanged(ctx, [first], "a refused fenced save")
+    returned = await ctx.storage.save(second, expected_latest_id=first.checkpoint_id)
+    ensure_equal(returned, second.checkpoint_id, "id returned by a fenced save on the right latest")
+    await _ensure_unchanged(ctx, [first, second], "a fenced save on the right latest")

@@ -160,3 +160,21 @@ def test_cli_runs_the_runner_family_through_maf(tmp_path: Path, capsys: pytest.C
 def test_child_storage_needs_the_maf_runner(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--child-storage", "separate", "memory://"]) == 2
     assert "--child-storage needs --runner maf" in capsys.readouterr().err
+
+
+STALE_RUN = "runner.stale_run_cannot_clobber_successor"
+
+
+def test_maf_s_runner_through_a_fenced_handle_keeps_the_successor_latest() -> None:
+    """The seed's race (microsoft/agent-framework#9473) through MAF's own runner: with fencing, run
+    A's late save is refused (MAF only logs it; the profile surfaces it) and latest stays on B's."""
+    backend = run_runner_family(InMemoryCheckpointStorage().new_handle, MafRunnerProfile())
+    assert outcomes(backend)[STALE_RUN] is Outcome.PASSED
+
+
+def test_maf_s_runner_without_fencing_reports_the_clobber() -> None:
+    from .test_fencing_family import WithoutFencing
+
+    backend = run_runner_family(WithoutFencing().new_handle, MafRunnerProfile())
+    assert outcomes(backend)[STALE_RUN] is Outcome.SKIPPED
+    assert message(backend, STALE_RUN).startswith("finding (the storage does not declare 'fencing')")
