@@ -26,6 +26,8 @@ class ClauseContext:
         self.capabilities = capabilities
         self._handles: list[Any] = [storage]
         self._run_tag = uuid.uuid4().hex[:8]
+        self.created_workflows: list[str] = []
+        """Every name :meth:`workflow_name` gave out, for the kit to delete when the clause ends."""
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -39,7 +41,9 @@ class ClauseContext:
 
     def workflow_name(self, label: str = "wf") -> str:
         """A workflow name no other clause or run uses, so the kit never needs to wipe a store."""
-        return f"ck-{label}-{self._run_tag}-{next(_counter)}"
+        name = f"ck-{label}-{self._run_tag}-{next(_counter)}"
+        self.created_workflows.append(name)
+        return name
 
     def checkpoint(self, workflow_name: str, **fields: Any) -> Any:
         """A checkpoint of the target's checkpoint class with the given fields."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from storages.contract import AncestryEnd, Capability
 
-from ..clause import clause, ensure, fail
+from ..clause import clause, ensure, ensure_runner, fail
 from ..context import ClauseContext
 from ..scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
 from ._maf import is_not_found
@@ -323,7 +323,7 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
                 "restarted instead of continuing from the restored state",
             )
             if store is not ctx.storage:
-                ensure(
+                ensure_runner(
                     previous in fresh.child_saved + resumed.child_saved,
                     f"runner finding, not a storage defect: {role} checkpoint {checkpoint_id!r}, {after} "
                     f"into the child's own storage, points at previous id {previous!r}, which {runner} never "
