@@ -109,7 +109,11 @@ def console_main() -> None:
     threads of its own there (a database connection's worker) that would keep the interpreter
     from exiting; once the reports are written nothing of the run is worth waiting for.
     """
-    status = main()
+    exit_process(main())
+
+
+def exit_process(status: int) -> None:
+    """``sys.exit(status)``, or ``os._exit`` after flushing when the watchdog abandoned a loop."""
     if abandoned_loops():
         sys.stdout.flush()
         sys.stderr.flush()

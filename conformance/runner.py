@@ -223,7 +223,7 @@ def _watchdog_message(deadline: float, blocked: bool) -> str:
             "call such as time.sleep or a busy loop in an async method?); the kit abandoned that loop's "
             "thread and ran the next clauses on a fresh one"
         )
-    return f"did not stop within {WATCHDOG_GRACE:g} s of its timeout (it ignores cancellation)"
+    return f"did not stop within {deadline:g} s, past its timeout (does it ignore cancellation?)"
 
 
 # ---------------------------------------------------------------------- targets and runs
@@ -303,7 +303,7 @@ async def avalidate_target(
     loop = _ClauseLoop()
     try:
         try:
-            probe = await loop.call(_probe(target), CONNECTIVITY_TIMEOUT)
+            probe = await loop.call(_probe(target), CONNECTIVITY_TIMEOUT * target.timeout_factor)
         except asyncio.TimeoutError:
             if not loop.responsive():
                 loop.abandon()
@@ -326,7 +326,7 @@ async def avalidate_target(
             return report
         report.missing_capabilities = sorted(c.value for c in required - probe.capabilities)
         for clause in selected:
-            deadline = clause.timeout * target.timeout_factor + WATCHDOG_GRACE
+            deadline = (clause.timeout + WATCHDOG_GRACE) * target.timeout_factor
             started = time.perf_counter()
             try:
                 result = await loop.call(run_clause(clause, target), deadline)

@@ -1,0 +1,116 @@
+"""The watchdog: a storage that blocks the event loop fails the clause it blocked, and the run goes on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import StorageTarget, select_clauses, validate
+from conformance.cli import run
+from storages.memory import InMemoryCheckpointStorage
+
+BLOCKED = "the event loop was blocked"
+FIRST_LISTING = "contract.list_ids_match_list"
+"""The first contract clause that lists ids; the mutant blocks there."""
+FACTOR = 0.05
+"""Clause timeouts shrunk so a blocked clause fails within about two seconds."""
+
+
+class BlocksOnFirstListing(InMemoryCheckpointStorage):
+    """Its first ``list_checkpoint_ids`` of the whole backend blocks the event loop with a
+    synchronous sleep (the mistake of calling a blocking driver from an async method)."""
+
+    def __init__(self, *args: Any, gate: threading.Event | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gate = gate if gate is not None else threading.Event()
+
+    def new_handle(self) -> BlocksOnFirstListing:
+        handle = super().new_handle()
+        handle._gate = self._gate
+        return handle
+
+    async def list_checkpoint_ids(self, **options: Any) -> list[str]:
+        if not self._gate.is_set():
+            self._gate.set()
+            time.sleep(20)  # blocks the loop far past the clause's deadline
+        return await super().list_checkpoint_ids(**options)
+
+
+def blocking_target() -> StorageTarget:
+    root = BlocksOnFirstListing()
+    return StorageTarget("blocks-the-loop", root.new_handle, timeout_factor=FACTOR)
+
+
+def test_the_first_listing_clause_is_the_one_the_mutant_blocks() -> None:
+    contract = [c.id for c in select_clauses(["contract"])]
+    assert FIRST_LISTING in contract
+    assert contract.index(FIRST_LISTING) < len(contract) - 1  # clauses run after it
+
+
+def test_a_blocked_loop_fails_that_clause_and_the_run_goes_on() -> None:
+    started = time.perf_counter()
+    (backend,) = validate(blocking_target(), clauses=["contract", "ordering"]).backends
+    elapsed = time.perf_counter() - started
+
+    assert {r.clause_id for r in backend.failures} == {FIRST_LISTING}
+    message = backend.result(FIRST_LISTING).message
+    assert BLOCKED in message and "time.sleep" in message
+    # Every later clause ran, on a fresh loop with fresh handles, and passed.
+    contract = [c.id for c in select_clauses(["contract", "ordering"])]
+    assert [r.clause_id for r in backend.results] == contract
+    assert all(r.outcome.value == "passed" for r in backend.results if r.clause_id != FIRST_LISTING)
+    assert elapsed < 15, f"the blocked clause held up the run for {elapsed:.1f} s"
+
+
+def test_the_cli_reports_the_blocked_clause_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    status = run([blocking_target()], clauses=select_clauses(["contract"]))
+    out = " ".join(capsys.readouterr().out.split())
+    assert status == 1
+    assert f"failed {FIRST_LISTING}: {BLOCKED}" in out
+    assert "contract.errors_are_checkpoint_exceptions" in out  # the last clause still ran
+
+
+def test_threads_left_in_an_abandoned_loop_do_not_keep_the_cli_process_alive(tmp_path: Path) -> None:
+    # The mutant starts a thread that is explicitly not a daemon (threads started on the clause
+    # loop inherit its daemon flag otherwise) and then blocks forever: interpreter shutdown would
+    # wait for that thread without the hard exit (checked by hand: sys.exit hangs there).
+    script = tmp_path / "blocked_run.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import threading, time
+            from conformance import StorageTarget
+            from conformance.cli import exit_process, run
+            from storages.memory import InMemoryCheckpointStorage
+
+            class HangsOnce(InMemoryCheckpointStorage):
+                blocked = threading.Event()
+
+                async def list_checkpoint_ids(self, **options):
+                    if not HangsOnce.blocked.is_set():
+                        HangsOnce.blocked.set()
+                        never_ends = threading.Thread(target=threading.Event().wait, daemon=False)
+                        never_ends.start()
+                        time.sleep(3600)
+                    return await super().list_checkpoint_ids(**options)
+
+            target = StorageTarget("hangs", HangsOnce().new_handle, timeout_factor=0.05)
+            status = run([target], quiet=True)
+            print("run finished with", status, flush=True)
+            exit_process(status)
+            """
+        ),
+        encoding="utf-8",
+    )
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "run finished with 1" in completed.stdout, completed.stdout + completed.stderr
+    assert completed.returncode == 1, completed.stdout + completed.stderr
