@@ -148,6 +148,7 @@ def run(
             print(f"{PROG}: error: {backend.backend}: {backend.error}", file=sys.stderr)
             return 2
     console.print(summary_table(report, selected))
+    console.print(Text("Cells: passed/applicable clauses; n/a: not applicable.", style="dim"))
     for line in _verdict(report):
         console.print(line)
     return 0 if report.ok else 1
@@ -265,7 +266,7 @@ def summary_table(report: Report, clauses: Sequence[Clause]) -> Table:
     """Families by backends: passed of the clauses that apply in each cell, with what did not
     apply (n/a), then how much of the kit applied to each backend and its verdict."""
     families = [family for family in FAMILIES if any(c.family == family for c in clauses)]
-    table = Table(title="Summary: passed/applicable clauses, n/a = not applicable", title_justify="left")
+    table = Table(title="Summary", title_justify="left")
     table.add_column("Family", no_wrap=True)
     for backend in report.backends:
         table.add_column(Text(backend.backend, overflow="fold"), justify="center")
@@ -388,7 +389,11 @@ def _use_runner(targets: Sequence[StorageTarget], runner: str, child_storage: st
 
 
 def _backend_line(backend: BackendReport) -> Text:
-    counts = ", ".join(f"{backend.count(outcome)} {OUTCOME_LABELS[outcome]}" for outcome in Outcome)
+    counts = ", ".join(
+        f"{backend.count(outcome)} {OUTCOME_LABELS[outcome]}"
+        for outcome in Outcome
+        if outcome in (Outcome.PASSED, Outcome.FAILED) or backend.count(outcome)
+    )
     seconds = sum(r.duration for r in backend.results)
     line = Text(f"{backend.backend}: ")
     if backend.error:
@@ -424,11 +429,14 @@ def _cell(backend: BackendReport, results: Sequence[ClauseResult]) -> str:
         for outcome, label in _CELL_NOTES.items()
         if (n := sum(1 for r in results if r.outcome is outcome))
     ]
+    if results and not_applicable == len(results):
+        return f"n/a ({not_applicable})"
     return f"{passed}/{len(results) - not_applicable}" + (f" {', '.join(notes)}" if notes else "")
 
 
 def _outcome_text(outcome: Outcome) -> Text:
-    return Text(outcome.value, style=OUTCOME_STYLES[outcome])
+    label = "n/a" if outcome is Outcome.SKIPPED else outcome.value
+    return Text(label, style=OUTCOME_STYLES[outcome])
 
 
 def _backend_verdict(backend: BackendReport) -> Text:
@@ -469,7 +477,9 @@ def _verdict(report: Report) -> list[Text]:
         text.append(")")
         lines.append(text)
     summary = ", ".join(
-        f"{count} {OUTCOME_LABELS[Outcome(outcome)]}" for outcome, count in report.summary.items()
+        f"{count} {OUTCOME_LABELS[Outcome(outcome)]}"
+        for outcome, count in report.summary.items()
+        if outcome in (Outcome.PASSED, Outcome.FAILED) or count
     )
     failing = [b.backend for b in report.backends if not b.ok]
     if not failing:

@@ -155,7 +155,8 @@ def test_cli_runs_the_runner_family_through_maf(tmp_path: Path, capsys: pytest.C
     assert main(["--runner", "maf", "--child-storage", "separate", "--json", str(separate), "memory://"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "runner finding" in out
-    assert "memory:// conforms" in out and "1 runner finding(s), not storage defects" in out
+    assert "memory:// conforms" in out
+    assert "1 runner finding(s), not storage defects" in out
     for path, findings in ((shared, set()), (separate, {CHAIN})):
         (backend,) = json.loads(path.read_text(encoding="utf-8"))["backends"]
         assert [r["clause"] for r in backend["results"]] == RUNNER_CLAUSES
