@@ -20,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from storages.contract import Capability
-from storages.errors import StorageUnavailableError
+from storages.errors import InvalidCheckpointError, StorageUnavailableError
 from storages.redaction import redact_text
 
 from .clause import Clause, ClauseFailure, RunnerFinding, select_clauses
@@ -128,6 +129,8 @@ async def _remove_workflows(target: StorageTarget, context: ClauseContext) -> tu
                 else:
                     for checkpoint_id in await storage.list_checkpoint_ids(workflow_name=name):
                         await storage.delete(checkpoint_id)
+            except InvalidCheckpointError:
+                pass  # a name the storage refuses (the identifiers clauses try some) holds nothing
             except Exception:  # a clause may have broken the store on purpose; report, go on
                 left.append(name)
     finally:
@@ -273,18 +276,27 @@ def _package_of(storage_type: str) -> str:
     import importlib.metadata
 
     top = storage_type.partition(".")[0]
-    try:
-        distributions = importlib.metadata.packages_distributions().get(top, [])
-    except Exception:
-        distributions = []
-    if not distributions and top in ("storages", "conformance"):
-        distributions = ["checkpoint-storages"]
+    if top in ("storages", "conformance"):
+        distributions: list[str] = ["checkpoint-storages"]
+    else:
+        distributions = _distributions().get(top, [])
     for distribution in distributions:
         try:
             return f"{distribution} {importlib.metadata.version(distribution)}"
         except importlib.metadata.PackageNotFoundError:
             continue
     return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> Mapping[str, list[str]]:
+    """Top-level module -> distributions providing it; scanning them takes a while, so once."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.packages_distributions()
+    except Exception:
+        return {}
 
 
 async def avalidate_target(
