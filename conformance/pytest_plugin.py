@@ -24,6 +24,11 @@ unless you already did (mark the class ``pytest.mark.asyncio(loop_scope=...)`` t
 loop). In strict mode write async fixtures with ``@pytest_asyncio.fixture``. Without
 pytest-asyncio this plugin runs it with ``asyncio.run`` (the fixture must then be synchronous).
 
+Set ``required_capabilities`` to fail (not skip) the clauses that need a capability the storage
+does not declare. A runner finding (see :class:`~conformance.report.Outcome`) is reported as an
+xfail. Clause timeouts are cooperative here: the clause runs in the fixture's event loop, so a
+storage that blocks that loop is stopped by pytest-timeout, not by the kit's watchdog.
+
 Options: ``--conformance-clause ID_OR_FAMILY`` (repeatable) narrows every conformance class.
 Importing this module has no side effects: no I/O, no storages, not even clause registration.
 """

@@ -7,8 +7,12 @@ loop of their own, on a daemon thread (:class:`_ClauseLoop`), and waits for each
 caller's loop with a deadline a little past the clause's timeout. When the deadline passes, the
 clause fails, the blocked thread is abandoned (a daemon, so it cannot keep the process alive at
 exit) and the next clauses run on a fresh loop with fresh handles from the target's factory; the
-handles of the abandoned clause are never closed. ``checkpoint-conformance`` ends the process
-without waiting for threads the storage itself started there (:func:`abandoned_loops`).
+handles of the abandoned clause are never closed. Threads a storage starts on that loop (a
+driver's connection thread) inherit its daemon flag; one started explicitly as a non-daemon
+would still hold up interpreter exit, so ``checkpoint-conformance`` ends the process without
+waiting once the reports are written (:func:`abandoned_loops`). The pytest plugin runs clauses in
+pytest's own loop, where the storage fixture lives, so only the cooperative timeout applies
+there (use pytest-timeout against a blocking storage).
 
 **Fail fast.** Before the first clause the kit opens one handle and makes one read; a storage
 whose backend cannot be reached (:class:`~storages.errors.StorageUnavailableError`, ``OSError``,
