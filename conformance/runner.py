@@ -57,39 +57,46 @@ class ConformanceUsageError(RuntimeError):
 
 async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
     """Run one clause on a fresh handle of ``target`` in the running loop; never raises."""
+    result, created = await _run_clause(clause, target)
+    if created and target.remove_workflows:
+        result = dataclasses.replace(result, leftovers=await _remove_workflows(target, created))
+    return result
+
+
+async def _run_clause(clause: Clause, target: StorageTarget) -> tuple[ClauseResult, list[str]]:
+    """The clause's result, and the workflows it created (for the caller to delete)."""
     started = time.perf_counter()
     try:
         storage = await target.open()
     except Exception as exc:
-        return _result(clause, Outcome.FAILED, started, f"could not open the storage: {_describe(exc)}")
+        return _result(clause, Outcome.FAILED, started, f"could not open the storage: {_describe(exc)}"), []
     context = ClauseContext(target, storage, target.declared_capabilities(storage))
+    result = await _judge(clause, target, context, started)
+    try:
+        await context.close_handles()
+    except Exception as exc:  # a failing close is a finding, not a crash of the kit
+        result = _result(clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}")
+    return result, context.created_workflows
+
+
+async def _judge(
+    clause: Clause, target: StorageTarget, context: ClauseContext, started: float
+) -> ClauseResult:
     missing = clause.requires - context.capabilities
     injectable = target.faults.faults if target.faults is not None else frozenset()
     not_injectable = sorted(f.value for f in clause.injects - injectable)
-    try:
-        if missing & target.required_capabilities:
-            names = ", ".join(sorted(c.value for c in missing & target.required_capabilities))
-            return _result(
-                clause,
-                Outcome.FAILED,
-                started,
-                f"needs capability {names}, which the run requires but the storage does not declare",
-            )
-        if missing:
-            names = ", ".join(sorted(c.value for c in missing))
-            return _result(clause, Outcome.SKIPPED, started, f"needs undeclared capability {names}")
-        if not_injectable:
-            return _result(
-                clause, Outcome.SKIPPED, started, f"needs a fault injector for {', '.join(not_injectable)}"
-            )
-        outcome, message = await _outcome(clause, context, clause.timeout * target.timeout_factor)
-    finally:
-        try:
-            await context.close_handles()
-        except Exception as exc:  # a failing close is a finding, not a crash of the kit
-            return _result(clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}")
-    duration = time.perf_counter() - started
-    leftovers = await _remove_workflows(target, context) if target.remove_workflows else ()
+    if missing & target.required_capabilities:
+        names = ", ".join(sorted(c.value for c in missing & target.required_capabilities))
+        message = f"needs capability {names}, which the run requires but the storage does not declare"
+        return _result(clause, Outcome.FAILED, started, message)
+    if missing:
+        names = ", ".join(sorted(c.value for c in missing))
+        return _result(clause, Outcome.SKIPPED, started, f"needs undeclared capability {names}")
+    if not_injectable:
+        return _result(
+            clause, Outcome.SKIPPED, started, f"needs a fault injector for {', '.join(not_injectable)}"
+        )
+    outcome, message = await _outcome(clause, context, clause.timeout * target.timeout_factor)
     reason = target.expected_failures.get(clause.id)
     if reason is not None:
         if outcome in (Outcome.FAILED, Outcome.FINDING):
@@ -97,7 +104,7 @@ async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
         else:
             outcome = Outcome.FAILED
             message = f"declared as a known deviation ({reason}) but passed; remove it from expected_failures"
-    return ClauseResult(clause.id, clause.family, clause.guarantee, outcome, duration, message, leftovers)
+    return _result(clause, outcome, started, message)
 
 
 async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str]:
@@ -114,11 +121,8 @@ async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tu
     return Outcome.PASSED, ""
 
 
-async def _remove_workflows(target: StorageTarget, context: ClauseContext) -> tuple[str, ...]:
-    """Delete the workflows the clause named, on a handle of their own; returns those left behind."""
-    names = context.created_workflows
-    if not names:
-        return ()
+async def _remove_workflows(target: StorageTarget, names: Sequence[str]) -> tuple[str, ...]:
+    """Delete the workflows a clause created, on a handle of their own; returns those left behind."""
     left: list[str] = []
     try:
         storage = await target.open()
@@ -345,12 +349,23 @@ async def avalidate_target(
             deadline = (clause.timeout + WATCHDOG_GRACE) * target.timeout_factor
             started = time.perf_counter()
             try:
-                result = await loop.call(run_clause(clause, target), deadline)
+                result, created = await loop.call(_run_clause(clause, target), deadline)
             except asyncio.TimeoutError:
                 blocked = not loop.responsive()
                 loop.abandon()
                 loop = _ClauseLoop()
                 result = _result(clause, Outcome.FAILED, started, _watchdog_message(deadline, blocked))
+                created = []  # unknown: the clause's context is stuck on the abandoned loop
+            if created and target.remove_workflows:
+                # Watched on its own: a slow cleanup must not eat into the clause's deadline.
+                try:
+                    leftovers = await loop.call(_remove_workflows(target, created), CLEANUP_TIMEOUT)
+                except asyncio.TimeoutError:
+                    leftovers = tuple(created)
+                    if not loop.responsive():
+                        loop.abandon()
+                        loop = _ClauseLoop()
+                result = dataclasses.replace(result, leftovers=leftovers)
             report.results.append(result)
             report.leftovers.extend(result.leftovers)
             if progress is not None:

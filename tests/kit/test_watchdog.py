@@ -7,6 +7,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +24,39 @@ FACTOR = 0.05
 """Clause timeouts shrunk so a blocked clause fails within about two seconds."""
 
 
-class BlocksOnFirstListing(InMemoryCheckpointStorage):
-    """Its first ``list_checkpoint_ids`` of the whole backend blocks the event loop with a
-    synchronous sleep (the mistake of calling a blocking driver from an async method)."""
+def _sleep() -> None:
+    time.sleep(20)  # far past the clause's deadline
 
-    def __init__(self, *args: Any, gate: threading.Event | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._gate = gate if gate is not None else threading.Event()
+
+def _spin() -> None:
+    deadline = time.monotonic() + 4  # bounded, so the abandoned thread frees its core soon
+    while time.monotonic() < deadline:
+        pass
+
+
+class BlocksOnFirstListing(InMemoryCheckpointStorage):
+    """Its first ``list_checkpoint_ids`` of the whole backend blocks the event loop: a synchronous
+    sleep (a blocking driver called from an async method) or a busy loop."""
+
+    def __init__(self, block: Callable[[], None] = _sleep, **options: Any) -> None:
+        super().__init__(**options)  # new_handle() passes the shared store
+        self._block = block
+        self._gate = threading.Event()
 
     def new_handle(self) -> BlocksOnFirstListing:
         handle = super().new_handle()
-        handle._gate = self._gate
+        handle._block, handle._gate = self._block, self._gate
         return handle
 
     async def list_checkpoint_ids(self, **options: Any) -> list[str]:
         if not self._gate.is_set():
             self._gate.set()
-            time.sleep(20)  # noqa: ASYNC251 - the defect: blocks the loop far past the deadline
+            self._block()
         return await super().list_checkpoint_ids(**options)
 
 
-def blocking_target() -> StorageTarget:
-    root = BlocksOnFirstListing()
+def blocking_target(block: Callable[[], None] = _sleep) -> StorageTarget:
+    root = BlocksOnFirstListing(block)
     return StorageTarget("blocks-the-loop", root.new_handle, timeout_factor=FACTOR)
 
 
@@ -54,9 +66,10 @@ def test_the_first_listing_clause_is_the_one_the_mutant_blocks() -> None:
     assert contract.index(FIRST_LISTING) < len(contract) - 1  # clauses run after it
 
 
-def test_a_blocked_loop_fails_that_clause_and_the_run_goes_on() -> None:
+@pytest.mark.parametrize("block", [_sleep, _spin], ids=["sleep", "spin"])
+def test_a_blocked_loop_fails_that_clause_and_the_run_goes_on(block: Callable[[], None]) -> None:
     started = time.perf_counter()
-    (backend,) = validate(blocking_target(), clauses=["contract", "ordering"]).backends
+    (backend,) = validate(blocking_target(block), clauses=["contract", "ordering"]).backends
     elapsed = time.perf_counter() - started
 
     assert {r.clause_id for r in backend.failures} == {FIRST_LISTING}
