@@ -322,16 +322,15 @@ async def avalidate_target(
     started_at = now()
     loop = _ClauseLoop()
     try:
+        patience = CONNECTIVITY_TIMEOUT * target.timeout_factor
         try:
-            probe = await loop.call(_probe(target), CONNECTIVITY_TIMEOUT * target.timeout_factor)
+            probe = await loop.call(_probe(target), patience)
         except asyncio.TimeoutError:
             if not loop.responsive():
                 loop.abandon()
                 loop = _ClauseLoop()
-            probe = _Probe(
-                error=f"could not reach the storage: no answer within {CONNECTIVITY_TIMEOUT:g} s",
-                unreachable=True,
-            )
+            silence = f"could not reach the storage: no answer within {patience:g} s"
+            probe = _Probe(error=silence, unreachable=True)
         report = BackendReport(
             target.name,
             sorted(c.value for c in probe.capabilities),
@@ -373,13 +372,22 @@ async def avalidate_target(
         report.finished_at = now()
         return report
     finally:
-        try:
-            if target.cleanup is not None:
-                await loop.call(target.cleanup(), CLEANUP_TIMEOUT)
-        except asyncio.TimeoutError:
-            pass  # close() below abandons a loop that is still blocked
-        finally:
-            await loop.close()
+        await _finish_target(loop, target)
+
+
+async def _finish_target(loop: _ClauseLoop, target: StorageTarget) -> None:
+    """Run the target's cleanup and close the clause loop; the run may end with a clause still
+    blocking it (an interrupted run), so cleanup then goes to a fresh loop."""
+    if not loop.responsive():
+        loop.abandon()
+        loop = _ClauseLoop()
+    try:
+        if target.cleanup is not None:
+            await loop.call(target.cleanup(), CLEANUP_TIMEOUT)
+    except asyncio.TimeoutError:
+        pass  # close() below abandons a loop that is still blocked
+    finally:
+        await loop.close()
 
 
 def as_target(subject: StorageTarget | StorageFactory, name: str | None = None) -> StorageTarget:

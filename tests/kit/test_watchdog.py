@@ -128,3 +128,27 @@ def test_threads_left_in_an_abandoned_loop_do_not_keep_the_cli_process_alive(tmp
     )
     assert "run finished with 1" in completed.stdout, completed.stdout + completed.stderr
     assert completed.returncode == 1, completed.stdout + completed.stderr
+
+
+class BlocksEveryRead(InMemoryCheckpointStorage):
+    """get_latest blocks the loop every time, so the connectivity check itself never answers."""
+
+    async def get_latest(self, **options: Any) -> Any:
+        time.sleep(10)  # noqa: ASYNC251 - the defect
+        return await super().get_latest(**options)
+
+
+def test_a_connectivity_check_that_never_answers_is_an_unreachable_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    json_path = tmp_path / "report.json"
+    target = StorageTarget("never-answers", BlocksEveryRead().new_handle, timeout_factor=FACTOR)
+    started = time.perf_counter()
+    assert run([target], json_path=json_path) == 2
+    assert time.perf_counter() - started < 8
+    assert "could not reach the storage: no answer within 1.5 s" in capsys.readouterr().err
+    [backend] = json.loads(json_path.read_text(encoding="utf-8"))["backends"]
+    assert backend["unreachable"] is True
+    assert backend["results"] == []
