@@ -33,8 +33,9 @@ opened, and fails with a message that says what broke.
 |---|---|---|
 | `passed` | The guarantee holds. | no |
 | `failed` | The guarantee does not hold, the clause raised something unexpected, or it timed out. | yes |
-| `skipped` | The storage does not declare a capability the clause requires. | no |
+| `skipped` | Not applicable: the storage does not declare a capability the clause needs. | no |
 | `xfailed` | The clause failed and the target declared it as a known deviation. | no |
+| `finding` | The runner driving the storage broke the guarantee, not the storage. | no |
 
 **Capabilities.** A storage declares what it supports in `capabilities`. Operation capabilities
 (`signature_filter`, `ancestry`, `nested`, `prune`, `ttl`, `list_workflows`, `raw_access`) are
@@ -47,7 +48,16 @@ silently passed.
 that fails is reported as `xfailed`; one that passes fails the run (strict), so stale entries are
 removed rather than hiding a fix. The pytest base class rejects ids that name no clause.
 
-**Timeouts.** A clause that runs longer than its *Timeout* fails as timed out.
+**Timeouts.** A clause that runs longer than its *Timeout* fails as timed out. Clauses run on an
+event loop of their own, watched from another thread: a storage that blocks the loop (a
+synchronous sleep, a spin) fails the clause it blocked, and the run goes on on a fresh loop.
+
+**Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
+applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
+fails a storage that does not declare them.
+
+**Cleanup.** Run the kit against a scratch namespace. URL runs write under a unique run prefix
+where the backend has one and delete each workflow they created unless `--keep`.
 
 ## Three ways to run it
 
@@ -92,8 +102,9 @@ $ checkpoint-conformance --clause ordering --clause contract.load_missing_raises
 $ checkpoint-conformance --list
 ```
 
-Exit status: 0 when every clause passed, was skipped or failed as declared; 1 when any clause
-failed or a backend could not be opened; 2 for a usage error.
+Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
+finding; 1 when any clause failed, a backend could not be opened or a required capability is not
+declared; 2 for a usage error or a backend that failed the connectivity check.
 """
 
 

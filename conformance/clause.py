@@ -126,17 +126,19 @@ class ClauseFailure(AssertionError):
     """A clause's guarantee does not hold."""
 
 
+class RunnerFinding(ClauseFailure):
+    """The runner driving the storage broke the guarantee, not the storage: reported as a
+    finding of its own (:attr:`~conformance.report.Outcome.FINDING`), which does not fail the run."""
+
+
 def fail(message: str) -> NoReturn:
     raise ClauseFailure(message)
 
 
-class ClauseSkipped(Exception):
-    """A clause found its guarantee does not apply to this storage, and says what it saw instead
-    (a finding about an undeclared capability, not a defect of what the storage declares)."""
-
-
-def skip(message: str) -> NoReturn:
-    raise ClauseSkipped(message)
+def ensure_runner(condition: object, message: str) -> None:
+    """Report a runner finding with ``message`` unless ``condition`` is true."""
+    if not condition:
+        raise RunnerFinding(message)
 
 
 def ensure(condition: object, message: str) -> None:
@@ -161,12 +163,12 @@ __all__ = [
     "FAMILIES",
     "Clause",
     "ClauseFailure",
-    "ClauseSkipped",
+    "RunnerFinding",
     "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
+    "ensure_runner",
     "fail",
     "select_clauses",
-    "skip",
 ]

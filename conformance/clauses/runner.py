@@ -27,7 +27,7 @@ from typing import Any
 from storages.contract import AncestryEnd, Capability, CheckpointID
 from storages.fencing import FencedStorage
 
-from ..clause import ClauseFailure, clause, ensure, fail, skip
+from ..clause import ClauseFailure, RunnerFinding, clause, ensure, ensure_runner, fail
 from ..context import ClauseContext
 from ..scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
 from ._maf import is_not_found
@@ -325,7 +325,7 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
                 "restarted instead of continuing from the restored state",
             )
             if store is not ctx.storage:
-                ensure(
+                ensure_runner(
                     previous in fresh.child_saved + resumed.child_saved,
                     f"runner finding, not a storage defect: {role} checkpoint {checkpoint_id!r}, {after} "
                     f"into the child's own storage, points at previous id {previous!r}, which {runner} never "
@@ -505,9 +505,9 @@ async def stale_run_cannot_clobber_successor(ctx: ClauseContext) -> None:
             f"and each run saved through a FencedStorage of its own (A's late save ended with {refusal!r})"
         )
     # Not a defect of what the storage declares, so not a failure (a storage declaring only MAF's
-    # six methods passes every clause it can run); the report still names what happened.
-    skip(
-        f"finding (the storage does not declare 'fencing'): {race}, and get_latest() moved to {got!r}, "
+    # six methods passes every clause it can run): a runner finding, with its own status.
+    raise RunnerFinding(
+        f"the storage does not declare 'fencing': {race}, and get_latest() moved to {got!r}, "
         "A's abandoned branch: the next resume continues the dead run. A storage with 'fencing' used "
         "through FencedStorage refuses that save"
     )

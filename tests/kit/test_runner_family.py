@@ -240,12 +240,12 @@ def test_storage_without_nested_skips_the_chain_clause_and_passes_the_rest() -> 
 
 def test_storage_without_fencing_reports_the_stale_runs_clobber_as_a_finding() -> None:
     """Not a failure: the storage promises no fencing (a storage declaring only MAF's six methods
-    passes every clause it can run); the skip names what happened."""
+    passes every clause it can run); the finding, a status of its own, names what happened."""
     backend = run_family(WithoutFencing)
     assert not failed(backend)
-    assert backend.result(STALE_RUN).outcome is Outcome.SKIPPED
+    assert backend.result(STALE_RUN).outcome is Outcome.FINDING
     message = backend.result(STALE_RUN).message
-    assert message.startswith("finding (the storage does not declare 'fencing'): run A was dropped")
+    assert message.startswith("the storage does not declare 'fencing': run A was dropped")
     assert "A's abandoned branch: the next resume continues the dead run" in message
 
 
