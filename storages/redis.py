@@ -1463,7 +1463,15 @@ _DRIVER_OPTIONS = tuple(
     # redis-py's own URL options. "timeout" is BlockingConnectionPool's and would reach the
     # connection as an unknown argument; the wait for a free connection is wait_seconds here.
     name
-    for name in (*URL_QUERY_ARGUMENT_PARSERS, "client_name", "lib_name", "lib_version")
+    # redis-py also reads username and password from the query, as from the userinfo.
+    for name in (
+        *URL_QUERY_ARGUMENT_PARSERS,
+        "client_name",
+        "lib_name",
+        "lib_version",
+        "username",
+        "password",
+    )
     if name != "timeout" and not name.startswith("ssl_")
 )
 _TLS_OPTIONS = tuple(

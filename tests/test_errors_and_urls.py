@@ -30,6 +30,7 @@ from storages import (
     InvalidCheckpointIdError,
     MissingDependencyError,
     NestedCheckpointDeletionError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -49,6 +50,7 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),
     UnserializableValueError("pkg:Thing", "checkpoint.state['a']", "not registered"),
     CheckpointTypeNotAllowedError("pkg:Thing", "cp-1"),
+    StaleWriterError("wf", "cp-3", "cp-1", "cp-2"),
     CheckpointConflictError("cp-1"),
     CheckpointConflictError(
         "cp-2", "embedded in checkpoint 'cp-1', but a record with this id is already stored"
