@@ -44,6 +44,9 @@ FAMILIES: dict[str, str] = {
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
+    "lifecycle": "Closed handles refuse work with StorageClosedError, close twice quietly, and leak no threads.",
+    "expiry": "A storage that declares a time to live forgets checkpoints after it, entirely, and not before.",
+    "scale": "Latest stays constant-cost as history grows, and an ancestry walk is one round trip.",
 }
 """Family name -> what the family proves, in catalogue order."""
 
@@ -125,6 +128,15 @@ class ClauseFailure(AssertionError):
     """A clause's guarantee does not hold."""
 
 
+class ClauseNotApplicable(Exception):
+    """The target cannot be checked for this guarantee (it gives the kit no way to); reported as
+    skipped with the message, like an undeclared capability."""
+
+
+def not_applicable(message: str) -> NoReturn:
+    raise ClauseNotApplicable(message)
+
+
 def fail(message: str) -> NoReturn:
     raise ClauseFailure(message)
 
@@ -151,10 +163,12 @@ __all__ = [
     "FAMILIES",
     "Clause",
     "ClauseFailure",
+    "ClauseNotApplicable",
     "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
     "fail",
+    "not_applicable",
     "select_clauses",
 ]

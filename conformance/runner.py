@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from .clause import Clause, ClauseFailure, select_clauses
+from .clause import Clause, ClauseFailure, ClauseNotApplicable, select_clauses
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report
 from .target import StorageFactory, StorageTarget
@@ -41,7 +41,7 @@ async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
         except Exception as exc:  # a failing close is a finding, not a crash of the kit
             return _result(clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}")
     reason = target.expected_failures.get(clause.id)
-    if reason is not None:
+    if reason is not None and outcome is not Outcome.SKIPPED:
         if outcome is Outcome.FAILED:
             return _result(clause, Outcome.XFAILED, started, f"known deviation ({reason}): {message}")
         return _result(
@@ -58,6 +58,8 @@ async def _outcome(clause: Clause, context: ClauseContext) -> tuple[Outcome, str
         await asyncio.wait_for(clause.function(context), timeout=clause.timeout)
     except ClauseFailure as exc:
         return Outcome.FAILED, str(exc)
+    except ClauseNotApplicable as exc:
+        return Outcome.SKIPPED, str(exc)
     except asyncio.TimeoutError:
         return Outcome.FAILED, f"timed out after {clause.timeout:g} s"
     except Exception as exc:

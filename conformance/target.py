@@ -35,6 +35,14 @@ class StorageTarget:
             clauses are skipped.
         runner: the runner the ``runner`` family drives against the storage; None means the
             reference :class:`~conformance.scenario.ScenarioRunner` (built with ``checkpoint_class``).
+        process_opener: how another process opens the same store, for the durability clauses that
+            write in one process and read in another: a storage URL, or ``"module:function"``
+            naming an importable zero-argument callable returning a storage (or an awaitable of
+            one). The child process inherits this process's environment and ``sys.path``. None
+            skips those clauses.
+        round_trips: returns how many backend round trips (requests, statements, scripts) a handle
+            of this target has made so far; the ``scale`` family counts with it. None makes the
+            scale clauses fall back to timings where timings can tell, and skip where they cannot.
     """
 
     name: str
@@ -45,6 +53,8 @@ class StorageTarget:
     cleanup: Callable[[], Awaitable[None]] | None = None
     faults: FaultInjector | None = None
     runner: RunnerProfile | None = None
+    process_opener: str | None = None
+    round_trips: Callable[[Any], int] | None = None
 
     async def open(self) -> Any:
         handle = self.factory()
@@ -68,7 +78,7 @@ def target_from_url(url: str, **options: Any) -> StorageTarget:
     async def cleanup() -> None:
         await root.aclose()
 
-    return StorageTarget(name=url, factory=root.new_handle, cleanup=cleanup)
+    return StorageTarget(name=url, factory=root.new_handle, cleanup=cleanup, process_opener=url)
 
 
 __all__ = ["StorageFactory", "StorageTarget", "target_from_url"]
