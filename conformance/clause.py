@@ -44,8 +44,8 @@ FAMILIES: dict[str, str] = {
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
-    "lifecycle": "Closed handles refuse work with StorageClosedError, close twice quietly, and leak no threads.",
-    "expiry": "A storage that declares a time to live forgets checkpoints after it, entirely, and not before.",
+    "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
+    "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",
     "scale": "Latest stays constant-cost as history grows, and an ancestry walk is one round trip.",
 }
 """Family name -> what the family proves, in catalogue order."""

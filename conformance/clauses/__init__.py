@@ -12,6 +12,7 @@ from . import (  # noqa: F401 - imported for registration
     fidelity,
     identifiers,
     isolation,
+    lifecycle,
     nested,
     ordering,
     retention,

@@ -70,7 +70,8 @@ class DoubleState:
         return found
 
     def top_level(self, workflow_name: str) -> list[Row]:
-        return [r for r in self.rows.values() if r.record.workflow_name == workflow_name and not r.record.nested]
+        rows = self.rows.values()
+        return [r for r in rows if r.record.workflow_name == workflow_name and not r.record.nested]
 
 
 class Backing:
@@ -153,7 +154,7 @@ class DoubleStorage(BaseCheckpointStorage):
             return existing.record.digest
         for record in records[1:]:
             if record.checkpoint_id in state.rows:
-                raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint reuses a stored id")
+                raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint reuses an id")
         for record in records:
             state.rows[record.checkpoint_id] = Row(record, self._next_sequence(state, record.workflow_name))
         self._commit(state)
@@ -193,7 +194,8 @@ class DoubleStorage(BaseCheckpointStorage):
     async def _list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
-        return [r.record.checkpoint_id for r in self._rows(workflow_name, graph_signature_hash, include_nested)]
+        rows = self._rows(workflow_name, graph_signature_hash, include_nested)
+        return [row.record.checkpoint_id for row in rows]
 
     def _drop(self, state: DoubleState, row: Row) -> list[CheckpointID]:
         dropped = [member.record.checkpoint_id for member in state.family(row)]
