@@ -325,3 +325,59 @@ async def errors_are_checkpoint_exceptions(ctx: ClauseContext) -> None:
         await ctx.storage.delete("")
     ensure(not wrong, f"errors that are not a {base_name}: " + "; ".join(wrong))
     ensure(raised, "none of load(missing), load(''), save(empty id), conflicting save raised")
+
+
+def _set_in_order(*members: Any) -> set[Any]:
+    """A set built by adding ``members`` in this order: 1 and 9 share a hash slot, so the set
+    iterates in insertion order and two equal sets built differently encode differently."""
+    built: set[Any] = set()
+    for member in members:
+        built.add(member)
+    return built
+
+
+def _reordered_state(flip: bool) -> dict[str, Any]:
+    """Equal states whose sets iterate, and whose dicts are built, in another order when ``flip``."""
+    order = (9, 1, 17) if flip else (1, 9, 17)
+    keys = ("b", "a", "c") if flip else ("a", "b", "c")
+    return {
+        "members": _set_in_order(*order),
+        "frozen": frozenset(_set_in_order(*order)),
+        "mapping": {key: {"n": ord(key)} for key in keys},
+        "deep": [{"tags": _set_in_order(*order)}],
+    }
+
+
+@clause(
+    "contract.resave_equal_content_encoded_differently_is_noop",
+    "Re-saving content equal after decoding but encoded differently (set iteration order, dict "
+    "insertion order) is a no-op returning the id, not a conflict.",
+)
+async def resave_equal_content_encoded_differently_is_noop(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name("equal")
+    original = ctx.checkpoint(workflow, timestamp=_at(0), state=_reordered_state(False))
+    again = ctx.checkpoint(
+        workflow,
+        checkpoint_id=original.checkpoint_id,
+        timestamp=original.timestamp,
+        state=_reordered_state(True),
+        metadata={"y": 1, "x": 2},
+    )
+    original.metadata = {"x": 2, "y": 1}
+    ensure(again == original, "the kit built unequal checkpoints; this is a kit bug")
+    ensure(
+        list(again.state["members"]) != list(original.state["members"]),
+        "the kit's two sets iterate in the same order; this is a kit bug",
+    )
+    await ctx.storage.save(original)
+    try:
+        returned = await ctx.storage.save(again)
+    except Exception as exc:
+        fail(
+            f"re-saving {original.checkpoint_id!r} with equal content whose sets and dicts iterate in "
+            f"another order raised {type(exc).__name__}: {exc}; equal after decoding is equal"
+        )
+    ensure_equal(returned, original.checkpoint_id, "id returned by the re-save of reordered equal content")
+    listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+    ensure_equal(listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after the re-save")
+    ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "the re-saved checkpoint")

@@ -140,6 +140,10 @@ class DoubleStorage(BaseCheckpointStorage):
     def _commit(self, state: DoubleState) -> None:
         self.backing.write(state)
 
+    def _key(self, checkpoint_id: CheckpointID) -> str:
+        """The key a record is stored under."""
+        return checkpoint_id
+
     def _next_sequence(self, state: DoubleState, workflow_name: str) -> int:
         state.sequences[workflow_name] = state.sequences.get(workflow_name, 0) + 1
         return state.sequences[workflow_name]
@@ -149,19 +153,20 @@ class DoubleStorage(BaseCheckpointStorage):
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         state = self._read()
-        existing = state.rows.get(records[0].checkpoint_id)
+        existing = state.rows.get(self._key(records[0].checkpoint_id))
         if existing is not None:
             return existing.record.digest
         for record in records[1:]:
-            if record.checkpoint_id in state.rows:
+            if self._key(record.checkpoint_id) in state.rows:
                 raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint reuses an id")
         for record in records:
-            state.rows[record.checkpoint_id] = Row(record, self._next_sequence(state, record.workflow_name))
+            row = Row(record, self._next_sequence(state, record.workflow_name))
+            state.rows[self._key(record.checkpoint_id)] = row
         self._commit(state)
         return None
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        row = self._read().rows.get(checkpoint_id)
+        row = self._read().rows.get(self._key(checkpoint_id))
         return None if row is None else row.record.body
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
@@ -200,12 +205,12 @@ class DoubleStorage(BaseCheckpointStorage):
     def _drop(self, state: DoubleState, row: Row) -> list[CheckpointID]:
         dropped = [member.record.checkpoint_id for member in state.family(row)]
         for checkpoint_id in dropped:
-            del state.rows[checkpoint_id]
+            del state.rows[self._key(checkpoint_id)]
         return dropped
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         state = self._read()
-        row = state.rows.get(checkpoint_id)
+        row = state.rows.get(self._key(checkpoint_id))
         if row is None:
             return False
         if row.record.container_id is not None:
@@ -219,13 +224,13 @@ class DoubleStorage(BaseCheckpointStorage):
         return {
             member.record.checkpoint_id: member.record.body
             for container_id in checkpoint_ids
-            if (row := state.rows.get(container_id)) is not None
+            if (row := state.rows.get(self._key(container_id))) is not None
             for member in state.family(row)[1:]
         }
 
     async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         state = self._read()
-        row = state.rows.get(checkpoint_id)
+        row = state.rows.get(self._key(checkpoint_id))
         if row is None:
             return False
         old = row.record
@@ -253,7 +258,7 @@ class DoubleStorage(BaseCheckpointStorage):
         tombstones: set[CheckpointID] = set()
         current: CheckpointID | None = checkpoint_id
         while current is not None and current not in links and len(links) < max_depth:
-            row = state.rows.get(current)
+            row = state.rows.get(self._key(current))
             if row is None:
                 if current in state.tombstones:
                     tombstones.add(current)
@@ -266,7 +271,7 @@ class DoubleStorage(BaseCheckpointStorage):
 
     async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         state = self._read()
-        if checkpoint_id not in state.rows:
+        if self._key(checkpoint_id) not in state.rows:
             return None
         return [row.record.checkpoint_id for row in state.children(checkpoint_id)]
 
@@ -291,7 +296,7 @@ class DoubleStorage(BaseCheckpointStorage):
         return len(rows)
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
-        row = self._read().rows.get(checkpoint_id)
+        row = self._read().rows.get(self._key(checkpoint_id))
         return None if row is None else _info(row)
 
     async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:

@@ -1,0 +1,146 @@
+"""Mutants of the test double, one realistic defect each, each caught by one clause of its family
+alone: equality by bytes, truncated keys, walks that stop at a name, "repaired" dangling links,
+and retention that deletes records embedded in other workflows' checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pytest
+
+from conformance import Outcome
+from storages.base import CheckpointRecord, WalkRecords
+from storages.contract import CheckpointID
+from storages.errors import CheckpointConflictError
+
+from . import support
+from .double import DoubleState, DoubleStorage, Row, double_target
+from .support import caught_only_by
+
+
+class ConflictsOnDifferentBytes(DoubleStorage):
+    """Calls a re-save a conflict whenever the encoded bytes differ, without comparing content."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        existing = await super()._insert_family(records)
+        if existing is not None and existing != records[0].digest:
+            raise CheckpointConflictError(records[0].checkpoint_id, "the stored bytes differ")
+        return existing
+
+
+class TruncatesKeys(DoubleStorage):
+    """Stores records under the first 240 characters of their id (a fixed-width key column)."""
+
+    def _key(self, checkpoint_id: CheckpointID) -> str:
+        return checkpoint_id[:240]
+
+
+class WalkStopsAtWorkflowName(DoubleStorage):
+    """Walks only through top-level records of the starting checkpoint's workflow (and nested ones)."""
+
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        state = self._read()
+        start = state.rows.get(checkpoint_id)
+        home = None if start is None else start.record.workflow_name
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        current: CheckpointID | None = checkpoint_id
+        while current is not None and current not in links and len(links) < max_depth:
+            row = state.rows.get(current)
+            if row is None:
+                if current in state.tombstones:
+                    tombstones.add(current)
+                break
+            if not row.record.nested and row.record.workflow_name != home:
+                break
+            links[current] = row.record.previous_checkpoint_id
+            if with_bodies:
+                bodies.update((m.record.checkpoint_id, m.record.body) for m in state.family(row))
+            current = row.record.previous_checkpoint_id
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+
+class RepairsDanglingLinks(DoubleStorage):
+    """Indexes a previous id that resolves to nothing as the workflow's latest checkpoint instead."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        top = records[0]
+        state = self._read()
+        previous = top.previous_checkpoint_id
+        if previous is not None and previous not in state.rows and top.checkpoint_id not in state.rows:
+            mine = state.top_level(top.workflow_name)
+            if mine:
+                top = dataclasses.replace(top, previous_checkpoint_id=mine[-1].record.checkpoint_id)
+        return await super()._insert_family([top, *records[1:]])
+
+
+def _embedded_elsewhere(state: DoubleState, workflow_name: str) -> list[Row]:
+    return [r for r in state.rows.values() if r.record.workflow_name == workflow_name and r.record.nested]
+
+
+class PruneTakesEmbeddedRecords(DoubleStorage):
+    """Prunes every record of the name, the ones embedded in other workflows' checkpoints too."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        count = await super()._prune(workflow_name, keep_last)
+        state = self._read()
+        for row in _embedded_elsewhere(state, workflow_name):
+            del state.rows[row.record.checkpoint_id]
+            state.tombstones[row.record.checkpoint_id] = workflow_name
+        self._commit(state)
+        return count
+
+
+class DeleteWorkflowTakesEmbeddedRecords(DoubleStorage):
+    """delete_workflow() removes every record of the name, embedded ones included."""
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        count = await super()._delete_workflow(workflow_name)
+        state = self._read()
+        for row in _embedded_elsewhere(state, workflow_name):
+            del state.rows[row.record.checkpoint_id]
+        self._commit(state)
+        return count
+
+
+@pytest.mark.parametrize("family", ["contract", "identifiers", "ancestry", "retention"])
+def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
+    backend = support.run_family(family, double_target())
+    assert all(r.outcome in (Outcome.PASSED, Outcome.SKIPPED) for r in backend.results), backend.failures
+
+
+@pytest.mark.parametrize(
+    ("mutant", "clause_id", "says"),
+    [
+        (
+            ConflictsOnDifferentBytes,
+            "contract.resave_equal_content_encoded_differently_is_noop",
+            "raised CheckpointConflictError",
+        ),
+        (TruncatesKeys, "identifiers.long_ids_distinct_and_whole", "(length 256)"),
+        (WalkStopsAtWorkflowName, "ancestry.walks_across_workflow_names", "expected [c1, c0, b0, a1, a0]"),
+        (
+            PruneTakesEmbeddedRecords,
+            "retention.prune_keeps_records_embedded_elsewhere",
+            "embedded checkpoint",
+        ),
+        (
+            DeleteWorkflowTakesEmbeddedRecords,
+            "retention.delete_workflow_keeps_records_embedded_elsewhere",
+            "embedded checkpoint",
+        ),
+    ],
+)
+def test_double_mutants_are_caught(mutant: type[DoubleStorage], clause_id: str, says: str) -> None:
+    family = clause_id.partition(".")[0]
+    caught_only_by(support.run_family(family, double_target(mutant)), clause_id, says)
+
+
+def test_a_repaired_dangling_link_is_caught_where_it_is_stored() -> None:
+    # Other walks trip over the graft too; this clause names the stored previous id itself.
+    backend = support.run_family("ancestry", double_target(RepairsDanglingLinks))
+    assert "ancestry.dangling_link_kept_as_given" in support.failed(backend)
+    message = backend.result("ancestry.dangling_link_kept_as_given").message
+    assert "previous_checkpoint_id is h2, expected ghost" in message
