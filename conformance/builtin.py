@@ -32,6 +32,8 @@ class Embedded:
     stop: Callable[[], None] | None = None
     open: Callable[[], BaseCheckpointStorage] | None = None
     """Builds the root storage when a URL cannot say how (an injected in-process client)."""
+    process_opener: str | None = None
+    """How another process opens the same store (see StorageTarget.process_opener)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +52,8 @@ def _memory() -> Embedded:
 
 def _sqlite_temp_file() -> Embedded:
     directory = Path(tempfile.mkdtemp(prefix="checkpoint-conformance-"))
-    return Embedded(
-        f"sqlite:///{directory.as_posix()}/conformance.db",
-        stop=lambda: shutil.rmtree(directory, ignore_errors=True),
-    )
+    url = f"sqlite:///{directory.as_posix()}/conformance.db"
+    return Embedded(url, stop=lambda: shutil.rmtree(directory, ignore_errors=True), process_opener=url)
 
 
 def _redis_fakeredis() -> Embedded:
@@ -120,6 +120,8 @@ class _EmbeddedTarget:
         self._backend = backend
         self._embedded: Embedded | None = None
         self._root: BaseCheckpointStorage | None = None
+        self.target: StorageTarget | None = None
+        """The target this opens for; told the process opener once the backend is up."""
 
     async def open(self) -> BaseCheckpointStorage:
         from storages.urls import open_storage
@@ -127,6 +129,8 @@ class _EmbeddedTarget:
         if self._root is None:
             if self._embedded is None:
                 self._embedded = self._backend.start()
+                if self.target is not None:
+                    self.target.process_opener = self._embedded.process_opener
             if self._embedded.open is not None:
                 self._root = self._embedded.open()
             else:
@@ -148,9 +152,10 @@ class _EmbeddedTarget:
 def builtin_target(backend: BuiltinBackend) -> StorageTarget:
     """A target for one built-in backend; starting it is deferred to the first open."""
     embedded = _EmbeddedTarget(backend)
-    return StorageTarget(
+    embedded.target = StorageTarget(
         name=backend.name, factory=embedded.open, cleanup=embedded.cleanup, faults=backend.faults
     )
+    return embedded.target
 
 
 def builtin_targets() -> list[StorageTarget]:

@@ -338,3 +338,51 @@ def double_target(storage_class: type[DoubleStorage] = DoubleStorage, **target: 
 
 def file_path() -> Path:
     return Path(tempfile.mkdtemp(prefix="kit-double-")) / "store.pickle"
+
+
+class WriteBehindBacking(FileBacking):
+    """Keeps writes in memory and writes the file only when a handle closes: a crash loses them."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._pending: DoubleState | None = None
+
+    def read(self) -> DoubleState:
+        return self._pending if self._pending is not None else super().read()
+
+    def write(self, state: DoubleState) -> None:
+        self._pending = state
+
+    def flush(self) -> None:
+        if self._pending is not None:
+            super().write(self._pending)
+
+
+class WriteBehindStorage(DoubleStorage):
+    """Declares durable and survives aclose(), but persists only at aclose()."""
+
+    async def _close(self) -> None:
+        if isinstance(self.backing, WriteBehindBacking):
+            self.backing.flush()
+
+
+class ProcessMemoryStorage(DoubleStorage):
+    """Declares durable, and its handles share one store, but the store lives in process memory."""
+
+    capabilities = DoubleStorage.capabilities | {Capability.DURABLE}
+
+
+PATH_VARIABLE = "KIT_DOUBLE_PATH"
+"""Where the process openers below find the double's file (child processes inherit it)."""
+
+
+def open_file_double() -> DoubleStorage:
+    return DoubleStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))
+
+
+def open_write_behind() -> WriteBehindStorage:
+    return WriteBehindStorage(WriteBehindBacking(Path(os.environ[PATH_VARIABLE])))
+
+
+def open_process_memory() -> ProcessMemoryStorage:
+    return ProcessMemoryStorage()
