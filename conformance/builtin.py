@@ -19,7 +19,7 @@ from typing import Any
 from storages.base import BaseCheckpointStorage
 
 from .faults import FaultInjector
-from .s3_moto import S3FaultInjector
+from .s3_moto import RequestCounter, S3FaultInjector
 from .target import StorageTarget
 
 
@@ -44,6 +44,10 @@ class BuiltinBackend:
     start: Callable[[], Embedded]
     faults: FaultInjector | None = None
     """Breaks the backend on purpose for the ``faults`` family; ``start`` attaches it."""
+    round_trips: Callable[[Any], int] | None = None
+    """Counts the backend's round trips for the ``scale`` family; ``start`` attaches it."""
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    """Documented deviations: clause id -> reason."""
 
 
 def _memory() -> Embedded:
@@ -79,6 +83,7 @@ def _redis_fakeredis() -> Embedded:
 
 
 _S3_FAULTS = S3FaultInjector()
+_S3_REQUESTS = RequestCounter()
 
 
 def _s3_moto() -> Embedded:
@@ -97,6 +102,7 @@ def _s3_moto() -> Embedded:
     # moto in this process: the client must be made inside the mock, so it is injected.
     client, stop = start_in_process("ckpt-conformance")
     _S3_FAULTS.attach(client)
+    _S3_REQUESTS.attach(client)
     return Embedded(
         "s3 (moto)",
         stop=stop,
@@ -108,7 +114,16 @@ BUILTIN_BACKENDS: tuple[BuiltinBackend, ...] = (
     BuiltinBackend("memory://", _memory),
     BuiltinBackend("sqlite (temp file)", _sqlite_temp_file),
     BuiltinBackend("redis (fakeredis)", _redis_fakeredis),
-    BuiltinBackend("s3 (moto)", _s3_moto, faults=_S3_FAULTS),
+    BuiltinBackend(
+        "s3 (moto)",
+        _s3_moto,
+        faults=_S3_FAULTS,
+        round_trips=lambda _storage: _S3_REQUESTS.total,
+        expected_failures={
+            "scale.walk_is_one_round_trip": "S3 has no server-side query to follow links: a walk is one "
+            "GET per hop (docs/s3.md)"
+        },
+    ),
 )
 """The backends ``checkpoint-conformance`` checks when given no URL, in report order."""
 
@@ -153,7 +168,12 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
     """A target for one built-in backend; starting it is deferred to the first open."""
     embedded = _EmbeddedTarget(backend)
     embedded.target = StorageTarget(
-        name=backend.name, factory=embedded.open, cleanup=embedded.cleanup, faults=backend.faults
+        name=backend.name,
+        factory=embedded.open,
+        cleanup=embedded.cleanup,
+        faults=backend.faults,
+        round_trips=backend.round_trips,
+        expected_failures=backend.expected_failures,
     )
     return embedded.target
 

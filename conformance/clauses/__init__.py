@@ -17,5 +17,6 @@ from . import (  # noqa: F401 - imported for registration
     ordering,
     retention,
     runner,
+    scale,
     signature,
 )
