@@ -11,6 +11,7 @@ time cannot tell one round trip of O(depth) work from depth round trips.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -115,8 +116,8 @@ async def walk_is_one_round_trip(ctx: ClauseContext) -> None:
     assert deep_tip is not None
     for operation in ("walk_ancestry_ids", "walk_ancestry"):
         walk = getattr(ctx.storage, operation)
-        shallow = await _round_trips_of(ctx, lambda walk=walk: walk(shallow_tip))
-        deep = await _round_trips_of(ctx, lambda walk=walk: walk(deep_tip))
+        shallow = await _round_trips_of(ctx, functools.partial(walk, shallow_tip))
+        deep = await _round_trips_of(ctx, functools.partial(walk, deep_tip))
         if deep > shallow:
             fail(
                 f"{operation}() took {deep} round trips at depth {_DEEP} and {shallow} at depth {_SHALLOW}: "
