@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storages.base import BaseCheckpointStorage
 
 from .faults import FaultInjector
 from .s3_moto import RequestCounter, S3FaultInjector
 from .target import StorageTarget
+
+if TYPE_CHECKING:
+    from storages.sqlite import SQLiteCheckpointStorage
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,23 @@ class BuiltinBackend:
     """Documented deviations: clause id -> reason."""
 
 
+class _Tally:
+    """Counts one backend's round trips, from whatever thread the driver reports them on."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, *_: Any) -> None:
+        self.total += 1  # one bytecode increment under the GIL; exactness is not at stake
+
+    def read(self, _storage: Any) -> int:
+        return self.total
+
+
+_SQLITE_STATEMENTS = _Tally()
+_REDIS_COMMANDS = _Tally()
+
+
 def _memory() -> Embedded:
     return Embedded("memory://")
 
@@ -57,7 +77,28 @@ def _memory() -> Embedded:
 def _sqlite_temp_file() -> Embedded:
     directory = Path(tempfile.mkdtemp(prefix="checkpoint-conformance-"))
     url = f"sqlite:///{directory.as_posix()}/conformance.db"
-    return Embedded(url, stop=lambda: shutil.rmtree(directory, ignore_errors=True), process_opener=url)
+    path = directory / "conformance.db"
+    return Embedded(
+        url,
+        stop=lambda: shutil.rmtree(directory, ignore_errors=True),
+        open=lambda: _counting_sqlite_class()(path),
+        process_opener=url,
+    )
+
+
+def _counting_sqlite_class() -> type[SQLiteCheckpointStorage]:
+    from storages.sqlite import SQLiteCheckpointStorage
+
+    class CountingSQLiteStorage(SQLiteCheckpointStorage):
+        """SQLite whose connection reports every statement it runs, for the scale clauses."""
+
+        async def _open(self) -> None:
+            await super()._open()
+            # The statement trace is sqlite3's own hook; the connection is ours to configure.
+            assert self._connection is not None
+            await self._connection.set_trace_callback(_SQLITE_STATEMENTS.add)
+
+    return CountingSQLiteStorage
 
 
 def _redis_fakeredis() -> Embedded:
@@ -79,6 +120,14 @@ def _redis_fakeredis() -> Embedded:
     client = fakeredis.FakeAsyncRedis(
         server=fakeredis.FakeServer(), connection_pool_class=BlockingConnectionPool, max_connections=64
     )
+    # Every command, script calls included, goes through execute_command: one round trip each.
+    send: Callable[..., Awaitable[Any]] = client.execute_command
+
+    async def counted(*args: Any, **options: Any) -> Any:
+        _REDIS_COMMANDS.add()
+        return await send(*args, **options)
+
+    client.execute_command = counted  # type: ignore[method-assign]
     return Embedded("redis (fakeredis)", open=lambda: RedisCheckpointStorage(client, prefix="conformance"))
 
 
@@ -112,8 +161,8 @@ def _s3_moto() -> Embedded:
 
 BUILTIN_BACKENDS: tuple[BuiltinBackend, ...] = (
     BuiltinBackend("memory://", _memory),
-    BuiltinBackend("sqlite (temp file)", _sqlite_temp_file),
-    BuiltinBackend("redis (fakeredis)", _redis_fakeredis),
+    BuiltinBackend("sqlite (temp file)", _sqlite_temp_file, round_trips=_SQLITE_STATEMENTS.read),
+    BuiltinBackend("redis (fakeredis)", _redis_fakeredis, round_trips=_REDIS_COMMANDS.read),
     BuiltinBackend(
         "s3 (moto)",
         _s3_moto,
