@@ -7,6 +7,7 @@ from . import (  # noqa: F401 - imported for registration
     contract,
     corruption,
     durability,
+    expiry,
     faults_http,
     faults_server,
     fidelity,

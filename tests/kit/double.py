@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ OPERATIONS = frozenset(
 class Row:
     record: CheckpointRecord
     sequence: int
+    saved_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -386,3 +388,20 @@ def open_write_behind() -> WriteBehindStorage:
 
 def open_process_memory() -> ProcessMemoryStorage:
     return ProcessMemoryStorage()
+
+
+class ExpiringStorage(DoubleStorage):
+    """Declares ``ttl``: a record is gone from every read once its time to live has passed."""
+
+    capabilities = DoubleStorage.capabilities | {Capability.TTL}
+    ttl: float = 0.6
+
+    def _expired(self, row: Row, now: float) -> bool:
+        return now >= row.saved_at + self.ttl
+
+    def _read(self) -> DoubleState:
+        state = super()._read()
+        now = time.monotonic()
+        for key in [key for key, row in state.rows.items() if self._expired(row, now)]:
+            del state.rows[key]
+        return state
