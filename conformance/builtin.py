@@ -184,8 +184,6 @@ class _EmbeddedTarget:
         self._backend = backend
         self._embedded: Embedded | None = None
         self._root: BaseCheckpointStorage | None = None
-        self.target: StorageTarget | None = None
-        """The target this opens for; told the process opener once the backend is up."""
 
     async def open(self) -> BaseCheckpointStorage:
         from storages.urls import open_storage
@@ -193,14 +191,15 @@ class _EmbeddedTarget:
         if self._root is None:
             if self._embedded is None:
                 self._embedded = self._backend.start()
-                if self.target is not None:
-                    self.target.process_opener = self._embedded.process_opener
             if self._embedded.open is not None:
                 self._root = self._embedded.open()
             else:
                 # Raises MissingDependencyError when the backend's extra is not installed.
                 self._root = open_storage(self._embedded.url, **self._embedded.options)
         return self._root.new_handle()
+
+    def process_opener(self) -> str | None:
+        return None if self._embedded is None else self._embedded.process_opener
 
     async def cleanup(self) -> None:
         root, embedded = self._root, self._embedded
@@ -216,15 +215,15 @@ class _EmbeddedTarget:
 def builtin_target(backend: BuiltinBackend) -> StorageTarget:
     """A target for one built-in backend; starting it is deferred to the first open."""
     embedded = _EmbeddedTarget(backend)
-    embedded.target = StorageTarget(
+    return StorageTarget(
         name=backend.name,
         factory=embedded.open,
         cleanup=embedded.cleanup,
         faults=backend.faults,
         round_trips=backend.round_trips,
         expected_failures=backend.expected_failures,
+        process_opener=embedded.process_opener,
     )
-    return embedded.target
 
 
 def builtin_targets() -> list[StorageTarget]:

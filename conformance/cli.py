@@ -25,7 +25,7 @@ from .builtin import builtin_targets, unavailable_target
 from .clause import FAMILIES, Clause, select_clauses
 from .report import BackendReport, ClauseResult, Outcome, Report
 from .runner import avalidate_target
-from .target import StorageTarget, target_from_url
+from .target import CHECKPOINT_CLASS_CHOICES, StorageTarget, target_from_url, with_checkpoint_class
 
 PROG = "checkpoint-conformance"
 
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list:
             console.print(catalogue_table(clauses))
             return 0
-        targets = _targets(args.urls)
+        targets = with_checkpoint_class(_targets(args.urls), args.checkpoint_class)
         _use_runner(targets, args.runner, args.child_storage)
         for path in (args.json, args.junit_xml):
             if path is not None and not path.parent.is_dir():
@@ -228,6 +228,14 @@ def _parser() -> argparse.ArgumentParser:
         default="shared",
         help="with --runner maf: give the sub-workflow the parent's storage (shared) or an in-memory "
         "store of its own (separate), where MAF leaves a dangling link after a parent restore",
+    )
+    parser.add_argument(
+        "--checkpoint-class",
+        choices=CHECKPOINT_CLASS_CHOICES,
+        default="project",
+        help="the class clauses build checkpoints with: storages.WorkflowCheckpoint (project), "
+        "agent_framework.WorkflowCheckpoint (maf), or each target once with each (both); "
+        "contract.maf_checkpoint_class_round_trips checks MAF's class in every run where it is installed",
     )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,8 +39,8 @@ class StorageTarget:
         process_opener: how another process opens the same store, for the durability clauses that
             write in one process and read in another: a storage URL, or ``"module:function"``
             naming an importable zero-argument callable returning a storage (or an awaitable of
-            one). The child process inherits this process's environment and ``sys.path``. None
-            skips those clauses.
+            one), or a function returning either once the target has opened. The child process
+            inherits this process's environment and ``sys.path``. None skips those clauses.
         round_trips: returns how many backend round trips (requests, statements, scripts) a handle
             of this target has made so far; the ``scale`` family counts with it. None makes the
             scale clauses fall back to timings where timings can tell, and skip where they cannot.
@@ -53,7 +54,7 @@ class StorageTarget:
     cleanup: Callable[[], Awaitable[None]] | None = None
     faults: FaultInjector | None = None
     runner: RunnerProfile | None = None
-    process_opener: str | None = None
+    process_opener: str | Callable[[], str | None] | None = None
     round_trips: Callable[[Any], int] | None = None
 
     async def open(self) -> Any:
@@ -69,6 +70,34 @@ class StorageTarget:
         return frozenset(Capability(c) for c in declared)
 
 
+CHECKPOINT_CLASS_CHOICES = ("project", "maf", "both")
+"""What ``--checkpoint-class`` accepts: the project's class, MAF's, or each target once with each."""
+
+
+def with_checkpoint_class(targets: Iterable[StorageTarget], choice: str) -> list[StorageTarget]:
+    """The targets, building checkpoints with the project's class, MAF's, or each in turn (``both``:
+    every target is run twice, the second time named ``<name> [MAF class]``).
+
+    Raises ValueError for an unknown choice, or for ``maf``/``both`` without agent_framework.
+    """
+    if choice not in CHECKPOINT_CLASS_CHOICES:
+        raise ValueError(f"checkpoint class {choice!r} is not one of {', '.join(CHECKPOINT_CLASS_CHOICES)}")
+    targets = list(targets)
+    if choice == "project":
+        return targets
+    try:
+        from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
+    except ImportError as exc:
+        raise ValueError(
+            f"--checkpoint-class {choice} needs agent_framework (pip install agent-framework-core)"
+        ) from exc
+    maf = [
+        dataclasses.replace(t, name=f"{t.name} [MAF class]", checkpoint_class=MafWorkflowCheckpoint)
+        for t in targets
+    ]
+    return maf if choice == "maf" else [*targets, *maf]
+
+
 def target_from_url(url: str, **options: Any) -> StorageTarget:
     """A target for a storage URL: one root storage, each clause on a new handle of it."""
     from storages.urls import open_storage
@@ -81,4 +110,10 @@ def target_from_url(url: str, **options: Any) -> StorageTarget:
     return StorageTarget(name=url, factory=root.new_handle, cleanup=cleanup, process_opener=url)
 
 
-__all__ = ["StorageFactory", "StorageTarget", "target_from_url"]
+__all__ = [
+    "CHECKPOINT_CLASS_CHOICES",
+    "StorageFactory",
+    "StorageTarget",
+    "target_from_url",
+    "with_checkpoint_class",
+]

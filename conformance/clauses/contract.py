@@ -15,7 +15,7 @@ from typing import Any
 
 from storages.errors import CheckpointConflictError, CheckpointStorageError
 
-from ..clause import clause, ensure, ensure_equal, fail
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 
@@ -381,3 +381,54 @@ async def resave_equal_content_encoded_differently_is_noop(ctx: ClauseContext) -
     listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
     ensure_equal(listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after the re-save")
     ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "the re-saved checkpoint")
+
+
+def _maf_checkpoint_class() -> type[Any]:
+    if importlib.util.find_spec("agent_framework") is None:
+        not_applicable("agent_framework is not installed, so there is no MAF checkpoint class to check")
+    from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
+
+    return MafWorkflowCheckpoint
+
+
+@clause(
+    "contract.maf_checkpoint_class_round_trips",
+    "agent_framework.WorkflowCheckpoint, saved on its own or embedded, comes back as MAF's class, equal, "
+    "from load, get_latest and list_checkpoints.",
+)
+async def maf_checkpoint_class_round_trips(ctx: ClauseContext) -> None:
+    # MAF's runner saves its own class whatever class the rest of the kit builds with.
+    maf_class = _maf_checkpoint_class()
+    workflow = ctx.workflow_name("maf-class")
+    child = maf_class(workflow_name=ctx.workflow_name("maf-child"), graph_signature_hash="sig-child")
+    first = maf_class(workflow_name=workflow, graph_signature_hash="sig-maf", state={"n": 1})
+    second = maf_class(
+        workflow_name=workflow,
+        graph_signature_hash="sig-maf",
+        previous_checkpoint_id=first.checkpoint_id,
+        state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+        iteration_count=1,
+    )
+    for checkpoint in (first, second):
+        await ctx.storage.save(checkpoint)
+    reads: list[tuple[str, Any, Any]] = [
+        (f"load({first.checkpoint_id!r})", await ctx.storage.load(first.checkpoint_id), first),
+        (f"load({second.checkpoint_id!r})", await ctx.storage.load(second.checkpoint_id), second),
+        ("get_latest()", await ctx.storage.get_latest(workflow_name=workflow), second),
+    ]
+    listed = await ctx.storage.list_checkpoints(workflow_name=workflow)
+    ensure_equal(len(listed), 2, f"number of checkpoints list_checkpoints({workflow!r}) returned")
+    reads += [("list_checkpoints()[0]", listed[0], first), ("list_checkpoints()[1]", listed[1], second)]
+    for where, got, expected in reads:
+        ensure(
+            type(got) is maf_class,
+            f"{where} returned {type(got).__module__}.{type(got).__qualname__}, not MAF's WorkflowCheckpoint "
+            "that was saved",
+        )
+        ensure_equal(got, expected, f"{where} of a MAF checkpoint")
+    embedded = reads[1][1].state["_executor_state"]["sub"]["sub_workflow_checkpoint"]
+    ensure(
+        type(embedded) is maf_class,
+        f"the checkpoint embedded in a MAF checkpoint came back as {type(embedded).__qualname__}, "
+        "not MAF's class",
+    )

@@ -207,6 +207,8 @@ class _ChildRun:
 
 def _process_opener(ctx: ClauseContext) -> str:
     opener = ctx.target.process_opener
+    if callable(opener):
+        opener = opener()
     if opener is None:
         not_applicable(
             "the target gives no process_opener (a storage URL or 'module:function'), so the kit "
