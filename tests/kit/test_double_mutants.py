@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -76,6 +77,21 @@ class RepairsDanglingLinks(DoubleStorage):
         return await super()._insert_family([top, *records[1:]])
 
 
+class GraftsLinksOntoLatest(DoubleStorage):
+    """Rewrites a previous id that names no top-level checkpoint to the workflow's latest: after a
+    parent restore, the child's fork is grafted onto the abandoned branch (and still resolves)."""
+
+    async def save(self, checkpoint: Any) -> CheckpointID:
+        previous = checkpoint.previous_checkpoint_id
+        if previous is not None:
+            info = await self.checkpoint_info(previous)
+            if info is None or info.nested:
+                ids = await self.list_checkpoint_ids(workflow_name=checkpoint.workflow_name)
+                if ids and checkpoint.checkpoint_id not in ids:
+                    checkpoint = dataclasses.replace(checkpoint, previous_checkpoint_id=ids[-1])
+        return await super().save(checkpoint)
+
+
 def _embedded_elsewhere(state: DoubleState, workflow_name: str) -> list[Row]:
     return [r for r in state.rows.values() if r.record.workflow_name == workflow_name and r.record.nested]
 
@@ -105,7 +121,7 @@ class DeleteWorkflowTakesEmbeddedRecords(DoubleStorage):
         return count
 
 
-@pytest.mark.parametrize("family", ["contract", "identifiers", "ancestry", "retention"])
+@pytest.mark.parametrize("family", ["contract", "identifiers", "ancestry", "retention", "runner"])
 def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
     backend = support.run_family(family, double_target())
     assert all(r.outcome in (Outcome.PASSED, Outcome.SKIPPED) for r in backend.results), backend.failures
@@ -120,6 +136,11 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
             "raised CheckpointConflictError",
         ),
         (TruncatesKeys, "identifiers.long_ids_distinct_and_whole", "(length 256)"),
+        (
+            GraftsLinksOntoLatest,
+            "runner.chain_whole_after_parent_restore",
+            "not at the child checkpoint embedded in the restored parent",
+        ),
         (WalkStopsAtWorkflowName, "ancestry.walks_across_workflow_names", "expected [c1, c0, b0, a1, a0]"),
         (
             PruneTakesEmbeddedRecords,
