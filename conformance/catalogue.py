@@ -33,7 +33,7 @@ opened, and fails with a message that says what broke.
 |---|---|---|
 | `passed` | The guarantee holds. | no |
 | `failed` | The guarantee does not hold, the clause raised something unexpected, or it timed out. | yes |
-| `skipped` | The storage does not declare a capability the clause requires. | no |
+| `skipped` | A required capability is undeclared, or the target gives no way to check (the message says). | no |
 | `xfailed` | The clause failed and the target declared it as a known deviation. | no |
 
 **Capabilities.** A storage declares what it supports in `capabilities`. Operation capabilities
@@ -48,6 +48,21 @@ that fails is reported as `xfailed`; one that passes fails the run (strict), so 
 removed rather than hiding a fix. The pytest base class rejects ids that name no clause.
 
 **Timeouts.** A clause that runs longer than its *Timeout* fails as timed out.
+
+**What a target can tell the kit.** Beyond the storage, a `StorageTarget` may give
+`process_opener` (a storage URL, or `"module:function"` returning a storage: how another process
+opens the same store, for `durability.across_processes`; a URL target gives its URL) and
+`round_trips` (a function counting the backend round trips a handle made, for the `scale`
+family; without it, latest is timed at 10 and 2,000 checkpoints where filling is fast, and the
+walk clause is skipped). The built-in targets count SQLite statements, Redis commands and S3
+requests. The `expiry` family waits out the storage's own `ttl`, so run it on a store configured
+with a short one (`--clause expiry` with `?ttl=1`).
+
+**Checkpoint class.** Clauses build `storages.WorkflowCheckpoint` unless the target names
+another class; `contract.maf_checkpoint_class_round_trips` checks MAF's own
+`agent_framework.WorkflowCheckpoint` in every run where it is installed, and
+`checkpoint-conformance --checkpoint-class maf|both` runs the whole kit with MAF's class (or with
+each in turn).
 
 ## Three ways to run it
 
@@ -89,6 +104,8 @@ assert report.ok, report.to_json()
 $ checkpoint-conformance
 $ checkpoint-conformance memory:// sqlite:///ck.db --json report.json --junit-xml junit.xml
 $ checkpoint-conformance --clause ordering --clause contract.load_missing_raises
+$ checkpoint-conformance --checkpoint-class both
+$ checkpoint-conformance 'redis://127.0.0.1:6379/0?prefix=kit&ttl=1' --clause expiry
 $ checkpoint-conformance --list
 ```
 
