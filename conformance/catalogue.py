@@ -33,7 +33,7 @@ opened, and fails with a message that says what broke.
 |---|---|---|
 | `passed` | The guarantee holds. | no |
 | `failed` | The guarantee does not hold, the clause raised something unexpected, or it timed out. | yes |
-| `skipped` | A required capability is undeclared, or the target gives no way to check (the message says). | no |
+| `skipped` | A required capability is undeclared, or the target gives no way to check (see message). | no |
 | `xfailed` | The clause failed and the target declared it as a known deviation. | no |
 
 **Capabilities.** A storage declares what it supports in `capabilities`. Operation capabilities
