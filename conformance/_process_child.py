@@ -1,4 +1,4 @@
-"""The other process of the cross-process durability clauses: ``python -m conformance._process_child``.
+"""The other process of the cross-process durability clauses, run as ``python <this file>``.
 
 It reads one JSON request on stdin: how to open the store (a storage URL or ``"module:function"``),
 the checkpoint class (``"module:qualname"``), checkpoints to save and what to read. It prints one

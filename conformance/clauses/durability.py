@@ -19,6 +19,7 @@ from storages.contract import Capability
 from storages.errors import CheckpointConflictError
 from storages.redaction import redact_text
 
+from .. import _process_child
 from .._process_child import SHARED_FIELDS
 from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
@@ -233,10 +234,10 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
         **request,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # Run as a script, not ``-m``: importing the conformance package would add to every start.
     child = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "conformance._process_child",
+        _process_child.__file__,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -22,7 +22,7 @@ from ..clause import clause, ensure, fail
 from ..context import ClauseContext
 from ._loads import expect_loads_equal, loads_equal_or_absent
 
-_HANDLES = 12
+_HANDLES = 8
 """Handles the thread clause opens, uses and closes one after another."""
 _SPARE_THREADS = 2
 """Threads a backend may still start lazily and keep (a shared executor's, say), whatever N is."""

@@ -24,7 +24,7 @@ from ..context import ClauseContext
 
 _FEW, _MANY = 3, 60
 """History sizes the round-trip counts compare."""
-_SHALLOW, _DEEP = 3, 40
+_SHALLOW, _DEEP = 3, 30
 """Walk depths the round-trip counts compare."""
 _SMALL_HISTORY, _LARGE_HISTORY = 10, 2000
 """History sizes the timing fallback compares."""
