@@ -1,8 +1,9 @@
 """scale: latest stays constant-cost as history grows, and an ancestry walk is one round trip.
 
 Where the target counts its backend round trips (``StorageTarget.round_trips``), the clauses
-count: ``get_latest`` must cost as many round trips after 60 saves as after 3, and a walk as
-many at depth 40 as at depth 3. Counting is exact, so a loaded machine cannot make it flaky.
+count: ``get_latest`` (with and without a signature filter) and ``load`` must cost as many
+round trips after 60 saves as after 3, and a walk as many at depth 30 as at depth 3. Counting
+is exact, so a loaded machine cannot make it flaky.
 Without a counter, latest falls back to timing: the median of repeated ``get_latest`` calls at
 2,000 checkpoints against 10, with a generous bound; a store too slow to fill to 2,000 in a
 second or two is skipped rather than slowing the kit down. A walk is skipped without a counter:
@@ -36,6 +37,25 @@ _FILL_BUDGET_SECONDS = 1.5
 """Projected time to fill 2,000 checkpoints beyond which the timing fallback is skipped."""
 
 
+_SIGNATURE = "sig-" + "0" * 60
+"""The graph signature ClauseContext.checkpoint gives every checkpoint."""
+
+
+def _single_reads(
+    ctx: ClauseContext, workflow_name: str, first_id: str
+) -> dict[str, Callable[[], Awaitable[Any]]]:
+    """The reads of one checkpoint whose cost must not grow with the history."""
+    reads: dict[str, Callable[[], Awaitable[Any]]] = {
+        "get_latest()": lambda: ctx.storage.get_latest(workflow_name=workflow_name),
+        f"load({first_id!r})": lambda: ctx.storage.load(first_id),
+    }
+    if ctx.has(Capability.SIGNATURE_FILTER):
+        reads["get_latest(graph_signature_hash=...)"] = lambda: ctx.storage.get_latest(
+            workflow_name=workflow_name, graph_signature_hash=_SIGNATURE
+        )
+    return reads
+
+
 async def _round_trips_of(ctx: ClauseContext, call: Callable[[], Awaitable[Any]]) -> int:
     count = ctx.target.round_trips
     assert count is not None
@@ -44,11 +64,13 @@ async def _round_trips_of(ctx: ClauseContext, call: Callable[[], Awaitable[Any]]
     return count(ctx.storage) - before
 
 
-async def _extend(ctx: ClauseContext, workflow_name: str, count: int, previous: str | None) -> str | None:
+async def _extend(ctx: ClauseContext, workflow_name: str, count: int, previous: str | None) -> str:
+    assert count > 0
     for index in range(count):
         checkpoint = ctx.checkpoint(workflow_name, previous_checkpoint_id=previous, iteration_count=index)
         await ctx.storage.save(checkpoint)
         previous = checkpoint.checkpoint_id
+    assert previous is not None
     return previous
 
 
@@ -63,23 +85,25 @@ async def _median_latest(ctx: ClauseContext, workflow_name: str) -> float:
 
 @clause(
     "scale.latest_is_constant_cost",
-    "get_latest costs the same round trips after 60 saves as after 3 (or, uncounted, about the same time "
-    "at 2,000 checkpoints as at 10).",
+    "get_latest (filtered by signature too) and load cost the same round trips after 60 saves as after 3 "
+    "(uncounted: get_latest takes about the same time at 2,000 checkpoints as at 10).",
     timeout=60,
 )
 async def latest_is_constant_cost(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("latest-scale")
-    latest = lambda: ctx.storage.get_latest(workflow_name=workflow_name)  # noqa: E731
     if ctx.target.round_trips is not None:
-        tip = await _extend(ctx, workflow_name, _FEW, None)
-        few = await _round_trips_of(ctx, latest)
+        first = await _extend(ctx, workflow_name, 1, None)
+        tip = await _extend(ctx, workflow_name, _FEW - 1, first)
+        reads = _single_reads(ctx, workflow_name, first)
+        few = {name: await _round_trips_of(ctx, read) for name, read in reads.items()}
         await _extend(ctx, workflow_name, _MANY - _FEW, tip)
-        many = await _round_trips_of(ctx, latest)
-        ensure(
-            many <= few,
-            f"get_latest() took {many} round trips at {_MANY} checkpoints and {few} at {_FEW}: it grows "
-            "with the history (does it scan every checkpoint?)",
-        )
+        for name, read in reads.items():
+            many = await _round_trips_of(ctx, read)
+            ensure(
+                many <= few[name],
+                f"{name} took {many} round trips at {_MANY} checkpoints and {few[name]} at {_FEW}: it grows "
+                "with the history (does it scan every checkpoint?)",
+            )
         return
     started = time.perf_counter()
     tip = await _extend(ctx, workflow_name, _SMALL_HISTORY, None)
@@ -109,11 +133,8 @@ async def walk_is_one_round_trip(ctx: ClauseContext) -> None:
     if ctx.target.round_trips is None:
         not_applicable("the target counts no round trips (StorageTarget.round_trips), and time cannot tell")
     workflow_name = ctx.workflow_name("walk-scale")
-    tip = await _extend(ctx, workflow_name, _SHALLOW, None)
-    assert tip is not None
-    shallow_tip = tip
-    deep_tip = await _extend(ctx, workflow_name, _DEEP - _SHALLOW, tip)
-    assert deep_tip is not None
+    shallow_tip = await _extend(ctx, workflow_name, _SHALLOW, None)
+    deep_tip = await _extend(ctx, workflow_name, _DEEP - _SHALLOW, shallow_tip)
     for operation in ("walk_ancestry_ids", "walk_ancestry"):
         walk = getattr(ctx.storage, operation)
         shallow = await _round_trips_of(ctx, functools.partial(walk, shallow_tip))

@@ -34,6 +34,21 @@ class LatestReadsEveryBody(DoubleStorage):
         return found
 
 
+class FilteredLatestReadsEveryBody(DoubleStorage):
+    """Answers get_latest(graph_signature_hash=...) by reading bodies newest first until one matches,
+    and reads them all before choosing."""
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        if graph_signature_hash is None:
+            return await super()._latest(workflow_name, None)
+        matching = None
+        for checkpoint_id in await self._list_ids(workflow_name, None):
+            body = await self._get(checkpoint_id)
+            if body is not None:
+                matching = StoredBody(checkpoint_id, body)
+        return matching
+
+
 class LatestDecodesEverything(DoubleStorage):
     """get_latest() is the last of list_checkpoints(): one request, but every body decoded."""
 
@@ -73,6 +88,12 @@ def test_a_constant_cost_double_passes_counted_and_timed() -> None:
     ("mutant", "target", "clause_id", "says"),
     [
         (LatestReadsEveryBody, {}, "scale.latest_is_constant_cost", "round trips at 60 checkpoints"),
+        (
+            FilteredLatestReadsEveryBody,
+            {},
+            "scale.latest_is_constant_cost",
+            "get_latest(graph_signature_hash=...)",
+        ),
         (
             LatestDecodesEverything,
             {"round_trips": None},
