@@ -263,10 +263,9 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
     return _ChildRun(saved, read)
 
 
-def _chain_fields(ctx: ClauseContext, workflow_name: str, length: int) -> list[dict[str, Any]]:
+def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: int) -> list[dict[str, Any]]:
     chain = []
-    previous: str | None = None
-    for index in range(length):
+    for index in range(start, start + 3):
         checkpoint = ctx.checkpoint(
             workflow_name,
             previous_checkpoint_id=previous,
@@ -281,8 +280,8 @@ def _chain_fields(ctx: ClauseContext, workflow_name: str, length: int) -> list[d
 
 @clause(
     "durability.across_processes",
-    "Another process reads what an open handle saved; a writer process killed after acknowledged saves, "
-    "without aclose(), loses none of them.",
+    "Another process reads what an open handle saved; its saves continue that workflow's order, and "
+    "killed after they were acknowledged, without aclose(), it loses none of them.",
     requires=_DURABLE,
     timeout=2 * _CHILD_TIMEOUT,
 )
@@ -291,10 +290,10 @@ async def across_processes(ctx: ClauseContext) -> None:
     here = ctx.workflow_name("saved-here")
     chain = await ctx.save_chain(here, 3, state={"step": "saved here"}, metadata={"k": [1, 2]})
     ids = [c.checkpoint_id for c in chain]
-    there = ctx.workflow_name("killed-writer")
-    written = _chain_fields(ctx, there, 3)
+    # The child continues the same workflow, so its saves must also sort after this process's.
+    written = _chain_fields(ctx, here, previous=ids[-1], start=len(ids))
     request = {"read": {"ids": ids, "workflow_name": here}, "save": written, "crash": True}
-    run = await _in_child(ctx, request, "read this process's saves, saved three and died")
+    run = await _in_child(ctx, request, "read this process's saves, saved three more and died")
     _check_read_elsewhere(run, chain, here)
     acknowledged = [fields["checkpoint_id"] for fields in written]
     ensure_equal(run.saved, acknowledged, "saves the writer process acknowledged before it died")
@@ -311,11 +310,18 @@ async def across_processes(ctx: ClauseContext) -> None:
             fields,
             f"checkpoint {fields['checkpoint_id']!r} written by the dead process",
         )
-    listed = await ctx.storage.list_checkpoint_ids(workflow_name=there)
-    ensure_equal(list(listed), acknowledged, f"list_checkpoint_ids({there!r}) after the writer died")
-    latest = await ctx.storage.get_latest(workflow_name=there)
+    listed = await ctx.storage.list_checkpoint_ids(workflow_name=here)
     ensure_equal(
-        getattr(latest, "checkpoint_id", None), acknowledged[-1], "get_latest() after the writer died"
+        list(listed),
+        ids + acknowledged,
+        f"list_checkpoint_ids({here!r}): this process's saves, then the dead writer's (did its sequence "
+        "restart?)",
+    )
+    latest = await ctx.storage.get_latest(workflow_name=here)
+    ensure_equal(
+        getattr(latest, "checkpoint_id", None),
+        acknowledged[-1],
+        "get_latest() after the other process's saves",
     )
 
 

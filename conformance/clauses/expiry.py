@@ -68,8 +68,8 @@ async def _leftovers(ctx: ClauseContext, workflow_name: str, ids: list[str]) -> 
 
 @clause(
     "expiry.checkpoints_expire_after_ttl",
-    "With a short ttl, checkpoints (nested ones too) are all there early in their ttl and gone from every "
-    "read soon after it.",
+    "With a short ttl, checkpoints (nested ones too) are all there early in their ttl, gone from every "
+    "read soon after it, and an expired id can be saved afresh.",
     requires=[Capability.TTL],
     timeout=3 * _LONGEST_WAIT + 2 * _GRACE,
 )
@@ -106,4 +106,18 @@ async def checkpoints_expire_after_ttl(ctx: ClauseContext) -> None:
         not leftovers,
         f"{ttl + _GRACE:g} s after saving with a ttl of {ttl:g} s, these still show the checkpoints: "
         f"{', '.join(leftovers)}",
+    )
+    # Nothing of an expired checkpoint may linger either: not its id, not its place in the order.
+    again = chain[0]
+    await ctx.storage.save(again)
+    ensure(
+        await _present(ctx.storage, again.checkpoint_id),
+        f"save({again.checkpoint_id!r}) after it expired returned, but the checkpoint does not load: an "
+        "index of ids outlived the ttl and took the save for a repeat",
+    )
+    latest = await ctx.storage.get_latest(workflow_name=workflow_name)
+    ensure(
+        getattr(latest, "checkpoint_id", None) == again.checkpoint_id,
+        f"get_latest() after saving {again.checkpoint_id!r} again once everything expired returned "
+        f"{getattr(latest, 'checkpoint_id', latest)!r}",
     )

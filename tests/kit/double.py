@@ -10,6 +10,7 @@ one backend round trip, which the ``scale`` clauses read through :func:`round_tr
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import tempfile
@@ -405,3 +406,19 @@ class ExpiringStorage(DoubleStorage):
         for key in [key for key, row in state.rows.items() if self._expired(row, now)]:
             del state.rows[key]
         return state
+
+
+_PROCESS_SEQUENCE = itertools.count(1)
+"""One counter for the whole process, kept nowhere else."""
+
+
+class ProcessSequenceStorage(DoubleStorage):
+    """Persists records, but numbers them from a counter in process memory: every handle of this
+    process agrees, and another process starts again from 1."""
+
+    def _next_sequence(self, state: DoubleState, workflow_name: str) -> int:
+        return next(_PROCESS_SEQUENCE)
+
+
+def open_process_sequence() -> ProcessSequenceStorage:
+    return ProcessSequenceStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))

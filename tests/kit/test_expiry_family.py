@@ -3,9 +3,13 @@ never expire, read the ttl in the wrong unit, or let nested records outlive thei
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import ClassVar
+
 import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget
+from storages.base import CheckpointRecord
 
 from . import support
 from .double import ExpiringStorage, Row, double_target
@@ -40,6 +44,19 @@ class NestedRecordsNeverExpire(ExpiringStorage):
         return not row.record.nested and super()._expired(row, now)
 
 
+class SeenIdsOutliveTtl(ExpiringStorage):
+    """Remembers every id it stored, forever, and takes a save of an expired id for a repeat."""
+
+    seen: ClassVar[dict[str, str]] = {}
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        known = self.seen.get(records[0].checkpoint_id)
+        if known is not None:
+            return known
+        self.seen[records[0].checkpoint_id] = records[0].digest
+        return await super()._insert_family(records)
+
+
 class LongTtl(ExpiringStorage):
     ttl = 3600.0
 
@@ -60,6 +77,7 @@ def test_a_ttl_longer_than_the_kit_waits_is_skipped_and_says_how_to_run_it() -> 
     [
         (NeverExpires, "still show the checkpoints: load("),
         (TtlInMilliseconds, "before their ttl of 0.6 s"),
+        (SeenIdsOutliveTtl, "an index of ids outlived the ttl"),
         (NestedRecordsNeverExpire, "still show the checkpoints: load('embedded-"),
     ],
 )
