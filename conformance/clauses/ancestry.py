@@ -511,8 +511,8 @@ async def walk_after_reopen(ctx: ClauseContext) -> None:
 
 @clause(
     "ancestry.walks_across_workflow_names",
-    "A walk follows previous ids into checkpoints saved under other workflow names, hop after hop, "
-    "to the root.",
+    "A walk follows previous ids into checkpoints saved under other workflow names, hop after hop, to "
+    "the root, and reports a pruned ancestor in another workflow as PRUNED.",
     requires=_ANCESTRY,
 )
 async def walks_across_workflow_names(ctx: ClauseContext) -> None:
@@ -527,6 +527,10 @@ async def walks_across_workflow_names(ctx: ClauseContext) -> None:
     root = a0.checkpoint_id
     await expect_walk(book, c1.checkpoint_id, [c1, c0, b0, a1, a0], AncestryEnd.ROOT, root)
     await expect_walk(book, b0.checkpoint_id, [b0, a1, a0], AncestryEnd.ROOT, root)
+    if ctx.has(Capability.PRUNE):
+        await answer(f"prune({first!r}, keep_last=1)", ctx.storage.prune(workflow_name=first, keep_last=1))
+        when = f"after prune(workflow_name={first!r}, keep_last=1)"
+        await expect_walk(book, c1.checkpoint_id, [c1, c0, b0, a1], AncestryEnd.PRUNED, root, when=when)
 
 
 @clause(

@@ -443,18 +443,25 @@ async def _expect_embedded_kept(book: Book, parent: Any, embedded: Any, when: st
 
 @clause(
     "retention.prune_keeps_records_embedded_elsewhere",
-    "prune() of a workflow name that other workflows' embedded checkpoints also use deletes only that "
-    "workflow's own checkpoints; the containers and their embedded records still load.",
+    "prune() of a workflow name that other workflows' embedded checkpoints also use counts and deletes "
+    "only that workflow's own checkpoints; the containers and their embedded records still load.",
     requires=[Capability.PRUNE, Capability.NESTED],
 )
 async def prune_keeps_records_embedded_elsewhere(ctx: ClauseContext) -> None:
     book, child_name, parent, embedded, own = await _shared_name_story(ctx, "shared-prune")
-    when = f"after prune(workflow_name={child_name!r}, keep_last=0)"
-    pruned = await answer(f"prune({child_name!r})", ctx.storage.prune(workflow_name=child_name, keep_last=0))
-    await _expect_embedded_kept(book, parent, embedded, when)
-    for checkpoint in own:
-        await expect_gone(book, checkpoint.checkpoint_id, when)
-    ensure_equal(pruned, len(own), f"count returned by prune() of {len(own)} top-level checkpoints")
+    # The embedded record is the newest of the name by sequence; keep_last counts only own ones.
+    for keep_last, kept, doomed in ((1, own[1:], own[:1]), (0, [], own[1:])):
+        when = f"after prune(workflow_name={child_name!r}, keep_last={keep_last})"
+        pruned = await answer(
+            f"prune({child_name!r}, keep_last={keep_last})",
+            ctx.storage.prune(workflow_name=child_name, keep_last=keep_last),
+        )
+        await _expect_embedded_kept(book, parent, embedded, when)
+        for checkpoint in kept:
+            await expect_loads_equal(book, checkpoint, f"{when}: it is the newest of the workflow's own")
+        for checkpoint in doomed:
+            await expect_gone(book, checkpoint.checkpoint_id, when)
+        ensure_equal(pruned, len(doomed), f"count returned by prune(keep_last={keep_last})")
 
 
 @clause(

@@ -63,6 +63,17 @@ class WalkStopsAtWorkflowName(DoubleStorage):
         return WalkRecords(links, bodies, frozenset(tombstones))
 
 
+class TombstonesSeenOnlyInOwnWorkflow(DoubleStorage):
+    """Looks tombstones up in the starting checkpoint's workflow only (a key per workflow)."""
+
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        walk = await super()._walk(checkpoint_id, max_depth, with_bodies=with_bodies)
+        state = self._read()
+        home = state.rows[checkpoint_id].record.workflow_name if checkpoint_id in state.rows else None
+        seen = frozenset(t for t in walk.tombstones if state.tombstones.get(t) == home)
+        return WalkRecords(walk.links, walk.bodies, seen)
+
+
 class RepairsDanglingLinks(DoubleStorage):
     """Indexes a previous id that resolves to nothing as the workflow's latest checkpoint instead."""
 
@@ -109,6 +120,25 @@ class PruneTakesEmbeddedRecords(DoubleStorage):
         return count
 
 
+class PruneRanksEmbeddedRecords(DoubleStorage):
+    """Ranks every record of the name, embedded ones too, when choosing the newest keep_last; then
+    deletes the top-level records outside them."""
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        state = self._read()
+        ranked = sorted(
+            (r for r in state.rows.values() if r.record.workflow_name == workflow_name),
+            key=lambda r: r.sequence,
+        )
+        outside = ranked[: max(0, len(ranked) - keep_last)]
+        doomed = [row for row in outside if not row.record.nested]
+        for row in doomed:
+            for dropped in self._drop(state, row):
+                state.tombstones[dropped] = workflow_name
+        self._commit(state)
+        return len(doomed)
+
+
 class DeleteWorkflowTakesEmbeddedRecords(DoubleStorage):
     """delete_workflow() removes every record of the name, embedded ones included."""
 
@@ -141,11 +171,21 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
             "runner.chain_whole_after_parent_restore",
             "not at the child checkpoint embedded in the restored parent",
         ),
+        (
+            TombstonesSeenOnlyInOwnWorkflow,
+            "ancestry.walks_across_workflow_names",
+            "ending missing at a0, expected [c1, c0, b0, a1] ending pruned at a0",
+        ),
         (WalkStopsAtWorkflowName, "ancestry.walks_across_workflow_names", "expected [c1, c0, b0, a1, a0]"),
         (
             PruneTakesEmbeddedRecords,
             "retention.prune_keeps_records_embedded_elsewhere",
             "embedded checkpoint",
+        ),
+        (
+            PruneRanksEmbeddedRecords,
+            "retention.prune_keeps_records_embedded_elsewhere",
+            "it is the newest of the workflow's own",
         ),
         (
             DeleteWorkflowTakesEmbeddedRecords,
