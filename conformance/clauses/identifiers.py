@@ -515,3 +515,31 @@ async def long_ids_distinct_and_whole(ctx: ClauseContext) -> None:
 def _tail(value: str) -> str:
     """A long id, shown by its length and last characters (where the ids differ)."""
     return repr(value) if len(value) <= 24 else f"'...{value[-12:]}' (length {len(value)})"
+
+
+@clause(
+    "identifiers.long_workflow_names_distinct",
+    "Workflow names of 256 characters that differ only in their last character each list, and return as "
+    "latest, their own checkpoints only.",
+)
+async def long_workflow_names_distinct(ctx: ClauseContext) -> None:
+    at_limit = _long_ids(f"{ctx.workflow_name('long-names')}-")[:6]
+    names = at_limit[:2] + at_limit[4:]  # ASCII and 4-byte UTF-8, differing in the last character
+    saved: dict[str, list[str]] = {}
+    for name in names:
+        chain = await ctx.save_chain(name, 1)
+        saved[name] = [c.checkpoint_id for c in chain]
+    for name, ids in saved.items():
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=name)
+        ensure(
+            list(listed) == ids,
+            f"list_checkpoint_ids() of the 256-character workflow name {_tail(name)} returned "
+            f"{len(listed)} ids, not its own {len(ids)}: long names collide or are truncated",
+        )
+        latest = await ctx.storage.get_latest(workflow_name=name)
+        ensure(
+            getattr(latest, "checkpoint_id", None) == ids[-1]
+            and getattr(latest, "workflow_name", None) == name,
+            f"get_latest() of the 256-character workflow name {_tail(name)} returned another workflow's "
+            "checkpoint: long names collide or are truncated",
+        )

@@ -37,6 +37,19 @@ class TruncatesKeys(DoubleStorage):
         return checkpoint_id[:240]
 
 
+class TruncatesWorkflowNames(DoubleStorage):
+    """Indexes workflows by the first 240 characters of their name."""
+
+    def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
+        return [
+            row
+            for row in self._read().rows.values()
+            if row.record.workflow_name[:240] == workflow_name[:240]
+            and (include_nested or not row.record.nested)
+            and signature in (None, row.record.graph_signature_hash)
+        ]
+
+
 class WalkStopsAtWorkflowName(DoubleStorage):
     """Walks only through top-level records of the starting checkpoint's workflow (and nested ones)."""
 
@@ -166,6 +179,7 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
             "raised CheckpointConflictError",
         ),
         (TruncatesKeys, "identifiers.long_ids_distinct_and_whole", "(length 256)"),
+        (TruncatesWorkflowNames, "identifiers.long_workflow_names_distinct", "long names collide"),
         (
             GraftsLinksOntoLatest,
             "runner.chain_whole_after_parent_restore",
