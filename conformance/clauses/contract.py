@@ -355,32 +355,60 @@ def _reordered_state(flip: bool) -> dict[str, Any]:
 )
 async def resave_equal_content_encoded_differently_is_noop(ctx: ClauseContext) -> None:
     workflow = ctx.workflow_name("equal")
-    original = ctx.checkpoint(workflow, timestamp=_at(0), state=_reordered_state(False))
-    again = ctx.checkpoint(
-        workflow,
-        checkpoint_id=original.checkpoint_id,
-        timestamp=original.timestamp,
-        state=_reordered_state(True),
-        metadata={"y": 1, "x": 2},
-    )
-    original.metadata = {"x": 2, "y": 1}
-    ensure(again == original, "the kit built unequal checkpoints; this is a kit bug")
-    ensure(
-        list(again.state["members"]) != list(original.state["members"]),
-        "the kit's two sets iterate in the same order; this is a kit bug",
-    )
-    await ctx.storage.save(original)
-    try:
-        returned = await ctx.storage.save(again)
-    except Exception as exc:
-        fail(
-            f"re-saving {original.checkpoint_id!r} with equal content whose sets and dicts iterate in "
-            f"another order raised {type(exc).__name__}: {exc}; equal after decoding is equal"
+    child_id, child_workflow = f"{workflow}-embedded", ctx.workflow_name("equal-child")
+
+    def build(flip: bool, *, reorder_top: bool) -> Any:
+        # An embedded child too: with `nested` its body is a record of its own, compared on its own.
+        child = ctx.checkpoint(
+            child_workflow,
+            checkpoint_id=child_id,
+            timestamp=_at(0),
+            state=_reordered_state(flip and not reorder_top),
         )
-    ensure_equal(returned, original.checkpoint_id, "id returned by the re-save of reordered equal content")
-    listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
-    ensure_equal(listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after the re-save")
-    ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "the re-saved checkpoint")
+        top_flip = flip and reorder_top
+        return ctx.checkpoint(
+            workflow,
+            checkpoint_id=f"{workflow}-{'top' if reorder_top else 'child'}",
+            timestamp=_at(0),
+            state={
+                **_reordered_state(top_flip),
+                "_executor_state": {"sub": {"sub_workflow_checkpoint": child}},
+            },
+            metadata={"y": 1, "x": 2} if top_flip else {"x": 2, "y": 1},
+        )
+
+    # First the container's sets and dicts reordered, then only the embedded child's.
+    cases = [("its sets and dicts", True), ("its embedded checkpoint's sets", False)]
+    saved: list[str] = []
+    for what, reorder_top in cases:
+        original, again = build(False, reorder_top=reorder_top), build(True, reorder_top=reorder_top)
+        ensure(again == original, "the kit built unequal checkpoints; this is a kit bug")
+        reordered = [
+            c.state if reorder_top else c.state["_executor_state"]["sub"]["sub_workflow_checkpoint"].state
+            for c in (original, again)
+        ]
+        ensure(
+            list(reordered[0]["members"]) != list(reordered[1]["members"]),
+            "the kit's two sets iterate in the same order; this is a kit bug",
+        )
+        if saved:
+            # One embedded id may be stored once only; the second case embeds it in a fresh container.
+            await ctx.storage.delete(saved[-1])
+        await ctx.storage.save(original)
+        saved.append(original.checkpoint_id)
+        try:
+            returned = await ctx.storage.save(again)
+        except Exception as exc:
+            fail(
+                f"re-saving {original.checkpoint_id!r} with equal content in which {what} iterate in another "
+                f"order raised {type(exc).__name__}: {exc}; equal after decoding is equal"
+            )
+        ensure_equal(
+            returned, original.checkpoint_id, "id returned by the re-save of reordered equal content"
+        )
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+        ensure_equal(listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after the re-save")
+        ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "the re-saved checkpoint")
 
 
 def _maf_checkpoint_class() -> type[Any]:

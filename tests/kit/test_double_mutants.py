@@ -30,6 +30,18 @@ class ConflictsOnDifferentBytes(DoubleStorage):
         return existing
 
 
+class ConflictsOnDifferentNestedBytes(DoubleStorage):
+    """Compares the container by content but its embedded records byte for byte."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        existing = await super()._insert_family(records)
+        if existing is not None and len(records) > 1:
+            stored = await self._nested_bodies([records[0].checkpoint_id])
+            if any(stored.get(r.checkpoint_id) != r.body for r in records[1:]):
+                raise CheckpointConflictError(records[0].checkpoint_id, "an embedded record's bytes differ")
+        return existing
+
+
 class TruncatesKeys(DoubleStorage):
     """Stores records under the first 240 characters of their id (a fixed-width key column)."""
 
@@ -177,6 +189,11 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
             ConflictsOnDifferentBytes,
             "contract.resave_equal_content_encoded_differently_is_noop",
             "raised CheckpointConflictError",
+        ),
+        (
+            ConflictsOnDifferentNestedBytes,
+            "contract.resave_equal_content_encoded_differently_is_noop",
+            "in which its embedded checkpoint's sets iterate in another order",
         ),
         (TruncatesKeys, "identifiers.long_ids_distinct_and_whole", "(length 256)"),
         (TruncatesWorkflowNames, "identifiers.long_workflow_names_distinct", "long names collide"),
