@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from storages.contract import Capability
 from storages.errors import CheckpointConflictError, CheckpointStorageError
 
 from ..clause import clause, ensure, ensure_equal, fail, not_applicable
@@ -422,7 +423,7 @@ def _maf_checkpoint_class() -> type[Any]:
 @clause(
     "contract.maf_checkpoint_class_round_trips",
     "agent_framework.WorkflowCheckpoint, saved on its own or embedded, comes back as MAF's class, equal, "
-    "from load, get_latest and list_checkpoints.",
+    "from load, get_latest, list_checkpoints and walks.",
 )
 async def maf_checkpoint_class_round_trips(ctx: ClauseContext) -> None:
     # MAF's runner saves its own class whatever class the rest of the kit builds with.
@@ -447,6 +448,13 @@ async def maf_checkpoint_class_round_trips(ctx: ClauseContext) -> None:
     listed = await ctx.storage.list_checkpoints(workflow_name=workflow)
     ensure_equal(len(listed), 2, f"number of checkpoints list_checkpoints({workflow!r}) returned")
     reads += [("list_checkpoints()[0]", listed[0], first), ("list_checkpoints()[1]", listed[1], second)]
+    if Capability.ANCESTRY in ctx.capabilities:
+        walk = await ctx.storage.walk_ancestry(second.checkpoint_id)
+        ensure_equal(len(walk.items), 2, f"number of items walk_ancestry({second.checkpoint_id!r}) returned")
+        reads += [
+            (f"walk_ancestry() item {i}", item, c)
+            for i, (item, c) in enumerate(zip(walk.items, (second, first), strict=True))
+        ]
     for where, got, expected in reads:
         ensure(
             type(got) is maf_class,
