@@ -75,6 +75,12 @@ def _memory() -> Embedded:
 
 
 def _sqlite_temp_file() -> Embedded:
+    import importlib.util
+
+    from storages.errors import MissingDependencyError
+
+    if importlib.util.find_spec("aiosqlite") is None:
+        raise MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite")
     directory = Path(tempfile.mkdtemp(prefix="checkpoint-conformance-"))
     url = f"sqlite:///{directory.as_posix()}/conformance.db"
     path = directory / "conformance.db"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -64,6 +64,10 @@ class CheckpointStorageConformance:
     """Breaks the backend on purpose for the ``faults`` family; without one those clauses skip."""
     runner: ClassVar[RunnerProfile | None] = None
     """The runner the ``runner`` family drives; None is the kit's reference scenario driver."""
+    process_opener: ClassVar[str | None] = None
+    """How another process opens the same store (a URL or ``"module:function"``); see StorageTarget."""
+    round_trips: ClassVar[Callable[[Any], int] | None] = None
+    """Counts a handle's backend round trips, for the ``scale`` family; see StorageTarget."""
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize ``test_clause`` with the selected clauses (pytest calls this per class)."""
@@ -90,6 +94,8 @@ class CheckpointStorageConformance:
             capabilities=self.capabilities,
             faults=self.faults,
             runner=self.runner,
+            process_opener=self.process_opener,
+            round_trips=type(self).round_trips,
         )
         report_outcome(await run_clause(conformance_clause, target))
 
