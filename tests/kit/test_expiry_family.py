@@ -95,3 +95,20 @@ def test_redis_with_a_short_ttl_expires_its_checkpoints() -> None:
     root = RedisCheckpointStorage(client, prefix="kit-expiry", ttl=1)
     backend = support.run_family(FAMILY, StorageTarget(name="redis ttl=1", factory=root.new_handle))
     assert backend.result(CLAUSE).outcome is Outcome.PASSED, backend.failures
+
+
+@pytest.mark.redis
+def test_the_real_redis_server_with_ttl_1_expires_its_checkpoints() -> None:
+    import asyncio
+
+    import redis_servers
+
+    from conformance import target_from_url
+
+    prefix = redis_servers.fresh_prefix("kit-expiry")
+    url = redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl="1")
+    try:
+        backend = support.run_family(FAMILY, target_from_url(url))
+    finally:
+        asyncio.run(redis_servers.wipe(redis_servers.redis_url(), prefix))
+    assert backend.result(CLAUSE).outcome is Outcome.PASSED, backend.failures
