@@ -72,6 +72,7 @@ async def _expect_closed_error(storage: Any, name: str, operation: Operation, wh
     "After aclose(), every operation raises StorageClosedError and changes nothing, even on unused handles.",
 )
 async def closed_handle_refuses_every_operation(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
     workflow_name = ctx.workflow_name("closed")
     (stored,) = await ctx.save_chain(workflow_name, 1)
     used = ctx.storage
@@ -104,6 +105,7 @@ async def closed_handle_refuses_every_operation(ctx: ClauseContext) -> None:
     "A second aclose() is a no-op, on a used handle, an unused one, and after `async with` closed it.",
 )
 async def aclose_is_idempotent(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
     await ctx.save_chain(ctx.workflow_name("twice"), 1)
     handles = [("a used handle", ctx.storage, 2), ("an unused handle", await ctx.other_handle(), 2)]
     async with await ctx.other_handle() as managed:
@@ -124,6 +126,7 @@ async def aclose_is_idempotent(ctx: ClauseContext) -> None:
     "Closing one handle leaves the other open handles of the backend working, and new_handle() of it works.",
 )
 async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
     workflow_name = ctx.workflow_name("siblings")
     first = ctx.storage
     sibling = await ctx.other_handle()
@@ -139,6 +142,13 @@ async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
     ensure(found, f"the second handle saved {after.checkpoint_id!r} after the first closed, then lost it")
     reopened = await ctx.other_handle()  # new_handle() of the closed ctx.storage
     await expect_loads_equal(reopened, after, "on new_handle() of a closed handle")
+
+
+def _require_aclose(ctx: ClauseContext) -> None:
+    ensure(
+        callable(getattr(ctx.storage, "aclose", None)),
+        f"{type(ctx.storage).__name__} has no aclose(); the contract's lifecycle needs one",
+    )
 
 
 def _live_threads() -> list[threading.Thread]:
@@ -168,6 +178,7 @@ async def _open_use_close(ctx: ClauseContext, workflow_name: str) -> None:
     f"Opening, using and closing {_HANDLES} handles leaves no more threads than before (a leak blocks exit).",
 )
 async def no_thread_left_per_handle(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
     workflow_name = ctx.workflow_name("threads")
     # One handle first, so threads a backend starts once and keeps (an executor) are counted in.
     await _open_use_close(ctx, workflow_name)
