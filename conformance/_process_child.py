@@ -1,9 +1,10 @@
 """The other process of the cross-process durability clauses, run as ``python <this file>``.
 
 It reads one JSON request on stdin: how to open the store (a storage URL or ``"module:function"``),
-the checkpoint class (``"module:qualname"``), checkpoints to save and what to read. It prints one
-line with what it read (if asked), then one JSON line per acknowledged save. With ``"crash"``
-it ends with ``os._exit`` right after the last acknowledged save: no ``aclose()``, no atexit hooks,
+the checkpoint class (``"module:qualname"``), what to read, checkpoints to save and ids to delete.
+It prints one line with what it read (if asked), then one JSON line per acknowledged save and
+per delete. With ``"crash"``
+it ends with ``os._exit`` right after the last acknowledged write: no ``aclose()``, no atexit hooks,
 no buffered writes flushed, as a killed worker would.
 """
 
@@ -77,6 +78,8 @@ async def _main(request: dict[str, Any]) -> None:
     for fields in request.get("save", []):
         await storage.save(checkpoint_class(**fields))
         _emit({"saved": fields["checkpoint_id"]})
+    for checkpoint_id in request.get("delete", []):
+        _emit({"deleted": checkpoint_id, "existed": await storage.delete(checkpoint_id)})
     if request.get("crash"):
         os._exit(0)
     await storage.aclose()

@@ -202,6 +202,8 @@ _CHILD_TIMEOUT = 60.0
 class _ChildRun:
     saved: list[str]
     """Ids the child acknowledged, in save order."""
+    deleted: dict[str, bool]
+    """Ids the child deleted -> whether delete() said they existed."""
     read: dict[str, Any] | None
     """What it read: ``loaded`` (id -> fields or an error text), ``ids`` and ``latest``."""
 
@@ -233,7 +235,8 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
         "checkpoint_class": _class_spec(ctx.target.checkpoint_class),
         **request,
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # The child imports what this process can: its sys.path, with '' (the working directory) spelled out.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
     # Run as a script, not ``-m``: importing the conformance package would add to every start.
     child = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -253,14 +256,17 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
         last_line = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
         fail(f"the child process that {what} exited with status {child.returncode}: {redact_text(last_line)}")
     saved: list[str] = []
+    deleted: dict[str, bool] = {}
     read: dict[str, Any] | None = None
     for line in out.decode().splitlines():
         message = json.loads(line)
         if "saved" in message:
             saved.append(message["saved"])
+        elif "deleted" in message:
+            deleted[message["deleted"]] = message["existed"]
         else:
             read = message
-    return _ChildRun(saved, read)
+    return _ChildRun(saved, deleted, read)
 
 
 def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: int) -> list[dict[str, Any]]:
@@ -280,8 +286,8 @@ def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: 
 
 @clause(
     "durability.across_processes",
-    "Another process reads what an open handle saved; its saves continue that workflow's order, and "
-    "killed after they were acknowledged, without aclose(), it loses none of them.",
+    "Another process reads what an open handle saved; its deletes and saves show here, its saves in "
+    "commit order, and killed after they were acknowledged, without aclose(), it loses none of them.",
     requires=_DURABLE,
     timeout=2 * _CHILD_TIMEOUT,
 )
@@ -292,9 +298,18 @@ async def across_processes(ctx: ClauseContext) -> None:
     ids = [c.checkpoint_id for c in chain]
     # The child continues the same workflow, so its saves must also sort after this process's.
     written = _chain_fields(ctx, here, previous=ids[-1], start=len(ids))
-    request = {"read": {"ids": ids, "workflow_name": here}, "save": written, "crash": True}
-    run = await _in_child(ctx, request, "read this process's saves, saved three more and died")
+    doomed = ids[0]
+    request = {
+        "read": {"ids": ids, "workflow_name": here},
+        "delete": [doomed],
+        "save": written,
+        "crash": True,
+    }
+    run = await _in_child(ctx, request, "read this process's saves, saved three more, deleted one and died")
     _check_read_elsewhere(run, chain, here)
+    ensure_equal(run.deleted, {doomed: True}, "what delete() answered in the other process")
+    await _expect_missing(ctx.storage, doomed, "after another process deleted it")
+    ids = ids[1:]
     acknowledged = [fields["checkpoint_id"] for fields in written]
     ensure_equal(run.saved, acknowledged, "saves the writer process acknowledged before it died")
     for fields in written:

@@ -422,3 +422,26 @@ class ProcessSequenceStorage(DoubleStorage):
 
 def open_process_sequence() -> ProcessSequenceStorage:
     return ProcessSequenceStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))
+
+
+_DELETED_IN_THIS_PROCESS: set[CheckpointID] = set()
+
+
+class ProcessLocalDeletes(DoubleStorage):
+    """Persists saves, but remembers deletes in process memory: this process's handles agree."""
+
+    def _read(self) -> DoubleState:
+        state = super()._read()
+        for checkpoint_id in _DELETED_IN_THIS_PROCESS & set(state.rows):
+            del state.rows[checkpoint_id]
+        return state
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        if checkpoint_id not in self._read().rows:
+            return False
+        _DELETED_IN_THIS_PROCESS.add(checkpoint_id)
+        return True
+
+
+def open_process_local_deletes() -> ProcessLocalDeletes:
+    return ProcessLocalDeletes(FileBacking(Path(os.environ[PATH_VARIABLE])))

@@ -45,6 +45,7 @@ def test_without_a_process_opener_the_clause_is_skipped_and_says_why() -> None:
         (double.open_write_behind, "could not load"),
         (double.open_process_memory, "kept in this process only"),
         (double.open_process_sequence, "did its sequence restart?"),
+        (double.open_process_local_deletes, "after another process deleted it"),
     ],
 )
 def test_stores_that_only_look_durable_are_caught(
