@@ -29,6 +29,8 @@ SHARED_FIELDS = (
     "metadata",
 )
 """The fields the two processes exchange (JSON values only)."""
+MESSAGE_PREFIX = "checkpoint-conformance-child: "
+"""Starts every line meant for the kit, so whatever the storage prints is ignored."""
 
 
 def _resolve(spec: str) -> Any:
@@ -49,7 +51,7 @@ async def _open(opener: str) -> Any:
 
 
 def _emit(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.write(MESSAGE_PREFIX + json.dumps(message) + "\n")
     sys.stdout.flush()
 
 

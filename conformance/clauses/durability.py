@@ -20,7 +20,7 @@ from storages.errors import CheckpointConflictError
 from storages.redaction import redact_text
 
 from .. import _process_child
-from .._process_child import SHARED_FIELDS
+from .._process_child import MESSAGE_PREFIX, SHARED_FIELDS
 from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._loads import expect_loads_equal
@@ -249,17 +249,21 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
     try:
         out, err = await asyncio.wait_for(child.communicate(json.dumps(request).encode()), _CHILD_TIMEOUT)
     except asyncio.TimeoutError:
-        child.kill()
-        await child.wait()
         fail(f"the child process that {what} did not finish within {_CHILD_TIMEOUT:g} s")
+    finally:
+        if child.returncode is None:  # timed out, or the clause was cancelled: leave no process behind
+            child.kill()
+            await child.wait()
     if child.returncode != 0:
         last_line = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
         fail(f"the child process that {what} exited with status {child.returncode}: {redact_text(last_line)}")
     saved: list[str] = []
     deleted: dict[str, bool] = {}
     read: dict[str, Any] | None = None
-    for line in out.decode().splitlines():
-        message = json.loads(line)
+    for line in out.decode(errors="replace").splitlines():
+        if not line.startswith(MESSAGE_PREFIX):
+            continue  # the storage's own output
+        message = json.loads(line[len(MESSAGE_PREFIX) :])
         if "saved" in message:
             saved.append(message["saved"])
         elif "deleted" in message:
