@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
-import tempfile
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -337,10 +336,6 @@ def double_target(storage_class: type[DoubleStorage] = DoubleStorage, **target: 
     root = storage_class()
     target.setdefault("round_trips", round_trips)
     return StorageTarget(name=storage_class.__name__, factory=root.new_handle, **target)
-
-
-def file_path() -> Path:
-    return Path(tempfile.mkdtemp(prefix="kit-double-")) / "store.pickle"
 
 
 class WriteBehindBacking(FileBacking):
