@@ -33,7 +33,7 @@ opened, and fails with a message that says what broke.
 |---|---|---|
 | `passed` | The guarantee holds. | no |
 | `failed` | The guarantee does not hold, the clause raised something unexpected, or it timed out. | yes |
-| `skipped` | Not applicable: the storage does not declare a capability the clause needs. | no |
+| `skipped` | Not applicable: a needed capability is undeclared, or the target gives no way to check. | no |
 | `xfailed` | The clause failed and the target declared it as a known deviation. | no |
 | `finding` | The runner driving the storage broke the guarantee, not the storage. | no |
 
@@ -58,6 +58,21 @@ fails a storage that does not declare them.
 
 **Cleanup.** Run the kit against a scratch namespace. URL runs write under a unique run prefix
 where the backend has one and delete each workflow they created unless `--keep`.
+
+**What a target can tell the kit.** Beyond the storage, a `StorageTarget` may give
+`process_opener` (a storage URL, or `"module:function"` returning a storage: how another process
+opens the same store, for `durability.across_processes`; a URL target gives its URL) and
+`round_trips` (a function counting the backend round trips a handle made, for the `scale`
+family; without it, latest is timed at 10 and 2,000 checkpoints where filling is fast, and the
+walk clause is skipped). The built-in targets count SQLite statements, Redis commands and S3
+requests. The `expiry` family waits out the storage's own `ttl`, so run it on a store configured
+with a short one (`--clause expiry` with `?ttl=1`).
+
+**Checkpoint class.** Clauses build `storages.WorkflowCheckpoint` unless the target names
+another class; `contract.maf_checkpoint_class_round_trips` checks MAF's own
+`agent_framework.WorkflowCheckpoint` in every run where it is installed, and
+`checkpoint-conformance --checkpoint-class maf|both` runs the whole kit with MAF's class (or with
+each in turn).
 
 ## Three ways to run it
 
@@ -99,6 +114,8 @@ assert report.ok, report.to_json()
 $ checkpoint-conformance
 $ checkpoint-conformance memory:// sqlite:///ck.db --json report.json --junit-xml junit.xml
 $ checkpoint-conformance --clause ordering --clause contract.load_missing_raises
+$ checkpoint-conformance --checkpoint-class both
+$ checkpoint-conformance 'redis://127.0.0.1:6379/0?prefix=kit&ttl=1' --clause expiry
 $ checkpoint-conformance --list
 ```
 

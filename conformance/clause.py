@@ -45,6 +45,9 @@ FAMILIES: dict[str, str] = {
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
     "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
+    "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
+    "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",
+    "scale": "Latest stays constant-cost as history grows, and an ancestry walk is one round trip.",
 }
 """Family name -> what the family proves, in catalogue order."""
 
@@ -131,6 +134,15 @@ class RunnerFinding(ClauseFailure):
     finding of its own (:attr:`~conformance.report.Outcome.FINDING`), which does not fail the run."""
 
 
+class ClauseNotApplicable(Exception):
+    """The target cannot be checked for this guarantee (it gives the kit no way to); reported as
+    skipped with the message, like an undeclared capability."""
+
+
+def not_applicable(message: str) -> NoReturn:
+    raise ClauseNotApplicable(message)
+
+
 def fail(message: str) -> NoReturn:
     raise ClauseFailure(message)
 
@@ -164,11 +176,13 @@ __all__ = [
     "Clause",
     "ClauseFailure",
     "RunnerFinding",
+    "ClauseNotApplicable",
     "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
     "ensure_runner",
     "fail",
+    "not_applicable",
     "select_clauses",
 ]

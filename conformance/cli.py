@@ -37,7 +37,13 @@ from .builtin import builtin_targets, unavailable_target
 from .clause import FAMILIES, Clause, select_clauses
 from .report import BackendReport, ClauseResult, Outcome, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
-from .target import StorageTarget, new_run_prefix, target_from_url
+from .target import (
+    CHECKPOINT_CLASS_CHOICES,
+    StorageTarget,
+    new_run_prefix,
+    target_from_url,
+    with_checkpoint_class,
+)
 
 PROG = "checkpoint-conformance"
 
@@ -89,7 +95,14 @@ def _main(argv: Sequence[str] | None) -> int:
         required = capabilities_from_names(
             name for value in args.require or () for name in value.split(",") if name.strip()
         )
-        targets = _targets(args.urls, keep=args.keep)
+        if args.checkpoint_class == "both":
+            # Twice over, each from its own targets: a run closes its target's storage at the end.
+            targets = [
+                *_targets(args.urls, keep=args.keep),
+                *with_checkpoint_class(_targets(args.urls, keep=args.keep), "maf"),
+            ]
+        else:
+            targets = with_checkpoint_class(_targets(args.urls, keep=args.keep), args.checkpoint_class)
         _use_runner(targets, args.runner, args.child_storage)
         for path in (args.json, args.junit_xml):
             if path is not None and not path.parent.is_dir():
@@ -364,6 +377,14 @@ def _parser() -> argparse.ArgumentParser:
         "--keep",
         action="store_true",
         help="keep the workflows the kit wrote to a URL (default: delete each one it created)",
+    )
+    parser.add_argument(
+        "--checkpoint-class",
+        choices=CHECKPOINT_CLASS_CHOICES,
+        default="project",
+        help="the class clauses build checkpoints with: storages.WorkflowCheckpoint (project), "
+        "agent_framework.WorkflowCheckpoint (maf), or each target once with each (both); "
+        "contract.maf_checkpoint_class_round_trips checks MAF's class in every run where it is installed",
     )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")

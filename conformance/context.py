@@ -91,6 +91,15 @@ class ClauseContext:
             fail(f"read_raw_body({checkpoint_id!r}) found nothing right after a save")
         await self.storage.write_raw_body(checkpoint_id, mutate(body))
 
+    def release(self, handle: Any) -> None:
+        """Stop tracking a handle the clause closed itself; the end of the clause leaves it alone."""
+        self._handles = [h for h in self._handles if h is not handle]
+
+    async def close(self, handle: Any) -> None:
+        """Close one handle now; the end of the clause does not close it again."""
+        self.release(handle)
+        await handle.aclose()
+
     async def close_handles(self) -> None:
         handles, self._handles = self._handles, []
         for handle in handles:

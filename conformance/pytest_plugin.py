@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -72,6 +72,10 @@ class CheckpointStorageConformance:
     required_capabilities: ClassVar[Iterable[Capability | str]] = ()
     """Capabilities the storage must declare: a clause needing one that is not declared fails
     instead of being skipped as not applicable."""
+    process_opener: ClassVar[str | None] = None
+    """How another process opens the same store (a URL or ``"module:function"``); see StorageTarget."""
+    round_trips: ClassVar[Callable[[Any], int] | None] = None
+    """Counts a handle's backend round trips, for the ``scale`` family; see StorageTarget."""
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize ``test_clause`` with the selected clauses (pytest calls this per class)."""
@@ -99,6 +103,8 @@ class CheckpointStorageConformance:
             faults=self.faults,
             runner=self.runner,
             required_capabilities=_required(type(self)),
+            process_opener=self.process_opener,
+            round_trips=type(self).round_trips,
         )
         report_outcome(await run_clause(conformance_clause, target))
 

@@ -35,7 +35,7 @@ from storages.contract import Capability
 from storages.errors import InvalidCheckpointError, StorageUnavailableError
 from storages.redaction import redact_text
 
-from .clause import Clause, ClauseFailure, RunnerFinding, select_clauses
+from .clause import Clause, ClauseFailure, ClauseNotApplicable, RunnerFinding, select_clauses
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report, now
 from .target import StorageFactory, StorageTarget
@@ -98,7 +98,7 @@ async def _judge(
         )
     outcome, message = await _outcome(clause, context, clause.timeout * target.timeout_factor)
     reason = target.expected_failures.get(clause.id)
-    if reason is not None:
+    if reason is not None and outcome is not Outcome.SKIPPED:
         if outcome in (Outcome.FAILED, Outcome.FINDING):
             outcome, message = Outcome.XFAILED, f"known deviation ({reason}): {message}"
         else:
@@ -114,6 +114,8 @@ async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tu
         return Outcome.FINDING, str(exc)
     except ClauseFailure as exc:
         return Outcome.FAILED, str(exc)
+    except ClauseNotApplicable as exc:
+        return Outcome.SKIPPED, str(exc)
     except asyncio.TimeoutError:
         return Outcome.FAILED, f"timed out after {timeout:g} s"
     except Exception as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -45,6 +46,14 @@ class StorageTarget:
             against a real store leaves nothing behind (``checkpoint-conformance`` does, unless
             ``--keep``).
         timeout_factor: multiplies every clause's timeout (slow remote backends, tests).
+        process_opener: how another process opens the same store, for the durability clauses that
+            write in one process and read in another: a storage URL, or ``"module:function"``
+            naming an importable zero-argument callable returning a storage (or an awaitable of
+            one), or a function returning either once the target has opened. The child process
+            inherits this process's environment and ``sys.path``. None skips those clauses.
+        round_trips: returns how many backend round trips (requests, statements, scripts) a handle
+            of this target has made so far; the ``scale`` family counts with it. None makes the
+            scale clauses fall back to timings where timings can tell, and skip where they cannot.
     """
 
     name: str
@@ -59,6 +68,8 @@ class StorageTarget:
     prepare: Callable[[], Awaitable[None]] | None = None
     remove_workflows: bool = False
     timeout_factor: float = 1.0
+    process_opener: str | Callable[[], str | None] | None = None
+    round_trips: Callable[[Any], int] | None = None
 
     async def open(self) -> Any:
         handle = self.factory()
@@ -100,6 +111,34 @@ def with_run_prefix(url: str, run_prefix: str) -> str:
     return url
 
 
+CHECKPOINT_CLASS_CHOICES = ("project", "maf", "both")
+"""What ``--checkpoint-class`` accepts: the project's class, MAF's, or each target once with each."""
+
+
+def with_checkpoint_class(targets: Iterable[StorageTarget], choice: str) -> list[StorageTarget]:
+    """The targets, building checkpoints with the project's class, MAF's, or each in turn (``both``:
+    every target is run twice, the second time named ``<name> [MAF class]``).
+
+    Raises ValueError for an unknown choice, or for ``maf``/``both`` without agent_framework.
+    """
+    if choice not in CHECKPOINT_CLASS_CHOICES:
+        raise ValueError(f"checkpoint class {choice!r} is not one of {', '.join(CHECKPOINT_CLASS_CHOICES)}")
+    targets = list(targets)
+    if choice == "project":
+        return targets
+    try:
+        from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
+    except ImportError as exc:
+        raise ValueError(
+            f"--checkpoint-class {choice} needs agent_framework (pip install agent-framework-core)"
+        ) from exc
+    maf = [
+        dataclasses.replace(t, name=f"{t.name} [MAF class]", checkpoint_class=MafWorkflowCheckpoint)
+        for t in targets
+    ]
+    return maf if choice == "maf" else [*targets, *maf]
+
+
 def target_from_url(
     url: str,
     *,
@@ -132,7 +171,16 @@ def target_from_url(
         cleanup=cleanup,
         prepare=prepare,
         remove_workflows=remove_workflows,
+        process_opener=opened,
     )
 
 
-__all__ = ["StorageFactory", "StorageTarget", "new_run_prefix", "target_from_url", "with_run_prefix"]
+__all__ = [
+    "CHECKPOINT_CLASS_CHOICES",
+    "StorageFactory",
+    "StorageTarget",
+    "new_run_prefix",
+    "target_from_url",
+    "with_checkpoint_class",
+    "with_run_prefix",
+]

@@ -17,7 +17,18 @@ REDACTED = "***"
 # one of these words (``aws_session_token``, ``x-api-key``) are matched by _is_secret_name.
 _SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "key", "auth", "signature")
 # Option names that contain a secret word but name no secret.
-_NOT_SECRET = frozenset({"integrity_key_env", "key_prefix", "keyprefix", "max-keys"})
+_NOT_SECRET = frozenset(
+    {
+        "integrity_key_env",
+        "key_prefix",
+        "keyprefix",
+        "max-keys",
+        "sse_kms_key_id",
+        # A workflow's graph signature is a topology hash, shown in every kit and verify message.
+        "graph_signature_hash",
+        "expected_graph_signature_hash",
+    }
+)
 
 # scheme://userinfo@ inside free text; userinfo ends at the last '@' before the host.
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@]*)@")

@@ -82,9 +82,18 @@ async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Stor
     assert {clause_id: outcomes[clause_id] for clause_id in HTTP_FAULT_CLAUSES} == dict.fromkeys(
         HTTP_FAULT_CLAUSES, Outcome.PASSED
     )
-    # Skipped: only the server-process faults (kill -9, cut connections), which need a server process.
+    # Skipped: the server-process faults (kill -9, cut connections), which need a server process, and
+    # what this target gives no way to check: no ttl, no other process, no round-trip counter
+    # (uncounted, latest is timed when saves are fast enough, else skipped too).
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
-    assert skipped == {"faults.server_restart_keeps_acknowledged", "faults.connection_cut_whole_or_nothing"}
+    skipped.discard("scale.latest_is_constant_cost")
+    assert skipped == {
+        "faults.server_restart_keeps_acknowledged",
+        "faults.connection_cut_whole_or_nothing",
+        "expiry.checkpoints_expire_after_ttl",
+        "durability.across_processes",
+        "scale.walk_is_one_round_trip",
+    }
     # Every kind of fault was really injected.
     assert {"500", "503", "409", "412", "crash"} <= set(store.faults.injected)
 

@@ -342,6 +342,16 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
         f"the parent's first checkpoint {resumed.parent_saved[0]!r} {after} points at "
         f"{first_parent.previous_checkpoint_id!r}, not at the restored checkpoint",
     )
+    if child_store is None:
+        # Resolving is not enough: a storage that "repairs" the link (to the child's latest, say)
+        # grafts the fork onto the abandoned branch, and that chain resolves too.
+        first_child = await ctx.storage.load(resumed.child_saved[0])
+        ensure(
+            first_child.previous_checkpoint_id in embedded,
+            f"the child's first checkpoint {resumed.child_saved[0]!r} {after} points at "
+            f"{first_child.previous_checkpoint_id!r}, not at the child checkpoint embedded in the restored "
+            f"parent ({', '.join(map(repr, embedded)) or 'none found'})",
+        )
     for role, newest in (("child", resumed.child_saved[-1]), ("parent", resumed.parent_saved[-1])):
         store = child_store if role == "child" and child_store is not None else ctx.storage
         path = await _walk_by_load(ctx, newest, role, embedded, store)

@@ -225,7 +225,8 @@ def test_a_storage_declaring_nothing_is_told_how_much_of_the_kit_did_not_apply(
     out = " ".join(capsys.readouterr().out.split())
     assert f"{not_applicable} of {total} not applicable" in out
     assert f"bare conforms ({total - not_applicable} of {total} clauses apply" in out
-    assert "durability: 0/4 passed, 4 not applicable" in out  # the per-family progress line
+    durability = sum(1 for c in all_clauses() if c.family == "durability")
+    assert f"durability: 0/{durability} passed, {durability} not applicable" in out  # the progress line
 
 
 @pytest.mark.parametrize(
@@ -308,7 +309,8 @@ def test_piped_output_fits_in_80_columns(
     assert main(["--clause", "contract", "--clause", "durability"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert any(line.startswith("memory:// contract: 13/13 passed") for line in lines)
+    contract = sum(1 for c in all_clauses() if c.family == "contract")
+    assert any(line.startswith(f"memory:// contract: {contract}/{contract} passed") for line in lines)
 
 
 # ---------------------------------------------------------------------- credentials and fail fast
