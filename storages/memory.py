@@ -61,6 +61,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
         }
     )

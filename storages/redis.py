@@ -103,6 +103,7 @@ _BASE_CAPABILITIES = frozenset(
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.PENDING_WRITES,
         Capability.SHARED,
         Capability.DURABLE,
     }

@@ -270,6 +270,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
             Capability.DURABLE,
         }
