@@ -3,6 +3,8 @@ full run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.ancestry_bench import _operations, load_chain
@@ -23,3 +25,15 @@ async def test_every_ancestry_operation_walks_the_whole_chain() -> None:
     assert set(operations) == {"walk_ids", "walk", "load_chain"}
     for name, operation in operations.items():
         assert await operation() == 5, name
+
+
+@pytest.mark.memory
+@pytest.mark.sqlite
+async def test_langgraph_bench_runs_each_pair_on_the_same_workload(tmp_path: Path) -> None:
+    from bench.langgraph_bench import PAIRS, measure_pair
+
+    for backend in PAIRS:
+        result = await measure_pair(backend, supersteps=3, runs=2, directory=tmp_path)
+        assert result.runs == 2
+        assert result.ours_ms > 0
+        assert result.theirs_ms > 0
