@@ -173,9 +173,14 @@ class StorageSaver(BaseCheckpointSaver[str]):
             for stored in checkpoints:
                 if remaining is not None and remaining <= 0:
                     return
+                if filter:
+                    # Filter on the metadata alone, before the writes are read.
+                    metadata = self._loads(stored, "metadata")
+                    if not isinstance(metadata, dict) or not all(
+                        metadata.get(key) == value for key, value in filter.items()
+                    ):
+                        continue
                 item = await self._tuple(stored, thread_id, checkpoint_ns)
-                if filter and not all(item.metadata.get(key) == value for key, value in filter.items()):
-                    continue
                 if remaining is not None:
                     remaining -= 1
                 yield item
@@ -302,8 +307,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
         """Zero-padded so versions sort as strings, as LangGraph's own savers make them."""
         if current is None:
             number = 0
-        elif isinstance(current, int):
-            number = current
+        elif isinstance(current, (int, float)):
+            number = int(current)
         else:
             number = int(current.split(".")[0])
         return f"{number + 1:032}.{random.random():016}"  # noqa: S311 - a tie-breaker, not a secret
