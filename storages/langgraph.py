@@ -135,14 +135,20 @@ class StorageSaver(BaseCheckpointSaver[str]):
     def __repr__(self) -> str:
         return f"<StorageSaver over {self.storage.describe()}>"
 
+    def workflow_name(self, thread_id: str, checkpoint_ns: str) -> str:
+        """The workflow of one (thread_id, checkpoint_ns): :func:`workflow_for`. A subclass may
+        name them otherwise (the LangGraph runner profile does), but thread-wide operations
+        (listing a whole thread, delete, copy, prune) find a thread by the default names."""
+        return workflow_for(thread_id, checkpoint_ns)
+
     # ------------------------------------------------------------------ async interface
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self.loop = asyncio.get_running_loop()
         thread_id, checkpoint_ns, checkpoint_id = _target(config)
-        workflow_name = workflow_for(thread_id, checkpoint_ns)
+        workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         if checkpoint_id is None:
-            stored = await self.storage.get_latest(workflow_name=workflow_name)
+            stored = await self._latest(workflow_name, thread_id, checkpoint_ns)
             if stored is None:
                 return None
         else:
@@ -173,6 +179,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
             for stored in checkpoints:
                 if remaining is not None and remaining <= 0:
                     return
+                if not self._belongs(stored, thread_id, checkpoint_ns):
+                    continue
                 if filter:
                     # Filter on the metadata alone, before the writes are read.
                     metadata = self._loads(stored, "metadata")
@@ -194,7 +202,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         self.loop = asyncio.get_running_loop()
         thread_id, checkpoint_ns, parent_id = _target(config)
-        workflow_name = workflow_for(thread_id, checkpoint_ns)
+        workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         checkpoint_id = checkpoint["id"]
         full_metadata = get_checkpoint_metadata(config, metadata)
         await self.storage.save(
@@ -204,6 +212,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
                 checkpoint_id=stored_id_for(workflow_name, checkpoint_id),
                 previous_checkpoint_id=None if parent_id is None else stored_id_for(workflow_name, parent_id),
                 timestamp=checkpoint["ts"],
+                iteration_count=_supersteps_done(full_metadata),
                 state={
                     "thread_id": thread_id,
                     "checkpoint_ns": checkpoint_ns,
@@ -228,7 +237,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
             raise InvalidCheckpointError(
                 "put_writes needs a config with a checkpoint_id", field="checkpoint_id"
             )
-        workflow_name = workflow_for(thread_id, checkpoint_ns)
+        workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         batch = [
             PendingWrite(
                 task_id=task_id,
@@ -266,7 +275,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
         and each write batch is idempotent, so an interrupted copy completes when run again."""
         self.loop = asyncio.get_running_loop()
         for source_name, _, checkpoint_ns in await self._thread_workflows(str(source_thread_id)):
-            target_name = workflow_for(str(target_thread_id), checkpoint_ns)
+            target_name = self.workflow_name(str(target_thread_id), checkpoint_ns)
             for stored in await self.storage.list_checkpoints(workflow_name=source_name):
                 checkpoint_id = self._stored_field(stored, "checkpoint_id")
                 previous = None
@@ -377,6 +386,23 @@ class StorageSaver(BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ mapping
 
+    def _belongs(self, stored: Any, thread_id: str, checkpoint_ns: str) -> bool:
+        """True if a record found under (thread_id, checkpoint_ns)'s workflow is that pair's.
+
+        A workflow holds one pair only, so any other record there is corrupted: raise. (A
+        subclass whose workflows hold several pairs returns False to pass over the others.)"""
+        place = (stored.state.get("thread_id"), stored.state.get("checkpoint_ns"))
+        if place != (thread_id, checkpoint_ns):
+            raise CheckpointCorruptedError(
+                stored.checkpoint_id,
+                f"stored for thread and namespace {place!r} but found as {(thread_id, checkpoint_ns)!r}",
+            )
+        return True
+
+    async def _latest(self, workflow_name: str, thread_id: str, checkpoint_ns: str) -> Any | None:
+        """The namespace's latest checkpoint: its workflow's, by commit order."""
+        return await self.storage.get_latest(workflow_name=workflow_name)
+
     async def _workflows(self, config: RunnableConfig | None) -> _Selection:
         """(workflow, thread_id, checkpoint_ns) of what ``config`` selects, in name order."""
         configurable = {} if config is None else config.get("configurable", {})
@@ -387,7 +413,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
         checkpoint_ns = configurable.get("checkpoint_ns")
         if checkpoint_ns is None:
             return await self._thread_workflows(str(thread_id))
-        return [(workflow_for(str(thread_id), checkpoint_ns), str(thread_id), checkpoint_ns)]
+        return [(self.workflow_name(str(thread_id), checkpoint_ns), str(thread_id), checkpoint_ns)]
 
     async def _thread_workflows(self, thread_id: str) -> _Selection:
         prefix = thread_prefix(thread_id)
@@ -396,6 +422,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
 
     async def _tuple(self, stored: Any, thread_id: str, checkpoint_ns: str) -> CheckpointTuple:
         checkpoint_id = self._stored_field(stored, "checkpoint_id")
+        if not self._belongs(stored, thread_id, checkpoint_ns):
+            raise CheckpointCorruptedError(stored.checkpoint_id, "stored for another thread or namespace")
         checkpoint = self._loads(stored, "checkpoint")
         metadata = self._loads(stored, "metadata")
         if not isinstance(checkpoint, dict) or checkpoint.get("id") != checkpoint_id:
@@ -444,6 +472,13 @@ class StorageSaver(BaseCheckpointSaver[str]):
             raise CheckpointCorruptedError(
                 stored_id, f"LangGraph's serde cannot load its {what}: {type(error).__name__}"
             ) from error
+
+
+def _supersteps_done(metadata: Any) -> int:
+    """LangGraph's ``step`` (-1 for the input checkpoint) as our iteration count: the supersteps
+    done when the checkpoint was taken."""
+    step = metadata.get("step") if isinstance(metadata, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0
 
 
 def _target(config: RunnableConfig) -> tuple[str, str, str | None]:
