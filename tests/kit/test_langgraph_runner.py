@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import BACKENDS
 
-from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
+from conformance import BackendReport, Outcome, StorageTarget, avalidate, select_clauses, validate
 from conformance.cli import main
 from conformance.langgraph_profile import LANGGRAPH_DEVIATIONS, LangGraphRunnerProfile
 from storages import open_storage
@@ -88,3 +89,24 @@ def test_cli_runs_the_runner_family_through_langgraph(
     assert {r["clause"]: r["outcome"] for r in backend["results"]} == {
         clause_id: outcome.value for clause_id, outcome in EXPECTED.items()
     }
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis_cluster),
+        pytest.param("s3-server", marks=pytest.mark.s3),
+    ],
+)
+async def test_langgraph_gives_the_same_report_on_redis_and_s3(backend: str, tmp_path: Path) -> None:
+    async with BACKENDS[backend].fresh_store(tmp_path) as maker:
+        target = StorageTarget(
+            name=backend,
+            factory=maker,
+            runner=LangGraphRunnerProfile(),
+            expected_failures=LANGGRAPH_DEVIATIONS,
+        )
+        (report,) = (await avalidate(target, clauses=["runner"])).backends
+    assert not report.error, report.error
+    _check_findings(report)
