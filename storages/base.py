@@ -354,7 +354,9 @@ class BaseCheckpointStorage(abc.ABC):
         if workflow_name is not None:
             validate_identifier(workflow_name, "workflow_name")
         await self._ready("list_records")
-        records = await self._records(workflow_name)
+        records = [
+            info for info in await self._records(workflow_name) if not is_writes_log_name(info.workflow_name)
+        ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
 
     async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:

@@ -14,6 +14,7 @@ from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
 from storages.langgraph import StorageSaver, stored_id_for, workflow_for
 from storages.memory import InMemoryCheckpointStorage
+from storages.verify import verify
 
 pytestmark = [pytest.mark.langgraph, pytest.mark.memory]
 
@@ -143,3 +144,17 @@ async def test_sync_methods_run_from_another_thread_and_refuse_the_loop_thread()
 
     await asyncio.to_thread(from_a_thread)
     assert seen == {"writes": [("task", "channel", "value")], "listed": ["cp"]}
+
+
+async def test_verify_and_listings_see_checkpoints_not_the_writes_logs() -> None:
+    storage = InMemoryCheckpointStorage()
+    saver = StorageSaver(storage)
+    first = await saver.aput(_config("t"), _checkpoint("cp-1", n=1), {}, {})
+    await saver.aput_writes(first, [("channel", "value"), ("__interrupt__", "ask")], "task")
+    await saver.aput(first, _checkpoint("cp-2", n=2), {}, {})
+    name = workflow_for("t", "")
+    assert await storage.list_workflows() == [name]
+    assert {info.workflow_name for info in await storage.list_records()} == {name}
+    report = await verify(storage)
+    assert report.ok, report.findings
+    assert report.records_checked == 2
