@@ -42,6 +42,7 @@ FAMILIES: dict[str, str] = {
     "signature": "Graph signatures are kept byte for byte, filter latest and listing, and are enforced.",
     "ancestry": "Ancestry walks reach the root through forks and nested records and report every break.",
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
+    "writes": "Pending writes land whole, once per (task, index), and go with their checkpoint.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
     "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",

@@ -88,7 +88,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         # The MAF runner drives only the runner family unless clauses are named: the other
         # families call the storage directly, so a runner changes nothing for them.
-        clauses = select_clauses(args.clause or (["runner"] if args.runner == "maf" else None))
+        clauses = select_clauses(args.clause or (["runner"] if args.runner in ("maf", "langgraph") else None))
         if args.list:
             console.print(catalogue_table(clauses))
             return 0
@@ -354,10 +354,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--runner",
-        choices=("reference", "maf"),
+        choices=("reference", "maf", "langgraph"),
         default="reference",
-        help="what drives the runner clauses: the reference driver, or real Agent Framework workflows "
-        "(maf; runs only the runner family unless --clause is given)",
+        help="what drives the runner clauses: the reference driver, real Agent Framework workflows (maf) "
+        "or real LangGraph graphs over StorageSaver (langgraph); maf and langgraph run only the runner "
+        "family unless --clause is given",
     )
     parser.add_argument(
         "--child-storage",
@@ -413,6 +414,9 @@ def _use_runner(targets: Sequence[StorageTarget], runner: str, child_storage: st
         if child_storage != "shared":
             raise UsageError("--child-storage needs --runner maf")
         return
+    if runner == "langgraph":
+        _use_langgraph(targets, child_storage)
+        return
     from .maf_profile import MafRunnerProfile
 
     try:
@@ -421,6 +425,24 @@ def _use_runner(targets: Sequence[StorageTarget], runner: str, child_storage: st
         raise UsageError(str(exc)) from exc
     for target in targets:
         target.runner = profile
+
+
+def _use_langgraph(targets: Sequence[StorageTarget], child_storage: str) -> None:
+    if child_storage != "shared":
+        raise UsageError(
+            "--child-storage separate needs --runner maf: LangGraph subgraphs use the parent's saver"
+        )
+    try:
+        from .langgraph_profile import LANGGRAPH_DEVIATIONS, LangGraphRunnerProfile
+
+        profile = LangGraphRunnerProfile()
+    except MissingDependencyError as exc:
+        raise UsageError(str(exc)) from exc
+    for target in targets:
+        target.runner = profile
+        # What LangGraph itself does not guarantee is reported as a runner finding, with its
+        # reason: never as a pass, never as a storage failure.
+        target.runner_findings = {**target.runner_findings, **LANGGRAPH_DEVIATIONS}
 
 
 def _backend_line(backend: BackendReport) -> Text:

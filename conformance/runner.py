@@ -104,6 +104,13 @@ async def _judge(
         else:
             outcome = Outcome.FAILED
             message = f"declared as a known deviation ({reason}) but passed; remove it from expected_failures"
+    finding = target.runner_findings.get(clause.id)
+    if finding is not None and outcome in (Outcome.PASSED, Outcome.FAILED):
+        if outcome is Outcome.FAILED:
+            outcome, message = Outcome.FINDING, f"runner finding ({finding}): {message}"
+        else:
+            outcome = Outcome.FAILED
+            message = f"declared as a runner finding ({finding}) but passed; remove it from runner_findings"
     return _result(clause, outcome, started, message)
 
 

@@ -31,6 +31,9 @@ class StorageTarget:
             per call (``InMemoryCheckpointStorage``) still works.
         expected_failures: clause id -> reason, for known deviations. Such a clause that fails
             is reported as xfailed; one that passes fails the run (strict), so stale entries go.
+        runner_findings: clause id -> reason, for guarantees the runner driving the storage does
+            not give (LangGraph checks no graph signature). Such a clause that fails is reported
+            as a runner finding; one that passes fails the run (strict), as above.
         checkpoint_class: the class clauses build checkpoints with (MAF's own storages need
             ``agent_framework.WorkflowCheckpoint``).
         capabilities: overrides the storage's declared ``capabilities``.
@@ -59,6 +62,7 @@ class StorageTarget:
     name: str
     factory: StorageFactory
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+    runner_findings: Mapping[str, str] = field(default_factory=dict)
     checkpoint_class: type[Any] = WorkflowCheckpoint
     capabilities: frozenset[Capability] | None = None
     cleanup: Callable[[], Awaitable[None]] | None = None

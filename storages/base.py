@@ -26,7 +26,9 @@ from .contract import (
     Capability,
     CheckpointID,
     CheckpointInfo,
+    PendingWrite,
     Unfenced,
+    WorkflowCheckpoint,
     validate_identifier,
 )
 from .errors import (
@@ -366,7 +368,10 @@ class BaseCheckpointStorage(abc.ABC):
                 f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
             )
         await self._ready("prune")
-        return await self._prune(workflow_name, min(keep_last, _LARGEST_BACKEND_INT))
+        pruned = await self._prune(workflow_name, min(keep_last, _LARGEST_BACKEND_INT))
+        if Capability.PENDING_WRITES in self.capabilities:
+            await self._drop_writes_of_pruned(workflow_name)
+        return pruned
 
     async def delete_workflow(self, *, workflow_name: str) -> int:
         """Delete every checkpoint of a workflow, their nested records and the workflow's
@@ -374,13 +379,17 @@ class BaseCheckpointStorage(abc.ABC):
         self._require(Capability.PRUNE, "delete_workflow")
         validate_identifier(workflow_name, "workflow_name")
         await self._ready("delete_workflow")
+        if Capability.PENDING_WRITES in self.capabilities:
+            # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
+            # run again), never writes that a reused id would pick up.
+            await self._delete_workflow(writes_log_name(workflow_name))
         return await self._delete_workflow(workflow_name)
 
     async def list_workflows(self) -> list[str]:
         """Names of every workflow with a stored checkpoint, sorted."""
         self._require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._ready("list_workflows")
-        return sorted(await self._workflow_names())
+        return sorted(name for name in await self._workflow_names() if not is_writes_log_name(name))
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         """The index entry of one stored record (nested ones too), or None."""
@@ -396,7 +405,9 @@ class BaseCheckpointStorage(abc.ABC):
         if workflow_name is not None:
             validate_identifier(workflow_name, "workflow_name")
         await self._ready("list_records")
-        records = await self._records(workflow_name)
+        records = [
+            info for info in await self._records(workflow_name) if not is_writes_log_name(info.workflow_name)
+        ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
 
     async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
@@ -425,6 +436,82 @@ class BaseCheckpointStorage(abc.ABC):
         raw = bytes(body)
         if not await self._overwrite_body(checkpoint_id, raw, body_digest(raw)):
             raise CheckpointNotFoundError(checkpoint_id)
+
+    # ------------------------------------------------------------------ pending writes
+
+    async def put_writes(
+        self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
+    ) -> None:
+        """Store writes made against checkpoint ``checkpoint_id`` of ``workflow_name``, all or none.
+
+        Per (task_id, index), the first write stored is kept, except at a negative index (a
+        special channel), where the latest replaces it; repeating a call changes nothing.
+        """
+        self._require(Capability.PENDING_WRITES, "put_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        batch = [_checked_write(write, position) for position, write in enumerate(writes)]
+        await self._ready("put_writes")
+        if not batch:
+            return
+        # One record per call is what makes the call atomic on every backend: each primitive
+        # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
+        log = writes_log_name(workflow_name)
+        draft = _writes_batch(log, checkpoint_id, "", batch)
+        batch_id = _writes_batch_id(log, checkpoint_id, body_digest(self._codec.encode_checkpoint(draft)))
+        body = self._codec.encode_checkpoint(_writes_batch(log, checkpoint_id, batch_id, batch))
+        record = CheckpointRecord(
+            checkpoint_id=batch_id,
+            workflow_name=log,
+            previous_checkpoint_id=None,
+            graph_signature_hash=checkpoint_id,
+            body=body,
+            digest=body_digest(body),
+        )
+        # An existing id means this very batch is stored already (or an equal one encoded
+        # differently): the reading rule makes either harmless, so there is nothing to compare.
+        await self._insert(record)
+
+    async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
+        """The writes stored against a checkpoint, one per (task_id, index), in the order their
+        (task_id, index) was first stored."""
+        self._require(Capability.PENDING_WRITES, "list_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_writes")
+        log = writes_log_name(workflow_name)
+        merged: dict[tuple[str, int], PendingWrite] = {}
+        for stored in await self._list(log, checkpoint_id):
+            batch = self._decode(stored, log, None, checkpoint_id)
+            for write in _batch_writes(batch):
+                key = (write.task_id, write.index)
+                if key not in merged or write.replaces_earlier:
+                    merged[key] = write
+        return list(merged.values())
+
+    async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
+        """Delete every write stored against a checkpoint; returns how many batches were deleted."""
+        self._require(Capability.PENDING_WRITES, "delete_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("delete_writes")
+        removed = 0
+        for batch_id in await self._list_ids(writes_log_name(workflow_name), checkpoint_id):
+            removed += await self._remove(batch_id)
+        return removed
+
+    async def _drop_writes_of_pruned(self, workflow_name: str) -> None:
+        # The log is read before the survivors: a checkpoint saved meanwhile is a survivor, and
+        # a batch stored meanwhile is not in the snapshot, so neither loses its writes.
+        log = writes_log_name(workflow_name)
+        batches = await self._list(log, None)
+        if not batches:
+            return
+        survivors = set(await self._list_ids(workflow_name, None))
+        for stored in batches:
+            owner = self._decode(stored, log).graph_signature_hash
+            if owner not in survivors:
+                await self._remove(stored.checkpoint_id)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -769,6 +856,82 @@ def _check_against_index(
         raise disagree("graph signature", entry.graph_signature_hash, checkpoint.graph_signature_hash)
 
 
+_WRITES_LOG_PREFIX = "\x1fwrites\x1f"
+"""Starts the name of a workflow's pending-writes log. A control character can never start a
+workflow name a caller chooses (validate_identifier refuses it), so no log shadows a workflow."""
+
+_WRITES_BATCH_TIMESTAMP = "1970-01-01T00:00:00+00:00"
+"""Every write batch carries this timestamp, so equal batches encode to equal bodies."""
+
+
+def writes_log_name(workflow_name: str) -> str:
+    """The internal workflow holding ``workflow_name``'s pending writes, one record per batch,
+    indexed by the owning checkpoint's id in the graph-signature column."""
+    return _WRITES_LOG_PREFIX + workflow_name
+
+
+def is_writes_log_name(name: str) -> bool:
+    return name.startswith(_WRITES_LOG_PREFIX)
+
+
+def _writes_batch_id(log: str, owner_id: CheckpointID, content_digest: str) -> CheckpointID:
+    key = "\x00".join((log, owner_id, content_digest)).encode("utf-8", "surrogatepass")
+    return f"\x1fw\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
+
+
+def _writes_batch(
+    log: str, owner_id: CheckpointID, batch_id: CheckpointID, writes: Sequence[PendingWrite]
+) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(
+        workflow_name=log,
+        graph_signature_hash=owner_id,
+        checkpoint_id=batch_id or owner_id,
+        timestamp=_WRITES_BATCH_TIMESTAMP,
+        state={
+            "writes": [
+                [write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes
+            ]
+        },
+    )
+
+
+def _batch_writes(batch: Any) -> list[PendingWrite]:
+    rows = batch.state.get("writes") if isinstance(batch.state, dict) else None
+    if not isinstance(rows, list):
+        raise CheckpointCorruptedError(batch.checkpoint_id, "a pending-writes batch without its writes")
+    writes: list[PendingWrite] = []
+    for row in rows:
+        if not (isinstance(row, (list, tuple)) and len(row) == 5):
+            raise CheckpointCorruptedError(batch.checkpoint_id, f"a malformed pending write {row!r:.80}")
+        task_id, index, channel, value, task_path = row
+        if not (
+            isinstance(task_id, str)
+            and isinstance(index, int)
+            and isinstance(channel, str)
+            and isinstance(task_path, str)
+        ):
+            raise CheckpointCorruptedError(batch.checkpoint_id, f"a malformed pending write {row!r:.80}")
+        writes.append(PendingWrite(task_id, index, channel, value, task_path))
+    return writes
+
+
+def _checked_write(write: object, position: int) -> PendingWrite:
+    if not isinstance(write, PendingWrite):
+        raise InvalidCheckpointError(
+            f"writes[{position}] must be a PendingWrite, not {type(write).__name__}", field="writes"
+        )
+    validate_identifier(write.task_id, "task_id")
+    if isinstance(write.index, bool) or not isinstance(write.index, int):
+        raise InvalidCheckpointError(
+            f"writes[{position}].index must be an int, not {type(write.index).__name__}", field="index"
+        )
+    if not isinstance(write.channel, str) or not write.channel:
+        raise InvalidCheckpointError(f"writes[{position}].channel must be a non-empty str", field="channel")
+    if not isinstance(write.task_path, str):
+        raise InvalidCheckpointError(f"writes[{position}].task_path must be a str", field="task_path")
+    return write
+
+
 def _as_list(refs: Iterable[Any]) -> list[Any]:
     # One "a:B,c:D" string (as a URL option arrives) is a list of its comma-separated items.
     if isinstance(refs, str):
@@ -825,4 +988,6 @@ __all__ = [
     "StoredBody",
     "WalkRecords",
     "body_digest",
+    "is_writes_log_name",
+    "writes_log_name",
 ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -132,6 +132,9 @@ class Capability(str, enum.Enum):
     FENCING = "fencing"
     """save(checkpoint, expected_latest_id=X) stores only while X is the workflow's latest (None: no
     checkpoint yet), atomically with the check, else raises StaleWriterError (writer fencing)."""
+    PENDING_WRITES = "pending_writes"
+    """put_writes / list_writes / delete_writes keep the writes a runner's tasks made against a
+    checkpoint (LangGraph's pending writes): atomic per call, idempotent per (task_id, index)."""
 
     # Properties of the backend rather than operations.
     DURABLE = "durable"
@@ -154,6 +157,7 @@ OPERATION_CAPABILITIES: frozenset[Capability] = frozenset(
         Capability.RAW_ACCESS,
         Capability.INSPECT,
         Capability.FENCING,
+        Capability.PENDING_WRITES,
     }
 )
 
@@ -215,6 +219,28 @@ class CheckpointInfo:
     @property
     def nested(self) -> bool:
         return self.container_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """One write a task made against a checkpoint before the next one was saved.
+
+    ``index`` is the write's place in its task's output; a negative index marks a special channel
+    (LangGraph's ERROR, INTERRUPT, SCHEDULED, RESUME) whose latest write replaces the earlier one,
+    where a write at a non-negative index is kept as first stored. ``value`` goes through the
+    storage's codec like a checkpoint's values.
+    """
+
+    task_id: str
+    index: int
+    channel: str
+    value: Any
+    task_path: str = ""
+
+    @property
+    def replaces_earlier(self) -> bool:
+        """True for a special-channel write: the latest stored for its (task_id, index) wins."""
+        return self.index < 0
 
 
 @runtime_checkable
@@ -299,6 +325,14 @@ class CheckpointStorage(Protocol):
 
     async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None: ...
 
+    async def put_writes(
+        self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
+    ) -> None: ...
+
+    async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]: ...
+
+    async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int: ...
+
     # Lifecycle.
     def new_handle(self) -> Self: ...
 
@@ -347,6 +381,7 @@ __all__ = [
     "OPERATION_CAPABILITIES",
     "UNFENCED",
     "Unfenced",
+    "PendingWrite",
     "WorkflowCheckpoint",
     "validate_identifier",
 ]

@@ -60,7 +60,9 @@ class FencedStorage:
     checkpoint with that checkpoint as the expected latest. Usable as MAF's
     ``checkpoint_storage`` (``workflow.run(..., checkpoint_storage=storage.fenced())``).
 
-    The handle does not own the storage: closing the storage is its owner's business.
+    The handle does not own the storage: closing the storage is its owner's business. Every other
+    attribute (the extensions: walks, listings, a runner adapter's pending writes) is the
+    storage's own; none of them moves a workflow's latest.
     """
 
     def __init__(self, storage: CheckpointStorage) -> None:
@@ -82,6 +84,11 @@ class FencedStorage:
 
     def describe(self) -> str:
         return f"fenced {_describe(self._storage)}"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("aclose", "__aenter__", "__aexit__"):
+            raise AttributeError(name)  # private state, and the owner's lifecycle, stay private
+        return getattr(self._storage, name)
 
     def __repr__(self) -> str:
         return f"<{self.describe()}>"

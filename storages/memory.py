@@ -66,6 +66,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
             Capability.FENCING,
         }

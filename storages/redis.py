@@ -125,6 +125,7 @@ _BASE_CAPABILITIES = frozenset(
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.PENDING_WRITES,
         Capability.SHARED,
         Capability.DURABLE,
         Capability.FENCING,

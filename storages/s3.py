@@ -303,6 +303,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
             Capability.DURABLE,
             Capability.FENCING,

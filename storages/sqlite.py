@@ -298,6 +298,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
             Capability.DURABLE,
             Capability.FENCING,

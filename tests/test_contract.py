@@ -481,6 +481,7 @@ def test_memory_declares_exactly_what_it_implements() -> None:
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.PENDING_WRITES,
         Capability.SHARED,
         Capability.FENCING,
     }
@@ -495,6 +496,9 @@ GATED: list[tuple[str, Capability, Callable[[BaseCheckpointStorage], Awaitable[A
     ("list_workflows", Capability.LIST_WORKFLOWS, lambda s: s.list_workflows()),
     ("read_raw_body", Capability.RAW_ACCESS, lambda s: s.read_raw_body("a")),
     ("write_raw_body", Capability.RAW_ACCESS, lambda s: s.write_raw_body("a", b"")),
+    ("put_writes", Capability.PENDING_WRITES, lambda s: s.put_writes("a", [], workflow_name="wf")),
+    ("list_writes", Capability.PENDING_WRITES, lambda s: s.list_writes("a", workflow_name="wf")),
+    ("delete_writes", Capability.PENDING_WRITES, lambda s: s.delete_writes("a", workflow_name="wf")),
     (
         "list_checkpoints(include_nested=True)",
         Capability.NESTED,

@@ -21,4 +21,5 @@ from . import (  # noqa: F401 - imported for registration
     runner,
     scale,
     signature,
+    writes,
 )

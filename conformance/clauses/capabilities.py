@@ -15,7 +15,7 @@ import math
 from collections.abc import Set
 from typing import Any
 
-from storages.contract import AncestryEnd, Capability
+from storages.contract import AncestryEnd, Capability, PendingWrite
 from storages.errors import CheckpointNotFoundError, StaleWriterError, UnsupportedOperationError
 
 from ..clause import clause, ensure, ensure_equal, fail
@@ -405,3 +405,33 @@ async def fencing(ctx: ClauseContext) -> None:
     returned = await ctx.storage.save(second, expected_latest_id=first.checkpoint_id)
     ensure_equal(returned, second.checkpoint_id, "id returned by a fenced save on the right latest")
     await _ensure_unchanged(ctx, [first, second], "a fenced save on the right latest")
+
+
+@clause(
+    "capabilities.pending_writes",
+    "Declared: put_writes/list_writes/delete_writes keep a checkpoint's writes; undeclared: refused.",
+)
+async def pending_writes(ctx: ClauseContext) -> None:
+    (checkpoint,) = await ctx.save_chain(ctx.workflow_name("pending"), 1)
+    owner, workflow_name = checkpoint.checkpoint_id, checkpoint.workflow_name
+    batch = [PendingWrite("task", 0, "channel", "value")]
+    if not ctx.has(Capability.PENDING_WRITES):
+        await expect_refused(
+            ctx, Capability.PENDING_WRITES, "put_writes", owner, batch, workflow_name=workflow_name
+        )
+        await expect_refused(
+            ctx, Capability.PENDING_WRITES, "list_writes", owner, workflow_name=workflow_name
+        )
+        await expect_refused(
+            ctx, Capability.PENDING_WRITES, "delete_writes", owner, workflow_name=workflow_name
+        )
+        await _ensure_unchanged(ctx, [checkpoint], "refused pending-writes calls")
+        return
+    await ctx.storage.put_writes(owner, batch, workflow_name=workflow_name)
+    listed = await ctx.storage.list_writes(owner, workflow_name=workflow_name)
+    ensure_equal(listed, batch, f"list_writes({owner!r}) after put_writes")
+    removed = await ctx.storage.delete_writes(owner, workflow_name=workflow_name)
+    ensure_equal(removed, 1, f"delete_writes({owner!r}) of one batch: count")
+    listed = await ctx.storage.list_writes(owner, workflow_name=workflow_name)
+    ensure_equal(listed, [], f"list_writes({owner!r}) after delete_writes")
+    await _ensure_unchanged(ctx, [checkpoint], "put_writes, list_writes and delete_writes")

@@ -425,11 +425,16 @@ class _HeldSave:
         self.holding = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def save(self, checkpoint: Any) -> CheckpointID:
+    def __getattr__(self, name: str) -> Any:
+        # Everything but the six methods (capabilities, extensions a runner's adapter needs, such
+        # as LangGraph's pending writes) is the wrapped storage's own.
+        return getattr(self._inner, name)
+
+    async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
         if checkpoint.workflow_name == self._workflow and checkpoint.iteration_count == self._iteration:
             self.holding.set()
             await self.release.wait()
-        saved: CheckpointID = await self._inner.save(checkpoint)
+        saved: CheckpointID = await self._inner.save(checkpoint, **options)
         return saved
 
     async def load(self, checkpoint_id: CheckpointID) -> Any:
