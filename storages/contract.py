@@ -120,6 +120,9 @@ class Capability(str, enum.Enum):
     """Checkpoints survive closing every handle and opening a new one."""
     SHARED = "shared"
     """Handles from new_handle() (and other processes, where the backend allows) share one store."""
+    INTEGRITY = "integrity"
+    """A keyed handle (``integrity_key=``, ``with_integrity_key``) signs every record and verifies
+    every read; ``head_anchor`` and ``anchor=`` refuse a store that went back (docs/integrity.md)."""
 
     def __str__(self) -> str:
         return self.value

@@ -19,6 +19,7 @@ from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBod
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import CheckpointConflictError, NestedCheckpointDeletionError
+from .integrity import IntegrityKeyInput
 
 
 @dataclass(slots=True)
@@ -62,6 +63,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.RAW_ACCESS,
             Capability.INSPECT,
             Capability.SHARED,
+            Capability.INTEGRITY,
         }
     )
 
@@ -71,10 +73,14 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         codec: CheckpointCodec | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
         _store: _MemoryStore | None = None,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         self._store = _store if _store is not None else _MemoryStore()
 

@@ -83,6 +83,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .integrity import IntegrityKeyInput
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -105,6 +106,7 @@ _BASE_CAPABILITIES = frozenset(
         Capability.INSPECT,
         Capability.SHARED,
         Capability.DURABLE,
+        Capability.INTEGRITY,
     }
 )
 
@@ -640,9 +642,13 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         client_options: Mapping[str, Any] | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         if (client is None) == (url is None):
             raise StorageConfigurationError("RedisCheckpointStorage needs exactly one of client= or url=")

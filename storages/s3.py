@@ -95,6 +95,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .integrity import IntegrityKeyInput
 
 URL_SCHEME = "s3"
 DEFAULT_MAX_WORKERS = 16
@@ -272,6 +273,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             Capability.INSPECT,
             Capability.SHARED,
             Capability.DURABLE,
+            Capability.INTEGRITY,
         }
     )
 
@@ -292,9 +294,13 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         codec: CheckpointCodec | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         if not isinstance(bucket, str) or not 3 <= len(bucket) <= 63:
             raise StorageConfigurationError(f"S3 bucket name must be 3 to 63 characters, got {bucket!r}")
