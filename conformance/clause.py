@@ -44,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
+    "tamper": "With an integrity key, every at-rest edit is refused by reads, walks or an anchor.",
 }
 """Family name -> what the family proves, in catalogue order."""
 

@@ -56,7 +56,9 @@ class StorageTarget:
         if self.capabilities is not None:
             return self.capabilities
         declared: Iterable[Any] = getattr(storage, "capabilities", frozenset())
-        return frozenset(Capability(c) for c in declared)
+        # A handle with an integrity key declares it by being keyed (storages.base.integrity_enabled).
+        keyed = {Capability.INTEGRITY} if getattr(storage, "integrity_enabled", False) else set()
+        return frozenset(Capability(c) for c in declared) | keyed
 
 
 def target_from_url(url: str, **options: Any) -> StorageTarget:

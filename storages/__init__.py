@@ -28,6 +28,7 @@ from .errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
@@ -40,6 +41,7 @@ from .errors import (
     UnserializableValueError,
     UnsupportedOperationError,
 )
+from .integrity import IntegrityKeyProvider, IntegrityKeys
 from .memory import InMemoryCheckpointStorage
 from .urls import open_storage, supported_schemes
 
@@ -89,10 +91,13 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointRecord",
     "CheckpointStorage",
+    "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
     "CheckpointStorageError",
     "GraphSignatureMismatchError",
     "InMemoryCheckpointStorage",
+    "IntegrityKeyProvider",
+    "IntegrityKeys",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",
     "MafCheckpointStorage",

@@ -96,6 +96,7 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
                 storage,
                 workflow_name=args.workflow,
                 progress=lambda done, known: progress.update(task, completed=done, total=known),
+                anchors=_anchors(args.anchor),
             )
     if args.workflow is not None and report.records_checked == 0 and report.ok:
         raise UsageError(f"no records of workflow {args.workflow!r} in {report.storage}")
@@ -106,6 +107,17 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
             console.print(findings_table(report))
         console.print(verdict(report))
     return EXIT_OK if report.ok else EXIT_FOUND
+
+
+def _anchors(given: list[str] | None) -> dict[str, str]:
+    """``--anchor WORKFLOW=TOKEN`` options as a mapping (a token never contains '=')."""
+    anchors: dict[str, str] = {}
+    for item in given or []:
+        workflow, equals, token = item.rpartition("=")
+        if not equals or not workflow or not token:
+            raise UsageError(f"--anchor takes WORKFLOW=TOKEN (a token from head_anchor), got {item!r}")
+        anchors[workflow] = token
+    return anchors
 
 
 def findings_table(report: VerifyReport) -> Table:
@@ -200,6 +212,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify_parser.add_argument("url", metavar="URL", help="storage URL")
     verify_parser.add_argument("--workflow", metavar="NAME", help="scan only this workflow")
+    verify_parser.add_argument(
+        "--anchor",
+        action="append",
+        metavar="WORKFLOW=TOKEN",
+        help="report WORKFLOW if the store went back before this head_anchor() token (repeatable; "
+        "the URL needs integrity_key_env=NAME)",
+    )
     _common_options(verify_parser, json_help="print the report as JSON")
 
     inspect_parser = commands.add_parser(

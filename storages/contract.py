@@ -121,8 +121,9 @@ class Capability(str, enum.Enum):
     SHARED = "shared"
     """Handles from new_handle() (and other processes, where the backend allows) share one store."""
     INTEGRITY = "integrity"
-    """A keyed handle (``integrity_key=``, ``with_integrity_key``) signs every record and verifies
-    every read; ``head_anchor`` and ``anchor=`` refuse a store that went back (docs/integrity.md)."""
+    """The handle has an integrity key (``integrity_enabled``): it signs every record and verifies
+    every read; ``head_anchor`` and ``anchor=`` refuse a store that went back (docs/integrity.md).
+    Declared by being keyed, not by the class: any storage on the shared engine can be keyed."""
 
     def __str__(self) -> str:
         return self.value

@@ -63,7 +63,6 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.RAW_ACCESS,
             Capability.INSPECT,
             Capability.SHARED,
-            Capability.INTEGRITY,
         }
     )
 

@@ -106,7 +106,6 @@ _BASE_CAPABILITIES = frozenset(
         Capability.INSPECT,
         Capability.SHARED,
         Capability.DURABLE,
-        Capability.INTEGRITY,
     }
 )
 

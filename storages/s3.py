@@ -273,7 +273,6 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             Capability.INSPECT,
             Capability.SHARED,
             Capability.DURABLE,
-            Capability.INTEGRITY,
         }
     )
 

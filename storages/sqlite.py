@@ -282,7 +282,6 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             Capability.INSPECT,
             Capability.SHARED,
             Capability.DURABLE,
-            Capability.INTEGRITY,
         }
     )
 

@@ -17,4 +17,5 @@ from . import (  # noqa: F401 - imported for registration
     retention,
     runner,
     signature,
+    tamper,
 )
