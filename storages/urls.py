@@ -64,7 +64,8 @@ def supported_schemes() -> list[str]:
 
 
 def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
-    """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``).
+    """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``), except
+    ``integrity_key=``, which every scheme takes (as the URL option ``integrity_key_env``).
 
     The storage connects lazily on first use; close it with ``aclose()`` or ``async with``.
     """
@@ -85,7 +86,13 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
     module = importlib.import_module(backend.module)
     cls = getattr(module, backend.cls)
     url, integrity = _take_options(url, INTEGRITY_OPTIONS)
-    keys = _integrity_keys(url, integrity)
+    keys = options.pop("integrity_key", None)
+    if integrity:
+        if keys is not None:
+            raise StorageConfigurationError(
+                f"Storage URL {redact_url(url)!r}: give integrity_key= or integrity_key_env=, not both"
+            )
+        keys = _integrity_keys(url, integrity)
     url, allowances = _take_allowances(url)
     if allowances:
         codec = options.get("codec") or cls._default_codec()
@@ -104,10 +111,8 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
     return storage
 
 
-def _integrity_keys(url: str, options: dict[str, list[str]]) -> IntegrityKeys | None:
+def _integrity_keys(url: str, options: dict[str, list[str]]) -> IntegrityKeys:
     """The keys the integrity options name, read from the environment (never from the URL)."""
-    if not options:
-        return None
     names = options.get("integrity_key_env", [])
     if len(names) != 1:
         raise StorageConfigurationError(

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from conftest import StorageMaker
 
 from storages import BaseCheckpointStorage, CheckpointTamperedError, IntegrityKeys, WorkflowCheckpoint
 from storages.integrity import split_sealed
 from storages.verify import FindingKind, verify
-
-from conftest import StorageMaker
 
 KEY = IntegrityKeys(b"harness-key-0123456789abcdefghij")
 OTHER_KEY = IntegrityKeys(b"someone-else-0123456789abcdefghi")
@@ -82,7 +81,8 @@ async def tail_truncation(scene: Scene) -> None:
     newest = scene.ids()[-1]
     assert await scene.attacker.delete(newest)
     latest = await scene.storage.get_latest(workflow_name=scene.workflow)
-    assert latest is not None and latest.checkpoint_id == scene.ids()[-2]  # key alone: authentic
+    assert latest is not None
+    assert latest.checkpoint_id == scene.ids()[-2]
     error = await refused(scene.storage.get_latest(workflow_name=scene.workflow, anchor=scene.anchor), newest)
     assert error.kind == "rolled_back"
 
@@ -111,7 +111,8 @@ async def forged_insert(scene: Scene) -> None:
     )
     await scene.attacker.save(forged)
     landed = await scene.attacker.get_latest(workflow_name=scene.workflow)
-    assert landed is not None and landed.checkpoint_id == forged.checkpoint_id
+    assert landed is not None
+    assert landed.checkpoint_id == forged.checkpoint_id
     error = await refused(scene.storage.get_latest(workflow_name=scene.workflow), forged.checkpoint_id)
     assert error.kind == "unsigned"
     outsider = scene.storage.with_integrity_key(OTHER_KEY)
@@ -120,7 +121,9 @@ async def forged_insert(scene: Scene) -> None:
         await outsider.save(foreign)
     finally:
         await outsider.aclose()
-    assert (await refused(scene.storage.load(foreign.checkpoint_id), foreign.checkpoint_id)).kind == "unknown_key"
+    assert (
+        await refused(scene.storage.load(foreign.checkpoint_id), foreign.checkpoint_id)
+    ).kind == "unknown_key"
 
 
 async def cross_context_replay(scene: Scene) -> None:
@@ -153,7 +156,8 @@ async def rollback_replay(scene: Scene) -> None:
         previous_checkpoint_id=stale.previous_checkpoint_id,
     )
     latest = await scene.storage.get_latest(workflow_name=scene.workflow)
-    assert latest is not None and latest.checkpoint_id == stale.checkpoint_id  # key alone: authentic
+    assert latest is not None
+    assert latest.checkpoint_id == stale.checkpoint_id
     await refused(scene.storage.get_latest(workflow_name=scene.workflow, anchor=anchor), redo.checkpoint_id)
 
 
@@ -173,7 +177,8 @@ async def metadata_tamper(scene: Scene) -> None:
     ids = await scene.attacker.list_checkpoint_ids(workflow_name=scene.workflow, graph_signature_hash="sig")
     assert ids == [target.checkpoint_id]
     error = await refused(
-        scene.storage.get_latest(workflow_name=scene.workflow, graph_signature_hash="sig"), target.checkpoint_id
+        scene.storage.get_latest(workflow_name=scene.workflow, graph_signature_hash="sig"),
+        target.checkpoint_id,
     )
     assert error.kind == "index_mismatch"
 
@@ -228,7 +233,8 @@ async def test_every_edit_is_refused(storage_maker: StorageMaker) -> None:
             fresh = storage.new_handle()
             try:
                 latest = await fresh.get_latest(workflow_name=workflow, anchor=anchor)
-                assert latest is not None and latest.checkpoint_id == previous, name
+                assert latest is not None, name
+                assert latest.checkpoint_id == previous, name
                 assert (await verify(fresh, workflow_name=workflow, anchors={workflow: anchor})).ok, name
             finally:
                 await fresh.aclose()
@@ -248,7 +254,8 @@ async def test_a_nested_record_edited_behind_its_container_is_refused(storage_ma
         )
         await storage.save(parent)
         seal, parts = split_sealed(child.checkpoint_id, await raw(storage, child.checkpoint_id))
-        assert seal.container_id == parent.checkpoint_id and seal.position == 1
+        assert seal.container_id == parent.checkpoint_id
+        assert seal.position == 1
         codec = storage.codec
         edited = codec.decode_checkpoint(parts.body, checkpoint_id=child.checkpoint_id)
         edited.state = {"injected": True}
