@@ -56,6 +56,7 @@ from .integrity import (
     read_anchor,
     record_mac,
     seal_header,
+    sealed_digest,
     split_sealed,
 )
 
@@ -210,7 +211,7 @@ class BaseCheckpointStorage(abc.ABC):
         CheckpointConflictError when it differs.
         """
         await self._ready("save")
-        records = await self._signed(self._records_for(checkpoint))
+        records, chain = await self._signed(self._records_for(checkpoint))
         top = records[0]
         existing_digest = await (self._insert(top) if len(records) == 1 else self._insert_family(records))
         if existing_digest is not None and (
@@ -218,7 +219,7 @@ class BaseCheckpointStorage(abc.ABC):
         ):
             await self._check_same_content(records)
         if existing_digest is None:
-            self._remember_signed(records)
+            self._remember_chain(chain)
         return top.checkpoint_id
 
     async def load(
@@ -824,10 +825,13 @@ class BaseCheckpointStorage(abc.ABC):
             known = (seal.mac, seal.height)
         return Link.PRESENT, known[0], known[1] + 1
 
-    async def _signed(self, records: list[CheckpointRecord]) -> list[CheckpointRecord]:
-        """The records a save writes, sealed when this handle has a key (else unchanged)."""
+    async def _signed(
+        self, records: list[CheckpointRecord]
+    ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]:
+        """The records a save writes, sealed when this handle has a key (else unchanged), and
+        each sealed record's (MAC, height), to remember once the save is stored."""
         if self._integrity is None:
-            return records
+            return records, {}
         key_id, key = self._integrity.signing_key()
         family: dict[CheckpointID, tuple[bytes, int]] = {}
         signed: list[CheckpointRecord] = []
@@ -843,23 +847,32 @@ class BaseCheckpointStorage(abc.ABC):
                 record.previous_checkpoint_id,
             )
             mac = self._integrity_mac(key, record.checkpoint_id, header, record.body)
-            body = header + mac + record.body
-            signed.append(dataclasses.replace(record, body=body, digest=body_digest(body)))
+            signed.append(
+                CheckpointRecord(
+                    checkpoint_id=record.checkpoint_id,
+                    workflow_name=record.workflow_name,
+                    previous_checkpoint_id=record.previous_checkpoint_id,
+                    graph_signature_hash=record.graph_signature_hash,
+                    body=header + mac + record.body,
+                    digest=sealed_digest(mac),
+                    container_id=record.container_id,
+                    root_id=record.root_id,
+                    position=record.position,
+                )
+            )
             family[record.checkpoint_id] = (mac, height)
-        return signed
+        return signed, family
 
-    def _remember_signed(self, records: Sequence[CheckpointRecord]) -> None:
-        if self._integrity is None:
-            return
-        for record in records:
-            seal, _ = split_sealed(record.checkpoint_id, record.body)
-            self._remember(record.checkpoint_id, seal)
+    def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
+        for checkpoint_id, (mac, height) in chain.items():
+            self._remember(checkpoint_id, mac, height)
 
-    def _remember(self, checkpoint_id: CheckpointID, seal: Seal) -> None:
-        self._chain_macs[checkpoint_id] = (seal.mac, seal.height)
-        self._chain_macs.move_to_end(checkpoint_id)
-        if len(self._chain_macs) > _LINK_CACHE_SIZE:
-            self._chain_macs.popitem(last=False)
+    def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
+        macs = self._chain_macs
+        macs[checkpoint_id] = (mac, height)
+        macs.move_to_end(checkpoint_id)
+        if len(macs) > _LINK_CACHE_SIZE:
+            macs.popitem(last=False)
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
         """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
@@ -892,8 +905,8 @@ class BaseCheckpointStorage(abc.ABC):
                 TamperKind.MAC_MISMATCH,
                 "its body, its seal or the id it is stored under is not what was signed",
             )
-        self._remember(checkpoint_id, seal)
-        return dataclasses.replace(stored, body=parts.body, nested=nested), seal
+        self._remember(checkpoint_id, seal.mac, seal.height)
+        return StoredBody(checkpoint_id, parts.body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
         return {

@@ -207,6 +207,7 @@ def test_the_error_names_the_id_and_the_kind_and_survives_pickling() -> None:
 # ---------------------------------------------------------------------- the CLI
 
 
+@pytest.mark.sqlite
 def test_verify_reports_a_rollback_given_an_anchor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
