@@ -352,7 +352,11 @@ class BaseCheckpointStorage(abc.ABC):
                 raise CheckpointCorruptedError(item_id, reason)
             items.append(item)
         if self._integrity is not None:
-            _check_walk_chain(ids, records.links, seals)
+            # Under a TTL, ancestors expire oldest first without a tombstone: a missing
+            # predecessor there is expiry, not evidence of a deletion.
+            _check_walk_chain(
+                ids, records.links, seals, missing_is_expiry=Capability.TTL in self.capabilities
+            )
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
@@ -1014,6 +1018,8 @@ def _check_walk_chain(
     walk: AncestryWalk[CheckpointID],
     links: Mapping[CheckpointID, CheckpointID | None],
     seals: Mapping[CheckpointID, Seal | None],
+    *,
+    missing_is_expiry: bool = False,
 ) -> None:
     """Each step of a walk must go to the record the step's start was signed after."""
     items = walk.items
@@ -1030,7 +1036,7 @@ def _check_walk_chain(
                     TamperKind.CHAIN_BROKEN,
                     f"its predecessor {previous_id!r} is not the record it was signed after",
                 )
-        elif walk.end is AncestryEnd.MISSING:
+        elif walk.end is AncestryEnd.MISSING and not missing_is_expiry:
             raise CheckpointTamperedError(
                 item_id,
                 TamperKind.PREDECESSOR_DELETED,

@@ -458,7 +458,8 @@ class _Scan:
             return
         checkpoint_id = info.checkpoint_id
         if not stored:
-            if previous_id not in await self._all_tombstones():
+            expires = Capability.TTL in getattr(self._storage, "capabilities", frozenset())
+            if not expires and previous_id not in await self._all_tombstones():
                 self._add(
                     FindingKind.CHAIN_BROKEN,
                     (checkpoint_id, previous_id),
