@@ -229,3 +229,23 @@ def test_verify_reports_a_rollback_given_an_anchor(
     capsys.readouterr()
     assert main(["verify", url, "--anchor", "no-equals-sign"]) == 2
     assert KEY.hex() not in capsys.readouterr().err
+
+
+@pytest.mark.redis
+async def test_under_a_ttl_an_expired_ancestor_is_not_reported_as_a_deletion() -> None:
+    import fakeredis
+    from redis_servers import fresh_prefix
+
+    from storages.redis import RedisCheckpointStorage
+
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    storage = RedisCheckpointStorage(client, prefix=fresh_prefix("ttl"), ttl=3600, integrity_key=KEY)
+    try:
+        ids = await save_chain(storage, "wf", 3)
+        assert await storage.delete(ids[0])  # what expiry leaves: the oldest record gone, no tombstone
+        walk = await storage.walk_ancestry(ids[-1])
+        assert walk.end is AncestryEnd.MISSING
+        assert len(walk.items) == 2
+    finally:
+        await storage.aclose()
+        await client.aclose()

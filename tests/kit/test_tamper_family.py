@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from conformance import Outcome, select_clauses
+import pytest
+
+from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
 from storages.base import CheckpointRecord
 from storages.integrity import Link
@@ -98,3 +101,13 @@ def test_a_storage_without_a_key_runs_no_tamper_clause() -> None:
     backend = support.run_family(FAMILY, InMemoryCheckpointStorage)
     assert {r.outcome for r in backend.results} == {Outcome.SKIPPED}
     assert "integrity" in backend.results[0].message
+
+
+@pytest.mark.sqlite
+def test_a_sqlite_url_with_a_key_passes_every_tamper_clause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KIT_TAMPER_KEY", KIT_KEY.hex())
+    target = target_from_url(f"sqlite:///{tmp_path}/kit.db?integrity_key_env=KIT_TAMPER_KEY")
+    backend = support.run_family(FAMILY, target)
+    assert {r.outcome for r in backend.results} == {Outcome.PASSED}, [r.message for r in backend.failures]
