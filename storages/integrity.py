@@ -33,7 +33,7 @@ import os
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 from .errors import CheckpointTamperedError, StorageConfigurationError
 
@@ -206,9 +206,8 @@ def key_from_env(name: str, *, option: str = "integrity_key_env") -> bytes:
 # ---------------------------------------------------------------------- seals
 
 
-@dataclass(frozen=True, slots=True)
-class Seal:
-    """A record's signed context, as read back from its stored bytes."""
+class Seal(NamedTuple):
+    """A record's signed context, as read back from its stored bytes (a tuple: read per load)."""
 
     key_id: str
     link_kind: Link
@@ -222,8 +221,7 @@ class Seal:
     """The body's previous id, repeated here so a chain can be followed without decoding."""
 
 
-@dataclass(frozen=True, slots=True)
-class SealedParts:
+class SealedParts(NamedTuple):
     """A sealed body cut into its parts, for tools that rewrite one of them (the kit does)."""
 
     header: bytes
