@@ -249,3 +249,17 @@ async def test_under_a_ttl_an_expired_ancestor_is_not_reported_as_a_deletion() -
     finally:
         await storage.aclose()
         await client.aclose()
+
+
+async def test_a_backend_s_own_new_handle_keeps_the_key() -> None:
+    class ThirdParty(InMemoryCheckpointStorage):
+        def new_handle(self) -> ThirdParty:
+            return type(self)(codec=self.codec, _store=self._store)
+
+    keyed = ThirdParty(integrity_key=KEY)
+    assert keyed.new_handle().integrity_enabled
+    assert keyed.new_handle().new_handle().integrity_enabled
+    assert not keyed.with_integrity_key(None).new_handle().integrity_enabled
+    async with keyed:
+        with pytest.raises(StorageConfigurationError, match="before first use"):
+            keyed.configure_integrity(None)
