@@ -352,11 +352,7 @@ class BaseCheckpointStorage(abc.ABC):
                 raise CheckpointCorruptedError(item_id, reason)
             items.append(item)
         if self._integrity is not None:
-            # Under a TTL, ancestors expire oldest first without a tombstone: a missing
-            # predecessor there is expiry, not evidence of a deletion.
-            _check_walk_chain(
-                ids, records.links, seals, missing_is_expiry=Capability.TTL in self.capabilities
-            )
+            _check_walk_chain(ids, records.links, seals)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
@@ -1018,31 +1014,26 @@ def _check_walk_chain(
     walk: AncestryWalk[CheckpointID],
     links: Mapping[CheckpointID, CheckpointID | None],
     seals: Mapping[CheckpointID, Seal | None],
-    *,
-    missing_is_expiry: bool = False,
 ) -> None:
-    """Each step of a walk must go to the record the step's start was signed after."""
+    """Each step of a walk must go to the record the step's start was signed after.
+
+    A predecessor that is gone ends the walk ``missing``, as on a storage without a key: the
+    contract lets the application delete a checkpoint, so verify, not the walk, reports that a
+    record was signed after one that is gone (``chain_broken``). A predecessor that is there but
+    is not the record signed after raises."""
     items = walk.items
     for index, item_id in enumerate(items):
         seal = seals.get(item_id)
         if seal is None or seal.link_kind is not Link.PRESENT:
             continue
-        previous_id = links[item_id]
         if index + 1 < len(items):
             previous = seals.get(items[index + 1])
             if previous is None or not hmac.compare_digest(previous.mac, seal.link):
                 raise CheckpointTamperedError(
                     item_id,
                     TamperKind.CHAIN_BROKEN,
-                    f"its predecessor {previous_id!r} is not the record it was signed after",
+                    f"its predecessor {links[item_id]!r} is not the record it was signed after",
                 )
-        elif walk.end is AncestryEnd.MISSING and not missing_is_expiry:
-            raise CheckpointTamperedError(
-                item_id,
-                TamperKind.PREDECESSOR_DELETED,
-                f"its predecessor {previous_id!r} was stored when it was signed and is gone, "
-                "without a tombstone",
-            )
 
 
 def _check_against_index(

@@ -463,8 +463,8 @@ class _Scan:
                 self._add(
                     FindingKind.CHAIN_BROKEN,
                     (checkpoint_id, previous_id),
-                    f"checkpoint {checkpoint_id!r} was signed after {previous_id!r}, which was deleted "
-                    "without a tombstone",
+                    f"checkpoint {checkpoint_id!r} was signed after {previous_id!r}, which is gone "
+                    f"without a tombstone ({TamperKind.PREDECESSOR_DELETED})",
                     info.workflow_name,
                 )
             return
