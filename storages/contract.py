@@ -121,9 +121,9 @@ class Capability(str, enum.Enum):
     SHARED = "shared"
     """Handles from new_handle() (and other processes, where the backend allows) share one store."""
     INTEGRITY = "integrity"
-    """The handle has an integrity key (``integrity_enabled``): it signs every record and verifies
-    every read; ``head_anchor`` and ``anchor=`` refuse a store that went back (docs/integrity.md).
-    Declared by being keyed, not by the class: any storage on the shared engine can be keyed."""
+    """``with_integrity_key`` gives a handle that signs every record and verifies every read;
+    ``head_anchor`` and ``anchor=`` refuse a store that went back (docs/integrity.md). Every
+    storage on the shared engine offers it, so the kit infers it; classes do not list it."""
 
     def __str__(self) -> str:
         return self.value
