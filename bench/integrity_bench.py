@@ -51,24 +51,25 @@ class Overhead:
 
 @asynccontextmanager
 async def _storages(backend: str) -> AsyncIterator[dict[str, BaseCheckpointStorage]]:
-    """A handle without a key and one with a key on one store of ``backend``: both write the same
-    file (SQLite), so file layout and fsync behaviour are the same for both."""
+    """A handle without a key and one with a key, both new handles on one store of ``backend``:
+    they write the same file (SQLite) through a connection of their own each, so the only
+    difference between them is the key."""
     directory: Path | None = None
     if backend == "memory":
         from storages.memory import InMemoryCheckpointStorage
 
-        plain: BaseCheckpointStorage = InMemoryCheckpointStorage()
+        root: BaseCheckpointStorage = InMemoryCheckpointStorage()
     else:
         from storages.sqlite import SQLiteCheckpointStorage
 
         directory = _temp_dir("integrity")
-        plain = SQLiteCheckpointStorage(directory / "integrity.db")
-    keyed = plain.with_integrity_key(BENCH_KEY)
+        root = SQLiteCheckpointStorage(directory / "integrity.db")
+    handles = {"plain": root.new_handle(), "keyed": root.with_integrity_key(BENCH_KEY)}
     try:
-        yield {"plain": plain, "keyed": keyed}
+        yield handles
     finally:
-        await plain.aclose()
-        await keyed.aclose()
+        for handle in (*handles.values(), root):
+            await handle.aclose()
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 

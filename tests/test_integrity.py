@@ -266,3 +266,14 @@ async def test_a_backend_s_own_new_handle_keeps_the_key() -> None:
     async with keyed:
         with pytest.raises(StorageConfigurationError, match="before first use"):
             keyed.configure_integrity(None)
+
+
+@pytest.mark.parametrize("key", [KEY, b"k" * 64, b"a key longer than one SHA-256 block " * 3])
+def test_record_macs_are_standard_hmac_sha256(key: bytes) -> None:
+    import hmac
+
+    from storages.integrity import Link, record_mac, seal_header
+
+    header = seal_header("id", Link.ROOT, b"", 0, None, 0, None)
+    message = b"checkpoint-storages/record/v1\x00" + b"\x00\x04cp-1" + header + b"body"
+    assert record_mac(key, "cp-1", header, b"body") == hmac.digest(key, message, "sha256")
