@@ -1,7 +1,9 @@
 """``checkpoint-storages``: verify and inspect a storage from a shell.
 
-* ``checkpoint-storages verify URL [--workflow NAME] [--json]``: scan for dangling links,
-  cycles, orphaned nested records, undecodable bodies and signature changes (storages.verify).
+* ``checkpoint-storages verify URL [--workflow NAME] [--anchor WORKFLOW=TOKEN] [--json]``: scan
+  for dangling links, cycles, orphaned nested records, undecodable bodies and signature changes
+  (storages.verify); with ``?integrity_key_env=NAME`` in the URL, for tampered records and broken
+  chains too, and with ``--anchor``, for workflows whose store went back before the anchor.
   Exit status 0 when nothing is found, 1 when something is, 2 for a usage or connection error.
 * ``checkpoint-storages inspect URL``: the workflows, with counts.
   ``inspect URL WORKFLOW``: that workflow's lineage tree.
