@@ -277,3 +277,14 @@ def test_record_macs_are_standard_hmac_sha256(key: bytes) -> None:
     header = seal_header("id", Link.ROOT, b"", 0, None, 0, None)
     message = b"checkpoint-storages/record/v1\x00" + b"\x00\x04cp-1" + header + b"body"
     assert record_mac(key, "cp-1", header, b"body") == hmac.digest(key, message, "sha256")
+
+
+async def test_a_cold_handle_will_not_chain_onto_a_predecessor_that_fails(storage_url: str) -> None:
+    async with open_storage(storage_url, integrity_key=KEY) as storage:
+        (first,) = await save_chain(storage, "wf", 1)
+        raw = await storage.read_raw_body(first) or b""
+        await storage.write_raw_body(first, raw[:-1] + bytes([raw[-1] ^ 1]))
+        async with storage.new_handle() as cold:
+            error = await _refusal(cold.save(checkpoint("wf", first, step=1)))
+        assert error.checkpoint_id == first
+        assert error.kind == "mac_mismatch"
