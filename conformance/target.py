@@ -56,10 +56,7 @@ class StorageTarget:
         if self.capabilities is not None:
             return self.capabilities
         declared: Iterable[Any] = getattr(storage, "capabilities", frozenset())
-        # Every storage on the shared engine can be keyed (storages.base.with_integrity_key), and
-        # the tamper family keys its own handles: offering that is declaring the capability.
-        keyable = callable(getattr(storage, "with_integrity_key", None))
-        return frozenset(Capability(c) for c in declared) | ({Capability.INTEGRITY} if keyable else set())
+        return frozenset(Capability(c) for c in declared)
 
 
 def target_from_url(url: str, **options: Any) -> StorageTarget:

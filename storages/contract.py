@@ -120,10 +120,7 @@ class Capability(str, enum.Enum):
     """Checkpoints survive closing every handle and opening a new one."""
     SHARED = "shared"
     """Handles from new_handle() (and other processes, where the backend allows) share one store."""
-    INTEGRITY = "integrity"
-    """``with_integrity_key`` gives a handle that signs every record and verifies every read;
-    ``head_anchor`` and ``anchor=`` refuse a store that went back (docs/integrity.md). Every
-    storage on the shared engine offers it, so the kit infers it; classes do not list it."""
+
 
     def __str__(self) -> str:
         return self.value

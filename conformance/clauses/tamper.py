@@ -31,13 +31,21 @@ KIT_KEY = b"conformance-kit-integrity-key-v1"
 ROTATED_KEY = b"conformance-kit-rotated-key-v2!!"
 ATTACKER_KEY = b"someone-else-s-key-not-trusted!!"
 
-_BASE = (Capability.INTEGRITY, Capability.RAW_ACCESS)
+_BASE = (Capability.RAW_ACCESS,)
+"""The edits go through raw access; the keys come from ``with_integrity_key``, which every storage
+on the shared engine offers (a storage with raw access but no keys fails: nothing stops an edit)."""
 
 
 @asynccontextmanager
 async def keyed(ctx: ClauseContext, keys: Any = None) -> AsyncIterator[Any]:
     """A handle on the clause's store that signs and verifies with ``keys`` (the kit key)."""
-    handle = ctx.storage.with_integrity_key(keys if keys is not None else IntegrityKeys(KIT_KEY))
+    with_key = getattr(ctx.storage, "with_integrity_key", None)
+    if not callable(with_key):
+        fail(
+            f"{type(ctx.storage).__name__} exposes its stored bytes (raw_access) but offers no integrity "
+            "keys (with_integrity_key): whoever can write the store can change any checkpoint unseen"
+        )
+    handle = with_key(keys if keys is not None else IntegrityKeys(KIT_KEY))
     try:
         yield handle
     finally:

@@ -13,6 +13,7 @@ import pytest
 from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
 from storages.base import CheckpointRecord
+from storages.contract import Capability
 from storages.integrity import Link
 from storages.memory import InMemoryCheckpointStorage
 
@@ -97,14 +98,24 @@ def test_reading_unsigned_records_is_caught_by_the_forged_insert_clause() -> Non
     caught_only_by(backend, "tamper.forged_insert", "expected CheckpointTamperedError")
 
 
-def test_the_family_runs_on_every_storage_on_the_engine_and_only_there() -> None:
-    keyless = support.run_family(FAMILY, InMemoryCheckpointStorage)  # the clauses key their own handles
+def test_the_family_keys_its_own_handles_and_needs_raw_access() -> None:
+    keyless = support.run_family(FAMILY, InMemoryCheckpointStorage)
     assert {r.outcome for r in keyless.results} == {Outcome.PASSED}
-    undeclared = support.run_family(
-        FAMILY, InMemoryCheckpointStorage, capabilities=InMemoryCheckpointStorage.capabilities
-    )
+    without_raw_access = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    undeclared = support.run_family(FAMILY, InMemoryCheckpointStorage, capabilities=without_raw_access)
     assert {r.outcome for r in undeclared.results} == {Outcome.SKIPPED}
-    assert "integrity" in undeclared.results[0].message
+
+
+class OffersNoKeys(InMemoryCheckpointStorage):
+    """Exposes its bytes but cannot sign: a store any writer can change unseen."""
+
+    with_integrity_key = None  # type: ignore[assignment]
+
+
+def test_a_storage_that_cannot_be_keyed_fails_every_clause() -> None:
+    backend = support.run_family(FAMILY, OffersNoKeys)
+    assert failed(backend) == {c.id for c in select_clauses([FAMILY])}
+    assert all("offers no integrity keys" in r.message for r in backend.results)
 
 
 @pytest.mark.sqlite
