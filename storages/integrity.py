@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
-from .errors import CheckpointTamperedError, StorageConfigurationError
+from .errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
 
 MIN_KEY_BYTES: Final = 16
 """Shortest accepted key. 32 random bytes (``secrets.token_bytes(32)``) is the recommendation."""
@@ -363,7 +363,6 @@ class Anchor:
 
 def read_anchor(token: object, provider: IntegrityKeyProvider) -> Anchor:
     """Parse and authenticate an anchor token; a bad one raises InvalidCheckpointError."""
-    from .errors import InvalidCheckpointError
 
     def invalid(why: str) -> InvalidCheckpointError:
         return InvalidCheckpointError(f"anchor {why}", field="anchor")
