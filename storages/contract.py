@@ -121,7 +121,6 @@ class Capability(str, enum.Enum):
     SHARED = "shared"
     """Handles from new_handle() (and other processes, where the backend allows) share one store."""
 
-
     def __str__(self) -> str:
         return self.value
 
