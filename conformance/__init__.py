@@ -16,16 +16,18 @@ from .clause import (
     FAMILIES,
     Clause,
     ClauseFailure,
+    RunnerFinding,
     all_clauses,
     clause,
     ensure,
     ensure_equal,
+    ensure_runner,
     fail,
     select_clauses,
 )
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report
-from .runner import avalidate, avalidate_target, run_clause, validate
+from .runner import ConformanceUsageError, avalidate, avalidate_target, run_clause, validate
 from .scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
 from .target import StorageTarget, target_from_url
 
@@ -37,10 +39,12 @@ __all__ = [
     "ClauseFailure",
     "ClauseResult",
     "ChildStorageMode",
+    "ConformanceUsageError",
     "GraphChange",
     "Outcome",
     "Report",
     "RunObservation",
+    "RunnerFinding",
     "RunnerProfile",
     "Scenario",
     "ScenarioRunner",
@@ -51,6 +55,7 @@ __all__ = [
     "clause",
     "ensure",
     "ensure_equal",
+    "ensure_runner",
     "fail",
     "run_clause",
     "select_clauses",

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storages.base import BaseCheckpointStorage
 
 from .faults import FaultInjector
-from .s3_moto import S3FaultInjector
+from .s3_moto import RequestCounter, S3FaultInjector
 from .target import StorageTarget
+
+if TYPE_CHECKING:
+    from storages.sqlite import SQLiteCheckpointStorage
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,8 @@ class Embedded:
     stop: Callable[[], None] | None = None
     open: Callable[[], BaseCheckpointStorage] | None = None
     """Builds the root storage when a URL cannot say how (an injected in-process client)."""
+    process_opener: str | None = None
+    """How another process opens the same store (see StorageTarget.process_opener)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,27 @@ class BuiltinBackend:
     start: Callable[[], Embedded]
     faults: FaultInjector | None = None
     """Breaks the backend on purpose for the ``faults`` family; ``start`` attaches it."""
+    round_trips: Callable[[Any], int] | None = None
+    """Counts the backend's round trips for the ``scale`` family; ``start`` attaches it."""
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    """Documented deviations: clause id -> reason."""
+
+
+class _Tally:
+    """Counts one backend's round trips, from whatever thread the driver reports them on."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, *_: Any) -> None:
+        self.total += 1  # one bytecode increment under the GIL; exactness is not at stake
+
+    def read(self, _storage: Any) -> int:
+        return self.total
+
+
+_SQLITE_STATEMENTS = _Tally()
+_REDIS_COMMANDS = _Tally()
 
 
 def _memory() -> Embedded:
@@ -49,11 +75,36 @@ def _memory() -> Embedded:
 
 
 def _sqlite_temp_file() -> Embedded:
+    import importlib.util
+
+    from storages.errors import MissingDependencyError
+
+    if importlib.util.find_spec("aiosqlite") is None:
+        raise MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite")
     directory = Path(tempfile.mkdtemp(prefix="checkpoint-conformance-"))
+    url = f"sqlite:///{directory.as_posix()}/conformance.db"
+    path = directory / "conformance.db"
     return Embedded(
-        f"sqlite:///{directory.as_posix()}/conformance.db",
+        url,
         stop=lambda: shutil.rmtree(directory, ignore_errors=True),
+        open=lambda: _counting_sqlite_class()(path),
+        process_opener=url,
     )
+
+
+def _counting_sqlite_class() -> type[SQLiteCheckpointStorage]:
+    from storages.sqlite import SQLiteCheckpointStorage
+
+    class CountingSQLiteStorage(SQLiteCheckpointStorage):
+        """SQLite whose connection reports every statement it runs, for the scale clauses."""
+
+        async def _open(self) -> None:
+            await super()._open()
+            # The statement trace is sqlite3's own hook; the connection is ours to configure.
+            assert self._connection is not None
+            await self._connection.set_trace_callback(_SQLITE_STATEMENTS.add)
+
+    return CountingSQLiteStorage
 
 
 def _redis_fakeredis() -> Embedded:
@@ -75,10 +126,23 @@ def _redis_fakeredis() -> Embedded:
     client = fakeredis.FakeAsyncRedis(
         server=fakeredis.FakeServer(), connection_pool_class=BlockingConnectionPool, max_connections=64
     )
-    return Embedded("redis (fakeredis)", open=lambda: RedisCheckpointStorage(client, prefix="conformance"))
+    # Every command, script calls included, goes through execute_command: one round trip each.
+    send: Callable[..., Awaitable[Any]] = client.execute_command
+
+    async def counted(*args: Any, **options: Any) -> Any:
+        _REDIS_COMMANDS.add()
+        return await send(*args, **options)
+
+    client.execute_command = counted  # type: ignore[method-assign]
+    # fakeredis answers neither CONFIG GET nor INFO (the eviction policy check), and evicts nothing.
+    return Embedded(
+        "redis (fakeredis)",
+        open=lambda: RedisCheckpointStorage(client, prefix="conformance", allow_evicting_policy=True),
+    )
 
 
 _S3_FAULTS = S3FaultInjector()
+_S3_REQUESTS = RequestCounter()
 
 
 def _s3_moto() -> Embedded:
@@ -97,6 +161,7 @@ def _s3_moto() -> Embedded:
     # moto in this process: the client must be made inside the mock, so it is injected.
     client, stop = start_in_process("ckpt-conformance")
     _S3_FAULTS.attach(client)
+    _S3_REQUESTS.attach(client)
     return Embedded(
         "s3 (moto)",
         stop=stop,
@@ -106,9 +171,18 @@ def _s3_moto() -> Embedded:
 
 BUILTIN_BACKENDS: tuple[BuiltinBackend, ...] = (
     BuiltinBackend("memory://", _memory),
-    BuiltinBackend("sqlite (temp file)", _sqlite_temp_file),
-    BuiltinBackend("redis (fakeredis)", _redis_fakeredis),
-    BuiltinBackend("s3 (moto)", _s3_moto, faults=_S3_FAULTS),
+    BuiltinBackend("sqlite (temp file)", _sqlite_temp_file, round_trips=_SQLITE_STATEMENTS.read),
+    BuiltinBackend("redis (fakeredis)", _redis_fakeredis, round_trips=_REDIS_COMMANDS.read),
+    BuiltinBackend(
+        "s3 (moto)",
+        _s3_moto,
+        faults=_S3_FAULTS,
+        round_trips=lambda _storage: _S3_REQUESTS.total,
+        expected_failures={
+            "scale.walk_is_one_round_trip": "S3 has no server-side query to follow links: a walk is one "
+            "GET per hop (docs/s3.md)"
+        },
+    ),
 )
 """The backends ``checkpoint-conformance`` checks when given no URL, in report order."""
 
@@ -134,6 +208,9 @@ class _EmbeddedTarget:
                 self._root = open_storage(self._embedded.url, **self._embedded.options)
         return self._root.new_handle()
 
+    def process_opener(self) -> str | None:
+        return None if self._embedded is None else self._embedded.process_opener
+
     async def cleanup(self) -> None:
         root, embedded = self._root, self._embedded
         self._root = self._embedded = None
@@ -149,7 +226,13 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
     """A target for one built-in backend; starting it is deferred to the first open."""
     embedded = _EmbeddedTarget(backend)
     return StorageTarget(
-        name=backend.name, factory=embedded.open, cleanup=embedded.cleanup, faults=backend.faults
+        name=backend.name,
+        factory=embedded.open,
+        cleanup=embedded.cleanup,
+        faults=backend.faults,
+        round_trips=backend.round_trips,
+        expected_failures=backend.expected_failures,
+        process_opener=embedded.process_opener,
     )
 
 

@@ -33,8 +33,9 @@ opened, and fails with a message that says what broke.
 |---|---|---|
 | `passed` | The guarantee holds. | no |
 | `failed` | The guarantee does not hold, the clause raised something unexpected, or it timed out. | yes |
-| `skipped` | The storage does not declare a capability the clause requires. | no |
+| `skipped` | Not applicable: a needed capability is undeclared, or the target gives no way to check. | no |
 | `xfailed` | The clause failed and the target declared it as a known deviation. | no |
+| `finding` | The runner driving the storage broke the guarantee, not the storage. | no |
 
 **Capabilities.** A storage declares what it supports in `capabilities`. Operation capabilities
 (`signature_filter`, `ancestry`, `nested`, `prune`, `ttl`, `list_workflows`, `raw_access`) are
@@ -47,7 +48,31 @@ silently passed.
 that fails is reported as `xfailed`; one that passes fails the run (strict), so stale entries are
 removed rather than hiding a fix. The pytest base class rejects ids that name no clause.
 
-**Timeouts.** A clause that runs longer than its *Timeout* fails as timed out.
+**Timeouts.** A clause that runs longer than its *Timeout* fails as timed out. Clauses run on an
+event loop of their own, watched from another thread: a storage that blocks the loop (a
+synchronous sleep, a spin) fails the clause it blocked, and the run goes on on a fresh loop.
+
+**Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
+applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
+fails a storage that does not declare them.
+
+**Cleanup.** Run the kit against a scratch namespace. URL runs write under a unique run prefix
+where the backend has one and delete each workflow they created unless `--keep`.
+
+**What a target can tell the kit.** Beyond the storage, a `StorageTarget` may give
+`process_opener` (a storage URL, or `"module:function"` returning a storage: how another process
+opens the same store, for `durability.across_processes`; a URL target gives its URL) and
+`round_trips` (a function counting the backend round trips a handle made, for the `scale`
+family; without it, latest is timed at 10 and 2,000 checkpoints where filling is fast, and the
+walk clause is skipped). The built-in targets count SQLite statements, Redis commands and S3
+requests. The `expiry` family waits out the storage's own `ttl`, so run it on a store configured
+with a short one (`--clause expiry` with `?ttl=1`).
+
+**Checkpoint class.** Clauses build `storages.WorkflowCheckpoint` unless the target names
+another class; `contract.maf_checkpoint_class_round_trips` checks MAF's own
+`agent_framework.WorkflowCheckpoint` in every run where it is installed, and
+`checkpoint-conformance --checkpoint-class maf|both` runs the whole kit with MAF's class (or with
+each in turn).
 
 ## Three ways to run it
 
@@ -89,11 +114,14 @@ assert report.ok, report.to_json()
 $ checkpoint-conformance
 $ checkpoint-conformance memory:// sqlite:///ck.db --json report.json --junit-xml junit.xml
 $ checkpoint-conformance --clause ordering --clause contract.load_missing_raises
+$ checkpoint-conformance --checkpoint-class both
+$ checkpoint-conformance 'redis://127.0.0.1:6379/0?prefix=kit&ttl=1' --clause expiry
 $ checkpoint-conformance --list
 ```
 
-Exit status: 0 when every clause passed, was skipped or failed as declared; 1 when any clause
-failed or a backend could not be opened; 2 for a usage error.
+Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
+finding; 1 when any clause failed, a backend could not be opened or a required capability is not
+declared; 2 for a usage error or a backend that failed the connectivity check.
 """
 
 

@@ -42,9 +42,14 @@ FAMILIES: dict[str, str] = {
     "signature": "Graph signatures are kept byte for byte, filter latest and listing, and are enforced.",
     "ancestry": "Ancestry walks reach the root through forks and nested records and report every break.",
     "retention": "Prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.",
+    "writes": "Pending writes land whole, once per (task, index), and go with their checkpoint.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
     "tamper": "With an integrity key, every at-rest edit is refused by reads, walks or an anchor.",
+    "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
+    "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
+    "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",
+    "scale": "Latest stays constant-cost as history grows, and an ancestry walk is one round trip.",
 }
 """Family name -> what the family proves, in catalogue order."""
 
@@ -126,8 +131,28 @@ class ClauseFailure(AssertionError):
     """A clause's guarantee does not hold."""
 
 
+class RunnerFinding(ClauseFailure):
+    """The runner driving the storage broke the guarantee, not the storage: reported as a
+    finding of its own (:attr:`~conformance.report.Outcome.FINDING`), which does not fail the run."""
+
+
+class ClauseNotApplicable(Exception):
+    """The target cannot be checked for this guarantee (it gives the kit no way to); reported as
+    skipped with the message, like an undeclared capability."""
+
+
+def not_applicable(message: str) -> NoReturn:
+    raise ClauseNotApplicable(message)
+
+
 def fail(message: str) -> NoReturn:
     raise ClauseFailure(message)
+
+
+def ensure_runner(condition: object, message: str) -> None:
+    """Report a runner finding with ``message`` unless ``condition`` is true."""
+    if not condition:
+        raise RunnerFinding(message)
 
 
 def ensure(condition: object, message: str) -> None:
@@ -152,10 +177,14 @@ __all__ = [
     "FAMILIES",
     "Clause",
     "ClauseFailure",
+    "RunnerFinding",
+    "ClauseNotApplicable",
     "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
+    "ensure_runner",
     "fail",
+    "not_applicable",
     "select_clauses",
 ]

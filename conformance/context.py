@@ -26,6 +26,7 @@ class ClauseContext:
         self.capabilities = capabilities
         self._handles: list[Any] = [storage]
         self._run_tag = uuid.uuid4().hex[:8]
+        self._created_workflows: dict[str, None] = {}
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -39,11 +40,21 @@ class ClauseContext:
 
     def workflow_name(self, label: str = "wf") -> str:
         """A workflow name no other clause or run uses, so the kit never needs to wipe a store."""
-        return f"ck-{label}-{self._run_tag}-{next(_counter)}"
+        name = f"ck-{label}-{self._run_tag}-{next(_counter)}"
+        self._created_workflows[name] = None
+        return name
+
+    @property
+    def created_workflows(self) -> list[str]:
+        """Every workflow name this clause made or built a checkpoint for, in first-use order; the
+        kit deletes them when the clause ends (``StorageTarget.remove_workflows``)."""
+        return list(self._created_workflows)
 
     def checkpoint(self, workflow_name: str, **fields: Any) -> Any:
         """A checkpoint of the target's checkpoint class with the given fields."""
         fields.setdefault("graph_signature_hash", "sig-" + "0" * 60)
+        if isinstance(workflow_name, str):
+            self._created_workflows[workflow_name] = None
         return self.target.checkpoint_class(workflow_name=workflow_name, **fields)
 
     async def save_chain(self, workflow_name: str, length: int, **fields: Any) -> list[Any]:
@@ -79,6 +90,15 @@ class ClauseContext:
         if body is None:
             fail(f"read_raw_body({checkpoint_id!r}) found nothing right after a save")
         await self.storage.write_raw_body(checkpoint_id, mutate(body))
+
+    def release(self, handle: Any) -> None:
+        """Stop tracking a handle the clause closed itself; the end of the clause leaves it alone."""
+        self._handles = [h for h in self._handles if h is not handle]
+
+    async def close(self, handle: Any) -> None:
+        """Close one handle now; the end of the clause does not close it again."""
+        self.release(handle)
+        await handle.aclose()
 
     async def close_handles(self) -> None:
         handles, self._handles = self._handles, []

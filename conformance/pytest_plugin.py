@@ -24,6 +24,11 @@ unless you already did (mark the class ``pytest.mark.asyncio(loop_scope=...)`` t
 loop). In strict mode write async fixtures with ``@pytest_asyncio.fixture``. Without
 pytest-asyncio this plugin runs it with ``asyncio.run`` (the fixture must then be synchronous).
 
+Set ``required_capabilities`` to fail (not skip) the clauses that need a capability the storage
+does not declare. A runner finding (see :class:`~conformance.report.Outcome`) is reported as an
+xfail. Clause timeouts are cooperative here: the clause runs in the fixture's event loop, so a
+storage that blocks that loop is stopped by pytest-timeout, not by the kit's watchdog.
+
 Options: ``--conformance-clause ID_OR_FAMILY`` (repeatable) narrows every conformance class.
 Importing this module has no side effects: no I/O, no storages, not even clause registration.
 """
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -42,7 +47,7 @@ from storages.contract import Capability, WorkflowCheckpoint
 from .clause import Clause, select_clauses
 from .faults import FaultInjector
 from .report import ClauseResult, Outcome
-from .runner import run_clause
+from .runner import capabilities_from_names, run_clause
 from .scenario import RunnerProfile
 from .target import StorageTarget
 
@@ -64,6 +69,13 @@ class CheckpointStorageConformance:
     """Breaks the backend on purpose for the ``faults`` family; without one those clauses skip."""
     runner: ClassVar[RunnerProfile | None] = None
     """The runner the ``runner`` family drives; None is the kit's reference scenario driver."""
+    required_capabilities: ClassVar[Iterable[Capability | str]] = ()
+    """Capabilities the storage must declare: a clause needing one that is not declared fails
+    instead of being skipped as not applicable."""
+    process_opener: ClassVar[str | None] = None
+    """How another process opens the same store (a URL or ``"module:function"``); see StorageTarget."""
+    round_trips: ClassVar[Callable[[Any], int] | None] = None
+    """Counts a handle's backend round trips, for the ``scale`` family; see StorageTarget."""
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize ``test_clause`` with the selected clauses (pytest calls this per class)."""
@@ -90,6 +102,9 @@ class CheckpointStorageConformance:
             capabilities=self.capabilities,
             faults=self.faults,
             runner=self.runner,
+            required_capabilities=_required(type(self)),
+            process_opener=self.process_opener,
+            round_trips=type(self).round_trips,
         )
         report_outcome(await run_clause(conformance_clause, target))
 
@@ -102,6 +117,16 @@ def report_outcome(result: ClauseResult) -> None:
         pytest.skip(result.message)
     if result.outcome is Outcome.XFAILED:
         pytest.xfail(result.message)
+    if result.outcome is Outcome.FINDING:
+        # The runner, not the storage, broke the guarantee: shown, not held against the storage.
+        pytest.xfail(f"runner finding: {result.message}")
+
+
+def _required(cls: type[CheckpointStorageConformance]) -> frozenset[Capability]:
+    try:
+        return frozenset(capabilities_from_names(cls.required_capabilities))
+    except ValueError as exc:
+        pytest.fail(f"{cls.__qualname__}.required_capabilities: {exc}", pytrace=False)
 
 
 class _FirstHandleThenNew:

@@ -1,68 +1,161 @@
-"""Running clauses against targets: ``validate()`` and ``avalidate()``."""
+"""Running clauses against targets: ``validate()`` and ``avalidate()``.
+
+**The watchdog.** A clause's own timeout is ``asyncio.wait_for``, which only fires when the event
+loop gets control back: a storage that blocks the loop (``time.sleep`` in an async method, a
+spin) would hang the whole run. So :func:`avalidate_target` runs a target's clauses on an event
+loop of their own, on a daemon thread (:class:`_ClauseLoop`), and waits for each from the
+caller's loop with a deadline a little past the clause's timeout. When the deadline passes, the
+clause fails, the blocked thread is abandoned (a daemon, so it cannot keep the process alive at
+exit) and the next clauses run on a fresh loop with fresh handles from the target's factory; the
+handles of the abandoned clause are never closed. Threads a storage starts on that loop (a
+driver's connection thread) inherit its daemon flag; one started explicitly as a non-daemon
+would still hold up interpreter exit, so ``checkpoint-conformance`` ends the process without
+waiting once the reports are written (:func:`abandoned_loops`). The pytest plugin runs clauses in
+pytest's own loop, where the storage fixture lives, so only the cooperative timeout applies
+there (use pytest-timeout against a blocking storage).
+
+**Fail fast.** Before the first clause the kit opens one handle and makes one read; a storage
+whose backend cannot be reached (:class:`~storages.errors.StorageUnavailableError`, ``OSError``,
+a timeout) is reported as unreachable with the driver's error, and no clause runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import functools
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
-from .clause import Clause, ClauseFailure, select_clauses
+from storages.contract import Capability
+from storages.errors import InvalidCheckpointError, StorageUnavailableError
+from storages.redaction import redact_text
+
+from .clause import Clause, ClauseFailure, ClauseNotApplicable, RunnerFinding, select_clauses
 from .context import ClauseContext
-from .report import BackendReport, ClauseResult, Outcome, Report
+from .report import BackendReport, ClauseResult, Outcome, Report, now
 from .target import StorageFactory, StorageTarget
 
 ProgressCallback = Callable[[str, ClauseResult], None]
+T = TypeVar("T")
+
+WATCHDOG_GRACE = 5.0
+"""Seconds past a clause's timeout before the watchdog gives up on the clause's event loop."""
+CONNECTIVITY_TIMEOUT = 30.0
+"""Seconds the one connectivity check before the first clause may take."""
+CLEANUP_TIMEOUT = 60.0
+"""Seconds the target's cleanup may take at the end of its run."""
+
+
+class ConformanceUsageError(RuntimeError):
+    """The kit was called in a way that cannot work; the message says what to do instead."""
 
 
 async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
-    """Run one clause on a fresh handle of ``target``; never raises."""
+    """Run one clause on a fresh handle of ``target`` in the running loop; never raises."""
+    result, created = await _run_clause(clause, target)
+    if created and target.remove_workflows:
+        result = dataclasses.replace(result, leftovers=await _remove_workflows(target, created))
+    return result
+
+
+async def _run_clause(clause: Clause, target: StorageTarget) -> tuple[ClauseResult, list[str]]:
+    """The clause's result, and the workflows it created (for the caller to delete)."""
     started = time.perf_counter()
     try:
         storage = await target.open()
     except Exception as exc:
-        return _result(clause, Outcome.FAILED, started, f"could not open the storage: {_describe(exc)}")
+        return _result(clause, Outcome.FAILED, started, f"could not open the storage: {_describe(exc)}"), []
     context = ClauseContext(target, storage, target.declared_capabilities(storage))
-    missing = sorted(c.value for c in clause.requires - context.capabilities)
+    result = await _judge(clause, target, context, started)
+    try:
+        await context.close_handles()
+    except Exception as exc:  # a failing close is a finding, not a crash of the kit
+        result = _result(clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}")
+    return result, context.created_workflows
+
+
+async def _judge(
+    clause: Clause, target: StorageTarget, context: ClauseContext, started: float
+) -> ClauseResult:
+    missing = clause.requires - context.capabilities
     injectable = target.faults.faults if target.faults is not None else frozenset()
     not_injectable = sorted(f.value for f in clause.injects - injectable)
-    try:
-        if missing:
-            return _result(
-                clause, Outcome.SKIPPED, started, f"needs undeclared capability {', '.join(missing)}"
-            )
-        if not_injectable:
-            return _result(
-                clause, Outcome.SKIPPED, started, f"needs a fault injector for {', '.join(not_injectable)}"
-            )
-        outcome, message = await _outcome(clause, context)
-    finally:
-        try:
-            await context.close_handles()
-        except Exception as exc:  # a failing close is a finding, not a crash of the kit
-            return _result(clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}")
-    reason = target.expected_failures.get(clause.id)
-    if reason is not None:
-        if outcome is Outcome.FAILED:
-            return _result(clause, Outcome.XFAILED, started, f"known deviation ({reason}): {message}")
+    if missing & target.required_capabilities:
+        names = ", ".join(sorted(c.value for c in missing & target.required_capabilities))
+        message = f"needs capability {names}, which the run requires but the storage does not declare"
+        return _result(clause, Outcome.FAILED, started, message)
+    if missing:
+        names = ", ".join(sorted(c.value for c in missing))
+        return _result(clause, Outcome.SKIPPED, started, f"needs undeclared capability {names}")
+    if not_injectable:
         return _result(
-            clause,
-            Outcome.FAILED,
-            started,
-            f"declared as a known deviation ({reason}) but passed; remove it from expected_failures",
+            clause, Outcome.SKIPPED, started, f"needs a fault injector for {', '.join(not_injectable)}"
         )
+    outcome, message = await _outcome(clause, context, clause.timeout * target.timeout_factor)
+    reason = target.expected_failures.get(clause.id)
+    if reason is not None and outcome is not Outcome.SKIPPED:
+        if outcome in (Outcome.FAILED, Outcome.FINDING):
+            outcome, message = Outcome.XFAILED, f"known deviation ({reason}): {message}"
+        else:
+            outcome = Outcome.FAILED
+            message = f"declared as a known deviation ({reason}) but passed; remove it from expected_failures"
+    finding = target.runner_findings.get(clause.id)
+    if finding is not None and outcome in (Outcome.PASSED, Outcome.FAILED):
+        if outcome is Outcome.FAILED:
+            outcome, message = Outcome.FINDING, f"runner finding ({finding}): {message}"
+        else:
+            outcome = Outcome.FAILED
+            message = f"declared as a runner finding ({finding}) but passed; remove it from runner_findings"
     return _result(clause, outcome, started, message)
 
 
-async def _outcome(clause: Clause, context: ClauseContext) -> tuple[Outcome, str]:
+async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str]:
     try:
-        await asyncio.wait_for(clause.function(context), timeout=clause.timeout)
+        await asyncio.wait_for(clause.function(context), timeout=timeout)
+    except RunnerFinding as exc:
+        return Outcome.FINDING, str(exc)
     except ClauseFailure as exc:
         return Outcome.FAILED, str(exc)
+    except ClauseNotApplicable as exc:
+        return Outcome.SKIPPED, str(exc)
     except asyncio.TimeoutError:
-        return Outcome.FAILED, f"timed out after {clause.timeout:g} s"
+        return Outcome.FAILED, f"timed out after {timeout:g} s"
     except Exception as exc:
         return Outcome.FAILED, f"unexpected {_describe(exc)}"
     return Outcome.PASSED, ""
+
+
+async def _remove_workflows(target: StorageTarget, names: Sequence[str]) -> tuple[str, ...]:
+    """Delete the workflows a clause created, on a handle of their own; returns those left behind."""
+    left: list[str] = []
+    try:
+        storage = await target.open()
+    except Exception:
+        return tuple(names)
+    try:
+        prune = Capability.PRUNE in target.declared_capabilities(storage)
+        for name in names:
+            try:
+                if prune:
+                    await storage.delete_workflow(workflow_name=name)
+                else:
+                    for checkpoint_id in await storage.list_checkpoint_ids(workflow_name=name):
+                        await storage.delete(checkpoint_id)
+            except InvalidCheckpointError:
+                pass  # a name the storage refuses (the identifiers clauses try some) holds nothing
+            except Exception:  # a clause may have broken the store on purpose; report, go on
+                left.append(name)
+    finally:
+        close = getattr(storage, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+    return tuple(left)
 
 
 def _result(clause: Clause, outcome: Outcome, started: float, message: str) -> ClauseResult:
@@ -72,7 +165,238 @@ def _result(clause: Clause, outcome: Outcome, started: float, message: str) -> C
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return redact_text(f"{type(exc).__name__}: {exc}")
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, (StorageUnavailableError, OSError, asyncio.TimeoutError))
+
+
+# ---------------------------------------------------------------------- the watchdog
+
+_ABANDONED: list[threading.Thread] = []
+
+
+def abandoned_loops() -> list[threading.Thread]:
+    """Threads of clause loops the watchdog gave up on that are still blocked."""
+    return [thread for thread in _ABANDONED if thread.is_alive()]
+
+
+class _ClauseLoop:
+    """An event loop on a daemon thread of its own, where one target's clauses run."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"conformance-clauses-{uuid.uuid4().hex[:6]}", daemon=True
+        )
+        self._thread.start()
+
+    async def call(self, awaitable: Awaitable[T], deadline: float) -> T:
+        """Await ``awaitable`` on this loop; raises asyncio.TimeoutError after ``deadline`` seconds."""
+        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), deadline)
+
+    def responsive(self, within: float = 0.5) -> bool:
+        """Whether the loop runs a callback within ``within`` seconds (False: it is blocked)."""
+        answered = threading.Event()
+        self._loop.call_soon_threadsafe(answered.set)
+        return answered.wait(within)
+
+    def abandon(self) -> None:
+        """Give up on the loop: it stops if the blocking call ever returns; nobody waits for it."""
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        _ABANDONED.append(self._thread)
+
+    async def close(self) -> None:
+        """Cancel what is left on the loop, stop it and join its thread."""
+        try:
+            await self.call(_finish_loop(), CLEANUP_TIMEOUT)
+        except asyncio.TimeoutError:
+            self.abandon()
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.to_thread(self._thread.join)
+        self._loop.close()
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def _finish_loop() -> None:
+    """What ``asyncio.run`` does before closing a loop: cancel tasks, end generators, executors."""
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks() if task is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_asyncgens()
+    await loop.shutdown_default_executor()
+
+
+def _watchdog_message(deadline: float, blocked: bool) -> str:
+    if blocked:
+        return (
+            f"the event loop was blocked: the clause gave no sign of life for {deadline:g} s (a synchronous "
+            "call such as time.sleep or a busy loop in an async method?); the kit abandoned that loop's "
+            "thread and ran the next clauses on a fresh one"
+        )
+    return f"did not stop within {deadline:g} s, past its timeout (does it ignore cancellation?)"
+
+
+# ---------------------------------------------------------------------- targets and runs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Probe:
+    capabilities: frozenset[Capability] = frozenset()
+    storage_type: str = ""
+    error: str = ""
+    unreachable: bool = False
+
+
+async def _probe(target: StorageTarget) -> _Probe:
+    """Open one handle and make one read: what the storage declares, and whether it answers."""
+    try:
+        if target.prepare is not None:
+            await target.prepare()
+        storage = await target.open()
+    except Exception as exc:
+        if _is_unavailable(exc):
+            return _Probe(error=f"could not reach the storage: {_describe(exc)}", unreachable=True)
+        return _Probe(error=f"could not open the storage: {_describe(exc)}")
+    storage_type = f"{type(storage).__module__}.{type(storage).__qualname__}"
+    try:
+        capabilities = target.declared_capabilities(storage)
+        try:
+            await storage.get_latest(workflow_name=f"ck-connectivity-{uuid.uuid4().hex[:8]}")
+        except Exception as exc:
+            if _is_unavailable(exc):
+                return _Probe(
+                    capabilities, storage_type, f"could not reach the storage: {_describe(exc)}", True
+                )
+            # Anything else is a defect the clauses will report, one by one.
+        return _Probe(capabilities, storage_type)
+    except Exception as exc:
+        return _Probe(error=f"could not open the storage: {_describe(exc)}")
+    finally:
+        close = getattr(storage, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # the lifecycle clauses judge aclose()
+                await close()
+
+
+def _package_of(storage_type: str) -> str:
+    """``distribution version`` of the installed package a module belongs to, or ""."""
+    import importlib.metadata
+
+    top = storage_type.partition(".")[0]
+    if top in ("storages", "conformance"):
+        distributions: list[str] = ["checkpoint-storages"]
+    else:
+        distributions = _distributions().get(top, [])
+    for distribution in distributions:
+        try:
+            return f"{distribution} {importlib.metadata.version(distribution)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> Mapping[str, list[str]]:
+    """Top-level module -> distributions providing it; scanning them takes a while, so once."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.packages_distributions()
+    except Exception:
+        return {}
+
+
+async def avalidate_target(
+    target: StorageTarget,
+    *,
+    clauses: Sequence[Clause] | None = None,
+    progress: ProgressCallback | None = None,
+    required_capabilities: Iterable[Capability | str] = (),
+) -> BackendReport:
+    """Run ``clauses`` (default: all) against one target, each on the watchdog's clause loop."""
+    selected = list(clauses) if clauses is not None else select_clauses()
+    required = target.required_capabilities | {Capability(c) for c in required_capabilities}
+    if required != target.required_capabilities:
+        target = dataclasses.replace(target, required_capabilities=frozenset(required))
+    started_at = now()
+    loop = _ClauseLoop()
+    try:
+        patience = CONNECTIVITY_TIMEOUT * target.timeout_factor
+        try:
+            probe = await loop.call(_probe(target), patience)
+        except asyncio.TimeoutError:
+            if not loop.responsive():
+                loop.abandon()
+                loop = _ClauseLoop()
+            silence = f"could not reach the storage: no answer within {patience:g} s"
+            probe = _Probe(error=silence, unreachable=True)
+        report = BackendReport(
+            target.name,
+            sorted(c.value for c in probe.capabilities),
+            error=probe.error,
+            unreachable=probe.unreachable,
+            storage_type=probe.storage_type,
+            storage_package=_package_of(probe.storage_type) if probe.storage_type else "",
+            started_at=started_at,
+        )
+        if probe.error:
+            report.finished_at = now()
+            return report
+        report.missing_capabilities = sorted(c.value for c in required - probe.capabilities)
+        for clause in selected:
+            deadline = (clause.timeout + WATCHDOG_GRACE) * target.timeout_factor
+            started = time.perf_counter()
+            try:
+                result, created = await loop.call(_run_clause(clause, target), deadline)
+            except asyncio.TimeoutError:
+                blocked = not loop.responsive()
+                loop.abandon()
+                loop = _ClauseLoop()
+                result = _result(clause, Outcome.FAILED, started, _watchdog_message(deadline, blocked))
+                created = []  # unknown: the clause's context is stuck on the abandoned loop
+            if created and target.remove_workflows:
+                # Watched on its own: a slow cleanup must not eat into the clause's deadline.
+                try:
+                    leftovers = await loop.call(_remove_workflows(target, created), CLEANUP_TIMEOUT)
+                except asyncio.TimeoutError:
+                    leftovers = tuple(created)
+                    if not loop.responsive():
+                        loop.abandon()
+                        loop = _ClauseLoop()
+                result = dataclasses.replace(result, leftovers=leftovers)
+            report.results.append(result)
+            report.leftovers.extend(result.leftovers)
+            if progress is not None:
+                progress(report.backend, result)
+        report.finished_at = now()
+        return report
+    finally:
+        await _finish_target(loop, target)
+
+
+async def _finish_target(loop: _ClauseLoop, target: StorageTarget) -> None:
+    """Run the target's cleanup and close the clause loop; the run may end with a clause still
+    blocking it (an interrupted run), so cleanup then goes to a fresh loop."""
+    if not loop.responsive():
+        loop.abandon()
+        loop = _ClauseLoop()
+    try:
+        if target.cleanup is not None:
+            await loop.call(target.cleanup(), CLEANUP_TIMEOUT)
+    except asyncio.TimeoutError:
+        pass  # close() below abandons a loop that is still blocked
+    finally:
+        await loop.close()
 
 
 def as_target(subject: StorageTarget | StorageFactory, name: str | None = None) -> StorageTarget:
@@ -82,50 +406,27 @@ def as_target(subject: StorageTarget | StorageFactory, name: str | None = None) 
     return StorageTarget(name=label, factory=subject)
 
 
-async def avalidate_target(
-    target: StorageTarget,
-    *,
-    clauses: Sequence[Clause] | None = None,
-    progress: ProgressCallback | None = None,
-) -> BackendReport:
-    """Run ``clauses`` (default: all) against one target."""
-    selected = list(clauses) if clauses is not None else select_clauses()
-    try:
-        probe = await target.open()
-        capabilities = target.declared_capabilities(probe)
-        close = getattr(probe, "aclose", None)
-        if close is not None:
-            await close()
-    except Exception as exc:
-        report = BackendReport(target.name, [], error=f"could not open the storage: {_describe(exc)}")
-        if target.cleanup is not None:
-            await target.cleanup()
-        return report
-    report = BackendReport(target.name, sorted(c.value for c in capabilities))
-    try:
-        for clause in selected:
-            result = await run_clause(clause, target)
-            report.results.append(result)
-            if progress is not None:
-                progress(target.name, result)
-    finally:
-        if target.cleanup is not None:
-            await target.cleanup()
-    return report
-
-
 async def avalidate(
     *subjects: StorageTarget | StorageFactory,
     clauses: Iterable[str] | None = None,
     progress: ProgressCallback | None = None,
+    required_capabilities: Iterable[Capability | str] = (),
 ) -> Report:
-    """Run the kit against each subject (a StorageTarget or a factory returning a storage)."""
+    """Run the kit against each subject (a StorageTarget or a factory returning a storage).
+
+    ``required_capabilities``: capabilities every subject must declare (see
+    :attr:`StorageTarget.required_capabilities`).
+    """
     selected = select_clauses(clauses)
+    required = capabilities_from_names(required_capabilities)
     report = Report()
     for subject in subjects:
         report.backends.append(
-            await avalidate_target(as_target(subject), clauses=selected, progress=progress)
+            await avalidate_target(
+                as_target(subject), clauses=selected, progress=progress, required_capabilities=required
+            )
         )
+    report.finished_at = now()
     return report
 
 
@@ -133,9 +434,46 @@ def validate(
     *subjects: StorageTarget | StorageFactory,
     clauses: Iterable[str] | None = None,
     progress: ProgressCallback | None = None,
+    required_capabilities: Iterable[Capability | str] = (),
 ) -> Report:
-    """Synchronous :func:`avalidate`, for scripts and CI; use ``avalidate`` inside an event loop."""
-    return asyncio.run(avalidate(*subjects, clauses=clauses, progress=progress))
+    """Synchronous :func:`avalidate` for scripts and CI; inside an event loop, ``await avalidate(...)``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise ConformanceUsageError(
+            "validate() was called inside a running event loop (an async function, a notebook, "
+            "pytest-asyncio); use `await avalidate(...)` there, with the same arguments"
+        )
+    required = capabilities_from_names(required_capabilities)
+    return asyncio.run(
+        avalidate(*subjects, clauses=clauses, progress=progress, required_capabilities=required)
+    )
 
 
-__all__ = ["as_target", "avalidate", "avalidate_target", "run_clause", "validate"]
+def capabilities_from_names(names: Iterable[Capability | str]) -> frozenset[Capability]:
+    """Capabilities from names; an unknown name is a ValueError listing the known ones."""
+    known = {c.value: c for c in Capability}
+    result: set[Capability] = set()
+    for name in names:
+        value = name.value if isinstance(name, Capability) else str(name).strip()
+        if value not in known:
+            raise ValueError(f"unknown capability {value!r}; known: {', '.join(sorted(known))}")
+        result.add(known[value])
+    return frozenset(result)
+
+
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "CONNECTIVITY_TIMEOUT",
+    "WATCHDOG_GRACE",
+    "ConformanceUsageError",
+    "abandoned_loops",
+    "capabilities_from_names",
+    "as_target",
+    "avalidate",
+    "avalidate_target",
+    "run_clause",
+    "validate",
+]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from storages.contract import Capability, WorkflowCheckpoint
+from storages.redaction import redact_url
 
 from .faults import FaultInjector
 from .scenario import RunnerProfile
@@ -21,12 +25,15 @@ class StorageTarget:
     """A storage under test.
 
     Args:
-        name: shown in reports (for built-ins, the storage URL).
+        name: shown in reports (for built-ins, the storage URL); redacted there.
         factory: opens a handle; called once per clause. A handle's own ``new_handle()`` is
             preferred for second handles and reopening, so a factory that builds a fresh backend
             per call (``InMemoryCheckpointStorage``) still works.
         expected_failures: clause id -> reason, for known deviations. Such a clause that fails
             is reported as xfailed; one that passes fails the run (strict), so stale entries go.
+        runner_findings: clause id -> reason, for guarantees the runner driving the storage does
+            not give (LangGraph checks no graph signature). Such a clause that fails is reported
+            as a runner finding; one that passes fails the run (strict), as above.
         checkpoint_class: the class clauses build checkpoints with (MAF's own storages need
             ``agent_framework.WorkflowCheckpoint``).
         capabilities: overrides the storage's declared ``capabilities``.
@@ -35,16 +42,38 @@ class StorageTarget:
             clauses are skipped.
         runner: the runner the ``runner`` family drives against the storage; None means the
             reference :class:`~conformance.scenario.ScenarioRunner` (built with ``checkpoint_class``).
+        required_capabilities: capabilities the storage must declare; a clause that needs one
+            of them fails instead of being not applicable, and the backend fails if one is missing.
+        prepare: awaited once before the first clause (connect a root handle, create a bucket).
+        remove_workflows: delete every workflow a clause created when the clause ends, so a run
+            against a real store leaves nothing behind (``checkpoint-conformance`` does, unless
+            ``--keep``).
+        timeout_factor: multiplies every clause's timeout (slow remote backends, tests).
+        process_opener: how another process opens the same store, for the durability clauses that
+            write in one process and read in another: a storage URL, or ``"module:function"``
+            naming an importable zero-argument callable returning a storage (or an awaitable of
+            one), or a function returning either once the target has opened. The child process
+            inherits this process's environment and ``sys.path``. None skips those clauses.
+        round_trips: returns how many backend round trips (requests, statements, scripts) a handle
+            of this target has made so far; the ``scale`` family counts with it. None makes the
+            scale clauses fall back to timings where timings can tell, and skip where they cannot.
     """
 
     name: str
     factory: StorageFactory
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+    runner_findings: Mapping[str, str] = field(default_factory=dict)
     checkpoint_class: type[Any] = WorkflowCheckpoint
     capabilities: frozenset[Capability] | None = None
     cleanup: Callable[[], Awaitable[None]] | None = None
     faults: FaultInjector | None = None
     runner: RunnerProfile | None = None
+    required_capabilities: frozenset[Capability] = frozenset()
+    prepare: Callable[[], Awaitable[None]] | None = None
+    remove_workflows: bool = False
+    timeout_factor: float = 1.0
+    process_opener: str | Callable[[], str | None] | None = None
+    round_trips: Callable[[Any], int] | None = None
 
     async def open(self) -> Any:
         handle = self.factory()
@@ -59,16 +88,103 @@ class StorageTarget:
         return frozenset(Capability(c) for c in declared)
 
 
-def target_from_url(url: str, **options: Any) -> StorageTarget:
-    """A target for a storage URL: one root storage, each clause on a new handle of it."""
+def new_run_prefix() -> str:
+    """A key prefix no other run uses: ``ck-run-`` and 12 hex digits."""
+    return f"ck-run-{uuid.uuid4().hex[:12]}"
+
+
+def with_run_prefix(url: str, run_prefix: str) -> str:
+    """``url`` with its backend's key prefix extended by ``run_prefix``, where the backend has one.
+
+    Redis: ``prefix=<given or 'checkpoints'>:<run_prefix>``; S3: the key prefix (the URL's path)
+    gets ``<run_prefix>/`` appended. Other schemes are returned unchanged.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("redis", "rediss"):
+        from storages.redis import DEFAULT_PREFIX
+
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        given = next((value for name, value in reversed(pairs) if name == "prefix"), "") or DEFAULT_PREFIX
+        pairs = [(name, value) for name, value in pairs if name != "prefix"]
+        pairs.append(("prefix", f"{given}:{run_prefix}"))
+        return urlunsplit(parts._replace(query=urlencode(pairs, safe=":")))
+    if scheme == "s3":
+        path = parts.path.rstrip("/")
+        return urlunsplit(parts._replace(path=f"{path}/{run_prefix}"))
+    return url
+
+
+CHECKPOINT_CLASS_CHOICES = ("project", "maf", "both")
+"""What ``--checkpoint-class`` accepts: the project's class, MAF's, or each target once with each."""
+
+
+def with_checkpoint_class(targets: Iterable[StorageTarget], choice: str) -> list[StorageTarget]:
+    """The targets, building checkpoints with the project's class, MAF's, or each in turn (``both``:
+    every target is run twice, the second time named ``<name> [MAF class]``).
+
+    Raises ValueError for an unknown choice, or for ``maf``/``both`` without agent_framework.
+    """
+    if choice not in CHECKPOINT_CLASS_CHOICES:
+        raise ValueError(f"checkpoint class {choice!r} is not one of {', '.join(CHECKPOINT_CLASS_CHOICES)}")
+    targets = list(targets)
+    if choice == "project":
+        return targets
+    try:
+        from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
+    except ImportError as exc:
+        raise ValueError(
+            f"--checkpoint-class {choice} needs agent_framework (pip install agent-framework-core)"
+        ) from exc
+    maf = [
+        dataclasses.replace(t, name=f"{t.name} [MAF class]", checkpoint_class=MafWorkflowCheckpoint)
+        for t in targets
+    ]
+    return maf if choice == "maf" else [*targets, *maf]
+
+
+def target_from_url(
+    url: str,
+    *,
+    run_prefix: str | None = None,
+    remove_workflows: bool = False,
+    **options: Any,
+) -> StorageTarget:
+    """A target for a storage URL: one root storage, each clause on a new handle of it.
+
+    The root is opened before the first clause (``prepare``), which is when options such as S3's
+    ``create_bucket=true`` take effect. ``run_prefix`` writes under a prefix of its own (see
+    :func:`with_run_prefix`); the report still names the URL as given, redacted.
+    """
     from storages.urls import open_storage
 
-    root = open_storage(url, **options)
+    opened = with_run_prefix(url, run_prefix) if run_prefix is not None else url
+    root = open_storage(opened, **options)
+
+    async def prepare() -> None:
+        # One real round trip on the root handle: it connects (and creates what the URL asks
+        # for, such as a bucket) before any clause opens handles of its own.
+        await root.get_latest(workflow_name=f"ck-connectivity-{uuid.uuid4().hex[:8]}")
 
     async def cleanup() -> None:
         await root.aclose()
 
-    return StorageTarget(name=url, factory=root.new_handle, cleanup=cleanup)
+    return StorageTarget(
+        name=redact_url(url),
+        factory=root.new_handle,
+        cleanup=cleanup,
+        prepare=prepare,
+        remove_workflows=remove_workflows,
+        process_opener=opened,
+    )
 
 
-__all__ = ["StorageFactory", "StorageTarget", "target_from_url"]
+__all__ = [
+    "CHECKPOINT_CLASS_CHOICES",
+    "StorageFactory",
+    "StorageTarget",
+    "new_run_prefix",
+    "target_from_url",
+    "with_checkpoint_class",
+    "with_run_prefix",
+]

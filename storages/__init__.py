@@ -30,17 +30,20 @@ from .errors import (
     CheckpointStorageError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
+    EvictionPolicyError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
     InvalidCheckpointIdError,
     MissingDependencyError,
     NestedCheckpointDeletionError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
     UnserializableValueError,
     UnsupportedOperationError,
 )
+from .fencing import FencedStorage
 from .integrity import IntegrityKeyProvider, IntegrityKeys
 from .memory import InMemoryCheckpointStorage
 from .urls import open_storage, supported_schemes
@@ -94,6 +97,8 @@ __all__ = [
     "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
     "CheckpointStorageError",
+    "EvictionPolicyError",
+    "FencedStorage",
     "GraphSignatureMismatchError",
     "InMemoryCheckpointStorage",
     "IntegrityKeyProvider",
@@ -106,6 +111,7 @@ __all__ = [
     "RedisCheckpointStorage",
     "S3CheckpointStorage",
     "SQLiteCheckpointStorage",
+    "StaleWriterError",
     "StorageClosedError",
     "StorageConfigurationError",
     "StorageUnavailableError",

@@ -24,11 +24,15 @@ from typing_extensions import Self
 from .codec import CheckpointCodec, TypeRef
 from .contract import (
     CHECKPOINT_FIELDS,
+    UNFENCED,
     AncestryEnd,
     AncestryWalk,
     Capability,
     CheckpointID,
     CheckpointInfo,
+    PendingWrite,
+    Unfenced,
+    WorkflowCheckpoint,
     validate_identifier,
 )
 from .errors import (
@@ -38,10 +42,12 @@ from .errors import (
     CheckpointTamperedError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     UnsupportedOperationError,
 )
+from .fencing import FencedStorage
 from .integrity import (
     Anchor,
     IntegrityKeyInput,
@@ -134,6 +140,17 @@ class WalkRecords:
     """Which previous ids that were not reached are tombstones of pruned records."""
 
 
+@dataclass(frozen=True, slots=True)
+class FenceCheck:
+    """Why a fenced insert wrote nothing: what the backend found at the moment of the check."""
+
+    latest_id: CheckpointID | None
+    """The workflow's latest top-level checkpoint (commit order), or None if it has none."""
+    existing_digest: str | None
+    """The digest stored under the checkpoint's id when that id already exists, else None (the
+    insert was refused because ``latest_id`` is not the expected one)."""
+
+
 def body_digest(body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=16).hexdigest()
 
@@ -166,11 +183,16 @@ class BaseCheckpointStorage(abc.ABC):
         see storages/integrity.py and docs/integrity.md."""
         if codec is None:
             codec = self._default_codec()
-        codec.allow(types=_as_list(allowed_checkpoint_types), modules=_as_list(allowed_modules))
+        try:
+            codec.allow(types=_as_list(allowed_checkpoint_types), modules=_as_list(allowed_modules))
+        except (ValueError, TypeError) as exc:
+            raise StorageConfigurationError(f"{type(self).__name__}: {exc}") from None
         self._codec = codec
         self._closed = False
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the backend's loop-bound resources belong to (None before opening)."""
         self._integrity: IntegrityKeyProvider | None = None
         self._chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]] = OrderedDict()
         """id -> (MAC, chain height) of records this handle signed or verified."""
@@ -204,12 +226,22 @@ class BaseCheckpointStorage(abc.ABC):
 
     # ------------------------------------------------------------------ MAF's six methods
 
-    async def save(self, checkpoint: Any) -> CheckpointID:
+    async def save(
+        self, checkpoint: Any, *, expected_latest_id: CheckpointID | Unfenced | None = UNFENCED
+    ) -> CheckpointID:
         """Store a snapshot of ``checkpoint`` and return its id.
 
         Saving an id that exists is a no-op when the content is equal and raises
         CheckpointConflictError when it differs.
+
+        With ``expected_latest_id`` (capability ``fencing``), the checkpoint is stored only if the
+        workflow's latest is that id (None: the workflow has no checkpoint yet), checked
+        atomically with the write; otherwise StaleWriterError names the expected and the actual
+        latest and nothing is stored. A repeated fenced save of a checkpoint that is already the
+        latest returns its id, so a retry after an ambiguous failure is harmless.
         """
+        if expected_latest_id is not UNFENCED:
+            return await self._save_fenced(checkpoint, expected_latest_id)
         await self._ready("save")
         records, chain = await self._signed(self._records_for(checkpoint))
         top = records[0]
@@ -221,6 +253,27 @@ class BaseCheckpointStorage(abc.ABC):
         if existing_digest is None:
             self._remember_chain(chain)
         return top.checkpoint_id
+
+    async def _save_fenced(self, checkpoint: Any, expected_latest_id: CheckpointID | None) -> CheckpointID:
+        self._require(Capability.FENCING, "save(expected_latest_id=...)")
+        if expected_latest_id is not None:
+            validate_identifier(expected_latest_id, "expected_latest_id")
+        await self._ready("save")
+        records, chain = await self._signed(self._records_for(checkpoint))
+        top = records[0]
+        check = await self._insert_fenced(records, expected_latest_id)
+        if check is None:
+            self._remember_chain(chain)
+            return top.checkpoint_id
+        if check.existing_digest is None:
+            raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
+        if check.existing_digest != top.digest or not await self._same_nested_bodies(records):
+            await self._check_same_content(records)
+        if check.latest_id == top.checkpoint_id:
+            return top.checkpoint_id  # a retry of a save that succeeded: it is the latest
+        raise StaleWriterError(
+            top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id, already_stored=True
+        )
 
     async def load(
         self,
@@ -387,7 +440,10 @@ class BaseCheckpointStorage(abc.ABC):
             )
         await self._ready("prune")
         self._chain_macs.clear()
-        return await self._prune(workflow_name, min(keep_last, _LARGEST_BACKEND_INT))
+        pruned = await self._prune(workflow_name, min(keep_last, _LARGEST_BACKEND_INT))
+        if Capability.PENDING_WRITES in self.capabilities:
+            await self._drop_writes_of_pruned(workflow_name)
+        return pruned
 
     async def delete_workflow(self, *, workflow_name: str) -> int:
         """Delete every checkpoint of a workflow, their nested records and the workflow's
@@ -396,13 +452,17 @@ class BaseCheckpointStorage(abc.ABC):
         validate_identifier(workflow_name, "workflow_name")
         await self._ready("delete_workflow")
         self._chain_macs.clear()
+        if Capability.PENDING_WRITES in self.capabilities:
+            # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
+            # run again), never writes that a reused id would pick up.
+            await self._delete_workflow(writes_log_name(workflow_name))
         return await self._delete_workflow(workflow_name)
 
     async def list_workflows(self) -> list[str]:
         """Names of every workflow with a stored checkpoint, sorted."""
         self._require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._ready("list_workflows")
-        return sorted(await self._workflow_names())
+        return sorted(name for name in await self._workflow_names() if not is_writes_log_name(name))
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         """The index entry of one stored record (nested ones too), or None."""
@@ -418,7 +478,9 @@ class BaseCheckpointStorage(abc.ABC):
         if workflow_name is not None:
             validate_identifier(workflow_name, "workflow_name")
         await self._ready("list_records")
-        records = await self._records(workflow_name)
+        records = [
+            info for info in await self._records(workflow_name) if not is_writes_log_name(info.workflow_name)
+        ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
 
     async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
@@ -448,6 +510,82 @@ class BaseCheckpointStorage(abc.ABC):
         if not await self._overwrite_body(checkpoint_id, raw, body_digest(raw)):
             raise CheckpointNotFoundError(checkpoint_id)
 
+    # ------------------------------------------------------------------ pending writes
+
+    async def put_writes(
+        self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
+    ) -> None:
+        """Store writes made against checkpoint ``checkpoint_id`` of ``workflow_name``, all or none.
+
+        Per (task_id, index), the first write stored is kept, except at a negative index (a
+        special channel), where the latest replaces it; repeating a call changes nothing.
+        """
+        self._require(Capability.PENDING_WRITES, "put_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        batch = [_checked_write(write, position) for position, write in enumerate(writes)]
+        await self._ready("put_writes")
+        if not batch:
+            return
+        # One record per call is what makes the call atomic on every backend: each primitive
+        # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
+        log = writes_log_name(workflow_name)
+        draft = _writes_batch(log, checkpoint_id, "", batch)
+        batch_id = _writes_batch_id(log, checkpoint_id, body_digest(self._codec.encode_checkpoint(draft)))
+        body = self._codec.encode_checkpoint(_writes_batch(log, checkpoint_id, batch_id, batch))
+        record = CheckpointRecord(
+            checkpoint_id=batch_id,
+            workflow_name=log,
+            previous_checkpoint_id=None,
+            graph_signature_hash=checkpoint_id,
+            body=body,
+            digest=body_digest(body),
+        )
+        # An existing id means this very batch is stored already (or an equal one encoded
+        # differently): the reading rule makes either harmless, so there is nothing to compare.
+        await self._insert(record)
+
+    async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
+        """The writes stored against a checkpoint, one per (task_id, index), in the order their
+        (task_id, index) was first stored."""
+        self._require(Capability.PENDING_WRITES, "list_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_writes")
+        log = writes_log_name(workflow_name)
+        merged: dict[tuple[str, int], PendingWrite] = {}
+        for stored in await self._list(log, checkpoint_id):
+            batch = self._decode(stored, log, None, checkpoint_id)
+            for write in _batch_writes(batch):
+                key = (write.task_id, write.index)
+                if key not in merged or write.replaces_earlier:
+                    merged[key] = write
+        return list(merged.values())
+
+    async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
+        """Delete every write stored against a checkpoint; returns how many batches were deleted."""
+        self._require(Capability.PENDING_WRITES, "delete_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("delete_writes")
+        removed = 0
+        for batch_id in await self._list_ids(writes_log_name(workflow_name), checkpoint_id):
+            removed += await self._remove(batch_id)
+        return removed
+
+    async def _drop_writes_of_pruned(self, workflow_name: str) -> None:
+        # The log is read before the survivors: a checkpoint saved meanwhile is a survivor, and
+        # a batch stored meanwhile is not in the snapshot, so neither loses its writes.
+        log = writes_log_name(workflow_name)
+        batches = await self._list(log, None)
+        if not batches:
+            return
+        survivors = set(await self._list_ids(workflow_name, None))
+        for stored in batches:
+            owner = self._decode(stored, log).graph_signature_hash
+            if owner not in survivors:
+                await self._remove(stored.checkpoint_id)
+
     # ------------------------------------------------------------------ lifecycle
 
     @abc.abstractmethod
@@ -457,12 +595,20 @@ class BaseCheckpointStorage(abc.ABC):
         Works on a closed handle too: it reuses settings, not connections.
         """
 
+    def fenced(self) -> FencedStorage:
+        """A per-run handle on this storage that fences every save continuing a checkpoint; pass
+        it to a runner that cannot give ``expected_latest_id`` itself (MAF's ``checkpoint_storage``).
+        See :class:`~storages.fencing.FencedStorage`."""
+        return FencedStorage(self)
+
     async def aclose(self) -> None:
         """Release connections; idempotent. Later operations raise StorageClosedError."""
         if self._closed:
             return
         self._closed = True
         if self._opened:
+            if self._loop is not asyncio.get_running_loop():
+                await self._follow_loop()  # closing from a new loop closes what is bound to it
             await self._close()
 
     async def __aenter__(self) -> Self:
@@ -480,6 +626,11 @@ class BaseCheckpointStorage(abc.ABC):
     async def _close(self) -> None:  # noqa: B027 - optional hook
         """Release what _open acquired."""
 
+    async def _follow_loop(self) -> None:  # noqa: B027 - optional hook
+        """The storage is used from an event loop other than the one it was opened on: replace
+        what is bound to the old loop (connections, asyncio locks) without awaiting on it, since
+        the old loop is usually closed. Backends holding nothing loop-bound need nothing here."""
+
     @abc.abstractmethod
     async def _insert(self, record: CheckpointRecord) -> str | None:
         """Insert ``record`` with the workflow's next sequence number unless its id exists.
@@ -496,6 +647,15 @@ class BaseCheckpointStorage(abc.ABC):
         insert every record, each with the next sequence number of its own workflow name, and
         return None. Needed by backends that declare ``nested``.
         """
+        raise NotImplementedError
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        """``_insert_family`` behind a fence, all in one atomic step: if the checkpoint's id
+        exists, write nothing and return the latest and the stored digest; else if the workflow's
+        latest top-level record is not ``expected_latest_id``, write nothing and return the
+        latest; else insert as ``_insert_family`` does and return None. Needed by ``fencing``."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -577,14 +737,21 @@ class BaseCheckpointStorage(abc.ABC):
     async def _ready(self, operation: str) -> None:
         if self._closed:
             raise StorageClosedError(self.describe(), operation)
-        if self._opened:
+        loop = asyncio.get_running_loop()
+        if self._opened and self._loop is loop:
             return
-        if self._open_lock is None:
+        if self._open_lock is None or self._loop is not loop:
+            # An asyncio lock belongs to the loop it first waited on; each loop gets its own.
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if not self._opened:
                 await self._open()
                 self._opened = True
+            elif self._loop is not loop:
+                # A second asyncio.run(), say: the loop of the first is gone, and so is whatever
+                # the backend had bound to it.
+                await self._follow_loop()
+            self._loop = loop
 
     def _require(self, capability: Capability, operation: str) -> None:
         if capability not in self.capabilities:
@@ -1066,6 +1233,82 @@ def _check_against_index(
         raise disagree("graph signature", entry.graph_signature_hash, checkpoint.graph_signature_hash)
 
 
+_WRITES_LOG_PREFIX = "\x1fwrites\x1f"
+"""Starts the name of a workflow's pending-writes log. A control character can never start a
+workflow name a caller chooses (validate_identifier refuses it), so no log shadows a workflow."""
+
+_WRITES_BATCH_TIMESTAMP = "1970-01-01T00:00:00+00:00"
+"""Every write batch carries this timestamp, so equal batches encode to equal bodies."""
+
+
+def writes_log_name(workflow_name: str) -> str:
+    """The internal workflow holding ``workflow_name``'s pending writes, one record per batch,
+    indexed by the owning checkpoint's id in the graph-signature column."""
+    return _WRITES_LOG_PREFIX + workflow_name
+
+
+def is_writes_log_name(name: str) -> bool:
+    return name.startswith(_WRITES_LOG_PREFIX)
+
+
+def _writes_batch_id(log: str, owner_id: CheckpointID, content_digest: str) -> CheckpointID:
+    key = "\x00".join((log, owner_id, content_digest)).encode("utf-8", "surrogatepass")
+    return f"\x1fw\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
+
+
+def _writes_batch(
+    log: str, owner_id: CheckpointID, batch_id: CheckpointID, writes: Sequence[PendingWrite]
+) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(
+        workflow_name=log,
+        graph_signature_hash=owner_id,
+        checkpoint_id=batch_id or owner_id,
+        timestamp=_WRITES_BATCH_TIMESTAMP,
+        state={
+            "writes": [
+                [write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes
+            ]
+        },
+    )
+
+
+def _batch_writes(batch: Any) -> list[PendingWrite]:
+    rows = batch.state.get("writes") if isinstance(batch.state, dict) else None
+    if not isinstance(rows, list):
+        raise CheckpointCorruptedError(batch.checkpoint_id, "a pending-writes batch without its writes")
+    writes: list[PendingWrite] = []
+    for row in rows:
+        if not (isinstance(row, (list, tuple)) and len(row) == 5):
+            raise CheckpointCorruptedError(batch.checkpoint_id, f"a malformed pending write {row!r:.80}")
+        task_id, index, channel, value, task_path = row
+        if not (
+            isinstance(task_id, str)
+            and isinstance(index, int)
+            and isinstance(channel, str)
+            and isinstance(task_path, str)
+        ):
+            raise CheckpointCorruptedError(batch.checkpoint_id, f"a malformed pending write {row!r:.80}")
+        writes.append(PendingWrite(task_id, index, channel, value, task_path))
+    return writes
+
+
+def _checked_write(write: object, position: int) -> PendingWrite:
+    if not isinstance(write, PendingWrite):
+        raise InvalidCheckpointError(
+            f"writes[{position}] must be a PendingWrite, not {type(write).__name__}", field="writes"
+        )
+    validate_identifier(write.task_id, "task_id")
+    if isinstance(write.index, bool) or not isinstance(write.index, int):
+        raise InvalidCheckpointError(
+            f"writes[{position}].index must be an int, not {type(write.index).__name__}", field="index"
+        )
+    if not isinstance(write.channel, str) or not write.channel:
+        raise InvalidCheckpointError(f"writes[{position}].channel must be a non-empty str", field="channel")
+    if not isinstance(write.task_path, str):
+        raise InvalidCheckpointError(f"writes[{position}].task_path must be a str", field="task_path")
+    return write
+
+
 def _as_list(refs: Iterable[Any]) -> list[Any]:
     # One "a:B,c:D" string (as a URL option arrives) is a list of its comma-separated items.
     if isinstance(refs, str):
@@ -1117,8 +1360,11 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "BaseCheckpointStorage",
     "CheckpointRecord",
+    "FenceCheck",
     "IndexEntry",
     "StoredBody",
     "WalkRecords",
     "body_digest",
+    "is_writes_log_name",
+    "writes_log_name",
 ]

@@ -1,9 +1,10 @@
 """``checkpoint-storages``: verify and inspect a storage from a shell.
 
-* ``checkpoint-storages verify URL [--workflow NAME] [--anchor WORKFLOW=TOKEN] [--json]``: scan
-  for dangling links, cycles, orphaned nested records, undecodable bodies and signature changes
-  (storages.verify); with ``?integrity_key_env=NAME`` in the URL, for tampered records and broken
-  chains too, and with ``--anchor``, for workflows whose store went back before the anchor.
+* ``checkpoint-storages verify URL [--workflow NAME] [--anchor WORKFLOW=TOKEN] [--json]
+  [--structure-only]``: scan for dangling links, cycles, orphaned nested records, undecodable
+  bodies, types the codec does not allow and signature changes (storages.verify); with
+  ``?integrity_key_env=NAME`` in the URL, for tampered records and broken chains too, and with
+  ``--anchor``, for workflows whose store went back before the anchor.
   Exit status 0 when nothing is found, 1 when something is, 2 for a usage or connection error.
 * ``checkpoint-storages inspect URL``: the workflows, with counts.
   ``inspect URL WORKFLOW``: that workflow's lineage tree.
@@ -12,7 +13,9 @@
   (an unknown workflow or checkpoint included).
 
 ``--allow-type module:qualname`` (repeatable) lets the codec decode values of that type, as the
-application's own codec does; without it such checkpoints are reported as undecodable.
+application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
+(intact data, not damage). ``verify --structure-only`` constructs no value at all, so it checks
+an application's store from a process that cannot import the application's types.
 The commands only read: a SQLite URL naming a file that does not exist is an error, not a new
 empty store.
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +45,9 @@ from .inspect import (
     render_lineage,
     render_workflows,
 )
+from .redaction import redact_text
+from .terminal import EXIT_BROKEN_PIPE, json_dumps, plain, printable, silence_stdout
+from .terminal import console as terminal_console
 from .urls import open_storage, supported_schemes
 from .verify import FindingKind, VerifyReport, describe_storage, verify
 
@@ -53,6 +58,8 @@ EXIT_FOUND = 1
 """verify found problems; inspect showed a checkpoint that cannot be loaded."""
 EXIT_ERROR = 2
 """Usage error, unknown workflow or checkpoint, or the storage could not be used."""
+EXIT_CLOSED_PIPE = EXIT_BROKEN_PIPE
+"""The reader of the output went away (``... | head``); nothing more is printed."""
 
 
 class UsageError(Exception):
@@ -66,14 +73,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse exits for --help and its own usage errors
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
-    console = Console()
+    console = terminal_console()
     try:
         if args.command == "verify":
             return asyncio.run(_verify(args, console))
         return asyncio.run(_inspect(args, console))
     except (UsageError, CheckpointStorageError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        # The message may quote stored ids or a driver's text: one inert line, no credentials.
+        print(f"{PROG}: error: {printable(redact_text(str(exc)))}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -99,11 +110,12 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
                 workflow_name=args.workflow,
                 progress=lambda done, known: progress.update(task, completed=done, total=known),
                 anchors=_anchors(args.anchor),
+                structure_only=args.structure_only,
             )
     if args.workflow is not None and report.records_checked == 0 and report.ok:
         raise UsageError(f"no records of workflow {args.workflow!r} in {report.storage}")
     if args.json:
-        print(report.to_json())
+        print(json_dumps(report.to_dict()))
     else:
         if report.findings:
             console.print(findings_table(report))
@@ -124,12 +136,14 @@ def _anchors(given: list[str] | None) -> dict[str, str]:
 
 def findings_table(report: VerifyReport) -> Table:
     count = len(report.findings)
-    table = Table(title=f"{report.storage}: {count} finding{'' if count == 1 else 's'}", title_justify="left")
+    title = plain(f"{printable(report.storage)}: {count} finding{'' if count == 1 else 's'}")
+    table = Table(title=title, title_justify="left")
     table.add_column("Kind", no_wrap=True, style="bold red")
     table.add_column("Checkpoints")
     table.add_column("Message", ratio=1)
     for finding in report.findings:
-        table.add_row(finding.kind.value, Text("\n".join(finding.checkpoint_ids)), Text(finding.message))
+        ids = Text("\n".join(printable(checkpoint_id) for checkpoint_id in finding.checkpoint_ids))
+        table.add_row(plain(finding.kind.value), ids, plain(finding.message))
     return table
 
 
@@ -137,9 +151,9 @@ def verdict(report: VerifyReport) -> Text:
     scope = "" if report.workflow_name is None else f" of workflow {report.workflow_name!r}"
     checked = f"{report.records_checked} record{'' if report.records_checked == 1 else 's'}{scope}"
     if report.ok:
-        return Text(f"{report.storage}: no problems found in {checked}.", style="bold green")
+        return plain(f"{report.storage}: no problems found in {checked}.", style="bold green")
     counts = ", ".join(f"{n} {kind.value}" for kind in FindingKind if (n := len(report.of_kind(kind))))
-    return Text(f"{report.storage}: {counts} in {checked}.", style="bold red")
+    return plain(f"{report.storage}: {counts} in {checked}.", style="bold red")
 
 
 # ---------------------------------------------------------------------- inspect
@@ -174,7 +188,7 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
 
 def _show(console: Console, as_json: bool, renderable: RenderableType, data: object) -> None:
     if as_json:
-        print(json.dumps(data, indent=2, ensure_ascii=False))
+        print(json_dumps(data))
     else:
         console.print(renderable)
 
@@ -204,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
 
     verify_parser = commands.add_parser(
         "verify",
-        help="report dangling links, cycles, orphans, undecodable bodies, signature changes",
+        help="report dangling links, cycles, orphans, undecodable bodies, refused types, signature changes",
         description=(
             "Scan a storage (or one workflow and the records nested in it) for dangling previous "
             "links, cycles, orphaned or missing nested records, undecodable bodies, bodies that "
@@ -220,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="WORKFLOW=TOKEN",
         help="report WORKFLOW if the store went back before this head_anchor() token (repeatable; "
         "the URL needs integrity_key_env=NAME)",
+    )
+    verify_parser.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="check framing, checksums, links, nesting and signatures without constructing any "
+        "value, so the application's types are not needed",
     )
     _common_options(verify_parser, json_help="print the report as JSON")
 

@@ -23,6 +23,10 @@ Semantics (the kit checks each one; ``docs/contract.md`` explains them):
 * Ancestry (``ancestry``): a walk follows previous ids through every record, nested ones too,
   and says why it stopped: a root, a pruned ancestor (tombstone), a dangling link, a cycle, or
   the depth limit. It never loops.
+* Writer fencing (``fencing``): ``save(checkpoint, expected_latest_id=X)`` stores only if the
+  workflow's latest is ``X`` (None: it has none), checked atomically with the write; otherwise it
+  raises :class:`~storages.errors.StaleWriterError` and stores nothing. A retry of a fenced save
+  that succeeded returns its id: the retry finds its own checkpoint as the latest.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import enum
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -68,6 +72,17 @@ class WorkflowCheckpoint:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WorkflowCheckpoint:
         return cls(**data)
+
+
+class Unfenced(enum.Enum):
+    """The type of :data:`UNFENCED`: ``save()`` was given no ``expected_latest_id``."""
+
+    UNFENCED = "unfenced"
+
+
+UNFENCED = Unfenced.UNFENCED
+"""Default of ``save(expected_latest_id=...)``: store without checking the latest (MAF's save).
+None cannot serve, since ``expected_latest_id=None`` means "the workflow has no checkpoint yet"."""
 
 
 CHECKPOINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WorkflowCheckpoint))
@@ -114,6 +129,12 @@ class Capability(str, enum.Enum):
     """read_raw_body / write_raw_body expose stored bytes (for verify tooling and the kit)."""
     INSPECT = "inspect"
     """checkpoint_info / list_records / list_tombstones describe stored records without decoding."""
+    FENCING = "fencing"
+    """save(checkpoint, expected_latest_id=X) stores only while X is the workflow's latest (None: no
+    checkpoint yet), atomically with the check, else raises StaleWriterError (writer fencing)."""
+    PENDING_WRITES = "pending_writes"
+    """put_writes / list_writes / delete_writes keep the writes a runner's tasks made against a
+    checkpoint (LangGraph's pending writes): atomic per call, idempotent per (task_id, index)."""
 
     # Properties of the backend rather than operations.
     DURABLE = "durable"
@@ -135,6 +156,8 @@ OPERATION_CAPABILITIES: frozenset[Capability] = frozenset(
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.FENCING,
+        Capability.PENDING_WRITES,
     }
 )
 
@@ -198,6 +221,28 @@ class CheckpointInfo:
         return self.container_id is not None
 
 
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """One write a task made against a checkpoint before the next one was saved.
+
+    ``index`` is the write's place in its task's output; a negative index marks a special channel
+    (LangGraph's ERROR, INTERRUPT, SCHEDULED, RESUME) whose latest write replaces the earlier one,
+    where a write at a non-negative index is kept as first stored. ``value`` goes through the
+    storage's codec like a checkpoint's values.
+    """
+
+    task_id: str
+    index: int
+    channel: str
+    value: Any
+    task_path: str = ""
+
+    @property
+    def replaces_earlier(self) -> bool:
+        """True for a special-channel write: the latest stored for its (task_id, index) wins."""
+        return self.index < 0
+
+
 @runtime_checkable
 class MafCheckpointStorage(Protocol):
     """MAF's ``CheckpointStorage`` protocol, method for method."""
@@ -223,7 +268,9 @@ class CheckpointStorage(Protocol):
     def capabilities(self) -> frozenset[Capability]: ...
 
     # MAF's protocol. Keyword extensions default to MAF's behaviour.
-    async def save(self, checkpoint: Any) -> CheckpointID: ...
+    async def save(
+        self, checkpoint: Any, *, expected_latest_id: CheckpointID | Unfenced | None = ...
+    ) -> CheckpointID: ...
 
     async def load(
         self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None
@@ -278,6 +325,14 @@ class CheckpointStorage(Protocol):
 
     async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None: ...
 
+    async def put_writes(
+        self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
+    ) -> None: ...
+
+    async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]: ...
+
+    async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int: ...
+
     # Lifecycle.
     def new_handle(self) -> Self: ...
 
@@ -324,6 +379,9 @@ __all__ = [
     "CheckpointStorage",
     "MafCheckpointStorage",
     "OPERATION_CAPABILITIES",
+    "UNFENCED",
+    "Unfenced",
+    "PendingWrite",
     "WorkflowCheckpoint",
     "validate_identifier",
 ]

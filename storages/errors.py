@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from .redaction import redact_text
+
 
 def _runner_exception_base() -> type[Exception]:
     # Resolved once at import: MAF's package imports lazily, so this costs one module load.
@@ -51,7 +53,8 @@ class CheckpointNotFoundError(CheckpointStorageError, LookupError):
     """No checkpoint with this id exists."""
 
     def __init__(self, checkpoint_id: str) -> None:
-        super().__init__(f"No checkpoint found with ID {checkpoint_id!r}")
+        # MAF's exact wording (no quotes): code and tests written against MAF match on it.
+        super().__init__(f"No checkpoint found with ID {checkpoint_id}")
         self.checkpoint_id = checkpoint_id
 
 
@@ -153,6 +156,36 @@ class CheckpointConflictError(CheckpointStorageError):
         self.checkpoint_id = checkpoint_id
 
 
+class StaleWriterError(CheckpointConflictError):
+    """A fenced save (``save(..., expected_latest_id=...)``) found the workflow's latest elsewhere
+    than the writer expected: another writer moved it on. Nothing was stored."""
+
+    def __init__(
+        self,
+        workflow_name: str,
+        checkpoint_id: str,
+        expected_latest_id: str | None,
+        actual_latest_id: str | None,
+        *,
+        already_stored: bool = False,
+    ) -> None:
+        if already_stored:
+            reason = (
+                "it is already stored but is not the latest, and a save cannot make an older "
+                "checkpoint the latest again"
+            )
+        else:
+            reason = "another writer moved the workflow on; this writer is stale"
+        super().__init__(
+            checkpoint_id,
+            f"refused: workflow {workflow_name!r} was expected at latest {expected_latest_id!r} but its "
+            f"latest is {actual_latest_id!r}; {reason}. Nothing was stored",
+        )
+        self.workflow_name = workflow_name
+        self.expected_latest_id = expected_latest_id
+        self.actual_latest_id = actual_latest_id
+
+
 class GraphSignatureMismatchError(CheckpointStorageError):
     """A checkpoint's graph signature is not the one the caller can restore."""
 
@@ -194,6 +227,8 @@ class StorageUnavailableError(CheckpointStorageError):
     """The backend could not be reached or failed past its retry budget."""
 
     def __init__(self, operation: str, detail: str) -> None:
+        # The detail usually quotes a driver's message, which may embed a URL with its password.
+        detail = redact_text(detail)
         super().__init__(f"{operation} failed: {detail}")
         self.operation = operation
         self.detail = detail
@@ -210,6 +245,28 @@ class StorageClosedError(CheckpointStorageError):
 
 class StorageConfigurationError(CheckpointStorageError, ValueError):
     """A storage URL or option is invalid."""
+
+    def __init__(self, message: str) -> None:
+        # Messages quote the URL or option they reject; its credentials stay out of them.
+        super().__init__(redact_text(message))
+
+
+class EvictionPolicyError(StorageConfigurationError):
+    """The server may evict the storage's keys under memory pressure (a Redis ``allkeys-*``
+    ``maxmemory-policy``, or ``volatile-lru``/``-lfu``/``-random`` for a storage whose keys all
+    have a TTL): acknowledged checkpoints would vanish without an error."""
+
+    def __init__(self, storage: str, policy: str, node: str | None, evicts: str, opt_out: str) -> None:
+        where = "the Redis server" if node is None else f"Redis node {node}"
+        super().__init__(
+            f"{storage}: {where} has maxmemory-policy {policy!r}, which lets it evict {evicts} when "
+            "memory runs short, without telling the writer: saved checkpoints would silently "
+            "become not found, and an evicted counter would reorder them. Set maxmemory-policy to "
+            f"noeviction (see docs/redis.md), or pass {opt_out} to accept the risk"
+        )
+        self.storage = storage
+        self.policy = policy
+        self.node = node
 
 
 class MissingDependencyError(CheckpointStorageError, ImportError):
@@ -231,6 +288,7 @@ __all__ = [
     "CheckpointStorageError",
     "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
+    "EvictionPolicyError",
     "GraphSignatureMismatchError",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",
@@ -238,6 +296,7 @@ __all__ = [
     "NestedCheckpointDeletionError",
     "StorageClosedError",
     "StorageConfigurationError",
+    "StaleWriterError",
     "StorageUnavailableError",
     "UnserializableValueError",
     "UnsupportedOperationError",

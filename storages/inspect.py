@@ -33,6 +33,7 @@ from rich.tree import Tree
 
 from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from .errors import CheckpointCorruptedError, CheckpointNotFoundError
+from .terminal import plain, printable
 from .verify import abbreviate_signature, require_capabilities
 
 VALUE_WIDTH = 100
@@ -357,7 +358,7 @@ def _count(value: Any) -> str:
 
 
 def render_workflows(summaries: list[WorkflowSummary], storage_name: str) -> Table:
-    title = f"{storage_name}: {len(summaries)} workflow{'' if len(summaries) == 1 else 's'}"
+    title = plain(f"{storage_name}: {len(summaries)} workflow{'' if len(summaries) == 1 else 's'}")
     table = Table(title=title, title_justify="left")
     table.add_column("Workflow", no_wrap=True)
     table.add_column("Checkpoints", justify="right")
@@ -367,12 +368,12 @@ def render_workflows(summaries: list[WorkflowSummary], storage_name: str) -> Tab
     table.add_column("Latest", no_wrap=True)
     for summary in summaries:
         table.add_row(
-            Text(summary.workflow_name),
+            plain(summary.workflow_name),
             str(summary.checkpoints),
             str(summary.nested),
             str(summary.pruned),
             str(summary.signatures),
-            Text(summary.latest_id or "-"),
+            plain(summary.latest_id or "-"),
         )
     return table
 
@@ -382,7 +383,9 @@ def render_lineage(tree: LineageTree) -> Tree:
     counts = f"{tree.checkpoints} checkpoint{'' if tree.checkpoints == 1 else 's'}, {tree.nested} nested"
     if tree.pruned:
         counts += f", {tree.pruned} pruned"
-    rendered = Tree(Text.assemble(("workflow ", "dim"), (tree.workflow_name, "bold"), f"  ({counts})"))
+    rendered = Tree(
+        Text.assemble(("workflow ", "dim"), (printable(tree.workflow_name), "bold"), f"  ({counts})")
+    )
     if len(tree.roots) == 1:
         _render_run(rendered, tree.roots[0], tree.workflow_name)
         return rendered
@@ -415,15 +418,15 @@ def _label(node: LineageNode, workflow_name: str, *, nested: bool) -> Text:
     label = Text()
     if nested:
         label.append("nested ", style="magenta")
-    label.append(info.checkpoint_id, style="bold")
+    label.append(printable(info.checkpoint_id), style="bold")
     label.append(f"  #{info.sequence}", style="dim")
-    label.append(f"  sig {abbreviate_signature(info.graph_signature_hash)}")
+    label.append(f"  sig {printable(abbreviate_signature(info.graph_signature_hash))}")
     if info.workflow_name != workflow_name:
-        label.append(f"  workflow {info.workflow_name}", style="dim")
+        label.append(f"  workflow {printable(info.workflow_name)}", style="dim")
     if not nested and info.container_id is not None:
         # Nested in a checkpoint outside this tree (a sub-workflow's record seen from its own name).
-        label.append(f"  nested in {info.container_id}", style="magenta")
-    previous_id = info.previous_checkpoint_id
+        label.append(f"  nested in {printable(info.container_id)}", style="magenta")
+    previous_id = None if info.previous_checkpoint_id is None else printable(info.previous_checkpoint_id)
     if node.start is LineageStart.ROOT and not nested:
         label.append("  root", style="green")
     elif node.start is LineageStart.PRUNED:
@@ -431,7 +434,8 @@ def _label(node: LineageNode, workflow_name: str, *, nested: bool) -> Text:
     elif node.start is LineageStart.MISSING:
         label.append(f"  previous {previous_id} missing", style="bold red")
     elif node.start is LineageStart.ELSEWHERE:
-        label.append(f"  after {previous_id} (workflow {node.previous_workflow})", style="cyan")
+        elsewhere = printable(node.previous_workflow)
+        label.append(f"  after {previous_id} (workflow {elsewhere})", style="cyan")
     elif node.start is LineageStart.CYCLE:
         label.append(f"  cycle: previous {previous_id}", style="bold red")
     elif nested and previous_id is not None:
@@ -445,31 +449,34 @@ def _label(node: LineageNode, workflow_name: str, *, nested: bool) -> Text:
 
 def render_checkpoint(view: CheckpointView) -> Table:
     info = view.info
-    table = Table(title=f"checkpoint {info.checkpoint_id}", title_justify="left", show_header=False)
+    title = plain(f"checkpoint {printable(info.checkpoint_id)}")
+    table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("Field", style="bold", no_wrap=True)
     table.add_column("Value")
     previous = info.previous_checkpoint_id
     rows: list[tuple[str, Text]] = [
-        ("checkpoint_id", Text(info.checkpoint_id)),
-        ("workflow_name", Text(info.workflow_name)),
-        ("previous_checkpoint_id", Text("-" if previous is None else f"{previous} ({view.previous_status})")),
-        ("graph_signature_hash", Text(info.graph_signature_hash)),
-        ("sequence", Text(str(info.sequence))),
-        ("size", Text(f"{info.size} bytes")),
+        ("checkpoint_id", plain(info.checkpoint_id)),
+        ("workflow_name", plain(info.workflow_name)),
+        (
+            "previous_checkpoint_id",
+            plain("-" if previous is None else f"{previous} ({view.previous_status})"),
+        ),
+        ("graph_signature_hash", plain(info.graph_signature_hash)),
+        ("sequence", plain(info.sequence)),
+        ("size", plain(f"{info.size} bytes")),
     ]
     if view.container is not None:
-        rows.append(
-            ("container", Text(f"{view.container.checkpoint_id} (workflow {view.container.workflow_name})"))
-        )
+        container = view.container
+        rows.append(("container", plain(f"{container.checkpoint_id} (workflow {container.workflow_name})")))
     elif info.container_id is not None:
-        rows.append(("container", Text(f"{info.container_id} (not stored)", style="bold red")))
+        rows.append(("container", plain(f"{info.container_id} (not stored)", style="bold red")))
     if view.nested_ids:
-        rows.append(("nested", Text("\n".join(view.nested_ids))))
-    rows.extend((name, Text(value)) for name, value in view.fields)
+        rows.append(("nested", Text("\n".join(printable(nested_id) for nested_id in view.nested_ids))))
+    rows.extend((name, plain(value)) for name, value in view.fields)
     if view.error is not None:
-        rows.append(("body", Text(f"cannot be loaded: {view.error}", style="bold red")))
+        rows.append(("body", plain(f"cannot be loaded: {view.error}", style="bold red")))
     for name, value in rows:
-        table.add_row(name, value)
+        table.add_row(plain(name), value)
     return table
 
 

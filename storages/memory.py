@@ -12,14 +12,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
-from .errors import CheckpointConflictError, NestedCheckpointDeletionError
+from .errors import CheckpointConflictError, NestedCheckpointDeletionError, StorageConfigurationError
 from .integrity import IntegrityKeyInput
+from .redaction import redact_url
+
+URL_OPTIONS: tuple[str, ...] = ()
+"""Query options ``memory://`` takes besides the common ones (see ``storages.urls``)."""
 
 
 @dataclass(slots=True)
@@ -62,7 +67,9 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
+            Capability.FENCING,
         }
     )
 
@@ -83,6 +90,26 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         )
         self._store = _store if _store is not None else _MemoryStore()
 
+    @classmethod
+    def from_url(cls, url: str, *, codec: CheckpointCodec | None = None) -> Self:
+        """``memory://``: a fresh store of its own; it names no host and no path."""
+        from .urls import parse_url_options
+
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme.lower() != "memory":
+            raise StorageConfigurationError(f"Not a memory URL: {url!r}; expected memory://")
+        if parts.netloc or parts.path or parts.fragment:
+            raise StorageConfigurationError(
+                f"memory URL {redact_url(url)!r} names a host or path; an in-memory store is this "
+                "process's memory: use memory:// (handles share a store through new_handle())"
+            )
+        options = parse_url_options(url, parts.query, URL_OPTIONS, what="memory")
+        return cls(
+            codec=codec,
+            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
+            allowed_modules=options.get("allowed_modules", ""),
+        )
+
     def describe(self) -> str:
         return "memory://"
 
@@ -100,30 +127,50 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     async def _insert(self, record: CheckpointRecord) -> str | None:
         return await self._insert_family((record,))
 
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        store = self._store
+        with store.lock:
+            workflow = store.workflows.get(records[0].workflow_name)
+            latest = None if workflow is None else next(reversed(workflow.entries), None)
+            existing = store.by_id.get(records[0].checkpoint_id)
+            if existing is not None:
+                return FenceCheck(latest, existing.record.digest)
+            if latest != expected_latest_id:
+                return FenceCheck(latest, None)
+            self._write_family(records)
+        return None
+
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         store = self._store
         with store.lock:
             existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
                 return existing.record.digest
-            for record in records[1:]:
-                if record.checkpoint_id in store.by_id:
-                    raise CheckpointConflictError(
-                        record.checkpoint_id,
-                        f"embedded in checkpoint {record.container_id!r}, but a record with this id "
-                        "is already stored; an embedded checkpoint needs an id of its own",
-                    )
-            for record in records:
-                workflow = store.workflows.get(record.workflow_name)
-                if workflow is None:
-                    workflow = store.workflows[record.workflow_name] = _Workflow()
-                entry = _Entry(record, workflow.next_sequence)
-                workflow.next_sequence += 1
-                (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
-                store.by_id[record.checkpoint_id] = entry
-                if record.container_id is not None:
-                    store.by_id[record.container_id].children.append(record.checkpoint_id)
+            self._write_family(records)
         return None
+
+    def _write_family(self, records: Sequence[CheckpointRecord]) -> None:
+        """Insert a family whose top id is absent (lock held); a taken nested id writes nothing."""
+        store = self._store
+        for record in records[1:]:
+            if record.checkpoint_id in store.by_id:
+                raise CheckpointConflictError(
+                    record.checkpoint_id,
+                    f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                    "is already stored; an embedded checkpoint needs an id of its own",
+                )
+        for record in records:
+            workflow = store.workflows.get(record.workflow_name)
+            if workflow is None:
+                workflow = store.workflows[record.workflow_name] = _Workflow()
+            entry = _Entry(record, workflow.next_sequence)
+            workflow.next_sequence += 1
+            (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
+            store.by_id[record.checkpoint_id] = entry
+            if record.container_id is not None:
+                store.by_id[record.container_id].children.append(record.checkpoint_id)
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         store = self._store

@@ -17,7 +17,18 @@ REDACTED = "***"
 # one of these words (``aws_session_token``, ``x-api-key``) are matched by _is_secret_name.
 _SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "key", "auth", "signature")
 # Option names that contain a secret word but name no secret.
-_NOT_SECRET = frozenset({"integrity_key_env", "key_prefix", "keyprefix"})
+_NOT_SECRET = frozenset(
+    {
+        "integrity_key_env",
+        "key_prefix",
+        "keyprefix",
+        "max-keys",
+        "sse_kms_key_id",
+        # A workflow's graph signature is a topology hash, shown in every kit and verify message.
+        "graph_signature_hash",
+        "expected_graph_signature_hash",
+    }
+)
 
 # scheme://userinfo@ inside free text; userinfo ends at the last '@' before the host.
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@]*)@")
@@ -79,4 +90,19 @@ def redact_text(text: str) -> str:
     return _QUERY_PAIR.sub(_pair, _URL_USERINFO.sub(_userinfo, text))
 
 
-__all__ = ["REDACTED", "redact_text", "redact_url"]
+def chainable(error: BaseException) -> BaseException | None:
+    """``error``, to chain as the cause of one of ours, or None when its message (or one of its
+    own causes') shows a credential: tracebacks and logged exceptions print the whole chain, and
+    a driver's message may quote a URL with its password (botocore's endpoint errors do)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        if redact_text(text) != text:
+            return None
+        current = current.__cause__ or current.__context__
+    return error
+
+
+__all__ = ["REDACTED", "chainable", "redact_text", "redact_url"]

@@ -52,16 +52,27 @@ different workflows racing on a cluster may both succeed (the pointer names the 
 
 TTL (optional, per storage): every key a save writes gets the TTL, so a checkpoint's keys expire
 together, and the per-workflow sets are refreshed on each save so they outlive their members.
-Index entries whose record expired are skipped (and removed) by latest and listing; a walk that
-reaches an expired ancestor reports it MISSING, never corrupt. A workflow idle for longer than the
-TTL disappears entirely, its counter with it.
+Records expire oldest first, so listing skips index entries older than every record still
+stored (prune removes them); a walk that reaches an expired ancestor reports it MISSING, never
+corrupt. A workflow idle for longer than the TTL disappears entirely, its counter with it.
+
+Reads never write, and never answer with something other than what was asked for: an index
+entry whose record is gone and which expiry does not explain (no TTL, or a record newer than one
+still stored) was lost, evicted or deleted behind the storage's back, and ``get_latest`` and
+listing raise :class:`~storages.errors.CheckpointCorruptedError` naming it instead of answering
+with an older checkpoint or a shorter list. To keep loss from happening, the storage refuses a
+server whose ``maxmemory-policy`` may evict its keys (``allkeys-*``; with a TTL also
+``volatile-lru``, ``-lfu`` and ``-random``) unless told otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
 import re
+import weakref
 from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -70,20 +81,25 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis import exceptions as redis_errors
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from . import urls
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
     CheckpointConflictError,
+    CheckpointCorruptedError,
+    EvictionPolicyError,
     NestedCheckpointDeletionError,
     StorageConfigurationError,
     StorageUnavailableError,
 )
 from .integrity import IntegrityKeyInput
+from .redaction import chainable, redact_text, redact_url
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -95,6 +111,12 @@ CONNECTION_WAIT_SECONDS = 30.0
 PAGE_SIZE = 500
 """Listing reads the index in pages of this many ids, one script call per page."""
 
+_logger = logging.getLogger(__name__)
+
+_EVICTS_KEYS_WITH_TTL = frozenset({"volatile-lru", "volatile-lfu", "volatile-random"})
+"""Policies that evict keys with a TTL in any order. ``volatile-ttl`` evicts the soonest to
+expire first, which for this storage's keys is early expiry in save order, as TTL itself does."""
+
 _BASE_CAPABILITIES = frozenset(
     {
         Capability.SIGNATURE_FILTER,
@@ -104,8 +126,10 @@ _BASE_CAPABILITIES = frozenset(
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.PENDING_WRITES,
         Capability.SHARED,
         Capability.DURABLE,
+        Capability.FENCING,
     }
 )
 
@@ -159,6 +183,17 @@ local function drop_family(H, home, id)
   redis.call('DEL', fkey(H, id))
   return dropped
 end
+-- Workflow w's latest top-level id ('' for none): the newest index entry whose record exists,
+-- dropping entries whose record expired, as the latest script does.
+local function head(w)
+  local H = tag(w)
+  while true do
+    local ids = redis.call('ZREVRANGE', H .. ':top', 0, 0)
+    if #ids == 0 then return '' end
+    if redis.call('EXISTS', rkey(H, ids[1])) == 1 then return ids[1] end
+    redis.call('ZREM', H .. ':top', ids[1])
+  end
+end
 -- Bodies of every record nested, at any depth, in record id of home H, appended to out.
 local function descendants(H, id, out)
   local pending = redis.call('LRANGE', kkey(H, id), 0, -1)
@@ -178,10 +213,13 @@ end
 
 # ARGV[4] home workflow, ARGV[5] record count, then 9 fields per record: id, workflow, previous
 # id ('' for none), signature, body, digest, container ('' at top level), position, sequence
-# ('' to take the next from the counter here). Returns {'ok'}, {'exists', digest} or {'conflict', id}.
+# ('' to take the next from the counter here); then, for a fenced save only, '1' and the expected
+# latest id ('' for none). Returns {'ok'}, {'exists', digest} or {'conflict', id}; fenced:
+# {'exists', digest, latest} or {'stale', latest} too.
 _SAVE = r"""
 local W, n = ARGV[4], tonumber(ARGV[5])
 local H = tag(W)
+local FENCED, EXPECTED = ARGV[6 + n * 9] == '1', ARGV[7 + n * 9]
 local records = {}
 for i = 0, n - 1 do
   local b = 6 + i * 9
@@ -205,7 +243,14 @@ local function stored(id)
 end
 local top = records[1]
 local existing = stored(top.id)
-if existing then return {'exists', redis.call('HGET', existing, 'd')} end
+if existing then
+  if FENCED then return {'exists', redis.call('HGET', existing, 'd'), head(W)} end
+  return {'exists', redis.call('HGET', existing, 'd')}
+end
+if FENCED then
+  local latest = head(W)
+  if latest ~= EXPECTED then return {'stale', latest} end
+end
 for i = 2, n do
   if stored(records[i].id) then return {'conflict', records[i].id} end
 end
@@ -256,13 +301,23 @@ return {'ok'}
 # _SAVE for that case with the key names given, so the server does only the six commands.
 # KEYS: the id's location pointer, its record, the workflow's counter, top index and signature
 # index. ARGV[4] workflow, ARGV[5] id, ARGV[6] body, ARGV[7] digest, ARGV[8] signature,
-# ARGV[9] previous id ('' for none). Returns false when written, else the stored digest.
+# ARGV[9] previous id ('' for none); for a fenced save only, ARGV[10] '1' and ARGV[11] the
+# expected latest id ('' for none). Returns false when written, else the stored digest; fenced:
+# {'exists', digest, latest} or {'stale', latest}.
 _SAVE_ONE = r"""
 local pointer, record = KEYS[1], KEYS[2]
+local FENCED = ARGV[10] == '1'
 local home = redis.call('GET', pointer)
 if home then
   local digest = redis.call('HGET', rkey(tag(home), ARGV[5]), 'd')
-  if digest then return digest end
+  if digest then
+    if FENCED then return {'exists', digest, head(ARGV[4])} end
+    return digest
+  end
+end
+if FENCED then
+  local latest = head(ARGV[4])
+  if latest ~= ARGV[11] then return {'stale', latest} end
 end
 local seq = redis.call('INCR', KEYS[3])
 if ARGV[9] == '' then
@@ -345,41 +400,54 @@ end
 return out
 """
 
-# KEYS[1] an index of ARGV[4]'s home (top or signature set). Newest id with a body, dropping
-# index entries whose record expired. Returns {id, body, {id, body, ...} of its descendants} or false.
+# KEYS[1] an index of ARGV[4]'s home (top or signature set). Reads only. Returns false for an
+# empty index, {id, body, {id, body, ...} of its descendants} for the newest entry, or {id} alone
+# when the newest entry's record is gone and expiry does not explain it: never an older entry.
 _LATEST = r"""
 local H = tag(ARGV[4])
+local newest = redis.call('ZREVRANGE', KEYS[1], 0, 0)
+if #newest == 0 then return false end
+local id = newest[1]
+local body = redis.call('HGET', rkey(H, id), 'b')
+if body then
+  local nested = {}
+  descendants(H, id, nested)
+  return {id, body, nested}
+end
+if TTL == 0 then return {id} end
+-- With a TTL, records expire oldest first: the newest one gone is expiry only if all are gone.
+local start = 1
 while true do
-  local ids = redis.call('ZREVRANGE', KEYS[1], 0, 0)
-  if #ids == 0 then return false end
-  local body = redis.call('HGET', rkey(H, ids[1]), 'b')
-  if body then
-    local nested = {}
-    descendants(H, ids[1], nested)
-    return {ids[1], body, nested}
+  local older = redis.call('ZREVRANGE', KEYS[1], start, start + 499)
+  if #older == 0 then return false end
+  for _, other in ipairs(older) do
+    if redis.call('EXISTS', rkey(H, other)) == 1 then return {id} end
   end
-  redis.call('ZREM', KEYS[1], ids[1])
+  start = start + 500
 end
 """
 
 # KEYS[1] an index of ARGV[4]'s home; one page of ARGV[6] entries with score > ARGV[5];
-# ARGV[7] = '1' for bodies. Returns {{id, score, body-or-false, ...}, last score or false}.
+# ARGV[7] = '1' for bodies. Reads only. Returns {{id, score, body-or-false, ...} of entries with
+# a record, last score or false, {id, score, ...} of entries whose record is gone}.
 _PAGE = r"""
 local H = tag(ARGV[4])
 local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[5], '+inf', 'WITHSCORES',
   'LIMIT', 0, tonumber(ARGV[6]))
-local out = {}
+local out, gone = {}, {}
 for i = 1, #rows, 2 do
   local key = rkey(H, rows[i])
   local body = false
   if ARGV[7] == '1' then body = redis.call('HGET', key, 'b') end
   if body or (ARGV[7] ~= '1' and redis.call('EXISTS', key) == 1) then
     out[#out + 1] = rows[i]; out[#out + 1] = rows[i + 1]; out[#out + 1] = body
+  else
+    gone[#gone + 1] = rows[i]; gone[#gone + 1] = rows[i + 1]
   end
 end
 local last = false
 if #rows == 2 * tonumber(ARGV[6]) then last = rows[#rows] end
-return {out, last}
+return {out, last, gone}
 """
 
 # ARGV[4] id, ARGV[5] home given by a cluster client. Returns {'missing'}, {'nested', container}
@@ -617,6 +685,12 @@ def _optional_text(value: Any) -> str | None:
     return None if value is None else _text(value)
 
 
+def _optional_id(value: Any) -> CheckpointID | None:
+    """An id from a script, where '' stands for none."""
+    text = _optional_text(value)
+    return text or None
+
+
 # ---------------------------------------------------------------------- the storage
 
 
@@ -626,6 +700,13 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     Give either ``client`` (a ``redis.asyncio.Redis`` or ``RedisCluster`` you own and close; it
     must not decode responses) or ``url`` (the storage builds and closes its own client; every
     :meth:`new_handle` gets its own connection pool). ``ttl`` in seconds makes checkpoints expire.
+
+    On first use the storage reads the server's ``maxmemory-policy`` (every node's, on a cluster)
+    and refuses one that may evict its keys (``allkeys-*``; with ``ttl``, under which every key
+    has a TTL, also ``volatile-lru``, ``-lfu`` and ``-random``) with
+    :class:`~storages.errors.EvictionPolicyError`: such a server loses checkpoints silently.
+    ``allow_evicting_policy=True`` skips the check, for those who accept the risk (or know the
+    server cannot evict, as an in-process fake).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = _BASE_CAPABILITIES
@@ -642,6 +723,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
         integrity_key: IntegrityKeyInput | None = None,
+        allow_evicting_policy: bool = False,
     ) -> None:
         super().__init__(
             codec=codec,
@@ -660,8 +742,14 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0 or ttl == float("inf")
         ):
             raise StorageConfigurationError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
+        if not isinstance(allow_evicting_policy, bool):
+            raise StorageConfigurationError(
+                f"allow_evicting_policy must be True or False, got {allow_evicting_policy!r}"
+            )
         if client is not None:
             _check_client(client)
+        self._allow_evicting_policy = allow_evicting_policy
+        self._policy_checked = allow_evicting_policy
         self._injected = client
         self._url = url
         self._client_options = dict(client_options or {})
@@ -671,6 +759,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         self._ttl_ms = "0" if ttl is None else str(max(1, round(ttl * 1000)))
         self._cluster = isinstance(client, RedisCluster) if client is not None else _url_is_cluster(url)
         self._scripts: dict[str, Any] = {}
+        self._abandoned: weakref.finalize[Any, Any] | None = None
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
@@ -678,11 +767,12 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     @classmethod
     def from_url(cls, url: str, *, codec: CheckpointCodec | None = None, **client_options: Any) -> Self:
         """``redis://[user:password@]host:port/db?prefix=...&ttl=...``, ``rediss://`` for TLS;
-        add ``cluster=true`` for a Redis Cluster (any node as the seed). Other query options go
-        to redis-py."""
+        add ``cluster=true`` for a Redis Cluster (any node as the seed) and
+        ``allow_evicting_policy=true`` to accept a maxmemory-policy that may evict checkpoints.
+        Other query options go to redis-py."""
         if not isinstance(url, str) or urlsplit(url).scheme.lower() not in ("redis", "rediss"):
             raise StorageConfigurationError(f"Not a Redis URL: {url!r}; expected redis:// or rediss://")
-        options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        options = url_options(url)
         prefix = options.get("prefix", DEFAULT_PREFIX)
         ttl_text = options.get("ttl")
         try:
@@ -691,7 +781,16 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             raise StorageConfigurationError(
                 f"Redis URL {url!r}: ttl must be seconds, got {ttl_text!r}"
             ) from None
-        return cls(url=url, prefix=prefix, ttl=ttl, codec=codec, client_options=client_options)
+        return cls(
+            url=url,
+            prefix=prefix,
+            ttl=ttl,
+            codec=codec,
+            client_options=client_options,
+            allow_evicting_policy=_url_flag(url, "allow_evicting_policy"),
+            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
+            allowed_modules=options.get("allowed_modules", ""),
+        )
 
     @property
     def prefix(self) -> str:
@@ -727,6 +826,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             ttl=self._ttl,
             codec=self._codec,
             client_options=self._client_options,
+            allow_evicting_policy=self._allow_evicting_policy,
         )
         return handle
 
@@ -735,7 +835,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     async def _open(self) -> None:
         if self._client is None:
             assert self._url is not None
-            self._client = _client_from_url(self._url, self._client_options)
+            self._client = self._own_client()
         if self._cluster:
             # Read the slot map now (a no-op if the client already has it): left to the first
             # commands, a burst of concurrent ones each reinitialises the client and drops the
@@ -743,25 +843,101 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             try:
                 await self._client.initialize()
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable("open", exc) from exc
+                raise self._unavailable("open", exc) from chainable(exc)
         self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
+
+    async def _ready(self, operation: str) -> None:
+        await super()._ready(operation)
+        if not self._policy_checked:
+            # Here rather than in _open, so a server that cannot be reached fails the operation
+            # asked for, by name; a failed check is simply repeated by the next operation.
+            await self._check_eviction_policy(operation)
+            self._policy_checked = True
+
+    async def _check_eviction_policy(self, operation: str) -> None:
+        """Refuse a server (any node of a cluster) that may evict our keys; see docs/redis.md."""
+        policies = await self._eviction_policies(operation)
+        if policies is None:
+            return
+        for node, policy in policies.items():
+            if policy.startswith("allkeys-"):
+                evicts = "any key, checkpoints included,"
+            elif policy in _EVICTS_KEYS_WITH_TTL and self._ttl is not None:
+                evicts = "any key with a TTL, and with ttl= set every key of this storage has one,"
+            else:
+                continue
+            raise EvictionPolicyError(
+                self.describe(),
+                policy,
+                node,
+                evicts,
+                "allow_evicting_policy=True (URL option allow_evicting_policy=true)",
+            )
+
+    async def _eviction_policies(self, operation: str) -> dict[str | None, str] | None:
+        """maxmemory-policy per node (None: the one server), from CONFIG GET or, where CONFIG is
+        refused (managed services rename or forbid it), from INFO memory; None (logged once)
+        if both are refused."""
+        target: dict[str, Any] = {"target_nodes": RedisCluster.ALL_NODES} if self._cluster else {}
+        refusals: list[str] = []
+        for command, argument, read in (
+            ("config_get", "maxmemory-policy", _config_policy),
+            ("info", "memory", _info_policy),
+        ):
+            try:
+                reply = await getattr(self._client, command)(argument, **target)
+            except redis_errors.ResponseError as exc:  # unknown command, NOPERM, ...
+                refusals.append(str(exc))
+                continue
+            except (redis_errors.RedisError, OSError) as exc:
+                raise self._unavailable(operation, exc) from chainable(exc)
+            return {node: read(answer) for node, answer in _by_node(reply).items()}
+        _warn_unverified(self.describe(), refusals)
+        return None
+
+    async def _follow_loop(self) -> None:
+        if self._injected is not None:
+            return  # the caller's client: binding it to loops is the caller's business
+        # Our client's connections belong to the old loop, which is usually closed: awaiting
+        # their close would fail, so they are closed without waiting and a new client connects
+        # on this loop.
+        _close_abandoned(self._client)
+        self._client = self._own_client()
+        self._scripts = {name: self._client.register_script(text) for name, text in _SCRIPTS.items()}
+
+    def _own_client(self) -> Any:
+        """A new client from the URL, closed by _close_abandoned if the storage is collected
+        without aclose()."""
+        assert self._url is not None
+        client = _client_from_url(self._url, self._client_options)
+        if self._abandoned is not None:
+            self._abandoned.detach()
+        self._abandoned = weakref.finalize(self, _close_abandoned, client)
+        return client
 
     async def _close(self) -> None:
         client, self._client = self._client, None
+        if self._abandoned is not None:
+            self._abandoned.detach()
+            self._abandoned = None
         if client is not None and self._injected is None:
             try:
                 await client.aclose()
             except (redis_errors.RedisError, OSError) as exc:
-                raise self._unavailable("aclose", exc) from exc
+                raise self._unavailable("aclose", exc) from chainable(exc)
 
     # ------------------------------------------------------------------ writes
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
         if self._cluster:
             return await self._insert_family((record,))
+        digest = await self._run("save", "save_one", *self._save_one_call(record))
+        return None if digest is None else _text(digest)
+
+    def _save_one_call(self, record: CheckpointRecord) -> tuple[list[str], list[Any]]:
         workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
         keys = self._keys.written_by_save(workflow_name, checkpoint_id, record.graph_signature_hash)
-        args = [
+        args: list[Any] = [
             workflow_name,
             checkpoint_id,
             record.body,
@@ -769,10 +945,52 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             record.graph_signature_hash,
             record.previous_checkpoint_id or "",
         ]
-        digest = await self._run("save", "save_one", keys, args)
-        return None if digest is None else _text(digest)
+        return keys, args
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        # The check runs inside the script that writes the checkpoint, in the workflow's slot, so
+        # it is atomic on a cluster too. A refused cluster save may leave the location pointers
+        # it claimed first; they name no record, so reads treat them as not found (as after a crash).
+        fence = ["1", expected_latest_id or ""]
+        if len(records) == 1 and not self._cluster:
+            keys, args = self._save_one_call(records[0])
+            reply = await self._run("save", "save_one", keys, [*args, *fence])
+        else:
+            reply = await self._save_family(records, fence)
+            if isinstance(reply, str):
+                # The top id is stored under another workflow, found before the script ran: read
+                # this workflow's latest for the error message (nothing is written either way).
+                newest = await self._call(
+                    "save", self._client.zrevrange(self._keys.top(records[0].workflow_name), 0, 0)
+                )
+                return FenceCheck(_text(newest[0]) if newest else None, reply)
+        if reply is None:
+            return None
+        status = _text(reply[0])
+        if status == "stale":
+            return FenceCheck(_optional_id(reply[1]), None)
+        if status == "exists":
+            return FenceCheck(_optional_id(reply[2]), _text(reply[1]))
+        if status == "conflict":
+            raise _nested_conflict(_text(reply[1]), records)
+        return None
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        reply = await self._save_family(records, [])
+        if reply is None or isinstance(reply, str):
+            return reply
+        status = _text(reply[0])
+        if status == "exists":
+            return _text(reply[1])
+        if status == "conflict":
+            raise _nested_conflict(_text(reply[1]), records)
+        return None
+
+    async def _save_family(self, records: Sequence[CheckpointRecord], fence: list[str]) -> Any:
+        """The general save script's reply, or the stored digest (a str) when a cluster save
+        finds the top id already stored under another workflow."""
         top = records[0]
         home = top.workflow_name
         sequences = [""] * len(records)
@@ -793,13 +1011,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 record.position,
                 sequence,
             ]
-        reply = await self._run("save", "save", self._keys.sequence(home), args)
-        status = _text(reply[0])
-        if status == "exists":
-            return _text(reply[1])
-        if status == "conflict":
-            raise _nested_conflict(_text(reply[1]), records)
-        return None
+        return await self._run("save", "save", self._keys.sequence(home), [*args, *fence])
 
     async def _prepare_cluster_save(
         self, records: Sequence[CheckpointRecord], home: str, sequences: list[str]
@@ -925,6 +1137,8 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         reply = await self._run("get_latest", "latest", index, [workflow_name])
         if reply is None:
             return None
+        if len(reply) == 1:
+            raise self._lost("get_latest", workflow_name, graph_signature_hash, _text(reply[0]), 1)
         return _stored(_text(reply[0]), reply[1], reply[2])
 
     async def _list(
@@ -958,9 +1172,10 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             else self._keys.signature(workflow_name, signature)
         )
         rows: list[tuple[float, CheckpointID, bytes | None]] = []
+        gone: list[tuple[float, CheckpointID]] = []
         after = "-inf"
         while True:
-            flat, last = await self._run(
+            flat, last, flat_gone = await self._run(
                 operation, "page", index, [workflow_name, after, PAGE_SIZE, "1" if with_bodies else "0"]
             )
             for position in range(0, len(flat), 3):
@@ -968,9 +1183,18 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
                 rows.append(
                     (float(flat[position + 1]), _text(flat[position]), None if body is None else bytes(body))
                 )
+            for position in range(0, len(flat_gone), 2):
+                gone.append((float(flat_gone[position + 1]), _text(flat_gone[position])))
             if last is None:
                 break
             after = _text(last)
+        if gone:
+            # With a TTL, records expire oldest first, so entries older than every record still
+            # stored are expired ones; any other entry without its record is a lost checkpoint.
+            oldest_stored = rows[0][0] if rows else float("inf")
+            lost = gone if self._ttl is None else [entry for entry in gone if entry[0] > oldest_stored]
+            if lost:
+                raise self._lost(operation, workflow_name, signature, lost[0][1], len(lost))
         if not include_nested:
             return rows
         members = await self._call(
@@ -1124,13 +1348,66 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         try:
             return await request
         except (redis_errors.RedisError, OSError) as exc:
-            raise self._unavailable(operation, exc) from exc
+            raise self._unavailable(operation, exc) from chainable(exc)
+        except RuntimeError as exc:
+            if self._injected is None or "loop" not in str(exc):
+                raise
+            # Our own client follows the loop (_follow_loop); the caller's stays on its first one.
+            raise StorageUnavailableError(
+                operation,
+                f"{self.describe()}: the Redis client given to this storage is bound to an event "
+                f"loop that has ended ({exc}); a redis-py client belongs to the loop it connected "
+                "on: create the client and the storage on the running loop, or give the storage "
+                "url= so it makes its own client on each loop",
+            ) from exc
+
+    def _lost(
+        self,
+        operation: str,
+        workflow_name: str,
+        signature: str | None,
+        checkpoint_id: CheckpointID,
+        count: int,
+    ) -> CheckpointCorruptedError:
+        """A checkpoint the index lists whose record is gone: evicted, or deleted behind our back.
+        Reads report it rather than skip it, and never answer with an older checkpoint instead."""
+        index = f"workflow {workflow_name!r}" + (
+            "" if signature is None else f" (graph signature {signature!r})"
+        )
+        others = "" if count == 1 else f" ({count - 1} more index entries have lost their records too)"
+        instead = "fall back to an older checkpoint" if operation == "get_latest" else "skip lost checkpoints"
+        return CheckpointCorruptedError(
+            checkpoint_id,
+            f"{index} lists it, but its record is gone from the server{others}: evicted by its "
+            f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
+        )
 
     def _unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
         return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _close_abandoned(client: Any) -> None:
+    """Close a client of ours that nobody will ``aclose()``: its storage was collected, or it
+    was left on an event loop that ended. Awaiting is not possible (the loop may be closed, or
+    about to be), so its sockets are closed without waiting, and a cluster client is marked
+    closed, so that neither reports itself "unclosed" from a running loop when collected."""
+    with contextlib.suppress(Exception):  # best effort: nobody is left to tell
+        if isinstance(client, RedisCluster):
+            nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
+            connections = [connection for node in nodes for connection in node._connections]
+            client._initialize = True  # what aclose() sets first
+        else:
+            pool = client.connection_pool
+            connections = [*pool._available_connections, *pool._in_use_connections]
+        for connection in connections:
+            try:
+                connection._close()  # type: ignore[no-untyped-call]
+            except RuntimeError:
+                # Its loop is closed: forget the streams; collecting the transport closes the socket.
+                connection._reader = connection._writer = None
 
 
 def _pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
@@ -1187,23 +1464,117 @@ def _check_client(client: object) -> None:
         )
 
 
-_OUR_OPTIONS = ("prefix", "ttl", "cluster")
+_OUR_OPTIONS = ("prefix", "ttl", "cluster", "allow_evicting_policy")
+_DRIVER_OPTIONS = tuple(
+    # redis-py's own URL options. "timeout" is BlockingConnectionPool's and would reach the
+    # connection as an unknown argument; the wait for a free connection is wait_seconds here.
+    name
+    # redis-py also reads username and password from the query, as from the userinfo.
+    for name in (
+        *URL_QUERY_ARGUMENT_PARSERS,
+        "client_name",
+        "lib_name",
+        "lib_version",
+        "username",
+        "password",
+    )
+    if name != "timeout" and not name.startswith("ssl_")
+)
+_TLS_OPTIONS = tuple(
+    name
+    for name in (
+        *URL_QUERY_ARGUMENT_PARSERS,
+        *("ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_ca_path"),
+        *("ssl_ciphers", "ssl_password"),
+    )
+    if name.startswith("ssl_")
+)
+_POOL_OPTIONS = ("wait_seconds",)
+"""Options of WaitingConnectionPool, which only a single-server storage uses."""
+
+
+def url_option_names(url: str) -> tuple[str, ...]:
+    """The query options a Redis URL of this kind takes: ours, redis-py's, TLS ones for rediss://,
+    the pool's for a single server (a cluster client builds its own pools)."""
+    names = (*_OUR_OPTIONS, *_DRIVER_OPTIONS)
+    if urlsplit(url).scheme.lower() == "rediss":
+        names += _TLS_OPTIONS
+    if not _url_is_cluster(url):
+        names += _POOL_OPTIONS
+    return names
+
+
+def url_options(url: str) -> dict[str, str]:
+    """A Redis URL's query options, refusing names no part of the stack takes and values
+    redis-py cannot parse, so both fail when the storage is built, not at its first command."""
+    options = urls.parse_url_options(url, urlsplit(url).query, url_option_names(url), what="Redis")
+    try:
+        parse_url(_driver_url(url))
+    except ValueError as exc:
+        raise StorageConfigurationError(f"Redis URL {redact_url(url)!r}: {exc}") from None
+    return options
+
+
+def _driver_url(url: str) -> str:
+    """``url`` without the query options redis-py does not know (ours and the common ones)."""
+    parts = urlsplit(url)
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in _OUR_OPTIONS and k not in urls.COMMON_URL_OPTIONS
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def _url_is_cluster(url: str | None) -> bool:
+    return _url_flag(url, "cluster")
+
+
+def _url_flag(url: str | None, name: str) -> bool:
     options = dict(parse_qsl(urlsplit(url or "").query, keep_blank_values=True))
-    value = options.get("cluster", "").lower()
+    value = options.get(name, "").lower()
     if value not in ("", "0", "1", "true", "false", "yes", "no"):
-        raise StorageConfigurationError(f"Redis URL {url!r}: cluster must be true or false, got {value!r}")
+        raise StorageConfigurationError(f"Redis URL {url!r}: {name} must be true or false, got {value!r}")
     return value in ("1", "true", "yes")
+
+
+def _by_node(reply: Any) -> Mapping[str | None, Any]:
+    """A cluster client answers a command sent to several nodes with {node name: reply}, and
+    one sent to a single node (a one-node cluster) with the reply itself, as a plain client does."""
+    if isinstance(reply, Mapping) and reply and all(isinstance(value, Mapping) for value in reply.values()):
+        return {_text(node): answer for node, answer in reply.items()}
+    return {None: reply}
+
+
+def _config_policy(reply: Mapping[Any, Any]) -> str:
+    return next((_text(value) for key, value in reply.items() if _text(key) == "maxmemory-policy"), "")
+
+
+def _info_policy(reply: Mapping[Any, Any]) -> str:
+    return _text(reply.get("maxmemory_policy", ""))
+
+
+_unverified_servers: set[str] = set()
+"""Servers already warned about (once per process each): their eviction policy is unknown."""
+
+
+def _warn_unverified(server: str, refusals: Sequence[str]) -> None:
+    if server in _unverified_servers:
+        return
+    _unverified_servers.add(server)
+    _logger.warning(
+        "%s: could not read the server's maxmemory-policy (%s); if it is an allkeys-* policy the "
+        "server may evict checkpoints silently. Check it with the server's operator (docs/redis.md), "
+        "or pass allow_evicting_policy=True to skip this check",
+        server,
+        redact_text("; ".join(refusals)),
+    )
 
 
 def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
     """A client for ``url`` without our own query options, retrying connection errors and
     timeouts with exponential backoff."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _OUR_OPTIONS]
-    redis_url = urlunsplit(parts._replace(query=urlencode(query)))
+    redis_url = _driver_url(url)
     settings: dict[str, Any] = {
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), RETRIES),
         "retry_on_error": [redis_errors.ConnectionError, redis_errors.TimeoutError],
@@ -1217,7 +1588,7 @@ def _client_from_url(url: str, options: Mapping[str, Any]) -> Any:
         settings.setdefault("wait_seconds", CONNECTION_WAIT_SECONDS)
         return Redis.from_pool(WaitingConnectionPool.from_url(redis_url, **settings))
     except (ValueError, redis_errors.RedisError) as exc:
-        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from chainable(exc)
 
 
 class WaitingConnectionPool(ConnectionPool):

@@ -75,16 +75,17 @@ import functools
 import hashlib
 import json
 import random
+import re
 import string
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -96,8 +97,21 @@ from .errors import (
     StorageUnavailableError,
 )
 from .integrity import IntegrityKeyInput
+from .redaction import chainable, redact_url
 
 URL_SCHEME = "s3"
+URL_OPTIONS: tuple[str, ...] = (
+    "endpoint_url",
+    "region",
+    "checksum",
+    "create_bucket",
+    "max_workers",
+    "max_attempts",
+    "conflict_retries",
+    "sse",
+    "sse_kms_key_id",
+)
+"""Query options ``s3://`` takes besides the common ones (see ``storages.urls``)."""
 DEFAULT_MAX_WORKERS = 16
 """Threads (and pooled connections) per handle."""
 DEFAULT_MAX_ATTEMPTS = 5
@@ -247,6 +261,25 @@ class _Stored:
     etag: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Pointer:
+    """A workflow's pointer as read: the highest sequence committed, the id that set it, its ETag."""
+
+    sequence: int
+    checkpoint_id: CheckpointID | None
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class _FenceView:
+    """What a fenced save reads first, in one round trip: the workflow's high-water mark, its
+    pointer, and the head of its top-level listing."""
+
+    mark: int
+    pointer: _Pointer | None
+    head: _OrderEntry | None
+
+
 class _Precondition(Exception):
     """412: the conditional write's condition did not hold."""
 
@@ -271,8 +304,10 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
             Capability.DURABLE,
+            Capability.FENCING,
         }
     )
 
@@ -301,8 +336,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             allowed_modules=allowed_modules,
             integrity_key=integrity_key,
         )
-        if not isinstance(bucket, str) or not 3 <= len(bucket) <= 63:
-            raise StorageConfigurationError(f"S3 bucket name must be 3 to 63 characters, got {bucket!r}")
+        _check_bucket_name(bucket)
         if not isinstance(prefix, str):
             raise StorageConfigurationError(f"S3 prefix must be a str, got {prefix!r}")
         for name, value, low in (
@@ -339,11 +373,14 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             raise StorageConfigurationError(f"Not an S3 URL: {url!r}; expected s3://bucket/prefix")
         settings: dict[str, Any] = {}
         put_parameters: dict[str, Any] = {}
-        for name, values in parse_qs(parts.query, keep_blank_values=True).items():
-            value = values[-1]
+        for name, value in url_options(url).items():
             if name in ("endpoint_url", "region", "checksum"):
                 settings[name] = value or None
             elif name == "create_bucket":
+                if value.lower() not in ("", "0", "1", "true", "false", "yes", "no"):
+                    raise StorageConfigurationError(
+                        f"create_bucket in {redact_url(url)!r} must be true or false, got {value!r}"
+                    )
                 settings[name] = value.lower() in ("1", "true", "yes")
             elif name in ("max_workers", "max_attempts", "conflict_retries"):
                 try:
@@ -354,8 +391,8 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 put_parameters["ServerSideEncryption"] = value
             elif name == "sse_kms_key_id":
                 put_parameters["SSEKMSKeyId"] = value
-            else:
-                raise StorageConfigurationError(f"Unknown S3 URL option {name!r} in {url!r}")
+            elif name in ("allowed_checkpoint_types", "allowed_modules"):
+                settings[name] = value
         if put_parameters:
             settings["put_parameters"] = put_parameters
         settings.update(options)
@@ -508,6 +545,126 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             "save", f"{self.describe()}: {self._record_key(top.checkpoint_id)} kept changing under the save"
         )
 
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        """A fenced save: the same steps as a save, plus one compare-and-swap of the workflow's
+        pointer (``IfMatch`` the ETag read with the check) between creating the record and its
+        order key. That swap is the commit point: of fenced writers that checked the same latest,
+        one moves the pointer and the others get 412, re-check and are refused. A pointer naming
+        a record above the listing's head is a fenced save that has not created its order key
+        yet (or crashed before it); the next fenced save finishes that commit before checking."""
+        top = records[0]
+        workflow = top.workflow_name
+        for attempt in range(self._conflict_retries + 1):
+            view = await self._fence_view(workflow)
+            latest = await self._fenced_latest(workflow, view, expected_latest_id)
+            if latest == top.checkpoint_id:
+                stored = await self._read(top.checkpoint_id, "save")
+                if stored is not None:
+                    return FenceCheck(latest, stored.header.digest)
+                continue  # deleted since: check again
+            if latest != expected_latest_id:
+                stored = await self._read(top.checkpoint_id, "save")
+                visible = stored is not None and await self._visible(stored.header, "save")
+                return FenceCheck(latest, stored.header.digest if stored is not None and visible else None)
+            pair = None if view.pointer is None else (view.pointer.sequence, view.pointer.etag)
+            headers, pointers = await self._headers_for(records, known={workflow: (view.mark, pair)})
+            if len(records) > 1:
+                last_try = attempt >= self._conflict_retries - 1
+                nested = await self._settle_nested(top, headers[1:], records[1:], may_replace=last_try)
+                if nested is None:
+                    await _backoff(attempt)
+                    continue
+                headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
+            key = self._record_key(top.checkpoint_id)
+            if not await self._create("save", key, headers[0], top.body):
+                stored = await self._read(top.checkpoint_id, "save")
+                if stored is None:
+                    continue
+                if await self._visible(stored.header, "save") or stored.header.digest != top.digest:
+                    return FenceCheck(latest, stored.header.digest)
+                # An earlier attempt at this save that never committed: rewrite it with this
+                # attempt's sequence, then commit it.
+                try:
+                    await self._run(
+                        "save", key, self._put, key, _frame(headers[0], top.body), {"IfMatch": stored.etag}
+                    )
+                except (_Precondition, _Conflict, _Missing):
+                    await _backoff(attempt)
+                    continue
+            sequence = max(
+                m.sequence for m in (headers[0].member, *headers[0].members) if m.workflow_name == workflow
+            )
+            if not await self._swap_pointer(workflow, view.pointer, sequence, top.checkpoint_id):
+                # Another writer committed since the check: this attempt's records never became
+                # visible; remove them and check again.
+                await self._delete_keys(
+                    "save", [key, *(self._record_key(m.checkpoint_id) for m in headers[0].members)]
+                )
+                await _backoff(attempt)
+                continue
+            pointers[workflow] = (sequence, view.pointer.etag if view.pointer is not None else "")
+            await self._commit(headers[0], "save", pointers)
+            return None
+        raise StorageUnavailableError(
+            "save", f"{self.describe()}: the pointer of workflow {workflow!r} kept moving under a fenced save"
+        )
+
+    async def _fence_view(self, workflow_name: str) -> _FenceView:
+        pointer_key = self._pointer_key(workflow_name)
+        top_prefix = self._order_prefix(workflow_name, False)
+        pointer, (top_page, _), nested = await asyncio.gather(
+            self._read_full_pointer(pointer_key, "save"),
+            self._run("save", top_prefix, self._list_page, top_prefix, None, 1),
+            self._head_sequence(workflow_name, True, "save"),
+        )
+        head = self._parse_order_key(top_page[0], False) if top_page else None
+        mark = max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence, nested)
+        return _FenceView(mark, pointer, head)
+
+    async def _fenced_latest(
+        self, workflow_name: str, view: _FenceView, expected_latest_id: CheckpointID | None
+    ) -> CheckpointID | None:
+        """The workflow's latest as a fenced save must see it, rolling forward a fenced commit
+        whose pointer swap is done but whose order key is not. A head naming the expected id is
+        taken as read (a delete removes order keys before records, so a listed head has its
+        record); any other head is checked against its record first."""
+        head_sequence = 0 if view.head is None else view.head.sequence
+        pointer = view.pointer
+        if pointer is not None and pointer.checkpoint_id is not None and pointer.sequence > head_sequence:
+            stored = await self._read(pointer.checkpoint_id, "save")
+            if (
+                stored is not None
+                and stored.header.workflow_name == workflow_name
+                and stored.header.container_id is None
+                and stored.header.sequence > head_sequence
+            ):
+                await self._commit(stored.header, "save")
+                return pointer.checkpoint_id
+        if view.head is None:
+            return None
+        if view.head.checkpoint_id is not None and view.head.checkpoint_id == expected_latest_id:
+            return view.head.checkpoint_id
+        if view.head.checkpoint_id is not None and await self._read_entry(view.head, "save") is not None:
+            return view.head.checkpoint_id
+        # The head names a record deleted (or hashed) since: ask the full latest lookup.
+        latest = await self._latest(workflow_name, None)
+        return None if latest is None else latest.checkpoint_id
+
+    async def _swap_pointer(
+        self, workflow_name: str, seen: _Pointer | None, sequence: int, checkpoint_id: CheckpointID
+    ) -> bool:
+        """Move the pointer from the state ``seen`` to (sequence, id); False if it moved since."""
+        key = self._pointer_key(workflow_name)
+        body = json.dumps({"seq": sequence, "id": checkpoint_id}).encode("utf-8")
+        condition = {"IfNoneMatch": "*"} if seen is None else {"IfMatch": seen.etag}
+        try:
+            await self._run("save", key, self._put, key, body, condition)
+        except (_Precondition, _Conflict, _Missing):
+            return False
+        return True
+
     async def _settle_nested(
         self,
         top: CheckpointRecord,
@@ -565,12 +722,18 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         return settled
 
     async def _headers_for(
-        self, records: Sequence[CheckpointRecord]
+        self,
+        records: Sequence[CheckpointRecord],
+        known: Mapping[str, tuple[int, tuple[int, str] | None]] | None = None,
     ) -> tuple[list[_Header], dict[str, tuple[int, str] | None]]:
         """Headers for a save, each record with the next sequence numbers of its workflow, and the
-        pointers as read (so advancing them needs no second read unless another save moved them)."""
+        pointers as read (so advancing them needs no second read unless another save moved them).
+        ``known`` gives high-water marks and pointers already read, by workflow name."""
         names = list(dict.fromkeys(record.workflow_name for record in records))
-        marks = await self._gather(self._high_water(name, "save") for name in names)
+        known = known or {}
+        unread = [name for name in names if name not in known]
+        read = await self._gather(self._high_water(name, "save") for name in unread)
+        marks = [known[name] if name in known else read[unread.index(name)] for name in names]
         next_sequence = {name: mark + 1 for name, (mark, _) in zip(names, marks, strict=True)}
         pointers = {name: pointer for name, (_, pointer) in zip(names, marks, strict=True)}
         sequences: list[int] = []
@@ -751,7 +914,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 entry = self._parse_order_key(key, False)
                 if entry is None or (tag is not None and entry.tag != tag):
                     continue
-                stored = await self._read_entry(entry, "get_latest")
+                stored = await self._read_entry(entry, "get_latest", lost_is_error=True)
                 if stored is not None and (
                     graph_signature_hash is None or stored.header.graph_signature_hash == graph_signature_hash
                 ):
@@ -763,7 +926,9 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         entries = await self._listing(workflow_name, graph_signature_hash, include_nested, "list_checkpoints")
-        stored = await self._gather(self._read_entry(entry, "list_checkpoints") for entry in entries)
+        stored = await self._gather(
+            self._read_entry(entry, "list_checkpoints", lost_is_error=True) for entry in entries
+        )
         return [
             _stored(item)
             for item in stored
@@ -782,7 +947,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         for entry in entries:
             checkpoint_id = entry.checkpoint_id
             if checkpoint_id is None:  # a hashed (very long) id: the record knows it
-                stored = await self._read_entry(entry, "list_checkpoint_ids")
+                stored = await self._read_entry(entry, "list_checkpoint_ids", lost_is_error=True)
                 if stored is None:
                     continue
                 checkpoint_id = stored.header.checkpoint_id
@@ -897,6 +1062,20 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         entry = self._parse_order_key(page[0], nested) if page else None
         return 0 if entry is None else entry.sequence
 
+    async def _read_full_pointer(self, key: str, operation: str) -> _Pointer | None:
+        found = await self._run(operation, key, self._get_object, key)
+        if found is None:
+            return None
+        raw, etag = found
+        try:
+            data = json.loads(raw)
+            checkpoint_id = data.get("id")
+            return _Pointer(int(data["seq"]), checkpoint_id if isinstance(checkpoint_id, str) else None, etag)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StorageUnavailableError(
+                operation, f"{self.describe()}: pointer {key} is unreadable: {exc}"
+            ) from exc
+
     async def _read_pointer(self, key: str, operation: str) -> tuple[int, str] | None:
         found = await self._run(operation, key, self._get_object, key)
         if found is None:
@@ -925,16 +1104,31 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             )
         return _Stored(header, body, etag)
 
-    async def _read_entry(self, entry: _OrderEntry, operation: str) -> _Stored | None:
-        """The record an order key names, or None if it was deleted (or re-saved) since."""
+    async def _read_entry(
+        self, entry: _OrderEntry, operation: str, *, lost_is_error: bool = False
+    ) -> _Stored | None:
+        """The record an order key names, or None if it was deleted (or re-saved) since.
+
+        A delete removes the order key before the record, so an order key that is still there
+        while its record is missing (or is another save's) was not left by a delete: the record
+        was lost behind the storage's back. With ``lost_is_error`` (the reads that return
+        checkpoints) that raises rather than act as if the checkpoint never existed: a get_latest
+        would otherwise return an older one. Maintenance (prune, inspect) skips it.
+        """
         checkpoint_id = entry.checkpoint_id
         if checkpoint_id is None:
             stored = await self._read_hashed(entry.escaped_id, operation)
         else:
             stored = await self._read(checkpoint_id, operation)
-        if stored is None or stored.header.sequence != entry.sequence:
-            return None
-        return stored
+        if stored is not None and stored.header.sequence == entry.sequence:
+            return stored
+        if lost_is_error and await self._exists(operation, entry.key):
+            named = checkpoint_id if checkpoint_id is not None else entry.escaped_id
+            found = "is missing" if stored is None else f"holds sequence {stored.header.sequence}"
+            raise CheckpointCorruptedError(
+                named, f"its order key {entry.key!r} is listed but its record {found}; nothing was deleted"
+            )
+        return None
 
     async def _read_hashed(self, escaped_id: str, operation: str) -> _Stored | None:
         key = f"{self._prefix}r/{escaped_id}"
@@ -1035,7 +1229,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         except (_Precondition, _Conflict, _Missing, StorageConfigurationError):
             raise
         except Exception as exc:
-            raise self._translate(operation, key, exc) from exc
+            raise self._translate(operation, key, exc) from chainable(exc)
 
     def _translate(self, operation: str, key: str, exc: Exception) -> Exception:
         code = _code(exc)
@@ -1117,6 +1311,28 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 f"{self.describe()}: {len(errors)} of {len(keys)} deletes failed, e.g. "
                 f"{first.get('Key')!r}: {first.get('Code')} {first.get('Message')}",
             )
+
+
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]")
+"""What S3 (and botocore, which refuses other names before sending) accepts as a bucket name:
+3 to 63 letters, digits, dots, hyphens and (legacy buckets) underscores and capitals, starting
+and ending with a letter or digit."""
+
+
+def _check_bucket_name(bucket: object) -> None:
+    if not isinstance(bucket, str) or _BUCKET_NAME.fullmatch(bucket) is None or ".." in bucket:
+        raise StorageConfigurationError(
+            f"Invalid S3 bucket name {bucket!r}: a bucket name is 3 to 63 characters, letters, "
+            "digits, dots and hyphens, starting and ending with a letter or digit"
+        )
+
+
+def url_options(url: str) -> dict[str, str]:
+    """An S3 URL's query options; a name not in :data:`URL_OPTIONS` (or the common ones) raises
+    StorageConfigurationError listing the valid ones."""
+    from .urls import parse_url_options
+
+    return parse_url_options(url, urlsplit(url).query, URL_OPTIONS, what="S3")
 
 
 def _frame(header: _Header, body: bytes) -> bytes:

@@ -10,9 +10,14 @@ How it stays correct with several writers on one file:
   that transaction, so sequences follow commit order across processes and never go back, even
   after the newest checkpoint is deleted. "Latest" is one indexed query on the highest sequence.
 
-Each handle owns one aiosqlite connection, and so one non-daemon thread, which keeps the
-interpreter from exiting until it is closed: close handles with ``aclose()`` or ``async with``.
-Operations on one handle run one at a time; use more handles for more parallelism.
+Each handle owns one aiosqlite connection and so one thread. Close handles with ``aclose()`` or
+``async with``: that checkpoints the WAL and ends the thread at a point the program chooses. A
+handle never closed still lets the process exit: its thread is a daemon (aiosqlite's is not, and
+would keep the interpreter alive forever), and when the handle is garbage-collected, or at
+interpreter exit, its connection is closed on that thread without touching any event loop (the
+loop that opened it is usually closed by then). A handle works from successive event loops
+(several ``asyncio.run()`` calls). Operations on one handle run one at a time; use more handles
+for more parallelism.
 
 Nested records are rows of the same table with ``container_id`` (the checkpoint whose body refers
 to them) and ``root_id`` (the top-level checkpoint they were saved with); a save inserts the whole
@@ -36,13 +41,17 @@ import contextlib
 import json
 import os
 import sqlite3
+import threading
+import weakref
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
+import aiosqlite.core
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import (
@@ -58,6 +67,8 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another connection's write lock before giving up."""
 
 URL_PREFIX = "sqlite://"
+URL_OPTIONS: tuple[str, ...] = ("busy_timeout_ms",)
+"""Query options ``sqlite://`` takes besides the common ones (see ``storages.urls``)."""
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: per-workflow sequence counters and the checkpoints they order.
@@ -137,6 +148,14 @@ _SELECT_DIGEST_AND_NEXT_SEQUENCE = """
     SELECT
         (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
         (SELECT next_sequence FROM workflows WHERE name = ?)
+"""
+# A fenced insert also reads the workflow's latest top-level id, in the same transaction.
+_SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = """
+    SELECT
+        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
+        (SELECT next_sequence FROM workflows WHERE name = ?),
+        (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0
+            ORDER BY sequence DESC LIMIT 1)
 """
 _SELECT_NEXT_SEQUENCE = "SELECT next_sequence FROM workflows WHERE name = ?"
 _INSERT_CHECKPOINT = """
@@ -280,8 +299,10 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             Capability.LIST_WORKFLOWS,
             Capability.RAW_ACCESS,
             Capability.INSPECT,
+            Capability.PENDING_WRITES,
             Capability.SHARED,
             Capability.DURABLE,
+            Capability.FENCING,
         }
     )
 
@@ -308,6 +329,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._release_at_exit: weakref.finalize[Any, Any] | None = None
 
     @classmethod
     def from_url(
@@ -315,10 +337,26 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         url: str,
         *,
         codec: CheckpointCodec | None = None,
-        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        busy_timeout_ms: int | None = None,
     ) -> Self:
-        """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``."""
-        return cls(path_from_url(url), codec=codec, busy_timeout_ms=busy_timeout_ms)
+        """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``, optionally with
+        ``?busy_timeout_ms=...``; a keyword wins over the URL."""
+        options = url_options(url)
+        if busy_timeout_ms is None:
+            text = options.get("busy_timeout_ms", "")
+            try:
+                busy_timeout_ms = int(text) if text else DEFAULT_BUSY_TIMEOUT_MS
+            except ValueError:
+                raise StorageConfigurationError(
+                    f"SQLite URL {url!r}: busy_timeout_ms must be an int >= 0, got {text!r}"
+                ) from None
+        return cls(
+            path_from_url(url),
+            codec=codec,
+            busy_timeout_ms=busy_timeout_ms,
+            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
+            allowed_modules=options.get("allowed_modules", ""),
+        )
 
     @property
     def path(self) -> Path:
@@ -343,10 +381,10 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             raise StorageUnavailableError(
                 "open", f"cannot create the directory of {self._path}: {exc}"
             ) from exc
+        pending = aiosqlite.connect(self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+        _run_as_daemon(pending)  # before awaiting it: awaiting starts the thread
         try:
-            connection = await aiosqlite.connect(
-                self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None
-            )
+            connection = await pending
         except sqlite3.Error as exc:
             raise self._translate("open", exc) from exc
         try:
@@ -357,10 +395,19 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
                 await connection.close()
             raise
         self._connection = connection
+        self._release_at_exit = weakref.finalize(self, _release_abandoned, connection)
+
+    async def _follow_loop(self) -> None:
+        # The connection's thread answers each call on the loop that made it; only the lock is
+        # bound to the old loop.
+        self._lock = asyncio.Lock()
 
     async def _close(self) -> None:
         async with self._lock:
             connection, self._connection = self._connection, None
+            if self._release_at_exit is not None:
+                self._release_at_exit.detach()
+                self._release_at_exit = None
             if connection is not None:
                 try:
                     await connection.close()
@@ -429,28 +476,57 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             existing_digest, next_sequence = rows[0]
             if existing_digest is not None:
                 return str(existing_digest)
-            sequences: dict[str, int] = {
-                top.workflow_name: 1 if next_sequence is None else int(next_sequence)
-            }
-            for record in records:
-                if record.workflow_name not in sequences:
-                    found = list(
-                        await connection.execute_fetchall(_SELECT_NEXT_SEQUENCE, (record.workflow_name,))
-                    )
-                    sequences[record.workflow_name] = int(found[0][0]) if found else 1
-                sequence = sequences[record.workflow_name]
-                sequences[record.workflow_name] = sequence + 1
-                try:
-                    await connection.execute(_INSERT_CHECKPOINT, _row(record, sequence))
-                except sqlite3.IntegrityError as exc:
-                    # The transaction rolls back: none of the family is written.
-                    raise CheckpointConflictError(
-                        record.checkpoint_id,
-                        f"embedded in checkpoint {record.container_id!r}, but a record with this id "
-                        "is already stored; an embedded checkpoint needs an id of its own",
-                    ) from exc
-            await connection.executemany(_ADVANCE_SEQUENCE, list(sequences.items()))
+            await self._write_family(connection, records, next_sequence)
         return None
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        top = records[0]
+        # The check and the write share one BEGIN IMMEDIATE transaction: no other writer, in this
+        # process or another, can commit between them.
+        async with self._write("save") as connection:
+            rows = list(
+                await connection.execute_fetchall(
+                    _SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST,
+                    (top.checkpoint_id, top.workflow_name, top.workflow_name),
+                )
+            )
+            existing_digest, next_sequence, latest = rows[0]
+            latest_id = None if latest is None else str(latest)
+            if existing_digest is not None:
+                return FenceCheck(latest_id, str(existing_digest))
+            if latest_id != expected_latest_id:
+                return FenceCheck(latest_id, None)
+            await self._write_family(connection, records, next_sequence)
+        return None
+
+    async def _write_family(
+        self, connection: aiosqlite.Connection, records: Sequence[CheckpointRecord], next_sequence: object
+    ) -> None:
+        """Insert a family whose top id is absent, inside the caller's write transaction."""
+        top = records[0]
+        sequences: dict[str, int] = {
+            top.workflow_name: 1 if next_sequence is None else int(str(next_sequence))
+        }
+        for record in records:
+            if record.workflow_name not in sequences:
+                found = list(
+                    await connection.execute_fetchall(_SELECT_NEXT_SEQUENCE, (record.workflow_name,))
+                )
+                sequences[record.workflow_name] = int(found[0][0]) if found else 1
+            sequence = sequences[record.workflow_name]
+            sequences[record.workflow_name] = sequence + 1
+            try:
+                await connection.execute(_INSERT_CHECKPOINT, _row(record, sequence))
+            except sqlite3.IntegrityError as exc:
+                # The transaction rolls back: none of the family is written.
+                raise CheckpointConflictError(
+                    record.checkpoint_id,
+                    f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                    "is already stored; an embedded checkpoint needs an id of its own",
+                ) from exc
+        await connection.executemany(_ADVANCE_SEQUENCE, list(sequences.items()))
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         async with self._connected("load") as connection:
@@ -623,6 +699,46 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
 
 
+def _run_as_daemon(connection: aiosqlite.Connection) -> None:
+    """Make a not yet started connection's thread a daemon, so it cannot keep the process alive."""
+    # aiosqlite >= 0.22 keeps its worker in ``_thread``; tests/test_sqlite_lifecycle.py fails if
+    # a release moves it.
+    thread = connection._thread
+    if not isinstance(thread, threading.Thread):  # pragma: no cover - an aiosqlite we do not know
+        raise TypeError(f"aiosqlite {aiosqlite.__version__}: no worker thread where expected")
+    thread.daemon = True
+
+
+def _release_abandoned(connection: aiosqlite.Connection) -> None:
+    """Close a connection its handle never closed, when the handle is collected or the interpreter
+    exits. aiosqlite's own cleanup (``stop()``) answers on whatever loop is current, which may
+    be closed, and its thread then dies with a traceback; this answers on no loop at all."""
+    sqlite_connection = connection._connection
+    if sqlite_connection is None:
+        return
+    connection._connection = None  # aiosqlite's __del__ then has nothing left to do
+    connection._running = False
+
+    def close_and_stop() -> object:
+        sqlite_connection.close()
+        return aiosqlite.core._STOP_RUNNING_SENTINEL  # ends the worker's loop
+
+    connection._tx.put_nowait((None, close_and_stop))
+    thread = connection._thread
+    if threading.current_thread() is threading.main_thread() and not _loop_running():
+        # At exit (or collected outside any loop): let the close finish, checkpointing the WAL,
+        # rather than end the process under it; a few milliseconds unless the disk is stuck.
+        thread.join(timeout=2.0)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 @contextlib.asynccontextmanager
 async def _immediate_transaction(connection: aiosqlite.Connection) -> AsyncIterator[None]:
     # BEGIN sits inside the try: if the caller is cancelled while BEGIN waits for the lock, the
@@ -705,11 +821,7 @@ def path_from_url(url: str) -> Path:
             f"SQLite URL {url!r} names a host; SQLite files are local: use sqlite:///relative.db "
             "or sqlite:////absolute/path.db"
         )
-    path = rest[1:]
-    if "?" in path:
-        raise StorageConfigurationError(
-            f"SQLite URL {url!r} has a query string; pass options as keywords, e.g. busy_timeout_ms=..."
-        )
+    path, _, _ = rest[1:].partition("?")  # the query holds options, see url_options()
     return _checked_path(path)
 
 
@@ -721,10 +833,21 @@ def _stored(row: Sequence[object]) -> StoredBody:
     return StoredBody(str(checkpoint_id), body, entry=entry)
 
 
+def url_options(url: str) -> dict[str, str]:
+    """The options in a SQLite URL's query string; an option not in :data:`URL_OPTIONS` (or the
+    common ones) raises StorageConfigurationError listing the valid ones."""
+    from .urls import parse_url_options
+
+    path_from_url(url)  # a malformed URL is reported as such first
+    _, _, query = url[len(URL_PREFIX) :].partition("?")
+    return parse_url_options(url, query, URL_OPTIONS, what="SQLite")
+
+
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "SQLiteCheckpointStorage",
     "path_from_url",
+    "url_options",
 ]

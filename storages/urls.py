@@ -19,13 +19,18 @@ names an environment variable holding the signing key (hex, or base64 prefixed w
 keys that only verify (a rotation); ``integrity_accept_unsigned=true`` is the migration mode.
 
 An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
-says what to do.
+says what to do; so does an option a scheme does not take (the error lists those it takes).
+
+Where options are declared: each backend module's ``URL_OPTIONS`` (the options of its scheme),
+plus :data:`COMMON_URL_OPTIONS` here (options every scheme takes). A backend's ``from_url``
+reads its query through :func:`parse_url_options`, which refuses anything else.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -35,8 +40,27 @@ from .errors import MissingDependencyError, StorageConfigurationError
 from .integrity import IntegrityKeys, key_from_env
 from .redaction import redact_url
 
-ALLOWANCE_OPTIONS = ("allowed_checkpoint_types", "allowed_modules")
-"""URL options every scheme takes: the codec's allow-list (handled here, not by the backend)."""
+COMMON_URL_OPTIONS: tuple[str, ...] = ("allowed_checkpoint_types", "allowed_modules")
+"""Query options every scheme takes, on top of its backend's own ``URL_OPTIONS``: the codec's
+allow-list (comma-separated ``module:qualname`` keys, comma-separated module names), passed to
+the storage as its keywords of the same names."""
+
+
+def parse_url_options(url: str, query: str, scheme_options: Collection[str], *, what: str) -> dict[str, str]:
+    """The options in ``query`` (a URL's query string; the last value of a name wins), refusing
+    any name outside ``scheme_options`` and :data:`COMMON_URL_OPTIONS`, so a misspelt option
+    fails when the storage is built instead of being ignored or failing at first use."""
+    valid = sorted({*scheme_options, *COMMON_URL_OPTIONS})
+    pairs = parse_qsl(query, keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs if name not in valid})
+    if unknown:
+        raise StorageConfigurationError(
+            f"{what} URL {redact_url(url)!r}: unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(name) for name in unknown)}; valid options: "
+            + (", ".join(valid) if valid else "none")
+        )
+    return dict(pairs)
+
 
 INTEGRITY_OPTIONS = ("integrity_key_env", "integrity_verify_keys_env", "integrity_accept_unsigned")
 """URL options every scheme takes: where the integrity keys are (handled here, not by the backend)."""
@@ -93,17 +117,6 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
                 f"Storage URL {redact_url(url)!r}: give integrity_key= or integrity_key_env=, not both"
             )
         keys = _integrity_keys(url, integrity)
-    url, allowances = _take_allowances(url)
-    if allowances:
-        codec = options.get("codec") or cls._default_codec()
-        try:
-            codec.allow(
-                types=allowances.get("allowed_checkpoint_types", []),
-                modules=allowances.get("allowed_modules", []),
-            )
-        except ValueError as exc:
-            raise StorageConfigurationError(f"Storage URL {redact_url(url)!r}: {exc}") from None
-        options["codec"] = codec
     storage = cls.from_url(url, **options) if hasattr(cls, "from_url") else cls(**options)
     assert isinstance(storage, BaseCheckpointStorage)
     if keys is not None:
@@ -135,11 +148,6 @@ def _integrity_keys(url: str, options: dict[str, list[str]]) -> IntegrityKeys:
     )
 
 
-def _take_allowances(url: str) -> tuple[str, dict[str, list[str]]]:
-    """``url`` without the allow-list options, and those options' comma-separated items."""
-    return _take_options(url, ALLOWANCE_OPTIONS)
-
-
 def _take_options(url: str, taken: tuple[str, ...]) -> tuple[str, dict[str, list[str]]]:
     """``url`` without the ``taken`` options, and those options' comma-separated items."""
     parts = urlsplit(url)
@@ -161,4 +169,10 @@ def _take_options(url: str, taken: tuple[str, ...]) -> tuple[str, dict[str, list
     return head + query + hash_sign + fragment, allowances
 
 
-__all__ = ["ALLOWANCE_OPTIONS", "INTEGRITY_OPTIONS", "open_storage", "supported_schemes"]
+__all__ = [
+    "COMMON_URL_OPTIONS",
+    "INTEGRITY_OPTIONS",
+    "open_storage",
+    "parse_url_options",
+    "supported_schemes",
+]

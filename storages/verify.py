@@ -14,11 +14,19 @@ finding is about first:
   stored, a nested record its container does not refer to;
 * a body that fails its integrity check or cannot be decoded (a container whose embedded records
   are broken cannot be loaded either, and is reported too, naming them);
+* a body naming a type the codec does not allow: the data is intact, the finding says how to
+  allow the type (``type_not_allowed``, kept apart from damaged bytes so nobody deletes good data);
 * a body whose fields disagree with the index the storage lists and walks by;
 * a graph signature that changes from one checkpoint to the next along a chain;
 * on a storage with an integrity key (docs/integrity.md): a record that is not what was signed,
   a chain link that does not hold or whose predecessor was deleted, and, given anchors, a
   workflow whose store went back before its anchor.
+
+With ``structure_only=True`` no value is constructed, so no application type is needed (a MAF
+app's types live in the app, not in the process running verify): every body is decoded with
+``construct_types=False`` (values of app and MAF types come back as ``OpaqueValue``), so framing,
+checksums, structure, nested references, links, cycles, signatures and the agreement of bodies
+with the index are all checked.
 
 A scan reads the index once and every body once, one family (a checkpoint and what is nested in
 it) at a time, so memory stays bounded by the largest family. On a storage being written to while
@@ -36,8 +44,14 @@ from typing import Any
 
 from .codec import CheckpointCodec
 from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from .errors import CheckpointCorruptedError, CheckpointTamperedError, UnsupportedOperationError
+from .errors import (
+    CheckpointCorruptedError,
+    CheckpointTamperedError,
+    CheckpointTypeNotAllowedError,
+    UnsupportedOperationError,
+)
 from .integrity import Link, Seal, TamperKind
+from .redaction import redact_url
 
 VerifyProgress = Callable[[int, int], None]
 """Called as ``progress(records_checked, records_known)`` while bodies are read."""
@@ -61,6 +75,9 @@ class FindingKind(str, enum.Enum):
     """A nested record names a container whose body does not refer to it."""
     UNDECODABLE_BODY = "undecodable_body"
     """A body fails its integrity check or cannot be decoded: loading it raises."""
+    TYPE_NOT_ALLOWED = "type_not_allowed"
+    """A body names a type the codec is not allowed to construct. The data is intact: allow the
+    type (or verify with ``structure_only``) and it loads."""
     INDEX_MISMATCH = "index_mismatch"
     """The decoded body disagrees with the index (workflow, previous id or signature)."""
     SIGNATURE_CHANGE = "signature_change"
@@ -148,7 +165,8 @@ def require_capabilities(
 
 def describe_storage(storage: object) -> str:
     describe = getattr(storage, "describe", None)
-    return str(describe()) if callable(describe) else type(storage).__name__
+    # A third-party describe() may show its URL whole; reports never carry its credentials.
+    return redact_url(str(describe())) if callable(describe) else type(storage).__name__
 
 
 async def verify(
@@ -157,17 +175,19 @@ async def verify(
     workflow_name: str | None = None,
     progress: VerifyProgress | None = None,
     anchors: Mapping[str, str] | None = None,
+    structure_only: bool = False,
 ) -> VerifyReport:
     """Scan ``storage`` (or one workflow, with the records nested in it) and report every problem.
 
     ``anchors`` maps workflow names to tokens from ``head_anchor``; each workflow whose store went
     back before its anchor is reported (the storage needs its integrity key for this).
-
-    Raises UnsupportedOperationError when the storage lacks the ``inspect`` or ``raw_access``
-    capability; storage errors (unreachable, closed) propagate. Finding nothing is ``report.ok``.
+    ``structure_only`` checks everything but the values themselves, constructing none (see the
+    module docstring). Raises UnsupportedOperationError when the storage lacks the ``inspect`` or
+    ``raw_access`` capability; storage errors (unreachable, closed) propagate. Finding nothing is
+    ``report.ok``.
     """
     require_capabilities(storage, "verify")
-    scan = _Scan(storage, workflow_name, progress)
+    scan = _Scan(storage, workflow_name, progress, structure_only=structure_only)
     await scan.run()
     for anchored_workflow, token in (anchors or {}).items():
         await scan.check_anchor(anchored_workflow, token)
@@ -188,9 +208,15 @@ class _Scan:
     """One verify run: the records in scope, what was learnt about them, and the findings."""
 
     def __init__(
-        self, storage: CheckpointStorage, workflow_name: str | None, progress: VerifyProgress | None
+        self,
+        storage: CheckpointStorage,
+        workflow_name: str | None,
+        progress: VerifyProgress | None,
+        *,
+        structure_only: bool = False,
     ) -> None:
         self._storage = storage
+        self._structure_only = structure_only
         self._workflow_name = workflow_name
         self._progress = progress
         codec = getattr(storage, "codec", None)
@@ -327,11 +353,27 @@ class _Scan:
         checkpoint_id = info.checkpoint_id
         body = bodies[checkpoint_id]
         try:
-            if self._codec is not None:
-                nested = bodies if CheckpointCodec.has_nested_refs(body) else None
+            nested = bodies if CheckpointCodec.has_nested_refs(body) else None
+            if self._structure_only:
+                # Every value is read, none is constructed: app and MAF types come back opaque.
+                codec = self._codec if self._codec is not None else CheckpointCodec()
+                checkpoint: Any = codec.decode_checkpoint(
+                    body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False
+                )
+            elif self._codec is not None:
                 checkpoint = self._codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, nested=nested)
             else:
                 checkpoint = await self._storage.load(checkpoint_id)
+        except CheckpointTypeNotAllowedError as exc:
+            # Not broken: containers of this record are refused for the same reason, and say so.
+            self._add(
+                FindingKind.TYPE_NOT_ALLOWED,
+                (checkpoint_id,),
+                f"checkpoint {checkpoint_id!r} is intact but holds a type this codec does not allow: "
+                f"{exc.message}; or run verify with --structure-only to check it without its types",
+                info.workflow_name,
+            )
+            return
         except CheckpointCorruptedError as exc:
             culprits = [d for d in self._descendants(checkpoint_id) if d in self._broken]
             if culprits:

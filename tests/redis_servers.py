@@ -248,7 +248,8 @@ async def fake_store() -> AsyncIterator[Callable[[], RedisCheckpointStorage]]:
     client = fakeredis.FakeAsyncRedis(
         server=fakeredis.FakeServer(), connection_pool_class=BlockingConnectionPool, max_connections=64
     )
-    root = RedisCheckpointStorage(client, prefix=fresh_prefix("fake"))
+    # fakeredis answers neither CONFIG GET nor INFO, and evicts nothing.
+    root = RedisCheckpointStorage(client, prefix=fresh_prefix("fake"), allow_evicting_policy=True)
     try:
         yield root.new_handle
     finally:

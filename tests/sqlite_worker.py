@@ -6,6 +6,10 @@ for a line on stdin, save COUNT checkpoints with ids PREFIX-0..COUNT-1 2 ms apar
 
 ``python sqlite_worker.py save-and-exit PATH WORKFLOW``: save one checkpoint, close, return;
 the process exits only if closing released the connection's thread.
+
+``python sqlite_worker.py fence-race PATH WORKFLOW COUNT PREFIX``: print ``ready``, wait for a
+line, then COUNT times read the latest and save a checkpoint continuing it, fenced on it; print
+``done WINS REFUSALS``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from storages import SQLiteCheckpointStorage, WorkflowCheckpoint
+from storages import SQLiteCheckpointStorage, StaleWriterError, WorkflowCheckpoint
 
 
 async def save_many(path: str, workflow: str, count: int, prefix: str) -> None:
@@ -45,12 +49,36 @@ async def save_and_exit(path: str, workflow: str) -> None:
     print("closed", flush=True)
 
 
+async def fence_race(path: str, workflow: str, count: int, prefix: str) -> None:
+    wins = refusals = 0
+    async with SQLiteCheckpointStorage(path) as storage:
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        for index in range(count):
+            latest = await storage.get_latest(workflow_name=workflow)
+            head = None if latest is None else latest.checkpoint_id
+            checkpoint = WorkflowCheckpoint(
+                workflow_name=workflow,
+                graph_signature_hash="sig",
+                checkpoint_id=f"{prefix}-{index}",
+                previous_checkpoint_id=head,
+            )
+            try:
+                await storage.save(checkpoint, expected_latest_id=head)
+                wins += 1
+            except StaleWriterError:
+                refusals += 1
+    print(f"done {wins} {refusals}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     mode, path, workflow, *rest = argv
     if mode == "save":
         asyncio.run(save_many(path, workflow, int(rest[0]), rest[1]))
     elif mode == "save-and-exit":
         asyncio.run(save_and_exit(path, workflow))
+    elif mode == "fence-race":
+        asyncio.run(fence_race(path, workflow, int(rest[0]), rest[1]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

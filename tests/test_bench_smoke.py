@@ -3,6 +3,8 @@ full run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.ancestry_bench import _operations, load_chain
@@ -23,6 +25,34 @@ async def test_every_ancestry_operation_walks_the_whole_chain() -> None:
     assert set(operations) == {"walk_ids", "walk", "load_chain"}
     for name, operation in operations.items():
         assert await operation() == 5, name
+
+
+@pytest.mark.memory
+async def test_the_fencing_bench_times_plain_and_fenced_saves_of_unbroken_chains() -> None:
+    from bench.fencing_bench import cases, table
+    from bench.measure import Budget, time_async
+
+    storage = InMemoryCheckpointStorage()
+    measured = await time_async(cases(storage, "smoke"), Budget(repeats=2, batch_seconds=0.002))
+    assert set(measured) == {"plain", "fenced"}
+    for name in ("plain", "fenced"):
+        ids = await storage.list_checkpoint_ids(workflow_name=f"smoke-{name}")
+        # Every fenced save expected its predecessor: a refusal would have raised above.
+        assert len(ids) >= 3
+        chain = await storage.list_checkpoints(workflow_name=f"smoke-{name}")
+        assert [c.previous_checkpoint_id for c in chain[1:]] == ids[:-1]
+    assert "| memory |" in table({"memory": measured})
+
+
+@pytest.mark.sqlite
+async def test_langgraph_bench_runs_each_pair_on_the_same_workload(tmp_path: Path) -> None:
+    from bench.langgraph_bench import PAIRS, measure_pair
+
+    for backend in PAIRS:
+        result = await measure_pair(backend, supersteps=3, runs=2, directory=tmp_path)
+        assert result.runs == 2
+        assert result.ours_ms > 0
+        assert result.theirs_ms > 0
 
 
 @pytest.mark.sqlite

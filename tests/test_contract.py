@@ -481,7 +481,9 @@ def test_memory_declares_exactly_what_it_implements() -> None:
         Capability.LIST_WORKFLOWS,
         Capability.RAW_ACCESS,
         Capability.INSPECT,
+        Capability.PENDING_WRITES,
         Capability.SHARED,
+        Capability.FENCING,
     }
 
 
@@ -494,6 +496,9 @@ GATED: list[tuple[str, Capability, Callable[[BaseCheckpointStorage], Awaitable[A
     ("list_workflows", Capability.LIST_WORKFLOWS, lambda s: s.list_workflows()),
     ("read_raw_body", Capability.RAW_ACCESS, lambda s: s.read_raw_body("a")),
     ("write_raw_body", Capability.RAW_ACCESS, lambda s: s.write_raw_body("a", b"")),
+    ("put_writes", Capability.PENDING_WRITES, lambda s: s.put_writes("a", [], workflow_name="wf")),
+    ("list_writes", Capability.PENDING_WRITES, lambda s: s.list_writes("a", workflow_name="wf")),
+    ("delete_writes", Capability.PENDING_WRITES, lambda s: s.delete_writes("a", workflow_name="wf")),
     (
         "list_checkpoints(include_nested=True)",
         Capability.NESTED,
@@ -513,6 +518,11 @@ GATED: list[tuple[str, Capability, Callable[[BaseCheckpointStorage], Awaitable[A
         "list_checkpoint_ids(graph_signature_hash=...)",
         Capability.SIGNATURE_FILTER,
         lambda s: s.list_checkpoint_ids(workflow_name="wf", graph_signature_hash="sig"),
+    ),
+    (
+        "save(expected_latest_id=...)",
+        Capability.FENCING,
+        lambda s: s.save(checkpoint("b"), expected_latest_id="a"),
     ),
 ]
 

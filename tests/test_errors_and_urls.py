@@ -24,12 +24,14 @@ from storages import (
     CheckpointStorageError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
+    EvictionPolicyError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
     InvalidCheckpointIdError,
     MissingDependencyError,
     NestedCheckpointDeletionError,
+    StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -45,10 +47,12 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     CheckpointNotFoundError("cp-1"),
     CheckpointCorruptedError("cp-1", "checksum mismatch"),
     CheckpointTamperedError("cp-1", "mac_mismatch", "its body is not what was signed"),
+    CheckpointTypeNotAllowedError("app.models:Ticket", "cp-1", "checkpoint.state['ticket']"),
     InvalidCheckpointError("bad checkpoint", field="state"),
     InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),
     UnserializableValueError("pkg:Thing", "checkpoint.state['a']", "not registered"),
     CheckpointTypeNotAllowedError("pkg:Thing", "cp-1"),
+    StaleWriterError("wf", "cp-3", "cp-1", "cp-2"),
     CheckpointConflictError("cp-1"),
     CheckpointConflictError(
         "cp-2", "embedded in checkpoint 'cp-1', but a record with this id is already stored"
@@ -59,6 +63,7 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     StorageUnavailableError("save", "connection refused"),
     StorageClosedError("memory://", "load"),
     StorageConfigurationError("bad url"),
+    EvictionPolicyError("redis://h:6379/0", "allkeys-lru", None, "any key", "allow_evicting_policy=True"),
     MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite"),
 ]
 
@@ -116,6 +121,35 @@ def test_errors_carry_what_they_are_about() -> None:
     assert len(str(invalid)) < 150  # long values are shortened in the message
     missing = MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite")
     assert "pip install 'checkpoint-storages[sqlite]'" in str(missing)
+
+
+def test_not_found_message_is_mafs_exactly() -> None:
+    # MAF's storages say exactly this; code and tests written against MAF match on it.
+    assert str(CheckpointNotFoundError("0b7c-42")) == "No checkpoint found with ID 0b7c-42"
+
+
+async def test_a_missing_checkpoint_reads_as_mafs_not_found() -> None:
+    async with InMemoryCheckpointStorage() as storage:
+        with pytest.raises(WorkflowCheckpointException, match=r"^No checkpoint found with ID nope$"):
+            await storage.load("nope")
+
+
+def test_a_refused_type_is_not_corruption_and_says_how_to_allow_it() -> None:
+    refused = CheckpointTypeNotAllowedError("app.models:Ticket", "cp-1", "checkpoint.state['ticket']")
+    assert not isinstance(refused, CheckpointCorruptedError)
+    assert str(refused).startswith("Checkpoint deserialization blocked for type 'app.models:Ticket'")
+    assert "'cp-1'" in str(refused)
+    assert "checkpoint.state['ticket']" in str(refused)
+    assert "allowed_checkpoint_types=['app.models:Ticket']" in str(refused)
+    assert "URL option allowed_checkpoint_types=app.models:Ticket" in str(refused)
+    assert (refused.type_key, refused.checkpoint_id, refused.path) == (
+        "app.models:Ticket",
+        "cp-1",
+        "checkpoint.state['ticket']",
+    )
+    bare = CheckpointTypeNotAllowedError("app.models:Ticket")
+    assert (bare.checkpoint_id, bare.path) == (None, None)
+    assert str(bare).startswith("Checkpoint deserialization blocked for type 'app.models:Ticket'. ")
 
 
 # ---------------------------------------------------------------------------- open_storage
@@ -194,6 +228,99 @@ def test_missing_aiosqlite_names_the_sqlite_extra(monkeypatch: pytest.MonkeyPatc
     assert caught.value.module == "aiosqlite"
     assert "checkpoint-storages[sqlite]" in str(caught.value)
     assert not (tmp_path / "t.db").exists()
+
+
+# Every scheme's URL options are checked when the storage is built, not at its first use.
+UNKNOWN_OPTION_URLS = {
+    "memory": ("memory://?bogus=1", "allowed_checkpoint_types, allowed_modules"),
+    "sqlite": ("sqlite:///{dir}/t.db?bogus=1", "busy_timeout_ms"),
+    "redis": ("redis://127.0.0.1:6379/0?prefix=p&bogus=1", "prefix, protocol, retry_on_timeout"),
+    "rediss": ("rediss://127.0.0.1:6379/0?bogus=1", "ssl_cert_reqs"),
+    "redis-cluster": ("redis://127.0.0.1:7000/0?cluster=true&bogus=1", "cluster"),
+    "s3": ("s3://a-bucket/p?bogus=1", "endpoint_url"),
+}
+
+
+@pytest.mark.parametrize("scheme", UNKNOWN_OPTION_URLS)
+def test_an_unknown_url_option_fails_at_open_listing_the_valid_ones(scheme: str, tmp_path: Path) -> None:
+    template, listed = UNKNOWN_OPTION_URLS[scheme]
+    with pytest.raises(StorageConfigurationError, match="unknown option 'bogus'; valid options: ") as caught:
+        open_storage(template.format(dir=tmp_path))
+    assert listed in str(caught.value)
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_an_unknown_url_option_in_a_url_with_a_password_does_not_show_it() -> None:
+    with pytest.raises(StorageConfigurationError, match="unknown option") as caught:
+        open_storage("redis://user:hunter2@127.0.0.1:6379/0?bogus=1")
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("memory://somehost/path?x=1", "names a host or path"),
+        ("memory:///path", "names a host or path"),
+        ("redis://127.0.0.1:6379/0?db=first", "Invalid value for 'db'"),
+        ("redis://127.0.0.1:6379/0?ssl_cert_reqs=none", "unknown option 'ssl_cert_reqs'"),  # TLS only
+        ("redis://127.0.0.1:6379/0?timeout=3", "unknown option 'timeout'"),  # wait_seconds here
+        ("redis://127.0.0.1:7000/0?cluster=true&wait_seconds=3", "unknown option 'wait_seconds'"),
+        ("s3://Not_A..Bucket/p", "Invalid S3 bucket name"),
+        ("s3://-bucket/p", "Invalid S3 bucket name"),
+        ("s3://ab/p", "Invalid S3 bucket name"),
+        ("s3://a-bucket/p?create_bucket=maybe", "create_bucket"),
+    ],
+)
+def test_bad_names_and_values_fail_at_open(url: str, message: str) -> None:
+    with pytest.raises(StorageConfigurationError, match=message):
+        open_storage(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://",
+        "sqlite:///{dir}/t.db?busy_timeout_ms=250",
+        "redis://127.0.0.1:6379/0?prefix=p&ttl=5&wait_seconds=2&socket_timeout=1&db=3",
+        "rediss://127.0.0.1:6379/0?ssl_cert_reqs=none&ssl_check_hostname=false",
+        "redis://127.0.0.1:7000/0?cluster=true&max_connections=8",
+        "s3://a-bucket/p?region=eu-west-1&create_bucket=false&max_workers=2",
+    ],
+)
+def test_valid_url_options_are_accepted(url: str, tmp_path: Path) -> None:
+    open_storage(url.format(dir=tmp_path))
+
+
+def test_sqlite_takes_its_busy_timeout_from_the_url_unless_a_keyword_says_otherwise(tmp_path: Path) -> None:
+    from storages.sqlite import SQLiteCheckpointStorage
+
+    url = f"sqlite:///{tmp_path}/t.db?busy_timeout_ms=250"
+    assert SQLiteCheckpointStorage.from_url(url).busy_timeout_ms == 250
+    assert SQLiteCheckpointStorage.from_url(url, busy_timeout_ms=9).busy_timeout_ms == 9
+    assert SQLiteCheckpointStorage.from_url(url).path == tmp_path / "t.db"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://?shared_option=x",
+        "sqlite:///{dir}/t.db?shared_option=x",
+        "redis://127.0.0.1:6379/0?shared_option=x",
+        "redis://127.0.0.1:7000/0?cluster=true&shared_option=x",
+        "s3://a-bucket/p?shared_option=x",
+    ],
+)
+def test_a_common_url_option_is_taken_by_every_scheme(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storages.urls
+
+    monkeypatch.setattr(storages.urls, "COMMON_URL_OPTIONS", ("shared_option",))
+    open_storage(url.format(dir=tmp_path))
+    if url.startswith("redis"):
+        from storages.redis import _driver_url
+
+        assert "shared_option" not in _driver_url(url)  # never handed to redis-py
 
 
 # ---------------------------------------------------------------------------- import cost

@@ -198,7 +198,7 @@ def test_inspect_reports_a_checkpoint_that_cannot_be_loaded(
     ("args", "message"),
     [
         (["inspect", "{url}", "nobody"], "no records of workflow 'nobody'"),
-        (["inspect", "{url}", "--checkpoint", "nothing"], "No checkpoint found with ID 'nothing'"),
+        (["inspect", "{url}", "--checkpoint", "nothing"], "No checkpoint found with ID nothing"),
         (["inspect", "{url}", "run", "--checkpoint", "r1"], "not both"),
         (["inspect", "sqlite:///{dir}/absent.db"], "no such file"),
         (["verify", "ftp://example.com"], "Unknown storage URL scheme 'ftp'"),

@@ -40,6 +40,11 @@ def test_redact_text_hides_urls_and_secret_pairs_inside_messages() -> None:
     assert "x=1" in redacted
 
 
+def test_names_that_merely_contain_a_secret_word_are_kept() -> None:
+    text = "get_latest(graph_signature_hash='abc') with sse_kms_key_id=alias/app"
+    assert redact_text(text) == text
+
+
 def test_redact_url_never_raises_on_garbage() -> None:
     assert redact_url("not a url password=hunter2") == "not a url password=***"
     assert redact_url("http://[::1") is not None

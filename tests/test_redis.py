@@ -43,13 +43,24 @@ cluster_mark = pytest.mark.redis_cluster
 FAULT_CLAUSES = {c.id for c in all_clauses() if c.injects}
 
 
-def _assert_conforms(target: StorageTarget) -> None:
-    """Every clause passes; only clauses needing a fault injector (none here) may be skipped."""
+NO_TTL = "expiry.checkpoints_expire_after_ttl"
+"""Skipped without a configured ttl (tests/kit/test_expiry_family.py runs it with one)."""
+UNCOUNTED_WALK = "scale.walk_is_one_round_trip"
+"""Skipped on a target that counts no round trips."""
+UNCOUNTED_LATEST = "scale.latest_is_constant_cost"
+"""Timed instead of counted on such a target, or skipped when filling 2,000 checkpoints is too slow."""
+
+
+def _assert_conforms(target: StorageTarget, *, also_skipped: set[str]) -> None:
+    """Every clause passes; only clauses needing a fault injector (none here) and ``also_skipped``
+    (clauses the target gives no way to check) may be skipped."""
     (backend,) = validate(target).backends
     assert not backend.error, backend.error
     assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
-    assert skipped == FAULT_CLAUSES, skipped ^ FAULT_CLAUSES
+    if UNCOUNTED_WALK in also_skipped:
+        skipped.discard(UNCOUNTED_LATEST)  # passed or skipped, depending on how fast saves are
+    assert skipped == FAULT_CLAUSES | also_skipped, skipped ^ (FAULT_CLAUSES | also_skipped)
     assert len(backend.results) == len(all_clauses())
 
 
@@ -100,13 +111,14 @@ def _with_child(workflow_name: str, child: WorkflowCheckpoint, **fields: Any) ->
 @redis_mark
 def test_kit_passes_on_the_real_server(real_prefix: str) -> None:
     url = redis_servers.with_query(redis_servers.redis_url(), prefix=real_prefix)
-    _assert_conforms(target_from_url(url))
+    _assert_conforms(target_from_url(url), also_skipped={NO_TTL, UNCOUNTED_WALK})
 
 
 @redis_mark
 def test_kit_passes_on_fakeredis_as_the_builtin_backend() -> None:
     [backend] = [b for b in BUILTIN_BACKENDS if b.name == "redis (fakeredis)"]
-    _assert_conforms(builtin_target(backend))
+    # In-process fakeredis: no other process can reach it.
+    _assert_conforms(builtin_target(backend), also_skipped={NO_TTL, "durability.across_processes"})
 
 
 @cluster_mark
@@ -114,7 +126,10 @@ def test_kit_passes_on_a_three_master_cluster() -> None:
     cluster = redis_servers.shared_cluster()
     prefix = redis_servers.fresh_prefix("kit")
     try:
-        _assert_conforms(target_from_url(redis_servers.with_query(cluster.url, prefix=prefix)))
+        _assert_conforms(
+            target_from_url(redis_servers.with_query(cluster.url, prefix=prefix)),
+            also_skipped={NO_TTL, UNCOUNTED_WALK},
+        )
     finally:
         asyncio.run(redis_servers.wipe(cluster.url, prefix))
 
@@ -269,8 +284,9 @@ def test_url_forms() -> None:
 
 @redis_mark
 async def test_url_settings_reach_the_client() -> None:
+    # No server listens there: skip the eviction policy check, which would connect.
     storage = RedisCheckpointStorage.from_url(
-        "rediss://user:secret@127.0.0.1:6380/5?prefix=p&ssl_cert_reqs=none"
+        "rediss://user:secret@127.0.0.1:6380/5?prefix=p&ssl_cert_reqs=none&allow_evicting_policy=true"
     )
     await storage._open()  # builds the client without connecting
     kwargs = storage._client.get_connection_kwargs()
@@ -545,19 +561,6 @@ async def test_expired_checkpoints_are_gone_not_corrupt() -> None:
     finally:
         await redis_servers.delete_prefix(client, prefix)
         await client.aclose()
-
-
-@redis_mark
-async def test_index_entries_of_expired_records_are_skipped(fake_storage: RedisCheckpointStorage) -> None:
-    first, second = _chain("wf", 2)
-    await fake_storage.save(first)
-    await fake_storage.save(second)
-    # Expire the newest record as Redis would: its keys go, the sorted sets keep the id.
-    await fake_storage._client.delete(fake_storage.keys.record("wf", second.checkpoint_id))
-    latest = await fake_storage.get_latest(workflow_name="wf")
-    assert getattr(latest, "checkpoint_id", None) == first.checkpoint_id
-    assert await fake_storage.list_checkpoint_ids(workflow_name="wf") == [first.checkpoint_id]
-    assert await fake_storage._client.zscore(fake_storage.keys.top("wf"), second.checkpoint_id) is None
 
 
 # ---------------------------------------------------------------------- cluster paths

@@ -25,6 +25,7 @@ from storages import open_storage
 from storages.contract import WorkflowCheckpoint
 from storages.errors import (
     CheckpointConflictError,
+    CheckpointCorruptedError,
     CheckpointNotFoundError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -70,7 +71,9 @@ def checkpoint(workflow_name: str = "wf", previous: Any = None, **fields: Any) -
 @pytest.mark.slow
 async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Store) -> None:
     root = store.storage()
-    target = StorageTarget(name="s3", factory=root.new_handle, faults=store.faults)
+    # Injected faults retry with backoff, and the 300-step walk is one GET per step: on a loaded
+    # machine that outlasts the default 30 s, so this target gets twice the time per clause.
+    target = StorageTarget(name="s3", factory=root.new_handle, faults=store.faults, timeout_factor=2.0)
     try:
         (backend,) = (await avalidate(target)).backends
     finally:
@@ -81,9 +84,18 @@ async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Stor
     assert {clause_id: outcomes[clause_id] for clause_id in HTTP_FAULT_CLAUSES} == dict.fromkeys(
         HTTP_FAULT_CLAUSES, Outcome.PASSED
     )
-    # Skipped: only the server-process faults (kill -9, cut connections), which need a server process.
+    # Skipped: the server-process faults (kill -9, cut connections), which need a server process, and
+    # what this target gives no way to check: no ttl, no other process, no round-trip counter
+    # (uncounted, latest is timed when saves are fast enough, else skipped too).
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
-    assert skipped == {"faults.server_restart_keeps_acknowledged", "faults.connection_cut_whole_or_nothing"}
+    skipped.discard("scale.latest_is_constant_cost")
+    assert skipped == {
+        "faults.server_restart_keeps_acknowledged",
+        "faults.connection_cut_whole_or_nothing",
+        "expiry.checkpoints_expire_after_ttl",
+        "durability.across_processes",
+        "scale.walk_is_one_round_trip",
+    }
     # Every kind of fault was really injected.
     assert {"500", "503", "409", "412", "crash"} <= set(store.faults.injected)
 
@@ -462,3 +474,24 @@ async def test_closing_a_handle_leaves_an_injected_client_usable(in_process: S3S
         await first.load(saved.checkpoint_id)
     async with first.new_handle() as second:
         assert (await second.load(saved.checkpoint_id)).checkpoint_id == saved.checkpoint_id
+
+
+async def test_a_lost_record_is_reported_never_replaced_by_an_older_checkpoint(in_process: S3Store) -> None:
+    """Its order key is listed but its record is gone (deleted behind the storage's back):
+    get_latest and the listings raise naming it, instead of answering as if it never existed."""
+    storage = in_process.storage()
+    older = checkpoint()
+    newest = checkpoint(previous=older)
+    await storage.save(older)
+    await storage.save(newest)
+    record_key = storage._record_key(newest.checkpoint_id)
+    in_process.client.delete_object(Bucket=BUCKET, Key=record_key)
+    for read in (
+        storage.get_latest(workflow_name="wf"),
+        storage.list_checkpoints(workflow_name="wf"),
+    ):
+        with pytest.raises(CheckpointCorruptedError, match="listed but its record is missing") as caught:
+            await read
+        assert caught.value.checkpoint_id == newest.checkpoint_id
+    assert await storage.load(older.checkpoint_id) == older
+    await storage.aclose()

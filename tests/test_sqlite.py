@@ -373,7 +373,12 @@ def test_from_url_absolute_path_and_describe_round_trip(tmp_path: Path) -> None:
         ("sqlite://", "no file path"),
         ("sqlite:///", "no file path"),
         ("sqlite:///:memory:", "memory://"),
-        ("sqlite:///k.db?mode=ro", "query string"),
+        (
+            "sqlite:///k.db?mode=ro",
+            "unknown option .mode.; valid options: allowed_checkpoint_types, allowed_modules, "
+            "busy_timeout_ms",
+        ),
+        ("sqlite:///k.db?busy_timeout_ms=soon", "busy_timeout_ms must be an int"),
         ("memory://", "Not a SQLite URL"),
     ],
 )

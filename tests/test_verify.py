@@ -3,9 +3,11 @@ nested records, a pruned workflow) gives nothing. Runs on every backend of the s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +16,15 @@ import pytest
 from storages import (
     BaseCheckpointStorage,
     Capability,
+    CheckpointTypeNotAllowedError,
     InMemoryCheckpointStorage,
     UnsupportedOperationError,
     WorkflowCheckpoint,
     open_storage,
 )
+from storages.cli import main
 from storages.codec import CheckpointCodec
+from storages.sqlite import SQLiteCheckpointStorage
 from storages.verify import FindingKind, VerifyReport, verify
 
 SEEDABLE_BACKENDS = [
@@ -313,3 +318,124 @@ async def test_a_listed_record_without_a_body_is_reported_and_a_vanished_one_is_
     assert found(report) == {(FindingKind.UNDECODABLE_BODY, ("gone",))}
     assert "no stored body" in report.findings[0].message
     assert report.records_checked == 1
+
+
+# ---------------------------------------------------------------------- types the codec refuses
+
+
+@dataclass
+class Ticket:
+    """An application type: the writing process allows it; a process running verify may not."""
+
+    number: int
+
+
+TICKET = f"{__name__}:Ticket"
+
+
+class RefusesTickets(CheckpointCodec):
+    """Stands in for a codec that refuses a stored type, as the codec's type rule does: decoding
+    a body that names ``Ticket`` raises CheckpointTypeNotAllowedError, everything else decodes."""
+
+    def decode_checkpoint(
+        self, body: bytes, *, checkpoint_id: str, nested: Any = None, construct_types: bool = True
+    ) -> Any:
+        holds_ticket = b"Ticket" in body or any(b"Ticket" in item for item in (nested or {}).values())
+        if construct_types and holds_ticket:
+            raise CheckpointTypeNotAllowedError(TICKET, checkpoint_id, "checkpoint.state['ticket']")
+        return super().decode_checkpoint(
+            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+        )
+
+
+async def save_app_history(path: Path) -> None:
+    """What an application allowing Ticket writes: a chain holding one, a nested record holding
+    one, and one defect of each kind structure-only must still find."""
+    async with SQLiteCheckpointStorage(path, codec=CheckpointCodec(allowed_types=[Ticket])) as writer:
+        await writer.save(cp("app", "t1", state={"ticket": Ticket(1)}))
+        await writer.save(cp("app", "t2", "t1", state={"sub": sub("t2-sub", state={"ticket": Ticket(2)})}))
+        await writer.save(cp("app", "t3", "never-saved"))
+        await writer.save(cp("app", "t4"))
+        await writer.write_raw_body("t4", b"\x00garbage\xff")
+        await writer.save(cp("app", "t5", "t4"))
+        await writer.write_raw_body("t5", writer.codec.encode_checkpoint(cp("app", "t5", "t1")))
+
+
+@pytest.mark.sqlite
+async def test_a_refused_type_is_its_own_finding_saying_the_data_is_intact_and_how_to_allow_it(
+    tmp_path: Path,
+) -> None:
+    await save_app_history(tmp_path / "app.db")
+    async with SQLiteCheckpointStorage(tmp_path / "app.db", codec=RefusesTickets()) as reader:
+        report = await verify(reader)
+
+    assert found(report) == {
+        (FindingKind.TYPE_NOT_ALLOWED, ("t1",)),
+        (FindingKind.TYPE_NOT_ALLOWED, ("t2-sub",)),
+        (FindingKind.TYPE_NOT_ALLOWED, ("t2",)),  # its nested record holds one: refused alike
+        (FindingKind.DANGLING_LINK, ("t3", "never-saved")),
+        (FindingKind.UNDECODABLE_BODY, ("t4",)),
+        (FindingKind.INDEX_MISMATCH, ("t5",)),
+    }
+    assert_messages_name_their_ids(report)
+    refused = report.of_kind(FindingKind.TYPE_NOT_ALLOWED)[0]
+    assert "is intact" in refused.message
+    assert f"Checkpoint deserialization blocked for type '{TICKET}'" in refused.message
+    assert f"allowed_checkpoint_types=['{TICKET}']" in refused.message
+    assert "--structure-only" in refused.message
+    assert report.counts()["type_not_allowed"] == 3
+
+
+@pytest.mark.sqlite
+async def test_a_type_the_reading_codec_does_not_allow_is_reported_as_refused_not_corrupt(
+    tmp_path: Path,
+) -> None:
+    await save_app_history(tmp_path / "app.db")
+    async with SQLiteCheckpointStorage(tmp_path / "app.db") as reader:
+        report = await verify(reader)
+    assert (FindingKind.TYPE_NOT_ALLOWED, ("t1",)) in found(report)
+    assert (FindingKind.UNDECODABLE_BODY, ("t1",)) not in found(report)
+
+
+@pytest.mark.sqlite
+async def test_structure_only_checks_links_and_bytes_without_the_applications_types(tmp_path: Path) -> None:
+    await save_app_history(tmp_path / "app.db")
+    async with SQLiteCheckpointStorage(tmp_path / "app.db", codec=RefusesTickets()) as reader:
+        report = await verify(reader, structure_only=True)
+
+    # No type is constructed, so none is refused; damaged bytes, links and bodies that disagree
+    # with the index are still found.
+    assert found(report) == {
+        (FindingKind.DANGLING_LINK, ("t3", "never-saved")),
+        (FindingKind.UNDECODABLE_BODY, ("t4",)),
+        (FindingKind.INDEX_MISMATCH, ("t5",)),
+    }
+    assert report.records_checked == 6
+
+
+@pytest.mark.sqlite
+async def test_structure_only_reads_an_app_store_with_a_codec_that_allows_none_of_its_types(
+    tmp_path: Path,
+) -> None:
+    await save_app_history(tmp_path / "app.db")
+    async with SQLiteCheckpointStorage(tmp_path / "app.db") as reader:  # Ticket not allowed here
+        report = await verify(reader, structure_only=True)
+
+    assert (FindingKind.INDEX_MISMATCH, ("t5",)) in found(report)
+    assert not report.of_kind(FindingKind.TYPE_NOT_ALLOWED)
+
+
+@pytest.mark.sqlite
+def test_the_cli_verifies_an_applications_store_structure_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "app.db"
+    asyncio.run(save_app_history(path))
+    status = main(["verify", f"sqlite:///{path}", "--structure-only", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert status == 1  # the seeded defects
+    assert {finding["kind"] for finding in data["findings"]} == {
+        "dangling_link",
+        "undecodable_body",
+        "index_mismatch",
+    }

@@ -507,3 +507,60 @@ async def walk_after_reopen(ctx: ClauseContext) -> None:
     await expect_walk(
         book, b.checkpoint_id, [b, a], AncestryEnd.CYCLE, b.checkpoint_id, when=when, storage=storage
     )
+
+
+@clause(
+    "ancestry.walks_across_workflow_names",
+    "A walk follows previous ids into checkpoints saved under other workflow names, hop after hop, to "
+    "the root, and reports a pruned ancestor in another workflow as PRUNED.",
+    requires=_ANCESTRY,
+)
+async def walks_across_workflow_names(ctx: ClauseContext) -> None:
+    book = Book(ctx, "names")
+    # Three top-level workflows chained into one another, as a run continued under a new name.
+    first, second = ctx.workflow_name("first"), ctx.workflow_name("second")
+    a0 = await book.save("a0", workflow=first)
+    a1 = await book.save("a1", workflow=first, previous=a0.checkpoint_id)
+    b0 = await book.save("b0", workflow=second, previous=a1.checkpoint_id)
+    c0 = await book.save("c0", previous=b0.checkpoint_id)
+    c1 = await book.save("c1", previous=c0.checkpoint_id)
+    root = a0.checkpoint_id
+    await expect_walk(book, c1.checkpoint_id, [c1, c0, b0, a1, a0], AncestryEnd.ROOT, root)
+    await expect_walk(book, b0.checkpoint_id, [b0, a1, a0], AncestryEnd.ROOT, root)
+    if ctx.has(Capability.PRUNE):
+        await answer(f"prune({first!r}, keep_last=1)", ctx.storage.prune(workflow_name=first, keep_last=1))
+        when = f"after prune(workflow_name={first!r}, keep_last=1)"
+        await expect_walk(book, c1.checkpoint_id, [c1, c0, b0, a1], AncestryEnd.PRUNED, root, when=when)
+
+
+@clause(
+    "ancestry.dangling_link_kept_as_given",
+    "A previous id that was never saved, anywhere in a chain, is stored exactly as given (never "
+    "repaired to another checkpoint) and every walk through it ends MISSING at that id.",
+    requires=_ANCESTRY,
+)
+async def dangling_link_kept_as_given(ctx: ClauseContext) -> None:
+    book = Book(ctx, "gap")
+    head = await book.chain(3, prefix="h")
+    ghost = book.id("ghost")
+    # The break is mid-chain, after checkpoints a storage could "repair" it to (the latest, h2).
+    tail = await book.chain(3, prefix="t", previous=ghost)
+    loaded = await answer(
+        f"load({book.name(tail[0].checkpoint_id)})", ctx.storage.load(tail[0].checkpoint_id)
+    )
+    ensure(
+        loaded.previous_checkpoint_id == ghost,
+        f"load(t0).previous_checkpoint_id is {book.name(loaded.previous_checkpoint_id)}, expected the "
+        f"dangling id ghost exactly as saved {book.legend}",
+    )
+    if ctx.has(Capability.INSPECT):
+        info = await answer("checkpoint_info(t0)", ctx.storage.checkpoint_info(tail[0].checkpoint_id))
+        recorded = getattr(info, "previous_checkpoint_id", None)
+        ensure(
+            recorded == ghost,
+            f"checkpoint_info(t0).previous_checkpoint_id is {book.name(recorded)}, expected ghost "
+            f"{book.legend}",
+        )
+    for index in reversed(range(len(tail))):
+        await expect_walk(book, tail[index].checkpoint_id, tail[index::-1], AncestryEnd.MISSING, ghost)
+    await expect_walk(book, head[-1].checkpoint_id, head[::-1], AncestryEnd.ROOT, head[0].checkpoint_id)

@@ -15,8 +15,8 @@ import math
 from collections.abc import Set
 from typing import Any
 
-from storages.contract import AncestryEnd, Capability
-from storages.errors import CheckpointNotFoundError, UnsupportedOperationError
+from storages.contract import AncestryEnd, Capability, PendingWrite
+from storages.errors import CheckpointNotFoundError, StaleWriterError, UnsupportedOperationError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
@@ -375,3 +375,63 @@ async def declared_members(ctx: ClauseContext) -> None:
         if not isinstance(item, Capability) and not (isinstance(item, str) and item in values)
     ]
     ensure(not strays, f"capabilities holds values that are not capabilities: {_show(strays)}")
+
+
+@clause(
+    "capabilities.fencing",
+    "Declared: save(expected_latest_id=...) stores on the right latest and refuses a wrong one; "
+    "undeclared: passing it is refused and stores nothing.",
+)
+async def fencing(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("fencing")
+    (first,) = await ctx.save_chain(workflow_name, 1)
+    second = ctx.checkpoint(workflow_name, previous_checkpoint_id=first.checkpoint_id, iteration_count=1)
+    if not ctx.has(Capability.FENCING):
+        await expect_refused(
+            ctx, Capability.FENCING, "save", second, keyword="expected_latest_id", expected_latest_id=None
+        )
+        await _ensure_unchanged(ctx, [first], "a refused save(expected_latest_id=None)")
+        return
+    try:
+        await ctx.storage.save(second, expected_latest_id=None)
+    except StaleWriterError:
+        pass
+    else:
+        fail(
+            f"save(expected_latest_id=None) stored {second.checkpoint_id!r} although the workflow has "
+            f"{first.checkpoint_id!r}; it must raise StaleWriterError"
+        )
+    await _ensure_unchanged(ctx, [first], "a refused fenced save")
+    returned = await ctx.storage.save(second, expected_latest_id=first.checkpoint_id)
+    ensure_equal(returned, second.checkpoint_id, "id returned by a fenced save on the right latest")
+    await _ensure_unchanged(ctx, [first, second], "a fenced save on the right latest")
+
+
+@clause(
+    "capabilities.pending_writes",
+    "Declared: put_writes/list_writes/delete_writes keep a checkpoint's writes; undeclared: refused.",
+)
+async def pending_writes(ctx: ClauseContext) -> None:
+    (checkpoint,) = await ctx.save_chain(ctx.workflow_name("pending"), 1)
+    owner, workflow_name = checkpoint.checkpoint_id, checkpoint.workflow_name
+    batch = [PendingWrite("task", 0, "channel", "value")]
+    if not ctx.has(Capability.PENDING_WRITES):
+        await expect_refused(
+            ctx, Capability.PENDING_WRITES, "put_writes", owner, batch, workflow_name=workflow_name
+        )
+        await expect_refused(
+            ctx, Capability.PENDING_WRITES, "list_writes", owner, workflow_name=workflow_name
+        )
+        await expect_refused(
+            ctx, Capability.PENDING_WRITES, "delete_writes", owner, workflow_name=workflow_name
+        )
+        await _ensure_unchanged(ctx, [checkpoint], "refused pending-writes calls")
+        return
+    await ctx.storage.put_writes(owner, batch, workflow_name=workflow_name)
+    listed = await ctx.storage.list_writes(owner, workflow_name=workflow_name)
+    ensure_equal(listed, batch, f"list_writes({owner!r}) after put_writes")
+    removed = await ctx.storage.delete_writes(owner, workflow_name=workflow_name)
+    ensure_equal(removed, 1, f"delete_writes({owner!r}) of one batch: count")
+    listed = await ctx.storage.list_writes(owner, workflow_name=workflow_name)
+    ensure_equal(listed, [], f"list_writes({owner!r}) after delete_writes")
+    await _ensure_unchanged(ctx, [checkpoint], "put_writes, list_writes and delete_writes")

@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from storages.contract import Capability
 from storages.errors import CheckpointConflictError, CheckpointStorageError
 
-from ..clause import clause, ensure, ensure_equal, fail
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 
@@ -325,3 +326,145 @@ async def errors_are_checkpoint_exceptions(ctx: ClauseContext) -> None:
         await ctx.storage.delete("")
     ensure(not wrong, f"errors that are not a {base_name}: " + "; ".join(wrong))
     ensure(raised, "none of load(missing), load(''), save(empty id), conflicting save raised")
+
+
+def _set_in_order(*members: Any) -> set[Any]:
+    """A set built by adding ``members`` in this order: 1 and 9 share a hash slot, so the set
+    iterates in insertion order and two equal sets built differently encode differently."""
+    built: set[Any] = set()
+    for member in members:
+        built.add(member)
+    return built
+
+
+def _reordered_state(flip: bool) -> dict[str, Any]:
+    """Equal states whose sets iterate, and whose dicts are built, in another order when ``flip``."""
+    order = (9, 1, 17) if flip else (1, 9, 17)
+    keys = ("b", "a", "c") if flip else ("a", "b", "c")
+    return {
+        "members": _set_in_order(*order),
+        "frozen": frozenset(_set_in_order(*order)),
+        "mapping": {key: {"n": ord(key)} for key in keys},
+        "deep": [{"tags": _set_in_order(*order)}],
+    }
+
+
+@clause(
+    "contract.resave_equal_content_encoded_differently_is_noop",
+    "Re-saving content equal after decoding but encoded differently (set iteration order, dict "
+    "insertion order) is a no-op returning the id, not a conflict.",
+)
+async def resave_equal_content_encoded_differently_is_noop(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name("equal")
+    child_id, child_workflow = f"{workflow}-embedded", ctx.workflow_name("equal-child")
+
+    def build(flip: bool, *, reorder_top: bool) -> Any:
+        # An embedded child too: with `nested` its body is a record of its own, compared on its own.
+        child = ctx.checkpoint(
+            child_workflow,
+            checkpoint_id=child_id,
+            timestamp=_at(0),
+            state=_reordered_state(flip and not reorder_top),
+        )
+        top_flip = flip and reorder_top
+        return ctx.checkpoint(
+            workflow,
+            checkpoint_id=f"{workflow}-{'top' if reorder_top else 'child'}",
+            timestamp=_at(0),
+            state={
+                **_reordered_state(top_flip),
+                "_executor_state": {"sub": {"sub_workflow_checkpoint": child}},
+            },
+            metadata={"y": 1, "x": 2} if top_flip else {"x": 2, "y": 1},
+        )
+
+    # First the container's sets and dicts reordered, then only the embedded child's.
+    cases = [("its sets and dicts", True), ("its embedded checkpoint's sets", False)]
+    saved: list[str] = []
+    for what, reorder_top in cases:
+        original, again = build(False, reorder_top=reorder_top), build(True, reorder_top=reorder_top)
+        ensure(again == original, "the kit built unequal checkpoints; this is a kit bug")
+        reordered = [
+            c.state if reorder_top else c.state["_executor_state"]["sub"]["sub_workflow_checkpoint"].state
+            for c in (original, again)
+        ]
+        ensure(
+            list(reordered[0]["members"]) != list(reordered[1]["members"]),
+            "the kit's two sets iterate in the same order; this is a kit bug",
+        )
+        if saved:
+            # One embedded id may be stored once only; the second case embeds it in a fresh container.
+            await ctx.storage.delete(saved[-1])
+        await ctx.storage.save(original)
+        saved.append(original.checkpoint_id)
+        try:
+            returned = await ctx.storage.save(again)
+        except Exception as exc:
+            fail(
+                f"re-saving {original.checkpoint_id!r} with equal content in which {what} iterate in another "
+                f"order raised {type(exc).__name__}: {exc}; equal after decoding is equal"
+            )
+        ensure_equal(
+            returned, original.checkpoint_id, "id returned by the re-save of reordered equal content"
+        )
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow)
+        ensure_equal(listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after the re-save")
+        ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "the re-saved checkpoint")
+
+
+def _maf_checkpoint_class() -> type[Any]:
+    if importlib.util.find_spec("agent_framework") is None:
+        not_applicable("agent_framework is not installed, so there is no MAF checkpoint class to check")
+    from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
+
+    return MafWorkflowCheckpoint
+
+
+@clause(
+    "contract.maf_checkpoint_class_round_trips",
+    "agent_framework.WorkflowCheckpoint, saved on its own or embedded, comes back as MAF's class, equal, "
+    "from load, get_latest, list_checkpoints and walks.",
+)
+async def maf_checkpoint_class_round_trips(ctx: ClauseContext) -> None:
+    # MAF's runner saves its own class whatever class the rest of the kit builds with.
+    maf_class = _maf_checkpoint_class()
+    workflow = ctx.workflow_name("maf-class")
+    child = maf_class(workflow_name=ctx.workflow_name("maf-child"), graph_signature_hash="sig-child")
+    first = maf_class(workflow_name=workflow, graph_signature_hash="sig-maf", state={"n": 1})
+    second = maf_class(
+        workflow_name=workflow,
+        graph_signature_hash="sig-maf",
+        previous_checkpoint_id=first.checkpoint_id,
+        state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+        iteration_count=1,
+    )
+    for checkpoint in (first, second):
+        await ctx.storage.save(checkpoint)
+    reads: list[tuple[str, Any, Any]] = [
+        (f"load({first.checkpoint_id!r})", await ctx.storage.load(first.checkpoint_id), first),
+        (f"load({second.checkpoint_id!r})", await ctx.storage.load(second.checkpoint_id), second),
+        ("get_latest()", await ctx.storage.get_latest(workflow_name=workflow), second),
+    ]
+    listed = await ctx.storage.list_checkpoints(workflow_name=workflow)
+    ensure_equal(len(listed), 2, f"number of checkpoints list_checkpoints({workflow!r}) returned")
+    reads += [("list_checkpoints()[0]", listed[0], first), ("list_checkpoints()[1]", listed[1], second)]
+    if Capability.ANCESTRY in ctx.capabilities:
+        walk = await ctx.storage.walk_ancestry(second.checkpoint_id)
+        ensure_equal(len(walk.items), 2, f"number of items walk_ancestry({second.checkpoint_id!r}) returned")
+        reads += [
+            (f"walk_ancestry() item {i}", item, c)
+            for i, (item, c) in enumerate(zip(walk.items, (second, first), strict=True))
+        ]
+    for where, got, expected in reads:
+        ensure(
+            type(got) is maf_class,
+            f"{where} returned {type(got).__module__}.{type(got).__qualname__}, not MAF's WorkflowCheckpoint "
+            "that was saved",
+        )
+        ensure_equal(got, expected, f"{where} of a MAF checkpoint")
+    embedded = reads[1][1].state["_executor_state"]["sub"]["sub_workflow_checkpoint"]
+    ensure(
+        type(embedded) is maf_class,
+        f"the checkpoint embedded in a MAF checkpoint came back as {type(embedded).__qualname__}, "
+        "not MAF's class",
+    )

@@ -7,14 +7,21 @@ and the per-workflow sequence, which must continue rather than restart.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from storages.contract import Capability
 from storages.errors import CheckpointConflictError
+from storages.redaction import redact_text
 
-from ..clause import clause, ensure, ensure_equal, fail
+from .. import _process_child
+from .._process_child import MESSAGE_PREFIX, SHARED_FIELDS
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._loads import expect_loads_equal
 from ._maf import is_not_found
@@ -185,3 +192,173 @@ async def immutable_after_reopen(ctx: ClauseContext) -> None:
             "returned instead of raising CheckpointConflictError"
         )
     await expect_loads_equal(storage, checkpoint, "after a refused overwrite")
+
+
+_CHILD_TIMEOUT = 60.0
+"""Seconds a child process gets to start, import the storage and do its part."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildRun:
+    saved: list[str]
+    """Ids the child acknowledged, in save order."""
+    deleted: dict[str, bool]
+    """Ids the child deleted -> whether delete() said they existed."""
+    read: dict[str, Any] | None
+    """What it read: ``loaded`` (id -> fields or an error text), ``ids`` and ``latest``."""
+
+
+def _process_opener(ctx: ClauseContext) -> str:
+    opener = ctx.target.process_opener
+    if callable(opener):
+        opener = opener()
+    if opener is None:
+        not_applicable(
+            "the target gives no process_opener (a storage URL or 'module:function'), so the kit "
+            "cannot open the store in another process"
+        )
+    return opener
+
+
+def _class_spec(cls: type[Any]) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _shared_fields(checkpoint: Any) -> dict[str, Any]:
+    return {name: getattr(checkpoint, name) for name in SHARED_FIELDS}
+
+
+async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _ChildRun:
+    """Run the child process on ``request`` and parse what it printed."""
+    request = {
+        "opener": _process_opener(ctx),
+        "checkpoint_class": _class_spec(ctx.target.checkpoint_class),
+        **request,
+    }
+    # The child imports what this process can: its sys.path, with '' (the working directory) spelled out.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    # Run as a script, not ``-m``: importing the conformance package would add to every start.
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        _process_child.__file__,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, err = await asyncio.wait_for(child.communicate(json.dumps(request).encode()), _CHILD_TIMEOUT)
+    except asyncio.TimeoutError:
+        fail(f"the child process that {what} did not finish within {_CHILD_TIMEOUT:g} s")
+    finally:
+        if child.returncode is None:  # timed out, or the clause was cancelled: leave no process behind
+            child.kill()
+            await child.wait()
+    if child.returncode != 0:
+        last_line = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
+        fail(f"the child process that {what} exited with status {child.returncode}: {redact_text(last_line)}")
+    saved: list[str] = []
+    deleted: dict[str, bool] = {}
+    read: dict[str, Any] | None = None
+    for line in out.decode(errors="replace").splitlines():
+        if not line.startswith(MESSAGE_PREFIX):
+            continue  # the storage's own output
+        message = json.loads(line[len(MESSAGE_PREFIX) :])
+        if "saved" in message:
+            saved.append(message["saved"])
+        elif "deleted" in message:
+            deleted[message["deleted"]] = message["existed"]
+        else:
+            read = message
+    return _ChildRun(saved, deleted, read)
+
+
+def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: int) -> list[dict[str, Any]]:
+    chain = []
+    for index in range(start, start + 3):
+        checkpoint = ctx.checkpoint(
+            workflow_name,
+            previous_checkpoint_id=previous,
+            iteration_count=index,
+            state={"step": index, "note": "written by another process"},
+            metadata={"superstep": index},
+        )
+        chain.append(_shared_fields(checkpoint))
+        previous = checkpoint.checkpoint_id
+    return chain
+
+
+@clause(
+    "durability.across_processes",
+    "Another process reads what an open handle saved; its deletes and saves show here, its saves in "
+    "commit order, and killed after they were acknowledged, without aclose(), it loses none of them.",
+    requires=_DURABLE,
+    timeout=2 * _CHILD_TIMEOUT,
+)
+async def across_processes(ctx: ClauseContext) -> None:
+    # One child process does both halves: starting an interpreter is most of the cost.
+    here = ctx.workflow_name("saved-here")
+    chain = await ctx.save_chain(here, 3, state={"step": "saved here"}, metadata={"k": [1, 2]})
+    ids = [c.checkpoint_id for c in chain]
+    # The child continues the same workflow, so its saves must also sort after this process's.
+    written = _chain_fields(ctx, here, previous=ids[-1], start=len(ids))
+    doomed = ids[0]
+    request = {
+        "read": {"ids": ids, "workflow_name": here},
+        "delete": [doomed],
+        "save": written,
+        "crash": True,
+    }
+    run = await _in_child(ctx, request, "read this process's saves, saved three more, deleted one and died")
+    _check_read_elsewhere(run, chain, here)
+    ensure_equal(run.deleted, {doomed: True}, "what delete() answered in the other process")
+    await _expect_missing(ctx.storage, doomed, "after another process deleted it")
+    ids = ids[1:]
+    acknowledged = [fields["checkpoint_id"] for fields in written]
+    ensure_equal(run.saved, acknowledged, "saves the writer process acknowledged before it died")
+    for fields in written:
+        try:
+            loaded = await ctx.storage.load(fields["checkpoint_id"])
+        except Exception as exc:
+            fail(
+                f"load({fields['checkpoint_id']!r}), acknowledged by a writer process that then died "
+                f"without aclose(), raised {type(exc).__name__}: {exc} (are writes buffered until aclose?)"
+            )
+        ensure_equal(
+            _shared_fields(loaded),
+            fields,
+            f"checkpoint {fields['checkpoint_id']!r} written by the dead process",
+        )
+    listed = await ctx.storage.list_checkpoint_ids(workflow_name=here)
+    ensure_equal(
+        list(listed),
+        ids + acknowledged,
+        f"list_checkpoint_ids({here!r}): this process's saves, then the dead writer's (did its sequence "
+        "restart?)",
+    )
+    latest = await ctx.storage.get_latest(workflow_name=here)
+    ensure_equal(
+        getattr(latest, "checkpoint_id", None),
+        acknowledged[-1],
+        "get_latest() after the other process's saves",
+    )
+
+
+def _check_read_elsewhere(run: _ChildRun, chain: list[Any], workflow_name: str) -> None:
+    ensure(run.read is not None, "the child process printed nothing of what it read")
+    assert run.read is not None
+    ids = [c.checkpoint_id for c in chain]
+    for checkpoint in chain:
+        found = run.read["loaded"].get(checkpoint.checkpoint_id)
+        if not isinstance(found, dict):
+            fail(
+                f"another process could not load {checkpoint.checkpoint_id!r}, saved (and acknowledged) "
+                f"here through a handle still open: {found} (kept in this process only, or not yet written?)"
+            )
+        ensure_equal(
+            found,
+            _shared_fields(checkpoint),
+            f"checkpoint {checkpoint.checkpoint_id!r} read by another process",
+        )
+    ensure_equal(run.read["ids"], ids, f"list_checkpoint_ids({workflow_name!r}) in another process")
+    ensure_equal(run.read["latest"], ids[-1], "get_latest() in another process")

@@ -442,3 +442,104 @@ async def refused_save_stores_nothing(ctx: ClauseContext) -> None:
         if stray != anchor.checkpoint_id:
             await _discard(ctx, stray)
     problems.check("refused saves left traces")
+
+
+_LONG_ID_LENGTHS = (255, 254, 250, 200, 129, 128, 127, 64)
+"""Lengths just under the limit and at common truncation points (key columns, hash-tag caps)."""
+
+
+def _long_ids(tag: str) -> list[str]:
+    """Distinct long ids that share long prefixes: at the limit differing only in the last
+    character (ASCII and 4-byte UTF-8), and shorter ones each a prefix of the next longer."""
+    at_limit = [tag + "x" * (MAX_ID_LENGTH - 1 - len(tag)) + last for last in ("a", "b", "🙂", "😀")]
+    wide = [tag + "🙂" * (MAX_ID_LENGTH - 1 - len(tag)) + last for last in ("a", "🙃")]
+    shorter = [tag + "y" * (length - len(tag)) for length in _LONG_ID_LENGTHS]
+    return at_limit + wide + shorter
+
+
+@clause(
+    "identifiers.long_ids_distinct_and_whole",
+    "Ids up to 256 characters that share all but their last character, or are prefixes of one another, "
+    "stay distinct and whole through save, load, listing and delete.",
+)
+async def long_ids_distinct_and_whole(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("long-ids")
+    ids = _long_ids(f"{workflow_name}-")
+    checkpoints = [ctx.checkpoint(workflow_name, checkpoint_id=i, state={"id": i}) for i in ids]
+    for checkpoint in checkpoints:
+        try:
+            await ctx.storage.save(checkpoint)
+        except Exception as exc:
+            fail(
+                f"save() of the long id {_tail(checkpoint.checkpoint_id)} raised {type(exc).__name__}: {exc}"
+            )
+
+    async def expect_whole(remaining: list[Any], when: str) -> None:
+        for checkpoint in remaining:
+            wanted = checkpoint.checkpoint_id
+            try:
+                loaded = await ctx.storage.load(wanted)
+            except Exception as exc:
+                fail(
+                    f"load() of the {len(wanted)}-character id {_tail(wanted)} {when} raised "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            got = (loaded.checkpoint_id, loaded.state.get("id"))
+            ensure(
+                got == (wanted, wanted),
+                f"load() of the {len(wanted)}-character id {_tail(wanted)} {when} returned the checkpoint "
+                f"{_tail(got[0])} holding {_tail(str(got[1]))}: long ids collide or are truncated",
+            )
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+        expected = [c.checkpoint_id for c in remaining]
+        if list(listed) != expected:
+            unexpected = [_tail(i) for i in listed if i not in expected]
+            absent = [_tail(i) for i in expected if i not in listed]
+            fail(
+                f"list_checkpoint_ids() {when} does not list the long ids exactly, in save order: "
+                f"absent {absent}, unexpected {unexpected}"
+            )
+
+    await expect_whole(checkpoints, "after saving them all")
+    # A delete by a truncated key takes every id sharing the prefix with it.
+    doomed = [checkpoints[1], checkpoints[6]]  # one at the limit, and the 255-character one
+    for checkpoint in doomed:
+        ensure_equal(
+            await ctx.storage.delete(checkpoint.checkpoint_id),
+            True,
+            f"delete({_tail(checkpoint.checkpoint_id)})",
+        )
+    await expect_whole([c for c in checkpoints if c not in doomed], "after deleting two of them")
+
+
+def _tail(value: str) -> str:
+    """A long id, shown by its length and last characters (where the ids differ)."""
+    return repr(value) if len(value) <= 24 else f"'...{value[-12:]}' (length {len(value)})"
+
+
+@clause(
+    "identifiers.long_workflow_names_distinct",
+    "Workflow names of 256 characters that differ only in their last character each list, and return as "
+    "latest, their own checkpoints only.",
+)
+async def long_workflow_names_distinct(ctx: ClauseContext) -> None:
+    at_limit = _long_ids(f"{ctx.workflow_name('long-names')}-")[:6]
+    names = at_limit[:2] + at_limit[4:]  # ASCII and 4-byte UTF-8, differing in the last character
+    saved: dict[str, list[str]] = {}
+    for name in names:
+        chain = await ctx.save_chain(name, 1)
+        saved[name] = [c.checkpoint_id for c in chain]
+    for name, ids in saved.items():
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=name)
+        ensure(
+            list(listed) == ids,
+            f"list_checkpoint_ids() of the 256-character workflow name {_tail(name)} returned "
+            f"{len(listed)} ids, not its own {len(ids)}: long names collide or are truncated",
+        )
+        latest = await ctx.storage.get_latest(workflow_name=name)
+        ensure(
+            getattr(latest, "checkpoint_id", None) == ids[-1]
+            and getattr(latest, "workflow_name", None) == name,
+            f"get_latest() of the 256-character workflow name {_tail(name)} returned another workflow's "
+            "checkpoint: long names collide or are truncated",
+        )

@@ -420,3 +420,67 @@ async def tombstones_survive_reopen(ctx: ClauseContext) -> None:
     await expect_walk(book, chain[3].checkpoint_id, [chain[3], chain[2]], AncestryEnd.PRUNED, cut, when=when)
     if ctx.has(Capability.INSPECT):
         await _expect_tombstones(book, book.workflow, ids_of(chain[:2]), when)
+
+
+async def _shared_name_story(ctx: ClauseContext, label: str) -> tuple[Book, str, Any, Any, list[Any]]:
+    """MAF's shared-storage layout: the child workflow's own checkpoints, and a child checkpoint
+    embedded in the parent, all under the child's workflow name. Returns the book, that name, the
+    parent, the embedded child and the child's own checkpoints."""
+    book = Book(ctx, label)
+    child_name = ctx.workflow_name(f"{label}-child")
+    own = [await book.save("own0", workflow=child_name)]
+    own.append(await book.save("own1", workflow=child_name, previous=own[0].checkpoint_id))
+    embedded = book.make("embedded", workflow=child_name)
+    parent = await book.save("parent", state=sub_workflow_state(embedded))
+    return book, child_name, parent, embedded, own
+
+
+async def _expect_embedded_kept(book: Book, parent: Any, embedded: Any, when: str) -> None:
+    await expect_loads_equal(book, parent, when)
+    await expect_loads_equal(book, embedded, when)
+    await expect_latest(book, book.workflow, parent, when)
+
+
+@clause(
+    "retention.prune_keeps_records_embedded_elsewhere",
+    "prune() of a workflow name that other workflows' embedded checkpoints also use counts and deletes "
+    "only that workflow's own checkpoints; the containers and their embedded records still load.",
+    requires=[Capability.PRUNE, Capability.NESTED],
+)
+async def prune_keeps_records_embedded_elsewhere(ctx: ClauseContext) -> None:
+    book, child_name, parent, embedded, own = await _shared_name_story(ctx, "shared-prune")
+    # The embedded record is the newest of the name by sequence; keep_last counts only own ones.
+    for keep_last, kept, doomed in ((1, own[1:], own[:1]), (0, [], own[1:])):
+        when = f"after prune(workflow_name={child_name!r}, keep_last={keep_last})"
+        pruned = await answer(
+            f"prune({child_name!r}, keep_last={keep_last})",
+            ctx.storage.prune(workflow_name=child_name, keep_last=keep_last),
+        )
+        await _expect_embedded_kept(book, parent, embedded, when)
+        for checkpoint in kept:
+            await expect_loads_equal(book, checkpoint, f"{when}: it is the newest of the workflow's own")
+        for checkpoint in doomed:
+            await expect_gone(book, checkpoint.checkpoint_id, when)
+        ensure_equal(pruned, len(doomed), f"count returned by prune(keep_last={keep_last})")
+
+
+@clause(
+    "retention.delete_workflow_keeps_records_embedded_elsewhere",
+    "delete_workflow() of a workflow name that other workflows' embedded checkpoints also use deletes "
+    "only that workflow's own checkpoints; the containers and their embedded records still load.",
+    requires=[Capability.PRUNE, Capability.NESTED],
+)
+async def delete_workflow_keeps_records_embedded_elsewhere(ctx: ClauseContext) -> None:
+    book, child_name, parent, embedded, own = await _shared_name_story(ctx, "shared-delete")
+    when = f"after delete_workflow(workflow_name={child_name!r})"
+    deleted = await answer(
+        f"delete_workflow({child_name!r})", ctx.storage.delete_workflow(workflow_name=child_name)
+    )
+    await _expect_embedded_kept(book, parent, embedded, when)
+    for checkpoint in own:
+        await expect_gone(book, checkpoint.checkpoint_id, when)
+    ensure_equal(
+        deleted, len(own), f"count returned by delete_workflow() of {len(own)} top-level checkpoints"
+    )
+    # The name is free again, and the embedded record is still not one of its checkpoints.
+    await expect_listed(book, child_name, [], when)

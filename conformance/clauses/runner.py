@@ -18,14 +18,16 @@ storage that declares ``nested`` and still leaves the link dangling fails.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from storages.contract import AncestryEnd, Capability
+from storages.contract import AncestryEnd, Capability, CheckpointID
+from storages.fencing import FencedStorage
 
-from ..clause import clause, ensure, fail
+from ..clause import ClauseFailure, RunnerFinding, clause, ensure, ensure_runner, fail
 from ..context import ClauseContext
 from ..scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
 from ._maf import is_not_found
@@ -323,7 +325,7 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
                 "restarted instead of continuing from the restored state",
             )
             if store is not ctx.storage:
-                ensure(
+                ensure_runner(
                     previous in fresh.child_saved + resumed.child_saved,
                     f"runner finding, not a storage defect: {role} checkpoint {checkpoint_id!r}, {after} "
                     f"into the child's own storage, points at previous id {previous!r}, which {runner} never "
@@ -340,6 +342,16 @@ async def chain_whole_after_parent_restore(ctx: ClauseContext) -> None:
         f"the parent's first checkpoint {resumed.parent_saved[0]!r} {after} points at "
         f"{first_parent.previous_checkpoint_id!r}, not at the restored checkpoint",
     )
+    if child_store is None:
+        # Resolving is not enough: a storage that "repairs" the link (to the child's latest, say)
+        # grafts the fork onto the abandoned branch, and that chain resolves too.
+        first_child = await ctx.storage.load(resumed.child_saved[0])
+        ensure(
+            first_child.previous_checkpoint_id in embedded,
+            f"the child's first checkpoint {resumed.child_saved[0]!r} {after} points at "
+            f"{first_child.previous_checkpoint_id!r}, not at the child checkpoint embedded in the restored "
+            f"parent ({', '.join(map(repr, embedded)) or 'none found'})",
+        )
     for role, newest in (("child", resumed.child_saved[-1]), ("parent", resumed.parent_saved[-1])):
         store = child_store if role == "child" and child_store is not None else ctx.storage
         path = await _walk_by_load(ctx, newest, role, embedded, store)
@@ -398,4 +410,119 @@ async def resume_from_latest_continues(ctx: ClauseContext) -> None:
         list(resumed.child_progress) == expected_progress,
         f"resuming from the latest parent checkpoint {latest_id!r} (iteration {_RESTORE_AT + 1}) gave child "
         f"progress {list(resumed.child_progress)}, expected {expected_progress} as in the uninterrupted run",
+    )
+
+
+class _HeldSave:
+    """MAF's six methods over a storage, holding one parent save until released: the save of a
+    run dropped mid-superstep, whose late finalizer runs after a successor has taken over
+    (microsoft/agent-framework#9473)."""
+
+    def __init__(self, inner: Any, workflow: str, iteration: int) -> None:
+        self._inner = inner
+        self._workflow = workflow
+        self._iteration = iteration
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything but the six methods (capabilities, extensions a runner's adapter needs, such
+        # as LangGraph's pending writes) is the wrapped storage's own.
+        return getattr(self._inner, name)
+
+    async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
+        if checkpoint.workflow_name == self._workflow and checkpoint.iteration_count == self._iteration:
+            self.holding.set()
+            await self.release.wait()
+        saved: CheckpointID = await self._inner.save(checkpoint, **options)
+        return saved
+
+    async def load(self, checkpoint_id: CheckpointID) -> Any:
+        return await self._inner.load(checkpoint_id)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
+        checkpoints: list[Any] = await self._inner.list_checkpoints(workflow_name=workflow_name)
+        return checkpoints
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[CheckpointID]:
+        ids: list[CheckpointID] = await self._inner.list_checkpoint_ids(workflow_name=workflow_name)
+        return ids
+
+    async def delete(self, checkpoint_id: CheckpointID) -> bool:
+        return bool(await self._inner.delete(checkpoint_id))
+
+    async def get_latest(self, *, workflow_name: str) -> Any | None:
+        return await self._inner.get_latest(workflow_name=workflow_name)
+
+
+@clause(
+    "runner.stale_run_cannot_clobber_successor",
+    "A dropped run's late save, landing after a successor restored an earlier checkpoint and continued, "
+    "leaves get_latest() on the successor's branch (with fencing, through FencedStorage); without "
+    "fencing a clobber is reported as a finding and the clause skipped.",
+)
+async def stale_run_cannot_clobber_successor(ctx: ClauseContext) -> None:
+    fenced = ctx.has(Capability.FENCING)
+    # A handle per run, each on a connection of its own where handles share a store (A may be a
+    # zombie on another host).
+    run_a_storage: Any = ctx.storage
+    run_b_storage: Any = await ctx.other_handle() if ctx.has(Capability.SHARED) else ctx.storage
+    if fenced:
+        run_a_storage, run_b_storage = FencedStorage(run_a_storage), FencedStorage(run_b_storage)
+    story = _Story(ctx, ChildStorageMode.NONE)
+    runner = f"runner {story.profile.name!r}"
+
+    def scenario(on: Any, supersteps: int, resume_from: str | None = None) -> Scenario:
+        return Scenario(on, story.parent_workflow, story.child_workflow, supersteps, resume_from=resume_from)
+
+    held = _HeldSave(run_a_storage, story.parent_workflow, _SUPERSTEPS)
+    stale_run = asyncio.create_task(story.profile.run(scenario(held, _SUPERSTEPS)))
+    holding = asyncio.create_task(held.holding.wait())
+    await asyncio.wait({stale_run, holding}, return_when=asyncio.FIRST_COMPLETED)
+    if not holding.done():
+        stale_run.result()  # raises what the run raised
+        fail(f"{runner} finished run A without saving a parent checkpoint at iteration {_SUPERSTEPS}")
+    try:
+        ids = await ctx.storage.list_checkpoint_ids(workflow_name=story.parent_workflow)
+        mid = await story.mid_run_checkpoint(RunObservation(tuple(ids), (), ()))
+        successor = await story.profile.run(scenario(run_b_storage, 1, resume_from=mid))
+        ensure(successor.parent_saved, f"{runner}: run B saved no parent checkpoint after restoring {mid!r}")
+    except ClauseFailure:
+        held.release.set()
+        await stale_run  # a run A that failed says why
+        raise
+    finally:
+        held.release.set()
+    expected = successor.parent_saved[-1]
+    try:
+        await stale_run
+    except Exception as exc:  # the reference driver lets a refused save raise; MAF logs it
+        refusal: BaseException | None = exc
+    else:
+        refusal = None
+    latest = await ctx.storage.get_latest(workflow_name=story.parent_workflow)
+    got = None if latest is None else latest.checkpoint_id
+    race = (
+        f"run A was dropped before its iteration-{_SUPERSTEPS} save; run B restored {mid!r} (iteration "
+        f"{_RESTORE_AT}) and saved {expected!r}; then A's late save ran"
+    )
+    if got == expected:
+        if fenced:
+            after = await ctx.storage.list_checkpoint_ids(workflow_name=story.parent_workflow)
+            extra = [i for i in after if i not in ids and i not in successor.parent_saved]
+            ensure(
+                not extra, f"{race}: latest stayed on B's branch, but the refused late save stored {extra}"
+            )
+        return
+    if fenced:
+        fail(
+            f"{race}: get_latest() is {got!r}, not B's {expected!r}, although the storage declares 'fencing' "
+            f"and each run saved through a FencedStorage of its own (A's late save ended with {refusal!r})"
+        )
+    # Not a defect of what the storage declares, so not a failure (a storage declaring only MAF's
+    # six methods passes every clause it can run): a runner finding, with its own status.
+    raise RunnerFinding(
+        f"the storage does not declare 'fencing': {race}, and get_latest() moved to {got!r}, "
+        "A's abandoned branch: the next resume continues the dead run. A storage with 'fencing' used "
+        "through FencedStorage refuses that save"
     )

@@ -40,6 +40,8 @@ WALK_ANCESTRY_ORDER_CLAUSES = {
     "ancestry.forks_stay_walkable",
     "ancestry.walks_through_nested",
     "ancestry.walk_from_other_handle",
+    "ancestry.walks_across_workflow_names",
+    "ancestry.dangling_link_kept_as_given",
 }
 """Every clause that walks more than one checkpoint with walk_ancestry."""
 
@@ -217,7 +219,11 @@ def test_sqlite_storage_passes_every_ancestry_clause(tmp_path: Path) -> None:
 
 def test_missing_link_reported_as_root_fails_the_dangling_link_clauses() -> None:
     backend = run_family(MissingLinkIsRoot)
-    assert failed(backend) == {"ancestry.dangling_link_is_missing", "ancestry.walk_from_other_handle"}
+    assert failed(backend) == {
+        "ancestry.dangling_link_is_missing",
+        "ancestry.walk_from_other_handle",
+        "ancestry.dangling_link_kept_as_given",
+    }
     message = backend.result("ancestry.dangling_link_is_missing").message
     assert (
         "walk_ancestry_ids(c2) returned [c2, c1, c0] ending root at c0, "

@@ -231,3 +231,28 @@ def test_capabilities_that_are_not_a_set_of_capabilities_are_caught() -> None:
     stray = run_family(StrayCapability, capabilities=MEMORY_CAPABILITIES)
     assert failed(stray) == {"capabilities.declared_members"}
     assert "teleport" in stray.result("capabilities.declared_members").message
+
+
+class IgnoresUndeclaredFence(InMemoryCheckpointStorage):
+    """Does not declare fencing, yet accepts expected_latest_id= and saves without checking it."""
+
+    capabilities = MEMORY_CAPABILITIES - {Capability.FENCING}
+
+    async def save(self, checkpoint: Any, *, expected_latest_id: Any = None) -> str:
+        return await super().save(checkpoint)
+
+
+class HollowFence(InMemoryCheckpointStorage):
+    """Declares fencing but ignores the expected latest."""
+
+    async def save(self, checkpoint: Any, *, expected_latest_id: Any = None) -> str:
+        return await super().save(checkpoint)
+
+
+def test_an_ignored_or_hollow_fence_is_caught() -> None:
+    ignored = run_family(IgnoresUndeclaredFence)
+    assert failed(ignored) == {"capabilities.fencing"}
+    assert "must raise UnsupportedOperationError" in ignored.result("capabilities.fencing").message
+    hollow = run_family(HollowFence)
+    assert failed(hollow) == {"capabilities.fencing"}
+    assert "it must raise StaleWriterError" in hollow.result("capabilities.fencing").message

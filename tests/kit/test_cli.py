@@ -197,3 +197,233 @@ def test_console_script_is_installed_and_works(tmp_path: Path) -> None:
     assert json.loads(json_path.read_text(encoding="utf-8"))["ok"] is True
     assert "memory://" in completed.stdout
     assert "\x1b[" not in completed.stdout
+
+
+# ---------------------------------------------------------------------- coverage and --require
+
+
+class DeclaresNothing(InMemoryCheckpointStorage):
+    """MAF's six methods and nothing else declared: most of the kit does not apply."""
+
+    capabilities = frozenset()
+
+
+def test_a_storage_declaring_nothing_is_told_how_much_of_the_kit_did_not_apply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    json_path = tmp_path / "report.json"
+    status = run([StorageTarget("bare", DeclaresNothing().new_handle)], json_path=json_path)
+    assert status == 0
+    [backend] = json.loads(json_path.read_text(encoding="utf-8"))["backends"]
+    total = len(all_clauses())
+    not_applicable = sum(1 for c in all_clauses() if c.requires or c.injects)
+    assert backend["not_applicable"] == {"clauses": not_applicable, "of": total}
+    coverage = {family["family"]: family for family in backend["coverage"]}
+    assert coverage["durability"]["applicable"] == 0
+    assert coverage["contract"]["not_applicable"] == 0
+    assert sum(f["not_applicable"] for f in coverage.values()) == not_applicable
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{not_applicable} of {total} not applicable" in out
+    assert f"bare conforms ({total - not_applicable} of {total} clauses apply" in out
+    durability = sum(1 for c in all_clauses() if c.family == "durability")
+    assert f"durability: 0/{durability} passed, {durability} not applicable" in out  # the progress line
+
+
+@pytest.mark.parametrize(
+    "flags", [["--require", "nested,ancestry"], ["--require", "nested", "--require", "ancestry"]]
+)
+def test_require_fails_a_storage_that_does_not_declare_the_capabilities(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import conformance.cli as cli
+
+    monkeypatch.setattr(cli, "_targets", lambda urls, keep=False: [StorageTarget("bare", DeclaresNothing)])
+    json_path = tmp_path / "report.json"
+    assert main(["--clause", "nested", "--clause", "contract", "--json", str(json_path), *flags]) == 1
+    [backend] = json.loads(json_path.read_text(encoding="utf-8"))["backends"]
+    assert backend["missing_capabilities"] == ["ancestry", "nested"]
+    nested = [r for r in backend["results"] if r["family"] == "nested" and r["outcome"] == "failed"]
+    assert nested
+    assert all("which the run requires but the storage does not declare" in r["message"] for r in nested)
+    assert "required but not declared: ancestry, nested" in capsys.readouterr().out
+
+
+def test_require_passes_when_declared_and_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory://", "--clause", "contract", "--require", "nested,ancestry"]) == 0
+    assert main(["memory://", "--require", "nestd"]) == 2
+    assert "unknown capability 'nestd'" in capsys.readouterr().err
+
+
+def test_validate_required_capabilities() -> None:
+    (backend,) = validate(DeclaresNothing, clauses=["contract"], required_capabilities=["nested"]).backends
+    assert not backend.ok
+    assert backend.missing_capabilities == ["nested"]
+    (backend,) = validate(
+        InMemoryCheckpointStorage, clauses=["contract"], required_capabilities=["nested"]
+    ).backends
+    assert backend.ok
+
+
+# ---------------------------------------------------------------------- report contents
+
+
+def test_json_report_says_which_kit_storage_and_python_ran_and_when(tmp_path: Path) -> None:
+    import platform
+
+    from storages import installed_version
+
+    json_path = tmp_path / "report.json"
+    assert main(["memory://", "--clause", "contract", "--json", str(json_path)]) == 0
+    report = json.loads(json_path.read_text(encoding="utf-8"))
+    assert report["kit_version"] == installed_version()
+    assert report["python"].endswith(platform.python_version())
+    assert report["started_at"] <= report["finished_at"]
+    [backend] = report["backends"]
+    assert backend["storage_type"] == "storages.memory.InMemoryCheckpointStorage"
+    assert backend["storage_package"] == f"checkpoint-storages {installed_version()}"
+    assert backend["started_at"]
+    assert backend["finished_at"]
+    assert all(r["duration"] > 0 for r in backend["results"])
+
+
+def test_junit_classnames_are_stable_and_credential_free(tmp_path: Path) -> None:
+    from conformance.report import junit_classname
+
+    assert (
+        junit_classname("redis://user:pw@127.0.0.1:6379/0?prefix=x") == "conformance.redis.127.0.0.1.6379.0"
+    )
+    assert junit_classname("s3 (moto)") == "conformance.s3.moto"
+    runs = []
+    for index in range(2):
+        junit_path = tmp_path / f"junit{index}.xml"
+        assert main(["memory://", "--clause", "contract", "--junit-xml", str(junit_path)]) == 0
+        runs.append([case.get("classname") for case in ET.parse(junit_path).getroot().iter("testcase")])
+    assert runs[0] == runs[1]
+    assert runs[0][0] == "conformance.memory.contract"
+
+
+def test_piped_output_fits_in_80_columns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["--clause", "contract", "--clause", "durability"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    contract = sum(1 for c in all_clauses() if c.family == "contract")
+    assert any(line.startswith(f"memory:// contract: {contract}/{contract} passed") for line in lines)
+
+
+# ---------------------------------------------------------------------- credentials and fail fast
+
+
+def test_an_unreachable_target_fails_fast_with_exit_2_and_no_password_anywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    json_path, junit_path = tmp_path / "report.json", tmp_path / "junit.xml"
+    url = f"redis://:secretpw@127.0.0.1:{port}/0?socket_connect_timeout=2"
+    started = time.perf_counter()
+    status = main([url, "--json", str(json_path), "--junit-xml", str(junit_path)])
+    elapsed = time.perf_counter() - started
+    captured = capsys.readouterr()
+    assert status == 2
+    assert elapsed < 20
+    assert "could not reach the storage" in captured.err
+    assert "127.0.0.1" in captured.err  # the driver's error, redacted, is shown
+    report = json.loads(json_path.read_text(encoding="utf-8"))
+    [backend] = report["backends"]
+    assert backend["unreachable"] is True
+    assert backend["results"] == []
+    for text in (captured.out, captured.err, json_path.read_text(), junit_path.read_text()):
+        assert "secretpw" not in text
+
+
+def test_a_bad_url_with_a_secret_is_redacted_in_the_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["s3://bucket?aws_secret_access_key=topsecretkey"]) == 2
+    captured = capsys.readouterr()
+    assert "unknown option 'aws_secret_access_key'" in captured.err
+    assert "topsecretkey" not in captured.out + captured.err
+
+
+def test_validate_inside_a_running_loop_points_at_avalidate() -> None:
+    import asyncio
+    import gc
+    import warnings
+
+    from conformance import ConformanceUsageError, avalidate
+
+    async def inside() -> None:
+        with pytest.raises(ConformanceUsageError, match=r"await avalidate\(\.\.\.\)"):
+            validate(InMemoryCheckpointStorage, clauses=["contract.save_returns_id"])
+        report = await avalidate(InMemoryCheckpointStorage, clauses=["contract.save_returns_id"])
+        assert report.ok
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(inside())
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+# ---------------------------------------------------------------------- cleanup
+
+
+def _workflows(url: str) -> list[str]:
+    import asyncio
+
+    from storages import open_storage
+
+    async def listing() -> list[str]:
+        async with open_storage(url) as storage:
+            return await storage.list_workflows()
+
+    return asyncio.run(listing())
+
+
+def test_the_kit_deletes_the_workflows_it_created_unless_keep(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path.as_posix()}/scratch.db"
+    assert main([url, "--clause", "contract", "--clause", "nested"]) == 0
+    assert _workflows(url) == []
+    assert main([url, "--clause", "contract", "--keep"]) == 0
+    kept = _workflows(url)
+    assert kept
+    assert all(name.startswith("ck-") for name in kept)
+
+
+def test_cleanup_failures_are_reported_not_hidden(tmp_path: Path) -> None:
+    class DeleteRefused(InMemoryCheckpointStorage):
+        async def delete_workflow(self, **options: Any) -> int:
+            raise RuntimeError("refused")
+
+    root = DeleteRefused()
+    json_path = tmp_path / "report.json"
+    target = StorageTarget("refuses-deletes", root.new_handle, remove_workflows=True)
+    assert (
+        run(
+            [target],
+            clauses=[c for c in all_clauses() if c.id == "contract.save_returns_id"],
+            json_path=json_path,
+        )
+        == 0
+    )
+    [backend] = json.loads(json_path.read_text(encoding="utf-8"))["backends"]
+    assert len(backend["leftovers"]) == 1
+    assert backend["leftovers"][0].startswith("ck-")
+
+
+def test_url_runs_write_under_a_run_prefix_of_their_own() -> None:
+    from conformance.target import with_run_prefix
+
+    assert with_run_prefix("redis://h:1/0", "ck-run-1") == "redis://h:1/0?prefix=checkpoints:ck-run-1"
+    assert (
+        with_run_prefix("redis://h:1/0?prefix=mine&ttl=5", "ck-run-1")
+        == "redis://h:1/0?ttl=5&prefix=mine:ck-run-1"
+    )
+    assert with_run_prefix("s3://bucket/base/?region=x", "ck-run-1") == "s3://bucket/base/ck-run-1?region=x"
+    assert with_run_prefix("s3://bucket", "ck-run-1") == "s3://bucket/ck-run-1"
+    assert with_run_prefix("sqlite:///x.db", "ck-run-1") == "sqlite:///x.db"

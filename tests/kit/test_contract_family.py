@@ -91,7 +91,12 @@ def test_overwrite_on_conflict_fails_only_resave_conflict_raises() -> None:
 
 def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
     backend = run_family(ConflictIsValueError)
-    assert failed(backend) == {"contract.resave_conflict_raises", "contract.errors_are_checkpoint_exceptions"}
+    # It also refuses a re-save whose bytes differ but whose content is equal (a reordered set).
+    assert failed(backend) == {
+        "contract.resave_conflict_raises",
+        "contract.errors_are_checkpoint_exceptions",
+        "contract.resave_equal_content_encoded_differently_is_noop",
+    }
     message = backend.result("contract.errors_are_checkpoint_exceptions").message
     assert "conflicting re-save raised ValueError" in message
 
@@ -105,12 +110,22 @@ def test_listing_newest_first_fails_the_order_checks() -> None:
     # list_returns_workflow_checkpoints compares sets, so only the clauses that promise
     # oldest-first order (directly, or after an identical re-save) catch this one.
     backend = run_family(ListsNewestFirst)
-    assert failed(backend) == {"contract.list_ids_match_list", "contract.resave_identical_is_noop"}
+    assert failed(backend) == {
+        "contract.list_ids_match_list",
+        "contract.resave_identical_is_noop",
+        "contract.maf_checkpoint_class_round_trips",  # checks list_checkpoints()[0] is the first saved
+    }
 
 
 def test_latest_that_survives_delete_fails_the_delete_clauses() -> None:
     backend = run_family(StaleLatestAfterDelete)
-    assert failed(backend) == {"contract.delete_removes", "contract.delete_latest_promotes_previous"}
+    # Its pointer also misses saves that carry an embedded checkpoint (they go through
+    # _insert_family), which the MAF-class clause makes.
+    assert failed(backend) == {
+        "contract.delete_removes",
+        "contract.delete_latest_promotes_previous",
+        "contract.maf_checkpoint_class_round_trips",
+    }
     assert "get_latest(" in backend.result("contract.delete_removes").message
 
 

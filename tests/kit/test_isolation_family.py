@@ -47,10 +47,10 @@ class ServesTheSavedObject(InMemoryCheckpointStorage):
         self._saved.setdefault(checkpoint_id, checkpoint)
         return checkpoint_id
 
-    def _decode(self, stored: StoredBody, workflow_name: str | None = None) -> Any:
+    def _decode(self, stored: StoredBody, *args: Any) -> Any:
         if stored.checkpoint_id in self._saved:
             return self._saved[stored.checkpoint_id]
-        return super()._decode(stored, workflow_name)
+        return super()._decode(stored, *args)
 
 
 class CachesDecodedObjects(InMemoryCheckpointStorage):
@@ -60,17 +60,17 @@ class CachesDecodedObjects(InMemoryCheckpointStorage):
         super().__init__(**options)
         self._decoded: dict[CheckpointID, Any] = {}
 
-    def _decode(self, stored: StoredBody, workflow_name: str | None = None) -> Any:
+    def _decode(self, stored: StoredBody, *args: Any) -> Any:
         if stored.checkpoint_id not in self._decoded:
-            self._decoded[stored.checkpoint_id] = super()._decode(stored, workflow_name)
+            self._decoded[stored.checkpoint_id] = super()._decode(stored, *args)
         return self._decoded[stored.checkpoint_id]
 
 
 class ShallowCopiesOfCache(CachesDecodedObjects):
     """Returns copy.copy of the cached object: a new checkpoint whose dicts are shared."""
 
-    def _decode(self, stored: StoredBody, workflow_name: str | None = None) -> Any:
-        return copy.copy(super()._decode(stored, workflow_name))
+    def _decode(self, stored: StoredBody, *args: Any) -> Any:
+        return copy.copy(super()._decode(stored, *args))
 
 
 # ---------------------------------------------------------------- tests

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,8 @@ def _as_dicts(value: Any) -> Any:
 class NestedDecodedAsDicts(InMemoryCheckpointStorage):
     """A decoder hook that hands embedded checkpoints back as their to_dict() mappings."""
 
-    def _decode(
-        self,
-        stored: StoredBody,
-        workflow_name: str | None = None,
-        nested: Mapping[CheckpointID, bytes] | None = None,
-    ) -> Any:
-        checkpoint = super()._decode(stored, workflow_name, nested)
+    def _decode(self, stored: StoredBody, *args: Any) -> Any:
+        checkpoint = super()._decode(stored, *args)
         for name in ("messages", "state", "pending_request_info_events", "metadata"):
             setattr(checkpoint, name, _as_dicts(getattr(checkpoint, name)))
         return checkpoint

@@ -30,6 +30,7 @@ from storages.memory import InMemoryCheckpointStorage
 
 from . import support
 from .support import failed
+from .test_fencing_family import ComparesWithCachedLatest, WithoutFencing
 
 FAMILY = "runner"
 
@@ -38,6 +39,7 @@ CHANGED_PARENT = "runner.changed_parent_graph_is_rejected"
 CHANGED_CHILD = "runner.changed_child_graph_is_rejected"
 CHAIN = "runner.chain_whole_after_parent_restore"
 RESUME_LATEST = "runner.resume_from_latest_continues"
+STALE_RUN = "runner.stale_run_cannot_clobber_successor"
 
 
 def run_family(subject: Any, **target: Any) -> BackendReport:
@@ -140,7 +142,7 @@ class LatestByIteration(InMemoryCheckpointStorage):
 def test_in_memory_storage_passes_every_runner_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     all_passed(backend)
-    assert len(backend.results) == 5
+    assert len(backend.results) == 6
 
 
 @pytest.mark.sqlite
@@ -178,7 +180,9 @@ def test_child_restarting_from_empty_fails_state_chain_and_resume() -> None:
 
 def test_child_resuming_from_its_own_latest_fails_after_a_fork() -> None:
     backend = run_family(with_runner(ChildResumesFromItsLatest()))
-    assert failed(backend) == {NESTED_STATE, RESUME_LATEST}
+    # The chain resolves, but through the abandoned branch: the link fidelity check names it.
+    assert failed(backend) == {NESTED_STATE, CHAIN, RESUME_LATEST}
+    assert "not at the child checkpoint embedded in the restored parent" in backend.result(CHAIN).message
     message = backend.result(NESTED_STATE).message
     assert "(child storage shared)" in message
     assert "was [5, 6], expected [3, 4]" in message
@@ -236,6 +240,23 @@ def test_storage_without_nested_skips_the_chain_clause_and_passes_the_rest() -> 
     assert [r.outcome for r in backend.results].count(Outcome.PASSED) == len(backend.results) - 1
 
 
+def test_storage_without_fencing_reports_the_stale_runs_clobber_as_a_finding() -> None:
+    """Not a failure: the storage promises no fencing (a storage declaring only MAF's six methods
+    passes every clause it can run); the finding, a status of its own, names what happened."""
+    backend = run_family(WithoutFencing)
+    assert not failed(backend)
+    assert backend.result(STALE_RUN).outcome is Outcome.FINDING
+    message = backend.result(STALE_RUN).message
+    assert message.startswith("the storage does not declare 'fencing': run A was dropped")
+    assert "A's abandoned branch: the next resume continues the dead run" in message
+
+
+def test_a_fence_on_a_cached_latest_lets_the_stale_run_clobber_the_successor() -> None:
+    backend = run_family(ComparesWithCachedLatest)
+    assert failed(backend) == {STALE_RUN}
+    assert "although the storage declares 'fencing'" in backend.result(STALE_RUN).message
+
+
 def test_latest_by_iteration_count_fails_only_resume_from_latest() -> None:
     backend = run_family(LatestByIteration)
     assert failed(backend) == {RESUME_LATEST}
@@ -249,7 +270,9 @@ def test_latest_by_iteration_count_fails_only_resume_from_latest() -> None:
 @pytest.mark.maf
 def test_maf_in_memory_storage_passes_and_skips_the_chain_clause() -> None:
     """MAF's own storage passes under the reference driver; it declares no ``nested`` (embedded
-    checkpoints stay inline), so the chain clause is skipped rather than passed."""
+    checkpoints stay inline), so the chain clause is skipped rather than passed. (It cannot refuse
+    the stale run's late save, but its latest-by-timestamp keeps B's checkpoint latest here: A's
+    late checkpoint was taken before B's.)"""
     agent_framework = pytest.importorskip("agent_framework")
     backend = run_family(
         StorageTarget(

@@ -149,8 +149,11 @@ def test_case_insensitive_signature_index_fails_the_filter_clauses() -> None:
         "signature.latest_by_signature",
         "signature.list_by_signature",
         "signature.filter_is_exact",
+        # loads see the folded index entry disagree with the exact hash in the body
+        "signature.load_accepts_match",
+        "signature.load_rejects_mismatch",
     }
-    assert "checkpoint_info(" in backend.result("signature.preserved_exactly").message
+    assert "indexed with graph signature 'sha256:" in backend.result("signature.preserved_exactly").message
     assert "graph_signature_hash='SIG-LIST-A'), a signature no checkpoint has: expected [], got [" in (
         backend.result("signature.list_by_signature").message
     )
@@ -180,12 +183,16 @@ def test_latest_ignoring_the_signature_fails_every_filtered_latest() -> None:
         "signature.filter_is_exact",
         "signature.nested_keep_own",
     }
-    assert "embedded checkpoints are never latest" in backend.result("signature.nested_keep_own").message
+    # The engine checks the body against the signature asked for, so the wrong answer is refused.
+    assert "indexed with graph signature 'sig-own-child' but its body says 'sig-own-parent'" in (
+        backend.result("signature.nested_keep_own").message
+    )
 
 
 def test_nested_records_indexed_with_the_container_signature_fail_nested_keep_own() -> None:
     backend = run_family(NestedIndexedWithContainerSignature)
-    assert failed(backend) == {"signature.nested_keep_own"}
-    assert "graph_signature_hash='sig-own-child', include_nested=True): expected [" in (
+    # load_rejects_mismatch: loading a child sees its index entry disagree with its body
+    assert failed(backend) == {"signature.nested_keep_own", "signature.load_rejects_mismatch"}
+    assert "indexed with graph signature 'sig-own-parent' but its body says 'sig-own-middle'" in (
         backend.result("signature.nested_keep_own").message
     )

@@ -1,0 +1,197 @@
+"""lifecycle: closed handles refuse work, close twice quietly, and leave no thread behind.
+
+The contract: ``aclose()`` releases a handle's connections and is idempotent; every operation
+after it raises ``StorageClosedError``; ``new_handle()`` works on a closed handle; closing one
+handle leaves the other handles of the same backend working. A handle that keeps a connection
+thread after ``aclose()`` keeps the interpreter from exiting (aiosqlite's threads are not
+daemons), so the kit counts threads around many handles opened and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from storages.contract import Capability
+from storages.errors import StorageClosedError
+
+from ..clause import clause, ensure, fail
+from ..context import ClauseContext
+from ._loads import expect_loads_equal, loads_equal_or_absent
+
+_HANDLES = 8
+"""Handles the thread clause opens, uses and closes one after another."""
+_SPARE_THREADS = 2
+"""Threads a backend may still start lazily and keep (a shared executor's, say), whatever N is."""
+_SETTLE_SECONDS = 5.0
+"""How long closed handles' threads get to finish on a loaded machine."""
+
+Operation = Callable[[Any], Awaitable[Any]]
+
+
+def _operations(ctx: ClauseContext, workflow_name: str, stored_id: str) -> dict[str, Operation]:
+    """Every operation a closed handle must refuse, each given one valid call."""
+    fresh = ctx.checkpoint(workflow_name, previous_checkpoint_id=stored_id, iteration_count=9)
+    operations: dict[str, Operation] = {
+        "save": lambda s: s.save(fresh),
+        "load": lambda s: s.load(stored_id),
+        "get_latest": lambda s: s.get_latest(workflow_name=workflow_name),
+        "list_checkpoints": lambda s: s.list_checkpoints(workflow_name=workflow_name),
+        "list_checkpoint_ids": lambda s: s.list_checkpoint_ids(workflow_name=workflow_name),
+        "delete": lambda s: s.delete(stored_id),
+    }
+    gated: dict[Capability, dict[str, Operation]] = {
+        Capability.ANCESTRY: {"walk_ancestry_ids": lambda s: s.walk_ancestry_ids(stored_id)},
+        Capability.NESTED: {"list_nested": lambda s: s.list_nested(stored_id)},
+        Capability.PRUNE: {"prune": lambda s: s.prune(workflow_name=workflow_name, keep_last=0)},
+        Capability.LIST_WORKFLOWS: {"list_workflows": lambda s: s.list_workflows()},
+        Capability.INSPECT: {"checkpoint_info": lambda s: s.checkpoint_info(stored_id)},
+        Capability.RAW_ACCESS: {"read_raw_body": lambda s: s.read_raw_body(stored_id)},
+    }
+    for capability, extra in gated.items():
+        if ctx.has(capability):
+            operations.update(extra)
+    return operations
+
+
+async def _expect_closed_error(storage: Any, name: str, operation: Operation, when: str) -> None:
+    try:
+        await operation(storage)
+    except StorageClosedError:
+        return
+    except Exception as exc:
+        fail(f"{name}() {when} raised {type(exc).__name__}: {exc}, not StorageClosedError")
+    fail(f"{name}() {when} succeeded; it must raise StorageClosedError")
+
+
+@clause(
+    "lifecycle.closed_handle_refuses_every_operation",
+    "After aclose(), every operation raises StorageClosedError and changes nothing, even on unused handles.",
+)
+async def closed_handle_refuses_every_operation(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
+    workflow_name = ctx.workflow_name("closed")
+    (stored,) = await ctx.save_chain(workflow_name, 1)
+    used = ctx.storage
+    await ctx.close(used)
+    operations = _operations(ctx, workflow_name, stored.checkpoint_id)
+    for name, operation in operations.items():
+        await _expect_closed_error(used, name, operation, "on a closed handle")
+    # A lazily connecting storage must not connect on first use after a close it never acted on.
+    unused = await ctx.other_handle()
+    await ctx.close(unused)
+    for name, operation in operations.items():
+        await _expect_closed_error(unused, name, operation, "on a handle closed before its first use")
+    async with await ctx.other_handle() as managed:
+        await managed.list_checkpoint_ids(workflow_name=workflow_name)
+    ctx.release(managed)
+    for name, operation in operations.items():
+        await _expect_closed_error(managed, name, operation, "after `async with` exited")
+    witness = await ctx.other_handle()
+    await expect_loads_equal(witness, stored, "on a new handle, after a closed handle was asked to delete it")
+    ids = await witness.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure(
+        ids == [stored.checkpoint_id],
+        f"list_checkpoint_ids({workflow_name!r}) after closed handles were asked to save, delete and prune: "
+        f"expected only {stored.checkpoint_id!r}, got {ids!r}",
+    )
+
+
+@clause(
+    "lifecycle.aclose_is_idempotent",
+    "A second aclose() is a no-op, on a used handle, an unused one, and after `async with` closed it.",
+)
+async def aclose_is_idempotent(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
+    await ctx.save_chain(ctx.workflow_name("twice"), 1)
+    handles = [("a used handle", ctx.storage, 2), ("an unused handle", await ctx.other_handle(), 2)]
+    async with await ctx.other_handle() as managed:
+        await managed.list_checkpoint_ids(workflow_name=ctx.workflow_name("managed"))
+    ctx.release(managed)
+    handles.append(("a handle closed by `async with`", managed, 1))
+    for label, handle, closes in handles:
+        ctx.release(handle)
+        for attempt in ("first", "second")[2 - closes :]:
+            try:
+                await handle.aclose()
+            except Exception as exc:
+                fail(f"the {attempt} aclose() of {label} raised {type(exc).__name__}: {exc}")
+
+
+@clause(
+    "lifecycle.closing_one_handle_leaves_others_working",
+    "Closing one handle leaves the other open handles of the backend working, and new_handle() of it works.",
+)
+async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
+    workflow_name = ctx.workflow_name("siblings")
+    first = ctx.storage
+    sibling = await ctx.other_handle()
+    (before,) = await ctx.save_chain(workflow_name, 1)
+    await expect_loads_equal(sibling, before, "on a second handle, before closing the first")
+    await ctx.close(first)
+    after = ctx.checkpoint(workflow_name, previous_checkpoint_id=before.checkpoint_id, iteration_count=1)
+    try:
+        await sibling.save(after)
+        found = await loads_equal_or_absent(sibling, after, "on the second handle")
+    except Exception as exc:
+        fail(f"the second handle failed after the first was closed: {type(exc).__name__}: {exc}")
+    ensure(found, f"the second handle saved {after.checkpoint_id!r} after the first closed, then lost it")
+    reopened = await ctx.other_handle()  # new_handle() of the closed ctx.storage
+    await expect_loads_equal(reopened, after, "on new_handle() of a closed handle")
+
+
+def _require_aclose(ctx: ClauseContext) -> None:
+    ensure(
+        callable(getattr(ctx.storage, "aclose", None)),
+        f"{type(ctx.storage).__name__} has no aclose(); the contract's lifecycle needs one",
+    )
+
+
+def _live_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.is_alive()]
+
+
+async def _settled_thread_count(ceiling: int) -> list[threading.Thread]:
+    """The live threads once at most ``ceiling`` remain, or after the settle time."""
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        threads = _live_threads()
+        if len(threads) <= ceiling or time.monotonic() > deadline:
+            return threads
+        await asyncio.sleep(0.05)
+
+
+async def _open_use_close(ctx: ClauseContext, workflow_name: str) -> None:
+    handle = await ctx.other_handle()
+    checkpoint = ctx.checkpoint(workflow_name)
+    await handle.save(checkpoint)
+    await expect_loads_equal(handle, checkpoint, "on a handle opened for the thread count")
+    await ctx.close(handle)
+
+
+@clause(
+    "lifecycle.no_thread_left_per_handle",
+    f"Opening, using and closing {_HANDLES} handles leaves no more threads than before (a leak blocks exit).",
+)
+async def no_thread_left_per_handle(ctx: ClauseContext) -> None:
+    _require_aclose(ctx)
+    workflow_name = ctx.workflow_name("threads")
+    # One handle first, so threads a backend starts once and keeps (an executor) are counted in.
+    await _open_use_close(ctx, workflow_name)
+    baseline = _live_threads()
+    before = {t.ident for t in baseline}
+    for _ in range(_HANDLES):
+        await _open_use_close(ctx, workflow_name)
+    after = await _settled_thread_count(len(baseline) + _SPARE_THREADS)
+    new = [t for t in after if t.ident not in before]
+    if len(after) > len(baseline) + _SPARE_THREADS:
+        names = ", ".join(sorted({t.name for t in new})) or "none named"
+        fail(
+            f"{len(after) - len(baseline)} more threads alive {_SETTLE_SECONDS:g} s after opening, using "
+            f"and closing {_HANDLES} handles ({len(baseline)} before, {len(after)} after; new: {names}); "
+            "aclose() must stop every thread a handle started"
+        )

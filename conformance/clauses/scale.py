@@ -1,0 +1,148 @@
+"""scale: latest stays constant-cost as history grows, and an ancestry walk is one round trip.
+
+Where the target counts its backend round trips (``StorageTarget.round_trips``), the clauses
+count: ``get_latest`` (with and without a signature filter) and ``load`` must cost as many
+round trips after 60 saves as after 3, and a walk as many at depth 30 as at depth 3. Counting
+is exact, so a loaded machine cannot make it flaky.
+Without a counter, latest falls back to timing: the median of repeated ``get_latest`` calls at
+2,000 checkpoints against 10, with a generous bound; a store too slow to fill to 2,000 in
+about ten seconds is skipped rather than slowing the kit down. A walk is skipped without a counter:
+time cannot tell one round trip of O(depth) work from depth round trips.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from storages.contract import Capability
+
+from ..clause import clause, ensure, fail, not_applicable
+from ..context import ClauseContext
+
+_FEW, _MANY = 3, 60
+"""History sizes the round-trip counts compare."""
+_SHALLOW, _DEEP = 3, 30
+"""Walk depths the round-trip counts compare."""
+_SMALL_HISTORY, _LARGE_HISTORY = 10, 2000
+"""History sizes the timing fallback compares."""
+_TIMED_CALLS = 25
+_SLOWDOWN_BOUND = 8.0
+"""get_latest at 2,000 checkpoints may be this many times slower than at 10 (plus the slack)."""
+_SLACK_SECONDS = 0.002
+_FILL_BUDGET_SECONDS = 10.0
+"""Projected time to fill 2,000 checkpoints beyond which the timing fallback is skipped: generous,
+so a loaded machine does not turn a fast store's run into a skip (a remote store's saves take
+milliseconds each and are skipped; count its round trips instead)."""
+
+
+_SIGNATURE = "sig-" + "0" * 60
+"""The graph signature ClauseContext.checkpoint gives every checkpoint."""
+
+
+def _single_reads(
+    ctx: ClauseContext, workflow_name: str, first_id: str
+) -> dict[str, Callable[[], Awaitable[Any]]]:
+    """The reads of one checkpoint whose cost must not grow with the history."""
+    reads: dict[str, Callable[[], Awaitable[Any]]] = {
+        "get_latest()": lambda: ctx.storage.get_latest(workflow_name=workflow_name),
+        f"load({first_id!r})": lambda: ctx.storage.load(first_id),
+    }
+    if ctx.has(Capability.SIGNATURE_FILTER):
+        reads["get_latest(graph_signature_hash=...)"] = lambda: ctx.storage.get_latest(
+            workflow_name=workflow_name, graph_signature_hash=_SIGNATURE
+        )
+    return reads
+
+
+async def _round_trips_of(ctx: ClauseContext, call: Callable[[], Awaitable[Any]]) -> int:
+    count = ctx.target.round_trips
+    assert count is not None
+    before = count(ctx.storage)
+    await call()
+    return count(ctx.storage) - before
+
+
+async def _extend(ctx: ClauseContext, workflow_name: str, count: int, previous: str | None) -> str:
+    assert count > 0
+    for index in range(count):
+        checkpoint = ctx.checkpoint(workflow_name, previous_checkpoint_id=previous, iteration_count=index)
+        await ctx.storage.save(checkpoint)
+        previous = checkpoint.checkpoint_id
+    assert previous is not None
+    return previous
+
+
+async def _median_latest(ctx: ClauseContext, workflow_name: str) -> float:
+    timings = []
+    for _ in range(_TIMED_CALLS):
+        started = time.perf_counter()
+        await ctx.storage.get_latest(workflow_name=workflow_name)
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings)
+
+
+@clause(
+    "scale.latest_is_constant_cost",
+    "get_latest (filtered by signature too) and load cost the same round trips after 60 saves as after 3 "
+    "(uncounted: get_latest takes about the same time at 2,000 checkpoints as at 10).",
+    timeout=60,
+)
+async def latest_is_constant_cost(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("latest-scale")
+    if ctx.target.round_trips is not None:
+        first = await _extend(ctx, workflow_name, 1, None)
+        tip = await _extend(ctx, workflow_name, _FEW - 1, first)
+        reads = _single_reads(ctx, workflow_name, first)
+        few = {name: await _round_trips_of(ctx, read) for name, read in reads.items()}
+        await _extend(ctx, workflow_name, _MANY - _FEW, tip)
+        for name, read in reads.items():
+            many = await _round_trips_of(ctx, read)
+            ensure(
+                many <= few[name],
+                f"{name} took {many} round trips at {_MANY} checkpoints and {few[name]} at {_FEW}: it grows "
+                "with the history (does it scan every checkpoint?)",
+            )
+        return
+    started = time.perf_counter()
+    tip = await _extend(ctx, workflow_name, _SMALL_HISTORY, None)
+    projected = (time.perf_counter() - started) / _SMALL_HISTORY * _LARGE_HISTORY
+    if projected > _FILL_BUDGET_SECONDS:
+        not_applicable(
+            f"the target counts no round trips and filling {_LARGE_HISTORY} checkpoints would take about "
+            f"{projected:.0f} s; give the target a round_trips counter"
+        )
+    small = await _median_latest(ctx, workflow_name)
+    await _extend(ctx, workflow_name, _LARGE_HISTORY - _SMALL_HISTORY, tip)
+    large = await _median_latest(ctx, workflow_name)
+    bound = small * _SLOWDOWN_BOUND + _SLACK_SECONDS
+    ensure(
+        large <= bound,
+        f"get_latest() took a median {large * 1000:.2f} ms at {_LARGE_HISTORY} checkpoints and "
+        f"{small * 1000:.2f} ms at {_SMALL_HISTORY} (bound {bound * 1000:.2f} ms): it grows with the history",
+    )
+
+
+@clause(
+    "scale.walk_is_one_round_trip",
+    f"walk_ancestry and walk_ancestry_ids cost the same round trips at depth {_DEEP} as at depth {_SHALLOW}.",
+    requires=[Capability.ANCESTRY],
+)
+async def walk_is_one_round_trip(ctx: ClauseContext) -> None:
+    if ctx.target.round_trips is None:
+        not_applicable("the target counts no round trips (StorageTarget.round_trips), and time cannot tell")
+    workflow_name = ctx.workflow_name("walk-scale")
+    shallow_tip = await _extend(ctx, workflow_name, _SHALLOW, None)
+    deep_tip = await _extend(ctx, workflow_name, _DEEP - _SHALLOW, shallow_tip)
+    for operation in ("walk_ancestry_ids", "walk_ancestry"):
+        walk = getattr(ctx.storage, operation)
+        shallow = await _round_trips_of(ctx, functools.partial(walk, shallow_tip))
+        deep = await _round_trips_of(ctx, functools.partial(walk, deep_tip))
+        if deep > shallow:
+            fail(
+                f"{operation}() took {deep} round trips at depth {_DEEP} and {shallow} at depth {_SHALLOW}: "
+                "it fetches the chain a hop at a time"
+            )

@@ -1,0 +1,154 @@
+"""writes: pending writes (``pending_writes``) are atomic per call, idempotent per (task, index),
+isolated per checkpoint and workflow, and go with their checkpoint.
+
+LangGraph's tasks record their outputs against the checkpoint they ran from before the next one is
+saved; on resume, a task with stored writes is not run again. So a call's writes must land all or
+none, a retried call must change nothing, the first write per (task_id, index) is kept except at a
+negative index (a special channel: error, interrupt, resume), where the latest replaces it, and
+pruning or deleting a workflow must take its checkpoints' writes along. A storage that declares
+the capability gets StorageSaver (storages.langgraph) on top of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from storages.contract import Capability, PendingWrite
+from storages.errors import InvalidCheckpointError
+
+from ..clause import clause, ensure, ensure_equal, fail
+from ..context import ClauseContext
+
+_WRITES = (Capability.PENDING_WRITES,)
+
+
+def _rows(writes: Sequence[Any]) -> list[tuple[str, int, str, Any, str]]:
+    return [(w.task_id, w.index, w.channel, w.value, w.task_path) for w in writes]
+
+
+async def _listed(ctx: ClauseContext, checkpoint: Any, when: str) -> list[tuple[str, int, str, Any, str]]:
+    writes = await ctx.storage.list_writes(checkpoint.checkpoint_id, workflow_name=checkpoint.workflow_name)
+    ensure(isinstance(writes, list), f"list_writes {when} returned {writes!r:.120}, not a list")
+    return _rows(writes)
+
+
+@clause(
+    "writes.round_trip",
+    "list_writes returns each write stored with put_writes (task, index, channel, value, task path), only "
+    "for its checkpoint and workflow; a checkpoint without writes lists none.",
+    requires=_WRITES,
+)
+async def round_trip(ctx: ClauseContext) -> None:
+    first, second = await ctx.save_chain(ctx.workflow_name("writes"), 2)
+    value = {"rows": [1, 2.5, "three"], "nested": {"ok": True}}
+    batch = [
+        PendingWrite("task-a", 0, "messages", value, "path:0"),
+        PendingWrite("task-a", 1, "count", 7, "path:0"),
+        PendingWrite("task-a", -3, "__interrupt__", ["ask", "a human"], "path:0"),
+    ]
+    await ctx.storage.put_writes(first.checkpoint_id, batch, workflow_name=first.workflow_name)
+    await ctx.storage.put_writes(
+        first.checkpoint_id,
+        [PendingWrite("task-b", 0, "messages", "from b")],
+        workflow_name=first.workflow_name,
+    )
+    expected = [*_rows(batch), ("task-b", 0, "messages", "from b", "")]
+    ensure_equal(await _listed(ctx, first, "after two calls"), expected, "writes listed for the checkpoint")
+    ensure_equal(await _listed(ctx, second, "of a checkpoint given none"), [], "writes of another checkpoint")
+    elsewhere = ctx.workflow_name("writes-elsewhere")
+    stray = await ctx.storage.list_writes(first.checkpoint_id, workflow_name=elsewhere)
+    ensure_equal(_rows(stray), [], f"writes listed for the same id under workflow {elsewhere!r}")
+
+
+@clause(
+    "writes.idempotent",
+    "Repeating a put_writes call changes nothing; per (task_id, index) the first write is kept, except at a "
+    "negative index (special channel), where the latest replaces it in place.",
+    requires=_WRITES,
+)
+async def idempotent(ctx: ClauseContext) -> None:
+    (checkpoint,) = await ctx.save_chain(ctx.workflow_name("idempotent"), 1)
+    owner, workflow = checkpoint.checkpoint_id, checkpoint.workflow_name
+    first = [PendingWrite("task", 0, "out", "first"), PendingWrite("task", -1, "__error__", "boom 1")]
+    for _ in range(2):
+        await ctx.storage.put_writes(owner, first, workflow_name=workflow)
+    ensure_equal(await _listed(ctx, checkpoint, "after the same call twice"), _rows(first), "writes")
+    retry = [
+        PendingWrite("task", 0, "out", "second"),
+        PendingWrite("task", -1, "__error__", "boom 2"),
+        PendingWrite("task", 1, "extra", "new"),
+    ]
+    await ctx.storage.put_writes(owner, retry, workflow_name=workflow)
+    expected = [
+        ("task", 0, "out", "first", ""),
+        ("task", -1, "__error__", "boom 2", ""),
+        ("task", 1, "extra", "new", ""),
+    ]
+    ensure_equal(
+        await _listed(ctx, checkpoint, "after a call rewriting (task, 0) and (task, -1)"),
+        expected,
+        "writes: (task, 0) keeps its first value, (task, -1) takes the latest, (task, 1) is added",
+    )
+
+
+@clause(
+    "writes.all_or_nothing",
+    "A put_writes call with an invalid write raises InvalidCheckpointError and stores none of its writes.",
+    requires=_WRITES,
+)
+async def all_or_nothing(ctx: ClauseContext) -> None:
+    (checkpoint,) = await ctx.save_chain(ctx.workflow_name("atomic"), 1)
+    batch: list[Any] = [PendingWrite("task", 0, "out", "kept?"), PendingWrite("", 1, "out", "no task id")]
+    try:
+        await ctx.storage.put_writes(checkpoint.checkpoint_id, batch, workflow_name=checkpoint.workflow_name)
+    except InvalidCheckpointError:
+        pass
+    except Exception as exc:
+        fail(
+            f"put_writes with an empty task_id raised {type(exc).__name__}: {exc}, not InvalidCheckpointError"
+        )
+    else:
+        fail("put_writes with an empty task_id returned; it must raise InvalidCheckpointError")
+    ensure_equal(
+        await _listed(ctx, checkpoint, "after a refused call"), [], "writes stored by a refused call"
+    )
+
+
+@clause(
+    "writes.go_with_checkpoints",
+    "delete_writes removes one checkpoint's writes; prune drops the pruned checkpoints' writes and keeps the "
+    "survivors'; delete_workflow removes the workflow's; list_workflows never names a writes log.",
+    requires=(Capability.PENDING_WRITES, Capability.PRUNE, Capability.LIST_WORKFLOWS),
+)
+async def go_with_checkpoints(ctx: ClauseContext) -> None:
+    chain = await ctx.save_chain(ctx.workflow_name("retained"), 3)
+    workflow = chain[0].workflow_name
+    for index, checkpoint in enumerate(chain):
+        await ctx.storage.put_writes(
+            checkpoint.checkpoint_id, [PendingWrite("task", 0, "out", index)], workflow_name=workflow
+        )
+    removed = await ctx.storage.delete_writes(chain[0].checkpoint_id, workflow_name=workflow)
+    ensure_equal(removed, 1, "delete_writes of a checkpoint with one batch: count")
+    ensure_equal(await _listed(ctx, chain[0], "after delete_writes"), [], "writes after delete_writes")
+    ensure_equal(
+        await _listed(ctx, chain[1], "of a neighbour after delete_writes"),
+        [("task", 0, "out", 1, "")],
+        "a neighbour's writes",
+    )
+    names = await ctx.storage.list_workflows()
+    ensure_equal(
+        [name for name in names if workflow in name and name != workflow], [], "list_workflows extras"
+    )
+    await ctx.storage.prune(workflow_name=workflow, keep_last=1)
+    ensure_equal(await _listed(ctx, chain[1], "of a pruned checkpoint"), [], "writes of a pruned checkpoint")
+    ensure_equal(
+        await _listed(ctx, chain[2], "of the survivor of prune(keep_last=1)"),
+        [("task", 0, "out", 2, "")],
+        "the survivor's writes",
+    )
+    await ctx.storage.delete_workflow(workflow_name=workflow)
+    ensure_equal(await _listed(ctx, chain[2], "after delete_workflow"), [], "writes after delete_workflow")
+    # The same ids saved again start clean: nothing of the deleted workflow's writes comes back.
+    await ctx.storage.save(chain[2])
+    ensure_equal(await _listed(ctx, chain[2], "of a re-saved checkpoint"), [], "writes of a re-saved id")

@@ -1,0 +1,532 @@
+"""A LangGraph checkpointer over any storage of this project: :class:`StorageSaver`.
+
+``StorageSaver(storage)`` or ``async with StorageSaver.from_url("redis://...") as saver:`` then
+``builder.compile(checkpointer=saver)``. The mapping (docs/langgraph.md):
+
+* (thread_id, checkpoint_ns) is one workflow, named ``langgraph:<thread>:<ns>`` with both parts
+  percent-escaped, so distinct pairs never share a name and a thread's names share a prefix.
+* A LangGraph checkpoint id is per thread; ours are global. The stored id is
+  ``<langgraph id>@<digest of the workflow name>``, so ``copy_thread`` keeps LangGraph's ids in
+  the new thread without colliding with the source's.
+* The parent checkpoint is the previous id, so ancestry, pruning and verify see LangGraph's chain.
+* Checkpoints and metadata go through the saver's ``serde`` (LangGraph's allow-list and
+  EncryptedSerializer apply); the storage's codec carries the resulting bytes and the envelope.
+* Pending writes use the storage's ``pending_writes`` capability: one batch per ``put_writes``
+  call (atomic), per (task_id, idx) the first write kept and a special channel's latest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+from .base import BaseCheckpointStorage
+from .contract import MAX_ID_LENGTH, Capability, PendingWrite, WorkflowCheckpoint
+from .errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    InvalidCheckpointError,
+    InvalidCheckpointIdError,
+    MissingDependencyError,
+    UnsupportedOperationError,
+)
+from .urls import open_storage
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError("StorageSaver", "langgraph", error.name or "langgraph") from error
+
+T = TypeVar("T")
+
+WORKFLOW_PREFIX = "langgraph:"
+"""Every workflow StorageSaver writes starts with this; other workflows of the store are ignored."""
+
+GRAPH_SIGNATURE = "langgraph"
+"""LangGraph has no graph signature; every stored checkpoint carries this constant instead."""
+
+_ID_DIGEST_CHARS = 32
+
+_Selection = list[tuple[str, str, str]]
+"""(workflow name, thread_id, checkpoint_ns) triples; an alias because StorageSaver.list shadows list."""
+_Tuples = list[CheckpointTuple]
+
+
+def thread_prefix(thread_id: str) -> str:
+    """The start of the workflow name of every namespace of ``thread_id``."""
+    return f"{WORKFLOW_PREFIX}{_escape(thread_id)}:"
+
+
+def workflow_for(thread_id: str, checkpoint_ns: str) -> str:
+    """The workflow holding the checkpoints of one (thread_id, checkpoint_ns)."""
+    name = thread_prefix(thread_id) + _escape(checkpoint_ns)
+    if len(name) > MAX_ID_LENGTH:
+        raise InvalidCheckpointIdError(
+            "thread_id",
+            thread_id,
+            f"with checkpoint_ns {checkpoint_ns!r} escapes to a {len(name)}-character workflow name; "
+            f"the limit is {MAX_ID_LENGTH}",
+        )
+    return name
+
+
+def stored_id_for(workflow_name: str, checkpoint_id: str) -> str:
+    """The storage's (global) id of LangGraph checkpoint ``checkpoint_id`` in a workflow."""
+    digest = hashlib.blake2b(workflow_name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    stored = f"{checkpoint_id}@{digest}"
+    if not isinstance(checkpoint_id, str) or len(stored) > MAX_ID_LENGTH:
+        raise InvalidCheckpointIdError(
+            "checkpoint_id",
+            checkpoint_id,
+            f"must be a str of at most {MAX_ID_LENGTH - _ID_DIGEST_CHARS - 1} characters",
+        )
+    return stored
+
+
+def _escape(text: str) -> str:
+    # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part.
+    return quote(text, safe="")
+
+
+class StorageSaver(BaseCheckpointSaver[str]):
+    """LangGraph's ``BaseCheckpointSaver`` over a storage that declares ``pending_writes``.
+
+    Async first. The sync methods, as LangGraph's own async savers provide them, run the async
+    ones on the loop the saver was last used from, and only from another thread.
+    """
+
+    def __init__(self, storage: BaseCheckpointStorage, *, serde: SerializerProtocol | None = None) -> None:
+        if Capability.PENDING_WRITES not in storage.capabilities:
+            raise UnsupportedOperationError(
+                storage.describe(), "StorageSaver (LangGraph pending writes)", Capability.PENDING_WRITES.value
+            )
+        super().__init__(serde=serde)
+        self.storage = storage
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any
+    ) -> AsyncIterator[StorageSaver]:
+        """Open the storage at ``url`` (options go to the backend), yield a saver, close it."""
+        async with open_storage(url, **options) as storage:
+            yield cls(storage, serde=serde)
+
+    def __repr__(self) -> str:
+        return f"<StorageSaver over {self.storage.describe()}>"
+
+    def workflow_name(self, thread_id: str, checkpoint_ns: str) -> str:
+        """The workflow of one (thread_id, checkpoint_ns): :func:`workflow_for`. A subclass may
+        name them otherwise (the LangGraph runner profile does), but thread-wide operations
+        (listing a whole thread, delete, copy, prune) find a thread by the default names."""
+        return workflow_for(thread_id, checkpoint_ns)
+
+    # ------------------------------------------------------------------ async interface
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self.loop = asyncio.get_running_loop()
+        thread_id, checkpoint_ns, checkpoint_id = _target(config)
+        workflow_name = self.workflow_name(thread_id, checkpoint_ns)
+        if checkpoint_id is None:
+            stored = await self._latest(workflow_name, thread_id, checkpoint_ns)
+            if stored is None:
+                return None
+        else:
+            try:
+                stored = await self.storage.load(stored_id_for(workflow_name, checkpoint_id))
+            except CheckpointNotFoundError:
+                return None
+        return await self._tuple(stored, thread_id, checkpoint_ns)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        self.loop = asyncio.get_running_loop()
+        before_id = None if before is None else before.get("configurable", {}).get("checkpoint_id")
+        remaining = limit
+        for workflow_name, thread_id, checkpoint_ns in await self._workflows(config):
+            if remaining is not None and remaining <= 0:
+                return
+            checkpoints = await self.storage.list_checkpoints(workflow_name=workflow_name)
+            checkpoints.reverse()
+            if before_id is not None:
+                checkpoints = _older_than(checkpoints, workflow_name, before_id)
+            for stored in checkpoints:
+                if remaining is not None and remaining <= 0:
+                    return
+                if not self._belongs(stored, thread_id, checkpoint_ns):
+                    continue
+                if filter:
+                    # Filter on the metadata alone, before the writes are read.
+                    metadata = self._loads(stored, "metadata")
+                    if not isinstance(metadata, dict) or not all(
+                        metadata.get(key) == value for key, value in filter.items()
+                    ):
+                        continue
+                item = await self._tuple(stored, thread_id, checkpoint_ns)
+                if remaining is not None:
+                    remaining -= 1
+                yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        self.loop = asyncio.get_running_loop()
+        thread_id, checkpoint_ns, parent_id = _target(config)
+        workflow_name = self.workflow_name(thread_id, checkpoint_ns)
+        checkpoint_id = checkpoint["id"]
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        await self.storage.save(
+            WorkflowCheckpoint(
+                workflow_name=workflow_name,
+                graph_signature_hash=GRAPH_SIGNATURE,
+                checkpoint_id=stored_id_for(workflow_name, checkpoint_id),
+                previous_checkpoint_id=None if parent_id is None else stored_id_for(workflow_name, parent_id),
+                timestamp=checkpoint["ts"],
+                iteration_count=_supersteps_done(full_metadata),
+                state={
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                    "checkpoint": list(self.serde.dumps_typed(checkpoint)),
+                    "metadata": list(self.serde.dumps_typed(full_metadata)),
+                },
+            )
+        )
+        return _config(config["configurable"]["thread_id"], checkpoint_ns, checkpoint_id)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        thread_id, checkpoint_ns, checkpoint_id = _target(config)
+        if checkpoint_id is None:
+            raise InvalidCheckpointError(
+                "put_writes needs a config with a checkpoint_id", field="checkpoint_id"
+            )
+        workflow_name = self.workflow_name(thread_id, checkpoint_ns)
+        batch = [
+            PendingWrite(
+                task_id=task_id,
+                index=WRITES_IDX_MAP.get(channel, position),
+                channel=channel,
+                value=list(self.serde.dumps_typed(value)),
+                task_path=task_path,
+            )
+            for position, (channel, value) in enumerate(writes)
+        ]
+        await self.storage.put_writes(
+            stored_id_for(workflow_name, checkpoint_id), batch, workflow_name=workflow_name
+        )
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.loop = asyncio.get_running_loop()
+        for workflow_name, _, _ in await self._thread_workflows(str(thread_id)):
+            await self.storage.delete_workflow(workflow_name=workflow_name)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.loop = asyncio.get_running_loop()
+        doomed = set(run_ids)
+        if not doomed:
+            return
+        for workflow_name, _, _ in await self._workflows(None):
+            for stored in await self.storage.list_checkpoints(workflow_name=workflow_name):
+                metadata = self._loads(stored, "metadata")
+                if isinstance(metadata, dict) and metadata.get("run_id") in doomed:
+                    # Writes first, as delete_workflow does: never writes without their checkpoint.
+                    await self.storage.delete_writes(stored.checkpoint_id, workflow_name=workflow_name)
+                    await self.storage.delete(stored.checkpoint_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every namespace's whole chain, oldest first, keeping LangGraph's ids; each save
+        and each write batch is idempotent, so an interrupted copy completes when run again."""
+        self.loop = asyncio.get_running_loop()
+        for source_name, _, checkpoint_ns in await self._thread_workflows(str(source_thread_id)):
+            target_name = self.workflow_name(str(target_thread_id), checkpoint_ns)
+            for stored in await self.storage.list_checkpoints(workflow_name=source_name):
+                checkpoint_id = self._stored_field(stored, "checkpoint_id")
+                previous = None
+                if stored.previous_checkpoint_id is not None:
+                    parent_id = stored.previous_checkpoint_id.rpartition("@")[0]
+                    previous = stored_id_for(target_name, parent_id)
+                copy_id = stored_id_for(target_name, checkpoint_id)
+                await self.storage.save(
+                    WorkflowCheckpoint(
+                        workflow_name=target_name,
+                        graph_signature_hash=GRAPH_SIGNATURE,
+                        checkpoint_id=copy_id,
+                        previous_checkpoint_id=previous,
+                        timestamp=stored.timestamp,
+                        state={**stored.state, "thread_id": str(target_thread_id)},
+                    )
+                )
+                writes = await self.storage.list_writes(stored.checkpoint_id, workflow_name=source_name)
+                if writes:
+                    await self.storage.put_writes(copy_id, writes, workflow_name=target_name)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest`` keeps each namespace's latest checkpoint (commit order) and its writes,
+        tombstoning the rest; ``delete`` deletes the threads."""
+        self.loop = asyncio.get_running_loop()
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidCheckpointError(
+                f"prune strategy must be 'keep_latest' or 'delete', got {strategy!r}", field="strategy"
+            )
+        for thread_id in thread_ids:
+            for workflow_name, _, _ in await self._thread_workflows(str(thread_id)):
+                if strategy == "delete":
+                    await self.storage.delete_workflow(workflow_name=workflow_name)
+                else:
+                    await self.storage.prune(workflow_name=workflow_name, keep_last=1)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Zero-padded so versions sort as strings, as LangGraph's own savers make them."""
+        if current is None:
+            number = 0
+        elif isinstance(current, (int, float)):
+            number = int(current)
+        else:
+            number = int(current.split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"  # noqa: S311 - a tie-breaker, not a secret
+
+    # ------------------------------------------------------------------ sync interface
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(lambda: self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> _Tuples:
+            return [item async for item in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        yield from self._sync(collect)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(lambda: self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._sync(lambda: self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(lambda: self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(lambda: self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(lambda: self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(lambda: self.aprune(thread_ids, strategy=strategy))
+
+    def _sync(self, call: Callable[[], Awaitable[T]]) -> T:
+        loop = self.loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop or loop.is_closed():
+            raise asyncio.InvalidStateError(
+                "Synchronous calls to StorageSaver are only allowed from a thread other than the "
+                "event loop's that uses it; use the async interface (`await saver.aget_tuple(...)`, "
+                "`await graph.ainvoke(...)`)."
+            )
+
+        async def run() -> T:
+            return await call()
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result()
+
+    # ------------------------------------------------------------------ mapping
+
+    def _belongs(self, stored: Any, thread_id: str, checkpoint_ns: str) -> bool:
+        """True if a record found under (thread_id, checkpoint_ns)'s workflow is that pair's.
+
+        A workflow holds one pair only, so any other record there is corrupted: raise. (A
+        subclass whose workflows hold several pairs returns False to pass over the others.)"""
+        place = (stored.state.get("thread_id"), stored.state.get("checkpoint_ns"))
+        if place != (thread_id, checkpoint_ns):
+            raise CheckpointCorruptedError(
+                stored.checkpoint_id,
+                f"stored for thread and namespace {place!r} but found as {(thread_id, checkpoint_ns)!r}",
+            )
+        return True
+
+    async def _latest(self, workflow_name: str, thread_id: str, checkpoint_ns: str) -> Any | None:
+        """The namespace's latest checkpoint: its workflow's, by commit order."""
+        return await self.storage.get_latest(workflow_name=workflow_name)
+
+    async def _workflows(self, config: RunnableConfig | None) -> _Selection:
+        """(workflow, thread_id, checkpoint_ns) of what ``config`` selects, in name order."""
+        configurable = {} if config is None else config.get("configurable", {})
+        thread_id = configurable.get("thread_id")
+        if thread_id is None:
+            names = await self.storage.list_workflows()
+            return [parsed for name in names if (parsed := _parse_workflow(name)) is not None]
+        checkpoint_ns = configurable.get("checkpoint_ns")
+        if checkpoint_ns is None:
+            return await self._thread_workflows(str(thread_id))
+        return [(self.workflow_name(str(thread_id), checkpoint_ns), str(thread_id), checkpoint_ns)]
+
+    async def _thread_workflows(self, thread_id: str) -> _Selection:
+        prefix = thread_prefix(thread_id)
+        names = await self.storage.list_workflows()
+        return [(name, thread_id, unquote(name[len(prefix) :])) for name in names if name.startswith(prefix)]
+
+    async def _tuple(self, stored: Any, thread_id: str, checkpoint_ns: str) -> CheckpointTuple:
+        checkpoint_id = self._stored_field(stored, "checkpoint_id")
+        if not self._belongs(stored, thread_id, checkpoint_ns):
+            raise CheckpointCorruptedError(stored.checkpoint_id, "stored for another thread or namespace")
+        checkpoint = self._loads(stored, "checkpoint")
+        metadata = self._loads(stored, "metadata")
+        if not isinstance(checkpoint, dict) or checkpoint.get("id") != checkpoint_id:
+            raise CheckpointCorruptedError(
+                stored.checkpoint_id, "its LangGraph checkpoint is not the one indexed"
+            )
+        workflow_name = stored.workflow_name
+        writes = await self.storage.list_writes(stored.checkpoint_id, workflow_name=workflow_name)
+        pending = sorted(
+            writes, key=lambda write: writes_sort_key(write.task_path, write.task_id, write.index)
+        )
+        parent = None
+        if stored.previous_checkpoint_id is not None:
+            parent = _config(thread_id, checkpoint_ns, stored.previous_checkpoint_id.rpartition("@")[0])
+        return CheckpointTuple(
+            config=_config(thread_id, checkpoint_ns, checkpoint_id),
+            checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=metadata if isinstance(metadata, dict) else {},  # type: ignore[arg-type]
+            parent_config=parent,
+            pending_writes=[
+                (write.task_id, write.channel, self._loads_value(stored.checkpoint_id, write.value))
+                for write in pending
+            ],
+        )
+
+    def _stored_field(self, stored: Any, name: str) -> str:
+        value = stored.state.get(name)
+        if not isinstance(value, str):
+            raise CheckpointCorruptedError(stored.checkpoint_id, f"no LangGraph {name} in its state")
+        return value
+
+    def _loads(self, stored: Any, name: str) -> Any:
+        return self._loads_value(stored.checkpoint_id, stored.state.get(name), name)
+
+    def _loads_value(self, stored_id: str, typed: Any, what: str = "pending write") -> Any:
+        if not (
+            isinstance(typed, (list, tuple))
+            and len(typed) == 2
+            and isinstance(typed[0], str)
+            and isinstance(typed[1], bytes)
+        ):
+            raise CheckpointCorruptedError(stored_id, f"its LangGraph {what} is not a (type, bytes) pair")
+        try:
+            return self.serde.loads_typed((typed[0], typed[1]))
+        except Exception as error:
+            raise CheckpointCorruptedError(
+                stored_id, f"LangGraph's serde cannot load its {what}: {type(error).__name__}"
+            ) from error
+
+
+def _supersteps_done(metadata: Any) -> int:
+    """LangGraph's ``step`` (-1 for the input checkpoint) as our iteration count: the supersteps
+    done when the checkpoint was taken."""
+    step = metadata.get("step") if isinstance(metadata, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0
+
+
+def _target(config: RunnableConfig) -> tuple[str, str, str | None]:
+    configurable = config.get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None:
+        raise InvalidCheckpointError("the config has no configurable.thread_id", field="thread_id")
+    checkpoint_ns = configurable.get("checkpoint_ns") or ""
+    if not isinstance(checkpoint_ns, str):
+        raise InvalidCheckpointError("configurable.checkpoint_ns must be a str", field="checkpoint_ns")
+    checkpoint_id = configurable.get("checkpoint_id")
+    return str(thread_id), checkpoint_ns, checkpoint_id or None
+
+
+def _config(thread_id: Any, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _parse_workflow(name: str) -> tuple[str, str, str] | None:
+    if not name.startswith(WORKFLOW_PREFIX):
+        return None
+    thread, separator, namespace = name[len(WORKFLOW_PREFIX) :].partition(":")
+    if not separator:
+        return None
+    return name, unquote(thread), unquote(namespace)
+
+
+def _older_than(newest_first: list[Any], workflow_name: str, before_id: str) -> list[Any]:
+    """The checkpoints committed before the cursor when it is in this workflow; otherwise those
+    with a smaller LangGraph id, as LangGraph's savers compare."""
+    cursor = stored_id_for(workflow_name, before_id)
+    for position, stored in enumerate(newest_first):
+        if stored.checkpoint_id == cursor:
+            return newest_first[position + 1 :]
+    return [stored for stored in newest_first if stored.checkpoint_id.rpartition("@")[0] < before_id]
+
+
+__all__ = [
+    "GRAPH_SIGNATURE",
+    "WORKFLOW_PREFIX",
+    "StorageSaver",
+    "stored_id_for",
+    "thread_prefix",
+    "workflow_for",
+]

@@ -1,0 +1,442 @@
+"""A small, correct storage for the kit's own tests, built on BaseCheckpointStorage's primitives.
+
+Mutants (deliberately broken storages) subclass :class:`DoubleStorage` and override one primitive
+each, the way an independent backend author would get it wrong; they never reach into the
+built-in backends. The double keeps every record in a :class:`DoubleState` that its handles share
+through a :class:`Backing`: process memory (``MemoryBacking``), or a file rewritten after every
+write (``FileBacking``, durable and visible to other processes). Every primitive call counts as
+one backend round trip, which the ``scale`` clauses read through :func:`round_trips`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import Self
+
+from conformance import StorageTarget
+from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from storages.contract import Capability, CheckpointID, CheckpointInfo
+from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
+
+OPERATIONS = frozenset(
+    {
+        Capability.SIGNATURE_FILTER,
+        Capability.ANCESTRY,
+        Capability.NESTED,
+        Capability.PRUNE,
+        Capability.LIST_WORKFLOWS,
+        Capability.RAW_ACCESS,
+        Capability.INSPECT,
+    }
+)
+"""Every operation capability but ``ttl``."""
+
+
+@dataclass
+class Row:
+    record: CheckpointRecord
+    sequence: int
+    saved_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class DoubleState:
+    rows: dict[CheckpointID, Row] = field(default_factory=dict)
+    """id -> row, in commit order (dicts keep insertion order)."""
+    sequences: dict[str, int] = field(default_factory=dict)
+    """Workflow name -> the last sequence number it handed out."""
+    tombstones: dict[CheckpointID, str] = field(default_factory=dict)
+    """Pruned id -> the workflow it was pruned from."""
+
+    def children(self, checkpoint_id: CheckpointID) -> list[Row]:
+        return sorted(
+            (row for row in self.rows.values() if row.record.container_id == checkpoint_id),
+            key=lambda row: row.record.position,
+        )
+
+    def family(self, row: Row) -> list[Row]:
+        """A row and every row nested in it, at any depth."""
+        found, pending = [row], [row]
+        while pending:
+            below = self.children(pending.pop().record.checkpoint_id)
+            found += below
+            pending += below
+        return found
+
+    def top_level(self, workflow_name: str) -> list[Row]:
+        rows = self.rows.values()
+        return [r for r in rows if r.record.workflow_name == workflow_name and not r.record.nested]
+
+
+class Backing:
+    """Where the handles of one double store keep their state."""
+
+    round_trips = 0
+
+    def read(self) -> DoubleState:
+        raise NotImplementedError
+
+    def write(self, state: DoubleState) -> None:
+        raise NotImplementedError
+
+
+class MemoryBacking(Backing):
+    def __init__(self) -> None:
+        self._state = DoubleState()
+
+    def read(self) -> DoubleState:
+        return self._state
+
+    def write(self, state: DoubleState) -> None:
+        self._state = state
+
+
+class FileBacking(Backing):
+    """A pickle file replaced atomically after every write: durable, shared between processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> DoubleState:
+        try:
+            state: DoubleState = pickle.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return DoubleState()
+        return state
+
+    def write(self, state: DoubleState) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_bytes(pickle.dumps(state))
+        os.replace(temporary, self.path)
+
+
+class DoubleStorage(BaseCheckpointStorage):
+    """A correct storage with every operation capability but ``ttl``; in memory unless given a
+    :class:`FileBacking` (then also durable)."""
+
+    capabilities = OPERATIONS | {Capability.SHARED}
+
+    def __init__(self, backing: Backing | None = None) -> None:
+        super().__init__()
+        self.backing = backing if backing is not None else MemoryBacking()
+        if isinstance(self.backing, FileBacking):
+            self.capabilities = type(self).capabilities | {Capability.DURABLE}  # type: ignore[misc]
+
+    def new_handle(self) -> Self:
+        return type(self)(self.backing)
+
+    # One state read (and at most one write) per primitive: each is one round trip.
+
+    def _read(self) -> DoubleState:
+        self.backing.round_trips += 1
+        return self.backing.read()
+
+    def _commit(self, state: DoubleState) -> None:
+        self.backing.write(state)
+
+    def _key(self, checkpoint_id: CheckpointID) -> str:
+        """The key a record is stored under."""
+        return checkpoint_id
+
+    def _next_sequence(self, state: DoubleState, workflow_name: str) -> int:
+        state.sequences[workflow_name] = state.sequences.get(workflow_name, 0) + 1
+        return state.sequences[workflow_name]
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        return await self._insert_family((record,))
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        state = self._read()
+        existing = state.rows.get(self._key(records[0].checkpoint_id))
+        if existing is not None:
+            return existing.record.digest
+        for record in records[1:]:
+            if self._key(record.checkpoint_id) in state.rows:
+                raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint reuses an id")
+        for record in records:
+            row = Row(record, self._next_sequence(state, record.workflow_name))
+            state.rows[self._key(record.checkpoint_id)] = row
+        self._commit(state)
+        return None
+
+    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+        row = self._read().rows.get(self._key(checkpoint_id))
+        return None if row is None else row.record.body
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        for row in reversed(self._read().top_level(workflow_name)):
+            if graph_signature_hash in (None, row.record.graph_signature_hash):
+                return StoredBody(row.record.checkpoint_id, row.record.body)
+        return None
+
+    def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
+        rows = self._read().rows.values()
+        return sorted(
+            (
+                row
+                for row in rows
+                if row.record.workflow_name == workflow_name
+                and (include_nested or not row.record.nested)
+                and signature in (None, row.record.graph_signature_hash)
+            ),
+            key=lambda row: row.sequence,
+        )
+
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        return [
+            StoredBody(r.record.checkpoint_id, r.record.body)
+            for r in self._rows(workflow_name, graph_signature_hash, include_nested)
+        ]
+
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        rows = self._rows(workflow_name, graph_signature_hash, include_nested)
+        return [row.record.checkpoint_id for row in rows]
+
+    def _drop(self, state: DoubleState, row: Row) -> list[CheckpointID]:
+        dropped = [member.record.checkpoint_id for member in state.family(row)]
+        for checkpoint_id in dropped:
+            del state.rows[self._key(checkpoint_id)]
+        return dropped
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            return False
+        if row.record.container_id is not None:
+            raise NestedCheckpointDeletionError(checkpoint_id, row.record.container_id)
+        self._drop(state, row)
+        self._commit(state)
+        return True
+
+    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        state = self._read()
+        return {
+            member.record.checkpoint_id: member.record.body
+            for container_id in checkpoint_ids
+            if (row := state.rows.get(self._key(container_id))) is not None
+            for member in state.family(row)[1:]
+        }
+
+    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            return False
+        old = row.record
+        row.record = CheckpointRecord(
+            old.checkpoint_id,
+            old.workflow_name,
+            old.previous_checkpoint_id,
+            old.graph_signature_hash,
+            body,
+            old.digest,
+            old.container_id,
+            old.root_id,
+            old.position,
+        )
+        self._commit(state)
+        return True
+
+    async def _workflow_names(self) -> list[str]:
+        return sorted({r.record.workflow_name for r in self._read().rows.values() if not r.record.nested})
+
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        state = self._read()
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        current: CheckpointID | None = checkpoint_id
+        while current is not None and current not in links and len(links) < max_depth:
+            row = state.rows.get(self._key(current))
+            if row is None:
+                if current in state.tombstones:
+                    tombstones.add(current)
+                break
+            links[current] = row.record.previous_checkpoint_id
+            if with_bodies:
+                bodies.update((m.record.checkpoint_id, m.record.body) for m in state.family(row))
+            current = row.record.previous_checkpoint_id
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        state = self._read()
+        if self._key(checkpoint_id) not in state.rows:
+            return None
+        return [row.record.checkpoint_id for row in state.children(checkpoint_id)]
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        state = self._read()
+        rows = state.top_level(workflow_name)
+        doomed = rows[: max(0, len(rows) - keep_last)]
+        for row in doomed:
+            for dropped in self._drop(state, row):
+                state.tombstones[dropped] = workflow_name
+        self._commit(state)
+        return len(doomed)
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        state = self._read()
+        rows = state.top_level(workflow_name)
+        for row in rows:
+            self._drop(state, row)
+        for pruned in [i for i, name in state.tombstones.items() if name == workflow_name]:
+            del state.tombstones[pruned]
+        self._commit(state)
+        return len(rows)
+
+    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        row = self._read().rows.get(self._key(checkpoint_id))
+        return None if row is None else _info(row)
+
+    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        return [
+            _info(row)
+            for row in self._read().rows.values()
+            if workflow_name in (None, row.record.workflow_name)
+        ]
+
+    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        return [i for i, name in self._read().tombstones.items() if workflow_name in (None, name)]
+
+
+def _info(row: Row) -> CheckpointInfo:
+    record = row.record
+    return CheckpointInfo(
+        checkpoint_id=record.checkpoint_id,
+        workflow_name=record.workflow_name,
+        previous_checkpoint_id=record.previous_checkpoint_id,
+        graph_signature_hash=record.graph_signature_hash,
+        container_id=record.container_id,
+        sequence=row.sequence,
+        size=len(record.body),
+    )
+
+
+def round_trips(storage: Any) -> int:
+    """The kit's ``round_trips`` hook for a double: primitive calls so far on its store."""
+    backing: Backing = storage.backing
+    return backing.round_trips
+
+
+def double_target(storage_class: type[DoubleStorage] = DoubleStorage, **target: Any) -> StorageTarget:
+    """A target whose handles share one in-memory double store, with the round-trip counter."""
+    root = storage_class()
+    target.setdefault("round_trips", round_trips)
+    return StorageTarget(name=storage_class.__name__, factory=root.new_handle, **target)
+
+
+class WriteBehindBacking(FileBacking):
+    """Keeps writes in memory and writes the file only when a handle closes: a crash loses them."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._pending: DoubleState | None = None
+
+    def read(self) -> DoubleState:
+        return self._pending if self._pending is not None else super().read()
+
+    def write(self, state: DoubleState) -> None:
+        self._pending = state
+
+    def flush(self) -> None:
+        if self._pending is not None:
+            super().write(self._pending)
+
+
+class WriteBehindStorage(DoubleStorage):
+    """Declares durable and survives aclose(), but persists only at aclose()."""
+
+    async def _close(self) -> None:
+        if isinstance(self.backing, WriteBehindBacking):
+            self.backing.flush()
+
+
+class ProcessMemoryStorage(DoubleStorage):
+    """Declares durable, and its handles share one store, but the store lives in process memory."""
+
+    capabilities = DoubleStorage.capabilities | {Capability.DURABLE}
+
+
+PATH_VARIABLE = "KIT_DOUBLE_PATH"
+"""Where the process openers below find the double's file (child processes inherit it)."""
+
+
+def open_file_double() -> DoubleStorage:
+    return DoubleStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))
+
+
+def open_write_behind() -> WriteBehindStorage:
+    return WriteBehindStorage(WriteBehindBacking(Path(os.environ[PATH_VARIABLE])))
+
+
+def open_process_memory() -> ProcessMemoryStorage:
+    return ProcessMemoryStorage()
+
+
+class ExpiringStorage(DoubleStorage):
+    """Declares ``ttl``: a record is gone from every read once its time to live has passed."""
+
+    capabilities = DoubleStorage.capabilities | {Capability.TTL}
+    ttl: float = 0.6
+
+    def _expired(self, row: Row, now: float) -> bool:
+        return now >= row.saved_at + self.ttl
+
+    def _read(self) -> DoubleState:
+        state = super()._read()
+        now = time.monotonic()
+        for key in [key for key, row in state.rows.items() if self._expired(row, now)]:
+            del state.rows[key]
+        return state
+
+
+_PROCESS_SEQUENCE = itertools.count(1)
+"""One counter for the whole process, kept nowhere else."""
+
+
+class ProcessSequenceStorage(DoubleStorage):
+    """Persists records, but numbers them from a counter in process memory: every handle of this
+    process agrees, and another process starts again from 1."""
+
+    def _next_sequence(self, state: DoubleState, workflow_name: str) -> int:
+        return next(_PROCESS_SEQUENCE)
+
+
+def open_process_sequence() -> ProcessSequenceStorage:
+    return ProcessSequenceStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))
+
+
+_DELETED_IN_THIS_PROCESS: set[CheckpointID] = set()
+
+
+class ProcessLocalDeletes(DoubleStorage):
+    """Persists saves, but remembers deletes in process memory: this process's handles agree."""
+
+    def _read(self) -> DoubleState:
+        state = super()._read()
+        for checkpoint_id in _DELETED_IN_THIS_PROCESS & set(state.rows):
+            del state.rows[checkpoint_id]
+        return state
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        if checkpoint_id not in self._read().rows:
+            return False
+        _DELETED_IN_THIS_PROCESS.add(checkpoint_id)
+        return True
+
+
+def open_process_local_deletes() -> ProcessLocalDeletes:
+    return ProcessLocalDeletes(FileBacking(Path(os.environ[PATH_VARIABLE])))

@@ -1,0 +1,112 @@
+"""The lifecycle family passes storages that close properly and catches the ones that keep working
+after aclose(), raise on a second close, close their siblings, or leave a thread per handle."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from typing_extensions import Self
+
+from conformance import BackendReport, Outcome
+from storages.errors import StorageClosedError
+
+from . import support
+from .double import Backing, DoubleStorage, double_target
+from .support import caught_only_by
+
+FAMILY = "lifecycle"
+
+
+def run_family(storage_class: type[DoubleStorage]) -> BackendReport:
+    return support.run_family(FAMILY, double_target(storage_class))
+
+
+class ReconnectsAfterClose(DoubleStorage):
+    """aclose() drops the connection, and the next operation quietly connects again."""
+
+    async def aclose(self) -> None:
+        self._opened = False
+
+
+class UnusedHandleIgnoresClose(DoubleStorage):
+    """aclose() of a handle that never connected does nothing, so the handle still works later."""
+
+    async def aclose(self) -> None:
+        if self._opened:
+            await super().aclose()
+
+
+class SecondCloseRaises(DoubleStorage):
+    """Closes once; a second aclose() raises."""
+
+    def __init__(self, backing: Backing | None = None) -> None:
+        super().__init__(backing)
+        self._closed_once = False
+
+    async def aclose(self) -> None:
+        if self._closed_once:
+            raise RuntimeError("connection already closed")
+        self._closed_once = True
+        await super().aclose()
+
+
+class _Pool:
+    closed = False
+
+
+class ClosingClosesSiblings(DoubleStorage):
+    """Handles made by new_handle() share a connection pool, and aclose() of any one closes it."""
+
+    def __init__(self, backing: Backing | None = None, pool: _Pool | None = None) -> None:
+        super().__init__(backing)
+        self._pool = pool if pool is not None and not pool.closed else _Pool()
+
+    def new_handle(self) -> Self:
+        return type(self)(self.backing, self._pool)
+
+    def _read(self) -> Any:
+        if self._pool.closed:
+            raise StorageClosedError(self.describe(), "read")
+        return super()._read()
+
+    async def _close(self) -> None:
+        self._pool.closed = True
+
+
+_RELEASE = threading.Event()
+
+
+class LeaksAThreadPerHandle(DoubleStorage):
+    """Starts a connection thread on first use and never stops it (aiosqlite without close)."""
+
+    async def _open(self) -> None:
+        threading.Thread(target=_RELEASE.wait, name="leaked-connection", daemon=True).start()
+
+
+@pytest.fixture(autouse=True)
+def _release_leaked_threads() -> Iterator[None]:
+    _RELEASE.clear()
+    yield
+    _RELEASE.set()
+
+
+def test_a_correct_double_passes_every_lifecycle_clause() -> None:
+    backend = run_family(DoubleStorage)
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+@pytest.mark.parametrize(
+    ("mutant", "clause_id", "says"),
+    [
+        (ReconnectsAfterClose, "lifecycle.closed_handle_refuses_every_operation", "closed handle succeeded"),
+        (UnusedHandleIgnoresClose, "lifecycle.closed_handle_refuses_every_operation", "before its first use"),
+        (SecondCloseRaises, "lifecycle.aclose_is_idempotent", "second aclose() of a used handle raised"),
+        (ClosingClosesSiblings, "lifecycle.closing_one_handle_leaves_others_working", "second handle failed"),
+        (LeaksAThreadPerHandle, "lifecycle.no_thread_left_per_handle", "new: leaked-connection"),
+    ],
+)
+def test_lifecycle_mutants_are_caught(mutant: type[DoubleStorage], clause_id: str, says: str) -> None:
+    caught_only_by(run_family(mutant), clause_id, says)

@@ -1,0 +1,112 @@
+"""The scale family passes a store whose latest and walks are constant round trips, and catches a
+latest that scans the history (counted, and timed where nothing is counted) and a hop-by-hop walk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance import BackendReport, Outcome
+from storages.base import StoredBody, WalkRecords
+from storages.contract import CheckpointID
+
+from . import support
+from .double import DoubleStorage, double_target
+from .support import caught_only_by
+
+FAMILY = "scale"
+
+
+def run_family(storage_class: type[DoubleStorage], **target: Any) -> BackendReport:
+    return support.run_family(FAMILY, double_target(storage_class, **target))
+
+
+class LatestReadsEveryBody(DoubleStorage):
+    """Finds the latest by reading each checkpoint of the workflow in turn (one request each)."""
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        found = None
+        for checkpoint_id in await self._list_ids(workflow_name, graph_signature_hash):
+            body = await self._get(checkpoint_id)
+            if body is not None:
+                found = StoredBody(checkpoint_id, body)
+        return found
+
+
+class FilteredLatestReadsEveryBody(DoubleStorage):
+    """Answers get_latest(graph_signature_hash=...) by reading bodies newest first until one matches,
+    and reads them all before choosing."""
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        if graph_signature_hash is None:
+            return await super()._latest(workflow_name, None)
+        matching = None
+        for checkpoint_id in await self._list_ids(workflow_name, None):
+            body = await self._get(checkpoint_id)
+            if body is None:
+                continue
+            read = self.codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, construct_types=False)
+            if read.graph_signature_hash == graph_signature_hash:
+                matching = StoredBody(checkpoint_id, body)
+        return matching
+
+
+class LatestDecodesEverything(DoubleStorage):
+    """get_latest() is the last of list_checkpoints(): one request, but every body decoded."""
+
+    async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
+        listed = await self.list_checkpoints(workflow_name=workflow_name)
+        return listed[-1] if listed else None
+
+
+class WalksHopByHop(DoubleStorage):
+    """Walks by fetching one record per hop."""
+
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        current: CheckpointID | None = checkpoint_id
+        while current is not None and current not in links and len(links) < max_depth:
+            row = self._read().rows.get(current)
+            if row is None:
+                break
+            links[current] = row.record.previous_checkpoint_id
+            bodies[current] = row.record.body
+            current = row.record.previous_checkpoint_id
+        return WalkRecords(links, bodies, frozenset())
+
+
+def test_a_constant_cost_double_passes_counted_and_timed() -> None:
+    counted = run_family(DoubleStorage)
+    assert all(r.outcome is Outcome.PASSED for r in counted.results), counted.failures
+    timed = run_family(DoubleStorage, round_trips=None)
+    assert timed.result("scale.latest_is_constant_cost").outcome is Outcome.PASSED
+    walk = timed.result("scale.walk_is_one_round_trip")
+    assert walk.outcome is Outcome.SKIPPED
+    assert "counts no round trips" in walk.message
+
+
+@pytest.mark.parametrize(
+    ("mutant", "target", "clause_id", "says"),
+    [
+        (LatestReadsEveryBody, {}, "scale.latest_is_constant_cost", "round trips at 60 checkpoints"),
+        (
+            FilteredLatestReadsEveryBody,
+            {},
+            "scale.latest_is_constant_cost",
+            "get_latest(graph_signature_hash=...)",
+        ),
+        (
+            LatestDecodesEverything,
+            {"round_trips": None},
+            "scale.latest_is_constant_cost",
+            "at 2000 checkpoints",
+        ),
+        (WalksHopByHop, {}, "scale.walk_is_one_round_trip", "a hop at a time"),
+    ],
+)
+def test_scale_mutants_are_caught(
+    mutant: type[DoubleStorage], target: dict[str, Any], clause_id: str, says: str
+) -> None:
+    caught_only_by(run_family(mutant, **target), clause_id, says)

@@ -1,0 +1,160 @@
+"""StorageSaver's own promises beyond LangGraph's kit: names that never collide, ids kept per
+thread, loud corruption, commit-order latest, capability checks, and the sync interface."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+
+from storages.contract import Capability
+from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
+from storages.langgraph import StorageSaver, stored_id_for, workflow_for
+from storages.memory import InMemoryCheckpointStorage
+from storages.verify import verify
+
+pytestmark = [pytest.mark.langgraph, pytest.mark.memory]
+
+
+def _checkpoint(checkpoint_id: str, **values: Any) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = checkpoint_id
+    checkpoint["channel_values"] = dict(values)
+    return checkpoint
+
+
+def _config(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> Any:
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (("a:b", ""), ("a", "b:")),
+        (("a", "b:c"), ("a:b", "c")),
+        (("a%3Ab", ""), ("a:b", "")),
+        (("", "x"), ("x", "")),
+    ],
+)
+def test_distinct_thread_and_namespace_pairs_never_share_a_workflow(
+    first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    assert workflow_for(*first) != workflow_for(*second)
+
+
+async def test_hostile_pairs_stay_apart_and_each_reads_its_own() -> None:
+    saver = StorageSaver(InMemoryCheckpointStorage())
+    pairs = [("a:b", ""), ("a", "b:"), ("t\x00\n", "ns|x:1"), ("../..", "%2F")]
+    for index, (thread_id, namespace) in enumerate(pairs):
+        await saver.aput(_config(thread_id, namespace), _checkpoint(f"cp-{index}", who=index), {}, {})
+    for index, (thread_id, namespace) in enumerate(pairs):
+        found = await saver.aget_tuple(_config(thread_id, namespace))
+        assert found is not None
+        assert found.checkpoint["channel_values"] == {"who": index}
+        assert found.config["configurable"]["checkpoint_ns"] == namespace
+    listed = [item async for item in saver.alist(None)]
+    assert sorted(item.checkpoint["id"] for item in listed) == [f"cp-{i}" for i in range(len(pairs))]
+
+
+async def test_copied_threads_keep_langgraph_ids_under_distinct_stored_ids() -> None:
+    storage = InMemoryCheckpointStorage()
+    saver = StorageSaver(storage)
+    first = await saver.aput(_config("src"), _checkpoint("cp-1", n=1), {}, {})
+    await saver.aput(first, _checkpoint("cp-2", n=2), {}, {})
+    await saver.acopy_thread("src", "dst")
+    copied = [item async for item in saver.alist(_config("dst"))]
+    assert [item.checkpoint["id"] for item in copied] == ["cp-2", "cp-1"]
+    assert copied[0].parent_config is not None
+    assert copied[0].parent_config["configurable"] == {
+        "thread_id": "dst",
+        "checkpoint_ns": "",
+        "checkpoint_id": "cp-1",
+    }
+    source_ids = await storage.list_checkpoint_ids(workflow_name=workflow_for("src", ""))
+    target_ids = await storage.list_checkpoint_ids(workflow_name=workflow_for("dst", ""))
+    assert not set(source_ids) & set(target_ids)
+    assert target_ids == [stored_id_for(workflow_for("dst", ""), cp) for cp in ("cp-1", "cp-2")]
+
+
+async def test_latest_is_commit_order_even_when_ids_sort_the_other_way() -> None:
+    saver = StorageSaver(InMemoryCheckpointStorage())
+    first = await saver.aput(_config("t"), _checkpoint("zzz", n=1), {}, {})
+    await saver.aput(first, _checkpoint("aaa", n=2), {}, {})
+    latest = await saver.aget_tuple(_config("t"))
+    assert latest is not None
+    assert latest.checkpoint["id"] == "aaa"
+    # LangGraph's own InMemorySaver picks the largest id instead.
+    native = InMemorySaver()
+    native_first = await native.aput(_config("t"), _checkpoint("zzz", n=1), {}, {})
+    await native.aput(native_first, _checkpoint("aaa", n=2), {}, {})
+    native_latest = await native.aget_tuple(_config("t"))
+    assert native_latest is not None
+    assert native_latest.checkpoint["id"] == "zzz"
+
+
+async def test_a_damaged_serde_payload_is_reported_naming_the_stored_id() -> None:
+    storage = InMemoryCheckpointStorage()
+    saver = StorageSaver(storage)
+    await saver.aput(_config("t"), _checkpoint("cp", n=1), {}, {})
+    stored_id = stored_id_for(workflow_for("t", ""), "cp")
+    stored = await storage.load(stored_id)
+    kind, payload = stored.state["checkpoint"]
+    stored.state["checkpoint"] = [kind, payload[: len(payload) // 2]]
+    body = storage.codec.encode_checkpoint(stored)
+    await storage.write_raw_body(stored_id, body)
+    with pytest.raises(CheckpointCorruptedError) as raised:
+        await saver.aget_tuple(_config("t", checkpoint_id="cp"))
+    assert stored_id in str(raised.value)
+    with pytest.raises(CheckpointCorruptedError):
+        _ = [item async for item in saver.alist(_config("t"))]
+
+
+async def test_over_long_thread_ids_are_refused_naming_the_field() -> None:
+    saver = StorageSaver(InMemoryCheckpointStorage())
+    with pytest.raises(InvalidCheckpointIdError, match="thread_id"):
+        await saver.aput(_config("t" * 300), _checkpoint("cp"), {}, {})
+
+
+def test_a_storage_without_pending_writes_is_refused_when_the_saver_is_built() -> None:
+    class NoWrites(InMemoryCheckpointStorage):
+        capabilities = InMemoryCheckpointStorage.capabilities - {Capability.PENDING_WRITES}
+
+    with pytest.raises(UnsupportedOperationError, match="pending_writes"):
+        StorageSaver(NoWrites())
+
+
+async def test_sync_methods_run_from_another_thread_and_refuse_the_loop_thread() -> None:
+    saver = StorageSaver(InMemoryCheckpointStorage())
+    stored = await saver.aput(_config("t"), _checkpoint("cp", n=1), {}, {})
+    with pytest.raises(asyncio.InvalidStateError, match="async interface"):
+        saver.get_tuple(stored)
+    seen: dict[str, Any] = {}
+
+    def from_a_thread() -> None:
+        saver.put_writes(stored, [("channel", "value")], "task")
+        found = saver.get_tuple(stored)
+        seen["writes"] = None if found is None else found.pending_writes
+        seen["listed"] = [item.checkpoint["id"] for item in saver.list(_config("t"))]
+
+    await asyncio.to_thread(from_a_thread)
+    assert seen == {"writes": [("task", "channel", "value")], "listed": ["cp"]}
+
+
+async def test_verify_and_listings_see_checkpoints_not_the_writes_logs() -> None:
+    storage = InMemoryCheckpointStorage()
+    saver = StorageSaver(storage)
+    first = await saver.aput(_config("t"), _checkpoint("cp-1", n=1), {}, {})
+    await saver.aput_writes(first, [("channel", "value"), ("__interrupt__", "ask")], "task")
+    await saver.aput(first, _checkpoint("cp-2", n=2), {}, {})
+    name = workflow_for("t", "")
+    assert await storage.list_workflows() == [name]
+    assert {info.workflow_name for info in await storage.list_records()} == {name}
+    report = await verify(storage)
+    assert report.ok, report.findings
+    assert report.records_checked == 2

@@ -1,0 +1,209 @@
+"""A storage never closed with ``aclose()`` must not hang its process or print at exit, and one
+storage must work across successive event loops, on every backend.
+
+MAF's storages have no ``aclose()``, so code switching to ours often never calls it. Each case
+runs a fresh interpreter: the storage at module level (global) or inside the coroutine (local),
+the program ending normally or by an exception, two ``asyncio.run()`` calls in a row (the second
+reads what the first saved). The process must exit within 5 s with nothing on stderr but the
+program's own traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storages import WorkflowCheckpoint
+from storages.sqlite import SQLiteCheckpointStorage
+from tests import redis_servers, s3_support
+
+EXIT_WITHIN_SECONDS = 5.0
+
+PROGRAM = """
+import asyncio, sys
+from storages import WorkflowCheckpoint, open_storage
+
+url, scope, ending, run = sys.argv[1:]
+shared = open_storage(url) if scope == "global" else None
+
+def checkpoint(n):
+    return WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id=f"{run}-{n}")
+
+async def use(n):
+    storage = shared if shared is not None else open_storage(url)
+    await storage.save(checkpoint(n))
+    assert (await storage.load(f"{run}-{n}")).checkpoint_id == f"{run}-{n}"
+    if storage is shared and n:
+        # The first loop is closed: what it saved is read through this one.
+        assert (await storage.load(f"{run}-0")).checkpoint_id == f"{run}-0"
+    if ending == "raise" and n:
+        raise RuntimeError("the program failed")
+
+asyncio.run(use(0))
+asyncio.run(use(1))
+print("finished")
+"""
+
+
+@pytest.fixture(scope="module")
+def redis_prefix() -> Iterator[str]:
+    """One key prefix for this module's Redis cases (each uses ids of its own), wiped after them."""
+    prefix = redis_servers.fresh_prefix("lifecycle")
+    yield prefix
+    asyncio.run(redis_servers.wipe(redis_servers.redis_url(), prefix))
+
+
+def backend_url(backend: str, directory: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh store of ``backend``, reachable by URL from another process."""
+    if backend == "memory":
+        return "memory://"
+    if backend == "sqlite":
+        return f"sqlite:///{directory}/lifecycle.db"
+    if backend == "redis":
+        prefix = request.getfixturevalue("redis_prefix")
+        return redis_servers.with_query(redis_servers.redis_url(), prefix=prefix)
+    if backend == "redis-cluster":
+        # The cluster's own processes outlive the test session's; keys go with the cluster.
+        url = redis_servers.shared_cluster().url
+        return redis_servers.with_query(url, prefix=redis_servers.fresh_prefix("lifecycle"))
+    prefix = f"lifecycle-{uuid.uuid4().hex[:12]}"
+    return (
+        f"s3://{s3_support.BUCKET}/{prefix}?endpoint_url={s3_support.server_endpoint()}"
+        "&region=us-east-1&create_bucket=true"
+    )
+
+
+# moto accepts any credentials; the child must not look for real ones.
+CHILD_ENVIRONMENT = {
+    **os.environ,
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+
+
+BACKEND_MARKS = {
+    "memory": pytest.mark.memory,
+    "sqlite": pytest.mark.sqlite,
+    "redis": pytest.mark.redis,
+    "redis-cluster": pytest.mark.redis_cluster,
+    "s3": pytest.mark.s3,
+}
+
+CASES = [
+    pytest.param(backend, scope, ending, marks=mark, id=f"{backend}-{scope}-{ending}")
+    for backend, mark in BACKEND_MARKS.items()
+    for scope in ("global", "local")
+    for ending in ("normal", "raise")
+]
+
+
+@pytest.mark.parametrize(("backend", "scope", "ending"), CASES)
+def test_a_storage_never_closed_lets_its_process_exit_quietly(
+    backend: str, scope: str, ending: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = backend_url(backend, tmp_path, request)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", PROGRAM, url, scope, ending, uuid.uuid4().hex],
+            capture_output=True,
+            text=True,
+            timeout=EXIT_WITHIN_SECONDS,
+            cwd=tmp_path,
+            env=CHILD_ENVIRONMENT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"the process did not exit within {EXIT_WITHIN_SECONDS} s; stderr: {expired.stderr!r}")
+    if ending == "normal":
+        assert (result.returncode, result.stderr) == (0, ""), result.stderr
+        assert result.stdout == "finished\n"
+    else:
+        assert result.returncode == 1
+        # Only the program's own traceback: nothing from a thread, a destructor or a closed loop.
+        assert result.stderr.count("Traceback") == 1, result.stderr
+        assert result.stderr.rstrip().endswith("RuntimeError: the program failed"), result.stderr
+        for noise in (
+            "Exception ignored",
+            "Exception in thread",
+            "Event loop is closed",
+            "Task was destroyed",
+        ):
+            assert noise not in result.stderr
+
+
+@pytest.mark.sqlite
+async def test_a_collected_sqlite_handle_closes_its_connection_and_ends_its_thread(tmp_path: Path) -> None:
+    storage = SQLiteCheckpointStorage(tmp_path / "t.db")
+    await storage.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a"))
+    assert storage._connection is not None
+    thread = storage._connection._thread
+    assert thread.daemon  # cannot keep the interpreter alive
+    del storage
+    gc.collect()
+    thread.join(timeout=2.0)
+    assert not thread.is_alive()
+    async with SQLiteCheckpointStorage(tmp_path / "t.db") as reopened:
+        assert await reopened.list_checkpoint_ids(workflow_name="wf") == ["a"]
+
+
+@pytest.mark.sqlite
+async def test_a_closed_sqlite_handle_leaves_no_finalizer_behind(tmp_path: Path) -> None:
+    storage = SQLiteCheckpointStorage(tmp_path / "t.db")
+    await storage.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a"))
+    finalizer = storage._release_at_exit
+    assert finalizer is not None
+    assert finalizer.alive
+    await storage.aclose()
+    assert not finalizer.alive
+
+
+@pytest.mark.redis
+def test_an_injected_redis_client_on_an_ended_loop_is_a_clear_error() -> None:
+    from redis.asyncio import Redis
+
+    from storages import StorageUnavailableError
+    from storages.redis import RedisCheckpointStorage
+
+    prefix = redis_servers.fresh_prefix("lifecycle-injected")
+    client = Redis.from_url(redis_servers.redis_url())
+    storage = RedisCheckpointStorage(client, prefix=prefix)
+
+    async def save(checkpoint_id: str) -> None:
+        await storage.save(
+            WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id=checkpoint_id)
+        )
+
+    try:
+        asyncio.run(save("first"))
+        with pytest.raises(StorageUnavailableError, match="bound to an event loop that has ended"):
+            asyncio.run(save("second"))
+    finally:
+        asyncio.run(redis_servers.wipe(redis_servers.redis_url(), prefix))
+
+
+@pytest.mark.redis
+def test_a_storage_built_from_a_url_follows_each_new_loop(redis_prefix: str) -> None:
+    from storages import open_storage
+
+    storage = open_storage(redis_servers.with_query(redis_servers.redis_url(), prefix=redis_prefix))
+    ids = [f"loop-{n}" for n in range(3)]
+
+    async def save_and_count(checkpoint_id: str) -> int:
+        await storage.save(
+            WorkflowCheckpoint(
+                workflow_name="follows-loops", graph_signature_hash="s", checkpoint_id=checkpoint_id
+            )
+        )
+        return len(await storage.list_checkpoint_ids(workflow_name="follows-loops"))
+
+    assert [asyncio.run(save_and_count(checkpoint_id)) for checkpoint_id in ids] == [1, 2, 3]
+    asyncio.run(storage.aclose())  # closing from yet another loop closes what that loop holds
