@@ -45,6 +45,7 @@ FAMILIES: dict[str, str] = {
     "writes": "Pending writes land whole, once per (task, index), and go with their checkpoint.",
     "runner": "A runner with a sub-workflow restores, rejects changed graphs, and keeps chains whole.",
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
+    "tamper": "With an integrity key, every at-rest edit is refused by reads, walks or an anchor.",
     "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
     "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
     "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",

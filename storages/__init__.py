@@ -28,6 +28,7 @@ from .errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
     EvictionPolicyError,
     GraphSignatureMismatchError,
@@ -43,6 +44,7 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .fencing import FencedStorage
+from .integrity import IntegrityKeyProvider, IntegrityKeys
 from .memory import InMemoryCheckpointStorage
 from .urls import open_storage, supported_schemes
 
@@ -92,12 +94,15 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointRecord",
     "CheckpointStorage",
+    "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
     "CheckpointStorageError",
     "EvictionPolicyError",
     "FencedStorage",
     "GraphSignatureMismatchError",
     "InMemoryCheckpointStorage",
+    "IntegrityKeyProvider",
+    "IntegrityKeys",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",
     "MafCheckpointStorage",

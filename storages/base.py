@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
+import functools
 import hashlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import hmac
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,6 +39,7 @@ from .errors import (
     CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    CheckpointTamperedError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
     StaleWriterError,
@@ -43,9 +48,30 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .fencing import FencedStorage
+from .integrity import (
+    Anchor,
+    IntegrityKeyInput,
+    IntegrityKeyProvider,
+    Link,
+    Seal,
+    TamperKind,
+    accepts_unsigned,
+    anchor_token,
+    as_provider,
+    is_sealed,
+    read_anchor,
+    record_mac,
+    seal_header,
+    sealed_digest,
+    split_sealed,
+)
 
 DEFAULT_MAX_DEPTH = 100_000
 """Ancestry walks stop here unless asked otherwise; deeper chains report DEPTH_LIMIT."""
+
+_LINK_CACHE_SIZE = 4096
+"""How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
+just saved or read costs no round trip."""
 
 _LARGEST_BACKEND_INT = 2**63 - 1
 """max_depth and keep_last are clamped to this before they reach a primitive: a larger int means
@@ -148,10 +174,13 @@ class BaseCheckpointStorage(abc.ABC):
         codec: CheckpointCodec | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
         """``allowed_checkpoint_types`` ("module:qualname" strings or classes, as MAF's
         FileCheckpointStorage takes them) and ``allowed_modules`` extend the codec's allow-list
-        (a given ``codec`` is extended in place); see storages/allowlist.py."""
+        (a given ``codec`` is extended in place); see storages/allowlist.py. ``integrity_key``
+        (bytes or a key provider) makes the storage sign every record and verify every read;
+        see storages/integrity.py and docs/integrity.md."""
         if codec is None:
             codec = self._default_codec()
         try:
@@ -164,6 +193,19 @@ class BaseCheckpointStorage(abc.ABC):
         self._open_lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The event loop the backend's loop-bound resources belong to (None before opening)."""
+        self._integrity: IntegrityKeyProvider | None = None
+        self._chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]] = OrderedDict()
+        """id -> (MAC, chain height) of records this handle signed or verified."""
+        if integrity_key is not None:
+            self._integrity = as_provider(integrity_key)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A backend's new_handle() rebuilds the storage from its own settings; the integrity keys
+        # ride along here so that no backend, built-in or third-party, can drop them.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("new_handle")
+        if own is not None and not getattr(own, "_carries_integrity", False):
+            cls.new_handle = _carrying_integrity(own)  # type: ignore[method-assign]
 
     @classmethod
     def _default_codec(cls) -> CheckpointCodec:
@@ -201,13 +243,15 @@ class BaseCheckpointStorage(abc.ABC):
         if expected_latest_id is not UNFENCED:
             return await self._save_fenced(checkpoint, expected_latest_id)
         await self._ready("save")
-        records = self._records_for(checkpoint)
+        records, chain = await self._signed(self._records_for(checkpoint))
         top = records[0]
         existing_digest = await (self._insert(top) if len(records) == 1 else self._insert_family(records))
         if existing_digest is not None and (
             existing_digest != top.digest or not await self._same_nested_bodies(records)
         ):
             await self._check_same_content(records)
+        if existing_digest is None:
+            self._remember_chain(chain)
         return top.checkpoint_id
 
     async def _save_fenced(self, checkpoint: Any, expected_latest_id: CheckpointID | None) -> CheckpointID:
@@ -215,10 +259,11 @@ class BaseCheckpointStorage(abc.ABC):
         if expected_latest_id is not None:
             validate_identifier(expected_latest_id, "expected_latest_id")
         await self._ready("save")
-        records = self._records_for(checkpoint)
+        records, chain = await self._signed(self._records_for(checkpoint))
         top = records[0]
         check = await self._insert_fenced(records, expected_latest_id)
         if check is None:
+            self._remember_chain(chain)
             return top.checkpoint_id
         if check.existing_digest is None:
             raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
@@ -231,20 +276,28 @@ class BaseCheckpointStorage(abc.ABC):
         )
 
     async def load(
-        self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None
+        self,
+        checkpoint_id: CheckpointID,
+        *,
+        expected_graph_signature_hash: str | None = None,
+        anchor: str | None = None,
     ) -> Any:
         """Return the checkpoint stored under ``checkpoint_id``.
 
         Raises CheckpointNotFoundError if there is none, CheckpointCorruptedError if its body
         cannot be decoded, GraphSignatureMismatchError if ``expected_graph_signature_hash`` is
-        given and differs.
+        given and differs. With an ``anchor`` (from head_anchor), CheckpointTamperedError if the
+        store went back before it.
         """
         validate_identifier(checkpoint_id, "checkpoint_id")
+        parsed = None if anchor is None else self._parsed_anchor(anchor, None)
         await self._ready("load")
         stored = await self._load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
         (checkpoint,) = await self._decode_all([stored])
+        if parsed is not None:
+            await self._check_anchor_head_stored(parsed, stored)
         if (
             expected_graph_signature_hash is not None
             and checkpoint.graph_signature_hash != expected_graph_signature_hash
@@ -294,13 +347,24 @@ class BaseCheckpointStorage(abc.ABC):
         """
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._ready("delete")
+        self._chain_macs.clear()  # a deleted id may be saved again with other content
         return await self._remove(checkpoint_id)
 
-    async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any | None:
-        """The checkpoint of ``workflow_name`` saved last (commit order), or None."""
+    async def get_latest(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, anchor: str | None = None
+    ) -> Any | None:
+        """The checkpoint of ``workflow_name`` saved last (commit order), or None.
+
+        With an ``anchor`` (from head_anchor), raises CheckpointTamperedError if the store went back
+        before it: the anchored checkpoint is no longer the newest nor an ancestor of the newest.
+        """
         self._check_listing("get_latest", workflow_name, graph_signature_hash, False)
+        parsed = None if anchor is None else self._parsed_anchor(anchor, workflow_name)
         await self._ready("get_latest")
         stored = await self._latest(workflow_name, graph_signature_hash)
+        if parsed is not None:
+            head = stored if graph_signature_hash is None else await self._latest(workflow_name, None)
+            await self._check_anchor_latest(parsed, head)
         if stored is None:
             return None
         (checkpoint,) = await self._decode_all([stored], workflow_name, graph_signature_hash)
@@ -321,6 +385,9 @@ class BaseCheckpointStorage(abc.ABC):
         await self._ready("walk_ancestry")
         records = await self._walk(checkpoint_id, min(max_depth, _LARGEST_BACKEND_INT), with_bodies=True)
         ids = _assemble_walk(checkpoint_id, records, max_depth)
+        seals: dict[CheckpointID, Seal | None] = {}
+        if self._integrity is not None:
+            records, seals = self._opened_walk(records)
         items: list[Any] = []
         for item_id in ids.items:
             body = records.bodies.get(item_id)
@@ -329,12 +396,16 @@ class BaseCheckpointStorage(abc.ABC):
             item = self._decode(StoredBody(item_id, body), None, records.bodies)
             indexed_previous = records.links[item_id]
             if item.previous_checkpoint_id != indexed_previous:
-                raise CheckpointCorruptedError(
-                    item_id,
+                reason = (
                     f"indexed with previous id {indexed_previous!r} but its body says "
-                    f"{item.previous_checkpoint_id!r}",
+                    f"{item.previous_checkpoint_id!r}"
                 )
+                if self._integrity is not None:
+                    raise CheckpointTamperedError(item_id, TamperKind.INDEX_MISMATCH, reason)
+                raise CheckpointCorruptedError(item_id, reason)
             items.append(item)
+        if self._integrity is not None:
+            _check_walk_chain(ids, records.links, seals)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
@@ -368,6 +439,7 @@ class BaseCheckpointStorage(abc.ABC):
                 f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
             )
         await self._ready("prune")
+        self._chain_macs.clear()
         pruned = await self._prune(workflow_name, min(keep_last, _LARGEST_BACKEND_INT))
         if Capability.PENDING_WRITES in self.capabilities:
             await self._drop_writes_of_pruned(workflow_name)
@@ -379,6 +451,7 @@ class BaseCheckpointStorage(abc.ABC):
         self._require(Capability.PRUNE, "delete_workflow")
         validate_identifier(workflow_name, "workflow_name")
         await self._ready("delete_workflow")
+        self._chain_macs.clear()
         if Capability.PENDING_WRITES in self.capabilities:
             # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
             # run again), never writes that a reused id would pick up.
@@ -772,12 +845,16 @@ class BaseCheckpointStorage(abc.ABC):
         """Decode bodies, first fetching (in one call) the nested records any of them refer to
         and the backend did not already read with it; each is checked against what it was
         found by (the workflow, the signature asked for, its index entry)."""
+        if self._integrity is not None:
+            stored = [self._opened_body(item)[0] for item in stored]
         has_refs = self._codec.has_nested_refs
         containers = [item for item in stored if has_refs(item.body)]
         if not containers:
             return [self._decode(item, workflow_name, None, graph_signature_hash) for item in stored]
         unread = [item.checkpoint_id for item in containers if item.nested is None]
         fetched = await self._nested_bodies(unread) if unread else {}
+        if fetched and self._integrity is not None:
+            fetched = self._opened_bodies(fetched)
         return [
             self._decode(
                 item, workflow_name, fetched if item.nested is None else item.nested, graph_signature_hash
@@ -797,7 +874,13 @@ class BaseCheckpointStorage(abc.ABC):
         checkpoint = self._codec.decode_checkpoint(
             stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
         )
-        _check_against_index(stored, checkpoint, workflow_name, graph_signature_hash)
+        try:
+            _check_against_index(stored, checkpoint, workflow_name, graph_signature_hash)
+        except CheckpointCorruptedError as exc:
+            if self._integrity is None:
+                raise
+            # The body is authentic (its MAC held) but is listed under fields it does not have.
+            raise CheckpointTamperedError(exc.checkpoint_id, TamperKind.INDEX_MISMATCH, exc.reason) from None
         return checkpoint
 
     async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
@@ -818,12 +901,306 @@ class BaseCheckpointStorage(abc.ABC):
             # Deleted between the insert attempt and now; the caller may simply retry.
             raise CheckpointConflictError(top.checkpoint_id)
         (existing,) = await self._decode_all([stored])
-        incoming_nested = {record.checkpoint_id: record.body for record in records[1:]}
+        incoming_nested = {record.checkpoint_id: _unsealed_own(record.body) for record in records[1:]}
         incoming = self._codec.decode_checkpoint(
-            top.body, checkpoint_id=top.checkpoint_id, nested=incoming_nested or None
+            _unsealed_own(top.body), checkpoint_id=top.checkpoint_id, nested=incoming_nested or None
         )
         if type(existing) is not type(incoming) or existing != incoming:
             raise CheckpointConflictError(top.checkpoint_id)
+
+    # ------------------------------------------------------------------ integrity (docs/integrity.md)
+    # Everything tamper evidence adds lives in this block; a storage without a key never enters it.
+
+    @property
+    def integrity_enabled(self) -> bool:
+        """True when this handle signs what it saves and verifies what it reads."""
+        return self._integrity is not None
+
+    def with_integrity_key(self, integrity_key: IntegrityKeyInput | None) -> Self:
+        """A new handle on the same store that signs and verifies with ``integrity_key`` (None: a
+        handle without a key, which reads and writes plain bodies as a storage without one does)."""
+        handle = self.new_handle()
+        handle.configure_integrity(integrity_key)
+        return handle
+
+    def configure_integrity(self, integrity_key: IntegrityKeyInput | None) -> None:
+        """Set this handle's keys before its first use (open_storage does, from URL options)."""
+        if self._opened:
+            raise StorageConfigurationError(f"{self.describe()}: set the integrity key before first use")
+        self._integrity = None if integrity_key is None else as_provider(integrity_key)
+        self._chain_macs.clear()
+
+    async def head_anchor(self, *, workflow_name: str) -> str:
+        """A signed token naming the newest checkpoint of ``workflow_name`` (or that it has none).
+
+        Keep it outside the store and pass it to get_latest/load/verify: they then refuse a store
+        that went back before it (a truncated history, a restored old snapshot).
+        """
+        validate_identifier(workflow_name, "workflow_name")
+        provider = self._required_integrity("head_anchor")
+        await self._ready("head_anchor")
+        stored = await self._latest(workflow_name, None)
+        key_id, key = provider.signing_key()
+        if stored is None:
+            return anchor_token(key_id, key, workflow_name, None, 0, b"")
+        await self._decode_all([stored], workflow_name)  # the anchored record must verify
+        seal = self._opened_body(stored)[1]
+        if seal is None:
+            raise CheckpointTamperedError(
+                stored.checkpoint_id, TamperKind.UNSIGNED, "an unsigned record cannot be anchored"
+            )
+        return anchor_token(key_id, key, workflow_name, stored.checkpoint_id, seal.height, seal.mac)
+
+    def open_sealed(self, checkpoint_id: CheckpointID, raw: bytes) -> tuple[Seal | None, bytes]:
+        """Verify stored bytes as a read does and return their seal and codec body (for verify).
+
+        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only.
+        """
+        stored, seal = self._opened_body(StoredBody(checkpoint_id, raw))
+        return seal, stored.body
+
+    def _required_integrity(self, operation: str) -> IntegrityKeyProvider:
+        if self._integrity is None:
+            raise StorageConfigurationError(
+                f"{self.describe()}: {operation} needs an integrity key (integrity_key= or the URL "
+                "option integrity_key_env=NAME)"
+            )
+        return self._integrity
+
+    def _integrity_mac(self, key: bytes, checkpoint_id: CheckpointID, header: bytes, body: bytes) -> bytes:
+        """The MAC a record is signed and checked with; see storages.integrity.record_mac."""
+        return record_mac(key, checkpoint_id, header, body)
+
+    def _verifying_key(self, key_id: str) -> bytes | None:
+        assert self._integrity is not None
+        return self._integrity.verifying_key(key_id)
+
+    async def _chain_link(
+        self, record: CheckpointRecord, family: Mapping[CheckpointID, tuple[bytes, int]]
+    ) -> tuple[Link, bytes, int]:
+        """How a record chains onto its predecessor: the link kind, the predecessor's MAC and
+        this record's height. Costs a round trip only when the predecessor is not remembered."""
+        previous_id = record.previous_checkpoint_id
+        if previous_id is None:
+            return Link.ROOT, b"", 0
+        known = family.get(previous_id) or self._chain_macs.get(previous_id)
+        if known is None:
+            raw = await self._get(previous_id)
+            seal = None if raw is None else self._opened_body(StoredBody(previous_id, raw))[1]
+            if seal is None:
+                return Link.ABSENT, b"", 0
+            known = (seal.mac, seal.height)
+        return Link.PRESENT, known[0], known[1] + 1
+
+    async def _signed(
+        self, records: list[CheckpointRecord]
+    ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]:
+        """The records a save writes, sealed when this handle has a key (else unchanged), and
+        each sealed record's (MAC, height), to remember once the save is stored."""
+        if self._integrity is None:
+            return records, {}
+        key_id, key = self._integrity.signing_key()
+        family: dict[CheckpointID, tuple[bytes, int]] = {}
+        signed: list[CheckpointRecord] = []
+        for record in records:
+            link_kind, link, height = await self._chain_link(record, family)
+            header = seal_header(
+                key_id,
+                link_kind,
+                link,
+                height,
+                record.container_id,
+                record.position,
+                record.previous_checkpoint_id,
+            )
+            mac = self._integrity_mac(key, record.checkpoint_id, header, record.body)
+            signed.append(
+                CheckpointRecord(
+                    checkpoint_id=record.checkpoint_id,
+                    workflow_name=record.workflow_name,
+                    previous_checkpoint_id=record.previous_checkpoint_id,
+                    graph_signature_hash=record.graph_signature_hash,
+                    body=header + mac + record.body,
+                    digest=sealed_digest(mac),
+                    container_id=record.container_id,
+                    root_id=record.root_id,
+                    position=record.position,
+                )
+            )
+            family[record.checkpoint_id] = (mac, height)
+        return signed, family
+
+    def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
+        for checkpoint_id, (mac, height) in chain.items():
+            self._remember(checkpoint_id, mac, height)
+
+    def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
+        macs = self._chain_macs
+        macs[checkpoint_id] = (mac, height)
+        macs.move_to_end(checkpoint_id)
+        if len(macs) > _LINK_CACHE_SIZE:
+            macs.popitem(last=False)
+
+    def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
+        """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
+        provider = self._integrity
+        assert provider is not None
+        checkpoint_id = stored.checkpoint_id
+        nested = None if stored.nested is None else self._opened_bodies(stored.nested)
+        raw = stored.body
+        if not is_sealed(raw):
+            if accepts_unsigned(provider):
+                return dataclasses.replace(stored, nested=nested), None
+            raise CheckpointTamperedError(
+                checkpoint_id,
+                TamperKind.UNSIGNED,
+                "it has no seal, and this storage reads only signed records (accept_unsigned=True "
+                "on IntegrityKeys is the migration mode for bodies written before the key)",
+            )
+        seal, parts = split_sealed(checkpoint_id, raw)
+        key = self._verifying_key(seal.key_id)
+        if key is None:
+            raise CheckpointTamperedError(
+                checkpoint_id,
+                TamperKind.UNKNOWN_KEY,
+                f"it is signed with key id {seal.key_id!r}, for which this storage has no verifying key",
+            )
+        expected = self._integrity_mac(key, checkpoint_id, parts.header, parts.body)
+        if not hmac.compare_digest(expected, seal.mac):
+            raise CheckpointTamperedError(
+                checkpoint_id,
+                TamperKind.MAC_MISMATCH,
+                "its body, its seal or the id it is stored under is not what was signed",
+            )
+        self._remember(checkpoint_id, seal.mac, seal.height)
+        return StoredBody(checkpoint_id, parts.body, nested, stored.entry), seal
+
+    def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
+        return {
+            checkpoint_id: self._opened_body(StoredBody(checkpoint_id, body))[0].body
+            for checkpoint_id, body in bodies.items()
+        }
+
+    def _opened_walk(self, records: WalkRecords) -> tuple[WalkRecords, dict[CheckpointID, Seal | None]]:
+        seals: dict[CheckpointID, Seal | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        for checkpoint_id, raw in records.bodies.items():
+            opened, seals[checkpoint_id] = self._opened_body(StoredBody(checkpoint_id, raw))
+            bodies[checkpoint_id] = opened.body
+        return dataclasses.replace(records, bodies=bodies), seals
+
+    def _parsed_anchor(self, anchor: str, workflow_name: str | None) -> Anchor:
+        parsed = read_anchor(anchor, self._required_integrity("reading with an anchor"))
+        if workflow_name is not None and parsed.workflow_name != workflow_name:
+            raise InvalidCheckpointError(
+                f"the anchor is for workflow {parsed.workflow_name!r}, not {workflow_name!r}", field="anchor"
+            )
+        return parsed
+
+    async def _check_anchor_latest(self, anchor: Anchor, head: StoredBody | None) -> None:
+        """The workflow's newest record must be the anchored one or continue from it."""
+        if anchor.head_id is None:
+            return
+        if head is None:
+            raise _went_back(anchor, f"workflow {anchor.workflow_name!r} has no checkpoint now")
+        seal = self._opened_body(head)[1]
+        current_id = head.checkpoint_id
+        while True:
+            if current_id == anchor.head_id:
+                if seal is None or not hmac.compare_digest(seal.mac, anchor.mac):
+                    raise _went_back(anchor, "the record stored under its id is not the one anchored")
+                return
+            if seal is None or seal.height <= anchor.height or seal.link_kind is not Link.PRESENT:
+                raise _went_back(
+                    anchor,
+                    f"the newest checkpoint is {head.checkpoint_id!r}, which does not continue from it",
+                )
+            previous_id = seal.previous_id
+            assert previous_id is not None  # a PRESENT link always names its predecessor
+            raw = await self._get(previous_id)
+            if raw is None:
+                raise _went_back(
+                    anchor,
+                    f"the newest checkpoint {head.checkpoint_id!r} cannot be followed back to it "
+                    f"({previous_id!r} is gone)",
+                )
+            link = seal.link
+            seal = self._opened_body(StoredBody(previous_id, raw))[1]
+            if seal is None or not hmac.compare_digest(seal.mac, link):
+                raise CheckpointTamperedError(
+                    previous_id,
+                    TamperKind.CHAIN_BROKEN,
+                    "it is not the record its successor was signed after",
+                )
+            current_id = previous_id
+
+    async def _check_anchor_head_stored(self, anchor: Anchor, loaded: StoredBody) -> None:
+        """The anchored record must still be stored as anchored."""
+        if anchor.head_id is None:
+            return
+        if loaded.checkpoint_id == anchor.head_id:
+            head: StoredBody | None = loaded
+        else:
+            raw = await self._get(anchor.head_id)
+            head = None if raw is None else StoredBody(anchor.head_id, raw)
+        if head is None:
+            raise _went_back(anchor, "it is no longer stored")
+        seal = self._opened_body(head)[1]
+        if seal is None or not hmac.compare_digest(seal.mac, anchor.mac):
+            raise _went_back(anchor, "the record stored under its id is not the one anchored")
+
+
+def _carrying_integrity(new_handle: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(new_handle)
+    def carrying(self: BaseCheckpointStorage, *args: Any, **kwargs: Any) -> Any:
+        handle = new_handle(self, *args, **kwargs)
+        if isinstance(handle, BaseCheckpointStorage) and handle._integrity is None:
+            handle._integrity = self._integrity
+        return handle
+
+    carrying._carries_integrity = True  # type: ignore[attr-defined]
+    return carrying
+
+
+def _unsealed_own(body: bytes) -> bytes:
+    """The codec body inside bytes this handle just sealed (or ``body`` if it is not sealed)."""
+    return split_sealed("", body)[1].body if is_sealed(body) else body
+
+
+def _went_back(anchor: Anchor, why: str) -> CheckpointTamperedError:
+    assert anchor.head_id is not None
+    return CheckpointTamperedError(
+        anchor.head_id,
+        TamperKind.ROLLED_BACK,
+        f"the store went back before the anchor of workflow {anchor.workflow_name!r}, which names "
+        f"this checkpoint (chain height {anchor.height}) as its newest: {why}",
+    )
+
+
+def _check_walk_chain(
+    walk: AncestryWalk[CheckpointID],
+    links: Mapping[CheckpointID, CheckpointID | None],
+    seals: Mapping[CheckpointID, Seal | None],
+) -> None:
+    """Each step of a walk must go to the record the step's start was signed after.
+
+    A predecessor that is gone ends the walk ``missing``, as on a storage without a key: the
+    contract lets the application delete a checkpoint, so verify, not the walk, reports that a
+    record was signed after one that is gone (``chain_broken``). A predecessor that is there but
+    is not the record signed after raises."""
+    items = walk.items
+    for index, item_id in enumerate(items):
+        seal = seals.get(item_id)
+        if seal is None or seal.link_kind is not Link.PRESENT:
+            continue
+        if index + 1 < len(items):
+            previous = seals.get(items[index + 1])
+            if previous is None or not hmac.compare_digest(previous.mac, seal.link):
+                raise CheckpointTamperedError(
+                    item_id,
+                    TamperKind.CHAIN_BROKEN,
+                    f"its predecessor {links[item_id]!r} is not the record it was signed after",
+                )
 
 
 def _check_against_index(

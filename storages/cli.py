@@ -1,8 +1,10 @@
 """``checkpoint-storages``: verify and inspect a storage from a shell.
 
-* ``checkpoint-storages verify URL [--workflow NAME] [--json] [--structure-only]``: scan for
-  dangling links, cycles, orphaned nested records, undecodable bodies, types the codec does not
-  allow and signature changes (storages.verify).
+* ``checkpoint-storages verify URL [--workflow NAME] [--anchor WORKFLOW=TOKEN] [--json]
+  [--structure-only]``: scan for dangling links, cycles, orphaned nested records, undecodable
+  bodies, types the codec does not allow and signature changes (storages.verify); with
+  ``?integrity_key_env=NAME`` in the URL, for tampered records and broken chains too, and with
+  ``--anchor``, for workflows whose store went back before the anchor.
   Exit status 0 when nothing is found, 1 when something is, 2 for a usage or connection error.
 * ``checkpoint-storages inspect URL``: the workflows, with counts.
   ``inspect URL WORKFLOW``: that workflow's lineage tree.
@@ -107,6 +109,7 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
                 storage,
                 workflow_name=args.workflow,
                 progress=lambda done, known: progress.update(task, completed=done, total=known),
+                anchors=_anchors(args.anchor),
                 structure_only=args.structure_only,
             )
     if args.workflow is not None and report.records_checked == 0 and report.ok:
@@ -118,6 +121,17 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
             console.print(findings_table(report))
         console.print(verdict(report))
     return EXIT_OK if report.ok else EXIT_FOUND
+
+
+def _anchors(given: list[str] | None) -> dict[str, str]:
+    """``--anchor WORKFLOW=TOKEN`` options as a mapping (a token never contains '=')."""
+    anchors: dict[str, str] = {}
+    for item in given or []:
+        workflow, equals, token = item.rpartition("=")
+        if not equals or not workflow or not token:
+            raise UsageError(f"--anchor takes WORKFLOW=TOKEN (a token from head_anchor), got {item!r}")
+        anchors[workflow] = token
+    return anchors
 
 
 def findings_table(report: VerifyReport) -> Table:
@@ -214,6 +228,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify_parser.add_argument("url", metavar="URL", help="storage URL")
     verify_parser.add_argument("--workflow", metavar="NAME", help="scan only this workflow")
+    verify_parser.add_argument(
+        "--anchor",
+        action="append",
+        metavar="WORKFLOW=TOKEN",
+        help="report WORKFLOW if the store went back before this head_anchor() token (repeatable; "
+        "the URL needs integrity_key_env=NAME)",
+    )
     verify_parser.add_argument(
         "--structure-only",
         action="store_true",

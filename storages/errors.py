@@ -67,6 +67,20 @@ class CheckpointCorruptedError(CheckpointStorageError):
         self.reason = reason
 
 
+class CheckpointTamperedError(CheckpointCorruptedError):
+    """A keyed storage read a record that is not what was signed, or a store older than an anchor.
+
+    ``kind`` is one of :class:`storages.integrity.TamperKind`'s values; ``checkpoint_id`` names
+    the record whose check failed. Nothing is skipped or repaired: the read raises.
+    """
+
+    def __init__(self, checkpoint_id: str, kind: str, reason: str) -> None:
+        super().__init__(checkpoint_id, reason)
+        self.message = f"Checkpoint {checkpoint_id!r} failed its integrity check ({kind}): {reason}"
+        self.args = (self.message,)
+        self.kind = str(kind)
+
+
 class CheckpointTypeNotAllowedError(CheckpointStorageError):
     """A stored body names a type this storage's codec may not construct; the data is intact.
 
@@ -272,6 +286,7 @@ __all__ = [
     "CheckpointCorruptedError",
     "CheckpointNotFoundError",
     "CheckpointStorageError",
+    "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
     "EvictionPolicyError",
     "GraphSignatureMismatchError",

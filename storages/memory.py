@@ -20,6 +20,7 @@ from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntr
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import CheckpointConflictError, NestedCheckpointDeletionError, StorageConfigurationError
+from .integrity import IntegrityKeyInput
 from .redaction import redact_url
 
 URL_OPTIONS: tuple[str, ...] = ()
@@ -78,10 +79,14 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         codec: CheckpointCodec | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
         _store: _MemoryStore | None = None,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         self._store = _store if _store is not None else _MemoryStore()
 

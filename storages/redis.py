@@ -98,6 +98,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .integrity import IntegrityKeyInput
 from .redaction import chainable, redact_text, redact_url
 
 DEFAULT_PREFIX = "checkpoints"
@@ -721,10 +722,14 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         client_options: Mapping[str, Any] | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
         allow_evicting_policy: bool = False,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         if (client is None) == (url is None):
             raise StorageConfigurationError("RedisCheckpointStorage needs exactly one of client= or url=")

@@ -96,6 +96,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .integrity import IntegrityKeyInput
 from .redaction import chainable, redact_url
 
 URL_SCHEME = "s3"
@@ -327,9 +328,13 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         codec: CheckpointCodec | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         _check_bucket_name(bucket)
         if not isinstance(prefix, str):

@@ -61,6 +61,7 @@ from .errors import (
     StorageConfigurationError,
     StorageUnavailableError,
 )
+from .integrity import IntegrityKeyInput
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another connection's write lock before giving up."""
@@ -313,9 +314,13 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
         super().__init__(
-            codec=codec, allowed_checkpoint_types=allowed_checkpoint_types, allowed_modules=allowed_modules
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
         )
         # Resolved now, so a later chdir changes neither this handle nor its new_handle()s.
         self._path = _checked_path(path)

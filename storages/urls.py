@@ -13,6 +13,11 @@ Every scheme also takes ``allowed_checkpoint_types=mod:Class,mod:Other`` and
 ``allowed_modules=myapp,otherapp``: the types a stored body may name beyond the built-in ones (see
 storages/allowlist.py), as the storages' keywords of the same names.
 
+Every scheme also takes the integrity options (docs/integrity.md): ``integrity_key_env=NAME``
+names an environment variable holding the signing key (hex, or base64 prefixed with
+``base64:``), never the key itself; ``integrity_verify_keys_env=OLD1,OLD2`` names variables holding
+keys that only verify (a rotation); ``integrity_accept_unsigned=true`` is the migration mode.
+
 An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
 says what to do; so does an option a scheme does not take (the error lists those it takes).
 
@@ -28,10 +33,11 @@ import importlib.util
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .base import BaseCheckpointStorage
 from .errors import MissingDependencyError, StorageConfigurationError
+from .integrity import IntegrityKeys, key_from_env
 from .redaction import redact_url
 
 COMMON_URL_OPTIONS: tuple[str, ...] = ("allowed_checkpoint_types", "allowed_modules")
@@ -56,6 +62,10 @@ def parse_url_options(url: str, query: str, scheme_options: Collection[str], *, 
     return dict(pairs)
 
 
+INTEGRITY_OPTIONS = ("integrity_key_env", "integrity_verify_keys_env", "integrity_accept_unsigned")
+"""URL options every scheme takes: where the integrity keys are (handled here, not by the backend)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Backend:
     module: str
@@ -78,7 +88,8 @@ def supported_schemes() -> list[str]:
 
 
 def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
-    """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``).
+    """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``), except
+    ``integrity_key=``, which every scheme takes (as the URL option ``integrity_key_env``).
 
     The storage connects lazily on first use; close it with ``aclose()`` or ``async with``.
     """
@@ -98,13 +109,69 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
         raise MissingDependencyError(f"{scheme}:// storage", backend.extra, backend.dependency)
     module = importlib.import_module(backend.module)
     cls = getattr(module, backend.cls)
+    url, integrity = _take_options(url, INTEGRITY_OPTIONS)
+    keys = options.pop("integrity_key", None)
+    if integrity:
+        if keys is not None:
+            raise StorageConfigurationError(
+                f"Storage URL {redact_url(url)!r}: give integrity_key= or integrity_key_env=, not both"
+            )
+        keys = _integrity_keys(url, integrity)
     storage = cls.from_url(url, **options) if hasattr(cls, "from_url") else cls(**options)
     assert isinstance(storage, BaseCheckpointStorage)
+    if keys is not None:
+        storage.configure_integrity(keys)
     return storage
+
+
+def _integrity_keys(url: str, options: dict[str, list[str]]) -> IntegrityKeys:
+    """The keys the integrity options name, read from the environment (never from the URL)."""
+    names = options.get("integrity_key_env", [])
+    if len(names) != 1:
+        raise StorageConfigurationError(
+            f"Storage URL {redact_url(url)!r}: the integrity options need exactly one "
+            "integrity_key_env=NAME (the environment variable holding the signing key)"
+        )
+    flags = options.get("integrity_accept_unsigned", ["false"])
+    if len(flags) != 1 or flags[0].lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise StorageConfigurationError(
+            f"Storage URL {redact_url(url)!r}: integrity_accept_unsigned must be true or false"
+        )
+    verifying = [
+        key_from_env(name, option="integrity_verify_keys_env")
+        for name in options.get("integrity_verify_keys_env", [])
+    ]
+    return IntegrityKeys(
+        key_from_env(names[0]),
+        verifying_keys=verifying,
+        accept_unsigned=flags[0].lower() in ("true", "1", "yes"),
+    )
+
+
+def _take_options(url: str, taken: tuple[str, ...]) -> tuple[str, dict[str, list[str]]]:
+    """``url`` without the ``taken`` options, and those options' comma-separated items."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url, {}
+    kept: list[tuple[str, str]] = []
+    allowances: dict[str, list[str]] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in taken:
+            allowances.setdefault(name, []).extend(item.strip() for item in value.split(",") if item.strip())
+        else:
+            kept.append((name, value))
+    if not allowances:
+        return url, {}
+    # Rebuilt by hand: urlunsplit would turn sqlite:////abs/path into sqlite://abs/path.
+    head, _, rest = url.partition("?")
+    _, hash_sign, fragment = rest.partition("#")
+    query = "?" + urlencode(kept) if kept else ""
+    return head + query + hash_sign + fragment, allowances
 
 
 __all__ = [
     "COMMON_URL_OPTIONS",
+    "INTEGRITY_OPTIONS",
     "open_storage",
     "parse_url_options",
     "supported_schemes",

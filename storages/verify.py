@@ -17,7 +17,10 @@ finding is about first:
 * a body naming a type the codec does not allow: the data is intact, the finding says how to
   allow the type (``type_not_allowed``, kept apart from damaged bytes so nobody deletes good data);
 * a body whose fields disagree with the index the storage lists and walks by;
-* a graph signature that changes from one checkpoint to the next along a chain.
+* a graph signature that changes from one checkpoint to the next along a chain;
+* on a storage with an integrity key (docs/integrity.md): a record that is not what was signed,
+  a chain link that does not hold or whose predecessor was deleted, and, given anchors, a
+  workflow whose store went back before its anchor.
 
 With ``structure_only=True`` no value is constructed, so no application type is needed (a MAF
 app's types live in the app, not in the process running verify): every body is decoded with
@@ -35,13 +38,19 @@ from __future__ import annotations
 import enum
 import json
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import CheckpointCodec
 from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from .errors import CheckpointCorruptedError, CheckpointTypeNotAllowedError, UnsupportedOperationError
+from .errors import (
+    CheckpointCorruptedError,
+    CheckpointTamperedError,
+    CheckpointTypeNotAllowedError,
+    UnsupportedOperationError,
+)
+from .integrity import Link, Seal, TamperKind
 from .redaction import redact_url
 
 VerifyProgress = Callable[[int, int], None]
@@ -73,6 +82,13 @@ class FindingKind(str, enum.Enum):
     """The decoded body disagrees with the index (workflow, previous id or signature)."""
     SIGNATURE_CHANGE = "signature_change"
     """A checkpoint's graph signature differs from its previous checkpoint's."""
+    TAMPERED = "tampered"
+    """With an integrity key: a record is not what was signed (edited, moved, unsigned, unknown key)."""
+    CHAIN_BROKEN = "chain_broken"
+    """With an integrity key: a record's predecessor is not the one it was signed after, or was
+    deleted without a tombstone."""
+    ROLLED_BACK = "rolled_back"
+    """Given an anchor: the workflow's store went back before it."""
 
     def __str__(self) -> str:
         return self.value
@@ -158,10 +174,13 @@ async def verify(
     *,
     workflow_name: str | None = None,
     progress: VerifyProgress | None = None,
+    anchors: Mapping[str, str] | None = None,
     structure_only: bool = False,
 ) -> VerifyReport:
     """Scan ``storage`` (or one workflow, with the records nested in it) and report every problem.
 
+    ``anchors`` maps workflow names to tokens from ``head_anchor``; each workflow whose store went
+    back before its anchor is reported (the storage needs its integrity key for this).
     ``structure_only`` checks everything but the values themselves, constructing none (see the
     module docstring). Raises UnsupportedOperationError when the storage lacks the ``inspect`` or
     ``raw_access`` capability; storage errors (unreachable, closed) propagate. Finding nothing is
@@ -170,6 +189,9 @@ async def verify(
     require_capabilities(storage, "verify")
     scan = _Scan(storage, workflow_name, progress, structure_only=structure_only)
     await scan.run()
+    for anchored_workflow, token in (anchors or {}).items():
+        await scan.check_anchor(anchored_workflow, token)
+    scan.report.findings.sort(key=lambda finding: _KIND_ORDER[finding.kind])
     return scan.report
 
 
@@ -211,6 +233,11 @@ class _Scan:
         self._broken: set[CheckpointID] = set()
         """Records that cannot be loaded, or whose bodies refer to records that are not stored."""
         self._tombstones: frozenset[CheckpointID] | None = None
+        self._open_sealed: Callable[[CheckpointID, bytes], tuple[Seal | None, bytes]] | None = (
+            getattr(storage, "open_sealed", None) if getattr(storage, "integrity_enabled", False) else None
+        )
+        """Verifies a stored body and returns its seal and codec body, on a keyed storage."""
+        self._seals: dict[CheckpointID, Seal | None] = {}
 
     async def run(self) -> None:
         listed = await self._storage.list_records(workflow_name=self._workflow_name)
@@ -226,6 +253,15 @@ class _Scan:
         await self._check_links()
         self._find_cycles()
         self.report.findings.sort(key=lambda finding: _KIND_ORDER[finding.kind])
+
+    async def check_anchor(self, workflow_name: str, token: str) -> None:
+        """Report the workflow if its store went back before the anchor ``token``."""
+        try:
+            await self._storage.get_latest(workflow_name=workflow_name, anchor=token)  # type: ignore[call-arg]
+        except CheckpointTamperedError as exc:
+            kind = FindingKind.ROLLED_BACK if exc.kind == TamperKind.ROLLED_BACK else FindingKind.TAMPERED
+            if kind is FindingKind.ROLLED_BACK or not self._already_reported(exc.checkpoint_id):
+                self._add(kind, (exc.checkpoint_id,), exc.message, workflow_name)
 
     # ------------------------------------------------------------------ bodies
 
@@ -252,7 +288,7 @@ class _Scan:
                     continue
                 if nested.checkpoint_id in self._checked:
                     # Already checked in another scan step; its body is still needed to decode.
-                    earlier = await self._storage.read_raw_body(ref)
+                    earlier = self._plain(ref, await self._storage.read_raw_body(ref))
                     if earlier is not None:
                         family.bodies[ref] = earlier
                 else:
@@ -272,6 +308,22 @@ class _Scan:
             self._undecodable(info, "it is listed in the index but has no stored body")
             return None
         self.report.records_checked += 1
+        if self._open_sealed is not None:
+            try:
+                seal, body = self._open_sealed(checkpoint_id, body)
+            except CheckpointTamperedError as exc:
+                self._broken.add(checkpoint_id)
+                self._add(FindingKind.TAMPERED, (checkpoint_id,), exc.message, info.workflow_name)
+                return None
+            self._seals[checkpoint_id] = seal
+            if seal is not None and seal.container_id != info.container_id:
+                self._add(
+                    FindingKind.TAMPERED,
+                    (checkpoint_id,),
+                    f"checkpoint {checkpoint_id!r} was signed as nested in {seal.container_id!r} but "
+                    f"the index lists it under {info.container_id!r}",
+                    info.workflow_name,
+                )
         try:
             self._refs[checkpoint_id] = CheckpointCodec.nested_ref_ids(body, checkpoint_id=checkpoint_id)
         except CheckpointCorruptedError as exc:
@@ -387,6 +439,7 @@ class _Scan:
             previous_id = info.previous_checkpoint_id
             if previous_id is not None and previous_id != checkpoint_id:
                 previous = await self._lookup(previous_id)
+                await self._check_chain_link(info, previous_id, stored=previous is not None)
                 if previous is not None:
                     self._check_signature(info, previous)
                 elif previous_id not in await self._all_tombstones():
@@ -427,7 +480,7 @@ class _Scan:
         """Direct nested references of a stored body; None if it cannot be read."""
         if checkpoint_id in self._checked:
             return self._refs.get(checkpoint_id)
-        body = await self._storage.read_raw_body(checkpoint_id)
+        body = self._plain(checkpoint_id, await self._storage.read_raw_body(checkpoint_id))
         self._checked.add(checkpoint_id)  # out of scope: read for its references only, once
         if body is None:
             return None
@@ -437,6 +490,58 @@ class _Scan:
             return None  # out of scope: a full scan reports it
         self._refs[checkpoint_id] = refs
         return refs
+
+    async def _check_chain_link(
+        self, info: CheckpointInfo, previous_id: CheckpointID, *, stored: bool
+    ) -> None:
+        """On a keyed storage: the predecessor is the record this one was signed after."""
+        seal = self._seals.get(info.checkpoint_id)
+        if seal is None or seal.link_kind is not Link.PRESENT:
+            return
+        checkpoint_id = info.checkpoint_id
+        if not stored:
+            expires = Capability.TTL in getattr(self._storage, "capabilities", frozenset())
+            if not expires and previous_id not in await self._all_tombstones():
+                self._add(
+                    FindingKind.CHAIN_BROKEN,
+                    (checkpoint_id, previous_id),
+                    f"checkpoint {checkpoint_id!r} was signed after {previous_id!r}, which is gone "
+                    f"without a tombstone ({TamperKind.PREDECESSOR_DELETED})",
+                    info.workflow_name,
+                )
+            return
+        if previous_id not in self._seals:
+            raw = await self._storage.read_raw_body(previous_id)
+            try:
+                opened = None if raw is None else self._open_sealed_or_none(previous_id, raw)
+            except CheckpointTamperedError:
+                return  # the predecessor's own finding says what is wrong with it
+            self._seals[previous_id] = opened
+        previous = self._seals[previous_id]
+        if previous is None or previous.mac != seal.link:
+            self._add(
+                FindingKind.CHAIN_BROKEN,
+                (checkpoint_id, previous_id),
+                f"checkpoint {checkpoint_id!r}: the record stored as its predecessor {previous_id!r} "
+                "is not the one it was signed after",
+                info.workflow_name,
+            )
+
+    def _open_sealed_or_none(self, checkpoint_id: CheckpointID, raw: bytes) -> Seal | None:
+        assert self._open_sealed is not None
+        return self._open_sealed(checkpoint_id, raw)[0]
+
+    def _plain(self, checkpoint_id: CheckpointID, raw: bytes | None) -> bytes | None:
+        """A stored body without its seal; None if absent or (on a keyed storage) not authentic."""
+        if raw is None or self._open_sealed is None:
+            return raw
+        try:
+            return self._open_sealed(checkpoint_id, raw)[1]
+        except CheckpointTamperedError:
+            return None  # reported where the record itself is checked
+
+    def _already_reported(self, checkpoint_id: CheckpointID) -> bool:
+        return any(finding.checkpoint_ids[0] == checkpoint_id for finding in self.report.findings)
 
     def _check_signature(self, info: CheckpointInfo, previous: CheckpointInfo) -> None:
         if info.graph_signature_hash == previous.graph_signature_hash:

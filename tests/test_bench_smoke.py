@@ -53,3 +53,24 @@ async def test_langgraph_bench_runs_each_pair_on_the_same_workload(tmp_path: Pat
         assert result.runs == 2
         assert result.ours_ms > 0
         assert result.theirs_ms > 0
+
+
+@pytest.mark.sqlite
+async def test_the_integrity_section_times_both_handles_on_both_storages() -> None:
+    from bench.integrity_bench import render, run, seal_and_check_us
+    from bench.measure import Budget
+
+    tiny = Budget(repeats=1, batch_seconds=0.001, max_batch=5)
+    rows = await run(tiny)
+    assert [(row.backend, row.operation) for row in rows] == [
+        ("memory", "save"),
+        ("memory", "load"),
+        ("sqlite", "save"),
+        ("sqlite", "load"),
+    ]
+    assert all(row.plain_us > 0 and row.keyed_us > 0 for row in rows)
+    assert render(rows).count("\n") == len(rows) + 1
+    alone = seal_and_check_us(tiny)
+    assert alone["body_bytes"] > 2_000
+    assert alone["seal"] > 0
+    assert alone["check"] > 0

@@ -22,6 +22,7 @@ from storages import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
     EvictionPolicyError,
     GraphSignatureMismatchError,
@@ -45,6 +46,7 @@ from storages import (
 SAMPLE_ERRORS: list[CheckpointStorageError] = [
     CheckpointNotFoundError("cp-1"),
     CheckpointCorruptedError("cp-1", "checksum mismatch"),
+    CheckpointTamperedError("cp-1", "mac_mismatch", "its body is not what was signed"),
     CheckpointTypeNotAllowedError("app.models:Ticket", "cp-1", "checkpoint.state['ticket']"),
     InvalidCheckpointError("bad checkpoint", field="state"),
     InvalidCheckpointIdError("checkpoint_id", "", "must not be empty"),

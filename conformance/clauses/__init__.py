@@ -21,5 +21,6 @@ from . import (  # noqa: F401 - imported for registration
     runner,
     scale,
     signature,
+    tamper,
     writes,
 )

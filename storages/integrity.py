@@ -1,0 +1,434 @@
+"""Tamper evidence: keys, the signed envelope ("seal") around a stored body, and head anchors.
+
+A keyed storage stores every body as ``seal header + MAC + codec body``. The MAC is HMAC-SHA256
+under the signing key over a domain tag, the checkpoint id the record is stored under, the seal
+header and the codec body. The header holds what the body itself does not say:
+
+* the key id (so a verifier picks the right key after a rotation);
+* the chain link: the MAC of the record named by the body's ``previous_checkpoint_id`` as it was
+  stored when this record was signed (or that there was no previous id, or that it was not
+  stored), and the chain height (the predecessor's height plus one);
+* for a nested record, its container's id and its position in the save.
+
+The body carries the workflow name, the checkpoint id and the previous id, and the MAC covers the
+body, so every one of those is signed too. See docs/integrity.md for what this detects and what
+needs an anchor.
+
+An anchor is a small token the application keeps outside the store, naming a workflow's newest
+record (id, chain height and MAC) and signed with the same key; a read given it refuses a store
+that went back before it.
+
+Nothing here ever puts key material in a message, a repr or a report: keys are named by key id.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import functools
+import hashlib
+import hmac
+import json
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
+
+from .errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
+
+MIN_KEY_BYTES: Final = 16
+"""Shortest accepted key. 32 random bytes (``secrets.token_bytes(32)``) is the recommendation."""
+
+MAC_SIZE: Final = 32
+_MAGIC: Final = b"CKS"
+"""Distinct from the codec's ``b"CK\\x01"``: a sealed body is never mistaken for a plain one."""
+_VERSION: Final = 1
+_FIXED = struct.Struct(">3sBBQIB")  # magic, version, link kind, height, position, key id length
+_LENGTH = struct.Struct(">H")
+_RECORD_DOMAIN: Final = b"checkpoint-storages/record/v1\x00"
+_ANCHOR_DOMAIN: Final = b"checkpoint-storages/anchor/v1\x00"
+_ANCHOR_PREFIX: Final = "cka1."
+HEX_PREFIX_NOTE: Final = "hex, or base64 prefixed with 'base64:'"
+"""How a key held in an environment variable is written."""
+
+
+class Link(enum.IntEnum):
+    """What a record's seal says about its predecessor (the record its previous id names)."""
+
+    ROOT = 0
+    """The body has no previous id."""
+    ABSENT = 1
+    """The previous id was not stored when this record was signed: the chain restarts here."""
+    PRESENT = 2
+    """The predecessor was stored; the seal holds its MAC."""
+
+
+class TamperKind(str, enum.Enum):
+    """What did not match; carried by CheckpointTamperedError and by verify's findings."""
+
+    UNSIGNED = "unsigned"
+    """A keyed storage read a body with no seal (and is not in migration mode)."""
+    MALFORMED_SEAL = "malformed_seal"
+    UNKNOWN_KEY = "unknown_key"
+    """The seal names a key id this storage has no verifying key for."""
+    MAC_MISMATCH = "mac_mismatch"
+    """The body, its seal header or the id it is stored under is not what was signed."""
+    INDEX_MISMATCH = "index_mismatch"
+    """An authentic body is listed under index fields (workflow, previous id, signature) it does
+    not have."""
+    CHAIN_BROKEN = "chain_broken"
+    """A record's predecessor is not the record it was signed after."""
+    PREDECESSOR_DELETED = "predecessor_deleted"
+    """A record's predecessor was stored when it was signed and is gone, without a tombstone."""
+    ROLLED_BACK = "rolled_back"
+    """The store is older than an anchor: its newest record is missing or was replaced."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@runtime_checkable
+class IntegrityKeyProvider(Protocol):
+    """Where a storage gets its keys; asked on every save and read, so it may rotate live."""
+
+    def signing_key(self) -> tuple[str, bytes]:
+        """The key id and key new records are signed with."""
+        ...
+
+    def verifying_key(self, key_id: str) -> bytes | None:
+        """The key for a stored key id, or None if records signed with it must be refused."""
+        ...
+
+
+def key_id_of(key: bytes) -> str:
+    """A short public name for a key: not the key, and not enough of a hash to guess it."""
+    return hashlib.blake2b(key, digest_size=4, person=b"ckpt-key-id").hexdigest()
+
+
+class IntegrityKeys:
+    """One signing key and any number of keys that only verify (older ones, during a rotation).
+
+    ``accept_unsigned=True`` is the migration mode: bodies written before the storage had a key
+    are read as they are (unsigned, so unprotected); everything saved is signed.
+    """
+
+    __slots__ = ("_keys", "_signing_id", "accept_unsigned")
+
+    def __init__(
+        self,
+        signing_key: bytes,
+        *,
+        key_id: str | None = None,
+        verifying_keys: Mapping[str, bytes] | Iterable[bytes] = (),
+        accept_unsigned: bool = False,
+    ) -> None:
+        signing = _checked_key(signing_key, "signing key")
+        self._signing_id = key_id if key_id is not None else key_id_of(signing)
+        _check_key_id(self._signing_id)
+        self._keys: dict[str, bytes] = {self._signing_id: signing}
+        items = (
+            verifying_keys.items()
+            if isinstance(verifying_keys, Mapping)
+            else ((None, key) for key in verifying_keys)
+        )
+        for given_id, key in items:
+            checked = _checked_key(key, "verifying key")
+            key_name = given_id if given_id is not None else key_id_of(checked)
+            _check_key_id(key_name)
+            self._keys.setdefault(key_name, checked)
+        self.accept_unsigned = bool(accept_unsigned)
+
+    def signing_key(self) -> tuple[str, bytes]:
+        return self._signing_id, self._keys[self._signing_id]
+
+    def verifying_key(self, key_id: str) -> bytes | None:
+        return self._keys.get(key_id)
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return tuple(self._keys)
+
+    def __repr__(self) -> str:
+        return (
+            f"<IntegrityKeys signing key id {self._signing_id!r}, "
+            f"{len(self._keys) - 1} verifying-only key(s)"
+            + (", accepting unsigned records" if self.accept_unsigned else "")
+            + ">"
+        )
+
+
+IntegrityKeyInput = bytes | IntegrityKeyProvider
+"""What ``integrity_key=`` takes: the key itself, or a provider."""
+
+
+def as_provider(integrity_key: IntegrityKeyInput) -> IntegrityKeyProvider:
+    if isinstance(integrity_key, (bytes, bytearray, memoryview)):
+        return IntegrityKeys(bytes(integrity_key))
+    if isinstance(integrity_key, IntegrityKeyProvider):
+        return integrity_key
+    raise StorageConfigurationError(
+        f"integrity_key must be bytes or a key provider (signing_key() and verifying_key()), "
+        f"not {type(integrity_key).__name__}"
+    )
+
+
+def accepts_unsigned(provider: IntegrityKeyProvider) -> bool:
+    return bool(getattr(provider, "accept_unsigned", False))
+
+
+def key_from_env(name: str, *, option: str = "integrity_key_env") -> bytes:
+    """The key held in environment variable ``name`` (hex, or base64 after ``base64:``)."""
+    value = os.environ.get(name)
+    if value is None:
+        raise StorageConfigurationError(f"{option}={name}: the environment variable {name!r} is not set")
+    text = value.strip()
+    try:
+        if text.startswith("base64:"):
+            key = base64.b64decode(text[len("base64:") :], validate=True)
+        else:
+            key = bytes.fromhex(text)
+    except (ValueError, binascii.Error):
+        # Never quote the value: it is (nearly) a key.
+        raise StorageConfigurationError(
+            f"{option}={name}: the environment variable {name!r} does not hold a key written as "
+            f"{HEX_PREFIX_NOTE}"
+        ) from None
+    if len(key) < MIN_KEY_BYTES:
+        raise StorageConfigurationError(
+            f"{option}={name}: the key in {name!r} is {len(key)} bytes; at least {MIN_KEY_BYTES} are needed"
+        )
+    return key
+
+
+# ---------------------------------------------------------------------- seals
+
+
+class Seal(NamedTuple):
+    """A record's signed context, as read back from its stored bytes (a tuple: read per load)."""
+
+    key_id: str
+    link_kind: Link
+    link: bytes
+    """The predecessor's MAC when ``link_kind`` is PRESENT, else empty."""
+    height: int
+    container_id: str | None
+    position: int
+    mac: bytes
+    previous_id: str | None = None
+    """The body's previous id, repeated here so a chain can be followed without decoding."""
+
+
+class SealedParts(NamedTuple):
+    """A sealed body cut into its parts, for tools that rewrite one of them (the kit does)."""
+
+    header: bytes
+    mac: bytes
+    body: bytes
+
+    def join(self) -> bytes:
+        return self.header + self.mac + self.body
+
+
+def is_sealed(raw: bytes) -> bool:
+    return raw[: len(_MAGIC)] == _MAGIC
+
+
+def seal_header(
+    key_id: str,
+    link_kind: Link,
+    link: bytes,
+    height: int,
+    container_id: str | None,
+    position: int,
+    previous_id: str | None,
+) -> bytes:
+    key_bytes = key_id.encode()
+    container = b"" if container_id is None else container_id.encode()
+    previous = b"" if previous_id is None else previous_id.encode()
+    return b"".join(
+        (
+            _FIXED.pack(_MAGIC, _VERSION, int(link_kind), height, position, len(key_bytes)),
+            key_bytes,
+            _LENGTH.pack(len(container)),
+            container,
+            _LENGTH.pack(len(previous)),
+            previous,
+            link if link_kind is Link.PRESENT else b"",
+        )
+    )
+
+
+def record_mac(key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 over the domain, the id the record is stored under, its seal header and body."""
+    stored_id = checkpoint_id.encode()
+    inner, outer = _hmac_states(key)
+    inner = inner.copy()
+    inner.update(b"".join((_RECORD_DOMAIN, _LENGTH.pack(len(stored_id)), stored_id, header)))
+    inner.update(body)
+    outer = outer.copy()
+    outer.update(inner.digest())
+    mac: bytes = outer.digest()
+    return mac
+
+
+@functools.lru_cache(maxsize=64)
+def _hmac_states(key: bytes) -> tuple[Any, Any]:
+    """HMAC-SHA256 (RFC 2104) with the key's inner and outer pads hashed once per key: every
+    record then costs one copy of each state instead of a key schedule (half the time on a
+    checkpoint-sized body). tests/test_integrity.py checks it against hmac.digest."""
+    block = hashlib.sha256(key).digest() if len(key) > 64 else key
+    block = block.ljust(64, b"\0")
+    return (
+        hashlib.sha256(bytes(byte ^ 0x36 for byte in block)),
+        hashlib.sha256(bytes(byte ^ 0x5C for byte in block)),
+    )
+
+
+def sealed_digest(mac: bytes) -> str:
+    """The digest a backend keeps for a sealed body (idempotent re-saves compare it).
+
+    The MAC is already a collision-resistant function of everything in the sealed body, so its
+    first 16 bytes serve, instead of hashing the body a second time."""
+    return mac[:16].hex()
+
+
+def split_sealed(checkpoint_id: str, raw: bytes) -> tuple[Seal, SealedParts]:
+    """Parse a sealed body; raise CheckpointTamperedError (malformed_seal) if it cannot be."""
+    # Runs on every verified read: plain offsets and one unpack per field, no enum call.
+    size = len(raw)
+    if size < _FIXED.size:
+        raise _malformed(checkpoint_id, "is cut short")
+    magic, version, link_kind, height, position, key_length = _FIXED.unpack_from(raw)
+    if magic != _MAGIC:
+        raise _malformed(checkpoint_id, "is missing")
+    if version != _VERSION:
+        raise _malformed(
+            checkpoint_id, f"has format version {version}; this library reads version {_VERSION}"
+        )
+    if link_kind >= len(_LINKS):
+        raise _malformed(checkpoint_id, f"has an unknown link kind {link_kind}")
+    kind = _LINKS[link_kind]
+    key_end = _FIXED.size + key_length
+    if key_end + 2 > size:
+        raise _malformed(checkpoint_id, "is cut short")
+    container_end = key_end + 2 + int.from_bytes(raw[key_end : key_end + 2], "big")
+    if container_end + 2 > size:
+        raise _malformed(checkpoint_id, "is cut short")
+    previous_end = container_end + 2 + int.from_bytes(raw[container_end : container_end + 2], "big")
+    link_end = previous_end + (MAC_SIZE if kind is Link.PRESENT else 0)
+    mac_end = link_end + MAC_SIZE
+    if mac_end > size:
+        raise _malformed(checkpoint_id, "is cut short")
+    try:
+        key_id = raw[_FIXED.size : key_end].decode()
+        container = raw[key_end + 2 : container_end].decode() or None
+        previous = raw[container_end + 2 : previous_end].decode() or None
+    except UnicodeDecodeError:
+        raise _malformed(checkpoint_id, "holds text that is not UTF-8") from None
+    mac = raw[link_end:mac_end]
+    seal = Seal(key_id, kind, raw[previous_end:link_end], height, container, position, mac, previous)
+    return seal, SealedParts(raw[:link_end], mac, raw[mac_end:])
+
+
+_LINKS: Final = tuple(Link)
+
+
+def _malformed(checkpoint_id: str, why: str) -> CheckpointTamperedError:
+    return CheckpointTamperedError(checkpoint_id, TamperKind.MALFORMED_SEAL, f"its seal {why}")
+
+
+def anchor_token(
+    key_id: str, key: bytes, workflow_name: str, head_id: str | None, height: int, mac: bytes
+) -> str:
+    """A signed, printable anchor naming a workflow's newest record (or that it has none)."""
+    payload = json.dumps(
+        {"w": workflow_name, "id": head_id, "h": height, "m": mac.hex(), "k": key_id},
+        separators=(",", ":"),
+        ensure_ascii=True,
+    ).encode()
+    tag = hmac.new(key, _ANCHOR_DOMAIN + payload, "sha256").digest()[:16]
+    return _ANCHOR_PREFIX + _b64(payload) + "." + _b64(tag)
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    workflow_name: str
+    head_id: str | None
+    height: int
+    mac: bytes
+    key_id: str
+
+
+def read_anchor(token: object, provider: IntegrityKeyProvider) -> Anchor:
+    """Parse and authenticate an anchor token; a bad one raises InvalidCheckpointError."""
+
+    def invalid(why: str) -> InvalidCheckpointError:
+        return InvalidCheckpointError(f"anchor {why}", field="anchor")
+
+    if not isinstance(token, str) or not token.startswith(_ANCHOR_PREFIX):
+        raise invalid(f"must be a str from head_anchor() starting with {_ANCHOR_PREFIX!r}")
+    try:
+        payload_text, tag_text = token[len(_ANCHOR_PREFIX) :].split(".")
+        payload, tag = _unb64(payload_text), _unb64(tag_text)
+        fields = json.loads(payload)
+        key_id = fields["k"]
+        anchor = Anchor(fields["w"], fields["id"], int(fields["h"]), bytes.fromhex(fields["m"]), key_id)
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise invalid("is not a token head_anchor() made") from None
+    key = provider.verifying_key(key_id) if isinstance(key_id, str) else None
+    if key is None:
+        raise invalid(f"is signed with key id {key_id!r}, which this storage has no key for")
+    if not hmac.compare_digest(hmac.new(key, _ANCHOR_DOMAIN + payload, "sha256").digest()[:16], tag):
+        raise invalid("was altered or signed with another key")
+    return anchor
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _checked_key(key: object, what: str) -> bytes:
+    if not isinstance(key, (bytes, bytearray, memoryview)):
+        raise StorageConfigurationError(f"the {what} must be bytes, not {type(key).__name__}")
+    raw = bytes(key)
+    if len(raw) < MIN_KEY_BYTES:
+        raise StorageConfigurationError(
+            f"the {what} is {len(raw)} bytes; at least {MIN_KEY_BYTES} are needed"
+        )
+    return raw
+
+
+def _check_key_id(key_id: object) -> None:
+    if not isinstance(key_id, str) or not key_id or len(key_id.encode()) > 255 or not key_id.isprintable():
+        raise StorageConfigurationError(f"a key id must be a printable str of 1 to 255 bytes, got {key_id!r}")
+
+
+__all__ = [
+    "MAC_SIZE",
+    "MIN_KEY_BYTES",
+    "Anchor",
+    "IntegrityKeyInput",
+    "IntegrityKeyProvider",
+    "IntegrityKeys",
+    "Link",
+    "Seal",
+    "SealedParts",
+    "TamperKind",
+    "accepts_unsigned",
+    "anchor_token",
+    "as_provider",
+    "is_sealed",
+    "key_from_env",
+    "key_id_of",
+    "read_anchor",
+    "record_mac",
+    "sealed_digest",
+    "seal_header",
+    "split_sealed",
+]

@@ -1,0 +1,128 @@
+"""The tamper family passes the in-memory storage and catches storages that sign too little."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import Outcome, select_clauses, target_from_url
+from conformance.clauses.tamper import KIT_KEY
+from storages.base import CheckpointRecord
+from storages.contract import Capability
+from storages.integrity import Link
+from storages.memory import InMemoryCheckpointStorage
+
+from . import support
+from .support import caught_only_by, failed
+
+FAMILY = "tamper"
+
+
+class SignsNoContext(InMemoryCheckpointStorage):
+    """MACs the body alone: the key id, chain link, height and id it is stored under are unsigned."""
+
+    def _integrity_mac(self, key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
+        return hmac.new(key, body, hashlib.sha256).digest()
+
+
+class SignsNoChain(InMemoryCheckpointStorage):
+    """Signs every record as the start of a chain: nothing ties it to its predecessor."""
+
+    async def _chain_link(
+        self, record: CheckpointRecord, family: Mapping[str, tuple[bytes, int]]
+    ) -> tuple[Link, bytes, int]:
+        _, _, height = await super()._chain_link(record, family)
+        return Link.ABSENT, b"", height
+
+
+class IgnoresKeyIds(InMemoryCheckpointStorage):
+    """Checks every record with the current signing key, whatever key id it was signed with."""
+
+    def _verifying_key(self, key_id: str) -> bytes | None:
+        assert self._integrity is not None
+        return self._integrity.signing_key()[1]
+
+
+class AcceptsUnsigned(InMemoryCheckpointStorage):
+    """Always in migration mode: a body without a seal is read as if it were signed."""
+
+    def configure_integrity(self, integrity_key: Any) -> None:
+        super().configure_integrity(integrity_key)
+        if self._integrity is not None:
+            self._integrity.accept_unsigned = True  # type: ignore[attr-defined]
+
+
+def keyed(storage_class: type[InMemoryCheckpointStorage]) -> Any:
+    """A factory of handles with the kit's key: a keyed handle declares the integrity capability."""
+
+    def factory() -> InMemoryCheckpointStorage:
+        return storage_class(integrity_key=KIT_KEY)
+
+    factory.__name__ = storage_class.__name__
+    return factory
+
+
+def test_in_memory_storage_passes_every_tamper_clause() -> None:
+    backend = support.run_family(FAMILY, keyed(InMemoryCheckpointStorage))
+    assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
+    assert {r.outcome for r in backend.results} == {Outcome.PASSED}
+    assert len(backend.results) == len(select_clauses([FAMILY])) == 11
+
+
+def test_a_mac_over_the_body_alone_is_caught_by_the_cross_context_replay() -> None:
+    backend = support.run_family(FAMILY, keyed(SignsNoContext))
+    caught_only_by(backend, "tamper.cross_context_replay", "moved to another chain position")
+
+
+def test_records_signed_without_their_chain_link_are_caught() -> None:
+    backend = support.run_family(FAMILY, keyed(SignsNoChain))
+    # A walk then cannot tell a deletion from a chain's start, and an anchor cannot be followed
+    # forward to a later save.
+    assert failed(backend) == {"tamper.middle_deletion", "tamper.unedited_store_verifies"}
+    assert "as signed after the deleted" in backend.result("tamper.middle_deletion").message
+    assert "rolled_back" in backend.result("tamper.unedited_store_verifies").message
+
+
+def test_verifying_without_the_key_id_is_caught_by_the_rotation_clause() -> None:
+    backend = support.run_family(FAMILY, keyed(IgnoresKeyIds))
+    caught_only_by(backend, "tamper.key_rotation", "is refused after a rotation")
+
+
+def test_reading_unsigned_records_is_caught_by_the_forged_insert_clause() -> None:
+    backend = support.run_family(FAMILY, keyed(AcceptsUnsigned))
+    caught_only_by(backend, "tamper.forged_insert", "expected CheckpointTamperedError")
+
+
+def test_the_family_keys_its_own_handles_and_needs_raw_access() -> None:
+    keyless = support.run_family(FAMILY, InMemoryCheckpointStorage)
+    assert {r.outcome for r in keyless.results} == {Outcome.PASSED}
+    without_raw_access = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    undeclared = support.run_family(FAMILY, InMemoryCheckpointStorage, capabilities=without_raw_access)
+    assert {r.outcome for r in undeclared.results} == {Outcome.SKIPPED}
+
+
+class OffersNoKeys(InMemoryCheckpointStorage):
+    """Exposes its bytes but cannot sign: a store any writer can change unseen."""
+
+    with_integrity_key = None  # type: ignore[assignment]
+
+
+def test_a_storage_that_cannot_be_keyed_fails_every_clause() -> None:
+    backend = support.run_family(FAMILY, OffersNoKeys)
+    assert failed(backend) == {c.id for c in select_clauses([FAMILY])}
+    assert all("offers no integrity keys" in r.message for r in backend.results)
+
+
+@pytest.mark.sqlite
+def test_a_sqlite_url_with_a_key_passes_every_tamper_clause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KIT_TAMPER_KEY", KIT_KEY.hex())
+    target = target_from_url(f"sqlite:///{tmp_path}/kit.db?integrity_key_env=KIT_TAMPER_KEY")
+    backend = support.run_family(FAMILY, target)
+    assert {r.outcome for r in backend.results} == {Outcome.PASSED}, [r.message for r in backend.failures]
