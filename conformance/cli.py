@@ -71,7 +71,10 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``checkpoint-conformance`` console script; returns the exit status."""
     try:
-        return _main(argv)
+        status = _main(argv)
+        # Buffered output is written here, so a closed pipe is caught below, not at exit.
+        sys.stdout.flush()
+        return status
     except BrokenPipeError:  # the reader went away (``... | head``): stop printing, quietly
         silence_stdout()
         return EXIT_BROKEN_PIPE

@@ -76,8 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = terminal_console()
     try:
         if args.command == "verify":
-            return asyncio.run(_verify(args, console))
-        return asyncio.run(_inspect(args, console))
+            status = asyncio.run(_verify(args, console))
+        else:
+            status = asyncio.run(_inspect(args, console))
+        # What is still buffered is written here, so a closed pipe is caught below rather than
+        # reported by the interpreter's last flush at exit.
+        sys.stdout.flush()
+        return status
     except (UsageError, CheckpointStorageError, ValueError) as exc:
         # The message may quote stored ids or a driver's text: one inert line, no credentials.
         print(f"{PROG}: error: {printable(redact_text(str(exc)))}", file=sys.stderr)
