@@ -102,6 +102,22 @@ class CheckpointRecord:
     def nested(self) -> bool:
         return self.container_id is not None
 
+    def index_entry(self) -> IndexEntry:
+        """What a read of this record checks its decoded body against."""
+        return IndexEntry(self.workflow_name, self.previous_checkpoint_id, self.graph_signature_hash)
+
+    def info(self, sequence: int) -> CheckpointInfo:
+        """The record's index entry as ``checkpoint_info`` reports it, at its backend sequence."""
+        return CheckpointInfo(
+            checkpoint_id=self.checkpoint_id,
+            workflow_name=self.workflow_name,
+            previous_checkpoint_id=self.previous_checkpoint_id,
+            graph_signature_hash=self.graph_signature_hash,
+            container_id=self.container_id,
+            sequence=sequence,
+            size=len(self.body),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class IndexEntry:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
+from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .errors import CheckpointConflictError, NestedCheckpointDeletionError, StorageConfigurationError
@@ -93,7 +93,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     @classmethod
     def from_url(cls, url: str, *, codec: CheckpointCodec | None = None) -> Self:
         """``memory://``: a fresh store of its own; it names no host and no path."""
-        from .urls import parse_url_options
+        from .urls import allowance_options, parse_url_options
 
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme.lower() != "memory":
@@ -106,8 +106,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         options = parse_url_options(url, parts.query, URL_OPTIONS, what="memory")
         return cls(
             codec=codec,
-            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
-            allowed_modules=options.get("allowed_modules", ""),
+            **allowance_options(options),
         )
 
     def describe(self) -> str:
@@ -308,12 +307,12 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         with self._store.lock:
             entry = self._store.by_id.get(checkpoint_id)
-            return None if entry is None else _info(entry)
+            return None if entry is None else entry.record.info(entry.sequence)
 
     async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         with self._store.lock:
             return [
-                _info(entry)
+                entry.record.info(entry.sequence)
                 for entry in self._store.by_id.values()
                 if workflow_name is None or entry.record.workflow_name == workflow_name
             ]
@@ -368,22 +367,8 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         return dropped
 
 
-def _info(entry: _Entry) -> CheckpointInfo:
-    record = entry.record
-    return CheckpointInfo(
-        checkpoint_id=record.checkpoint_id,
-        workflow_name=record.workflow_name,
-        previous_checkpoint_id=record.previous_checkpoint_id,
-        graph_signature_hash=record.graph_signature_hash,
-        container_id=record.container_id,
-        sequence=entry.sequence,
-        size=len(record.body),
-    )
-
-
 def _stored(record: CheckpointRecord) -> StoredBody:
-    entry = IndexEntry(record.workflow_name, record.previous_checkpoint_id, record.graph_signature_hash)
-    return StoredBody(record.checkpoint_id, record.body, entry=entry)
+    return StoredBody(record.checkpoint_id, record.body, entry=record.index_entry())
 
 
 __all__ = ["InMemoryCheckpointStorage"]

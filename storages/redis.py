@@ -788,8 +788,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
             codec=codec,
             client_options=client_options,
             allow_evicting_policy=_url_flag(url, "allow_evicting_policy"),
-            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
-            allowed_modules=options.get("allowed_modules", ""),
+            **urls.allowance_options(options),
         )
 
     @property

@@ -371,9 +371,12 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         parts = urlsplit(url)
         if parts.scheme.lower() != URL_SCHEME or not parts.netloc:
             raise StorageConfigurationError(f"Not an S3 URL: {url!r}; expected s3://bucket/prefix")
-        settings: dict[str, Any] = {}
+        from .urls import allowance_options
+
+        parsed = url_options(url)
+        settings: dict[str, Any] = dict(allowance_options(parsed))
         put_parameters: dict[str, Any] = {}
-        for name, value in url_options(url).items():
+        for name, value in parsed.items():
             if name in ("endpoint_url", "region", "checksum"):
                 settings[name] = value or None
             elif name == "create_bucket":
@@ -391,8 +394,6 @@ class S3CheckpointStorage(BaseCheckpointStorage):
                 put_parameters["ServerSideEncryption"] = value
             elif name == "sse_kms_key_id":
                 put_parameters["SSEKMSKeyId"] = value
-            elif name in ("allowed_checkpoint_types", "allowed_modules"):
-                settings[name] = value
         if put_parameters:
             settings["put_parameters"] = put_parameters
         settings.update(options)
@@ -889,10 +890,8 @@ class S3CheckpointStorage(BaseCheckpointStorage):
     # ------------------------------------------------------------------ reads
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        stored = await self._read(checkpoint_id, "load")
-        if stored is None or not await self._visible(stored.header, "load"):
-            return None
-        return stored.body
+        stored = await self._load(checkpoint_id)
+        return None if stored is None else stored.body
 
     async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         stored = await self._read(checkpoint_id, "load")

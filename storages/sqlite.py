@@ -350,12 +350,13 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
                 raise StorageConfigurationError(
                     f"SQLite URL {url!r}: busy_timeout_ms must be an int >= 0, got {text!r}"
                 ) from None
+        from .urls import allowance_options
+
         return cls(
             path_from_url(url),
             codec=codec,
             busy_timeout_ms=busy_timeout_ms,
-            allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
-            allowed_modules=options.get("allowed_modules", ""),
+            **allowance_options(options),
         )
 
     @property

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .base import BaseCheckpointStorage
@@ -40,10 +40,26 @@ from .errors import MissingDependencyError, StorageConfigurationError
 from .integrity import IntegrityKeys, key_from_env
 from .redaction import redact_url
 
-COMMON_URL_OPTIONS: tuple[str, ...] = ("allowed_checkpoint_types", "allowed_modules")
+
+class AllowanceOptions(TypedDict):
+    """The allow-list options of a URL, as the storage keywords of the same names (each a
+    comma-separated string; the storage splits it)."""
+
+    allowed_checkpoint_types: str
+    allowed_modules: str
+
+
+COMMON_URL_OPTIONS: tuple[str, ...] = tuple(AllowanceOptions.__annotations__)
 """Query options every scheme takes, on top of its backend's own ``URL_OPTIONS``: the codec's
-allow-list (comma-separated ``module:qualname`` keys, comma-separated module names), passed to
-the storage as its keywords of the same names."""
+allow-list (comma-separated ``module:qualname`` keys, comma-separated module names)."""
+
+
+def allowance_options(options: Mapping[str, str]) -> AllowanceOptions:
+    """The allow-list options among a URL's parsed ``options`` (empty where not given)."""
+    return AllowanceOptions(
+        allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
+        allowed_modules=options.get("allowed_modules", ""),
+    )
 
 
 def parse_url_options(url: str, query: str, scheme_options: Collection[str], *, what: str) -> dict[str, str]:
@@ -171,6 +187,8 @@ def _take_options(url: str, taken: tuple[str, ...]) -> tuple[str, dict[str, list
 
 __all__ = [
     "COMMON_URL_OPTIONS",
+    "AllowanceOptions",
+    "allowance_options",
     "INTEGRITY_OPTIONS",
     "open_storage",
     "parse_url_options",

@@ -299,30 +299,17 @@ class DoubleStorage(BaseCheckpointStorage):
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         row = self._read().rows.get(self._key(checkpoint_id))
-        return None if row is None else _info(row)
+        return None if row is None else row.record.info(row.sequence)
 
     async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         return [
-            _info(row)
+            row.record.info(row.sequence)
             for row in self._read().rows.values()
             if workflow_name in (None, row.record.workflow_name)
         ]
 
     async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         return [i for i, name in self._read().tombstones.items() if workflow_name in (None, name)]
-
-
-def _info(row: Row) -> CheckpointInfo:
-    record = row.record
-    return CheckpointInfo(
-        checkpoint_id=record.checkpoint_id,
-        workflow_name=record.workflow_name,
-        previous_checkpoint_id=record.previous_checkpoint_id,
-        graph_signature_hash=record.graph_signature_hash,
-        container_id=record.container_id,
-        sequence=row.sequence,
-        size=len(record.body),
-    )
 
 
 def round_trips(storage: Any) -> int:
