@@ -12,9 +12,9 @@ import pytest
 
 from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
-from storages.base import CheckpointRecord
+from storages.base import CheckpointRecord, StoredBody
 from storages.contract import Capability
-from storages.integrity import Link
+from storages.integrity import Link, Seal, is_sealed, split_sealed
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
@@ -55,6 +55,30 @@ class AcceptsUnsigned(InMemoryCheckpointStorage):
         super().configure_integrity(integrity_key)
         if self._integrity is not None:
             self._integrity.accept_unsigned = True  # type: ignore[attr-defined]
+
+
+class TrustsTheSealsMac(InMemoryCheckpointStorage):
+    """Reads each record's seal but never recomputes its MAC: any well-formed seal passes."""
+
+    def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
+        if not is_sealed(stored.body):
+            return super()._opened_body(stored)
+        seal, parts = split_sealed(stored.checkpoint_id, stored.body)
+        nested = stored.nested
+        if nested is not None:
+            nested = {key: split_sealed(key, body)[1].body for key, body in nested.items()}
+        self._remember(stored.checkpoint_id, seal.mac, seal.height)
+        return StoredBody(stored.checkpoint_id, parts.body, nested, stored.entry), seal
+
+
+class IgnoresAnchors(InMemoryCheckpointStorage):
+    """Takes anchor= on get_latest and load, and never checks the store against it."""
+
+    async def _check_anchor_latest(self, anchor: Any, head: StoredBody | None) -> None:
+        return None
+
+    async def _check_anchor_head_stored(self, anchor: Any, loaded: StoredBody) -> None:
+        return None
 
 
 def keyed(storage_class: type[InMemoryCheckpointStorage]) -> Any:
@@ -126,3 +150,24 @@ def test_a_sqlite_url_with_a_key_passes_every_tamper_clause(
     target = target_from_url(f"sqlite:///{tmp_path}/kit.db?integrity_key_env=KIT_TAMPER_KEY")
     backend = support.run_family(FAMILY, target)
     assert {r.outcome for r in backend.results} == {Outcome.PASSED}, [r.message for r in backend.failures]
+
+
+def test_a_seal_whose_mac_is_never_checked_is_caught_by_every_edit_of_signed_bytes() -> None:
+    backend = support.run_family(FAMILY, keyed(TrustsTheSealsMac))
+    assert failed(backend) == {
+        "tamper.content_edit",
+        "tamper.cross_context_replay",
+        "tamper.forged_insert",
+        "tamper.key_rotation",
+    }
+    assert "load returned checkpoint" in backend.result("tamper.content_edit").message
+
+
+def test_an_anchor_that_is_never_checked_is_caught_by_every_rollback() -> None:
+    backend = support.run_family(FAMILY, keyed(IgnoresAnchors))
+    assert failed(backend) == {
+        "tamper.tail_truncation",
+        "tamper.rollback_replay",
+        "tamper.snapshot_rollback",
+    }
+    assert "get_latest(anchor=) returned checkpoint" in backend.result("tamper.tail_truncation").message
