@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from moto.core.botocore_stubber import BotocoreStubber
+
 from conformance.s3_moto import RequestCounter, S3FaultInjector, make_client, start_in_process, start_server
 from storages.s3 import S3CheckpointStorage
 
@@ -33,6 +35,21 @@ def server_endpoint() -> str:
             atexit.register(stop)
             _server_endpoint = endpoint
         return _server_endpoint
+
+
+# moto's in-process backend is not thread-safe: a listing that runs while another thread deletes
+# a key can fail with a KeyError from moto's own dict, which no S3 server returns. The storage
+# sends requests from its worker threads, so in-process requests are answered one at a time.
+_IN_PROCESS_LOCK = threading.RLock()
+_answer = BotocoreStubber.__call__
+
+
+def _answer_one_at_a_time(self: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
+    with _IN_PROCESS_LOCK:
+        return _answer(self, *args, **kwargs)
+
+
+BotocoreStubber.__call__ = _answer_one_at_a_time  # type: ignore[method-assign]
 
 
 @dataclass
