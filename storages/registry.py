@@ -26,7 +26,6 @@ import importlib.util
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .errors import BackendEntryPointError, BackendRegistrationError, MissingDependencyError
@@ -322,11 +321,22 @@ BUILTIN_BACKENDS: tuple[BackendSpec, ...] = (
 """The built-in backends, in report order: adding one is one entry here."""
 
 
-@cache
+_registry: BackendRegistry | None = None
+
+
 def registry() -> BackendRegistry:
-    """The process's registry: the built-in backends and the installed entry points (read once;
-    ``registry.cache_clear()`` reads them again)."""
-    return BackendRegistry.build(BUILTIN_BACKENDS, importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    """The process's registry: the built-in backends and the installed entry points, read on first
+    use (:func:`reload_registry` reads the entry points again)."""
+    return _registry if _registry is not None else reload_registry()
+
+
+def reload_registry() -> BackendRegistry:
+    """Read the installed entry points again (after installing a backend into a running process)."""
+    global _registry
+    _registry = BackendRegistry.build(
+        BUILTIN_BACKENDS, importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    )
+    return _registry
 
 
 def lazy_exports() -> dict[str, str]:
@@ -347,4 +357,5 @@ __all__ = [
     "lazy_exports",
     "load_reference",
     "registry",
+    "reload_registry",
 ]
