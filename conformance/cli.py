@@ -1,8 +1,10 @@
 """``checkpoint-conformance [URL ...]``: run the kit from a shell or CI.
 
-With no URL it checks every built-in backend on its embedded default. A URL run writes under a
-run prefix of its own where the backend has one (Redis ``prefix=``, the S3 key prefix) and
-deletes every workflow it created unless ``--keep``; point it at a scratch namespace all the same.
+With no URL it checks every registered backend (storages/registry.py) on its embedded default, and
+each configured server (a backend's ``server_url_env``, e.g. ``CHECKPOINT_POSTGRESQL_URL``). A URL
+run writes under a run prefix of its own where the backend has one (Redis ``prefix=``, the S3 key
+prefix) and deletes every workflow it created unless ``--keep``; point it at a scratch namespace
+all the same.
 
 Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
 finding (a defect of the runner, not of the storage); 1 when a clause failed, a backend could not
@@ -32,6 +34,7 @@ from storages.errors import MissingDependencyError, StorageConfigurationError
 from storages.redaction import redact_text
 from storages.terminal import EXIT_BROKEN_PIPE, plain, silence_stdout
 from storages.terminal import console as terminal_console
+from storages.urls import supported_schemes
 
 from .builtin import builtin_targets, unavailable_target
 from .clause import FAMILIES, Clause, select_clauses
@@ -338,14 +341,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "Check checkpoint storages against the conformance clauses. "
-            "With no URL, every built-in backend is checked on its embedded default."
+            "Check checkpoint storages against the conformance clauses. With no URL, every registered "
+            "backend is checked on its embedded default, and on its server where one is configured "
+            "(e.g. CHECKPOINT_POSTGRESQL_URL)."
         ),
         epilog="Exit status: 0 conforms (runner findings do not count against the storage), 1 a clause "
         "failed or a required capability is missing, 2 usage error or unreachable storage.",
     )
+    schemes = ", ".join(f"{scheme}://" for scheme in supported_schemes())
     parser.add_argument(
-        "urls", nargs="*", metavar="URL", help="storage URL, e.g. memory:// or sqlite:///ck.db"
+        "urls", nargs="*", metavar="URL", help=f"storage URL, e.g. sqlite:///ck.db; schemes: {schemes}"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
     parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="write the report as JUnit XML")
