@@ -239,7 +239,7 @@ class BackendRegistry:
                 return backend
         refusal = self._refused.get(scheme)
         if refusal is not None:
-            raise refusal
+            raise refusal.with_traceback(None)  # one stored error, raised afresh each time
         return None
 
     def named(self, name: str) -> RegisteredBackend:
@@ -249,7 +249,7 @@ class BackendRegistry:
                 return backend
         refusal = self._refused.get(name)
         if refusal is not None:
-            raise refusal
+            raise refusal.with_traceback(None)  # one stored error, raised afresh each time
         raise KeyError(f"no storage backend named {name!r}; registered: " + ", ".join(self.names()))
 
     def names(self) -> list[str]:
