@@ -8,7 +8,8 @@ counts. The floor stores the exact bytes our codec produces: ``put_object`` for 
 ``get_object`` by key for load, and ``get_object`` of the newest key (known to the caller) for
 get_latest, the two taking turns call by call. Requests per operation are counted with a botocore
 hook; they, not the times, are the claim: latest costs the same requests at 10 and at 10,000
-checkpoints. A last section counts one call of every operation and prices it (bench/s3_costs.py).
+checkpoints. Then one call of every operation, counted and priced (bench/s3_costs.py), and a
+LangGraph pair: StorageSaver over S3 vs over memory (bench/s3_langgraph.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ RAW_BUCKET = "ckpt-bench-raw"
 FULL = (10, 10_000, 200)
 QUICK = (10, 1_000, 60)
 """(small store, large store, timed calls per operation and size)."""
+LANGGRAPH_FULL = (10, 21)
+LANGGRAPH_QUICK = (5, 7)
+"""(supersteps per run, runs) of the LangGraph pair."""
 POPULATE_BATCH = 50
 OURS = "ours S3CheckpointStorage"
 RAW = "raw boto3 (floor)"
@@ -61,7 +65,10 @@ def _median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
-async def _measure(endpoint: str, small: int, large: int, calls: int) -> dict[str, Any]:
+async def _measure(
+    endpoint: str, small: int, large: int, calls: int, langgraph: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Every section in one run; ``langgraph`` = (supersteps, runs) of the LangGraph pair."""
     base = template(WorkflowCheckpoint)
     codec = CheckpointCodec()
     client = make_client(endpoint)
@@ -157,8 +164,20 @@ async def _measure(endpoint: str, small: int, large: int, calls: int) -> dict[st
         costs_storage = S3CheckpointStorage(BUCKET, "costs", client=client)
         async with costs_storage:
             results["costs"] = await count_operations(costs_storage, counter, base, WorkflowCheckpoint)
+        if langgraph is not None:
+            results["langgraph"] = await _langgraph_pair(client, counter, *langgraph)
     client.close()
     return results
+
+
+async def _langgraph_pair(client: Any, counter: Any, supersteps: int, runs: int) -> dict[str, Any] | str:
+    try:
+        import langgraph  # noqa: F401
+    except ImportError:
+        return "langgraph is not installed (pip install 'checkpoint-storages[langgraph]')"
+    from bench.s3_langgraph import measure
+
+    return await measure(client, counter, BUCKET, supersteps=supersteps, runs=runs)
 
 
 def _shifted(operation: Callable[[int], Awaitable[Any]]) -> Callable[[int], Awaitable[Any]]:
@@ -229,6 +248,10 @@ def markdown(results: dict[str, Any], command: str) -> str:
     ]
     if "costs" in results:
         lines += costs_markdown(results["costs"])
+    if "langgraph" in results:
+        from bench.s3_langgraph import markdown as langgraph_markdown
+
+        lines += langgraph_markdown(results["langgraph"])
     return "\n".join(lines)
 
 
@@ -239,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         "--markdown", type=Path, metavar="PATH", help="write the report (docs/s3-benchmarks.md)"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write every sample as JSON")
+    parser.add_argument("--no-langgraph", action="store_true", help="leave out the LangGraph pair")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     command = "python -m bench.s3_bench " + " ".join(sys.argv[1:] if argv is None else argv)
     small, large, calls = QUICK if args.quick else FULL
     endpoint, stop = start_server()
     started = time.perf_counter()
     try:
-        results = asyncio.run(_measure(endpoint, small, large, calls))
+        pair = LANGGRAPH_QUICK if args.quick else LANGGRAPH_FULL
+        results = asyncio.run(_measure(endpoint, small, large, calls, None if args.no_langgraph else pair))
     finally:
         stop()
     results["seconds"] = time.perf_counter() - started

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.s3
 
 
 async def test_the_s3_bench_reports_requests_ratios_and_costs() -> None:
-    results = await s3_bench._measure(server_endpoint(), 3, 6, 3)
+    results = await s3_bench._measure(server_endpoint(), 3, 6, 3, langgraph=(2, 1))
     results.update(seconds=0.0, date="now")
     ours, raw = results["rows"][s3_bench.OURS], results["rows"][s3_bench.RAW]
     for operation in ("save@3", "save@6", "load@3", "get_latest@6"):
@@ -33,6 +33,11 @@ async def test_the_s3_bench_reports_requests_ratios_and_costs() -> None:
     assert "## Requests and cost per operation" in text
     assert "| save | 1 GetObject, 1 ListObjectsV2, 2 PutObject | 4 | 15.40 |" in text
     assert "ours ÷ raw" in text
+    pair = results["langgraph"]
+    assert pair["runs"] == 1
+    assert min(pair["s3_ms"], pair["memory_ms"], pair["usd_per_million_runs"]) > 0
+    assert pair["requests"].get("PutObject", 0) > 0
+    assert "## LangGraph: StorageSaver over S3 vs over memory" in text
 
 
 def test_an_unpriced_request_kind_is_refused_not_counted_free() -> None:
