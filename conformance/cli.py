@@ -34,9 +34,10 @@ from storages.terminal import EXIT_BROKEN_PIPE, plain, silence_stdout
 from storages.terminal import console as terminal_console
 
 from .builtin import builtin_targets, unavailable_target
-from .clause import FAMILIES, Clause, select_clauses
+from .clause import FAMILIES, Clause
 from .report import BackendReport, ClauseResult, Outcome, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
+from .selection import select_clauses
 from .target import (
     CHECKPOINT_CLASS_CHOICES,
     StorageTarget,

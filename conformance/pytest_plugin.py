@@ -44,11 +44,12 @@ import pytest
 
 from storages.contract import Capability, WorkflowCheckpoint
 
-from .clause import Clause, select_clauses
+from .clause import Clause
 from .faults import FaultInjector
 from .report import ClauseResult, Outcome
 from .runner import capabilities_from_names, run_clause
 from .scenario import RunnerProfile
+from .selection import select_clauses
 from .target import StorageTarget
 
 CLAUSE_ARGUMENT = "conformance_clause"
