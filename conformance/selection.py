@@ -8,8 +8,14 @@ imports it and must stay free of side effects). Living apart from ``clause.py`` 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .clause import FAMILIES, Clause, registered_clauses
+
+if TYPE_CHECKING:
+    from storages.contract import Capability
+
+    from .faults import FaultInjector
 
 
 def all_clauses() -> list[Clause]:
@@ -32,4 +38,22 @@ def select_clauses(patterns: Iterable[str] | None = None) -> list[Clause]:
     return [c for c in selected if c.id in wanted or c.family in wanted]
 
 
-__all__ = ["all_clauses", "select_clauses"]
+def applicable_clauses(
+    capabilities: Iterable[Capability],
+    faults: FaultInjector | None = None,
+    *,
+    clauses: Iterable[Clause] | None = None,
+) -> list[Clause]:
+    """The clauses a storage with ``capabilities`` (and ``faults``, if any) can be checked by: none
+    of them skips for an undeclared capability or a fault it cannot inject. Other skips (no
+    round-trip counter, no second process) depend on the target and are not predicted here."""
+    declared = frozenset(capabilities)
+    injectable = faults.faults if faults is not None else frozenset()
+    return [
+        c
+        for c in (all_clauses() if clauses is None else clauses)
+        if c.requires <= declared and c.injects <= injectable
+    ]
+
+
+__all__ = ["all_clauses", "applicable_clauses", "select_clauses"]

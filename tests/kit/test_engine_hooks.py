@@ -268,7 +268,7 @@ async def test_the_default_insert_forwards_to_insert_family() -> None:
     families: list[Sequence[CheckpointRecord]] = []
 
     class FamilyOnly(CoreOnly):
-        _insert = BaseCheckpointStorage._insert  # type: ignore[assignment]
+        _insert = BaseCheckpointStorage._insert
 
         async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
             families.append(records)
