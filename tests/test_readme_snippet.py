@@ -2,8 +2,8 @@
 
 The block is taken from README.md verbatim, written to a fresh directory with a ``my_backend``
 module (the worked example of docs/backends.md as ``MyStorage``) and an empty pytest.ini (so
-pytest-asyncio runs in its default strict mode), and run by a separate pytest process that reads none of this project's
-configuration."""
+pytest-asyncio runs in its default strict mode), and run by a separate pytest process that reads
+none of this project's configuration."""
 
 from __future__ import annotations
 
@@ -72,4 +72,5 @@ def test_a_broken_backend_fails_through_the_same_snippet(tmp_path: Path) -> None
     (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = strict\n", encoding="utf-8")
     completed = _run(tmp_path, "--conformance-clause", "contract")
     assert completed.returncode == 1, completed.stdout + completed.stderr
-    assert "FAILED test_snippet.py::TestMyStorage::test_clause[contract.latest_returns_saved]" in completed.stdout
+    failed_item = "FAILED test_snippet.py::TestMyStorage::test_clause[contract.latest_returns_saved]"
+    assert failed_item in completed.stdout, completed.stdout
