@@ -60,6 +60,9 @@ class DoubleState:
     """Workflow name -> the last sequence number it handed out."""
     tombstones: dict[CheckpointID, str] = field(default_factory=dict)
     """Pruned id -> the workflow it was pruned from."""
+    unindexed: dict[CheckpointID, bytes] = field(default_factory=dict)
+    """Bodies written without their index entry (a crash between the two, for fault mutants):
+    readable by id, never listed, and not blocking a save of the same id."""
 
     def children(self, checkpoint_id: CheckpointID) -> list[Row]:
         return sorted(
@@ -202,8 +205,9 @@ class DoubleStorage(BaseCheckpointStorage):
         return None if row is None else row.record.digest
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        row = self._read().rows.get(self._key(checkpoint_id))
-        return None if row is None else row.record.body
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        return state.unindexed.get(self._key(checkpoint_id)) if row is None else row.record.body
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         for row in reversed(self._read().top_level(workflow_name)):
