@@ -42,7 +42,10 @@ def recording_settings(init: Callable[..., None]) -> Callable[..., None]:
     """Wrap a storage class's ``__init__`` so the first (outermost) call records its arguments."""
     if getattr(init, "_records_settings", False):
         return init
-    signature = inspect.signature(init)
+    try:
+        signature = inspect.signature(init)
+    except (TypeError, ValueError):  # not a Python function: nothing to record by name
+        return init
     names = [p for p in signature.parameters.values() if p.name != "self"]
     positional = [
         p.name

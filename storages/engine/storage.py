@@ -400,7 +400,10 @@ class BaseCheckpointStorage(ExtensionOperations):
         if not containers:
             return [self._decode(item, workflow_name, None, graph_signature_hash) for item in stored]
         unread = [item.checkpoint_id for item in containers if item.nested is None]
-        fetched = await self._nested_bodies(unread) if unread else {}
+        # Without ``nested`` no body may refer to another record: one that seems to is damaged,
+        # and decoding it against no nested bodies reports it so.
+        fetch = unread and Capability.NESTED in self.capabilities
+        fetched = await self._nested_bodies(unread) if fetch else {}
         if fetched and self._integrity is not None:
             fetched = self._opened_bodies(fetched)
         return [

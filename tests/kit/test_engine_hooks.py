@@ -4,6 +4,7 @@ creation, named missing-primitive errors, driver-error translation, the default 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from storages.errors import (
     StorageUnavailableError,
 )
 from storages.integrity import IntegrityKeys
+from storages.memory import InMemoryCheckpointStorage
 
 from .double import OPERATIONS, DoubleStorage
 
@@ -310,3 +312,19 @@ def test_nested_id_conflict_names_the_id_and_its_container() -> None:
     assert error.checkpoint_id == "kid"
     assert "embedded in checkpoint 'top'" in str(error)
     assert "needs an id of its own" in str(error)
+
+
+async def test_a_body_naming_nested_records_is_corrupted_on_a_storage_without_nested() -> None:
+    # Such a storage stores embedded checkpoints inline, so a reference can only be damage (or
+    # random bytes that look like one): a typed corruption, not a call to a missing primitive.
+    memory = InMemoryCheckpointStorage()
+    child = WorkflowCheckpoint("child", "s", checkpoint_id="kid")
+    await memory.save(WorkflowCheckpoint("wf", "s", checkpoint_id="top", state={"sub": child}))
+    referring = await memory.read_raw_body("top")
+    assert referring is not None
+    assert memory.codec.has_nested_refs(referring)
+    storage = CoreOnly()
+    await storage.save(WorkflowCheckpoint("wf", "s", checkpoint_id="top"))
+    storage.rows["top"] = dataclasses.replace(storage.rows["top"], body=referring)
+    with pytest.raises(CheckpointCorruptedError, match="'top'"):
+        await storage.load("top")
