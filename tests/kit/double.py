@@ -209,10 +209,19 @@ class DoubleStorage(BaseCheckpointStorage):
         row = state.rows.get(self._key(checkpoint_id))
         return state.unindexed.get(self._key(checkpoint_id)) if row is None else row.record.body
 
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        # With the index entry, as a backend reading body and index in one round trip returns it.
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            body = state.unindexed.get(self._key(checkpoint_id))
+            return None if body is None else StoredBody(checkpoint_id, body)
+        return _stored(row)
+
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         for row in reversed(self._read().top_level(workflow_name)):
             if graph_signature_hash in (None, row.record.graph_signature_hash):
-                return StoredBody(row.record.checkpoint_id, row.record.body)
+                return _stored(row)
         return None
 
     def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
@@ -231,10 +240,7 @@ class DoubleStorage(BaseCheckpointStorage):
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
-        return [
-            StoredBody(r.record.checkpoint_id, r.record.body)
-            for r in self._rows(workflow_name, graph_signature_hash, include_nested)
-        ]
+        return [_stored(r) for r in self._rows(workflow_name, graph_signature_hash, include_nested)]
 
     async def _list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -348,6 +354,10 @@ class DoubleStorage(BaseCheckpointStorage):
 
     async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         return [i for i, name in self._read().tombstones.items() if workflow_name in (None, name)]
+
+
+def _stored(row: Row) -> StoredBody:
+    return StoredBody(row.record.checkpoint_id, row.record.body, entry=row.record.index_entry())
 
 
 def round_trips(storage: Any) -> int:
