@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import StorageUnavailableError
+from ..redaction import chainable
 from .records import CheckpointRecord, FenceCheck, StoredBody, WalkRecords
 
 CORE_PRIMITIVES: tuple[str, ...] = ("_get", "_latest", "_list", "_list_ids", "_remove")
@@ -134,6 +135,8 @@ def check_primitives(cls: type[Any]) -> None:
 
 
 _TRANSLATED = "_translates_driver_errors"
+_LIFECYCLE_OPERATIONS = {"_open": "open", "_close": "aclose"}
+"""Hooks that run for whichever operation comes first (or for aclose) are named by themselves."""
 
 
 def _unwrapped(function: Any) -> Any:
@@ -155,12 +158,16 @@ def translate_driver_errors(cls: type[Any]) -> None:
 def _translating(
     name: str, primitive: Callable[..., Coroutine[Any, Any, Any]]
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
+    fixed_operation = _LIFECYCLE_OPERATIONS.get(name)
+
     @functools.wraps(primitive)
     async def translating(self: StoragePrimitives, *args: Any, **kwargs: Any) -> Any:
         try:
             return await primitive(self, *args, **kwargs)
         except self.driver_errors as exc:
-            raise self._driver_error(_current_operation.get(name.lstrip("_")), exc) from exc
+            operation = fixed_operation or _current_operation.get(name.lstrip("_"))
+            # chainable: a driver message quoting a URL with its password is not chained.
+            raise self._driver_error(operation, exc) from chainable(exc)
 
     setattr(translating, _TRANSLATED, True)
     return translating

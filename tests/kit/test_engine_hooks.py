@@ -218,6 +218,19 @@ async def test_a_declared_driver_error_becomes_unavailable_naming_the_operation(
     assert isinstance(caught.value.__cause__, DriverError)
 
 
+async def test_open_is_named_and_a_credential_in_the_driver_message_is_not_chained() -> None:
+    class LeakyOpen(CoreOnly):
+        driver_errors = (DriverError,)
+
+        async def _open(self) -> None:
+            raise DriverError("cannot reach redis://user:hunter2@db:6379/0")
+
+    with pytest.raises(StorageUnavailableError, match=r"^open failed: ") as caught:
+        await LeakyOpen().load("a")
+    assert "hunter2" not in str(caught.value)
+    assert caught.value.__cause__ is None  # the driver's own message would show the password
+
+
 async def test_other_errors_pass_through_and_refining_the_translation_works() -> None:
     class Refined(Flaky):
         def _driver_error(self, operation: str, exc: BaseException) -> Exception:
