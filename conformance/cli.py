@@ -36,9 +36,10 @@ from storages.terminal import console as terminal_console
 from storages.urls import supported_schemes
 
 from .builtin import builtin_targets, unavailable_target
-from .clause import FAMILIES, Clause, select_clauses
+from .clause import FAMILIES, Clause
 from .report import ClauseResult, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
+from .selection import select_clauses
 from .tables import (
     OUTCOME_LABELS,
     OUTCOME_STYLES,
