@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -62,6 +63,8 @@ GRAPH_SIGNATURE = "langgraph"
 """LangGraph has no graph signature; every stored checkpoint carries this constant instead."""
 
 _ID_DIGEST_CHARS = 32
+_NAME_CACHE_SIZE = 4096
+"""Workflow names (and their digests) remembered: a few per thread in use, bounded."""
 
 _Selection = list[tuple[str, str, str]]
 """(workflow name, thread_id, checkpoint_ns) triples; an alias because StorageSaver.list shadows list."""
@@ -73,8 +76,11 @@ def thread_prefix(thread_id: str) -> str:
     return f"{WORKFLOW_PREFIX}{_escape(thread_id)}:"
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def workflow_for(thread_id: str, checkpoint_ns: str) -> str:
     """The workflow holding the checkpoints of one (thread_id, checkpoint_ns)."""
+    # Cached: every call of a run names the same few workflows, and escaping is most of the
+    # cost of naming one (a refused name raises, and exceptions are not cached).
     name = thread_prefix(thread_id) + _escape(checkpoint_ns)
     if len(name) > MAX_ID_LENGTH:
         raise InvalidCheckpointIdError(
@@ -88,8 +94,7 @@ def workflow_for(thread_id: str, checkpoint_ns: str) -> str:
 
 def stored_id_for(workflow_name: str, checkpoint_id: str) -> str:
     """The storage's (global) id of LangGraph checkpoint ``checkpoint_id`` in a workflow."""
-    digest = hashlib.blake2b(workflow_name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    stored = f"{checkpoint_id}@{digest}"
+    stored = f"{checkpoint_id}@{_workflow_digest(workflow_name)}"
     if not isinstance(checkpoint_id, str) or len(stored) > MAX_ID_LENGTH:
         raise InvalidCheckpointIdError(
             "checkpoint_id",
@@ -97,6 +102,11 @@ def stored_id_for(workflow_name: str, checkpoint_id: str) -> str:
             f"must be a str of at most {MAX_ID_LENGTH - _ID_DIGEST_CHARS - 1} characters",
         )
     return stored
+
+
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
+def _workflow_digest(workflow_name: str) -> str:
+    return hashlib.blake2b(workflow_name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _escape(text: str) -> str:
@@ -205,6 +215,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
         workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         checkpoint_id = checkpoint["id"]
         full_metadata = get_checkpoint_metadata(config, metadata)
+        checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(checkpoint)
+        metadata_type, metadata_bytes = self.serde.dumps_typed(full_metadata)
         await self.storage.save(
             WorkflowCheckpoint(
                 workflow_name=workflow_name,
@@ -213,12 +225,15 @@ class StorageSaver(BaseCheckpointSaver[str]):
                 previous_checkpoint_id=None if parent_id is None else stored_id_for(workflow_name, parent_id),
                 timestamp=checkpoint["ts"],
                 iteration_count=_supersteps_done(full_metadata),
+                # Flat: every value an atom, so our codec carries the state without walking it.
                 state={
                     "thread_id": thread_id,
                     "checkpoint_ns": checkpoint_ns,
                     "checkpoint_id": checkpoint_id,
-                    "checkpoint": list(self.serde.dumps_typed(checkpoint)),
-                    "metadata": list(self.serde.dumps_typed(full_metadata)),
+                    "checkpoint_type": checkpoint_type,
+                    "checkpoint": checkpoint_bytes,
+                    "metadata_type": metadata_type,
+                    "metadata": metadata_bytes,
                 },
             )
         )
@@ -456,7 +471,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
         return value
 
     def _loads(self, stored: Any, name: str) -> Any:
-        return self._loads_value(stored.checkpoint_id, stored.state.get(name), name)
+        state = stored.state
+        return self._loads_value(stored.checkpoint_id, (state.get(f"{name}_type"), state.get(name)), name)
 
     def _loads_value(self, stored_id: str, typed: Any, what: str = "pending write") -> Any:
         if not (

@@ -104,8 +104,8 @@ async def test_a_damaged_serde_payload_is_reported_naming_the_stored_id() -> Non
     await saver.aput(_config("t"), _checkpoint("cp", n=1), {}, {})
     stored_id = stored_id_for(workflow_for("t", ""), "cp")
     stored = await storage.load(stored_id)
-    kind, payload = stored.state["checkpoint"]
-    stored.state["checkpoint"] = [kind, payload[: len(payload) // 2]]
+    payload = stored.state["checkpoint"]
+    stored.state["checkpoint"] = payload[: len(payload) // 2]
     body = storage.codec.encode_checkpoint(stored)
     await storage.write_raw_body(stored_id, body)
     with pytest.raises(CheckpointCorruptedError) as raised:
@@ -115,8 +115,34 @@ async def test_a_damaged_serde_payload_is_reported_naming_the_stored_id() -> Non
         _ = [item async for item in saver.alist(_config("t"))]
 
 
+@pytest.mark.parametrize(
+    ("field", "damage"),
+    [
+        ("checkpoint_type", None),  # the serde type is gone
+        ("checkpoint", "not bytes"),  # the payload is no longer bytes
+        ("metadata_type", 7),
+    ],
+)
+async def test_a_state_missing_its_typed_payload_is_reported_naming_the_stored_id(
+    field: str, damage: Any
+) -> None:
+    storage = InMemoryCheckpointStorage()
+    saver = StorageSaver(storage)
+    await saver.aput(_config("t"), _checkpoint("cp", n=1), {}, {})
+    stored_id = stored_id_for(workflow_for("t", ""), "cp")
+    stored = await storage.load(stored_id)
+    stored.state[field] = damage
+    await storage.write_raw_body(stored_id, storage.codec.encode_checkpoint(stored))
+    with pytest.raises(CheckpointCorruptedError, match="not a \\(type, bytes\\) pair") as raised:
+        await saver.aget_tuple(_config("t"))
+    assert stored_id in str(raised.value)
+
+
 async def test_over_long_thread_ids_are_refused_naming_the_field() -> None:
     saver = StorageSaver(InMemoryCheckpointStorage())
+    with pytest.raises(InvalidCheckpointIdError, match="thread_id"):
+        await saver.aput(_config("t" * 300), _checkpoint("cp"), {}, {})
+    # Names are cached; a refused one is refused again, never remembered as valid.
     with pytest.raises(InvalidCheckpointIdError, match="thread_id"):
         await saver.aput(_config("t" * 300), _checkpoint("cp"), {}, {})
 
