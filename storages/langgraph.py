@@ -191,14 +191,15 @@ class StorageSaver(BaseCheckpointSaver[str]):
                     return
                 if not self._belongs(stored, thread_id, checkpoint_ns):
                     continue
+                metadata = None
                 if filter:
-                    # Filter on the metadata alone, before the writes are read.
+                    # Filter on the metadata alone, before the writes are read; the tuple reuses it.
                     metadata = self._loads(stored, "metadata")
                     if not isinstance(metadata, dict) or not all(
                         metadata.get(key) == value for key, value in filter.items()
                     ):
                         continue
-                item = await self._tuple(stored, thread_id, checkpoint_ns)
+                item = await self._tuple(stored, thread_id, checkpoint_ns, metadata)
                 if remaining is not None:
                     remaining -= 1
                 yield item
@@ -435,12 +436,16 @@ class StorageSaver(BaseCheckpointSaver[str]):
         names = await self.storage.list_workflows()
         return [(name, thread_id, unquote(name[len(prefix) :])) for name in names if name.startswith(prefix)]
 
-    async def _tuple(self, stored: Any, thread_id: str, checkpoint_ns: str) -> CheckpointTuple:
+    async def _tuple(
+        self, stored: Any, thread_id: str, checkpoint_ns: str, metadata: Any | None = None
+    ) -> CheckpointTuple:
+        """The tuple of a record; ``metadata``, when given, is its already loaded metadata."""
         checkpoint_id = self._stored_field(stored, "checkpoint_id")
         if not self._belongs(stored, thread_id, checkpoint_ns):
             raise CheckpointCorruptedError(stored.checkpoint_id, "stored for another thread or namespace")
         checkpoint = self._loads(stored, "checkpoint")
-        metadata = self._loads(stored, "metadata")
+        if metadata is None:
+            metadata = self._loads(stored, "metadata")
         if not isinstance(checkpoint, dict) or checkpoint.get("id") != checkpoint_id:
             raise CheckpointCorruptedError(
                 stored.checkpoint_id, "its LangGraph checkpoint is not the one indexed"
