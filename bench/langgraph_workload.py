@@ -12,11 +12,12 @@ and subgraph checkpoints and their pending writes. Two ways to drive a saver wit
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -164,3 +165,45 @@ async def replay(saver: Any, calls: Sequence[SaverCall]) -> Replayed:
     if [item.checkpoint["id"] for item in history] != root_ids[::-1]:
         raise RuntimeError(f"{saver!r}: the replayed thread's history is not what was put")
     return Replayed(seconds, counts)
+
+
+@contextlib.contextmanager
+def counting_round_trips() -> Iterator[list[int]]:
+    """Count the calls every aiosqlite connection hands to its worker thread meanwhile: each is
+    one round trip between the event loop and that thread (a statement, a fetch, a commit), a
+    cost that does not depend on the machine's load the way times do."""
+    import aiosqlite.core
+
+    counter = [0]
+    original = aiosqlite.core.Connection._execute
+
+    async def counted(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        return await original(self, fn, *args, **kwargs)
+
+    aiosqlite.core.Connection._execute = counted  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        aiosqlite.core.Connection._execute = original  # type: ignore[method-assign]
+
+
+async def round_trips(saver: Any, calls: Sequence[SaverCall]) -> dict[str, float]:
+    """aiosqlite worker round trips per call of each operation, over one replay of ``calls``."""
+    thread_id = f"trips-{uuid.uuid4().hex}"
+    totals = dict.fromkeys(OPERATIONS, 0)
+    counts = dict.fromkeys(OPERATIONS, 0)
+    with counting_round_trips() as counter:
+        for call in calls:
+            before = counter[0]
+            await getattr(saver, call.operation)(_on_thread(call.config, thread_id), *call.arguments)
+            totals[call.operation] += counter[0] - before
+            counts[call.operation] += 1
+        root = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        before = counter[0]
+        await saver.aget_tuple(root)
+        totals["aget_tuple_latest"], counts["aget_tuple_latest"] = counter[0] - before, 1
+        before = counter[0]
+        _ = [item async for item in saver.alist(root)]
+        totals["alist"], counts["alist"] = counter[0] - before, 1
+    return {operation: totals[operation] / counts[operation] for operation in OPERATIONS}

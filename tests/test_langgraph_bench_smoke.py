@@ -63,6 +63,7 @@ async def test_a_pair_reports_every_operation_with_its_target(tmp_path: Path) ->
     assert all(row.ours_seconds > 0 and row.theirs_seconds > 0 for row in result.operations)
     assert all(len(result.samples[row.operation]["ours"]) == 2 for row in result.operations)
     assert result.ratio == result.operation(GRAPH_RUN).ratio
+    assert result.round_trips is None  # memory savers have no worker thread
     rendered = table([result])
     for label in OPERATION_LABELS.values():
         assert label in rendered
@@ -92,3 +93,18 @@ def test_the_callgrind_phases_run_outside_valgrind_and_count_their_calls(side: s
     counts = _inner("memory", side, 1, 2, tmp_path)
     assert list(counts) == list(PHASES)
     assert all(count > 0 for count in counts.values())
+
+
+@pytest.mark.sqlite
+async def test_the_sqlite_pair_counts_worker_round_trips_for_both_savers(tmp_path: Path) -> None:
+    import aiosqlite.core
+
+    original = aiosqlite.core.Connection._execute
+    result = await measure_pair("sqlite", supersteps=2, runs=1, directory=tmp_path)
+    assert aiosqlite.core.Connection._execute is original
+    assert result.round_trips is not None
+    for side in ("ours", "theirs"):
+        # Every write reaches the database: at least one statement per put and per write batch.
+        assert result.round_trips[side]["aput"] >= 1
+        assert result.round_trips[side]["aput_writes"] >= 1
+    assert " / " in table([result]).splitlines()[3]
