@@ -33,6 +33,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PHASES = ("aput", "aput_writes", "aget_tuple", "aget_tuple_latest", "alist")
+STORAGE_PHASES = ("storage.save", "storage.put_writes")
+"""StorageSaver's side only: the storage calls its aput and aput_writes make, made directly with
+the very arguments StorageSaver built (captured beforehand), so what StorageSaver adds over the
+storage call is the difference between ``aput`` and ``storage.save`` (and between the writes)."""
 SIDES = ("ours", "native")
 _TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 
@@ -64,28 +68,61 @@ def _inner(backend: str, side: str, reps: int, supersteps: int, directory: Path)
         if not found:
             raise RuntimeError(f"{operation} found nothing on a stored thread")
 
+    async def captured(thread_id: str) -> tuple[list[Any], list[tuple[Any, ...]]]:
+        """The storage calls StorageSaver makes for one thread's puts, recorded, not made."""
+        saves: list[Any] = []
+        batches: list[tuple[Any, ...]] = []
+        storage = saver.storage
+
+        async def save(checkpoint: Any) -> str:
+            saves.append(checkpoint)
+            return str(checkpoint.checkpoint_id)
+
+        async def put_writes(checkpoint_id: str, writes: Any, *, workflow_name: str) -> None:
+            batches.append((checkpoint_id, writes, workflow_name))
+
+        storage.save, storage.put_writes = save, put_writes
+        try:
+            await put_all(thread_id, ("aput", "aput_writes"))
+        finally:
+            del storage.save, storage.put_writes
+        return saves, batches
+
     try:
         for _ in range(2):  # warm up: schema, connection, every code path once
             run(replay(saver, calls))
         stored = [f"stored-{uuid.uuid4().hex}" for _ in range(reps)]
         for thread_id in stored:
             run(put_all(thread_id, ("aput", "aput_writes")))
+        phases = list(PHASES)
+        direct: list[tuple[list[Any], list[tuple[Any, ...]]]] = []
+        if side == "ours":
+            phases += STORAGE_PHASES
+            direct = [run(captured(f"direct-{uuid.uuid4().hex}")) for _ in range(reps)]
 
         async def phase(operation: str) -> None:
-            if operation in ("aget_tuple_latest", "alist"):
+            if operation in STORAGE_PHASES:
+                for saves, batches in direct:
+                    if operation == "storage.save":
+                        for checkpoint in saves:
+                            await saver.storage.save(checkpoint)
+                    else:
+                        for checkpoint_id, writes, workflow_name in batches:
+                            await saver.storage.put_writes(checkpoint_id, writes, workflow_name=workflow_name)
+            elif operation in ("aget_tuple_latest", "alist"):
                 for thread_id in stored:
                     await read(operation, thread_id)
             else:
                 for _ in range(reps):
                     await put_all(f"phase-{uuid.uuid4().hex}", (operation,))
 
-        for operation in PHASES:
-            per_rep = (
-                1
-                if operation in ("aget_tuple_latest", "alist")
-                else sum(c.operation == operation for c in calls)
-            )
-            counts[operation] = per_rep * reps
+        for operation in phases:
+            if operation in STORAGE_PHASES:
+                counts[operation] = sum(len(item[0 if operation == "storage.save" else 1]) for item in direct)
+            elif operation in ("aget_tuple_latest", "alist"):
+                counts[operation] = reps
+            else:
+                counts[operation] = sum(c.operation == operation for c in calls) * reps
             _counted(run, phase(operation))
     finally:
         run(opened.__aexit__(None, None, None))
@@ -135,11 +172,12 @@ def measure(backend: str, side: str, reps: int, supersteps: int, workdir: Path) 
             f"callgrind run for {backend}/{side} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
         )
     counts = dict(item.split("=") for item in counts_line.split()[1:])
+    phases = [*PHASES, *STORAGE_PHASES] if side == "ours" else list(PHASES)
     dumps = sorted(workdir.glob(f"{prefix.name}.out.*"), key=lambda path: int(path.suffix[1:]))
-    if len(dumps) != len(PHASES):
-        raise RuntimeError(f"expected {len(PHASES)} callgrind dumps for {backend}/{side}, found {len(dumps)}")
+    if len(dumps) != len(phases):
+        raise RuntimeError(f"expected {len(phases)} callgrind dumps for {backend}/{side}, found {len(dumps)}")
     result: dict[str, float] = {}
-    for operation, dump in zip(PHASES, dumps, strict=True):
+    for operation, dump in zip(phases, dumps, strict=True):
         totals = _TOTALS.search(dump.read_text(encoding="utf-8", errors="replace"))
         if totals is None:
             raise RuntimeError(f"no totals line in {dump}")
@@ -156,6 +194,9 @@ def table(measured: dict[str, dict[str, dict[str, float]]]) -> str:
         for operation in PHASES:
             ours, native = sides["ours"][operation], sides["native"][operation]
             lines.append(f"| {backend} | `{operation}` | {ours:,.0f} | {native:,.0f} | {ours / native:.2f} |")
+        for operation in STORAGE_PHASES:
+            direct = sides["ours"][operation]
+            lines.append(f"| {backend} | `{operation}` (what StorageSaver calls) | {direct:,.0f} | - | - |")
     return "\n".join(lines)
 
 
