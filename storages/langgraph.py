@@ -110,8 +110,17 @@ def _workflow_digest(workflow_name: str) -> str:
 
 
 def _escape(text: str) -> str:
-    # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part.
+    # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part. ASCII text
+    # (LangGraph's namespaces and most thread ids) takes a C-speed table giving quote's exact output.
+    if text.isascii():
+        return text.translate(_ASCII_QUOTED)
     return quote(text, safe="")
+
+
+_ASCII_QUOTED = {
+    code: f"%{code:02X}" for code in range(128) if not (chr(code).isalnum() or chr(code) in "_.-~")
+}
+"""What ``quote(safe="")`` makes of each ASCII character it escapes (it keeps letters, digits, _.-~)."""
 
 
 class StorageSaver(BaseCheckpointSaver[str]):

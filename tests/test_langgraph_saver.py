@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
-from storages.langgraph import StorageSaver, stored_id_for, workflow_for
+from storages.langgraph import StorageSaver, _escape, stored_id_for, workflow_for
 from storages.memory import InMemoryCheckpointStorage
 from storages.verify import verify
 
@@ -184,3 +187,10 @@ async def test_verify_and_listings_see_checkpoints_not_the_writes_logs() -> None
     report = await verify(storage)
     assert report.ok, report.findings
     assert report.records_checked == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_names_escape_exactly_as_quote_does(text: str) -> None:
+    # Workflow names are stored: the fast path must give quote(safe="")'s very output.
+    assert _escape(text) == quote(text, safe="")
