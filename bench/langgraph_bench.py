@@ -271,7 +271,8 @@ def replace_section(document: str, section: str) -> str:
     start, end = document.find(SECTION_START), document.find(SECTION_END)
     if start == -1 or end == -1:
         return document.rstrip("\n") + "\n\n" + section
-    return document[:start] + section + document[end + len(SECTION_END) :].lstrip("\n")
+    rest = document[end + len(SECTION_END) :].lstrip("\n")
+    return document[:start] + section + ("\n" + rest if rest else "")
 
 
 def payload(results: list[PairResult], env: dict[str, Any]) -> dict[str, Any]:

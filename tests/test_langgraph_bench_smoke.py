@@ -83,7 +83,7 @@ def test_the_markdown_section_replaces_only_its_own_part() -> None:
     replaced = replace_section(old, section)
     assert "old figures" not in replaced
     assert replaced.startswith("# Doc\n\nbefore\n\n")
-    assert replaced.endswith("new figures\n" + SECTION_END + "\nafter\n")
+    assert replaced.endswith("new figures\n" + SECTION_END + "\n\nafter\n")
     appended = replace_section("# Doc\n", section)
     assert appended == "# Doc\n\n" + section
 
