@@ -96,6 +96,8 @@ _BACKENDS: dict[str, _Backend] = {
     "redis": _Backend("storages.redis", "RedisCheckpointStorage", "redis", "redis"),
     "rediss": _Backend("storages.redis", "RedisCheckpointStorage", "redis", "redis"),
     "s3": _Backend("storages.s3", "S3CheckpointStorage", "s3", "boto3"),
+    "postgresql": _Backend("storages.postgres", "PostgresCheckpointStorage", "postgres", "psycopg_pool"),
+    "postgres": _Backend("storages.postgres", "PostgresCheckpointStorage", "postgres", "psycopg_pool"),
 }
 
 
