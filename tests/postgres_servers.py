@@ -30,6 +30,7 @@ from conformance.target import StorageTarget
 from storages.postgres import PostgresCheckpointStorage
 
 _run_database: str | None = None
+_SERVER_ACCOUNT = "postgres"
 
 
 def server_url() -> str:
@@ -102,19 +103,26 @@ class PrivateCluster:
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    def _tool(self, name: str) -> str:
-        return str(self._bindir / name)
+    def _tool(self, name: str) -> list[str]:
+        """The server tool's command line: the server refuses to run as root, so as root it
+        runs as the ``postgres`` account, which then owns the temp directory."""
+        command = [str(self._bindir / name)]
+        if os.geteuid() == 0:
+            return ["runuser", "-u", _SERVER_ACCOUNT, "--", *command]
+        return command
 
     def start(self) -> None:
         if not self.data.exists():
+            if os.geteuid() == 0:
+                shutil.chown(self.directory, _SERVER_ACCOUNT)
             subprocess.run(
-                [self._tool("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+                [*self._tool("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
                 check=True,
                 capture_output=True,
             )
         options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=on"
         subprocess.run(
-            [self._tool("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.directory / "log"),
+            [*self._tool("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.directory / "log"),
              "-w", "-t", "60", "start"],
             check=True,
             capture_output=True,
@@ -141,7 +149,7 @@ class PrivateCluster:
 
     def stop(self) -> None:
         subprocess.run(
-            [self._tool("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"], capture_output=True
+            [*self._tool("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"], capture_output=True
         )
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -7,6 +7,7 @@ An unreachable server fails these tests; nothing is skipped.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -56,37 +57,32 @@ async def storage(schema_url: str) -> AsyncIterator[PostgresCheckpointStorage]:
 # ---------------------------------------------------------------------- the kit
 
 
-def test_kit_passes_every_clause_on_the_real_server() -> None:
+def test_scale_clauses_count_one_round_trip_per_walk_and_latest() -> None:
+    # The whole kit runs through the CLI below; here the scale family gets a round-trip counter,
+    # so "one round trip" is counted, not timed.
     base = postgres_servers.run_database_url()
-    schema = postgres_servers.fresh_schema("kit")
+    schema = postgres_servers.fresh_schema("scale")
     url = postgres_servers.with_schema(base, schema)
     root = PostgresCheckpointStorage.from_url(url)
     target = StorageTarget(
-        name="postgresql (this run's database)",
-        factory=root.new_handle,
-        cleanup=root.aclose,
-        process_opener=url,
-        round_trips=_statements,
+        name="postgresql", factory=root.new_handle, cleanup=root.aclose, round_trips=_statements
     )
     try:
-        (backend,) = validate(target).backends
+        (backend,) = validate(target, clauses=["scale"]).backends
     finally:
-        import asyncio
-
         asyncio.run(postgres_servers.drop_schema(base, schema))
     assert not backend.error, backend.error
-    assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
-    skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
-    assert skipped == FAULT_CLAUSES | {NO_TTL}, skipped
-    assert len(backend.results) == len(all_clauses())
+    outcomes = {r.clause_id: r.outcome for r in backend.results}
+    assert set(outcomes.values()) == {Outcome.PASSED}, outcomes
+    assert {"scale.walk_is_one_round_trip", "scale.latest_is_constant_cost"} <= set(outcomes)
 
 
 @pytest.mark.parametrize("runner", [None, "maf", "langgraph"])
 def test_cli_passes_against_the_real_server(runner: str | None) -> None:
     script = shutil.which("checkpoint-conformance", path=str(Path(sys.executable).parent))
     assert script is not None
-    # The URL exactly as a user types it: the CLI writes under the default schema of this run's
-    # database, and removes every workflow it created.
+    # Every clause of the kit (and the MAF and LangGraph runner families), from the URL exactly
+    # as a user types it: the default schema of this run's database.
     url = postgres_servers.run_database_url().replace("postgresql://postgres@", "postgresql://")
     arguments = [script, url] + ([] if runner is None else ["--runner", runner])
     completed = subprocess.run(arguments, capture_output=True, text=True, check=False, timeout=600)
@@ -208,8 +204,6 @@ async def test_a_foreign_schema_is_refused_untouched(schema_url: str) -> None:
 
 
 async def test_concurrent_first_opens_migrate_once(schema_url: str) -> None:
-    import asyncio
-
     handles = [PostgresCheckpointStorage.from_url(schema_url) for _ in range(4)]
     await asyncio.gather(*(h.get_latest(workflow_name="wf") for h in handles))
     for handle in handles:
