@@ -31,10 +31,6 @@ BACKOFF_CAP = 2.0
 CONNECT_TIMEOUT = 10
 """Seconds libpq waits for a server before a connection attempt fails (URL connect_timeout wins)."""
 
-_MIGRATED: set[tuple[str, str]] = set()
-"""(conninfo, schema) pairs this process has found at the current version: later handles skip the
-check (and its extra connection). Process-local on purpose: it only saves work, never orders any."""
-
 
 class PostgresClient:
     """What a storage handle talks to: its own pool (from a conninfo), or a pool or connection
@@ -79,10 +75,9 @@ class PostgresClient:
         if self._injected_pool is not None:
             await self.run(operation, self._migrate)
             return
-        assert self._conninfo is not None
-        if (self._conninfo, self._options.schema) not in _MIGRATED:
-            await self._retrying(operation, self._connect_and_migrate)
-            _MIGRATED.add((self._conninfo, self._options.schema))
+        # Every handle checks the version: a schema migrated by newer code while this process
+        # runs is refused by its next handle, not written with an older layout.
+        await self._retrying(operation, self._connect_and_migrate)
         self._pool = self._new_pool()
         await self._pool.open(wait=False)
 
