@@ -1,13 +1,14 @@
 """The commit protocol: how a save, delete, prune and delete_workflow are made atomic, and safe
 across processes and hosts, each in one statement (one round trip, one transaction).
 
-* A save is one call of the server-side function ``save_family`` (schema.py): it row-locks the
-  ``workflows`` rows of every name the family writes (in name order, so two families never
-  deadlock), checks the top id and, when fenced, the workflow's latest under that lock, takes
-  each record's sequence from its workflow's counter and inserts the whole family. A nested id
-  already stored raises ``CSCNF`` and the statement rolls back: all or nothing. A save whose
-  top id exists writes nothing and returns the stored digest, so a retry after an ambiguous
-  connection loss finds the first attempt's record and the base calls it a no-op.
+* A save is one call of the server-side function ``save_family`` (schema.py). A top id already
+  stored writes nothing and returns the stored digest, so a retry after an ambiguous connection
+  loss finds the first attempt's record and the base calls it a no-op. Otherwise it takes each
+  record's sequence with an ``UPDATE`` of its workflow's counter row (a row lock held until
+  commit; names in order, so two families never deadlock), checks the fence under that lock,
+  and inserts the whole family. A refused fence (``CSFNC``), a nested id already stored
+  (``CSCNF``) or a top id stored meanwhile by a concurrent save (``CSRTY``, repeated here) is
+  raised, so the statement rolls back, sequence numbers included: all or nothing.
 * Delete, prune and delete_workflow are single statements with data-modifying CTEs: they see one
   snapshot and commit together. Row locks, never process-local locks, order concurrent writers.
 """
@@ -23,7 +24,7 @@ from ..base import CheckpointRecord, FenceCheck
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
-from .schema import CONFLICT_SQLSTATE, RETRY_SQLSTATE, render
+from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, RETRY_SQLSTATE, render
 
 _SAVE = """
     SELECT existing_digest, latest_id, inserted FROM {s}.save_family(
@@ -115,6 +116,10 @@ class PostgresCommits:
                         continue
                     if exc.sqlstate == CONFLICT_SQLSTATE:
                         raise _nested_conflict(records, exc) from None
+                    if exc.sqlstate == FENCE_SQLSTATE:
+                        diagnostic: Any = exc.diag
+                        latest = None if diagnostic.message_detail == "none" else diagnostic.message_primary
+                        return False, None, None if latest is None else str(latest)
                     raise
                 row = await cursor.fetchone()
                 assert row is not None

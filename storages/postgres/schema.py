@@ -12,12 +12,16 @@ import hashlib
 
 CONFLICT_SQLSTATE = "CSCNF"
 """Raised by ``save_family`` when a nested record's id is already stored: nothing is written."""
+FENCE_SQLSTATE = "CSFNC"
+"""Raised by a fenced ``save_family`` when the workflow's latest is not the expected one: nothing is
+written; the message is the latest id (empty, with detail ``none``, when there is none)."""
 RETRY_SQLSTATE = "CSRTY"
 """Raised by ``save_family`` when another transaction stored the top id after this one looked
 (under another workflow's lock): nothing is written, and the call is repeated."""
 
-# Constant SQL: {s} is a checked identifier, {retry} and {conflict} are constants.
-_SAVE_FAMILY = """
+# Constant SQL: {s} is a checked identifier, {retry}, {conflict} and {fence} are constants.
+_SAVE_FAMILY = (
+    """
 CREATE FUNCTION {s}.save_family(
     p_ids text[], p_names text[], p_previous text[], p_signatures text[], p_digests text[],
     p_bodies bytea[], p_containers text[], p_roots text[], p_positions integer[],
@@ -25,35 +29,59 @@ CREATE FUNCTION {s}.save_family(
 ) RETURNS TABLE (existing_digest text, latest_id text, inserted boolean)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    v_name text;
     v_existing text;
     v_latest text;
+    v_name text;
+    v_count integer;
+    v_next bigint;
+    v_sequences jsonb := '{}';
     v_sequence bigint;
     v_inserted integer;
 BEGIN
-    -- A row lock per workflow name the family writes, taken in name order (no deadlock): saves
-    -- of one workflow commit one after the other, in any process on any host, so sequences
-    -- follow commit order.
-    FOR v_name IN SELECT DISTINCT n FROM unnest(p_names) AS n ORDER BY 1 LOOP
-        INSERT INTO {s}.workflows (name, next_sequence) VALUES (v_name, 1) ON CONFLICT (name) DO NOTHING;
-        PERFORM 1 FROM {s}.workflows WHERE name = v_name FOR UPDATE;
-    END LOOP;
     SELECT c.digest INTO v_existing FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_ids[1];
-    IF p_fenced THEN
-        SELECT c.checkpoint_id INTO v_latest FROM {s}.checkpoints AS c
-        WHERE c.workflow_name = p_names[1] AND NOT c.nested ORDER BY c.sequence DESC LIMIT 1;
-    END IF;
     IF v_existing IS NOT NULL THEN
+        -- Stored already (a retry, or a repeat): nothing to write. A fenced caller also gets the
+        -- latest, to tell "this is the latest" (a harmless retry) from a stale writer.
+        IF p_fenced THEN
+            SELECT c.checkpoint_id INTO v_latest FROM {s}.checkpoints AS c
+            WHERE c.workflow_name = p_names[1] AND NOT c.nested ORDER BY c.sequence DESC LIMIT 1;
+        END IF;
         RETURN QUERY SELECT v_existing, v_latest, false;
         RETURN;
     END IF;
-    IF p_fenced AND v_latest IS DISTINCT FROM p_expected THEN
-        RETURN QUERY SELECT NULL::text, v_latest, false;
-        RETURN;
+    -- Take the sequence numbers: the UPDATE row-locks each workflow's counter until commit, so
+    -- saves of one workflow commit one after the other, in any process on any host, and their
+    -- sequences follow commit order. Names are locked in order, so two families never deadlock.
+    IF cardinality(p_ids) = 1 THEN
+        UPDATE {s}.workflows SET next_sequence = next_sequence + 1 WHERE name = p_names[1]
+        RETURNING next_sequence - 1 INTO v_sequence;
+        IF v_sequence IS NULL THEN
+            INSERT INTO {s}.workflows AS w (name, next_sequence) VALUES (p_names[1], 2)
+            ON CONFLICT (name) DO UPDATE SET next_sequence = w.next_sequence + 1
+            RETURNING w.next_sequence - 1 INTO v_sequence;
+        END IF;
+    ELSE
+        FOR v_name, v_count IN SELECT n, count(*) FROM unnest(p_names) AS n GROUP BY n ORDER BY n LOOP
+            INSERT INTO {s}.workflows AS w (name, next_sequence) VALUES (v_name, 1 + v_count)
+            ON CONFLICT (name) DO UPDATE SET next_sequence = w.next_sequence + v_count
+            RETURNING w.next_sequence - v_count INTO v_next;
+            v_sequences := v_sequences || jsonb_build_object(v_name, v_next);
+        END LOOP;
+    END IF;
+    IF p_fenced THEN
+        SELECT c.checkpoint_id INTO v_latest FROM {s}.checkpoints AS c
+        WHERE c.workflow_name = p_names[1] AND NOT c.nested ORDER BY c.sequence DESC LIMIT 1;
+        IF v_latest IS DISTINCT FROM p_expected THEN
+            -- Raised, not returned, so the sequence numbers just taken roll back with it.
+            RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(v_latest, ''),
+                DETAIL = CASE WHEN v_latest IS NULL THEN 'none' ELSE 'id' END;
+        END IF;
     END IF;
     FOR i IN 1 .. cardinality(p_ids) LOOP
-        UPDATE {s}.workflows SET next_sequence = next_sequence + 1 WHERE name = p_names[i]
-        RETURNING next_sequence - 1 INTO v_sequence;
+        IF cardinality(p_ids) > 1 THEN
+            v_sequence := (v_sequences ->> p_names[i])::bigint;
+            v_sequences := v_sequences || jsonb_build_object(p_names[i], v_sequence + 1);
+        END IF;
         INSERT INTO {s}.checkpoints (
             checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash,
             digest, body, nested, container_id, root_id, position
@@ -73,8 +101,10 @@ BEGIN
     RETURN QUERY SELECT NULL::text, NULL::text, true;
 END
 $$
-
-""".replace("{retry}", RETRY_SQLSTATE).replace("{conflict}", CONFLICT_SQLSTATE)
+""".replace("{retry}", RETRY_SQLSTATE)
+    .replace("{conflict}", CONFLICT_SQLSTATE)
+    .replace("{fence}", FENCE_SQLSTATE)
+)
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: sequence counters, checkpoints with their nested records, tombstones, the save function.
