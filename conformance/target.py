@@ -124,6 +124,19 @@ def prefix_s3_url(url: str, run_prefix: str) -> str:
     return urlunsplit(parts._replace(path=f"{path}/{run_prefix}"))
 
 
+def prefix_postgres_url(url: str, run_prefix: str) -> str:
+    """A PostgreSQL URL whose ``schema`` option gets ``_<run_prefix>`` appended (a schema of the
+    run's own; a schema name takes no hyphens, so they become underscores)."""
+    from storages.postgres import DEFAULT_SCHEMA
+
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    given = next((value for name, value in reversed(pairs) if name == "schema"), "") or DEFAULT_SCHEMA
+    pairs = [(name, value) for name, value in pairs if name != "schema"]
+    pairs.append(("schema", f"{given}_{run_prefix.replace('-', '_')}"[:63]))
+    return urlunsplit(parts._replace(query=urlencode(pairs)))
+
+
 CHECKPOINT_CLASS_CHOICES = ("project", "maf", "both")
 """What ``--checkpoint-class`` accepts: the project's class, MAF's, or each target once with each."""
 

@@ -317,6 +317,16 @@ BUILTIN_BACKENDS: tuple[BackendSpec, ...] = (
         run_prefix="conformance.target:prefix_s3_url",
         summary="objects in S3 or an S3-compatible store (boto3); docs/s3.md",
     ),
+    BackendSpec(
+        "postgres",
+        ("postgresql", "postgres"),
+        "storages.postgres:PostgresCheckpointStorage",
+        extra="postgres",
+        requires=("psycopg", "psycopg_pool"),
+        server_url_env="CHECKPOINT_POSTGRESQL_URL",
+        run_prefix="conformance.target:prefix_postgres_url",
+        summary="a PostgreSQL database (psycopg 3); docs/postgres.md",
+    ),
 )
 """The built-in backends, in report order: adding one is one entry here."""
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import postgres_servers
 import pytest
 import redis_servers
 import s3_support
@@ -61,6 +62,7 @@ BACKENDS: dict[str, Backend] = {
     "redis-cluster": Backend("redis_cluster", redis_servers.cluster_store),  # started on first use
     "s3": Backend("s3", s3_support.store_maker(server=False)),  # moto in this process
     "s3-server": Backend("s3", s3_support.store_maker(server=True)),  # moto over HTTP, loopback
+    "postgres": Backend("postgres", postgres_servers.store),  # a fresh schema in this run's database
 }
 
 URL_BACKENDS = tuple(name for name, backend in BACKENDS.items() if backend.url is not None)
