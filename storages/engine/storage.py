@@ -77,6 +77,7 @@ class BaseCheckpointStorage(ExtensionOperations):
         self._closed = False
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+        self._open_lock_loop: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The event loop the backend's loop-bound resources belong to (None before opening)."""
         self._integrity: IntegrityKeyProvider | None = None
@@ -313,9 +314,12 @@ class BaseCheckpointStorage(ExtensionOperations):
         loop = asyncio.get_running_loop()
         if self._opened and self._loop is loop:
             return
-        if self._open_lock is None or self._loop is not loop:
-            # An asyncio lock belongs to the loop it first waited on; each loop gets its own.
+        if self._open_lock is None or self._open_lock_loop is not loop:
+            # An asyncio lock belongs to the loop it first waited on; each loop gets its own. The
+            # lock's loop is kept apart from _loop, which stays None until the first open ends, so
+            # first operations started together share one lock and open once.
             self._open_lock = asyncio.Lock()
+            self._open_lock_loop = loop
         async with self._open_lock:
             if not self._opened:
                 await self._open()
