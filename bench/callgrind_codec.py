@@ -1,0 +1,143 @@
+"""Instruction counts of codec encode/decode (valgrind's callgrind): figures machine load cannot blur.
+
+``python -m bench.callgrind_codec [--calls N] [--json PATH]``. Each measured operation runs in a
+fresh interpreter under ``valgrind --tool=callgrind`` twice, once with N calls and once with none;
+the difference divided by N is the instructions one call costs (interpreter start-up and imports
+cancel out). Subjects, on the benchmark checkpoint (bench/workload.py): our CheckpointCodec, plain
+msgspec of the same dataclass (``msgspec.msgpack.encode`` and a typed ``Decoder``), and LangGraph's
+JsonPlusSerializer (``dumps_typed`` / ``loads_typed``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_SETUP = """
+import warnings
+warnings.simplefilter("ignore")
+from bench.workload import template
+from storages.contract import WorkflowCheckpoint
+checkpoint = template(WorkflowCheckpoint)
+"""
+
+SUBJECTS: dict[str, tuple[str, str]] = {
+    "ours/encode": (
+        "from storages.codec import CheckpointCodec\ncodec = CheckpointCodec()\n"
+        "codec.encode_checkpoint(checkpoint)",
+        "codec.encode_checkpoint(checkpoint)",
+    ),
+    "ours/decode": (
+        "from storages.codec import CheckpointCodec\ncodec = CheckpointCodec()\n"
+        "body = codec.encode_checkpoint(checkpoint)\ncodec.decode_checkpoint(body, checkpoint_id='x')",
+        "codec.decode_checkpoint(body, checkpoint_id='x')",
+    ),
+    "msgspec/encode": (
+        "import msgspec\nencode = msgspec.msgpack.Encoder().encode\nencode(checkpoint)",
+        "encode(checkpoint)",
+    ),
+    "msgspec/decode": (
+        "import msgspec\nbody = msgspec.msgpack.encode(checkpoint)\n"
+        "decoder = msgspec.msgpack.Decoder(WorkflowCheckpoint)\ndecoder.decode(body)",
+        "decoder.decode(body)",
+    ),
+    "jsonplus/encode": (
+        "from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer\nserde = JsonPlusSerializer()\n"
+        "serde.dumps_typed(checkpoint)",
+        "serde.dumps_typed(checkpoint)",
+    ),
+    "jsonplus/decode": (
+        "from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer\nserde = JsonPlusSerializer()\n"
+        "typed = serde.dumps_typed(checkpoint)\nserde.loads_typed(typed)",
+        "serde.loads_typed(typed)",
+    ),
+}
+"""Name -> (setup, including one warm-up call; the measured call)."""
+
+_TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
+
+
+def _instructions(setup: str, call: str, calls: int, workdir: Path) -> int:
+    script = f"{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
+    out = workdir / f"callgrind.{calls}.out"
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    match = _TOTAL.search(out.read_text())
+    if match is None:
+        raise RuntimeError(f"no summary line in {out}")
+    return int(match.group(1))
+
+
+def measure(calls: int, names: list[str] | None = None) -> dict[str, float]:
+    """Instructions per call of each subject."""
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind is not installed")
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="callgrind-codec-") as directory:
+        for name in names or list(SUBJECTS):
+            setup, call = SUBJECTS[name]
+            with_calls = _instructions(setup, call, calls, Path(directory))
+            without = _instructions(setup, call, 0, Path(directory))
+            results[name] = (with_calls - without) / calls
+    return results
+
+
+def ratios(counts: dict[str, float]) -> dict[str, float]:
+    """Ours over each peer, encode+decode."""
+
+    def roundtrip(subject: str) -> float:
+        return counts[f"{subject}/encode"] + counts[f"{subject}/decode"]
+
+    return {
+        "ours_over_msgspec": roundtrip("ours") / roundtrip("msgspec"),
+        "ours_over_jsonplus": roundtrip("ours") / roundtrip("jsonplus"),
+    }
+
+
+def table(counts: dict[str, float]) -> str:
+    lines = [
+        "| subject | encode (instructions) | decode (instructions) | encode+decode |",
+        "|---|---:|---:|---:|",
+    ]
+    for subject in ("ours", "msgspec", "jsonplus"):
+        encode, decode = counts[f"{subject}/encode"], counts[f"{subject}/decode"]
+        lines.append(f"| {subject} | {encode:,.0f} | {decode:,.0f} | {encode + decode:,.0f} |")
+    found = ratios(counts)
+    lines.append("")
+    lines.append(
+        f"ours ÷ plain msgspec {found['ours_over_msgspec']:.2f}, "
+        f"ours ÷ JsonPlusSerializer {found['ours_over_jsonplus']:.2f} (encode+decode instructions)."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_codec", description=__doc__)
+    parser.add_argument("--calls", type=int, default=200, help="measured calls per subject")
+    parser.add_argument("--json", type=Path, metavar="PATH")
+    args = parser.parse_args(argv)
+    counts = measure(args.calls)
+    print(table(counts))
+    if args.json is not None:
+        payload: dict[str, Any] = {"calls": args.calls, "instructions": counts, "ratios": ratios(counts)}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
