@@ -595,3 +595,57 @@ async def test_prune_tombstones_the_whole_family_in_one_transaction(
     assert query(db_path, "SELECT checkpoint_id FROM checkpoints") == [(new.checkpoint_id,)]
     walk = await storage.walk_ancestry_ids(new.checkpoint_id)
     assert (walk.end, walk.end_id) == (AncestryEnd.PRUNED, old.checkpoint_id)
+
+
+async def _synchronous_pragma(storage: SQLiteCheckpointStorage) -> int:
+    assert storage._connection is not None
+    rows = list(await storage._connection.execute_fetchall("PRAGMA synchronous"))
+    return int(rows[0][0])
+
+
+async def test_synchronous_is_full_unless_normal_is_asked_for(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as full:
+        assert full.synchronous == "full"
+        assert await _synchronous_pragma(full) == 2
+        async with full.new_handle() as same:
+            assert await _synchronous_pragma(same) == 2
+    url = f"sqlite:///{db_path}?synchronous=normal"
+    async with SQLiteCheckpointStorage.from_url(url) as normal:
+        assert normal.synchronous == "normal"
+        assert await _synchronous_pragma(normal) == 1
+        saved = await normal.save(checkpoint())
+        assert (await normal.load(saved)).checkpoint_id == saved
+        async with normal.new_handle() as same:
+            assert await _synchronous_pragma(same) == 1
+    async with SQLiteCheckpointStorage(db_path, synchronous="NORMAL") as keyword:
+        assert keyword.synchronous == "normal"
+
+
+def test_an_unknown_synchronous_mode_is_refused_naming_the_option(db_path: Path) -> None:
+    with pytest.raises(StorageConfigurationError, match=r"must be one of full, normal, got 'off'"):
+        SQLiteCheckpointStorage(db_path, synchronous="off")  # type: ignore[arg-type]
+    with pytest.raises(StorageConfigurationError, match=r"SQLite URL .*synchronous"):
+        SQLiteCheckpointStorage.from_url(f"sqlite:///{db_path}?synchronous=extra")
+
+
+async def test_a_save_is_one_hand_off_to_the_connection_thread(db_path: Path) -> None:
+    import aiosqlite
+
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())
+        connection = storage._connection
+        assert isinstance(connection, aiosqlite.Connection)
+        queued: list[object] = []
+        real_queue = connection._tx  # the worker thread keeps reading this one
+
+        class CountingQueue:
+            def put_nowait(self, item: object) -> None:
+                queued.append(item)
+                real_queue.put_nowait(item)
+
+        connection._tx = CountingQueue()  # type: ignore[assignment]
+        try:
+            await storage.save(checkpoint())
+        finally:
+            connection._tx = real_queue
+        assert len(queued) == 1
