@@ -649,3 +649,28 @@ async def test_a_save_is_one_hand_off_to_the_connection_thread(db_path: Path) ->
         finally:
             connection._tx = real_queue
         assert len(queued) == 1
+
+
+async def test_the_partial_nested_indexes_serve_every_lookup_of_nested_rows(db_path: Path) -> None:
+    from storages.sqlite import schema
+
+    async with SQLiteCheckpointStorage(db_path):
+        pass
+    with sqlite3.connect(db_path) as connection:
+
+        def plan(sql: str, parameters: object) -> str:
+            return " | ".join(
+                str(row[-1]) for row in connection.execute("EXPLAIN QUERY PLAN " + sql, parameters)
+            )
+
+        assert "INDEX checkpoints_by_container (container_id=?)" in plan(schema.SELECT_CHILDREN, {"id": "a"})
+        for sql, parameters in (
+            (schema.DELETE_FAMILY, ("a", "a")),
+            (schema.TOMBSTONE_FAMILY, ("wf", "a", "a")),
+            (schema.SELECT_NESTED_BODIES, ('["a"]',)),
+            (schema.WALK_WITH_BODIES, {"start": "a", "max_depth": 5}),
+        ):
+            assert "INDEX checkpoints_by_root (root_id=?)" in plan(sql, parameters), sql
+        definitions = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+    assert "WHERE container_id IS NOT NULL" in definitions["checkpoints_by_container"]
+    assert "WHERE root_id IS NOT NULL" in definitions["checkpoints_by_root"]

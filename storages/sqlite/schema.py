@@ -11,13 +11,17 @@ Indexes, each justified by the statements that use it (every other index would o
   and the fenced save's latest probe (top-level rows only, newest first, one index step).
 * ``checkpoints_top_by_signature (workflow_name, nested, graph_signature_hash, sequence)``: the
   same with a signature filter (MAF restores and ``get_latest(graph_signature_hash=...)``).
-* ``checkpoints_by_container (container_id, position)``: the children of one checkpoint, in order.
-* ``checkpoints_by_root (root_id)``: deleting or pruning a family, reading a family's nested bodies.
+* ``checkpoints_by_container (container_id, position)``, nested rows only: the children of one
+  checkpoint, in order.
+* ``checkpoints_by_root (root_id)``, nested rows only: deleting or pruning a family, reading a
+  family's nested bodies. Both are partial (``IS NOT NULL``), so a top-level save, the common
+  case, does not touch them; ``container_id = ?`` and ``root_id = ?`` imply the condition, so
+  SQLite still uses them for those lookups.
 * ``tombstones`` primary key and ``tombstones_by_workflow``: the walk's "pruned, not missing" test
   and delete_workflow.
 
-A save's cost is the primary key plus these five secondary indexes: bench/run.py measures it next
-to a raw single INSERT into a table with only a primary key.
+A top-level save's cost is the primary key plus three secondary indexes and the workflows row:
+bench/run.py measures it next to a raw single INSERT into a table with only a primary key.
 """
 
 from __future__ import annotations
@@ -69,6 +73,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         "CREATE INDEX tombstones_by_workflow ON tombstones (workflow_name)",
+    ),
+    # 3: the nested-record indexes hold nested rows only, so a top-level save skips both.
+    (
+        "DROP INDEX checkpoints_by_container",
+        "DROP INDEX checkpoints_by_root",
+        """
+        CREATE INDEX checkpoints_by_container ON checkpoints (container_id, position)
+            WHERE container_id IS NOT NULL
+        """,
+        "CREATE INDEX checkpoints_by_root ON checkpoints (root_id) WHERE root_id IS NOT NULL",
     ),
 )
 """Schema migrations, applied in order; step ``n`` (1-based) brings the file to version ``n``.
