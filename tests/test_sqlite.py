@@ -674,3 +674,37 @@ async def test_the_partial_nested_indexes_serve_every_lookup_of_nested_rows(db_p
         definitions = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
     assert "WHERE container_id IS NOT NULL" in definitions["checkpoints_by_container"]
     assert "WHERE root_id IS NOT NULL" in definitions["checkpoints_by_root"]
+
+
+async def test_concurrent_saves_on_one_handle_commit_in_groups_each_refused_alone(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())
+        connection = storage._connection
+        assert connection is not None
+        queued: list[object] = []
+        real_queue = connection._tx
+
+        class CountingQueue:
+            def put_nowait(self, item: object) -> None:
+                queued.append(item)
+                real_queue.put_nowait(item)
+
+        batch = [checkpoint() for _ in range(32)]
+        nested_clash = WorkflowCheckpoint(
+            "wf",
+            "sig",
+            state={"child": WorkflowCheckpoint("wf", "sig", checkpoint_id=batch[0].checkpoint_id)},
+        )
+        connection._tx = CountingQueue()  # type: ignore[assignment]
+        try:
+            results = await asyncio.gather(
+                *(storage.save(item) for item in [*batch, nested_clash]), return_exceptions=True
+            )
+        finally:
+            connection._tx = real_queue
+        assert results[:32] == [item.checkpoint_id for item in batch]
+        assert isinstance(results[32], CheckpointConflictError)
+        assert len(queued) < 32  # group commits: far fewer hand-offs than saves
+        stored = await storage.list_checkpoint_ids(workflow_name="wf")
+        assert stored[-32:] == [item.checkpoint_id for item in batch]
+        assert nested_clash.checkpoint_id not in stored

@@ -54,17 +54,53 @@ def immediate_transaction(
 
 
 def insert_family(
-    connection: sqlite3.Connection, abandon: threading.Event, records: Sequence[CheckpointRecord]
+    connection: sqlite3.Connection,
+    abandon: threading.Event,
+    records: Sequence[CheckpointRecord],
 ) -> str | None:
     """Insert a family whose top id is absent; else return the digest stored under that id."""
-    top = records[0]
     with immediate_transaction(connection, abandon):
-        existing_digest, next_sequence = connection.execute(
-            schema.SELECT_DIGEST_AND_NEXT_SEQUENCE, (top.checkpoint_id, top.workflow_name)
-        ).fetchone()
-        if existing_digest is not None:
-            return str(existing_digest)
-        _write_family(connection, records, next_sequence)
+        return _insert_absent(connection, records)
+
+
+def insert_families(
+    connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], threading.Event]]
+) -> list[str | BaseException | None]:
+    """A group commit: the saves that queued up while the previous group was committing, in one
+    transaction (one fsync for all of them), each in a savepoint of its own.
+
+    Each save gets what :func:`insert_family` would have returned, or the error that refused it
+    alone (an embedded id already stored); that save's rows are rolled back, the others commit.
+    An error of the transaction itself (the lock not obtained, the disk failing, COMMIT failing)
+    fails every save of the group and writes none. No save is acknowledged before COMMIT
+    returns, so durability is exactly that of a save committed alone. A save abandoned before its
+    turn is skipped; a group of one is rolled back if abandoned before COMMIT, as a lone save is.
+    """
+    outcomes: list[str | BaseException | None] = []
+    lone_abandon = saves[0][1] if len(saves) == 1 else None
+    with immediate_transaction(connection, lone_abandon):
+        for records, abandon in saves:
+            if abandon.is_set():
+                outcomes.append(Abandoned())
+                continue
+            connection.execute("SAVEPOINT save")
+            try:
+                outcomes.append(_insert_absent(connection, records))
+            except CheckpointConflictError as exc:
+                connection.execute("ROLLBACK TO save")
+                outcomes.append(exc)
+            connection.execute("RELEASE save")
+    return outcomes
+
+
+def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> str | None:
+    top = records[0]
+    existing_digest, next_sequence = connection.execute(
+        schema.SELECT_DIGEST_AND_NEXT_SEQUENCE, (top.checkpoint_id, top.workflow_name)
+    ).fetchone()
+    if existing_digest is not None:
+        return str(existing_digest)
+    _write_family(connection, records, next_sequence)
     return None
 
 

@@ -176,7 +176,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         return await self._insert_family((record,))
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        return await self._client.run("save", commit.insert_family, records)
+        return await self._client.save(records)
 
     async def _insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
