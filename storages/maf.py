@@ -30,15 +30,12 @@ import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .allowlist import MAF_PLAIN_TYPES, MAF_SERIALIZED_TYPES, MAF_WORKFLOW_EVENT, resolve_exact_class
-from .codec.plugins import register_codec_plugin
+from .codec.plugins import PluginHost, register_codec_plugin
 from .codec.types import Unencodable, type_key
 from .errors import MissingDependencyError
-
-if TYPE_CHECKING:
-    from .codec import CheckpointCodec
 
 _ENCODING_MODULE: Final = "agent_framework._workflows._checkpoint_encoding"
 _CHECKPOINT_MODULE: Final = "agent_framework._workflows._checkpoint"
@@ -92,7 +89,7 @@ def _from_dict_of(key: str) -> Callable[[Any], Any]:
     return from_dict
 
 
-def register_maf_types(codec: CheckpointCodec) -> None:
+def register_maf_types(codec: PluginHost) -> None:
     """Allow MAF's checkpoint types on ``codec`` (done by every codec when MAF is installed)."""
     for key in MAF_TYPES:
         codec.register(key)
@@ -102,7 +99,7 @@ def register_maf_types(codec: CheckpointCodec) -> None:
     codec.register(WORKFLOW_EVENT, encode=encode, decode=decode)
 
 
-def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+def _workflow_event_hooks(codec: PluginHost) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     def encode(event: Any) -> Any:
         state: dict[str, Any] = {name: getattr(event, name, None) for name in _EVENT_FIELDS}
         for name in _EVENT_PRIVATE_FIELDS:
@@ -140,7 +137,7 @@ def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any],
     return encode, decode
 
 
-def _resolvable_type(codec: CheckpointCodec, key: str, cls: type[Any] | None = None) -> type[Any] | None:
+def _resolvable_type(codec: PluginHost, key: str, cls: type[Any] | None = None) -> type[Any] | None:
     """The class ``key`` names if a stored WorkflowEvent may name it, else None (``cls``: the
     class itself, at save)."""
     builtin = _BUILTIN_VALUE_TYPES.get(key)
@@ -152,7 +149,7 @@ def _resolvable_type(codec: CheckpointCodec, key: str, cls: type[Any] | None = N
 class MafCodecPlugin:
     """MAF's part in every codec: its checkpoint class, its runner's types, its registry."""
 
-    def install(self, codec: CheckpointCodec) -> None:
+    def install(self, codec: PluginHost) -> None:
         if maf_available():
             register_maf_types(codec)
 

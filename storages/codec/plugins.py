@@ -8,16 +8,30 @@ codec imports no plug-in, so there is no import cycle between the codec and an i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .codec import CheckpointCodec
+from .types import TypeRef
+
+
+class PluginHost(Protocol):
+    """The part of a CheckpointCodec a plug-in uses (so this module needs no import of it)."""
+
+    def register(
+        self,
+        type_ref: TypeRef,
+        *,
+        encode: Callable[[Any], Any] | None = None,
+        decode: Callable[[Any], Any] | None = None,
+    ) -> None: ...
+
+    def allowed_class(self, key: str, cls: type[Any] | None = None) -> type[Any] | None: ...
 
 
 class CodecPlugin(Protocol):
     """What an integration contributes to every codec."""
 
-    def install(self, codec: CheckpointCodec) -> None:
+    def install(self, codec: PluginHost) -> None:
         """Register the integration's own types on a new codec (called from its constructor)."""
 
     def runner_allows(self, key: str) -> bool:

@@ -61,6 +61,9 @@ def _sequence(code: int) -> Reducer:
     return lambda value, packer: packer.ext(code, packer.pack(list(value)))
 
 
+_UTC: Final = dt.timezone.utc
+
+
 def _zone_key(tzinfo: dt.tzinfo | None) -> str | None:
     key = getattr(tzinfo, "key", None)
     return key if isinstance(key, str) and type(tzinfo).__module__ == "zoneinfo" else None
@@ -72,6 +75,8 @@ def _clock_wire(value: dt.datetime | dt.time) -> Any:
     ``zone`` is a zoneinfo key, ``[days, seconds, microseconds]`` of a fixed offset, or None (the
     offset, if any, is in ``text``).
     """
+    if value.tzinfo is _UTC and not value.fold:  # the common case, and what the rules below give
+        return value.isoformat()
     zone = _zone_key(value.tzinfo)
     if zone is not None:
         return [value.replace(tzinfo=None).isoformat(), zone, value.fold]
