@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -166,7 +167,13 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with console.status("Section 1: codec"):
         results["codec"] = run_codec(budget)
     console.print(all_tables(results)[0].to_rich())
-    if not args.no_targets:
+    missing_peers = [name for name in ("langgraph", "aiosqlite") if importlib.util.find_spec(name) is None]
+    if missing_peers and not args.no_targets:
+        console.print(
+            f"[yellow]Skipping the issue 15 targets: {', '.join(missing_peers)} missing "
+            "(pip install -e '.[bench]')[/]"
+        )
+    elif not args.no_targets:
         with console.status("Issue 15 targets: codec, memory, SQLite against their peers"):
             results["targets"] = await run_targets(
                 budget, saves_each=5 if args.quick else 20, rounds=3 if args.quick else 7
