@@ -5,7 +5,8 @@ fresh interpreter under ``valgrind --tool=callgrind`` twice, once with N calls a
 the difference divided by N is the instructions one call costs (interpreter start-up and imports
 cancel out). Subjects, on the benchmark checkpoint (bench/workload.py): our CheckpointCodec, plain
 msgspec of the same dataclass (``msgspec.msgpack.encode`` and a typed ``Decoder``), and LangGraph's
-JsonPlusSerializer (``dumps_typed`` / ``loads_typed``).
+JsonPlusSerializer (``dumps_typed`` / ``loads_typed``); and one memory save, ours
+(``InMemoryCheckpointStorage.save``) against LangGraph's ``InMemorySaver.aput`` of the same data.
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ SUBJECTS: dict[str, tuple[str, str]] = {
         "typed = serde.dumps_typed(checkpoint)\nserde.loads_typed(typed)",
         "serde.loads_typed(typed)",
     ),
+    "memory-ours/save": (
+        "import asyncio, dataclasses, itertools\nfrom storages.memory import InMemoryCheckpointStorage\n"
+        "storage = InMemoryCheckpointStorage()\nloop = asyncio.new_event_loop()\nids = itertools.count()\n"
+        "def save():\n"
+        "    fresh = dataclasses.replace(checkpoint, checkpoint_id=f'c{next(ids)}')\n"
+        "    loop.run_until_complete(storage.save(fresh))\n"
+        "save()",
+        "save()",
+    ),
+    "memory-inmemorysaver/save": (
+        "import asyncio\nfrom langgraph.checkpoint.memory import InMemorySaver\n"
+        "from bench.targets_bench import _langgraph_put\nput = _langgraph_put(InMemorySaver(), checkpoint)\n"
+        "loop = asyncio.new_event_loop()\ndef save():\n    loop.run_until_complete(put(None))\nsave()",
+        "save()",
+    ),
 }
 """Name -> (setup, including one warm-up call; the measured call)."""
 
@@ -103,10 +119,15 @@ def ratios(counts: dict[str, float]) -> dict[str, float]:
     def roundtrip(subject: str) -> float:
         return counts[f"{subject}/encode"] + counts[f"{subject}/decode"]
 
-    return {
+    found = {
         "ours_over_msgspec": roundtrip("ours") / roundtrip("msgspec"),
         "ours_over_jsonplus": roundtrip("ours") / roundtrip("jsonplus"),
     }
+    if "memory-ours/save" in counts and "memory-inmemorysaver/save" in counts:
+        found["memory_save_over_inmemorysaver"] = (
+            counts["memory-ours/save"] / counts["memory-inmemorysaver/save"]
+        )
+    return found
 
 
 def table(counts: dict[str, float]) -> str:
@@ -118,10 +139,18 @@ def table(counts: dict[str, float]) -> str:
         encode, decode = counts[f"{subject}/encode"], counts[f"{subject}/decode"]
         lines.append(f"| {subject} | {encode:,.0f} | {decode:,.0f} | {encode + decode:,.0f} |")
     found = ratios(counts)
+    if "memory_save_over_inmemorysaver" in found:
+        lines.append(f"| memory save: ours | {counts['memory-ours/save']:,.0f} | | |")
+        lines.append(f"| memory save: InMemorySaver | {counts['memory-inmemorysaver/save']:,.0f} | | |")
     lines.append("")
     lines.append(
         f"ours ÷ plain msgspec {found['ours_over_msgspec']:.2f}, "
-        f"ours ÷ JsonPlusSerializer {found['ours_over_jsonplus']:.2f} (encode+decode instructions)."
+        f"ours ÷ JsonPlusSerializer {found['ours_over_jsonplus']:.2f} (encode+decode instructions)"
+        + (
+            f"; memory save ours ÷ InMemorySaver {found['memory_save_over_inmemorysaver']:.2f}."
+            if "memory_save_over_inmemorysaver" in found
+            else "."
+        )
     )
     return "\n".join(lines)
 

@@ -51,7 +51,12 @@ def test_target_verdicts_read_ceilings_and_floors_the_right_way_round() -> None:
 def test_the_callgrind_table_compares_ours_with_both_peers() -> None:
     counts = {name: 100.0 for name in SUBJECTS} | {"ours/encode": 150.0, "ours/decode": 150.0}
     found = ratios(counts)
-    assert found == {"ours_over_msgspec": 1.5, "ours_over_jsonplus": 1.5}
+    assert found == {
+        "ours_over_msgspec": 1.5,
+        "ours_over_jsonplus": 1.5,
+        "memory_save_over_inmemorysaver": 1.0,
+    }
     rendered = table(counts)
     assert "| ours | 150 | 150 | 300 |" in rendered
     assert "ours ÷ plain msgspec 1.50" in rendered
+    assert "memory save ours ÷ InMemorySaver 1.00" in rendered

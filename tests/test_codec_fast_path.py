@@ -124,3 +124,23 @@ def test_a_refusal_inside_the_native_walk_names_its_path_as_the_exact_walk_does(
     with pytest.raises(UnserializableValueError) as caught:
         CheckpointCodec().encode_checkpoint(checkpoint)
     assert "state['deep'][0][1]" in str(caught.value)
+
+
+def test_remembered_datetimes_keep_their_zone_and_fold() -> None:
+    from zoneinfo import ZoneInfo
+
+    codec = CheckpointCodec()
+    utc = dt.datetime(2025, 10, 26, 0, 30, tzinfo=dt.timezone.utc)
+    same_instant = [
+        utc,
+        utc.astimezone(dt.timezone(dt.timedelta(hours=2))),
+        utc.astimezone(ZoneInfo("Europe/Paris")),
+        dt.datetime(2025, 10, 26, 2, 30, fold=1, tzinfo=ZoneInfo("Europe/Paris")),
+    ]
+    for _ in range(2):  # the second round reads what the first remembered
+        checkpoint = WorkflowCheckpoint("wf", "sig", state={"times": same_instant})
+        decoded = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
+        times = decoded.state["times"]
+        assert [str(value.tzinfo) for value in times] == [str(value.tzinfo) for value in same_instant]
+        assert [value.fold for value in times] == [value.fold for value in same_instant]
+        assert [value.isoformat() for value in times] == [value.isoformat() for value in same_instant]
