@@ -39,12 +39,20 @@ from .values import (
     EXT_CHECKPOINT,
     EXT_CUSTOM,
     EXT_DATACLASS,
+    EXT_DATETIME,
     EXT_ENUM,
     EXT_NAMEDTUPLE,
     EXT_NESTED_REF,
     EXT_PYDANTIC,
     EXT_UUID,
+    decode_datetime,
 )
+
+_DATETIMES: dict[bytes, Any] = {}
+_REMEMBERED_DATETIMES = 4096
+_REMEMBERED_DATA_BYTES = 96
+"""Only short extension data is remembered: a datetime's is about 30 bytes, and a hostile body
+cannot make the memory grow past 4,096 x 96 bytes of keys."""
 
 RECORD_VERSION = 1
 """First item of every checkpoint record in a payload."""
@@ -75,6 +83,8 @@ class Decoding(TypeRegistry):
         }
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
+        if code == EXT_DATETIME and len(data) <= _REMEMBERED_DATA_BYTES:
+            return self._decode_datetime_data(bytes(data))
         if code == EXT_UUID:
             return uuid.UUID(bytes=bytes(data))
         if code == EXT_BYTEARRAY:
@@ -85,6 +95,17 @@ class Decoding(TypeRegistry):
         return decode(self._decoder.decode(data))
 
     _ext_decoders: dict[int, Callable[[Any], Any]]
+
+    def _decode_datetime_data(self, data: bytes) -> Any:
+        # datetimes are immutable, so one object may serve every body that stores the same bytes
+        # (a workflow's state carries the same datetimes from superstep to superstep).
+        value = _DATETIMES.get(data)
+        if value is None:
+            value = decode_datetime(self._decoder.decode(data))
+            if len(_DATETIMES) >= _REMEMBERED_DATETIMES:
+                _DATETIMES.clear()
+            _DATETIMES[data] = value
+        return value
 
     def _registered_class(self, key: Any) -> tuple[type[Any], Registration]:
         if not isinstance(key, str):
