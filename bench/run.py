@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -34,12 +35,22 @@ from bench.maf_bench import maf_arguments, maf_only, maf_section, run_maf_sectio
 from bench.measure import Budget
 from bench.postgres_bench import postgres_arguments, postgres_section, run_postgres_section
 from bench.redis_bench import redis_arguments, redis_section, run_redis_section
-from bench.report import TIMES, all_tables, conclusions
+from bench.report import TIMES, all_tables, conclusions, targets_table
 from bench.storage_bench import Sizes, run_storages
 from bench.subjects import sqlite_settings, sqlite_unavailable_reason, subjects
+from bench.targets_bench import run_targets
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("msgspec", "aiosqlite", "agent-framework-core", "rich", "checkpoint-storages")
+PACKAGES = (
+    "msgspec",
+    "ormsgpack",
+    "aiosqlite",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "agent-framework-core",
+    "rich",
+    "checkpoint-storages",
+)
 
 FULL = (Sizes(small=10, large=10_000), Budget(repeats=15, batch_seconds=0.03))
 QUICK = (Sizes(small=10, large=1_000), Budget(repeats=7, batch_seconds=0.02))
@@ -56,6 +67,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--markdown", type=Path, metavar="PATH", help="write the report (e.g. docs/benchmarks.md)"
     )
     parser.add_argument("--no-sqlite", action="store_true", help="skip our SQLite storage and its raw floor")
+    parser.add_argument(
+        "--no-targets", action="store_true", help="skip the issue 15 targets section (bench/targets_bench.py)"
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="add codec instruction counts (valgrind; several minutes) to the targets table",
+    )
     parser.add_argument(
         "--s3",
         action="store_true",
@@ -150,6 +169,23 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with console.status("Section 1: codec"):
         results["codec"] = run_codec(budget)
     console.print(all_tables(results)[0].to_rich())
+    missing_peers = [name for name in ("langgraph", "aiosqlite") if importlib.util.find_spec(name) is None]
+    if missing_peers and not args.no_targets:
+        console.print(
+            f"[yellow]Skipping the issue 15 targets: {', '.join(missing_peers)} missing "
+            "(pip install -e '.[bench]')[/]"
+        )
+    elif not args.no_targets:
+        with console.status("Issue 15 targets: codec, memory, SQLite against their peers"):
+            results["targets"] = await run_targets(
+                budget, saves_each=5 if args.quick else 20, rounds=3 if args.quick else 7
+            )
+            if args.callgrind:
+                from bench.callgrind_codec import measure, ratios
+
+                counts = await asyncio.to_thread(measure, 50 if args.quick else 200)
+                results["targets"]["callgrind"] = {"instructions": counts, "ratios": ratios(counts)}
+        console.print(targets_table(results["targets"]).to_rich())
 
     skipped = {"ours-sqlite": "--no-sqlite given"} if args.no_sqlite else {}
     if not args.no_sqlite and (reason := sqlite_unavailable_reason()) is not None:
@@ -240,6 +276,19 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
     ]
     if storages["skipped"]:
         lines += [f"Not measured: {key} ({reason})." for key, reason in storages["skipped"].items()] + [""]
+    if "targets" in results:
+        table = targets_table(results["targets"])
+        lines += [
+            f"## {table.title}",
+            "",
+            "Peers in the same run (`pip install -e '.[bench]'`): plain msgspec and LangGraph's "
+            "JsonPlusSerializer for the codec, InMemorySaver for memory, AsyncSqliteSaver and a raw "
+            "single INSERT of our exact body for SQLite (`bench/targets_bench.py` says exactly what "
+            "each side does).",
+            "",
+            table.to_markdown(),
+            "",
+        ]
     for table in all_tables(results):
         lines += [f"## {table.title}", "", table.to_markdown(), ""]
     if "ancestry" in results:
@@ -287,9 +336,9 @@ def _affinity_line(env: dict[str, Any]) -> str:
         return f"- Threads: {hand_offs}This run was not pinned (see `--affinity`), so expect that spread."
     return (
         f"- Pinning: {hand_offs}Pinned to one CPU, the hand-off is a plain context switch and the figures "
-        "repeat from run to run. Pinning favours operations with more hand-offs: our SQLite save makes "
-        "five aiosqlite calls (BEGIN IMMEDIATE, a lookup, the insert, the sequence update, COMMIT), the "
-        "raw floor one, and MAF's FileCheckpointStorage one `to_thread` call per operation."
+        "repeat from run to run. Our SQLite save is one aiosqlite call (its whole transaction runs on "
+        "the connection's thread), as is the raw floor's; MAF's FileCheckpointStorage makes one "
+        "`to_thread` call per operation."
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import maf as _maf  # noqa: F401  (registers MAF's codec plug-in before any codec is made)
 from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody
 from .codec import CheckpointCodec
 from .contract import (

@@ -5,8 +5,10 @@ A MAF run saves more than plain data. ``messages`` holds ``WorkflowMessage`` dat
 ``pending_request_info_events`` and inside response messages. Without these the safe codec refuses
 the checkpoint, and MAF's runner only logs a warning when a save fails, so checkpoints would go
 missing silently. Every :class:`~storages.codec.CheckpointCodec` therefore allows them, by
-``"module:qualname"``: nothing here imports ``agent_framework`` until a checkpoint that holds one of
-these types is saved or loaded, so ``import storages`` never imports MAF.
+``"module:qualname"``, through the codec plug-in this module registers when imported (``import
+storages`` imports it; the codec itself knows nothing of MAF). Nothing here imports
+``agent_framework`` until a checkpoint that holds one of these types is saved or loaded, so
+``import storages`` never imports MAF.
 
 ``WorkflowEvent`` is neither a dataclass nor a model, so it travels through encode/decode hooks.
 Its request and response types are stored by name and resolved on load only to built-in value
@@ -28,16 +30,17 @@ import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .allowlist import MAF_PLAIN_TYPES, MAF_SERIALIZED_TYPES, MAF_WORKFLOW_EVENT, resolve_exact_class
-from .codec import type_key
+from .codec.plugins import PluginHost, register_codec_plugin
+from .codec.types import Unencodable, type_key
 from .errors import MissingDependencyError
 
-if TYPE_CHECKING:
-    from .codec import CheckpointCodec
-
 _ENCODING_MODULE: Final = "agent_framework._workflows._checkpoint_encoding"
+_CHECKPOINT_MODULE: Final = "agent_framework._workflows._checkpoint"
+MAF_CHECKPOINT_TAG: Final = "maf"
+"""How a body names MAF's ``WorkflowCheckpoint`` (part of the stored format)."""
 
 WORKFLOW_EVENT: Final = MAF_WORKFLOW_EVENT
 
@@ -86,7 +89,7 @@ def _from_dict_of(key: str) -> Callable[[Any], Any]:
     return from_dict
 
 
-def register_maf_types(codec: CheckpointCodec) -> None:
+def register_maf_types(codec: PluginHost) -> None:
     """Allow MAF's checkpoint types on ``codec`` (done by every codec when MAF is installed)."""
     for key in MAF_TYPES:
         codec.register(key)
@@ -96,7 +99,7 @@ def register_maf_types(codec: CheckpointCodec) -> None:
     codec.register(WORKFLOW_EVENT, encode=encode, decode=decode)
 
 
-def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+def _workflow_event_hooks(codec: PluginHost) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     def encode(event: Any) -> Any:
         state: dict[str, Any] = {name: getattr(event, name, None) for name in _EVENT_FIELDS}
         for name in _EVENT_PRIVATE_FIELDS:
@@ -108,9 +111,7 @@ def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any],
                 continue
             key = type_key(cls) if isinstance(cls, type) else repr(cls)
             if _resolvable_type(codec, key, cls if isinstance(cls, type) else None) is None:
-                from .codec import _Unencodable
-
-                raise _Unencodable(
+                raise Unencodable(
                     event,
                     f"its {name} {key!r} is not a type this codec allows; register it "
                     "(CheckpointCodec(allowed_types=[...]) or MAF's register_checkpoint_type)",
@@ -136,13 +137,45 @@ def _workflow_event_hooks(codec: CheckpointCodec) -> tuple[Callable[[Any], Any],
     return encode, decode
 
 
-def _resolvable_type(codec: CheckpointCodec, key: str, cls: type[Any] | None = None) -> type[Any] | None:
+def _resolvable_type(codec: PluginHost, key: str, cls: type[Any] | None = None) -> type[Any] | None:
     """The class ``key`` names if a stored WorkflowEvent may name it, else None (``cls``: the
     class itself, at save)."""
     builtin = _BUILTIN_VALUE_TYPES.get(key)
     if builtin is not None:
         return builtin
     return codec.allowed_class(key, cls)
+
+
+class MafCodecPlugin:
+    """MAF's part in every codec: its checkpoint class, its runner's types, its registry."""
+
+    def install(self, codec: PluginHost) -> None:
+        if maf_available():
+            register_maf_types(codec)
+
+    def runner_allows(self, key: str) -> bool:
+        return key in runner_registered_type_keys()
+
+    def checkpoint_tag(self, cls: type[Any]) -> str | None:
+        if cls.__name__ == "WorkflowCheckpoint" and cls.__module__ == _CHECKPOINT_MODULE:
+            return MAF_CHECKPOINT_TAG
+        return None
+
+    def checkpoint_class(self, tag: str) -> type[Any] | None:
+        if tag != MAF_CHECKPOINT_TAG:
+            return None
+        try:
+            module = importlib.import_module(_CHECKPOINT_MODULE)
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "loading a checkpoint saved from Agent Framework", "maf", "agent-framework-core"
+            ) from exc
+        cls: type[Any] = module.WorkflowCheckpoint
+        return cls
+
+
+CODEC_PLUGIN: Final = MafCodecPlugin()
+register_codec_plugin(CODEC_PLUGIN)
 
 
 def _import_attribute(key: str, purpose: str) -> Any:
@@ -161,7 +194,10 @@ def _import_attribute(key: str, purpose: str) -> Any:
 
 
 __all__ = [
+    "CODEC_PLUGIN",
+    "MAF_CHECKPOINT_TAG",
     "MAF_TYPES",
+    "MafCodecPlugin",
     "WORKFLOW_EVENT",
     "maf_available",
     "register_maf_types",

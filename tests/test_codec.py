@@ -24,7 +24,6 @@ import pydantic
 import pytest
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 
-import storages.codec
 from storages import (
     BaseCheckpointStorage,
     CheckpointCodec,
@@ -1128,6 +1127,6 @@ def test_missing_agent_framework_is_a_missing_dependency_not_corruption(
             raise ImportError(name)
         return real_import(name, package)
 
-    monkeypatch.setattr(storages.codec.importlib, "import_module", without_maf)
+    monkeypatch.setattr(importlib, "import_module", without_maf)
     with pytest.raises(MissingDependencyError, match=r"\[maf\]"):
         CheckpointCodec().decode_checkpoint(body, checkpoint_id="x")

@@ -18,11 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("storages", "conformance")
 
-KNOWN_CYCLES: dict[str, str] = {
-    # The codec-sqlite branch removes this one (the generic codec stops hard-wiring MAF); delete
-    # the entry when it is merged: test_known_cycles_are_still_there then insists.
-    "storages.codec <-> storages.maf": "codec.py imports maf.py inside functions, maf.py imports codec.py",
-}
+KNOWN_CYCLES: dict[str, str] = {}
 """Cycle (its modules, sorted, joined by " <-> ") -> why it is still there. Empty is the goal."""
 
 

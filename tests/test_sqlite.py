@@ -595,3 +595,116 @@ async def test_prune_tombstones_the_whole_family_in_one_transaction(
     assert query(db_path, "SELECT checkpoint_id FROM checkpoints") == [(new.checkpoint_id,)]
     walk = await storage.walk_ancestry_ids(new.checkpoint_id)
     assert (walk.end, walk.end_id) == (AncestryEnd.PRUNED, old.checkpoint_id)
+
+
+async def _synchronous_pragma(storage: SQLiteCheckpointStorage) -> int:
+    assert storage._connection is not None
+    rows = list(await storage._connection.execute_fetchall("PRAGMA synchronous"))
+    return int(rows[0][0])
+
+
+async def test_synchronous_is_full_unless_normal_is_asked_for(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as full:
+        assert full.synchronous == "full"
+        assert await _synchronous_pragma(full) == 2
+        async with full.new_handle() as same:
+            assert await _synchronous_pragma(same) == 2
+    url = f"sqlite:///{db_path}?synchronous=normal"
+    async with SQLiteCheckpointStorage.from_url(url) as normal:
+        assert normal.synchronous == "normal"
+        assert await _synchronous_pragma(normal) == 1
+        saved = await normal.save(checkpoint())
+        assert (await normal.load(saved)).checkpoint_id == saved
+        async with normal.new_handle() as same:
+            assert await _synchronous_pragma(same) == 1
+    async with SQLiteCheckpointStorage(db_path, synchronous="NORMAL") as keyword:
+        assert keyword.synchronous == "normal"
+
+
+def test_an_unknown_synchronous_mode_is_refused_naming_the_option(db_path: Path) -> None:
+    with pytest.raises(StorageConfigurationError, match=r"must be one of full, normal, got 'off'"):
+        SQLiteCheckpointStorage(db_path, synchronous="off")  # type: ignore[arg-type]
+    with pytest.raises(StorageConfigurationError, match=r"SQLite URL .*synchronous"):
+        SQLiteCheckpointStorage.from_url(f"sqlite:///{db_path}?synchronous=extra")
+
+
+async def test_a_save_is_one_hand_off_to_the_connection_thread(db_path: Path) -> None:
+    import aiosqlite
+
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())
+        connection = storage._connection
+        assert isinstance(connection, aiosqlite.Connection)
+        queued: list[object] = []
+        real_queue = connection._tx  # the worker thread keeps reading this one
+
+        class CountingQueue:
+            def put_nowait(self, item: object) -> None:
+                queued.append(item)
+                real_queue.put_nowait(item)
+
+        connection._tx = CountingQueue()  # type: ignore[assignment]
+        try:
+            await storage.save(checkpoint())
+        finally:
+            connection._tx = real_queue
+        assert len(queued) == 1
+
+
+async def test_the_partial_nested_indexes_serve_every_lookup_of_nested_rows(db_path: Path) -> None:
+    from storages.sqlite import schema
+
+    async with SQLiteCheckpointStorage(db_path):
+        pass
+    with sqlite3.connect(db_path) as connection:
+
+        def plan(sql: str, parameters: object) -> str:
+            return " | ".join(
+                str(row[-1]) for row in connection.execute("EXPLAIN QUERY PLAN " + sql, parameters)
+            )
+
+        assert "INDEX checkpoints_by_container (container_id=?)" in plan(schema.SELECT_CHILDREN, {"id": "a"})
+        for sql, parameters in (
+            (schema.DELETE_FAMILY, ("a", "a")),
+            (schema.TOMBSTONE_FAMILY, ("wf", "a", "a")),
+            (schema.SELECT_NESTED_BODIES, ('["a"]',)),
+            (schema.WALK_WITH_BODIES, {"start": "a", "max_depth": 5}),
+        ):
+            assert "INDEX checkpoints_by_root (root_id=?)" in plan(sql, parameters), sql
+        definitions = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+    assert "WHERE container_id IS NOT NULL" in definitions["checkpoints_by_container"]
+    assert "WHERE root_id IS NOT NULL" in definitions["checkpoints_by_root"]
+
+
+async def test_concurrent_saves_on_one_handle_commit_in_groups_each_refused_alone(db_path: Path) -> None:
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())
+        connection = storage._connection
+        assert connection is not None
+        queued: list[object] = []
+        real_queue = connection._tx
+
+        class CountingQueue:
+            def put_nowait(self, item: object) -> None:
+                queued.append(item)
+                real_queue.put_nowait(item)
+
+        batch = [checkpoint() for _ in range(32)]
+        nested_clash = WorkflowCheckpoint(
+            "wf",
+            "sig",
+            state={"child": WorkflowCheckpoint("wf", "sig", checkpoint_id=batch[0].checkpoint_id)},
+        )
+        connection._tx = CountingQueue()  # type: ignore[assignment]
+        try:
+            results = await asyncio.gather(
+                *(storage.save(item) for item in [*batch, nested_clash]), return_exceptions=True
+            )
+        finally:
+            connection._tx = real_queue
+        assert results[:32] == [item.checkpoint_id for item in batch]
+        assert isinstance(results[32], CheckpointConflictError)
+        assert len(queued) < 32  # group commits: far fewer hand-offs than saves
+        stored = await storage.list_checkpoint_ids(workflow_name="wf")
+        assert stored[-32:] == [item.checkpoint_id for item in batch]
+        assert nested_clash.checkpoint_id not in stored

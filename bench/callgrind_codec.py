@@ -1,0 +1,172 @@
+"""Instruction counts of codec encode/decode (valgrind's callgrind): figures machine load cannot blur.
+
+``python -m bench.callgrind_codec [--calls N] [--json PATH]``. Each measured operation runs in a
+fresh interpreter under ``valgrind --tool=callgrind`` twice, once with N calls and once with none;
+the difference divided by N is the instructions one call costs (interpreter start-up and imports
+cancel out). Subjects, on the benchmark checkpoint (bench/workload.py): our CheckpointCodec, plain
+msgspec of the same dataclass (``msgspec.msgpack.encode`` and a typed ``Decoder``), and LangGraph's
+JsonPlusSerializer (``dumps_typed`` / ``loads_typed``); and one memory save, ours
+(``InMemoryCheckpointStorage.save``) against LangGraph's ``InMemorySaver.aput`` of the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_SETUP = """
+import warnings
+warnings.simplefilter("ignore")
+from bench.workload import template
+from storages.contract import WorkflowCheckpoint
+checkpoint = template(WorkflowCheckpoint)
+"""
+
+SUBJECTS: dict[str, tuple[str, str]] = {
+    "ours/encode": (
+        "from storages.codec import CheckpointCodec\ncodec = CheckpointCodec()\n"
+        "codec.encode_checkpoint(checkpoint)",
+        "codec.encode_checkpoint(checkpoint)",
+    ),
+    "ours/decode": (
+        "from storages.codec import CheckpointCodec\ncodec = CheckpointCodec()\n"
+        "body = codec.encode_checkpoint(checkpoint)\ncodec.decode_checkpoint(body, checkpoint_id='x')",
+        "codec.decode_checkpoint(body, checkpoint_id='x')",
+    ),
+    "msgspec/encode": (
+        "import msgspec\nencode = msgspec.msgpack.Encoder().encode\nencode(checkpoint)",
+        "encode(checkpoint)",
+    ),
+    "msgspec/decode": (
+        "import msgspec\nbody = msgspec.msgpack.encode(checkpoint)\n"
+        "decoder = msgspec.msgpack.Decoder(WorkflowCheckpoint)\ndecoder.decode(body)",
+        "decoder.decode(body)",
+    ),
+    "jsonplus/encode": (
+        "from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer\nserde = JsonPlusSerializer()\n"
+        "serde.dumps_typed(checkpoint)",
+        "serde.dumps_typed(checkpoint)",
+    ),
+    "jsonplus/decode": (
+        "from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer\nserde = JsonPlusSerializer()\n"
+        "typed = serde.dumps_typed(checkpoint)\nserde.loads_typed(typed)",
+        "serde.loads_typed(typed)",
+    ),
+    "memory-ours/save": (
+        "import asyncio, dataclasses, itertools\nfrom storages.memory import InMemoryCheckpointStorage\n"
+        "storage = InMemoryCheckpointStorage()\nloop = asyncio.new_event_loop()\nids = itertools.count()\n"
+        "def save():\n"
+        "    fresh = dataclasses.replace(checkpoint, checkpoint_id=f'c{next(ids)}')\n"
+        "    loop.run_until_complete(storage.save(fresh))\n"
+        "save()",
+        "save()",
+    ),
+    "memory-inmemorysaver/save": (
+        "import asyncio\nfrom langgraph.checkpoint.memory import InMemorySaver\n"
+        "from bench.targets_bench import _langgraph_put\nput = _langgraph_put(InMemorySaver(), checkpoint)\n"
+        "loop = asyncio.new_event_loop()\ndef save():\n    loop.run_until_complete(put(None))\nsave()",
+        "save()",
+    ),
+}
+"""Name -> (setup, including one warm-up call; the measured call)."""
+
+_TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
+
+
+def _instructions(setup: str, call: str, calls: int, workdir: Path) -> int:
+    script = f"{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
+    out = workdir / f"callgrind.{calls}.out"
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    match = _TOTAL.search(out.read_text())
+    if match is None:
+        raise RuntimeError(f"no summary line in {out}")
+    return int(match.group(1))
+
+
+def measure(calls: int, names: list[str] | None = None) -> dict[str, float]:
+    """Instructions per call of each subject."""
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind is not installed")
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="callgrind-codec-") as directory:
+        for name in names or list(SUBJECTS):
+            setup, call = SUBJECTS[name]
+            with_calls = _instructions(setup, call, calls, Path(directory))
+            without = _instructions(setup, call, 0, Path(directory))
+            results[name] = (with_calls - without) / calls
+    return results
+
+
+def ratios(counts: dict[str, float]) -> dict[str, float]:
+    """Ours over each peer, encode+decode."""
+
+    def roundtrip(subject: str) -> float:
+        return counts[f"{subject}/encode"] + counts[f"{subject}/decode"]
+
+    found = {
+        "ours_over_msgspec": roundtrip("ours") / roundtrip("msgspec"),
+        "ours_over_jsonplus": roundtrip("ours") / roundtrip("jsonplus"),
+    }
+    if "memory-ours/save" in counts and "memory-inmemorysaver/save" in counts:
+        found["memory_save_over_inmemorysaver"] = (
+            counts["memory-ours/save"] / counts["memory-inmemorysaver/save"]
+        )
+    return found
+
+
+def table(counts: dict[str, float]) -> str:
+    lines = [
+        "| subject | encode (instructions) | decode (instructions) | encode+decode |",
+        "|---|---:|---:|---:|",
+    ]
+    for subject in ("ours", "msgspec", "jsonplus"):
+        encode, decode = counts[f"{subject}/encode"], counts[f"{subject}/decode"]
+        lines.append(f"| {subject} | {encode:,.0f} | {decode:,.0f} | {encode + decode:,.0f} |")
+    found = ratios(counts)
+    if "memory_save_over_inmemorysaver" in found:
+        lines.append(f"| memory save: ours | {counts['memory-ours/save']:,.0f} | | |")
+        lines.append(f"| memory save: InMemorySaver | {counts['memory-inmemorysaver/save']:,.0f} | | |")
+    lines.append("")
+    lines.append(
+        f"ours ÷ plain msgspec {found['ours_over_msgspec']:.2f}, "
+        f"ours ÷ JsonPlusSerializer {found['ours_over_jsonplus']:.2f} (encode+decode instructions)"
+        + (
+            f"; memory save ours ÷ InMemorySaver {found['memory_save_over_inmemorysaver']:.2f}."
+            if "memory_save_over_inmemorysaver" in found
+            else "."
+        )
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_codec", description=__doc__)
+    parser.add_argument("--calls", type=int, default=200, help="measured calls per subject")
+    parser.add_argument("--json", type=Path, metavar="PATH")
+    args = parser.parse_args(argv)
+    counts = measure(args.calls)
+    print(table(counts))
+    if args.json is not None:
+        payload: dict[str, Any] = {"calls": args.calls, "instructions": counts, "ratios": ratios(counts)}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

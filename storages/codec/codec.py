@@ -1,0 +1,330 @@
+"""CheckpointCodec: the public encode/decode API over the frame, the registry and the packers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+import msgspec
+
+from ..contract import CHECKPOINT_FIELDS
+from ..errors import (
+    CheckpointCorruptedError,
+    CheckpointTypeNotAllowedError,
+    MissingDependencyError,
+    UnserializableValueError,
+)
+from . import frame as framing
+from .decoding import OPAQUE, RECORD_VERSION, RESOLVER, Decoding
+from .locate import describe, is_unencodable_str, locate
+from .packing import ExactPacker, NativePacker, NeedsExactPath
+from .plugins import codec_plugins
+from .types import (
+    EncodedCheckpoint,
+    NestedResolver,
+    TreeEncoding,
+    TypeNotAllowed,
+    TypeRef,
+    Undecodable,
+    Unencodable,
+    type_key,
+)
+from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
+
+_TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
+
+
+class CheckpointCodec(Decoding):
+    """Encodes checkpoints to bytes and back, allowing only known types.
+
+    Args:
+        allowed_types: enums, dataclasses, pydantic models and NamedTuples the codec may store, by
+            class or ``"module:qualname"``. A string is imported only when a body that names it is
+            decoded.
+        allowed_checkpoint_types: the same, under the name MAF's FileCheckpointStorage uses.
+        allowed_modules: modules whose classes (defined there or in submodules) may be stored
+            without naming each one, e.g. ``["myapp"]``.
+        trust_saved_types: allow any storable class when it is first saved, and let reads of this
+            codec construct it (for stores whose bytes never leave the process: in-memory).
+        checkpoint_classes: additional classes with the 11 checkpoint fields to accept and give
+            back (ours and MAF's ``WorkflowCheckpoint`` are always accepted).
+        compress_threshold: compress payloads of at least this many bytes with zstd
+            (``None`` never compresses). Needs the ``zstd`` extra.
+        compression_level: zstd level.
+        max_payload_bytes: largest payload written or read (after decompression).
+        max_compression_ratio: how many times a compressed payload may expand on reading.
+    """
+
+    def __init__(
+        self,
+        *,
+        allowed_types: Iterable[TypeRef] = (),
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
+        trust_saved_types: bool = False,
+        checkpoint_classes: Iterable[type[Any]] = (),
+        compress_threshold: int | None = None,
+        compression_level: int = 3,
+        max_payload_bytes: int = framing.DEFAULT_MAX_PAYLOAD_BYTES,
+        max_compression_ratio: int = framing.DEFAULT_MAX_COMPRESSION_RATIO,
+    ) -> None:
+        limits = (("max_payload_bytes", max_payload_bytes), ("max_compression_ratio", max_compression_ratio))
+        for name, limit in limits:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {limit!r}")
+        plugins = codec_plugins()
+        super().__init__(
+            allowed_modules=allowed_modules, trust_saved_types=trust_saved_types, plugins=plugins
+        )
+        self._max_payload_bytes = max_payload_bytes
+        self._max_compression_ratio = max_compression_ratio
+        for cls in checkpoint_classes:
+            self.register_checkpoint_class(cls)
+        for plugin in plugins:
+            # MAF's runner stores its own messages and events in every checkpoint; a codec that
+            # refused them would make MAF drop checkpoints with nothing but a logged warning.
+            plugin.install(self)
+        self._builtin_type_keys = frozenset(self._by_key)
+        for ref in (*allowed_types, *allowed_checkpoint_types):
+            self.register(ref)
+        self._compress_threshold = compress_threshold
+        self._compressor: Any = None
+        if compress_threshold is not None:
+            try:
+                import zstandard
+            except ImportError as exc:
+                raise MissingDependencyError("zstd compression", "zstd", "zstandard") from exc
+            self._compressor = lambda: zstandard.ZstdCompressor(level=compression_level)
+        self._native = NativePacker(self._reducers, self._reducer_for)
+        self._exact = ExactPacker(self._reducers, self._reducer_for)
+        self._boxing: ExactPacker | None = None
+        self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self._ext_decoders = self._decoders()
+
+    # ------------------------------------------------------------------ public API
+
+    def encode_checkpoint(self, checkpoint: Any) -> bytes:
+        """Encode a checkpoint object to a self-checking body, embedded checkpoints inline."""
+        tag = self._require_checkpoint_tag(checkpoint)
+        return self._frame(self._encode_with_location(checkpoint, tag))
+
+    def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
+        """Encode a checkpoint and, as bodies of their own, the checkpoints embedded in it.
+
+        Returns the checkpoint's body first, then one body per embedded checkpoint in the order
+        they are met (containers before what they contain). An embedded checkpoint met twice is
+        stored once when both encode alike; two different ones under one id are refused.
+        """
+        tag = self._require_checkpoint_tag(checkpoint)
+        state = TreeEncoding(nodes=[None], containers=[checkpoint.checkpoint_id], first_seen={})
+        token = _TREE.set(state)
+        try:
+            payload = self._encode_with_location(checkpoint, tag)
+        finally:
+            _TREE.reset(token)
+        top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
+        state.nodes[0] = top
+        return [node for node in state.nodes if node is not None]
+
+    def decode_checkpoint(
+        self,
+        body: bytes,
+        *,
+        checkpoint_id: str,
+        nested: Mapping[str, bytes] | None = None,
+        construct_types: bool = True,
+    ) -> Any:
+        """Decode a body; damage raises CheckpointCorruptedError naming ``checkpoint_id``, a type
+        that is not allowed CheckpointTypeNotAllowedError.
+
+        ``nested`` maps ids to the bodies of the checkpoints embedded in this one, for bodies
+        written by :meth:`encode_checkpoint_tree`; it may hold more than this body needs. With
+        ``construct_types=False`` no enum, dataclass, model or MAF type is constructed: their
+        values come back as :class:`OpaqueValue` and every checkpoint as this project's
+        ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
+        """
+        payload = self._unframe(body, checkpoint_id)
+        resolver = NestedResolver(nested or {}, given=nested is not None)
+        token = RESOLVER.set(resolver)
+        opaque_token = OPAQUE.set(not construct_types)
+        try:
+            checkpoint = self._build_checkpoint(self._decoder.decode(payload))
+            if framing.has_nested_refs(body) and not resolver.decoded:
+                # The flag and the payload disagree: one of them was altered.
+                raise Undecodable("the header announces nested records but the payload refers to none")
+            return checkpoint
+        except (CheckpointCorruptedError, MissingDependencyError):
+            raise
+        except TypeNotAllowed as exc:
+            raise CheckpointTypeNotAllowedError(exc.key, checkpoint_id, reason=exc.reason) from None
+        except Exception as exc:
+            raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
+        finally:
+            OPAQUE.reset(opaque_token)
+            RESOLVER.reset(token)
+
+    @staticmethod
+    def has_nested_refs(body: bytes) -> bool:
+        """True if ``body`` refers to nested records (reads the header flag only)."""
+        return framing.has_nested_refs(body)
+
+    @staticmethod
+    def nested_ref_ids(body: bytes, *, checkpoint_id: str) -> list[str]:
+        """Ids of the nested records ``body`` refers to directly, in order (for verify tooling)."""
+        flags, payload = framing.check_frame(body, checkpoint_id)
+        if not flags & framing.FLAG_NESTED_REFS:
+            return []
+        if flags & framing.FLAG_ZSTD:
+            payload = memoryview(
+                framing.decompress_bounded(
+                    payload,
+                    checkpoint_id,
+                    framing.DEFAULT_MAX_PAYLOAD_BYTES,
+                    framing.DEFAULT_MAX_COMPRESSION_RATIO,
+                )
+            )
+        found: list[str] = []
+
+        def collect(code: int, data: memoryview) -> Any:
+            if code == EXT_NESTED_REF:
+                found.append(msgspec.msgpack.decode(data))
+            else:
+                msgspec.msgpack.decode(data, ext_hook=collect)
+            return None
+
+        try:
+            msgspec.msgpack.decode(payload, ext_hook=collect)
+        except Exception as exc:
+            raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
+        return found
+
+    def encode_value(self, value: Any) -> bytes:
+        """Encode any value the codec allows (used for state outside a checkpoint)."""
+        return self._frame(self._encode_with_location(value, None))
+
+    def decode_value(self, body: bytes, *, label: str = "value") -> Any:
+        payload = self._unframe(body, label)
+        try:
+            return self._decoder.decode(payload)
+        except (CheckpointCorruptedError, MissingDependencyError):
+            raise
+        except TypeNotAllowed as exc:
+            raise CheckpointTypeNotAllowedError(exc.key, label, reason=exc.reason) from None
+        except Exception as exc:
+            raise CheckpointCorruptedError(label, describe(exc)) from exc
+
+    @staticmethod
+    def verify_frame(body: bytes, *, checkpoint_id: str) -> None:
+        """Check the header and CRC only (cheap; decodes nothing)."""
+        framing.check_frame(body, checkpoint_id)
+
+    # ------------------------------------------------------------------ framing
+
+    def _frame(self, payload: bytes, *, nested_refs: bool = False) -> bytes:
+        return framing.frame(
+            payload,
+            nested_refs=nested_refs,
+            max_payload_bytes=self._max_payload_bytes,
+            max_compression_ratio=self._max_compression_ratio,
+            compress_threshold=self._compress_threshold,
+            compressor=self._compressor,
+        )
+
+    def _unframe(self, body: bytes, checkpoint_id: str) -> bytes | memoryview:
+        return framing.unframe(body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio)
+
+    # ------------------------------------------------------------------ encoding
+
+    def _require_checkpoint_tag(self, checkpoint: Any) -> str:
+        tag = self._checkpoint_tag(type(checkpoint))
+        if tag is None:
+            raise UnserializableValueError(
+                type_key(type(checkpoint)),
+                "checkpoint",
+                "not a checkpoint class this codec knows; register it with register_checkpoint_class()",
+            )
+        return tag
+
+    def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
+        plain = root if checkpoint_tag is None else self._checkpoint_plain(root, checkpoint_tag)
+        tree = _TREE.get()
+        mark = tree.mark() if tree is not None else None
+        try:
+            return self._native.pack_payload(plain)
+        except NeedsExactPath:
+            if tree is not None and mark is not None:
+                tree.rewind(mark)  # the nested bodies the native attempt collected
+        try:
+            try:
+                return self._exact.pack(plain)
+            except OverflowError:
+                # An int outside msgpack's 64-bit range: redo on the walk that boxes such ints,
+                # forgetting the nested bodies the first attempt collected.
+                if tree is not None and mark is not None:
+                    tree.rewind(mark)
+                return self._boxing_packer().pack(plain)
+        except Unencodable as exc:
+            target = exc.value
+            path = locate(root, lambda value: value is target)
+            raise UnserializableValueError(type_key(type(target)), path, exc.hint) from None
+        except UnicodeEncodeError:
+            path = locate(root, is_unencodable_str)
+            raise UnserializableValueError(
+                "builtins:str", path, "the string contains a lone surrogate, which is not valid UTF-8"
+            ) from None
+        except RecursionError:
+            raise UnserializableValueError(
+                type_key(type(root)),
+                "checkpoint" if checkpoint_tag is not None else "value",
+                "the value is nested too deeply or contains a reference cycle",
+            ) from None
+
+    def _boxing_packer(self) -> ExactPacker:
+        if self._boxing is None:
+            self._boxing = ExactPacker(self._reducers, self._reducer_for, boxing=True)
+        return self._boxing
+
+    @staticmethod
+    def _checkpoint_plain(checkpoint: Any, tag: str) -> list[Any]:
+        return [RECORD_VERSION, tag, *[getattr(checkpoint, name) for name in CHECKPOINT_FIELDS]]
+
+    def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:
+        tag = self._checkpoint_tag(type(checkpoint))
+        assert tag is not None
+        tree = _TREE.get()
+        if tree is None:
+            return packer.ext(EXT_CHECKPOINT, packer.pack(self._checkpoint_plain(checkpoint, tag)))
+        return self._encode_nested_record(checkpoint, tag, tree, packer)
+
+    def _encode_nested_record(self, checkpoint: Any, tag: str, tree: TreeEncoding, packer: Packer) -> Any:
+        """Encode an embedded checkpoint as a body of its own; the container keeps its id."""
+        checkpoint_id = checkpoint.checkpoint_id
+        if not isinstance(checkpoint_id, str):
+            raise Unencodable(checkpoint, "an embedded checkpoint's checkpoint_id must be a str")
+        if checkpoint_id in tree.containers:
+            raise Unencodable(checkpoint, f"checkpoint {checkpoint_id!r} is embedded in itself")
+        container_id = tree.containers[-1]
+        index = len(tree.nodes)
+        references_before = tree.references
+        tree.nodes.append(None)
+        tree.containers.append(checkpoint_id)
+        try:
+            payload = packer.pack_payload(self._checkpoint_plain(checkpoint, tag))
+        finally:
+            tree.containers.pop()
+        body = self._frame(payload, nested_refs=tree.references > references_before)
+        first = tree.first_seen.get(checkpoint_id)
+        if first is None:
+            tree.first_seen[checkpoint_id] = index
+            tree.nodes[index] = EncodedCheckpoint(checkpoint, body, container_id)
+        else:
+            earlier = tree.nodes[first]
+            if earlier is not None and earlier.body != body:
+                raise Unencodable(
+                    checkpoint, f"another embedded checkpoint with id {checkpoint_id!r} has different content"
+                )
+            # The same checkpoint met again (aliasing): stored once, referred to twice.
+            del tree.nodes[index:]
+        tree.references += 1
+        return packer.ext(EXT_NESTED_REF, msgspec.msgpack.encode(checkpoint_id))

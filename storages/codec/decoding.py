@@ -1,0 +1,230 @@
+"""The reading side of the codec: extensions back to values, bodies back to checkpoints.
+
+Decoding only ever constructs built-in value types, the checkpoint classes, and the types on the
+codec's allow-list. msgpack lengths are checked by msgspec against the bytes present before
+anything is allocated, so decoding a body of n bytes builds at most about 128 x n bytes of Python
+objects (plug-in types and allowed pydantic models aside, which run their own validation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import msgspec
+
+from ..allowlist import TypeNotResolvable
+from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
+from ..errors import CheckpointCorruptedError
+from .registry import TypeRegistry
+from .types import (
+    UNSET,
+    NestedResolver,
+    OpaqueValue,
+    Registration,
+    TypeNotAllowed,
+    Undecodable,
+    check_checkpoint_field_types,
+    is_namedtuple,
+    kind_of_or_none,
+    validate_by_name,
+)
+from .values import (
+    BUILTIN_DECODERS,
+    EXT_BYTEARRAY,
+    EXT_CHECKPOINT,
+    EXT_CUSTOM,
+    EXT_DATACLASS,
+    EXT_DATETIME,
+    EXT_ENUM,
+    EXT_NAMEDTUPLE,
+    EXT_NESTED_REF,
+    EXT_PYDANTIC,
+    EXT_UUID,
+    decode_datetime,
+)
+
+_DATETIMES: dict[bytes, Any] = {}
+_REMEMBERED_DATETIMES = 4096
+_REMEMBERED_DATA_BYTES = 96
+"""Only short extension data is remembered: a datetime's is about 30 bytes, and a hostile body
+cannot make the memory grow past 4,096 x 96 bytes of keys."""
+
+RECORD_VERSION = 1
+"""First item of every checkpoint record in a payload."""
+
+# Context variables, not attributes: one codec serves many tasks and threads at once.
+RESOLVER: ContextVar[NestedResolver | None] = ContextVar("checkpoint_nested_resolver", default=None)
+OPAQUE: ContextVar[bool] = ContextVar("checkpoint_decode_opaque", default=False)
+
+
+class Decoding(TypeRegistry):
+    """Extension hooks and checkpoint construction (a base of CheckpointCodec)."""
+
+    _decoder: msgspec.msgpack.Decoder[Any]
+
+    def _unframe(self, body: bytes, checkpoint_id: str) -> bytes | memoryview:  # pragma: no cover
+        raise NotImplementedError
+
+    def _decoders(self) -> dict[int, Callable[[Any], Any]]:
+        return {
+            **BUILTIN_DECODERS,
+            EXT_ENUM: self._decode_enum,
+            EXT_DATACLASS: self._decode_dataclass,
+            EXT_PYDANTIC: self._decode_pydantic,
+            EXT_CUSTOM: self._decode_custom,
+            EXT_CHECKPOINT: self._build_checkpoint,
+            EXT_NESTED_REF: self._decode_nested_ref,
+            EXT_NAMEDTUPLE: self._decode_namedtuple,
+        }
+
+    def _ext_hook(self, code: int, data: memoryview) -> Any:
+        if code == EXT_DATETIME and len(data) <= _REMEMBERED_DATA_BYTES:
+            return self._decode_datetime_data(bytes(data))
+        if code == EXT_UUID:
+            return uuid.UUID(bytes=bytes(data))
+        if code == EXT_BYTEARRAY:
+            return bytearray(data)
+        decode = self._ext_decoders.get(code)
+        if decode is None:
+            raise Undecodable(f"unknown extension code {code}")
+        return decode(self._decoder.decode(data))
+
+    _ext_decoders: dict[int, Callable[[Any], Any]]
+
+    def _decode_datetime_data(self, data: bytes) -> Any:
+        # datetimes are immutable, so one object may serve every body that stores the same bytes
+        # (a workflow's state carries the same datetimes from superstep to superstep).
+        value = _DATETIMES.get(data)
+        if value is None:
+            value = decode_datetime(self._decoder.decode(data))
+            if len(_DATETIMES) >= _REMEMBERED_DATETIMES:
+                _DATETIMES.clear()
+            _DATETIMES[data] = value
+        return value
+
+    def _registered_class(self, key: Any) -> tuple[type[Any], Registration]:
+        if not isinstance(key, str):
+            raise Undecodable(f"a type key is {type(key).__name__}, not str")
+        registration = self._by_key.get(key) or self._implicit_registration(key)
+        if registration is None:
+            raise TypeNotAllowed(key, "it is not on this storage's allow-list")
+        try:
+            return registration.resolve(), registration
+        except TypeNotResolvable as exc:
+            raise TypeNotAllowed(key, str(exc)) from None
+
+    def _decode_enum(self, wire: Any) -> Any:
+        key, value = wire
+        if OPAQUE.get():
+            return OpaqueValue(key, value)
+        cls, _ = self._registered_class(key)
+        if not isinstance(cls, enum.EnumMeta):
+            raise Undecodable(f"{key} is stored as an enum but is not one")
+        return cls(value)
+
+    def _decode_namedtuple(self, wire: Any) -> Any:
+        key, values = wire
+        if OPAQUE.get():
+            return OpaqueValue(key, values)
+        cls, _ = self._registered_class(key)
+        if not is_namedtuple(cls) or not isinstance(values, list) or len(values) != len(cls._fields):
+            raise Undecodable(f"{key} is not a NamedTuple of {len(values)} fields")
+        return cls(*values)
+
+    def _decode_dataclass(self, wire: Any) -> Any:
+        key, values = wire
+        if OPAQUE.get():
+            return OpaqueValue(key, values)
+        cls, _ = self._registered_class(key)
+        if not dataclasses.is_dataclass(cls) or not isinstance(values, dict):
+            raise Undecodable(f"{key} is stored as a dataclass but is not one")
+        init_values: dict[str, Any] = {}
+        late_values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in values:
+                (init_values if f.init else late_values)[f.name] = values[f.name]
+        unknown = set(values) - set(init_values) - set(late_values)
+        if unknown:
+            raise Undecodable(f"{key} has no fields {sorted(unknown)}")
+        obj = cls(**init_values)
+        for name, value in late_values.items():
+            object.__setattr__(obj, name, value)
+        return obj
+
+    def _decode_pydantic(self, wire: Any) -> Any:
+        key, values = wire
+        if OPAQUE.get():
+            return OpaqueValue(key, values)
+        cls, _ = self._registered_class(key)
+        if kind_of_or_none(cls) != EXT_PYDANTIC:
+            raise Undecodable(f"{key} is stored as a pydantic model but is not one")
+        return cls.model_validate(values, **validate_by_name(cls))
+
+    def _decode_custom(self, wire: Any) -> Any:
+        key, state = wire
+        if OPAQUE.get():
+            return OpaqueValue(key, state)
+        _, registration = self._registered_class(key)
+        if registration.custom is None:
+            raise Undecodable(f"{key} was stored with hooks but is registered without them")
+        return registration.custom.decode(state)
+
+    def _decode_nested_ref(self, checkpoint_id: Any) -> Any:
+        resolver = RESOLVER.get()
+        if not isinstance(checkpoint_id, str):
+            raise Undecodable("a nested checkpoint reference is not a str id")
+        if resolver is None or not resolver.given:
+            raise Undecodable(
+                f"it refers to embedded checkpoint {checkpoint_id!r} but was read without its nested records"
+            )
+        done = resolver.decoded.get(checkpoint_id, UNSET)
+        if done is not UNSET:
+            return done  # one object for every reference, as when it was saved
+        if checkpoint_id in resolver.in_progress:
+            raise Undecodable(f"embedded checkpoint {checkpoint_id!r} contains itself")
+        body = resolver.bodies.get(checkpoint_id)
+        if body is None:
+            raise Undecodable(f"embedded checkpoint {checkpoint_id!r} is missing from the storage")
+        resolver.in_progress.add(checkpoint_id)
+        try:
+            payload = self._unframe(body, checkpoint_id)
+            wire = self._decoder.decode(payload)
+            if not isinstance(wire, list):
+                raise Undecodable("payload is not a checkpoint record")
+            checkpoint = self._build_checkpoint(wire)
+        except CheckpointCorruptedError as exc:
+            raise Undecodable(f"embedded checkpoint {checkpoint_id!r}: {exc.reason}") from exc
+        except Undecodable as exc:
+            raise Undecodable(f"embedded checkpoint {checkpoint_id!r}: {exc}") from exc
+        finally:
+            resolver.in_progress.discard(checkpoint_id)
+        if checkpoint.checkpoint_id != checkpoint_id:
+            raise Undecodable(
+                f"embedded checkpoint {checkpoint_id!r} resolved to a body of {checkpoint.checkpoint_id!r}"
+            )
+        resolver.decoded[checkpoint_id] = checkpoint
+        return checkpoint
+
+    def _build_checkpoint(self, wire: Any) -> Any:
+        if not isinstance(wire, list) or len(wire) != 2 + len(CHECKPOINT_FIELDS) or wire[0] != RECORD_VERSION:
+            raise Undecodable("not a checkpoint record of this format version")
+        tag = wire[1]
+        cls = WorkflowCheckpoint if OPAQUE.get() else self._checkpoint_classes.get(tag)
+        if cls is None:
+            cls = self._plugin_checkpoint_class(tag)
+        values = dict(zip(CHECKPOINT_FIELDS, wire[2:], strict=True))
+        check_checkpoint_field_types(values)
+        return cls(**values)
+
+    def _plugin_checkpoint_class(self, tag: Any) -> type[Any]:
+        for plugin in self._plugins:
+            cls = plugin.checkpoint_class(tag) if isinstance(tag, str) else None
+            if cls is not None:
+                self._add_checkpoint_class(cls, tag)
+                return cls
+        raise Undecodable(f"checkpoint class {tag!r} is not registered with this storage's codec")

@@ -1,0 +1,133 @@
+"""The body frame: ``header + payload``, and the bounds a stored body is checked against.
+
+The header carries a magic, the format version, flags (zstd, nested refs) and a CRC-32 of the
+payload, so any damage to stored bytes is detected instead of decoded into silently different
+data. A compressed payload must declare its size and expand at most ``max_compression_ratio``
+times; no payload is larger than ``max_payload_bytes`` once decompressed.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any, Final
+
+from ..errors import CheckpointCorruptedError, InvalidCheckpointError, MissingDependencyError
+
+MAGIC: Final = b"CK"
+FORMAT_VERSION: Final = 1
+"""Header version. Version 1 bodies are what every release so far wrote: the fast encoder writes
+byte-for-byte the payload the exact walk writes (tests/test_codec_fast_path.py proves it), so
+the format did not change and no new version was needed."""
+FLAG_ZSTD: Final = 0x01
+FLAG_NESTED_REFS: Final = 0x02
+"""The payload refers to embedded checkpoints stored as records of their own."""
+KNOWN_FLAGS: Final = FLAG_ZSTD | FLAG_NESTED_REFS
+FLAGS_OFFSET: Final = 3
+_HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
+HEADER_SIZE: Final = _HEADER.size
+
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 256 * 1024 * 1024
+"""Largest payload (after decompression) a codec writes or reads, unless configured otherwise."""
+DEFAULT_MAX_COMPRESSION_RATIO: Final = 100
+"""A compressed payload may expand at most this many times; the encoder stores a payload that
+compresses better than this uncompressed, so every body it writes reads back."""
+
+
+def frame(
+    payload: bytes,
+    *,
+    nested_refs: bool,
+    max_payload_bytes: int,
+    max_compression_ratio: int,
+    compress_threshold: int | None,
+    compressor: Any,
+) -> bytes:
+    """``payload`` behind its header, compressed when ``compress_threshold`` says so."""
+    if len(payload) > max_payload_bytes:
+        raise InvalidCheckpointError(
+            f"The checkpoint encodes to {len(payload)} bytes, over this codec's max_payload_bytes "
+            f"({max_payload_bytes}); nothing was stored. Raise the limit: "
+            "CheckpointCodec(max_payload_bytes=...)",
+            field="checkpoint",
+        )
+    flags = FLAG_NESTED_REFS if nested_refs else 0
+    if compress_threshold is not None and len(payload) >= compress_threshold:
+        compressed = compressor().compress(payload)
+        # A payload that expands more than a reader allows is stored as it is, so every body
+        # this codec writes is one it can read back.
+        if len(compressed) * max_compression_ratio >= len(payload):
+            payload = compressed
+            flags |= FLAG_ZSTD
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
+
+
+def check_frame(body: bytes, checkpoint_id: str) -> tuple[int, memoryview]:
+    """The flags and payload of an intact body; damage raises CheckpointCorruptedError."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise CheckpointCorruptedError(checkpoint_id, f"stored body is {type(body).__name__}, not bytes")
+    if len(body) < HEADER_SIZE:
+        raise CheckpointCorruptedError(checkpoint_id, f"body is {len(body)} bytes, shorter than its header")
+    magic, version, flags, crc = _HEADER.unpack_from(body)
+    if magic != MAGIC:
+        raise CheckpointCorruptedError(checkpoint_id, "body does not start with the checkpoint magic")
+    if version != FORMAT_VERSION:
+        raise CheckpointCorruptedError(checkpoint_id, f"unknown body format version {version}")
+    if flags & ~KNOWN_FLAGS:
+        # A flag this version does not know changes how the payload reads; never guess.
+        raise CheckpointCorruptedError(checkpoint_id, f"unknown body flags {flags:#04x}")
+    payload = memoryview(body)[HEADER_SIZE:]
+    if zlib.crc32(payload) != crc:
+        raise CheckpointCorruptedError(checkpoint_id, "checksum mismatch: stored bytes were altered")
+    return flags, payload
+
+
+def unframe(
+    body: bytes, checkpoint_id: str, max_payload_bytes: int, max_compression_ratio: int
+) -> bytes | memoryview:
+    """The payload of an intact body, decompressed within the bounds."""
+    flags, payload = check_frame(body, checkpoint_id)
+    if flags & FLAG_ZSTD:
+        return decompress_bounded(payload, checkpoint_id, max_payload_bytes, max_compression_ratio)
+    if len(payload) > max_payload_bytes:
+        raise CheckpointCorruptedError(
+            checkpoint_id,
+            f"payload of {len(payload)} bytes is over this codec's max_payload_bytes ({max_payload_bytes})",
+        )
+    return payload
+
+
+def has_nested_refs(body: bytes) -> bool:
+    return len(body) > FLAGS_OFFSET and bool(body[FLAGS_OFFSET] & FLAG_NESTED_REFS)
+
+
+def decompress_bounded(
+    payload: bytes | memoryview, checkpoint_id: str, max_payload_bytes: int, max_ratio: int
+) -> bytes:
+    """Decompress a zstd payload only if the size its frame declares is within both limits."""
+    try:
+        import zstandard
+    except ImportError as exc:
+        raise MissingDependencyError("reading zstd-compressed checkpoints", "zstd", "zstandard") from exc
+    try:
+        declared = zstandard.frame_content_size(payload)
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
+    if declared < 0:
+        raise CheckpointCorruptedError(checkpoint_id, "zstd payload does not declare its decompressed size")
+    limit = min(max_payload_bytes, max_ratio * len(payload))
+    if declared > limit:
+        raise CheckpointCorruptedError(
+            checkpoint_id,
+            f"zstd payload of {len(payload)} bytes declares {declared} bytes decompressed, over the limit of "
+            f"{limit} (max_payload_bytes {max_payload_bytes}, max_compression_ratio {max_ratio})",
+        )
+    try:
+        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=limit)
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptedError(checkpoint_id, f"zstd payload: {exc}") from exc
+    if len(data) != declared:
+        raise CheckpointCorruptedError(
+            checkpoint_id, f"zstd payload decompressed to {len(data)} bytes, not the {declared} it declares"
+        )
+    return data

@@ -1,0 +1,67 @@
+"""Where in a checkpoint a refused value sits, for error messages (only on the failure path)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .types import Undecodable
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, Undecodable):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _children(value: Any) -> Iterator[tuple[str, Any]]:
+    cls = type(value)
+    if cls is dict:
+        for key, item in value.items():
+            yield f"[{key!r}]", item
+            yield f"<key {key!r}>", key
+    elif cls in (list, tuple):
+        for index, item in enumerate(value):
+            yield f"[{index}]", item
+    elif cls in (set, frozenset):
+        for item in value:
+            yield f"<member {item!r}>", item
+    elif hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            yield f".{name}", getattr(value, name, None)
+    elif hasattr(type(value), "model_fields"):
+        for name in type(value).model_fields:
+            yield f".{name}", getattr(value, name, None)
+        for name, item in (getattr(value, "__pydantic_extra__", None) or {}).items():
+            yield f".{name}", item
+    elif isinstance(value, enum.Enum):
+        yield ".value", value.value
+
+
+def is_unencodable_str(value: object) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def locate(root: Any, is_target: Callable[[Any], bool]) -> str:
+    """Path of the first value inside ``root`` (breadth first) that ``is_target``."""
+    root_name = "checkpoint" if hasattr(root, "checkpoint_id") else "value"
+    frontier: list[tuple[str, Any]] = [(root_name, root)]
+    seen: set[int] = set()
+    while frontier:
+        next_frontier: list[tuple[str, Any]] = []
+        for path, value in frontier:
+            if is_target(value):
+                return path
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            next_frontier.extend((path + step, child) for step, child in _children(value))
+        frontier = next_frontier
+    return root_name

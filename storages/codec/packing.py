@@ -1,0 +1,151 @@
+"""Two ways to pack a value, one format.
+
+:class:`NativePacker` lets ormsgpack walk the value in native code. Its passthrough options send
+every type msgpack would otherwise flatten (tuples, datetimes, dataclasses, enums, UUIDs,
+subclasses of built-ins) to a default hook, which reduces it to our extension; sets, decimals,
+models and any other class reach the hook anyway. Dicts with keys other than ``str`` are refused,
+never converted. What the native walk cannot represent faithfully it refuses, and the value is
+redone by :class:`ExactPacker`, the Python walk the codec always had: dicts with non-``str``
+keys, ints beyond 64 bits, strings that are not valid UTF-8, nesting deeper than ormsgpack's
+limit, and any payload holding msgpack ``bin`` (ormsgpack writes ``bytearray`` and
+``memoryview`` as ``bin``, which would read back as ``bytes``). Both packers write byte-identical
+payloads for what both accept (tests/test_codec_fast_path.py), so a reader cannot tell them apart.
+
+msgspec was the first candidate: its ``enc_hook`` is only called for types it does not support,
+and it supports tuples, sets, datetimes and dataclasses natively (lossily for this format), so it
+cannot walk a checkpoint faithfully. Decoding stays with msgspec (``ext_hook``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+import ormsgpack
+
+from .values import EXT_DICT_PAIRS, Reducer, reduce_int_boxed
+
+ReducerLookup = Callable[[type[Any], Any], Reducer]
+"""The reducer of a class that is not an atom (registering it on first use), or Unencodable."""
+
+NATIVE_OPTIONS: Final = (
+    ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+)
+_BIN_MARKERS: Final = (b"\xc4", b"\xc5", b"\xc6")
+"""msgpack's bin8/16/32 headers: a payload without these bytes holds no bin value at all."""
+
+ATOMS: Final[frozenset[type[Any]]] = frozenset({str, int, float, bool, type(None), bytes})
+KEY_ATOMS: Final[frozenset[type[Any]]] = frozenset({str, int})
+
+
+class NeedsExactPath(Exception):
+    """The native walk cannot write this value faithfully; redo it with the exact walk."""
+
+
+class NativePacker:
+    """ormsgpack's native walk; our reducers only for the types it passes through."""
+
+    __slots__ = ("_default", "_reducer_for", "_reducers")
+
+    def __init__(self, reducers: dict[type[Any], Reducer], reducer_for: ReducerLookup) -> None:
+        self._reducers = reducers
+        self._reducer_for = reducer_for
+
+        def default(value: Any) -> Any:
+            cls = type(value)
+            reducer = reducers.get(cls)
+            if reducer is None:
+                reducer = reducer_for(cls, value)
+            return reducer(value, self)
+
+        self._default = default
+
+    def pack(self, value: Any) -> bytes:
+        return ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
+
+    def pack_payload(self, value: Any) -> bytes:
+        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way."""
+        try:
+            payload = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
+        except (TypeError, ormsgpack.MsgpackEncodeError) as exc:
+            raise NeedsExactPath from exc
+        if _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload:
+            raise NeedsExactPath
+        return payload
+
+    def ext(self, code: int, data: bytes) -> Any:
+        return ormsgpack.Ext(code, data)
+
+
+class ExactPacker:
+    """The Python walk: every container visited, every value converted exactly as the format says.
+
+    With ``boxing`` ints outside msgpack's 64-bit range travel as extensions (and so int keys as
+    pairs); the codec uses it only after a plain walk overflowed.
+    """
+
+    __slots__ = ("_atoms", "_encode", "_key_atoms", "_reducer_for", "_reducers")
+
+    def __init__(
+        self, reducers: dict[type[Any], Reducer], reducer_for: ReducerLookup, *, boxing: bool = False
+    ) -> None:
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._reducers = {**reducers, int: reduce_int_boxed} if boxing else reducers
+        self._reducer_for = reducer_for
+        self._atoms = ATOMS - {int} if boxing else ATOMS
+        self._key_atoms = frozenset({str}) if boxing else KEY_ATOMS
+
+    def pack(self, value: Any) -> bytes:
+        return self._encode(self.to_wire(value))
+
+    pack_payload = pack
+
+    def ext(self, code: int, data: bytes) -> Any:
+        return msgspec.msgpack.Ext(code, data)
+
+    def to_wire(self, value: Any) -> Any:
+        # Dicts and lists come back as they are unless something inside them needs converting;
+        # only then is the container copied, so plain JSON-like state costs one type test per
+        # item and no allocation.
+        cls = type(value)
+        atoms = self._atoms
+        if cls is dict:
+            key_atoms = self._key_atoms
+            copied: dict[Any, Any] | None = None
+            for key, item in value.items():
+                if type(key) not in key_atoms:
+                    return self._pairs(value)
+                if type(item) not in atoms:
+                    wire = self.to_wire(item)
+                    if wire is not item:
+                        if copied is None:
+                            copied = value.copy()
+                        copied[key] = wire
+            return value if copied is None else copied
+        if cls is list:
+            copied_list: list[Any] | None = None
+            for index, item in enumerate(value):
+                if type(item) not in atoms:
+                    wire = self.to_wire(item)
+                    if wire is not item:
+                        if copied_list is None:
+                            copied_list = value.copy()
+                        copied_list[index] = wire
+            return value if copied_list is None else copied_list
+        if cls in atoms:
+            return value
+        reducer = self._reducers.get(cls)
+        if reducer is None:
+            reducer = self._reducer_for(cls, value)
+        return reducer(value, self)
+
+    def _pairs(self, value: dict[Any, Any]) -> Any:
+        to_wire = self.to_wire
+        pairs = [[to_wire(key), to_wire(item)] for key, item in value.items()]
+        return msgspec.msgpack.Ext(EXT_DICT_PAIRS, self._encode(pairs))

@@ -1,0 +1,233 @@
+"""The allow-list side of the codec: which types it may store and read, and how each reduces.
+
+A class becomes storable by registration (``allowed_types``, :meth:`register`), by an allowed
+module, by a plug-in's runner registry (MAF's ``register_checkpoint_type``) or, on stores whose
+bytes never leave the process, by trust. See storages/allowlist.py for the exact rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..allowlist import TypeNotResolvable, module_allowed, normalise_modules, resolve_exact_class, split_key
+from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
+from .plugins import CodecPlugin
+from .types import (
+    UNSET,
+    CustomType,
+    Registration,
+    TypeRef,
+    Unencodable,
+    check_key_syntax,
+    field_names,
+    kind_of,
+    type_key,
+    unregistered_hint,
+)
+from .values import (
+    BUILTIN_REDUCERS,
+    EXT_CUSTOM,
+    EXT_DATACLASS,
+    EXT_ENUM,
+    EXT_NAMEDTUPLE,
+    EXT_PYDANTIC,
+    Packer,
+    Reducer,
+)
+
+NATIVE_CHECKPOINT_TAG = "native"
+
+
+class TypeRegistry:
+    """Registration state and the reducers of registered types (a base of CheckpointCodec)."""
+
+    def __init__(
+        self, *, allowed_modules: Iterable[str], trust_saved_types: bool, plugins: tuple[CodecPlugin, ...]
+    ) -> None:
+        self._allowed_modules = normalise_modules(allowed_modules)
+        self._trust_saved_types = trust_saved_types
+        self._plugins = plugins
+        self._by_key: dict[str, Registration] = {}
+        # Type -> reducer of one value; registered types are added as they are first met.
+        self._reducers: dict[type[Any], Reducer] = dict(BUILTIN_REDUCERS)
+        self._reducers[WorkflowCheckpoint] = self._reduce_checkpoint
+        self._checkpoint_tags: dict[type[Any], str] = {WorkflowCheckpoint: NATIVE_CHECKPOINT_TAG}
+        self._checkpoint_classes: dict[str, type[Any]] = {NATIVE_CHECKPOINT_TAG: WorkflowCheckpoint}
+        self._builtin_type_keys: frozenset[str] = frozenset()
+
+    def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def register(
+        self,
+        type_ref: TypeRef,
+        *,
+        encode: Callable[[Any], Any] | None = None,
+        decode: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Allow a type. Enums, dataclasses and pydantic models need no hooks; any other class
+        needs ``encode`` (to a codec-encodable value) and ``decode`` (back to the object)."""
+        if (encode is None) != (decode is None):
+            raise TypeError("give both encode and decode, or neither")
+        custom = CustomType(encode, decode) if encode is not None and decode is not None else None
+        if isinstance(type_ref, str):
+            check_key_syntax(type_ref)
+            registration = Registration(type_ref, None, custom)
+        elif isinstance(type_ref, type):
+            registration = Registration(type_key(type_ref), type_ref, custom)
+            if custom is None:
+                kind_of(type_ref)  # fail now, not at save time, for a class we cannot store
+        else:
+            raise TypeError(f"expected a class or 'module:qualname', got {type_ref!r}")
+        self._by_key[registration.key] = registration
+        if registration.cls is not None:
+            self._reducers.pop(registration.cls, None)
+
+    def register_checkpoint_class(self, cls: type[Any]) -> None:
+        """Accept another class with the 11 checkpoint fields and give it back on load."""
+        missing = [name for name in CHECKPOINT_FIELDS if name not in field_names(cls)]
+        if missing:
+            raise TypeError(f"{type_key(cls)} lacks checkpoint fields {missing}")
+        self._add_checkpoint_class(cls, type_key(cls))
+
+    def _add_checkpoint_class(self, cls: type[Any], tag: str) -> None:
+        self._checkpoint_tags[cls] = tag
+        self._checkpoint_classes[tag] = cls
+        self._reducers[cls] = self._reduce_checkpoint
+
+    def _checkpoint_tag(self, cls: type[Any]) -> str | None:
+        tag = self._checkpoint_tags.get(cls)
+        if tag is None:
+            for plugin in self._plugins:
+                tag = plugin.checkpoint_tag(cls)
+                if tag is not None:
+                    self._add_checkpoint_class(cls, tag)
+                    break
+        return tag
+
+    def _implicit_registration(self, key: str, cls: type[Any] | None = None) -> Registration | None:
+        """Register ``key`` if an allowance covers it: a plug-in's runner registry, an allowed
+        module, or (given the class at save, with ``trust_saved_types``) trust.
+
+        At save (``cls`` given) a key allowed by name must find ``cls`` again by that exact name,
+        so that a fresh process reading the body resolves the same class.
+        """
+        try:
+            module_name, _ = split_key(key)
+        except ValueError:
+            return None
+        by_name = any(plugin.runner_allows(key) for plugin in self._plugins) or module_allowed(
+            module_name, self._allowed_modules
+        )
+        if by_name and cls is not None:
+            try:
+                by_name = resolve_exact_class(key) is cls
+            except TypeNotResolvable:
+                by_name = False
+        if by_name:
+            self.register(key)
+        elif cls is not None and self._trust_saved_types:
+            self._by_key[key] = Registration(key, cls)
+        else:
+            return None
+        return self._by_key[key]
+
+    @property
+    def allowed_type_keys(self) -> frozenset[str]:
+        """Keys of the types allowed beyond the built-in ones (plug-ins' types, MAF's when installed)."""
+        return frozenset(self._by_key) - self._builtin_type_keys
+
+    @property
+    def allowed_modules(self) -> tuple[str, ...]:
+        return self._allowed_modules
+
+    def allow(self, *, types: Iterable[TypeRef] = (), modules: Iterable[str] = ()) -> None:
+        """Extend the allow-list: more types (as ``allowed_types``) and modules."""
+        for ref in types:
+            self.register(ref)
+        self._allowed_modules = (*self._allowed_modules, *normalise_modules(modules))
+
+    def allowed_class(self, key: str, cls: type[Any] | None = None) -> type[Any] | None:
+        """The class ``key`` names if this codec may name it in a body, else None.
+
+        For references to classes (a pending request's type) rather than values of them: with
+        ``cls`` (at save) the allowances are checked for that class, without it (at load) the key
+        is resolved exactly, importing its module only when the key is allowed.
+        """
+        registration = self._by_key.get(key) or self._implicit_registration(key, cls)
+        if registration is None:
+            return None
+        if cls is not None:
+            return cls if registration.cls in (None, cls) else None
+        try:
+            return registration.resolve()
+        except TypeNotResolvable:
+            return None
+
+    def _reducer_for(self, cls: type[Any], value: Any) -> Reducer:
+        if self._checkpoint_tag(cls) is not None:
+            return self._reduce_checkpoint
+        key = type_key(cls)
+        registration = self._by_key.get(key) or self._implicit_registration(key, cls)
+        if registration is None:
+            raise Unencodable(value, unregistered_hint(cls))
+        if registration.cls is None:
+            # Allowed by name: the name must lead a reader back to this very class.
+            try:
+                found: type[Any] | None = resolve_exact_class(key)
+            except TypeNotResolvable:
+                found = None
+            if found is not cls:
+                raise Unencodable(
+                    value,
+                    f"it is allowed as {key!r}, but that name does not lead back to this class "
+                    "(a class defined inside a function, or replaced after import), so no reader could "
+                    "load it; define it at module level",
+                )
+            registration.cls = cls
+        elif registration.cls is not cls:
+            raise Unencodable(value, "another class is registered under the same 'module:qualname'")
+        try:
+            reducer = _reducer_of(registration)
+        except TypeError as exc:
+            # Registered by "module:qualname" without hooks, and not an enum, dataclass or model.
+            raise Unencodable(value, str(exc)) from None
+        self._reducers[cls] = reducer
+        return reducer
+
+
+def _reducer_of(registration: Registration) -> Reducer:
+    key = registration.key
+    custom = registration.custom
+    if custom is not None:
+        hook = custom.encode
+        return lambda value, packer: packer.ext(EXT_CUSTOM, packer.pack([key, hook(value)]))
+    kind = kind_of(registration.resolve())
+    if kind == EXT_ENUM:
+        return lambda value, packer: packer.ext(EXT_ENUM, packer.pack([key, value.value]))
+    if kind == EXT_NAMEDTUPLE:
+        return lambda value, packer: packer.ext(EXT_NAMEDTUPLE, packer.pack([key, list(value)]))
+    if kind == EXT_DATACLASS:
+        names = [f.name for f in dataclasses.fields(registration.resolve())]
+
+        def reduce_dataclass(value: Any, packer: Packer) -> Any:
+            state = {}
+            for name in names:
+                item = getattr(value, name, UNSET)
+                if item is UNSET:  # a field(init=False) never assigned
+                    raise Unencodable(value, f"field {name!r} is not set")
+                state[name] = item
+            return packer.ext(EXT_DATACLASS, packer.pack([key, state]))
+
+        return reduce_dataclass
+
+    def reduce_model(value: Any, packer: Packer) -> Any:
+        state = {name: getattr(value, name) for name in type(value).model_fields}
+        extra = getattr(value, "__pydantic_extra__", None)  # fields kept by extra="allow"
+        if extra:
+            state.update(extra)
+        return packer.ext(EXT_PYDANTIC, packer.pack([key, state]))
+
+    return reduce_model

@@ -1,0 +1,216 @@
+"""The codec's vocabulary: type keys, registrations, results and the signals its parts raise."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ..allowlist import resolve_exact_class
+from .values import EXT_DATACLASS, EXT_ENUM, EXT_NAMEDTUPLE, EXT_PYDANTIC
+
+TypeRef = type[Any] | str
+"""A type given by class or by ``"module:qualname"``."""
+
+UNSET: Final = object()
+
+
+def type_key(cls: type[Any]) -> str:
+    """The ``"module:qualname"`` key the codec stores for a class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpaqueValue:
+    """A value of an application or MAF type, read without constructing the type.
+
+    :meth:`CheckpointCodec.decode_checkpoint` returns these with ``construct_types=False``, so
+    tools (``checkpoint-storages verify``) can check structure and links of checkpoints whose
+    types are not importable or not allowed in the reading process.
+    """
+
+    type_key: str
+    state: Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EncodedCheckpoint:
+    """One body of an encoded checkpoint tree."""
+
+    checkpoint: Any
+    body: bytes
+    container_id: str | None
+    """Id of the checkpoint this one is embedded in; None for the checkpoint being saved."""
+
+
+class Unencodable(Exception):
+    """A value the codec refuses to store; ``hint`` says why and how to allow it."""
+
+    def __init__(self, value: object, hint: str) -> None:
+        super().__init__(hint)
+        self.value = value
+        self.hint = hint
+
+
+class Undecodable(Exception):
+    """A stored payload that does not read as this format."""
+
+
+class TypeNotAllowed(Exception):
+    """A stored payload naming a type the reading codec does not allow."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(reason)
+        self.key = key
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CustomType:
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+@dataclasses.dataclass(slots=True)
+class Registration:
+    """One allowed type: a class (resolved now or on first use) and, for custom types, hooks."""
+
+    key: str
+    cls: type[Any] | None
+    custom: CustomType | None = None
+
+    def resolve(self) -> type[Any]:
+        if self.cls is None:
+            self.cls = resolve_exact_class(self.key)
+        return self.cls
+
+
+@dataclasses.dataclass(slots=True)
+class TreeEncoding:
+    """State of one encode_checkpoint_tree call, shared by the nested encoder calls it makes."""
+
+    nodes: list[EncodedCheckpoint | None]
+    containers: list[str]
+    first_seen: dict[str, int]
+    references: int = 0
+    """References written so far; a body wrote some if this grew while it was encoded."""
+
+    def mark(self) -> tuple[int, int, dict[str, int], int]:
+        return len(self.nodes), len(self.containers), dict(self.first_seen), self.references
+
+    def rewind(self, mark: tuple[int, int, dict[str, int], int]) -> None:
+        """Forget the nested bodies collected since ``mark`` (an attempt being redone)."""
+        del self.nodes[mark[0] :]
+        del self.containers[mark[1] :]
+        self.first_seen = mark[2]
+        self.references = mark[3]
+
+
+@dataclasses.dataclass(slots=True)
+class NestedResolver:
+    """State of one decode: the nested bodies it may use and what it already built from them."""
+
+    bodies: Mapping[str, bytes]
+    given: bool
+    """False when the caller passed no nested records at all."""
+    decoded: dict[str, Any] = dataclasses.field(default_factory=dict)
+    in_progress: set[str] = dataclasses.field(default_factory=set)
+
+
+_VALIDATE_BY_NAME: dict[type[Any], dict[str, bool]] = {}
+
+
+def validate_by_name(model: type[Any]) -> dict[str, bool]:
+    """model_validate options that accept the stored field names even for aliased fields."""
+    options = _VALIDATE_BY_NAME.get(model)
+    if options is None:
+        # by_name exists from pydantic 2.11; earlier versions validate by alias only.
+        by_name = "by_name" in inspect.signature(model.model_validate).parameters
+        options = _VALIDATE_BY_NAME[model] = {"by_alias": False, "by_name": True} if by_name else {}
+    return options
+
+
+def check_key_syntax(key: str) -> None:
+    module_name, sep, qualname = key.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"type key {key!r} is not of the form 'module:qualname'")
+
+
+def is_namedtuple(cls: type[Any]) -> bool:
+    return issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)
+
+
+def kind_of_or_none(cls: type[Any]) -> int | None:
+    try:
+        return kind_of(cls)
+    except TypeError:
+        return None
+
+
+def kind_of(cls: type[Any]) -> int:
+    """The extension code a registered class without hooks travels under."""
+    if isinstance(cls, enum.EnumMeta):
+        return EXT_ENUM
+    if is_namedtuple(cls):
+        return EXT_NAMEDTUPLE
+    if dataclasses.is_dataclass(cls):
+        return EXT_DATACLASS
+    if hasattr(cls, "model_fields") and hasattr(cls, "model_validate"):
+        return EXT_PYDANTIC
+    raise TypeError(
+        f"{type_key(cls)} is not an enum, dataclass, pydantic model or NamedTuple; "
+        "register it with encode/decode hooks"
+    )
+
+
+def field_names(cls: type[Any]) -> set[str]:
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "__annotations__", {}))
+
+
+def unregistered_hint(cls: type[Any]) -> str:
+    """Why a class cannot be stored, and the option that would allow it."""
+    key = type_key(cls)
+    builtin_subclass = issubclass(cls, (dict, list, tuple, set, frozenset, str, int, float, bytes))
+    if is_namedtuple(cls) or not builtin_subclass:
+        try:
+            kind_of(cls)
+        except TypeError:
+            return (
+                "it is not an enum, dataclass, pydantic model or NamedTuple; convert it to one, "
+                "or register it with encode/decode hooks: codec.register(cls, encode=..., decode=...)"
+            )
+        module_name = key.partition(":")[0]
+        return (
+            f"the type is not on this storage's allow-list. Fix: pass allowed_checkpoint_types=[{key!r}] "
+            f"(or allowed_modules=[{module_name!r}]) to the storage, or add "
+            f"allowed_checkpoint_types={key} to its URL"
+        )
+    return (
+        f"{cls.__name__} is a subclass of a built-in type; convert it to the plain type "
+        "or register it with encode/decode hooks"
+    )
+
+
+_FIELD_TYPES: Final[dict[str, type[Any] | tuple[type[Any], ...]]] = {
+    "workflow_name": str,
+    "graph_signature_hash": str,
+    "checkpoint_id": str,
+    "previous_checkpoint_id": (str, type(None)),
+    "timestamp": str,
+    "messages": dict,
+    "state": dict,
+    "pending_request_info_events": dict,
+    "iteration_count": int,
+    "metadata": dict,
+    "version": str,
+}
+
+
+def check_checkpoint_field_types(values: dict[str, Any]) -> None:
+    for name, expected in _FIELD_TYPES.items():
+        if not isinstance(values[name], expected):
+            raise Undecodable(f"field {name} has type {type(values[name]).__name__}")

@@ -1,0 +1,53 @@
+"""SQLite storage: one file, shared safely by handles, tasks and processes (needs ``aiosqlite``).
+
+The parts: ``config`` (path, URL options, ``synchronous``), ``client`` (the aiosqlite connection
+and its thread), ``commit`` (every write as one ``BEGIN IMMEDIATE`` transaction run whole on that
+thread), ``schema`` (migrations, statements and why each index exists) and ``storage`` (the
+storage class over them).
+
+Close handles with ``aclose()`` or ``async with``: that checkpoints the WAL and ends the thread
+at a point the program chooses. A handle works from successive event loops (several
+``asyncio.run()`` calls). Share one handle between the tasks of a process: bench/run.py's
+concurrent-writers section measures one shared handle against one handle per writer.
+
+The schema is versioned: ``schema_version`` holds the number of :data:`MIGRATIONS` applied, and
+opening a file applies the missing ones in one transaction.
+"""
+
+from __future__ import annotations
+
+from .config import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    DEFAULT_SYNCHRONOUS,
+    SYNCHRONOUS_MODES,
+    URL_OPTIONS,
+    URL_PREFIX,
+    path_from_url,
+    url_options,
+)
+from .schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SELECT_LATEST,
+    SELECT_LATEST_WITH_SIGNATURE,
+    WALK_IDS,
+    WALK_WITH_BODIES,
+)
+from .storage import SQLiteCheckpointStorage
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "DEFAULT_SYNCHRONOUS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SELECT_LATEST",
+    "SELECT_LATEST_WITH_SIGNATURE",
+    "SYNCHRONOUS_MODES",
+    "URL_OPTIONS",
+    "URL_PREFIX",
+    "WALK_IDS",
+    "WALK_WITH_BODIES",
+    "SQLiteCheckpointStorage",
+    "path_from_url",
+    "url_options",
+]

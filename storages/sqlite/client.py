@@ -1,0 +1,272 @@
+"""The connection: one aiosqlite connection (one thread) per handle, opened, prepared and closed.
+
+WAL journal mode, so readers never block the writer and the writer never blocks readers; the
+busy timeout bounds how long a write waits for another connection's lock; ``PRAGMA synchronous``
+is FULL unless the handle asked for NORMAL (see ``config.SYNCHRONOUS_MODES``).
+
+Every operation is one call on the connection's thread: a read is one ``execute_fetchall``, a
+write one function of storages/sqlite/commit.py. Calls queue on that thread in the order they
+are made, so a handle needs no lock of its own. Saves on one handle commit in groups: those made
+while a group is on the thread commit together in the next one (one transaction, one fsync), so
+many tasks sharing a handle save faster than one by one.
+
+A handle never closed still lets the process exit: its thread is a daemon (aiosqlite's is not,
+and would keep the interpreter alive forever), and when the handle is garbage-collected, or at
+interpreter exit, its connection is closed on that thread without touching any event loop (the
+loop that opened it is usually closed by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+import aiosqlite.core
+
+from ..base import CheckpointRecord
+from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
+from . import schema
+from .commit import immediate_transaction, insert_families
+from .config import Synchronous
+
+T = TypeVar("T")
+
+
+class SQLiteClient:
+    """One handle's connection to the file, and the error translation of every call on it."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: Synchronous, describe: str) -> None:
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous
+        self._describe = describe
+        self.connection: aiosqlite.Connection | None = None
+        self.release_at_exit: weakref.finalize[Any, Any] | None = None
+        self._queued_saves: list[tuple[Sequence[CheckpointRecord], asyncio.Future[Any], threading.Event]] = []
+        self._committing: asyncio.Task[None] | None = None
+
+    async def open(self, owner: object) -> None:
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageUnavailableError(
+                "open", f"cannot create the directory of {self._path}: {exc}"
+            ) from exc
+        pending = aiosqlite.connect(self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+        _run_as_daemon(pending)  # before awaiting it: awaiting starts the thread
+        try:
+            connection = await pending
+        except sqlite3.Error as exc:
+            raise self.translate("open", exc) from exc
+        try:
+            await _on_thread(connection, _prepare, self._describe, self._synchronous)
+        except BaseException as exc:
+            # A failed open must not leave the connection's thread behind.
+            with contextlib.suppress(Exception):
+                await connection.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self.translate("open", exc) from exc
+            raise
+        self.connection = connection
+        self.release_at_exit = weakref.finalize(owner, _release_abandoned, connection)
+
+    async def close(self) -> None:
+        while self._committing is not None:  # saves already made are committed first
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._committing)
+        connection, self.connection = self.connection, None
+        if self.release_at_exit is not None:
+            self.release_at_exit.detach()
+            self.release_at_exit = None
+        if connection is not None:
+            try:
+                await connection.close()
+            except sqlite3.Error as exc:
+                raise self.translate("aclose", exc) from exc
+
+    async def fetchall(self, operation: str, sql: str, parameters: Any = ()) -> list[Any]:
+        """One statement's rows: one hand-off to the connection's thread."""
+        connection = self._live(operation)
+        try:
+            return list(await connection.execute_fetchall(sql, parameters))
+        except sqlite3.Error as exc:
+            raise self.translate(operation, exc) from exc
+        except ValueError as exc:  # aiosqlite: the connection was closed while this call waited
+            raise StorageClosedError(self._describe, operation) from exc
+
+    async def run(self, operation: str, function: Callable[..., T], *args: Any) -> T:
+        """``function(sqlite3_connection, abandon, *args)`` (a write of commit.py) on the
+        connection's thread: one hand-off. If the caller is cancelled, ``abandon`` is set, and a
+        transaction that has not committed yet rolls back."""
+        connection = self._live(operation)
+        abandon = threading.Event()
+        try:
+            result: T = await _on_thread(connection, function, abandon, *args)
+        except asyncio.CancelledError:
+            abandon.set()
+            raise
+        except sqlite3.Error as exc:
+            raise self.translate(operation, exc) from exc
+        except ValueError as exc:
+            if self.connection is None:
+                raise StorageClosedError(self._describe, operation) from exc
+            raise
+        return result
+
+    async def save(self, records: Sequence[CheckpointRecord]) -> str | None:
+        """Insert a family (see ``commit.insert_family``) by group commit: saves made while the
+        previous group is on the thread queue up and commit together, in one transaction and
+        one hand-off (``commit.insert_families``). A lone save is a group of one."""
+        self._live("save")
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[Any] = loop.create_future()
+        abandon = threading.Event()
+        self._queued_saves.append((records, outcome, abandon))
+        if self._committing is None:
+            self._committing = loop.create_task(self._commit_queued())
+        try:
+            result: str | None = await outcome
+        except asyncio.CancelledError:
+            abandon.set()
+            raise
+        return result
+
+    async def _commit_queued(self) -> None:
+        try:
+            while self._queued_saves:
+                group, self._queued_saves = self._queued_saves, []
+                try:
+                    connection = self._live("save")
+                    outcomes = await _on_thread(
+                        connection, insert_families, [(records, abandon) for records, _, abandon in group]
+                    )
+                except Exception as exc:
+                    failure = self.translate("save", exc) if isinstance(exc, sqlite3.Error) else exc
+                    if isinstance(exc, ValueError) and self.connection is None:
+                        failure = StorageClosedError(self._describe, "save")
+                    outcomes = [failure] * len(group)
+                for (_, future, _), result in zip(group, outcomes, strict=True):
+                    if future.done():  # its caller was cancelled
+                        continue
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            self._committing = None
+
+    def _live(self, operation: str) -> aiosqlite.Connection:
+        connection = self.connection
+        if connection is None:
+            raise StorageClosedError(self._describe, operation)
+        return connection
+
+    def translate(self, operation: str, exc: sqlite3.Error) -> Exception:
+        if _error_name(exc) == "SQLITE_NOTADB" or "file is not a database" in str(exc):
+            return StorageConfigurationError(f"{self._describe} is not a SQLite database file: {exc}")
+        return StorageUnavailableError(operation, f"{self._describe}: {type(exc).__name__}: {exc}")
+
+
+async def _on_thread(connection: aiosqlite.Connection, function: Callable[..., Any], *args: Any) -> Any:
+    """Run ``function(sqlite3_connection, *args)`` on the connection's thread (aiosqlite's own
+    queue, as its ``execute`` does; it has no public call for a function of ours)."""
+    execute: Callable[..., Awaitable[Any]] = connection._execute
+    return await execute(function, connection._conn, *args)
+
+
+def _prepare(connection: sqlite3.Connection, describe: str, synchronous: Synchronous) -> None:
+    """On the connection's thread, once: refuse foreign or newer files, WAL, sync mode, migrate."""
+    # Reading the version first refuses foreign and newer files before anything changes them.
+    version = _schema_version(connection, describe)
+    row = connection.execute("PRAGMA journal_mode = WAL").fetchone()
+    mode = str(row[0]).lower() if row else "unknown"
+    if mode != "wal":
+        raise StorageConfigurationError(
+            f"{describe}: could not switch to WAL journal mode (it is {mode!r}); "
+            "is the file on a file system without shared memory support?"
+        )
+    connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    if version < schema.SCHEMA_VERSION:
+        with immediate_transaction(connection):
+            connection.execute(schema.CREATE_SCHEMA_VERSION)
+            # Another connection may have migrated since the version was read outside the lock.
+            version = _schema_version(connection, describe)
+            for step in schema.MIGRATIONS[version:]:
+                for statement in step:
+                    connection.execute(statement)
+            connection.execute(schema.RECORD_SCHEMA_VERSION, (schema.SCHEMA_VERSION,))
+
+
+def _schema_version(connection: sqlite3.Connection, describe: str) -> int:
+    """The file's schema version (0 if new); refuses files this code cannot read."""
+    has_version_table, existing_tables = connection.execute(
+        schema.SELECT_SCHEMA_VERSION, schema.SCHEMA_TABLES
+    ).fetchone()
+    if not has_version_table:
+        if existing_tables:
+            raise StorageConfigurationError(
+                f"{describe} has tables ({existing_tables}) but no schema_version table; "
+                "it was not created by this storage, use another file"
+            )
+        return 0
+    row = connection.execute("SELECT version FROM schema_version").fetchone()
+    version = int(row[0]) if row else 0
+    if version > schema.SCHEMA_VERSION:
+        raise StorageConfigurationError(
+            f"{describe} has schema version {version}, newer than version {schema.SCHEMA_VERSION} "
+            "known to this code; upgrade checkpoint-storages to open it"
+        )
+    return version
+
+
+def _error_name(exc: sqlite3.Error) -> str | None:
+    # sqlite_errorname exists from Python 3.11; older versions fall back to the message.
+    name = getattr(exc, "sqlite_errorname", None)
+    return name if isinstance(name, str) else None
+
+
+def _run_as_daemon(connection: aiosqlite.Connection) -> None:
+    """Make a not yet started connection's thread a daemon, so it cannot keep the process alive."""
+    # aiosqlite >= 0.22 keeps its worker in ``_thread``; tests/test_lifecycle.py fails if a
+    # release moves it.
+    thread = connection._thread
+    if not isinstance(thread, threading.Thread):  # pragma: no cover - an aiosqlite we do not know
+        raise TypeError(f"aiosqlite {aiosqlite.__version__}: no worker thread where expected")
+    thread.daemon = True
+
+
+def _release_abandoned(connection: aiosqlite.Connection) -> None:
+    """Close a connection its handle never closed, when the handle is collected or the interpreter
+    exits. aiosqlite's own cleanup (``stop()``) answers on whatever loop is current, which may
+    be closed, and its thread then dies with a traceback; this answers on no loop at all."""
+    sqlite_connection = connection._connection
+    if sqlite_connection is None:
+        return
+    connection._connection = None  # aiosqlite's __del__ then has nothing left to do
+    connection._running = False
+
+    def close_and_stop() -> object:
+        sqlite_connection.close()
+        return aiosqlite.core._STOP_RUNNING_SENTINEL  # ends the worker's loop
+
+    connection._tx.put_nowait((None, close_and_stop))
+    thread = connection._thread
+    if threading.current_thread() is threading.main_thread() and not _loop_running():
+        # At exit (or collected outside any loop): let the close finish, checkpointing the WAL,
+        # rather than end the process under it; a few milliseconds unless the disk is stuck.
+        thread.join(timeout=2.0)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

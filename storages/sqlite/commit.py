@@ -1,0 +1,211 @@
+"""The commit protocol: every write is one ``BEGIN IMMEDIATE`` transaction, run whole on the
+connection's thread.
+
+Each function here takes the ``sqlite3.Connection`` and runs on aiosqlite's connection thread as
+one call (:meth:`SQLiteClient.run`), so a save costs one hand-off to that thread and back however
+many statements its transaction holds. ``BEGIN IMMEDIATE`` takes the write lock before reading
+anything, so a transaction never has to upgrade a read lock (which fails at once, whatever the
+busy timeout); waiting for the lock is bounded by ``busy_timeout_ms``. A transaction that fails
+anywhere, COMMIT included, is rolled back before the error leaves the thread, and a caller
+cancelled while it runs cannot interrupt it: the thread finishes the transaction either way, so
+a save is all of its family or nothing.
+
+Each workflow's next sequence number lives in ``workflows.next_sequence`` and is taken inside the
+transaction, so sequences follow commit order across processes and never go back, even after
+the newest checkpoint is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+
+from ..base import CheckpointRecord, FenceCheck
+from ..contract import CheckpointID
+from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
+from . import schema
+
+
+class Abandoned(Exception):
+    """The caller was cancelled before the transaction committed; it was rolled back."""
+
+
+@contextlib.contextmanager
+def immediate_transaction(
+    connection: sqlite3.Connection, abandon: threading.Event | None = None
+) -> Iterator[None]:
+    """One write transaction; rolled back if ``abandon`` is set before COMMIT (a cancelled caller
+    gets nothing written, as a caller cancelled while waiting for the lock always did)."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        if abandon is not None and abandon.is_set():
+            raise Abandoned
+        yield
+        if abandon is not None and abandon.is_set():
+            raise Abandoned
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+        raise
+
+
+def insert_family(
+    connection: sqlite3.Connection,
+    abandon: threading.Event,
+    records: Sequence[CheckpointRecord],
+) -> str | None:
+    """Insert a family whose top id is absent; else return the digest stored under that id."""
+    with immediate_transaction(connection, abandon):
+        return _insert_absent(connection, records)
+
+
+def insert_families(
+    connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], threading.Event]]
+) -> list[str | BaseException | None]:
+    """A group commit: the saves that queued up while the previous group was committing, in one
+    transaction (one fsync for all of them), each in a savepoint of its own.
+
+    Each save gets what :func:`insert_family` would have returned, or the error that refused it
+    alone (an embedded id already stored); that save's rows are rolled back, the others commit.
+    An error of the transaction itself (the lock not obtained, the disk failing, COMMIT failing)
+    fails every save of the group and writes none. No save is acknowledged before COMMIT
+    returns, so durability is exactly that of a save committed alone. A save abandoned before its
+    turn is skipped; a group of one is rolled back if abandoned before COMMIT, as a lone save is.
+    """
+    outcomes: list[str | BaseException | None] = []
+    lone_abandon = saves[0][1] if len(saves) == 1 else None
+    with immediate_transaction(connection, lone_abandon):
+        for records, abandon in saves:
+            if abandon.is_set():
+                outcomes.append(Abandoned())
+                continue
+            connection.execute("SAVEPOINT save")
+            try:
+                outcomes.append(_insert_absent(connection, records))
+            except CheckpointConflictError as exc:
+                connection.execute("ROLLBACK TO save")
+                outcomes.append(exc)
+            connection.execute("RELEASE save")
+    return outcomes
+
+
+def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> str | None:
+    top = records[0]
+    existing_digest, next_sequence = connection.execute(
+        schema.SELECT_DIGEST_AND_NEXT_SEQUENCE, (top.checkpoint_id, top.workflow_name)
+    ).fetchone()
+    if existing_digest is not None:
+        return str(existing_digest)
+    _write_family(connection, records, next_sequence)
+    return None
+
+
+def insert_fenced(
+    connection: sqlite3.Connection,
+    abandon: threading.Event,
+    records: Sequence[CheckpointRecord],
+    expected_latest_id: CheckpointID | None,
+) -> FenceCheck | None:
+    """Insert only if the workflow's latest is ``expected_latest_id``: check and write share one
+    transaction, so no other writer, in this process or another, can commit between them."""
+    top = records[0]
+    with immediate_transaction(connection, abandon):
+        existing_digest, next_sequence, latest = connection.execute(
+            schema.SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST,
+            (top.checkpoint_id, top.workflow_name, top.workflow_name),
+        ).fetchone()
+        latest_id = None if latest is None else str(latest)
+        if existing_digest is not None:
+            return FenceCheck(latest_id, str(existing_digest))
+        if latest_id != expected_latest_id:
+            return FenceCheck(latest_id, None)
+        _write_family(connection, records, next_sequence)
+    return None
+
+
+def _write_family(
+    connection: sqlite3.Connection, records: Sequence[CheckpointRecord], next_sequence: object
+) -> None:
+    top = records[0]
+    sequences: dict[str, int] = {top.workflow_name: 1 if next_sequence is None else int(str(next_sequence))}
+    for record in records:
+        if record.workflow_name not in sequences:
+            found = connection.execute(schema.SELECT_NEXT_SEQUENCE, (record.workflow_name,)).fetchone()
+            sequences[record.workflow_name] = int(found[0]) if found else 1
+        sequence = sequences[record.workflow_name]
+        sequences[record.workflow_name] = sequence + 1
+        try:
+            connection.execute(schema.INSERT_CHECKPOINT, _row(record, sequence))
+        except sqlite3.IntegrityError as exc:
+            # The transaction rolls back: none of the family is written.
+            raise CheckpointConflictError(
+                record.checkpoint_id,
+                f"embedded in checkpoint {record.container_id!r}, but a record with this id "
+                "is already stored; an embedded checkpoint needs an id of its own",
+            ) from exc
+    connection.executemany(schema.ADVANCE_SEQUENCE, list(sequences.items()))
+
+
+def _row(record: CheckpointRecord, sequence: int) -> tuple[object, ...]:
+    return (
+        record.checkpoint_id,
+        record.workflow_name,
+        sequence,
+        record.previous_checkpoint_id,
+        record.graph_signature_hash,
+        record.digest,
+        record.body,
+        1 if record.nested else 0,
+        record.container_id,
+        record.root_id,
+        record.position,
+    )
+
+
+def remove(connection: sqlite3.Connection, abandon: threading.Event, checkpoint_id: CheckpointID) -> bool:
+    """Delete a top-level checkpoint and its nested records; refuse a nested one."""
+    with immediate_transaction(connection, abandon):
+        row = connection.execute(schema.SELECT_CONTAINER, (checkpoint_id,)).fetchone()
+        if row is None:
+            return False
+        if row[0] is not None:
+            raise NestedCheckpointDeletionError(checkpoint_id, str(row[0]))
+        connection.execute(schema.DELETE_FAMILY, (checkpoint_id, checkpoint_id))
+    return True
+
+
+def overwrite_body(
+    connection: sqlite3.Connection,
+    abandon: threading.Event,
+    checkpoint_id: CheckpointID,
+    body: bytes,
+    digest: str,
+) -> bool:
+    with immediate_transaction(connection, abandon):
+        cursor = connection.execute(schema.UPDATE_BODY, (body, digest, checkpoint_id))
+    return cursor.rowcount > 0
+
+
+def prune(
+    connection: sqlite3.Connection, abandon: threading.Event, workflow_name: str, keep_last: int
+) -> int:
+    """Delete all but the newest ``keep_last`` top-level checkpoints, leaving tombstones."""
+    with immediate_transaction(connection, abandon):
+        doomed = [str(row[0]) for row in connection.execute(schema.SELECT_PRUNED, (workflow_name, keep_last))]
+        connection.executemany(
+            schema.TOMBSTONE_FAMILY, [(workflow_name, doomed_id, doomed_id) for doomed_id in doomed]
+        )
+        connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
+    return len(doomed)
+
+
+def delete_workflow(connection: sqlite3.Connection, abandon: threading.Event, workflow_name: str) -> int:
+    with immediate_transaction(connection, abandon):
+        doomed = [str(row[0]) for row in connection.execute(schema.SELECT_TOP_IDS, (workflow_name,))]
+        connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
+        connection.execute(schema.DELETE_TOMBSTONES, (workflow_name,))
+    return len(doomed)

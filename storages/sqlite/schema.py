@@ -1,0 +1,253 @@
+"""The SQLite file's schema (versioned migrations) and every statement the storage runs.
+
+Indexes, each justified by the statements that use it (every other index would only slow saves):
+
+* ``checkpoint_id`` primary key: load, raw get, info, the save's "is this id stored" probe,
+  delete, the ancestry walk's recursive step, the nested-bodies join.
+* ``checkpoints_by_sequence (workflow_name, sequence)``, unique: the listings that include nested
+  records (``ORDER BY sequence`` without a sort), and the guarantee that two rows of one workflow
+  never share a sequence.
+* ``checkpoints_top_by_sequence (workflow_name, nested, sequence)``: latest, list, list ids, prune
+  and the fenced save's latest probe (top-level rows only, newest first, one index step).
+* ``checkpoints_top_by_signature (workflow_name, nested, graph_signature_hash, sequence)``: the
+  same with a signature filter (MAF restores and ``get_latest(graph_signature_hash=...)``).
+* ``checkpoints_by_container (container_id, position)``, nested rows only: the children of one
+  checkpoint, in order.
+* ``checkpoints_by_root (root_id)``, nested rows only: deleting or pruning a family, reading a
+  family's nested bodies. Both are partial (``IS NOT NULL``), so a top-level save, the common
+  case, does not touch them; ``container_id = ?`` and ``root_id = ?`` imply the condition, so
+  SQLite still uses them for those lookups.
+* ``tombstones`` primary key and ``tombstones_by_workflow``: the walk's "pruned, not missing" test
+  and delete_workflow.
+
+A top-level save's cost is the primary key plus three secondary indexes and the workflows row:
+bench/run.py measures it next to a raw single INSERT into a table with only a primary key.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: per-workflow sequence counters and the checkpoints they order.
+    (
+        """
+        CREATE TABLE workflows (
+            name TEXT PRIMARY KEY NOT NULL,
+            next_sequence INTEGER NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE checkpoints (
+            checkpoint_id TEXT PRIMARY KEY NOT NULL,
+            workflow_name TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            previous_checkpoint_id TEXT,
+            graph_signature_hash TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            body BLOB NOT NULL
+        )
+        """,
+        "CREATE UNIQUE INDEX checkpoints_by_sequence ON checkpoints (workflow_name, sequence)",
+        """
+        CREATE INDEX checkpoints_by_signature
+            ON checkpoints (workflow_name, graph_signature_hash, sequence)
+        """,
+    ),
+    # 2: nested records, tombstones of pruned records, top-level-only indexes.
+    (
+        "ALTER TABLE checkpoints ADD COLUMN nested INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE checkpoints ADD COLUMN container_id TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN root_id TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN position INTEGER NOT NULL DEFAULT 0",
+        "DROP INDEX checkpoints_by_signature",
+        "CREATE INDEX checkpoints_top_by_sequence ON checkpoints (workflow_name, nested, sequence)",
+        """
+        CREATE INDEX checkpoints_top_by_signature
+            ON checkpoints (workflow_name, nested, graph_signature_hash, sequence)
+        """,
+        "CREATE INDEX checkpoints_by_container ON checkpoints (container_id, position)",
+        "CREATE INDEX checkpoints_by_root ON checkpoints (root_id)",
+        """
+        CREATE TABLE tombstones (
+            checkpoint_id TEXT PRIMARY KEY NOT NULL,
+            workflow_name TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX tombstones_by_workflow ON tombstones (workflow_name)",
+    ),
+    # 3: the nested-record indexes hold nested rows only, so a top-level save skips both.
+    (
+        "DROP INDEX checkpoints_by_container",
+        "DROP INDEX checkpoints_by_root",
+        """
+        CREATE INDEX checkpoints_by_container ON checkpoints (container_id, position)
+            WHERE container_id IS NOT NULL
+        """,
+        "CREATE INDEX checkpoints_by_root ON checkpoints (root_id) WHERE root_id IS NOT NULL",
+    ),
+)
+"""Schema migrations, applied in order; step ``n`` (1-based) brings the file to version ``n``.
+Append new steps, never edit old ones: files in the field are at every earlier version."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this code writes and reads."""
+
+SCHEMA_TABLES = ("workflows", "checkpoints", "checkpoints_by_sequence", "checkpoints_by_signature")
+
+CREATE_SCHEMA_VERSION = """
+    CREATE TABLE IF NOT EXISTS schema_version (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        version INTEGER NOT NULL
+    )
+"""
+SELECT_SCHEMA_VERSION = """
+    SELECT
+        EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'),
+        (SELECT group_concat(name) FROM sqlite_master WHERE name IN (?, ?, ?, ?))
+"""
+RECORD_SCHEMA_VERSION = """
+    INSERT INTO schema_version (singleton, version) VALUES (1, ?)
+    ON CONFLICT (singleton) DO UPDATE SET version = excluded.version
+"""
+
+# One query tells an insert whether the id exists and, if not, which sequence it gets.
+SELECT_DIGEST_AND_NEXT_SEQUENCE = """
+    SELECT
+        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
+        (SELECT next_sequence FROM workflows WHERE name = ?)
+"""
+# A fenced insert also reads the workflow's latest top-level id, in the same transaction.
+SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = """
+    SELECT
+        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
+        (SELECT next_sequence FROM workflows WHERE name = ?),
+        (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0
+            ORDER BY sequence DESC LIMIT 1)
+"""
+SELECT_NEXT_SEQUENCE = "SELECT next_sequence FROM workflows WHERE name = ?"
+INSERT_CHECKPOINT = """
+    INSERT INTO checkpoints (
+        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
+        nested, container_id, root_id, position
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+ADVANCE_SEQUENCE = """
+    INSERT INTO workflows (name, next_sequence) VALUES (?, ?)
+    ON CONFLICT (name) DO UPDATE SET next_sequence = excluded.next_sequence
+"""
+# Reads select the body with the index entry it is checked against (_stored() reads the row).
+SELECT_BODY = "SELECT body FROM checkpoints WHERE checkpoint_id = ?"
+SELECT_RECORD = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
+    FROM checkpoints WHERE checkpoint_id = ?
+"""
+SELECT_LATEST = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0
+    ORDER BY sequence DESC LIMIT 1
+"""
+SELECT_LATEST_WITH_SIGNATURE = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
+    ORDER BY sequence DESC LIMIT 1
+"""
+SELECT_BODIES = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
+    FROM checkpoints WHERE workflow_name = ? AND nested = 0 ORDER BY sequence
+"""
+SELECT_BODIES_WITH_SIGNATURE = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+SELECT_ALL_BODIES = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
+    FROM checkpoints WHERE workflow_name = ? ORDER BY sequence
+"""
+SELECT_ALL_BODIES_WITH_SIGNATURE = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
+    WHERE workflow_name = ? AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+SELECT_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0 ORDER BY sequence"
+SELECT_IDS_WITH_SIGNATURE = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+SELECT_ALL_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? ORDER BY sequence"
+SELECT_ALL_IDS_WITH_SIGNATURE = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND graph_signature_hash = ?
+    ORDER BY sequence
+"""
+SELECT_CONTAINER = "SELECT container_id FROM checkpoints WHERE checkpoint_id = ?"
+# The workflow row is kept: its counter must outlive its checkpoints.
+DELETE_FAMILY = "DELETE FROM checkpoints WHERE checkpoint_id = ? OR root_id = ?"
+UPDATE_BODY = "UPDATE checkpoints SET body = ?, digest = ? WHERE checkpoint_id = ?"
+SELECT_WORKFLOW_NAMES = "SELECT DISTINCT workflow_name FROM checkpoints WHERE nested = 0"
+# Nested rows of the given containers, at any depth: everything saved with the same root.
+SELECT_NESTED_BODIES = """
+    SELECT nested.checkpoint_id, nested.body
+    FROM checkpoints AS container
+    JOIN checkpoints AS nested ON nested.root_id = coalesce(container.root_id, container.checkpoint_id)
+    WHERE container.checkpoint_id IN (SELECT value FROM json_each(?))
+"""
+SELECT_CHILDREN = """
+    SELECT
+        EXISTS (SELECT 1 FROM checkpoints WHERE checkpoint_id = :id),
+        (SELECT json_group_array(checkpoint_id) FROM (
+            SELECT checkpoint_id FROM checkpoints WHERE container_id = :id ORDER BY position
+        ))
+"""
+# UNION drops a repeated (id, previous) row, which ends the recursion on a cycle.
+WALK = """
+    WITH RECURSIVE walk (checkpoint_id, previous_checkpoint_id) AS (
+        SELECT checkpoint_id, previous_checkpoint_id FROM checkpoints WHERE checkpoint_id = :start
+        UNION
+        SELECT c.checkpoint_id, c.previous_checkpoint_id
+        FROM walk JOIN checkpoints AS c ON c.checkpoint_id = walk.previous_checkpoint_id
+        LIMIT :max_depth
+    )
+"""
+# Both walks are constant SQL: the CTE is shared text, not input.
+WALK_IDS = (
+    WALK  # noqa: S608
+    + """
+    SELECT walk.checkpoint_id, walk.previous_checkpoint_id,
+        EXISTS (SELECT 1 FROM tombstones WHERE checkpoint_id = walk.previous_checkpoint_id)
+    FROM walk
+"""
+)
+WALK_WITH_BODIES = (
+    WALK  # noqa: S608
+    + """
+    SELECT walk.checkpoint_id, walk.previous_checkpoint_id,
+        EXISTS (SELECT 1 FROM tombstones WHERE checkpoint_id = walk.previous_checkpoint_id), c.body, 1
+    FROM walk JOIN checkpoints AS c ON c.checkpoint_id = walk.checkpoint_id
+    UNION ALL
+    SELECT nested.checkpoint_id, NULL, 0, nested.body, 0
+    FROM walk
+    JOIN checkpoints AS c ON c.checkpoint_id = walk.checkpoint_id
+    JOIN checkpoints AS nested ON nested.root_id = coalesce(c.root_id, c.checkpoint_id)
+"""
+)
+SELECT_PRUNED = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0
+    ORDER BY sequence DESC LIMIT -1 OFFSET ?
+"""
+TOMBSTONE_FAMILY = """
+    INSERT OR IGNORE INTO tombstones (checkpoint_id, workflow_name)
+    SELECT checkpoint_id, ? FROM checkpoints WHERE checkpoint_id = ? OR root_id = ?
+"""
+SELECT_TOP_IDS = "SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0"
+DELETE_TOMBSTONES = "DELETE FROM tombstones WHERE workflow_name = ?"
+SELECT_ALL_INFO = """
+    SELECT checkpoint_id, workflow_name, previous_checkpoint_id, graph_signature_hash, container_id,
+        sequence, length(body)
+    FROM checkpoints
+"""
+SELECT_INFO = SELECT_ALL_INFO + " WHERE checkpoint_id = ?"
+SELECT_WORKFLOW_INFO = SELECT_ALL_INFO + " WHERE workflow_name = ?"
+SELECT_TOMBSTONES = "SELECT checkpoint_id FROM tombstones"
+SELECT_WORKFLOW_TOMBSTONES = "SELECT checkpoint_id FROM tombstones WHERE workflow_name = ?"

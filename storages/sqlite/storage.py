@@ -1,0 +1,319 @@
+"""SQLiteCheckpointStorage: the primitives of BaseCheckpointStorage over one SQLite file.
+
+Nested records are rows of the same table with ``container_id`` (the checkpoint whose body refers
+to them) and ``root_id`` (the top-level checkpoint they were saved with); a save inserts the whole
+family in its one transaction, and a delete removes every row whose root is the deleted id.
+Listing and latest read top-level rows only, through indexes that lead with ``nested``.
+
+The ancestry walk is one recursive CTE over the ``checkpoint_id`` primary key. It uses ``UNION``
+(not ``UNION ALL``) on (id, previous id) rows, so a cycle produces a repeated row that SQLite
+drops and the recursion ends by itself; ``LIMIT`` caps it at ``max_depth`` rows. The same
+statement returns the bodies of the walked rows and their nested rows, and whether a missing
+previous id is a tombstone: one round trip whatever the depth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from typing_extensions import Self
+
+from ..base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
+from ..codec import CheckpointCodec, TypeRef
+from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..integrity import IntegrityKeyInput
+from . import commit, schema
+from .client import SQLiteClient
+from .config import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    DEFAULT_SYNCHRONOUS,
+    URL_PREFIX,
+    Synchronous,
+    busy_timeout_from_url,
+    checked_busy_timeout,
+    checked_path,
+    checked_synchronous,
+    path_from_url,
+    synchronous_from_url,
+    url_options,
+)
+
+
+class SQLiteCheckpointStorage(BaseCheckpointStorage):
+    """Checkpoints in a SQLite file. Handles on one file, in any process, share one store.
+
+    Args:
+        path: the file (created with its directory if missing).
+        busy_timeout_ms: how long a write waits for another connection's write lock.
+        synchronous: ``"full"`` (default: every acknowledged save survives a power cut) or
+            ``"normal"`` (faster commits; a power cut or OS crash may roll back the newest
+            acknowledged saves, each whole; see ``storages.sqlite.config.SYNCHRONOUS_MODES``).
+
+    One handle per process and file is the advice bench/run.py's concurrent-writers section
+    supports: tasks sharing a handle queue their transactions on its one thread, while separate
+    handles contend for the file's write lock through the busy handler's sleeps.
+    """
+
+    capabilities = frozenset(
+        {
+            Capability.SIGNATURE_FILTER,
+            Capability.ANCESTRY,
+            Capability.NESTED,
+            Capability.PRUNE,
+            Capability.LIST_WORKFLOWS,
+            Capability.RAW_ACCESS,
+            Capability.INSPECT,
+            Capability.PENDING_WRITES,
+            Capability.SHARED,
+            Capability.DURABLE,
+            Capability.FENCING,
+        }
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        codec: CheckpointCodec | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        synchronous: Synchronous = DEFAULT_SYNCHRONOUS,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
+    ) -> None:
+        super().__init__(
+            codec=codec,
+            allowed_checkpoint_types=allowed_checkpoint_types,
+            allowed_modules=allowed_modules,
+            integrity_key=integrity_key,
+        )
+        # Resolved now, so a later chdir changes neither this handle nor its new_handle()s.
+        self._path = checked_path(path)
+        self._busy_timeout_ms = checked_busy_timeout(busy_timeout_ms)
+        self._synchronous = checked_synchronous(synchronous)
+        self._client = SQLiteClient(
+            self._path,
+            busy_timeout_ms=self._busy_timeout_ms,
+            synchronous=self._synchronous,
+            describe=self.describe(),
+        )
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        codec: CheckpointCodec | None = None,
+        busy_timeout_ms: int | None = None,
+        synchronous: Synchronous | None = None,
+    ) -> Self:
+        """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``, optionally with
+        ``?busy_timeout_ms=...`` and ``?synchronous=normal``; a keyword wins over the URL."""
+        options = url_options(url)
+        from ..urls import allowance_options
+
+        return cls(
+            path_from_url(url),
+            codec=codec,
+            busy_timeout_ms=busy_timeout_from_url(url, options)
+            if busy_timeout_ms is None
+            else busy_timeout_ms,
+            synchronous=synchronous_from_url(url, options) if synchronous is None else synchronous,
+            **allowance_options(options),
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def busy_timeout_ms(self) -> int:
+        return self._busy_timeout_ms
+
+    @property
+    def synchronous(self) -> Synchronous:
+        return self._synchronous
+
+    def describe(self) -> str:
+        return URL_PREFIX + "/" + self._path.as_posix()
+
+    def new_handle(self) -> Self:
+        return type(self)(
+            self._path,
+            codec=self._codec,
+            busy_timeout_ms=self._busy_timeout_ms,
+            synchronous=self._synchronous,
+        )
+
+    @property
+    def _connection(self) -> aiosqlite.Connection | None:
+        return self._client.connection
+
+    @property
+    def _release_at_exit(self) -> Any:
+        return self._client.release_at_exit
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _open(self) -> None:
+        await self._client.open(self)
+
+    async def _follow_loop(self) -> None:
+        # The connection's thread answers each call on the loop that made it: nothing to move.
+        return None
+
+    async def _close(self) -> None:
+        await self._client.close()
+
+    # ------------------------------------------------------------------ primitives
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        return await self._insert_family((record,))
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        return await self._client.save(records)
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        return await self._client.run("save", commit.insert_fenced, records, expected_latest_id)
+
+    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+        rows = await self._client.fetchall("load", schema.SELECT_BODY, (checkpoint_id,))
+        return bytes(rows[0][0]) if rows else None
+
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        rows = await self._client.fetchall("load", schema.SELECT_RECORD, (checkpoint_id,))
+        return _stored(rows[0]) if rows else None
+
+    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        ids = json.dumps(list(dict.fromkeys(checkpoint_ids)))
+        rows = await self._client.fetchall("load", schema.SELECT_NESTED_BODIES, (ids,))
+        return {str(row[0]): bytes(row[1]) for row in rows}
+
+    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        query, parameters = _query_for(
+            schema.SELECT_LATEST, schema.SELECT_LATEST_WITH_SIGNATURE, workflow_name, graph_signature_hash
+        )
+        rows = await self._client.fetchall("get_latest", query, parameters)
+        return _stored(rows[0]) if rows else None
+
+    async def _list(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        unfiltered, by_signature = (
+            (schema.SELECT_ALL_BODIES, schema.SELECT_ALL_BODIES_WITH_SIGNATURE)
+            if include_nested
+            else (schema.SELECT_BODIES, schema.SELECT_BODIES_WITH_SIGNATURE)
+        )
+        query, parameters = _query_for(unfiltered, by_signature, workflow_name, graph_signature_hash)
+        rows = await self._client.fetchall("list_checkpoints", query, parameters)
+        return [_stored(row) for row in rows]
+
+    async def _list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        unfiltered, by_signature = (
+            (schema.SELECT_ALL_IDS, schema.SELECT_ALL_IDS_WITH_SIGNATURE)
+            if include_nested
+            else (schema.SELECT_IDS, schema.SELECT_IDS_WITH_SIGNATURE)
+        )
+        query, parameters = _query_for(unfiltered, by_signature, workflow_name, graph_signature_hash)
+        rows = await self._client.fetchall("list_checkpoint_ids", query, parameters)
+        return [str(row[0]) for row in rows]
+
+    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        return await self._client.run("delete", commit.remove, checkpoint_id)
+
+    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        return await self._client.run("write_raw_body", commit.overwrite_body, checkpoint_id, body, digest)
+
+    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        parameters = {"start": checkpoint_id, "max_depth": max_depth}
+        query = schema.WALK_WITH_BODIES if with_bodies else schema.WALK_IDS
+        rows = await self._client.fetchall("walk_ancestry", query, parameters)
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        for row in rows:
+            row_id = str(row[0])
+            if with_bodies:
+                bodies[row_id] = bytes(row[3])
+                if not row[4]:
+                    continue  # a row nested in a walked one: its body only
+            previous = None if row[1] is None else str(row[1])
+            links[row_id] = previous
+            if row[2] and previous is not None:
+                tombstones.add(previous)
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        rows = await self._client.fetchall("list_nested", schema.SELECT_CHILDREN, {"id": checkpoint_id})
+        exists, children = rows[0]
+        if not exists:
+            return None
+        return [str(child) for child in json.loads(children)]
+
+    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+        return await self._client.run("prune", commit.prune, workflow_name, keep_last)
+
+    async def _delete_workflow(self, workflow_name: str) -> int:
+        return await self._client.run("delete_workflow", commit.delete_workflow, workflow_name)
+
+    async def _workflow_names(self) -> list[str]:
+        rows = await self._client.fetchall("list_workflows", schema.SELECT_WORKFLOW_NAMES)
+        return [str(row[0]) for row in rows]
+
+    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        rows = await self._client.fetchall("checkpoint_info", schema.SELECT_INFO, (checkpoint_id,))
+        return _info(rows[0]) if rows else None
+
+    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        if workflow_name is None:
+            rows = await self._client.fetchall("list_records", schema.SELECT_ALL_INFO)
+        else:
+            rows = await self._client.fetchall("list_records", schema.SELECT_WORKFLOW_INFO, (workflow_name,))
+        return [_info(row) for row in rows]
+
+    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        if workflow_name is None:
+            rows = await self._client.fetchall("list_tombstones", schema.SELECT_TOMBSTONES)
+        else:
+            rows = await self._client.fetchall(
+                "list_tombstones", schema.SELECT_WORKFLOW_TOMBSTONES, (workflow_name,)
+            )
+        return [str(row[0]) for row in rows]
+
+
+def _info(row: Iterable[object]) -> CheckpointInfo:
+    checkpoint_id, workflow_name, previous_id, signature, container_id, sequence, size = row
+    return CheckpointInfo(
+        checkpoint_id=str(checkpoint_id),
+        workflow_name=str(workflow_name),
+        previous_checkpoint_id=None if previous_id is None else str(previous_id),
+        graph_signature_hash=str(signature),
+        container_id=None if container_id is None else str(container_id),
+        sequence=int(str(sequence)),
+        size=int(str(size)),
+    )
+
+
+def _query_for(
+    unfiltered: str, by_signature: str, workflow_name: str, graph_signature_hash: str | None
+) -> tuple[str, tuple[str, ...]]:
+    if graph_signature_hash is None:
+        return unfiltered, (workflow_name,)
+    return by_signature, (workflow_name, graph_signature_hash)
+
+
+def _stored(row: Sequence[object]) -> StoredBody:
+    """A row of checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash."""
+    checkpoint_id, body, workflow_name, previous_id, signature = row
+    entry = IndexEntry(str(workflow_name), None if previous_id is None else str(previous_id), str(signature))
+    assert isinstance(body, bytes)
+    return StoredBody(str(checkpoint_id), body, entry=entry)

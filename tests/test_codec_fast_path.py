@@ -1,0 +1,146 @@
+"""The native encoder writes exactly what the exact walk writes, and falls back where it must.
+
+The codec packs with ormsgpack first and redoes with the Python walk what ormsgpack cannot write
+faithfully (storages/codec/packing.py). These tests prove the two are one format: byte-identical
+payloads wherever both accept a value, the committed bodies of format version 1 still read, and
+every fall-back case keeps its fidelity guarantee.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storages.codec import CheckpointCodec
+from storages.codec.packing import NeedsExactPath
+from storages.contract import WorkflowCheckpoint
+from storages.errors import UnserializableValueError
+from tests.test_codec_properties import checkpoints, values
+
+DATA = Path(__file__).parent / "data"
+# Bodies written by the codec before the native encoder existed (format version 1):
+# codec-format-v1.body holds an int beyond 64 bits (so it was written by the boxing walk),
+# codec-format-v1-plain.body the same content without it.
+COMMITTED_V1_BODIES = ("codec-format-v1.body", "codec-format-v1-plain.body")
+
+
+@pytest.mark.parametrize("name", COMMITTED_V1_BODIES)
+def test_committed_format_v1_bodies_decode_and_reencode_to_the_same_bytes(name: str) -> None:
+    body = (DATA / name).read_bytes()
+    assert body[2] == 1  # the header's format version
+    codec = CheckpointCodec()
+    checkpoint = codec.decode_checkpoint(body, checkpoint_id=name)
+    state = checkpoint.state
+    assert state["tuple"] == (1, "two", (3.0,))
+    assert type(state["set"]) is set
+    assert type(state["frozen"]) is frozenset
+    assert state["int_keys"] == {1: "one", 2: "two"}
+    assert state["tuple_keys"] == {(1, 2): "pair", None: "none"}
+    assert str(state["aware"].tzinfo) == "Europe/Paris"
+    assert state["offset"].utcoffset() == dt.timedelta(hours=5, minutes=30)
+    assert type(state["bytearray"]) is bytearray
+    assert isinstance(state["nested"], WorkflowCheckpoint)
+    assert state["nested"].state == {"k": (1, 2)}
+    assert ("big" in state) == (name == "codec-format-v1.body")
+    assert codec.encode_checkpoint(checkpoint) == body
+
+
+def _both_payloads(codec: CheckpointCodec, checkpoint: Any) -> tuple[bytes | None, bytes]:
+    plain = codec._checkpoint_plain(checkpoint, "native")
+    try:
+        native: bytes | None = codec._native.pack_payload(plain)
+    except NeedsExactPath:
+        native = None
+    try:
+        exact = codec._exact.pack(plain)
+    except OverflowError:
+        exact = codec._boxing_packer().pack(plain)
+    return native, exact
+
+
+@settings(max_examples=300, deadline=None)
+@given(checkpoints(WorkflowCheckpoint))
+def test_the_native_payload_is_byte_identical_to_the_exact_walk(checkpoint: Any) -> None:
+    native, exact = _both_payloads(CheckpointCodec(), checkpoint)
+    if native is not None:
+        assert native == exact
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(), values, max_size=6))
+def test_json_like_state_takes_the_native_path_unless_it_holds_what_it_cannot_write(state: Any) -> None:
+    codec = CheckpointCodec()
+    checkpoint = WorkflowCheckpoint("wf", "sig", state=state)
+    native, exact = _both_payloads(codec, checkpoint)
+    assert native is None or native == exact
+    assert codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x") == checkpoint
+
+
+def test_the_benchmark_shape_takes_the_native_path() -> None:
+    from bench.workload import template
+
+    codec = CheckpointCodec()
+    native, exact = _both_payloads(codec, template(WorkflowCheckpoint))
+    assert native is not None, "the benchmark checkpoint fell back to the exact walk"
+    assert native == exact
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ({1: "int key"}, "ormsgpack refuses non-str keys"),
+        ({"big": 2**70}, "ints beyond 64 bits"),
+        ({"b": bytearray(b"x")}, "bytearray would be written as bin"),
+        ({"b": b"\xc4 plain bytes"}, "any bin forces the exact walk"),
+    ],
+)
+def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: Any, why: str) -> None:
+    codec = CheckpointCodec()
+    checkpoint = WorkflowCheckpoint("wf", "sig", state=value)
+    native, _ = _both_payloads(codec, checkpoint)
+    assert native is None, why
+    decoded = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
+    assert decoded.state == value
+    assert [type(item) for item in decoded.state.values()] == [type(item) for item in value.values()]
+
+
+def test_a_memoryview_is_refused_as_before_not_written_as_bytes() -> None:
+    checkpoint = WorkflowCheckpoint("wf", "sig", state={"view": memoryview(b"abc")})
+    with pytest.raises(UnserializableValueError, match="memoryview") as caught:
+        CheckpointCodec().encode_checkpoint(checkpoint)
+    assert "state['view']" in str(caught.value)
+
+
+def test_a_refusal_inside_the_native_walk_names_its_path_as_the_exact_walk_does() -> None:
+    class NotAllowed:
+        pass
+
+    checkpoint = WorkflowCheckpoint("wf", "sig", state={"deep": [(1, NotAllowed())]})
+    with pytest.raises(UnserializableValueError) as caught:
+        CheckpointCodec().encode_checkpoint(checkpoint)
+    assert "state['deep'][0][1]" in str(caught.value)
+
+
+def test_remembered_datetimes_keep_their_zone_and_fold() -> None:
+    from zoneinfo import ZoneInfo
+
+    codec = CheckpointCodec()
+    utc = dt.datetime(2025, 10, 26, 0, 30, tzinfo=dt.timezone.utc)
+    same_instant = [
+        utc,
+        utc.astimezone(dt.timezone(dt.timedelta(hours=2))),
+        utc.astimezone(ZoneInfo("Europe/Paris")),
+        dt.datetime(2025, 10, 26, 2, 30, fold=1, tzinfo=ZoneInfo("Europe/Paris")),
+    ]
+    for _ in range(2):  # the second round reads what the first remembered
+        checkpoint = WorkflowCheckpoint("wf", "sig", state={"times": same_instant})
+        decoded = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
+        times = decoded.state["times"]
+        assert [str(value.tzinfo) for value in times] == [str(value.tzinfo) for value in same_instant]
+        assert [value.fold for value in times] == [value.fold for value in same_instant]
+        assert [value.isoformat() for value in times] == [value.isoformat() for value in same_instant]
