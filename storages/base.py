@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import hashlib
 import hmac
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -59,6 +58,7 @@ from .integrity import (
     anchor_token,
     as_provider,
     is_sealed,
+    open_sealed,
     read_anchor,
     record_mac,
     seal_header,
@@ -210,7 +210,7 @@ class BaseCheckpointStorage(abc.ABC):
         self._loop: asyncio.AbstractEventLoop | None = None
         """The event loop the backend's loop-bound resources belong to (None before opening)."""
         self._integrity: IntegrityKeyProvider | None = None
-        self._chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]] = OrderedDict()
+        self._chain_macs: dict[CheckpointID, tuple[bytes, int]] = {}
         """id -> (MAC, chain height) of records this handle signed or verified."""
         if integrity_key is not None:
             self._integrity = as_provider(integrity_key)
@@ -806,7 +806,7 @@ class BaseCheckpointStorage(abc.ABC):
                     previous_checkpoint_id=nested.previous_checkpoint_id,
                     graph_signature_hash=nested.graph_signature_hash,
                     body=node.body,
-                    digest=body_digest(node.body),
+                    digest=self._plain_digest(node.body),
                     container_id=node.container_id,
                     root_id=top_id if position else None,
                     position=position,
@@ -824,7 +824,7 @@ class BaseCheckpointStorage(abc.ABC):
             previous_checkpoint_id=checkpoint.previous_checkpoint_id,
             graph_signature_hash=checkpoint.graph_signature_hash,
             body=body,
-            digest=body_digest(body),
+            digest=self._plain_digest(body),
         )
 
     def _check_fields(self, checkpoint: Any, *, embedded_in: CheckpointID | None = None) -> None:
@@ -975,6 +975,11 @@ class BaseCheckpointStorage(abc.ABC):
         stored, seal = self._opened_body(StoredBody(checkpoint_id, raw))
         return seal, stored.body
 
+    def _plain_digest(self, body: bytes) -> str:
+        """A new record's digest: a keyed save replaces it with one taken from the MAC
+        (sealed_digest), so hashing the body here would be work thrown away."""
+        return body_digest(body) if self._integrity is None else ""
+
     def _required_integrity(self, operation: str) -> IntegrityKeyProvider:
         if self._integrity is None:
             raise StorageConfigurationError(
@@ -1036,7 +1041,7 @@ class BaseCheckpointStorage(abc.ABC):
                     workflow_name=record.workflow_name,
                     previous_checkpoint_id=record.previous_checkpoint_id,
                     graph_signature_hash=record.graph_signature_hash,
-                    body=header + mac + record.body,
+                    body=b"".join((header, mac, record.body)),
                     digest=sealed_digest(mac),
                     container_id=record.container_id,
                     root_id=record.root_id,
@@ -1053,16 +1058,17 @@ class BaseCheckpointStorage(abc.ABC):
     def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
         macs = self._chain_macs
         macs[checkpoint_id] = (mac, height)
-        macs.move_to_end(checkpoint_id)
         if len(macs) > _LINK_CACHE_SIZE:
-            macs.popitem(last=False)
+            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
         """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
         provider = self._integrity
         assert provider is not None
         checkpoint_id = stored.checkpoint_id
-        nested = None if stored.nested is None else self._opened_bodies(stored.nested)
+        nested = stored.nested
+        if nested:
+            nested = self._opened_bodies(nested)
         raw = stored.body
         if not is_sealed(raw):
             if accepts_unsigned(provider):
@@ -1073,23 +1079,9 @@ class BaseCheckpointStorage(abc.ABC):
                 "it has no seal, and this storage reads only signed records (accept_unsigned=True "
                 "on IntegrityKeys is the migration mode for bodies written before the key)",
             )
-        seal, parts = split_sealed(checkpoint_id, raw)
-        key = self._verifying_key(seal.key_id)
-        if key is None:
-            raise CheckpointTamperedError(
-                checkpoint_id,
-                TamperKind.UNKNOWN_KEY,
-                f"it is signed with key id {seal.key_id!r}, for which this storage has no verifying key",
-            )
-        expected = self._integrity_mac(key, checkpoint_id, parts.header, parts.body)
-        if not hmac.compare_digest(expected, seal.mac):
-            raise CheckpointTamperedError(
-                checkpoint_id,
-                TamperKind.MAC_MISMATCH,
-                "its body, its seal or the id it is stored under is not what was signed",
-            )
+        seal, body = open_sealed(checkpoint_id, raw, self._verifying_key, self._integrity_mac)
         self._remember(checkpoint_id, seal.mac, seal.height)
-        return StoredBody(checkpoint_id, parts.body, nested, stored.entry), seal
+        return StoredBody(checkpoint_id, body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
         return {
