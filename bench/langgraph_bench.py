@@ -1,15 +1,20 @@
 """The same LangGraph workload through StorageSaver and through LangGraph's own savers.
 
-``python -m bench.langgraph_bench [--quick] [--json PATH]``: a parent graph that loops a
-subgraph for a number of supersteps (each superstep saves a parent and subgraph checkpoints and
-their pending writes), invoked on a fresh thread per run. Pairs, measured interleaved in one
-process so machine noise hits both sides alike:
+``python -m bench.langgraph_bench [--quick] [--json PATH] [--markdown PATH]``: the workload of
+bench/langgraph_workload.py (a parent graph looping a subgraph; each superstep saves parent and
+subgraph checkpoints and their pending writes). Pairs, measured interleaved in one process so
+machine noise hits both sides alike:
 
 * StorageSaver over ``memory://`` vs LangGraph's InMemorySaver;
 * StorageSaver over ``sqlite:///`` vs AsyncSqliteSaver (langgraph-checkpoint-sqlite), each on a
   file of its own in a temporary directory.
 
-The figure is the ratio of medians (ours / theirs): below 1 means StorageSaver is faster.
+Each round runs the real graph once per saver (the whole-run figure) and replays the saver calls
+one run makes once per saver (the per-operation figures: aput, aput_writes, aget_tuple as the run
+calls it, then the thread's latest and its history read back). Every figure is a ratio of
+medians, ours / theirs: below 1 means StorageSaver is faster; the target is at most 1.
+``--markdown PATH`` replaces the section between this bench's markers in PATH (appended if it
+has none), so docs/langgraph.md and docs/benchmarks.md carry the table of the committed command.
 """
 
 from __future__ import annotations
@@ -17,58 +22,50 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import operator
+import os
+import platform
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.graph import END, START, StateGraph
-from typing_extensions import TypedDict
 
+from bench.langgraph_workload import (
+    OPERATIONS,
+    SaverCall,
+    build_loop,
+    record_calls,
+    replay,
+    round_trips,
+    run_graph,
+)
+from bench.measure import _gc_paused
 from storages.langgraph import StorageSaver
 
-
-class LoopState(TypedDict, total=False):
-    count: int
-    limit: int
-    trail: Annotated[list[str], operator.add]
-
-
-def _inner(state: LoopState) -> dict[str, Any]:
-    return {"trail": ["inner"]}
-
-
-def _count(state: LoopState) -> dict[str, Any]:
-    return {"count": state.get("count", 0) + 1}
-
-
-def _again(state: LoopState) -> str:
-    return "work" if state.get("count", 0) < state.get("limit", 1) else END
-
-
-def build_loop(checkpointer: Any) -> Any:
-    """count -> work (a two-node subgraph) -> count ... until ``limit`` supersteps."""
-    sub = StateGraph(LoopState)
-    sub.add_node("inner", _inner)
-    sub.add_edge(START, "inner")
-    sub.add_edge("inner", END)
-    parent = StateGraph(LoopState)
-    parent.add_node("count", _count)
-    parent.add_node("work", sub.compile())
-    parent.add_edge(START, "count")
-    parent.add_conditional_edges("count", _again, ["work", END])
-    parent.add_edge("work", "count")
-    return parent.compile(checkpointer=checkpointer)
-
+TARGET = 1.0
+"""The issue's target for every ratio: StorageSaver at least as fast as the native saver."""
+SECTION_START = "<!-- langgraph-bench:start -->"
+SECTION_END = "<!-- langgraph-bench:end -->"
+GRAPH_RUN = "graph run"
+OPERATION_LABELS = {
+    GRAPH_RUN: "whole graph run (`ainvoke`)",
+    "aput": "`aput`",
+    "aput_writes": "`aput_writes`",
+    "aget_tuple": "`aget_tuple` (the run's own calls: none stored yet)",
+    "aget_tuple_latest": "`aget_tuple` (the thread's latest, with its writes)",
+    "alist": "`alist` (the thread's root history)",
+}
 
 SaverFactory = Callable[[Path], AbstractAsyncContextManager[Any]]
 
@@ -95,6 +92,27 @@ PAIRS: dict[str, tuple[SaverFactory, SaverFactory]] = {
     "sqlite": (lambda d: storage_saver(f"sqlite:///{d}/ours.db"), async_sqlite_saver),
 }
 """Backend -> (StorageSaver over it, LangGraph's own saver for it)."""
+NATIVES = {"memory": "InMemorySaver", "sqlite": "AsyncSqliteSaver"}
+ROUND_TRIP_BACKENDS = frozenset({"sqlite"})
+"""Pairs whose savers both talk to aiosqlite's worker thread, so their round trips are counted."""
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    """One row: ``calls`` per run, and the median per-run seconds of each side."""
+
+    operation: str
+    calls: int
+    ours_seconds: float
+    theirs_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_seconds / self.theirs_seconds
+
+    @property
+    def met(self) -> bool:
+        return self.ratio <= TARGET
 
 
 @dataclass(frozen=True)
@@ -102,40 +120,75 @@ class PairResult:
     backend: str
     supersteps: int
     runs: int
-    ours_ms: float
-    theirs_ms: float
+    operations: list[OperationResult]
+    samples: dict[str, dict[str, list[float]]] = field(repr=False)
+    """operation -> side ("ours", "theirs") -> per-run seconds, every sample."""
+    round_trips: dict[str, dict[str, float]] | None = None
+    """side -> operation -> aiosqlite worker round trips per call (SQLite pairs only)."""
+
+    def operation(self, name: str) -> OperationResult:
+        return next(result for result in self.operations if result.operation == name)
 
     @property
     def ratio(self) -> float:
-        return self.ours_ms / self.theirs_ms
+        """The whole-run ratio."""
+        return self.operation(GRAPH_RUN).ratio
+
+    @property
+    def ours_ms(self) -> float:
+        return self.operation(GRAPH_RUN).ours_seconds * 1e3
+
+    @property
+    def theirs_ms(self) -> float:
+        return self.operation(GRAPH_RUN).theirs_seconds * 1e3
 
 
-async def run_once(graph: Any, supersteps: int) -> float:
-    config = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex}"}}
-    started = time.perf_counter()
-    final = await graph.ainvoke({"count": 0, "limit": supersteps, "trail": []}, config)
-    elapsed = time.perf_counter() - started
-    if final["count"] != supersteps:
-        raise RuntimeError(f"the loop ran {final['count']} supersteps, not {supersteps}")
-    return elapsed
+async def _round(
+    index: int, sides: dict[str, tuple[Any, Any]], calls: list[SaverCall], supersteps: int, samples: Any
+) -> None:
+    # Alternate which side goes first so drift hits both alike; the collector runs between
+    # timed parts, never inside one.
+    order = list(sides.items()) if index % 2 == 0 else list(sides.items())[::-1]
+    for side, (_, graph) in order:
+        with _gc_paused():
+            samples[GRAPH_RUN][side].append(await run_graph(graph, supersteps))
+    for side, (saver, _) in order[::-1]:
+        with _gc_paused():
+            replayed = await replay(saver, calls)
+        for operation in OPERATIONS:
+            samples[operation][side].append(replayed.seconds[operation])
 
 
 async def measure_pair(backend: str, *, supersteps: int, runs: int, directory: Path) -> PairResult:
     ours_factory, theirs_factory = PAIRS[backend]
-    ours_times: list[float] = []
-    theirs_times: list[float] = []
+    calls = await record_calls(supersteps)
+    counts = {operation: sum(call.operation == operation for call in calls) for operation in OPERATIONS}
+    counts.update({GRAPH_RUN: 1, "aget_tuple_latest": 1, "alist": 1})
+    samples: dict[str, dict[str, list[float]]] = {
+        operation: {"ours": [], "theirs": []} for operation in (GRAPH_RUN, *OPERATIONS)
+    }
     async with ours_factory(directory) as ours, theirs_factory(directory) as theirs:
-        ours_graph, theirs_graph = build_loop(ours), build_loop(theirs)
-        for graph in (ours_graph, theirs_graph):  # warm up: schema creation, first connection
-            await run_once(graph, supersteps)
+        sides = {"ours": (ours, build_loop(ours)), "theirs": (theirs, build_loop(theirs))}
+        for saver, graph in sides.values():  # warm up: schema creation, first connection
+            await run_graph(graph, supersteps)
+            await replay(saver, calls)
         for index in range(runs):
-            # Alternate which side goes first so drift hits both alike.
-            order = ((ours_graph, ours_times), (theirs_graph, theirs_times))
-            for graph, times in order if index % 2 == 0 else order[::-1]:
-                times.append(await run_once(graph, supersteps))
-    return PairResult(
-        backend, supersteps, runs, statistics.median(ours_times) * 1e3, statistics.median(theirs_times) * 1e3
-    )
+            await _round(index, sides, calls, supersteps, samples)
+        trips = (
+            {side: await round_trips(saver, calls) for side, (saver, _) in sides.items()}
+            if backend in ROUND_TRIP_BACKENDS
+            else None
+        )
+    operations = [
+        OperationResult(
+            operation,
+            counts[operation],
+            statistics.median(samples[operation]["ours"]),
+            statistics.median(samples[operation]["theirs"]),
+        )
+        for operation in (GRAPH_RUN, *OPERATIONS)
+    ]
+    return PairResult(backend, supersteps, runs, operations, samples, trips)
 
 
 async def run_all(*, supersteps: int, runs: int, backends: list[str]) -> list[PairResult]:
@@ -146,32 +199,127 @@ async def run_all(*, supersteps: int, runs: int, backends: list[str]) -> list[Pa
         ]
 
 
+def _per_call(result: OperationResult, seconds: float) -> str:
+    if result.operation == GRAPH_RUN:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds / result.calls * 1e6:,.1f} µs"
+
+
+def _trips(pair: PairResult, row: OperationResult) -> str:
+    if pair.round_trips is None or row.operation == GRAPH_RUN:
+        return "-"
+    return f"{pair.round_trips['ours'][row.operation]:.1f} / {pair.round_trips['theirs'][row.operation]:.1f}"
+
+
 def table(results: list[PairResult]) -> str:
     lines = [
-        "| backend | supersteps per run | runs | StorageSaver (ms, median) | native (ms, median) | ratio |",
-        "|---|---|---|---|---|---|",
+        "| backend (native saver) | operation | calls per run | StorageSaver (per call) | native (per call) "
+        "| ratio | target | met | worker round trips per call (ours / native) |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    natives = {"memory": "InMemorySaver", "sqlite": "AsyncSqliteSaver"}
-    for r in results:
-        lines.append(
-            f"| {r.backend} (vs {natives[r.backend]}) | {r.supersteps} | {r.runs} | {r.ours_ms:.2f} | "
-            f"{r.theirs_ms:.2f} | {r.ratio:.2f} |"
-        )
+    for pair in results:
+        for row in pair.operations:
+            lines.append(
+                f"| {pair.backend} ({NATIVES[pair.backend]}) | {OPERATION_LABELS[row.operation]} | "
+                f"{row.calls} | {_per_call(row, row.ours_seconds)} | {_per_call(row, row.theirs_seconds)} | "
+                f"{row.ratio:.2f} | <= {TARGET:.2f} | {'yes' if row.met else 'no'} | {_trips(pair, row)} |"
+            )
     return "\n".join(lines)
+
+
+def environment() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "python": platform.python_version(),
+        "langgraph": version("langgraph"),
+        "langgraph_checkpoint": version("langgraph-checkpoint"),
+        "langgraph_checkpoint_sqlite": version("langgraph-checkpoint-sqlite"),
+        "nproc": os.cpu_count(),
+        "load_average": None if load is None else [round(value, 2) for value in load],
+    }
+
+
+def markdown(results: list[PairResult], command: str, env: dict[str, Any]) -> str:
+    """The bench's section, between its markers, for docs/langgraph.md or docs/benchmarks.md."""
+    first = results[0]
+    load = "unknown" if env["load_average"] is None else " / ".join(f"{v:.2f}" for v in env["load_average"])
+    lines = [
+        SECTION_START,
+        "Produced by `" + command + "` (bench/langgraph_bench.py, bench/langgraph_workload.py). "
+        f"Run {env['date']}, Python {env['python']}, langgraph {env['langgraph']}, langgraph-checkpoint "
+        f"{env['langgraph_checkpoint']}, langgraph-checkpoint-sqlite {env['langgraph_checkpoint_sqlite']}, "
+        f"{env['nproc']} CPUs, load average (1, 5, 15 min) {load} at the end.",
+        "",
+        f"A parent graph loops a two-node subgraph for {first.supersteps} supersteps, one fresh thread per "
+        f"run. Each of {first.runs} rounds (after a warm-up) runs the graph once per saver, then replays the "
+        "saver calls one run makes (recorded once) once per saver on a fresh thread, timing each call, and "
+        "reads the thread back. Figures are medians of per-run totals, divided by the calls per run; the "
+        "ratio is ours / native (below 1: StorageSaver faster). Both SQLite savers use WAL with "
+        "synchronous=FULL; the last column counts the calls each hands to aiosqlite's worker thread (a "
+        "statement, a fetch, a commit) per operation, over one more replay: a figure the machine's load "
+        "does not change.",
+        "",
+        table(results),
+        SECTION_END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def replace_section(document: str, section: str) -> str:
+    """``document`` with this bench's section replaced by ``section`` (appended if it has none)."""
+    start, end = document.find(SECTION_START), document.find(SECTION_END)
+    if start == -1 or end == -1:
+        return document.rstrip("\n") + "\n\n" + section
+    rest = document[end + len(SECTION_END) :].lstrip("\n")
+    return document[:start] + section + ("\n" + rest if rest else "")
+
+
+def payload(results: list[PairResult], env: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "environment": env,
+        "pairs": [
+            {
+                "backend": pair.backend,
+                "native": NATIVES[pair.backend],
+                "supersteps": pair.supersteps,
+                "runs": pair.runs,
+                "operations": [
+                    {**asdict(row), "ratio": row.ratio, "met": row.met} for row in pair.operations
+                ],
+                "samples": pair.samples,
+                "round_trips": pair.round_trips,
+            }
+            for pair in results
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.langgraph_bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument("--supersteps", type=int, default=10)
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--backends", default=",".join(PAIRS), help="comma-separated subset of: memory,sqlite"
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results (every sample) as JSON")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="replace this bench's section of PATH")
+    arguments = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(arguments)
+    backends = [name.strip() for name in args.backends.split(",") if name.strip()]
+    unknown = sorted(set(backends) - set(PAIRS))
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)}")
     runs = 9 if args.quick else 41
-    results = asyncio.run(run_all(supersteps=args.supersteps, runs=runs, backends=list(PAIRS)))
+    results = asyncio.run(run_all(supersteps=args.supersteps, runs=runs, backends=backends))
+    env = environment()
     print(table(results))
     if args.json is not None:
-        payload = [{**asdict(r), "ratio": r.ratio} for r in results]
-        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(payload(results, env), indent=2) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        existing = args.markdown.read_text(encoding="utf-8") if args.markdown.exists() else ""
+        command = " ".join(["python -m bench.langgraph_bench", *arguments])
+        args.markdown.write_text(replace_section(existing, markdown(results, command, env)), encoding="utf-8")
     return 0
 
 

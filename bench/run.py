@@ -32,6 +32,7 @@ from bench.ancestry_bench import ancestry_table, run_ancestry
 from bench.codec_bench import run_codec
 from bench.maf_bench import maf_arguments, maf_only, maf_section, run_maf_section
 from bench.measure import Budget
+from bench.postgres_bench import postgres_arguments, postgres_section, run_postgres_section
 from bench.redis_bench import redis_arguments, redis_section, run_redis_section
 from bench.report import TIMES, all_tables, conclusions
 from bench.storage_bench import Sizes, run_storages
@@ -62,6 +63,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     maf_arguments(parser)
     redis_arguments(parser)
+    postgres_arguments(parser)
     parser.add_argument(
         "--affinity",
         metavar="CPUS",
@@ -174,6 +176,7 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     console.print(ancestry_table(results["ancestry"]).to_rich())
     await run_maf_section(args, results, console)
     await run_redis_section(args, budget, results, console)
+    await run_postgres_section(args, budget, results, console)
     return results
 
 
@@ -253,6 +256,7 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
             "",
         ]
     lines += redis_section(results)
+    lines += postgres_section(results)
     lines += maf_section(results)
     lines += ["## Conclusions from this run", ""]
     lines += [f"- {statement}" for statement in conclusions(results)]

@@ -6,8 +6,10 @@ so every request is real HTTP; the server shares the machine (and this process's
 client, so absolute times mean little and the ratio to raw boto3 on the same endpoint is what
 counts. The floor stores the exact bytes our codec produces: ``put_object`` for save,
 ``get_object`` by key for load, and ``get_object`` of the newest key (known to the caller) for
-get_latest. Requests per operation are counted with a botocore hook; they, not the times, are
-the claim: latest costs the same requests at 10 and at 10,000 checkpoints.
+get_latest, the two taking turns call by call. Requests per operation are counted with a botocore
+hook; they, not the times, are the claim: latest costs the same requests at 10 and at 10,000
+checkpoints. Then one call of every operation, counted and priced (bench/s3_costs.py), and a
+LangGraph pair: StorageSaver over S3 vs over memory (bench/s3_langgraph.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import TIMES
+from bench.s3_costs import count_operations
+from bench.s3_costs import markdown as costs_markdown
 from bench.workload import WORKFLOW_NAME, numbered, template
 from conformance.s3_moto import RequestCounter, make_client, start_server
 from storages.codec import CheckpointCodec
@@ -38,15 +42,22 @@ RAW_BUCKET = "ckpt-bench-raw"
 FULL = (10, 10_000, 200)
 QUICK = (10, 1_000, 60)
 """(small store, large store, timed calls per operation and size)."""
+LANGGRAPH_FULL = (10, 21)
+LANGGRAPH_QUICK = (5, 7)
+"""(supersteps per run, runs) of the LangGraph pair."""
 POPULATE_BATCH = 50
+OURS = "ours S3CheckpointStorage"
+RAW = "raw boto3 (floor)"
 
 
-async def _timed(operation: Callable[[int], Awaitable[Any]], calls: int) -> list[float]:
-    samples: list[float] = []
+async def _interleaved(operations: list[Callable[[int], Awaitable[Any]]], calls: int) -> list[list[float]]:
+    """Samples of each operation, the operations taking turns call by call."""
+    samples: list[list[float]] = [[] for _ in operations]
     for index in range(calls):
-        started = time.perf_counter()
-        await operation(index)
-        samples.append(time.perf_counter() - started)
+        for operation, own in zip(operations, samples, strict=True):
+            started = time.perf_counter()
+            await operation(index)
+            own.append(time.perf_counter() - started)
     return samples
 
 
@@ -54,7 +65,10 @@ def _median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
-async def _measure(endpoint: str, small: int, large: int, calls: int) -> dict[str, Any]:
+async def _measure(
+    endpoint: str, small: int, large: int, calls: int, langgraph: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Every section in one run; ``langgraph`` = (supersteps, runs) of the LangGraph pair."""
     base = template(WorkflowCheckpoint)
     codec = CheckpointCodec()
     client = make_client(endpoint)
@@ -121,34 +135,49 @@ async def _measure(endpoint: str, small: int, large: int, calls: int) -> dict[st
                 response = await asyncio.to_thread(client.get_object, Bucket=RAW_BUCKET, Key=raw_keys[-1])
                 response["Body"].read()
 
-            for row, operation_name, operation in (
-                ("ours S3CheckpointStorage", "save", ours_save),
-                ("raw boto3 (floor)", "save", raw_save),
-                ("ours S3CheckpointStorage", "load", ours_load),
-                ("raw boto3 (floor)", "load", raw_load),
-                ("ours S3CheckpointStorage", "get_latest", ours_latest),
-                ("raw boto3 (floor)", "get_latest", raw_latest),
+            for operation_name, ours, raw in (
+                ("save", ours_save, raw_save),
+                ("load", ours_load, raw_load),
+                ("get_latest", ours_latest, raw_latest),
             ):
-                counter.reset()
-                await operation(0)  # warm-up, and the request count of one call
-                requests = counter.snapshot()
-                samples = await _timed(
-                    operation if operation_name != "save" else _shifted(operation), calls - 1
+                requests: dict[str, dict[str, int]] = {}
+                for row, operation in ((OURS, ours), (RAW, raw)):
+                    counter.reset()
+                    await operation(0)  # warm-up, and the request count of one call
+                    requests[row] = counter.snapshot()
+                # Interleaved, call by call: load on the machine hits both subjects alike.
+                samples = await _interleaved(
+                    [ours, raw] if operation_name != "save" else [_shifted(ours), _shifted(raw)], calls - 1
                 )
-                cell = results["rows"].setdefault(row, {})
-                cell[f"{operation_name}@{size}"] = {
-                    "median_us": _median_us(samples),
-                    "requests": requests,
-                    "samples_s": samples,
-                }
+                for row, row_samples in zip((OURS, RAW), samples, strict=True):
+                    results["rows"].setdefault(row, {})[f"{operation_name}@{size}"] = {
+                        "median_us": _median_us(row_samples),
+                        "requests": requests[row],
+                        "samples_s": row_samples,
+                    }
         latest = await storage.get_latest(workflow_name=WORKFLOW_NAME)
         expected = numbered(base, calls - 1, f"timed{large}").checkpoint_id
         if latest is None or latest.checkpoint_id != expected:
             raise AssertionError(
                 f"latest is {latest!r}, expected {expected!r}: the store did not hold the saves"
             )
+        costs_storage = S3CheckpointStorage(BUCKET, "costs", client=client)
+        async with costs_storage:
+            results["costs"] = await count_operations(costs_storage, counter, base, WorkflowCheckpoint)
+        if langgraph is not None:
+            results["langgraph"] = await _langgraph_pair(client, counter, *langgraph)
     client.close()
     return results
+
+
+async def _langgraph_pair(client: Any, counter: Any, supersteps: int, runs: int) -> dict[str, Any] | str:
+    try:
+        import langgraph  # noqa: F401
+    except ImportError:
+        return "langgraph is not installed (pip install 'checkpoint-storages[langgraph]')"
+    from bench.s3_langgraph import measure
+
+    return await measure(client, counter, BUCKET, supersteps=supersteps, runs=runs)
 
 
 def _shifted(operation: Callable[[int], Awaitable[Any]]) -> Callable[[int], Awaitable[Any]]:
@@ -182,7 +211,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "not S3's, and moto lists a prefix by scanning every key in the bucket, so its LIST (and so our "
         "save and get_latest) slows as the bucket grows where S3's does not. On S3 each request is a "
         "network round trip of tens of milliseconds: the request counts below are the figures to plan with.",
-        f"- Median of {results['calls'] - 1} sequential calls per cell, after one warm-up call whose "
+        f"- Median of {results['calls'] - 1} sequential calls per cell (ours and the floor take turns, "
+        "call by call), after one warm-up call whose "
         "requests are the ones counted. The floor stores the exact bytes our codec produces: "
         "`put_object`, `get_object` by key, and `get_object` of the newest key (known to the caller, which "
         "a real application would have to remember somewhere).",
@@ -194,7 +224,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
     ]
     for row, cells in results["rows"].items():
         lines.append(f"| {row} | " + " | ".join(f"{cells[op]['median_us']:,.0f}" for op in operations) + " |")
-    ours, raw = results["rows"]["ours S3CheckpointStorage"], results["rows"]["raw boto3 (floor)"]
+    ours, raw = results["rows"][OURS], results["rows"][RAW]
     lines.append(
         "| ours ÷ raw | "
         + " | ".join(f"{ours[op]['median_us'] / raw[op]['median_us']:.2f}{TIMES}" for op in operations)
@@ -216,6 +246,12 @@ def markdown(results: dict[str, Any], command: str) -> str:
         f"{_requests(ours[f'get_latest@{small}']['requests'])} at both sizes).",
         "",
     ]
+    if "costs" in results:
+        lines += costs_markdown(results["costs"])
+    if "langgraph" in results:
+        from bench.s3_langgraph import markdown as langgraph_markdown
+
+        lines += langgraph_markdown(results["langgraph"])
     return "\n".join(lines)
 
 
@@ -226,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         "--markdown", type=Path, metavar="PATH", help="write the report (docs/s3-benchmarks.md)"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write every sample as JSON")
+    parser.add_argument("--no-langgraph", action="store_true", help="leave out the LangGraph pair")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     command = "python -m bench.s3_bench " + " ".join(sys.argv[1:] if argv is None else argv)
     small, large, calls = QUICK if args.quick else FULL
     endpoint, stop = start_server()
     started = time.perf_counter()
     try:
-        results = asyncio.run(_measure(endpoint, small, large, calls))
+        pair = LANGGRAPH_QUICK if args.quick else LANGGRAPH_FULL
+        results = asyncio.run(_measure(endpoint, small, large, calls, None if args.no_langgraph else pair))
     finally:
         stop()
     results["seconds"] = time.perf_counter() - started

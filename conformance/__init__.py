@@ -17,18 +17,17 @@ from .clause import (
     Clause,
     ClauseFailure,
     RunnerFinding,
-    all_clauses,
     clause,
     ensure,
     ensure_equal,
     ensure_runner,
     fail,
-    select_clauses,
 )
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report
 from .runner import ConformanceUsageError, avalidate, avalidate_target, run_clause, validate
 from .scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
+from .selection import all_clauses, select_clauses
 from .target import StorageTarget, target_from_url
 
 __all__ = [

@@ -4,7 +4,7 @@ from typing import Any
 
 from agent_framework import Executor, Workflow, WorkflowBuilder, WorkflowContext, WorkflowExecutor, handler
 
-from .maf_profile import PARENT_EXECUTOR_ID
+from ._maf_ids import PARENT_EXECUTOR_ID
 from .scenario import GraphChange, Scenario
 
 

@@ -11,7 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .clause import FAMILIES, Clause, all_clauses
+from .clause import FAMILIES, Clause
+from .selection import all_clauses
 
 DEFAULT_OUTPUT = Path("docs") / "conformance.md"
 

@@ -2,7 +2,8 @@
 
 A clause is an async function taking a :class:`ClauseContext`. It proves its guarantee or raises
 :class:`ClauseFailure` (through :func:`ensure` and friends) with a message that says what broke.
-Clause modules register themselves with :func:`clause` when :mod:`conformance.clauses` is imported.
+Clause modules register themselves with :func:`clause` when :mod:`conformance.clauses` is imported
+(:mod:`conformance.selection` does, and selects among them).
 """
 
 from __future__ import annotations
@@ -106,25 +107,12 @@ def clause(
     return register
 
 
-def all_clauses() -> list[Clause]:
-    """Every registered clause, in catalogue order (family order, then definition order)."""
-    from . import clauses  # noqa: F401 - importing registers the clause modules
+def registered_clauses() -> list[Clause]:
+    """The clauses registered so far, in catalogue order (family order, then definition order).
 
+    ``conformance.selection.all_clauses`` is the full list: it imports every clause module first."""
     order = {family: index for index, family in enumerate(FAMILIES)}
     return sorted(_REGISTRY.values(), key=lambda c: order[c.family])
-
-
-def select_clauses(patterns: Iterable[str] | None = None) -> list[Clause]:
-    """Clauses whose id equals a pattern, or whose family does (``"ordering"``)."""
-    selected = all_clauses()
-    wanted = list(patterns or [])
-    if not wanted:
-        return selected
-    known = {c.id for c in selected} | set(FAMILIES)
-    unknown = [p for p in wanted if p not in known]
-    if unknown:
-        raise ValueError(f"unknown clause ids or families: {', '.join(unknown)}")
-    return [c for c in selected if c.id in wanted or c.family in wanted]
 
 
 class ClauseFailure(AssertionError):
@@ -179,12 +167,11 @@ __all__ = [
     "ClauseFailure",
     "RunnerFinding",
     "ClauseNotApplicable",
-    "all_clauses",
     "clause",
     "ensure",
     "ensure_equal",
     "ensure_runner",
     "fail",
     "not_applicable",
-    "select_clauses",
+    "registered_clauses",
 ]

@@ -1,8 +1,10 @@
 """``checkpoint-conformance [URL ...]``: run the kit from a shell or CI.
 
-With no URL it checks every built-in backend on its embedded default. A URL run writes under a
-run prefix of its own where the backend has one (Redis ``prefix=``, the S3 key prefix) and
-deletes every workflow it created unless ``--keep``; point it at a scratch namespace all the same.
+With no URL it checks every registered backend (storages/registry.py) on its embedded default, and
+each configured server (a backend's ``server_url_env``, e.g. ``CHECKPOINT_POSTGRESQL_URL``). A URL
+run writes under a run prefix of its own where the backend has one (Redis ``prefix=``, the S3 key
+prefix) and deletes every workflow it created unless ``--keep``; point it at a scratch namespace
+all the same.
 
 Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
 finding (a defect of the runner, not of the storage); 1 when a clause failed, a backend could not
@@ -23,20 +25,30 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from storages import installed_version
 from storages.contract import Capability
 from storages.errors import MissingDependencyError, StorageConfigurationError
 from storages.redaction import redact_text
-from storages.terminal import EXIT_BROKEN_PIPE, plain, silence_stdout
+from storages.terminal import EXIT_BROKEN_PIPE, silence_stdout
 from storages.terminal import console as terminal_console
+from storages.urls import supported_schemes
 
 from .builtin import builtin_targets, unavailable_target
-from .clause import FAMILIES, Clause, select_clauses
-from .report import BackendReport, ClauseResult, Outcome, Report, now
+from .clause import FAMILIES, Clause
+from .report import ClauseResult, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
+from .selection import select_clauses
+from .tables import (
+    OUTCOME_LABELS,
+    OUTCOME_STYLES,
+    backend_report,
+    catalogue_table,
+    family_line,
+    summary_table,
+    verdict_lines,
+)
 from .target import (
     CHECKPOINT_CLASS_CHOICES,
     StorageTarget,
@@ -46,22 +58,6 @@ from .target import (
 )
 
 PROG = "checkpoint-conformance"
-
-OUTCOME_STYLES: dict[Outcome, str] = {
-    Outcome.PASSED: "green",
-    Outcome.FAILED: "bold red",
-    Outcome.SKIPPED: "yellow",
-    Outcome.XFAILED: "magenta",
-    Outcome.FINDING: "cyan",
-}
-
-OUTCOME_LABELS: dict[Outcome, str] = {
-    Outcome.PASSED: "passed",
-    Outcome.FAILED: "failed",
-    Outcome.SKIPPED: "not applicable",
-    Outcome.XFAILED: "xfailed",
-    Outcome.FINDING: "runner finding",
-}
 
 
 class UsageError(Exception):
@@ -175,7 +171,7 @@ def run(
             return 2
     console.print(summary_table(report, selected))
     console.print(Text("Cells: passed/applicable clauses; n/a: not applicable.", style="dim"))
-    for line in _verdict(report):
+    for line in verdict_lines(report):
         console.print(line)
     return 0 if report.ok else 1
 
@@ -238,114 +234,23 @@ class _FamilyProgress:
         results.append(result)
         if self._console is not None and len(results) == self._expected[result.family]:
             seconds, self._since = time.perf_counter() - self._since, time.perf_counter()
-            self._console.print(_family_line(backend, result.family, results, seconds))
-
-
-def _family_line(backend: str, family: str, results: Sequence[ClauseResult], seconds: float) -> Text:
-    """``backend family: 12/13 passed, 1 not applicable (0.4 s)``: progress for piped output."""
-    passed = sum(1 for r in results if r.outcome is Outcome.PASSED)
-    notes = [
-        f"{n} {OUTCOME_LABELS[outcome]}"
-        for outcome in (Outcome.FAILED, Outcome.SKIPPED, Outcome.XFAILED, Outcome.FINDING)
-        if (n := sum(1 for r in results if r.outcome is outcome))
-    ]
-    tail = f", {', '.join(notes)}" if notes else ""
-    return Text(f"{backend} {family}: {passed}/{len(results)} passed{tail} ({seconds:.1f} s)")
-
-
-def backend_report(backend: BackendReport, *, quiet: bool = False) -> list[Table | Text]:
-    """One backend's results as a table (only the failures when ``quiet``) and a summary line."""
-    rendered: list[Table | Text] = []
-    shown = backend.failures if quiet else backend.results
-    if shown:
-        capabilities = ", ".join(backend.capabilities) or "none"
-        rendered.append(Text.assemble((backend.backend, "bold"), f"  capabilities: {capabilities}"))
-        if backend.storage_type:
-            package = f" ({backend.storage_package})" if backend.storage_package else ""
-            rendered.append(Text(f"storage: {backend.storage_type}{package}", style="dim"))
-        table = Table(expand=True)
-        table.add_column("Clause", no_wrap=True)
-        table.add_column("Outcome", no_wrap=True)
-        table.add_column("ms", justify="right", no_wrap=True)
-        # One line per clause keeps the table scannable; failures are spelled out in full below it.
-        table.add_column("Message", no_wrap=True, overflow="ellipsis", ratio=1)
-        for result in shown:
-            table.add_row(
-                result.clause_id,
-                _outcome_text(result.outcome),
-                f"{result.duration * 1000:.1f}",
-                plain(result.message.replace("\n", " ")),
-            )
-        rendered.append(table)
-    for result in backend.results:
-        if result.outcome in (Outcome.FAILED, Outcome.XFAILED, Outcome.FINDING):
-            rendered.append(
-                Text.assemble(
-                    _outcome_text(result.outcome),
-                    " ",
-                    (result.clause_id, "bold"),
-                    ": ",
-                    plain(result.message, multiline=True),
-                )
-            )
-    rendered.append(_backend_line(backend))
-    return rendered
-
-
-def summary_table(report: Report, clauses: Sequence[Clause]) -> Table:
-    """Families by backends: passed of the clauses that apply in each cell, with what did not
-    apply (n/a), then how much of the kit applied to each backend and its verdict."""
-    families = [family for family in FAMILIES if any(c.family == family for c in clauses)]
-    table = Table(title="Summary", title_justify="left")
-    table.add_column("Family", no_wrap=True)
-    for backend in report.backends:
-        table.add_column(Text(backend.backend, overflow="fold"), justify="center")
-    for family in [*families, None]:
-        cells: list[Text] = []
-        for backend in report.backends:
-            results = [r for r in backend.results if family is None or r.family == family]
-            cells.append(Text(_cell(backend, results), style=_worst_style(results)))
-        table.add_row(family or "total", *cells, end_section=family is None)
-    table.add_row("applies", *(_applies(backend) for backend in report.backends))
-    table.add_row("result", *(_backend_verdict(backend) for backend in report.backends))
-    return table
-
-
-def _applies(backend: BackendReport) -> Text:
-    """``121 of 135``: how many clauses applied; a backend that most of the kit skipped stands out."""
-    if backend.error:
-        return Text("-")
-    total = len(backend.results)
-    applied = total - backend.not_applicable
-    style = "bold yellow" if total and applied * 4 < total * 3 else ""
-    return Text(f"{applied} of {total}", style=style)
-
-
-def catalogue_table(clauses: Sequence[Clause]) -> Table:
-    """The clause catalogue: id, family, guarantee, required capabilities."""
-    table = Table(title=f"{len(clauses)} clauses", title_justify="left")
-    table.add_column("Clause", no_wrap=True)
-    table.add_column("Family", no_wrap=True)
-    table.add_column("Guarantee")
-    table.add_column("Requires")
-    for clause in clauses:
-        requires = ", ".join(sorted(c.value for c in clause.requires)) or "-"
-        table.add_row(clause.id, clause.family, Text(clause.guarantee), requires)
-    return table
+            self._console.print(family_line(backend, result.family, results, seconds))
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "Check checkpoint storages against the conformance clauses. "
-            "With no URL, every built-in backend is checked on its embedded default."
+            "Check checkpoint storages against the conformance clauses. With no URL, every registered "
+            "backend is checked on its embedded default, and on its server where one is configured "
+            "(e.g. CHECKPOINT_POSTGRESQL_URL)."
         ),
         epilog="Exit status: 0 conforms (runner findings do not count against the storage), 1 a clause "
         "failed or a required capability is missing, 2 usage error or unreachable storage.",
     )
+    schemes = ", ".join(f"{scheme}://" for scheme in supported_schemes())
     parser.add_argument(
-        "urls", nargs="*", metavar="URL", help="storage URL, e.g. memory:// or sqlite:///ck.db"
+        "urls", nargs="*", metavar="URL", help=f"storage URL, e.g. sqlite:///ck.db; schemes: {schemes}"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
     parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="write the report as JUnit XML")
@@ -448,105 +353,19 @@ def _use_langgraph(targets: Sequence[StorageTarget], child_storage: str) -> None
         target.runner_findings = {**target.runner_findings, **LANGGRAPH_DEVIATIONS}
 
 
-def _backend_line(backend: BackendReport) -> Text:
-    counts = ", ".join(
-        f"{backend.count(outcome)} {OUTCOME_LABELS[outcome]}"
-        for outcome in Outcome
-        if outcome in (Outcome.PASSED, Outcome.FAILED) or backend.count(outcome)
-    )
-    seconds = sum(r.duration for r in backend.results)
-    line = Text(f"{backend.backend}: ")
-    if backend.error:
-        return line.append(f"ERROR {backend.error}", style="bold red")
-    line.append(f"{counts} in {seconds:.2f} s  ")
-    line.append_text(_backend_verdict(backend))
-    if backend.missing_capabilities:
-        line.append(
-            f"\n  required but not declared: {', '.join(backend.missing_capabilities)}", style="bold red"
-        )
-    if backend.leftovers:
-        line.append(f"\n  could not delete {len(backend.leftovers)} workflow(s) it created: ", style="yellow")
-        line.append(", ".join(backend.leftovers[:5]) + (" ..." if len(backend.leftovers) > 5 else ""))
-    return line
-
-
-_CELL_NOTES: dict[Outcome, str] = {
-    Outcome.FAILED: "failed",
-    Outcome.SKIPPED: "n/a",
-    Outcome.XFAILED: "xfail",
-    Outcome.FINDING: "finding",
-}
-
-
-def _cell(backend: BackendReport, results: Sequence[ClauseResult]) -> str:
-    """``passed/applicable`` and what else happened, short enough for four backends in 80 columns."""
-    if backend.error:
-        return "-"
-    passed = sum(1 for r in results if r.outcome is Outcome.PASSED)
-    not_applicable = sum(1 for r in results if r.outcome is Outcome.SKIPPED)
-    notes = [
-        f"{n} {label}"
-        for outcome, label in _CELL_NOTES.items()
-        if (n := sum(1 for r in results if r.outcome is outcome))
-    ]
-    if results and not_applicable == len(results):
-        return f"n/a ({not_applicable})"
-    return f"{passed}/{len(results) - not_applicable}" + (f" {', '.join(notes)}" if notes else "")
-
-
-def _outcome_text(outcome: Outcome) -> Text:
-    label = "n/a" if outcome is Outcome.SKIPPED else outcome.value
-    return Text(label, style=OUTCOME_STYLES[outcome])
-
-
-def _backend_verdict(backend: BackendReport) -> Text:
-    if backend.error:
-        return Text("ERROR", style="bold red")
-    return Text("OK", style="bold green") if backend.ok else Text("FAILED", style="bold red")
-
-
-def _worst_style(results: Sequence[ClauseResult]) -> str:
-    outcomes = {r.outcome for r in results}
-    for outcome in (Outcome.FAILED, Outcome.FINDING, Outcome.XFAILED, Outcome.SKIPPED):
-        if outcome in outcomes:
-            return OUTCOME_STYLES[outcome]
-    return OUTCOME_STYLES[Outcome.PASSED] if outcomes else "dim"
-
-
-def _verdict(report: Report) -> list[Text]:
-    """One line per backend saying how much of the kit it conforms to, then the overall verdict.
-
-    "Conforms" always comes with how many clauses applied: a storage that declares nothing passes
-    only the clauses every storage must, and the line says how many did not apply.
-    """
-    lines: list[Text] = []
-    for backend in report.backends:
-        if backend.error:
-            continue
-        total = len(backend.results)
-        applied = total - backend.not_applicable
-        verdict = "conforms" if backend.ok else "does not conform"
-        text = Text(f"{backend.backend} {verdict} ", style="bold green" if backend.ok else "bold red")
-        text.append(f"({applied} of {total} clauses apply; ")
-        text.append(
-            f"{backend.not_applicable} of {total} not applicable",
-            style="bold yellow" if backend.not_applicable else "",
-        )
-        if backend.findings:
-            text.append(f"; {len(backend.findings)} runner finding(s), not storage defects", style="cyan")
-        text.append(")")
-        lines.append(text)
-    summary = ", ".join(
-        f"{count} {OUTCOME_LABELS[Outcome(outcome)]}"
-        for outcome, count in report.summary.items()
-        if outcome in (Outcome.PASSED, Outcome.FAILED) or count
-    )
-    failing = [b.backend for b in report.backends if not b.ok]
-    if not failing:
-        lines.append(Text(f"Every backend conforms. Clauses: {summary}.", style="bold green"))
-    else:
-        lines.append(Text(f"Does not conform: {', '.join(failing)}. Clauses: {summary}.", style="bold red"))
-    return lines
+__all__ = [
+    "OUTCOME_LABELS",
+    "OUTCOME_STYLES",
+    "PROG",
+    "UsageError",
+    "backend_report",
+    "catalogue_table",
+    "console_main",
+    "exit_process",
+    "main",
+    "run",
+    "summary_table",
+]
 
 
 if __name__ == "__main__":

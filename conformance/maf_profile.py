@@ -34,12 +34,8 @@ from typing import Any
 
 from storages.errors import MissingDependencyError
 
+from ._maf_ids import PARENT_EXECUTOR_ID, WORK_EXECUTOR_ID
 from .scenario import ChildStorageMode, RunnerProfile, RunObservation, Scenario
-
-PARENT_EXECUTOR_ID = "child"
-"""The parent's WorkflowExecutor; its state holds the embedded sub-workflow checkpoint."""
-WORK_EXECUTOR_ID = "work"
-"""The sub-workflow's counting executor."""
 
 
 def _require_maf() -> None:

@@ -1,14 +1,20 @@
 """pytest entry point of the kit: every clause becomes one test item of your test class.
 
 Subclass :class:`CheckpointStorageConformance` (its name does not start with ``Test``, so the base
-itself is never collected) and provide a ``storage`` fixture::
+itself is never collected) and say how to build your storage, either with ``make_storage``::
 
     from conformance.pytest_plugin import CheckpointStorageConformance
 
     class TestMyStorage(CheckpointStorageConformance):
         expected_failures = {"ordering.latest_ignores_older_timestamp": "issue #12"}
 
-        @pytest.fixture
+        def make_storage(self):
+            return MyStorage(...)   # not opened: the kit opens it, and closes it after the clause
+
+or, when the storage needs async set-up, with your own ``storage`` fixture (under pytest-asyncio's
+strict mode decorate it with ``@pytest_asyncio.fixture``)::
+
+        @pytest_asyncio.fixture
         async def storage(self):
             async with MyStorage(...) as storage:
                 yield storage
@@ -44,11 +50,12 @@ import pytest
 
 from storages.contract import Capability, WorkflowCheckpoint
 
-from .clause import Clause, select_clauses
+from .clause import Clause
 from .faults import FaultInjector
 from .report import ClauseResult, Outcome
 from .runner import capabilities_from_names, run_clause
 from .scenario import RunnerProfile
+from .selection import select_clauses
 from .target import StorageTarget
 
 CLAUSE_ARGUMENT = "conformance_clause"
@@ -77,6 +84,22 @@ class CheckpointStorageConformance:
     round_trips: ClassVar[Callable[[Any], int] | None] = None
     """Counts a handle's backend round trips, for the ``scale`` family; see StorageTarget."""
 
+    def make_storage(self) -> Any:
+        """A new, unopened storage on a fresh store; override this or the ``storage`` fixture."""
+        raise NotImplementedError(
+            f"{type(self).__qualname__}: define make_storage(self) returning a new storage, "
+            "or a fixture named storage (see conformance.pytest_plugin)"
+        )
+
+    @pytest.fixture
+    def conformance_storage(self, request: pytest.FixtureRequest) -> Any:
+        """What a clause runs on: ``make_storage()`` if the class defines it, else the value of
+        the ``storage`` fixture (asked for only then, so a class with make_storage needs none).
+        Synchronous, so it works under pytest-asyncio's strict mode and without pytest-asyncio."""
+        if type(self).make_storage is not CheckpointStorageConformance.make_storage:
+            return self.make_storage()
+        return request.getfixturevalue("storage")
+
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize ``test_clause`` with the selected clauses (pytest calls this per class)."""
         if CLAUSE_ARGUMENT not in metafunc.fixturenames:
@@ -92,11 +115,11 @@ class CheckpointStorageConformance:
             [pytest.param(c, id=c.id, marks=marks) for c in selected],
         )
 
-    async def test_clause(self, storage: Any, conformance_clause: Clause) -> None:
+    async def test_clause(self, conformance_storage: Any, conformance_clause: Clause) -> None:
         """The clause's guarantee holds on ``storage``."""
         target = StorageTarget(
             name=type(self).__qualname__,
-            factory=_FirstHandleThenNew(storage),
+            factory=_FirstHandleThenNew(conformance_storage),
             expected_failures=dict(self.expected_failures),
             checkpoint_class=self.checkpoint_class,
             capabilities=self.capabilities,

@@ -35,9 +35,10 @@ from storages.contract import Capability
 from storages.errors import InvalidCheckpointError, StorageUnavailableError
 from storages.redaction import redact_text
 
-from .clause import Clause, ClauseFailure, ClauseNotApplicable, RunnerFinding, select_clauses
+from .clause import Clause, ClauseFailure, ClauseNotApplicable, RunnerFinding
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report, now
+from .selection import select_clauses
 from .target import StorageFactory, StorageTarget
 
 ProgressCallback = Callable[[str, ClauseResult], None]

@@ -3,7 +3,8 @@
 * :func:`start_in_process` runs moto inside this process (``mock_aws``); :func:`start_server`
   runs moto's ``ThreadedMotoServer`` on a free loopback port, so requests go over real HTTP.
 * :class:`S3FaultInjector` answers requests with 500/503, conditional writes with 409/412, or
-  stops a save after its first successful PutObject, using botocore event hooks on a client.
+  stops an operation right after its n-th successful write (PutObject or DeleteObjects), using
+  botocore event hooks on a client.
 * :class:`RequestCounter` counts the HTTP requests a client sends, by operation.
 
 moto checks a conditional write's precondition and then stores the object in two steps that
@@ -132,7 +133,10 @@ class S3FaultInjector(FaultInjector):
     def attach(self, client: Any) -> None:
         # First: moto's in-process mock answers in a before-send hook of its own.
         client.meta.events.register_first("before-send.s3", self._before_send)
-        client.meta.events.register("after-call.s3.PutObject", self._after_put)
+        # Every request that changes the store is a crash point: the PutObjects of a save, and the
+        # DeleteObjects of a delete or prune (whose order keys go before their records).
+        client.meta.events.register("after-call.s3.PutObject", self._after_write)
+        client.meta.events.register("after-call.s3.DeleteObjects", self._after_write)
 
     def _before_send(self, request: Any, **_: Any) -> Any:
         response = self._injected(request)
@@ -157,7 +161,7 @@ class S3FaultInjector(FaultInjector):
                 return _error_response(request, status, code)
         return None
 
-    def _after_put(self, http_response: Any, **_: Any) -> None:
+    def _after_write(self, http_response: Any, **_: Any) -> None:
         with self._lock:
             if not self._crash_after or http_response.status_code >= 300:
                 return
@@ -194,8 +198,8 @@ class S3FaultInjector(FaultInjector):
 
     @asynccontextmanager
     async def crash_after_writes(self, count: int) -> AsyncIterator[None]:
-        """Inside the block, the ``count``-th successful PutObject raises SimulatedCrash once it
-        has landed (for tests of every crash point of one save)."""
+        """Inside the block, the ``count``-th successful write (PutObject or DeleteObjects) raises
+        SimulatedCrash once it has landed (for tests of every crash point of one operation)."""
         with self._lock:
             self._crash_after = count
         try:

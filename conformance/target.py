@@ -94,25 +94,47 @@ def new_run_prefix() -> str:
 
 
 def with_run_prefix(url: str, run_prefix: str) -> str:
-    """``url`` with its backend's key prefix extended by ``run_prefix``, where the backend has one.
+    """``url`` in a namespace of its store named after ``run_prefix``, where its backend has one
+    (``BackendSpec.run_prefix`` in storages/registry.py); other URLs are returned unchanged."""
+    from storages.registry import load_reference, registry
 
-    Redis: ``prefix=<given or 'checkpoints'>:<run_prefix>``; S3: the key prefix (the URL's path)
-    gets ``<run_prefix>/`` appended. Other schemes are returned unchanged.
-    """
+    backend = registry().for_scheme(urlsplit(url).scheme.lower())
+    if backend is None or backend.spec.run_prefix is None:
+        return url
+    scoped: str = load_reference(backend.spec.run_prefix)(url, run_prefix)
+    return scoped
+
+
+def prefix_redis_url(url: str, run_prefix: str) -> str:
+    """A Redis URL with ``prefix=<given or 'checkpoints'>:<run_prefix>``."""
+    from storages.redis import DEFAULT_PREFIX
+
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme in ("redis", "rediss"):
-        from storages.redis import DEFAULT_PREFIX
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    given = next((value for name, value in reversed(pairs) if name == "prefix"), "") or DEFAULT_PREFIX
+    pairs = [(name, value) for name, value in pairs if name != "prefix"]
+    pairs.append(("prefix", f"{given}:{run_prefix}"))
+    return urlunsplit(parts._replace(query=urlencode(pairs, safe=":")))
 
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        given = next((value for name, value in reversed(pairs) if name == "prefix"), "") or DEFAULT_PREFIX
-        pairs = [(name, value) for name, value in pairs if name != "prefix"]
-        pairs.append(("prefix", f"{given}:{run_prefix}"))
-        return urlunsplit(parts._replace(query=urlencode(pairs, safe=":")))
-    if scheme == "s3":
-        path = parts.path.rstrip("/")
-        return urlunsplit(parts._replace(path=f"{path}/{run_prefix}"))
-    return url
+
+def prefix_s3_url(url: str, run_prefix: str) -> str:
+    """An S3 URL whose key prefix (the URL's path) gets ``/<run_prefix>`` appended."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    return urlunsplit(parts._replace(path=f"{path}/{run_prefix}"))
+
+
+def prefix_postgres_url(url: str, run_prefix: str) -> str:
+    """A PostgreSQL URL whose ``schema`` option gets ``_<run_prefix>`` appended (a schema of the
+    run's own; a schema name takes no hyphens, so they become underscores)."""
+    from storages.postgres import DEFAULT_SCHEMA
+
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    given = next((value for name, value in reversed(pairs) if name == "schema"), "") or DEFAULT_SCHEMA
+    pairs = [(name, value) for name, value in pairs if name != "schema"]
+    pairs.append(("schema", f"{given}_{run_prefix.replace('-', '_')}"[:63]))
+    return urlunsplit(parts._replace(query=urlencode(pairs)))
 
 
 CHECKPOINT_CLASS_CHOICES = ("project", "maf", "both")
@@ -184,6 +206,8 @@ __all__ = [
     "StorageFactory",
     "StorageTarget",
     "new_run_prefix",
+    "prefix_redis_url",
+    "prefix_s3_url",
     "target_from_url",
     "with_checkpoint_class",
     "with_run_prefix",

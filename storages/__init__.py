@@ -24,6 +24,8 @@ from .contract import (
     validate_identifier,
 )
 from .errors import (
+    BackendEntryPointError,
+    BackendRegistrationError,
     CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -46,18 +48,16 @@ from .errors import (
 from .fencing import FencedStorage
 from .integrity import IntegrityKeyProvider, IntegrityKeys
 from .memory import InMemoryCheckpointStorage
+from .registry import BackendSpec, lazy_exports
 from .urls import open_storage, supported_schemes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # precise types for the lazy exports below (at run time they come from the registry)
     from .redis import RedisCheckpointStorage
     from .s3 import S3CheckpointStorage
     from .sqlite import SQLiteCheckpointStorage
 
-_LAZY = {
-    "SQLiteCheckpointStorage": "storages.sqlite",
-    "RedisCheckpointStorage": "storages.redis",
-    "S3CheckpointStorage": "storages.s3",
-}
+_LAZY = lazy_exports()
+"""Each built-in backend's storage class, imported on first access (storages.registry)."""
 
 
 def installed_version() -> str:
@@ -83,6 +83,9 @@ __all__ = [
     "MAX_ID_LENGTH",
     "AncestryEnd",
     "AncestryWalk",
+    "BackendEntryPointError",
+    "BackendRegistrationError",
+    "BackendSpec",
     "BaseCheckpointStorage",
     "Capability",
     "CheckpointCodec",
@@ -124,3 +127,4 @@ __all__ = [
     "supported_schemes",
     "validate_identifier",
 ]
+__all__ += sorted(set(_LAZY) - set(__all__))  # a built-in backend added to the registry is exported

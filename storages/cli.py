@@ -11,6 +11,8 @@
   ``inspect URL --checkpoint ID``: one checkpoint's fields.
   Exit status 0, 1 when the checkpoint shown cannot be loaded, 2 for a usage or connection error
   (an unknown workflow or checkpoint included).
+* ``checkpoint-storages backends``: the registered backends (built-in and third-party, with what
+  each needs installed) and any entry point that was refused; exit status 1 when one was.
 
 ``--allow-type module:qualname`` (repeatable) lets the codec decode values of that type, as the
 application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
@@ -27,6 +29,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,7 +39,7 @@ from rich.text import Text
 from . import installed_version
 from .base import BaseCheckpointStorage
 from .codec import CheckpointCodec
-from .errors import CheckpointNotFoundError, CheckpointStorageError
+from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
 from .inspect import (
     build_lineage,
     describe_checkpoint,
@@ -46,6 +49,7 @@ from .inspect import (
     render_workflows,
 )
 from .redaction import redact_text
+from .registry import RegisteredBackend, registry
 from .terminal import EXIT_BROKEN_PIPE, json_dumps, plain, printable, silence_stdout
 from .terminal import console as terminal_console
 from .urls import open_storage, supported_schemes
@@ -77,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "verify":
             status = asyncio.run(_verify(args, console))
+        elif args.command == "backends":
+            status = _backends(args, console)
         else:
             status = asyncio.run(_inspect(args, console))
         # What is still buffered is written here, so a closed pipe is caught below rather than
@@ -198,6 +204,51 @@ def _show(console: Console, as_json: bool, renderable: RenderableType, data: obj
         console.print(renderable)
 
 
+# ---------------------------------------------------------------------- backends
+
+
+def _backends(args: argparse.Namespace, console: Console) -> int:
+    backends = registry()
+    rows = [_backend_row(backend) for backend in backends.backends]
+    problems = [str(problem) for problem in backends.problems]
+    if args.json:
+        print(json_dumps({"backends": rows, "problems": problems}))
+    else:
+        table = Table(title="Storage backends", title_justify="left")
+        for column in ("Backend", "Schemes", "Installed", "Origin", "Summary"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            installed = (
+                Text("yes", style="green") if row["missing"] is None else plain(row["missing"], "yellow")
+            )
+            schemes = ", ".join(f"{scheme}://" for scheme in row["schemes"])
+            table.add_row(
+                plain(row["name"]), plain(schemes), installed, plain(row["origin"]), plain(row["summary"])
+            )
+        console.print(table)
+        for problem in problems:
+            console.print(plain(f"refused: {problem}", style="bold red"))
+    return EXIT_FOUND if problems else EXIT_OK
+
+
+def _backend_row(backend: RegisteredBackend) -> dict[str, Any]:
+    try:
+        backend.check_installed()
+        missing = None
+    except MissingDependencyError as exc:
+        missing = str(exc)
+    spec = backend.spec
+    return {
+        "name": spec.name,
+        "schemes": list(spec.schemes),
+        "summary": spec.summary,
+        "extra": spec.extra,
+        "missing": missing,
+        "origin": backend.origin,
+        "server_url_env": spec.server_url_env,
+    }
+
+
 # ---------------------------------------------------------------------- shared
 
 
@@ -258,6 +309,15 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog="Exit status: 0 shown, 1 the checkpoint cannot be loaded, 2 usage or connection error.",
     )
+    backends_parser = commands.add_parser(
+        "backends",
+        help="list the registered storage backends and any third-party entry point that was refused",
+        description="The backends open_storage knows: built-in ones and those registered through the "
+        "checkpoint_storages.backends entry-point group (docs/registry.md).",
+        epilog="Exit status: 0 every entry point registered, 1 one was refused.",
+    )
+    backends_parser.add_argument("--json", action="store_true", help="print the list as JSON")
+
     inspect_parser.add_argument("url", metavar="URL", help="storage URL")
     inspect_parser.add_argument("workflow", nargs="?", metavar="WORKFLOW", help="draw this workflow's tree")
     inspect_parser.add_argument("--checkpoint", metavar="ID", help="show this checkpoint's fields")

@@ -272,16 +272,44 @@ class EvictionPolicyError(StorageConfigurationError):
 class MissingDependencyError(CheckpointStorageError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
-        super().__init__(
-            f"{feature} needs the {module!r} package: pip install 'checkpoint-storages[{extra}]'"
-        )
+    def __init__(
+        self, feature: str, extra: str | None, module: str, *, distribution: str = "checkpoint-storages"
+    ) -> None:
+        requirement = distribution if extra is None else f"{distribution}[{extra}]"
+        super().__init__(f"{feature} needs the {module!r} package: pip install '{requirement}'")
         self.feature = feature
         self.extra = extra
         self.module = module
+        self.distribution = distribution
+
+
+class BackendRegistrationError(StorageConfigurationError):
+    """A storage backend cannot be registered or built: a third-party backend claims a name or
+    URL scheme another backend has, or its factory cannot be imported (storages.registry)."""
+
+    def __init__(self, message: str, *, backend: str = "") -> None:
+        super().__init__(message)
+        self.backend = backend
+        """The backend (or entry point) the error is about."""
+
+
+class BackendEntryPointError(BackendRegistrationError):
+    """An entry point of the ``checkpoint_storages.backends`` group does not give a usable
+    BackendSpec; the message names the entry point and its distribution."""
+
+    def __init__(self, entry_point: str, distribution: str, reason: str) -> None:
+        super().__init__(
+            f"storage backend entry point {entry_point!r} of {distribution} is not registered: {reason}",
+            backend=f"entry point {entry_point}",
+        )
+        self.entry_point = entry_point
+        self.distribution = distribution
+        self.reason = reason
 
 
 __all__ = [
+    "BackendEntryPointError",
+    "BackendRegistrationError",
     "CheckpointConflictError",
     "CheckpointCorruptedError",
     "CheckpointNotFoundError",

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -62,6 +63,8 @@ GRAPH_SIGNATURE = "langgraph"
 """LangGraph has no graph signature; every stored checkpoint carries this constant instead."""
 
 _ID_DIGEST_CHARS = 32
+_NAME_CACHE_SIZE = 4096
+"""Workflow names (and their digests) remembered: a few per thread in use, bounded."""
 
 _Selection = list[tuple[str, str, str]]
 """(workflow name, thread_id, checkpoint_ns) triples; an alias because StorageSaver.list shadows list."""
@@ -73,8 +76,11 @@ def thread_prefix(thread_id: str) -> str:
     return f"{WORKFLOW_PREFIX}{_escape(thread_id)}:"
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def workflow_for(thread_id: str, checkpoint_ns: str) -> str:
     """The workflow holding the checkpoints of one (thread_id, checkpoint_ns)."""
+    # Cached: every call of a run names the same few workflows, and escaping is most of the
+    # cost of naming one (a refused name raises, and exceptions are not cached).
     name = thread_prefix(thread_id) + _escape(checkpoint_ns)
     if len(name) > MAX_ID_LENGTH:
         raise InvalidCheckpointIdError(
@@ -88,8 +94,7 @@ def workflow_for(thread_id: str, checkpoint_ns: str) -> str:
 
 def stored_id_for(workflow_name: str, checkpoint_id: str) -> str:
     """The storage's (global) id of LangGraph checkpoint ``checkpoint_id`` in a workflow."""
-    digest = hashlib.blake2b(workflow_name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    stored = f"{checkpoint_id}@{digest}"
+    stored = f"{checkpoint_id}@{_workflow_digest(workflow_name)}"
     if not isinstance(checkpoint_id, str) or len(stored) > MAX_ID_LENGTH:
         raise InvalidCheckpointIdError(
             "checkpoint_id",
@@ -99,9 +104,23 @@ def stored_id_for(workflow_name: str, checkpoint_id: str) -> str:
     return stored
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
+def _workflow_digest(workflow_name: str) -> str:
+    return hashlib.blake2b(workflow_name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 def _escape(text: str) -> str:
-    # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part.
+    # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part. ASCII text
+    # (LangGraph's namespaces and most thread ids) takes a C-speed table giving quote's exact output.
+    if text.isascii():
+        return text.translate(_ASCII_QUOTED)
     return quote(text, safe="")
+
+
+_ASCII_QUOTED = {
+    code: f"%{code:02X}" for code in range(128) if not (chr(code).isalnum() or chr(code) in "_.-~")
+}
+"""What ``quote(safe="")`` makes of each ASCII character it escapes (it keeps letters, digits, _.-~)."""
 
 
 class StorageSaver(BaseCheckpointSaver[str]):
@@ -181,14 +200,15 @@ class StorageSaver(BaseCheckpointSaver[str]):
                     return
                 if not self._belongs(stored, thread_id, checkpoint_ns):
                     continue
+                metadata = None
                 if filter:
-                    # Filter on the metadata alone, before the writes are read.
+                    # Filter on the metadata alone, before the writes are read; the tuple reuses it.
                     metadata = self._loads(stored, "metadata")
                     if not isinstance(metadata, dict) or not all(
                         metadata.get(key) == value for key, value in filter.items()
                     ):
                         continue
-                item = await self._tuple(stored, thread_id, checkpoint_ns)
+                item = await self._tuple(stored, thread_id, checkpoint_ns, metadata)
                 if remaining is not None:
                     remaining -= 1
                 yield item
@@ -205,6 +225,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
         workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         checkpoint_id = checkpoint["id"]
         full_metadata = get_checkpoint_metadata(config, metadata)
+        checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(checkpoint)
+        metadata_type, metadata_bytes = self.serde.dumps_typed(full_metadata)
         await self.storage.save(
             WorkflowCheckpoint(
                 workflow_name=workflow_name,
@@ -213,12 +235,15 @@ class StorageSaver(BaseCheckpointSaver[str]):
                 previous_checkpoint_id=None if parent_id is None else stored_id_for(workflow_name, parent_id),
                 timestamp=checkpoint["ts"],
                 iteration_count=_supersteps_done(full_metadata),
+                # Flat: every value an atom, so our codec carries the state without walking it.
                 state={
                     "thread_id": thread_id,
                     "checkpoint_ns": checkpoint_ns,
                     "checkpoint_id": checkpoint_id,
-                    "checkpoint": list(self.serde.dumps_typed(checkpoint)),
-                    "metadata": list(self.serde.dumps_typed(full_metadata)),
+                    "checkpoint_type": checkpoint_type,
+                    "checkpoint": checkpoint_bytes,
+                    "metadata_type": metadata_type,
+                    "metadata": metadata_bytes,
                 },
             )
         )
@@ -420,12 +445,16 @@ class StorageSaver(BaseCheckpointSaver[str]):
         names = await self.storage.list_workflows()
         return [(name, thread_id, unquote(name[len(prefix) :])) for name in names if name.startswith(prefix)]
 
-    async def _tuple(self, stored: Any, thread_id: str, checkpoint_ns: str) -> CheckpointTuple:
+    async def _tuple(
+        self, stored: Any, thread_id: str, checkpoint_ns: str, metadata: Any | None = None
+    ) -> CheckpointTuple:
+        """The tuple of a record; ``metadata``, when given, is its already loaded metadata."""
         checkpoint_id = self._stored_field(stored, "checkpoint_id")
         if not self._belongs(stored, thread_id, checkpoint_ns):
             raise CheckpointCorruptedError(stored.checkpoint_id, "stored for another thread or namespace")
         checkpoint = self._loads(stored, "checkpoint")
-        metadata = self._loads(stored, "metadata")
+        if metadata is None:
+            metadata = self._loads(stored, "metadata")
         if not isinstance(checkpoint, dict) or checkpoint.get("id") != checkpoint_id:
             raise CheckpointCorruptedError(
                 stored.checkpoint_id, "its LangGraph checkpoint is not the one indexed"
@@ -456,7 +485,8 @@ class StorageSaver(BaseCheckpointSaver[str]):
         return value
 
     def _loads(self, stored: Any, name: str) -> Any:
-        return self._loads_value(stored.checkpoint_id, stored.state.get(name), name)
+        state = stored.state
+        return self._loads_value(stored.checkpoint_id, (state.get(f"{name}_type"), state.get(name)), name)
 
     def _loads_value(self, stored_id: str, typed: Any, what: str = "pending write") -> Any:
         if not (

@@ -16,10 +16,17 @@ from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
-from .base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
+from .base import (
+    BaseCheckpointStorage,
+    CheckpointRecord,
+    FenceCheck,
+    StoredBody,
+    WalkRecords,
+    nested_id_conflict,
+)
 from .codec import CheckpointCodec, TypeRef
 from .contract import Capability, CheckpointID, CheckpointInfo
-from .errors import CheckpointConflictError, NestedCheckpointDeletionError, StorageConfigurationError
+from .errors import NestedCheckpointDeletionError, StorageConfigurationError
 from .integrity import IntegrityKeyInput
 from .redaction import redact_url
 
@@ -118,13 +125,10 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         # as MAF's own in-memory storage keeps any object.
         return CheckpointCodec(trust_saved_types=True)
 
-    def new_handle(self) -> Self:
-        return type(self)(codec=self._codec, _store=self._store)
+    def _handle_overrides(self) -> Mapping[str, object]:
+        return {"_store": self._store}  # new_handle(): every handle shares this process's store
 
     # ------------------------------------------------------------------ writes
-
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._insert_family((record,))
 
     async def _insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
@@ -155,11 +159,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         store = self._store
         for record in records[1:]:
             if record.checkpoint_id in store.by_id:
-                raise CheckpointConflictError(
-                    record.checkpoint_id,
-                    f"embedded in checkpoint {record.container_id!r}, but a record with this id "
-                    "is already stored; an embedded checkpoint needs an id of its own",
-                )
+                raise nested_id_conflict(records, record.checkpoint_id)
         for record in records:
             workflow = store.workflows.get(record.workflow_name)
             if workflow is None:

@@ -1,4 +1,4 @@
-"""``open_storage(url)``: build any built-in storage from a URL.
+"""``open_storage(url)``: build any registered storage from a URL.
 
 URL forms:
 
@@ -18,8 +18,9 @@ names an environment variable holding the signing key (hex, or base64 prefixed w
 ``base64:``), never the key itself; ``integrity_verify_keys_env=OLD1,OLD2`` names variables holding
 keys that only verify (a rotation); ``integrity_accept_unsigned=true`` is the migration mode.
 
-An unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that
-says what to do; so does an option a scheme does not take (the error lists those it takes).
+Third-party backends add schemes of their own (storages/registry.py, docs/registry.md). An
+unknown scheme, or a scheme whose optional dependency is missing, raises a typed error that says
+what to do; so does an option a scheme does not take (the error lists those it takes).
 
 Where options are declared: each backend module's ``URL_OPTIONS`` (the options of its scheme),
 plus :data:`COMMON_URL_OPTIONS` here (options every scheme takes). A backend's ``from_url``
@@ -28,17 +29,15 @@ reads its query through :func:`parse_url_options`, which refuses anything else.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any, TypedDict
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .base import BaseCheckpointStorage
-from .errors import MissingDependencyError, StorageConfigurationError
+from .errors import StorageConfigurationError
 from .integrity import IntegrityKeys, key_from_env
 from .redaction import redact_url
+from .registry import registry
 
 
 class AllowanceOptions(TypedDict):
@@ -82,49 +81,35 @@ INTEGRITY_OPTIONS = ("integrity_key_env", "integrity_verify_keys_env", "integrit
 """URL options every scheme takes: where the integrity keys are (handled here, not by the backend)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Backend:
-    module: str
-    cls: str
-    extra: str | None
-    dependency: str | None
-
-
-_BACKENDS: dict[str, _Backend] = {
-    "memory": _Backend("storages.memory", "InMemoryCheckpointStorage", None, None),
-    "sqlite": _Backend("storages.sqlite", "SQLiteCheckpointStorage", "sqlite", "aiosqlite"),
-    "redis": _Backend("storages.redis", "RedisCheckpointStorage", "redis", "redis"),
-    "rediss": _Backend("storages.redis", "RedisCheckpointStorage", "redis", "redis"),
-    "s3": _Backend("storages.s3", "S3CheckpointStorage", "s3", "boto3"),
-}
-
-
 def supported_schemes() -> list[str]:
-    return sorted(_BACKENDS)
+    """The URL schemes :func:`open_storage` opens: the built-in backends' and the registered
+    third-party ones' (storages.registry)."""
+    return registry().schemes()
 
 
 def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
     """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``), except
     ``integrity_key=``, which every scheme takes (as the URL option ``integrity_key_env``).
 
-    The storage connects lazily on first use; close it with ``aclose()`` or ``async with``.
+    The backend is the registry's for the URL's scheme (storages.registry): a built-in one or one
+    a third-party distribution registered. The storage connects lazily on first use; close it
+    with ``aclose()`` or ``async with``.
     """
     if not isinstance(url, str) or "://" not in url:
         raise StorageConfigurationError(
             f"Not a storage URL: {url!r}; expected one of {', '.join(s + '://' for s in supported_schemes())}"
         )
     scheme = urlsplit(url).scheme.lower()
-    backend = _BACKENDS.get(scheme)
+    backends = registry()
+    backend = backends.for_scheme(scheme)  # raises for a scheme a refused backend claimed
     if backend is None:
+        refused = "".join(f"; {problem}" for problem in backends.problems)
         raise StorageConfigurationError(
             f"Unknown storage URL scheme {scheme!r} in {url!r}; supported: "
             + ", ".join(s + "://" for s in supported_schemes())
+            + refused
         )
-    if backend.dependency is not None and importlib.util.find_spec(backend.dependency) is None:
-        assert backend.extra is not None
-        raise MissingDependencyError(f"{scheme}:// storage", backend.extra, backend.dependency)
-    module = importlib.import_module(backend.module)
-    cls = getattr(module, backend.cls)
+    backend.check_installed(scheme)  # before the URL's own options are read: the extra comes first
     url, integrity = _take_options(url, INTEGRITY_OPTIONS)
     keys = options.pop("integrity_key", None)
     if integrity:
@@ -133,8 +118,7 @@ def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
                 f"Storage URL {redact_url(url)!r}: give integrity_key= or integrity_key_env=, not both"
             )
         keys = _integrity_keys(url, integrity)
-    storage = cls.from_url(url, **options) if hasattr(cls, "from_url") else cls(**options)
-    assert isinstance(storage, BaseCheckpointStorage)
+    storage = backend.open(url, scheme, **options)
     if keys is not None:
         storage.configure_integrity(keys)
     return storage

@@ -15,11 +15,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import postgres_servers
 import pytest
 import redis_servers
 import s3_support
 
 from storages import BaseCheckpointStorage, open_storage
+from storages.registry import registry
 
 StorageMaker = Callable[[], BaseCheckpointStorage]
 """Returns a new, unopened handle on one fresh store; every call reaches the same store."""
@@ -32,6 +34,12 @@ class Backend:
     marker: str
     """The pytest mark (and tox environment) its tests run under."""
     fresh_store: Callable[[Path], AbstractAsyncContextManager[StorageMaker]]
+    url: Callable[[Path], str] | None = None
+    """The URL of a fresh store in a test's directory, for backends a URL alone reaches."""
+
+
+def _by_url(marker: str, url: Callable[[Path], str]) -> Backend:
+    return Backend(marker, lambda directory: _url_store(url(directory)), url)
 
 
 @asynccontextmanager
@@ -43,29 +51,35 @@ async def _url_store(url: str) -> AsyncIterator[StorageMaker]:
         await root.aclose()
 
 
-# Each backend's tests add their entries here (one line each), in report order.
+# Each backend's tests add their entries here (one line each), in report order. The key is the
+# test id; its marker is the registered backend's name (storages/registry.py) or redis_cluster.
 BACKENDS: dict[str, Backend] = {
-    "memory": Backend("memory", lambda directory: _url_store("memory://")),
+    "memory": _by_url("memory", lambda directory: "memory://"),
     # directory is absolute, so this is sqlite:////abs/path
-    "sqlite": Backend("sqlite", lambda directory: _url_store(f"sqlite:///{directory}/t.db")),
+    "sqlite": _by_url("sqlite", lambda directory: f"sqlite:///{directory}/t.db"),
     "redis": Backend("redis", redis_servers.real_server_store),  # REDIS_URL, a fresh key prefix
     "redis-fake": Backend("redis", redis_servers.fakeredis_store),
     "redis-cluster": Backend("redis_cluster", redis_servers.cluster_store),  # started on first use
     "s3": Backend("s3", s3_support.store_maker(server=False)),  # moto in this process
     "s3-server": Backend("s3", s3_support.store_maker(server=True)),  # moto over HTTP, loopback
+    "postgres": Backend("postgres", postgres_servers.store),  # a fresh schema in this run's database
 }
 
-URL_BACKENDS = ("memory", "sqlite")
+URL_BACKENDS = tuple(name for name, backend in BACKENDS.items() if backend.url is not None)
 """Backends the ``storage_url`` fixture covers (stores reachable by URL alone)."""
+
+BACKEND_MARKERS = frozenset({*registry().names(), *(backend.marker for backend in BACKENDS.values())})
+"""Marks that put a test in a backend's tox environment; a test with none of them is ``core``."""
 
 
 def backend_url(backend: str, directory: Path) -> str:
     """The URL of a fresh store of ``backend``; file-based stores live in ``directory``."""
-    if backend == "memory":
-        return "memory://"
-    if backend == "sqlite":
-        return f"sqlite:///{directory}/t.db"
-    raise ValueError(f"unknown backend {backend!r}")
+    url = BACKENDS[backend].url if backend in BACKENDS else None
+    if url is None:
+        raise ValueError(
+            f"backend {backend!r} has no URL of a fresh store; these do: {', '.join(URL_BACKENDS)}"
+        )
+    return url(directory)
 
 
 @pytest.fixture(params=URL_BACKENDS)
@@ -154,16 +168,24 @@ def same_types() -> Callable[[Any, Any], bool]:
 # ---------------------------------------------------------------------- test selection and CI rules
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "core: exercises no backend of its own (added to every such test)")
+    for name in sorted(BACKEND_MARKERS - {"core"}):  # a registered backend's mark needs no other line
+        config.addinivalue_line("markers", f"{name}: exercises the {name} backend")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with the backend it exercises, so tox can run one backend per environment:
-    parametrised tests by their ``storage_url`` backend, backend modules by their own mark."""
+    parametrised tests by their ``storage_url`` backend, backend modules by their own mark, and
+    every other test ``core``."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is None:
-            continue
-        backend = callspec.params.get("storage_maker", callspec.params.get("storage_url"))
-        if backend in BACKENDS:
-            item.add_marker(getattr(pytest.mark, BACKENDS[backend].marker))
+        if callspec is not None:
+            backend = callspec.params.get("storage_maker", callspec.params.get("storage_url"))
+            if backend in BACKENDS:
+                item.add_marker(getattr(pytest.mark, BACKENDS[backend].marker))
+        if not any(mark.name in BACKEND_MARKERS for mark in item.iter_markers()):
+            item.add_marker(pytest.mark.core)
 
 
 @pytest.hookimpl(hookwrapper=True)

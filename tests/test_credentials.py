@@ -45,7 +45,7 @@ def _shown(error: BaseException) -> str:
 @pytest.mark.parametrize(
     "url",
     [
-        f"postgresql://app:{SECRET}@db.example/checkpoints",  # no such scheme
+        f"postgresql://app:{SECRET}@db.example/checkpoints?pool_size=lots",  # a bad option
         f"password={SECRET}",  # not a URL at all
         f"rediss://app:{SECRET}@cache.example:6380/0?ttl=soon",
         f"redis://:{SECRET}@cache.example/0?cluster=maybe",

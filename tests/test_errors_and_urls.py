@@ -17,6 +17,8 @@ from agent_framework import WorkflowCheckpointException
 import storages
 import storages.errors
 from storages import (
+    BackendEntryPointError,
+    BackendRegistrationError,
     CheckpointCodec,
     CheckpointConflictError,
     CheckpointCorruptedError,
@@ -65,6 +67,10 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     StorageConfigurationError("bad url"),
     EvictionPolicyError("redis://h:6379/0", "allkeys-lru", None, "any key", "allow_evicting_policy=True"),
     MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite"),
+    BackendRegistrationError(
+        "backend 'mine' claims 's3', which is the built-in 's3' backend's", backend="mine"
+    ),
+    BackendEntryPointError("mine = mine_backend:BACKEND", "mine-backend", "it failed to load: ImportError"),
 ]
 
 
@@ -199,7 +205,7 @@ async def test_sqlite_absolute_url_ignores_the_working_directory(
     assert list(elsewhere.iterdir()) == []
 
 
-@pytest.mark.parametrize("url", ["nosuchdb://x", "ftp://host/file", "://nothing", "postgresql://u@h/db"])
+@pytest.mark.parametrize("url", ["nosuchdb://x", "ftp://host/file", "://nothing", "mysql://u@h/db"])
 def test_unknown_scheme_lists_the_supported_ones(url: str) -> None:
     with pytest.raises(StorageConfigurationError) as caught:
         open_storage(url)

@@ -255,9 +255,11 @@ async def test_under_a_ttl_an_expired_ancestor_is_not_reported_as_a_deletion() -
 
 
 async def test_a_backend_s_own_new_handle_keeps_the_key() -> None:
-    class ThirdParty(InMemoryCheckpointStorage):
-        def new_handle(self) -> ThirdParty:
-            return type(self)(codec=self.codec, _store=self._store)
+    from examples.dict_storage import DictCheckpointStorage
+
+    class ThirdParty(DictCheckpointStorage):
+        def new_handle(self) -> ThirdParty:  # its own, listing what it needs (the keys are not)
+            return type(self)(codec=self.codec, tables=self._tables)
 
     keyed = ThirdParty(integrity_key=KEY)
     assert keyed.new_handle().integrity_enabled

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
-from storages.langgraph import StorageSaver, stored_id_for, workflow_for
+from storages.langgraph import StorageSaver, _escape, stored_id_for, workflow_for
 from storages.memory import InMemoryCheckpointStorage
 from storages.verify import verify
 
@@ -104,8 +107,8 @@ async def test_a_damaged_serde_payload_is_reported_naming_the_stored_id() -> Non
     await saver.aput(_config("t"), _checkpoint("cp", n=1), {}, {})
     stored_id = stored_id_for(workflow_for("t", ""), "cp")
     stored = await storage.load(stored_id)
-    kind, payload = stored.state["checkpoint"]
-    stored.state["checkpoint"] = [kind, payload[: len(payload) // 2]]
+    payload = stored.state["checkpoint"]
+    stored.state["checkpoint"] = payload[: len(payload) // 2]
     body = storage.codec.encode_checkpoint(stored)
     await storage.write_raw_body(stored_id, body)
     with pytest.raises(CheckpointCorruptedError) as raised:
@@ -115,8 +118,34 @@ async def test_a_damaged_serde_payload_is_reported_naming_the_stored_id() -> Non
         _ = [item async for item in saver.alist(_config("t"))]
 
 
+@pytest.mark.parametrize(
+    ("field", "damage"),
+    [
+        ("checkpoint_type", None),  # the serde type is gone
+        ("checkpoint", "not bytes"),  # the payload is no longer bytes
+        ("metadata_type", 7),
+    ],
+)
+async def test_a_state_missing_its_typed_payload_is_reported_naming_the_stored_id(
+    field: str, damage: Any
+) -> None:
+    storage = InMemoryCheckpointStorage()
+    saver = StorageSaver(storage)
+    await saver.aput(_config("t"), _checkpoint("cp", n=1), {}, {})
+    stored_id = stored_id_for(workflow_for("t", ""), "cp")
+    stored = await storage.load(stored_id)
+    stored.state[field] = damage
+    await storage.write_raw_body(stored_id, storage.codec.encode_checkpoint(stored))
+    with pytest.raises(CheckpointCorruptedError, match="not a \\(type, bytes\\) pair") as raised:
+        await saver.aget_tuple(_config("t"))
+    assert stored_id in str(raised.value)
+
+
 async def test_over_long_thread_ids_are_refused_naming_the_field() -> None:
     saver = StorageSaver(InMemoryCheckpointStorage())
+    with pytest.raises(InvalidCheckpointIdError, match="thread_id"):
+        await saver.aput(_config("t" * 300), _checkpoint("cp"), {}, {})
+    # Names are cached; a refused one is refused again, never remembered as valid.
     with pytest.raises(InvalidCheckpointIdError, match="thread_id"):
         await saver.aput(_config("t" * 300), _checkpoint("cp"), {}, {})
 
@@ -158,3 +187,10 @@ async def test_verify_and_listings_see_checkpoints_not_the_writes_logs() -> None
     report = await verify(storage)
     assert report.ok, report.findings
     assert report.records_checked == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_names_escape_exactly_as_quote_does(text: str) -> None:
+    # Workflow names are stored: the fast path must give quote(safe="")'s very output.
+    assert _escape(text) == quote(text, safe="")

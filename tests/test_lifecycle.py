@@ -207,3 +207,20 @@ def test_a_storage_built_from_a_url_follows_each_new_loop(redis_prefix: str) -> 
 
     assert [asyncio.run(save_and_count(checkpoint_id)) for checkpoint_id in ids] == [1, 2, 3]
     asyncio.run(storage.aclose())  # closing from yet another loop closes what that loop holds
+
+
+async def test_first_operations_started_together_open_the_storage_once() -> None:
+    from storages.errors import CheckpointNotFoundError
+    from storages.memory import InMemoryCheckpointStorage
+
+    class CountsOpens(InMemoryCheckpointStorage):
+        opens = 0
+
+        async def _open(self) -> None:
+            type(self).opens += 1
+            await asyncio.sleep(0.01)  # still opening while the other callers arrive
+
+    storage = CountsOpens()
+    results = await asyncio.gather(*(storage.load(f"absent-{n}") for n in range(8)), return_exceptions=True)
+    assert CountsOpens.opens == 1
+    assert all(isinstance(result, CheckpointNotFoundError) for result in results), results

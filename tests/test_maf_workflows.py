@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import maf_workflows as flows
+import postgres_servers
 import pytest
 import redis_servers
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
@@ -192,15 +193,21 @@ def _worker(*args: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "backend",
-    [pytest.param("sqlite", marks=pytest.mark.sqlite), pytest.param("redis", marks=pytest.mark.redis)],
+    [
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
 )
 async def test_human_in_the_loop_resumes_in_a_fresh_process(backend: str, tmp_path: Path) -> None:
     prefix = redis_servers.fresh_prefix("maf-hitl")
-    url = (
-        f"sqlite:///{tmp_path}/hitl.db"
-        if backend == "sqlite"
-        else redis_servers.with_query(redis_servers.redis_url(), prefix=prefix)
-    )
+    url = {
+        "sqlite": f"sqlite:///{tmp_path}/hitl.db",
+        "redis": redis_servers.with_query(redis_servers.redis_url(), prefix=prefix),
+        "postgres": postgres_servers.with_schema(
+            postgres_servers.run_database_url(), prefix.replace("-", "_")
+        ),
+    }[backend]
     try:
         paused = _worker("pause", url)
         resumed = _worker("resume", url, paused["checkpoint_id"], paused["request_id"], "yes")
@@ -220,6 +227,8 @@ async def test_human_in_the_loop_resumes_in_a_fresh_process(backend: str, tmp_pa
             client = Redis.from_url(redis_servers.redis_url())
             await delete_prefix(client, prefix)
             await client.aclose()
+        if backend == "postgres":
+            await postgres_servers.drop_schema(url.partition("?")[0], prefix.replace("-", "_"))
 
 
 # ---------------------------------------------------------------- MAF's types and registry

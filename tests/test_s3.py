@@ -123,8 +123,8 @@ def test_the_cli_passes_against_a_moto_server_url(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_a_crash_after_each_write_of_a_save_leaves_all_or_nothing(store: S3Store) -> None:
-    """A save writes: the record, the order key (commit), the pointer. Crash after each."""
-    for crash_after, visible in ((1, False), (2, True), (3, True)):
+    """A save writes the record, then the order key (the commit point). Crash after each."""
+    for crash_after, visible in ((1, False), (2, True)):
         workflow_name = f"crash-{crash_after}"
         async with store.storage() as storage:
             first = checkpoint(workflow_name)
@@ -156,9 +156,10 @@ async def test_a_crash_after_each_write_of_a_save_leaves_all_or_nothing(store: S
 
 
 async def test_a_nested_save_retried_after_a_crash_at_any_write_is_whole(store: S3Store) -> None:
-    """Writes of a save with one nested record: nested record, container record, nested order key,
-    container order key. Crash after each, save into the nested workflow meanwhile, retry."""
-    for crash_after in (1, 2, 3, 4):
+    """Writes of a save with one nested record: nested record, container record, the nested
+    workflow's pointer floor, nested order key, container order key. Crash after each, save into
+    the nested workflow meanwhile, retry."""
+    for crash_after in (1, 2, 3, 4, 5):
         child = WorkflowCheckpoint(f"child-{crash_after}", "sig-child", state={"n": crash_after})
         state = {"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}}
         parent = WorkflowCheckpoint(f"parent-{crash_after}", "sig", state=state)
@@ -167,7 +168,7 @@ async def test_a_nested_save_retried_after_a_crash_at_any_write_is_whole(store: 
                 async with store.faults.crash_after_writes(crash_after):
                     await storage.save(parent)
         async with store.storage() as reopened:
-            if crash_after < 4:
+            if crash_after < 5:
                 with pytest.raises(CheckpointNotFoundError):
                     await reopened.load(parent.checkpoint_id)
             meanwhile = WorkflowCheckpoint(f"child-{crash_after}", "sig-child")
@@ -184,6 +185,43 @@ async def test_a_nested_save_retried_after_a_crash_at_any_write_is_whole(store: 
             latest = await reopened.get_latest(workflow_name=parent.workflow_name)
             assert latest is not None
             assert latest.checkpoint_id == parent.checkpoint_id
+
+
+async def test_a_crash_after_each_write_of_a_delete_never_lets_a_sequence_go_back(store: S3Store) -> None:
+    """Deleting the newest: the pointer floor, the order keys (DeleteObjects), the records. Crash
+    after each: the checkpoint is whole or gone, and the next save still numbers above it."""
+    for crash_after, gone in ((1, False), (2, True), (3, True)):
+        workflow_name = f"delete-crash-{crash_after}"
+        async with store.storage() as storage:
+            first = checkpoint(workflow_name)
+            newest = checkpoint(workflow_name, previous=first)
+            await storage.save(first)
+            await storage.save(newest)
+            (deleted_info,) = [
+                i
+                for i in await storage.list_records(workflow_name=workflow_name)
+                if i.checkpoint_id == newest.checkpoint_id
+            ]
+            with pytest.raises(SimulatedCrash):
+                async with store.faults.crash_after_writes(crash_after):
+                    await storage.delete(newest.checkpoint_id)
+        async with store.storage() as reopened:
+            latest = await reopened.get_latest(workflow_name=workflow_name)
+            assert latest is not None
+            assert latest.checkpoint_id == (first if gone else newest).checkpoint_id, crash_after
+            if gone:
+                with pytest.raises(CheckpointNotFoundError):
+                    await reopened.load(newest.checkpoint_id)
+            following = checkpoint(workflow_name, previous=first)
+            await reopened.save(following)
+            infos = {
+                i.checkpoint_id: i.sequence for i in await reopened.list_records(workflow_name=workflow_name)
+            }
+            assert infos[following.checkpoint_id] > deleted_info.sequence, crash_after
+            assert await reopened.delete(newest.checkpoint_id) is not gone  # finishing the delete
+            assert (
+                await reopened.get_latest(workflow_name=workflow_name)
+            ).checkpoint_id == following.checkpoint_id
 
 
 async def test_a_crashed_nested_record_with_other_content_is_replaced_on_retry(in_process: S3Store) -> None:
@@ -203,9 +241,9 @@ async def test_a_crashed_nested_record_with_other_content_is_replaced_on_retry(i
         assert await reopened.load("parent-1") == second
 
 
-async def test_a_stale_pointer_does_not_hide_the_newest_checkpoint(in_process: S3Store) -> None:
-    # Crash between order key and pointer, then a save from another handle: the pointer lags, yet
-    # the high-water mark comes from the listing head too, so the new save sorts after.
+async def test_a_pointer_behind_the_listing_does_not_hide_the_newest_checkpoint(in_process: S3Store) -> None:
+    # Plain saves never move the pointer, and a crash right after the commit point leaves nothing
+    # else behind: the high-water mark comes from the listing head too, so the next save sorts after.
     async with in_process.storage() as storage:
         first = checkpoint()
         await storage.save(first)
@@ -317,7 +355,7 @@ async def test_an_unreachable_endpoint_is_a_typed_error() -> None:
 
 
 async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Store) -> None:
-    """get_latest is one one-item LIST and one GET, load a GET and a HEAD, save six requests,
+    """get_latest is one one-item LIST and one GET, load a GET and a HEAD, save four requests,
     at 10 checkpoints and at 1,051 (more than one LIST page)."""
     counts: dict[int, dict[str, dict[str, int]]] = {}
     async with in_process.storage() as storage:
@@ -348,7 +386,7 @@ async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Sto
     for size in (10, 1050):
         assert counts[size]["get_latest"] == {"ListObjectsV2": 1, "GetObject": 1}, size
         assert counts[size]["load"] == {"GetObject": 1, "HeadObject": 1}, size
-        assert counts[size]["save"] == {"GetObject": 1, "ListObjectsV2": 2, "PutObject": 3}, size
+        assert counts[size]["save"] == {"GetObject": 1, "ListObjectsV2": 1, "PutObject": 2}, size
     # Listing ids reads keys only: one LIST request per 1,000 checkpoints, no GETs.
     assert counts[10]["list_checkpoint_ids"] == {"ListObjectsV2": 1}
     assert counts[1050]["list_checkpoint_ids"] == {"ListObjectsV2": 2}
@@ -420,14 +458,16 @@ def test_url_options_reach_the_storage() -> None:
     assert isinstance(storage, S3CheckpointStorage)
     assert (storage.bucket, storage.prefix) == ("my-bucket", "some/prefix/")
     assert storage.describe() == "s3://my-bucket/some/prefix/"
-    assert storage._put_parameters == {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "key-1"}
-    assert (storage._endpoint_url, storage._region, storage._checksum) == (
+    settings = storage.settings
+    assert settings.put_parameters == {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "key-1"}
+    assert (settings.endpoint_url, settings.region, settings.checksum) == (
         "http://127.0.0.1:1",
         "eu-west-1",
         "when_required",
     )
-    assert storage._max_workers == 4
-    assert storage._create_bucket
+    assert settings.max_workers == 4
+    assert settings.create_bucket
+    assert not storage.new_handle().settings.create_bucket
 
 
 @pytest.mark.parametrize(
@@ -484,7 +524,7 @@ async def test_a_lost_record_is_reported_never_replaced_by_an_older_checkpoint(i
     newest = checkpoint(previous=older)
     await storage.save(older)
     await storage.save(newest)
-    record_key = storage._record_key(newest.checkpoint_id)
+    record_key = f"{in_process.prefix}/r/{escape_component(newest.checkpoint_id)}"
     in_process.client.delete_object(Bucket=BUCKET, Key=record_key)
     for read in (
         storage.get_latest(workflow_name="wf"),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import backend_url
 
 from storages import (
     BaseCheckpointStorage,
@@ -37,8 +38,7 @@ SEEDABLE_BACKENDS = [
 @pytest.fixture(params=SEEDABLE_BACKENDS)
 async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BaseCheckpointStorage]:
     """Overrides the shared fixture: an open, empty storage of each backend defects can be seeded in."""
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/t.db"
-    async with open_storage(url) as opened:
+    async with open_storage(backend_url(request.param, tmp_path)) as opened:
         yield opened
 
 

@@ -19,12 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import Self
-
 from conformance import StorageTarget
-from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from storages.base import (
+    BaseCheckpointStorage,
+    CheckpointRecord,
+    FenceCheck,
+    StoredBody,
+    WalkRecords,
+    nested_id_conflict,
+)
 from storages.contract import Capability, CheckpointID, CheckpointInfo
-from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
+from storages.errors import NestedCheckpointDeletionError
 
 OPERATIONS = frozenset(
     {
@@ -55,6 +60,9 @@ class DoubleState:
     """Workflow name -> the last sequence number it handed out."""
     tombstones: dict[CheckpointID, str] = field(default_factory=dict)
     """Pruned id -> the workflow it was pruned from."""
+    unindexed: dict[CheckpointID, bytes] = field(default_factory=dict)
+    """Bodies written without their index entry (a crash between the two, for fault mutants):
+    readable by id, never listed, and not blocking a save of the same id."""
 
     def children(self, checkpoint_id: CheckpointID) -> list[Row]:
         return sorted(
@@ -130,8 +138,10 @@ class DoubleStorage(BaseCheckpointStorage):
         if isinstance(self.backing, FileBacking):
             self.capabilities = type(self).capabilities | {Capability.DURABLE}  # type: ignore[misc]
 
-    def new_handle(self) -> Self:
-        return type(self)(self.backing)
+    def _handle_overrides(self) -> Mapping[str, object]:
+        # The engine's new_handle() rebuilds the double from its constructor arguments; the
+        # backing made when none was given must be shared, not made again.
+        return {"backing": self.backing}
 
     # One state read (and at most one write) per primitive: each is one round trip.
 
@@ -150,31 +160,68 @@ class DoubleStorage(BaseCheckpointStorage):
         state.sequences[workflow_name] = state.sequences.get(workflow_name, 0) + 1
         return state.sequences[workflow_name]
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._insert_family((record,))
+    # _insert is the engine's default: _insert_family of one record.
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         state = self._read()
         existing = state.rows.get(self._key(records[0].checkpoint_id))
         if existing is not None:
             return existing.record.digest
+        self._write_family(state, records)
+        return None
+
+    def _write_family(self, state: DoubleState, records: Sequence[CheckpointRecord]) -> None:
+        """Insert a family whose top id is absent; a taken nested id writes nothing."""
         for record in records[1:]:
             if self._key(record.checkpoint_id) in state.rows:
-                raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint reuses an id")
+                raise nested_id_conflict(records, record.checkpoint_id)
         for record in records:
             row = Row(record, self._next_sequence(state, record.workflow_name))
             state.rows[self._key(record.checkpoint_id)] = row
         self._commit(state)
+
+    async def _insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        # Implemented for FencingDouble; the double itself does not declare ``fencing``.
+        state = self._read()
+        latest = self.latest_id(state, records[0].workflow_name)
+        existing = self.stored_digest(state, records[0].checkpoint_id)
+        if existing is not None:
+            return FenceCheck(latest, existing)
+        if latest != expected_latest_id:
+            return FenceCheck(latest, None)
+        self._write_family(state, records)
         return None
 
+    # Readings of the state for mutants, so none needs to know how rows are keyed.
+
+    def latest_id(self, state: DoubleState, workflow_name: str) -> CheckpointID | None:
+        rows = state.top_level(workflow_name)
+        return max(rows, key=lambda row: row.sequence).record.checkpoint_id if rows else None
+
+    def stored_digest(self, state: DoubleState, checkpoint_id: CheckpointID) -> str | None:
+        row = state.rows.get(self._key(checkpoint_id))
+        return None if row is None else row.record.digest
+
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        row = self._read().rows.get(self._key(checkpoint_id))
-        return None if row is None else row.record.body
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        return state.unindexed.get(self._key(checkpoint_id)) if row is None else row.record.body
+
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        # With the index entry, as a backend reading body and index in one round trip returns it.
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            body = state.unindexed.get(self._key(checkpoint_id))
+            return None if body is None else StoredBody(checkpoint_id, body)
+        return _stored(row)
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         for row in reversed(self._read().top_level(workflow_name)):
             if graph_signature_hash in (None, row.record.graph_signature_hash):
-                return StoredBody(row.record.checkpoint_id, row.record.body)
+                return _stored(row)
         return None
 
     def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
@@ -193,10 +240,7 @@ class DoubleStorage(BaseCheckpointStorage):
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
-        return [
-            StoredBody(r.record.checkpoint_id, r.record.body)
-            for r in self._rows(workflow_name, graph_signature_hash, include_nested)
-        ]
+        return [_stored(r) for r in self._rows(workflow_name, graph_signature_hash, include_nested)]
 
     async def _list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -312,6 +356,10 @@ class DoubleStorage(BaseCheckpointStorage):
         return [i for i, name in self._read().tombstones.items() if workflow_name in (None, name)]
 
 
+def _stored(row: Row) -> StoredBody:
+    return StoredBody(row.record.checkpoint_id, row.record.body, entry=row.record.index_entry())
+
+
 def round_trips(storage: Any) -> int:
     """The kit's ``round_trips`` hook for a double: primitive calls so far on its store."""
     backing: Backing = storage.backing
@@ -323,6 +371,12 @@ def double_target(storage_class: type[DoubleStorage] = DoubleStorage, **target: 
     root = storage_class()
     target.setdefault("round_trips", round_trips)
     return StorageTarget(name=storage_class.__name__, factory=root.new_handle, **target)
+
+
+class FencingDouble(DoubleStorage):
+    """The double declaring ``fencing`` too: the base of the fencing family's mutants."""
+
+    capabilities = DoubleStorage.capabilities | {Capability.FENCING}
 
 
 class WriteBehindBacking(FileBacking):

@@ -17,6 +17,7 @@ from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "ancestry"
@@ -54,7 +55,7 @@ def _id_of(item: object) -> CheckpointID:
     return str(getattr(item, "checkpoint_id", item))
 
 
-class MissingLinkIsRoot(InMemoryCheckpointStorage):
+class MissingLinkIsRoot(DoubleStorage):
     """Reports a walk that stops at a dangling previous id as reaching the root."""
 
     async def walk_ancestry(
@@ -74,7 +75,7 @@ def _missing_as_root(walk: AncestryWalk[T]) -> AncestryWalk[T]:
     return AncestryWalk(walk.items, AncestryEnd.ROOT, _id_of(walk.items[-1]))
 
 
-class LoopsOnCycles(InMemoryCheckpointStorage):
+class LoopsOnCycles(DoubleStorage):
     """Follows previous ids with no memory of where it has been: a cycle goes round until max_depth."""
 
     async def walk_ancestry(
@@ -99,7 +100,7 @@ def _round_and_round(walk: AncestryWalk[T], max_depth: int) -> AncestryWalk[T]:
     return AncestryWalk(items, AncestryEnd.DEPTH_LIMIT, _id_of(items[-1]))
 
 
-class WalkSkipsNested(InMemoryCheckpointStorage):
+class WalkSkipsNested(DoubleStorage):
     """Walks only top-level records, as a walk over the workflow's own rows would."""
 
     async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
@@ -112,7 +113,7 @@ class WalkSkipsNested(InMemoryCheckpointStorage):
         return WalkRecords(top_level, records.bodies, records.tombstones)
 
 
-class IgnoresMaxDepth(InMemoryCheckpointStorage):
+class IgnoresMaxDepth(DoubleStorage):
     """Accepts max_depth and walks to the end regardless."""
 
     async def walk_ancestry(
@@ -126,7 +127,7 @@ class IgnoresMaxDepth(InMemoryCheckpointStorage):
         return await super().walk_ancestry_ids(checkpoint_id)
 
 
-class WalkOldestFirst(InMemoryCheckpointStorage):
+class WalkOldestFirst(DoubleStorage):
     """walk_ancestry returns its checkpoints root first (walk_ancestry_ids is right)."""
 
     async def walk_ancestry(
@@ -136,7 +137,7 @@ class WalkOldestFirst(InMemoryCheckpointStorage):
         return AncestryWalk(walk.items[::-1], walk.end, walk.end_id)
 
 
-class UnknownStartIsEmptyWalk(InMemoryCheckpointStorage):
+class UnknownStartIsEmptyWalk(DoubleStorage):
     """Answers a walk from an unknown id with an empty walk instead of raising not-found."""
 
     async def walk_ancestry(
@@ -156,14 +157,14 @@ class UnknownStartIsEmptyWalk(InMemoryCheckpointStorage):
             return AncestryWalk((), AncestryEnd.MISSING, checkpoint_id)
 
 
-class WalkCappedAt100(InMemoryCheckpointStorage):
+class WalkCappedAt100(DoubleStorage):
     """Reads at most 100 records per walk, as a recursive query with a fixed LIMIT 100 would."""
 
     async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         return await super()._walk(checkpoint_id, min(max_depth, 100), with_bodies=with_bodies)
 
 
-class MaxDepthAsInt64(InMemoryCheckpointStorage):
+class MaxDepthAsInt64(DoubleStorage):
     """Hands max_depth to a database as a 64-bit integer, unchecked: a larger one overflows."""
 
     async def walk_ancestry(
@@ -193,6 +194,12 @@ def _expected_outcomes(capabilities: frozenset[Capability]) -> dict[str, Outcome
         c.id: Outcome.PASSED if c.requires <= capabilities else Outcome.SKIPPED
         for c in select_clauses([FAMILY])
     }
+
+
+def test_the_double_passes_every_ancestry_clause() -> None:
+    # The mutants above each break one step of this correct storage's walk.
+    backend = run_family(DoubleStorage)
+    assert {r.clause_id: r.outcome for r in backend.results} == _expected_outcomes(DoubleStorage.capabilities)
 
 
 def test_in_memory_storage_passes_every_ancestry_clause() -> None:

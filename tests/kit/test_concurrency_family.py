@@ -15,6 +15,7 @@ from storages.contract import Capability
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import failed
 
 FAMILY = "concurrency"
@@ -90,14 +91,14 @@ class RacyStorage(BaseCheckpointStorage):
         return True
 
 
-class NotReallyShared(InMemoryCheckpointStorage):
+class NotReallyShared(DoubleStorage):
     """Declares shared, but each new handle opens a store of its own."""
 
     def new_handle(self) -> Self:
         return type(self)()
 
 
-class TornWrites(InMemoryCheckpointStorage):
+class TornWrites(DoubleStorage):
     """Writes a body in two steps with an await between, so a reader can see the first half."""
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
@@ -116,7 +117,7 @@ class TornWrites(InMemoryCheckpointStorage):
         return existing
 
 
-class OrdersById(InMemoryCheckpointStorage):
+class OrdersById(DoubleStorage):
     """Lists and picks latest by checkpoint id instead of commit order."""
 
     async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:

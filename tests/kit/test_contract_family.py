@@ -13,6 +13,7 @@ from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "contract"
@@ -25,21 +26,21 @@ def run_family(subject: Any, **target: Any) -> BackendReport:
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class OverwritesOnConflict(InMemoryCheckpointStorage):
+class OverwritesOnConflict(DoubleStorage):
     """Saving an existing id with new content replaces the stored body (last writer wins)."""
 
     async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         await self._overwrite_body(records[0].checkpoint_id, records[0].body, records[0].digest)
 
 
-class ConflictIsValueError(InMemoryCheckpointStorage):
+class ConflictIsValueError(DoubleStorage):
     """Refuses a conflicting save, but with a ValueError MAF's runner does not catch."""
 
     async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         raise ValueError(f"{records[0].checkpoint_id} exists")
 
 
-class DeleteAlwaysTrue(InMemoryCheckpointStorage):
+class DeleteAlwaysTrue(DoubleStorage):
     """delete() reports success for ids it never stored."""
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
@@ -47,7 +48,7 @@ class DeleteAlwaysTrue(InMemoryCheckpointStorage):
         return True
 
 
-class ListsNewestFirst(InMemoryCheckpointStorage):
+class ListsNewestFirst(DoubleStorage):
     """list_checkpoints() returns newest first while list_checkpoint_ids() returns oldest first."""
 
     async def _list(
@@ -56,7 +57,7 @@ class ListsNewestFirst(InMemoryCheckpointStorage):
         return list(reversed(await super()._list(workflow_name, graph_signature_hash)))
 
 
-class StaleLatestAfterDelete(InMemoryCheckpointStorage):
+class StaleLatestAfterDelete(DoubleStorage):
     """Keeps a 'latest' pointer per workflow that save() updates and delete() forgets."""
 
     def __init__(self, **options: Any) -> None:

@@ -12,6 +12,7 @@ from storages.errors import CheckpointCorruptedError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import failed
 
 FAMILY = "corruption"
@@ -30,7 +31,7 @@ LOAD_CLAUSES = {
 }
 
 
-class SkipsUndecodable(InMemoryCheckpointStorage):
+class SkipsUndecodable(DoubleStorage):
     """get_latest and list_checkpoints skip bodies they cannot decode (MAF #8181)."""
 
     async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
@@ -51,7 +52,7 @@ class SkipsUndecodable(InMemoryCheckpointStorage):
         return decodable
 
 
-class LoadReturnsDefault(InMemoryCheckpointStorage):
+class LoadReturnsDefault(DoubleStorage):
     """load() hands back an empty checkpoint when the body cannot be decoded."""
 
     async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:
@@ -63,7 +64,7 @@ class LoadReturnsDefault(InMemoryCheckpointStorage):
             )
 
 
-class TrustsAnyBody(InMemoryCheckpointStorage):
+class TrustsAnyBody(DoubleStorage):
     """Decodes whatever body sits under an id without checking it belongs to that id."""
 
     def _decode(
@@ -76,7 +77,7 @@ class TrustsAnyBody(InMemoryCheckpointStorage):
         return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
 
 
-class ChecksOnlyIdAndWorkflowAskedFor(InMemoryCheckpointStorage):
+class ChecksOnlyIdAndWorkflowAskedFor(DoubleStorage):
     """Checks a decoded body's id, and its workflow when a listing asked for one, but believes
     the body over the record's index entry (the engine before the hardening)."""
 
@@ -97,7 +98,7 @@ class ChecksOnlyIdAndWorkflowAskedFor(InMemoryCheckpointStorage):
         return checkpoint
 
 
-class HidesDamagedIds(InMemoryCheckpointStorage):
+class HidesDamagedIds(DoubleStorage):
     """list_checkpoint_ids drops ids whose bodies do not decode."""
 
     async def list_checkpoint_ids(self, *, workflow_name: str, **_: Any) -> list[str]:
@@ -111,7 +112,7 @@ class HidesDamagedIds(InMemoryCheckpointStorage):
         return ids
 
 
-class NamesTheWrongId(InMemoryCheckpointStorage):
+class NamesTheWrongId(DoubleStorage):
     """Reports corruption, but of some other checkpoint than the damaged one."""
 
     async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:

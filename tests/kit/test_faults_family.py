@@ -8,22 +8,20 @@ in a connection error after the storage did whatever its mutant does with the re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from typing_extensions import Self
-
 from conformance import BackendReport, Outcome, StorageTarget
 from conformance.faults import Fault, FaultInjector
 from storages.base import CheckpointRecord
-from storages.codec import CheckpointCodec
 from storages.contract import Capability, CheckpointID
 from storages.errors import StorageUnavailableError
-from storages.memory import InMemoryCheckpointStorage, _MemoryStore
+from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import Backing, DoubleStorage
 from .support import failed
 
 RESTART = "faults.server_restart_keeps_acknowledged"
@@ -44,22 +42,16 @@ class _Server:
     acknowledged: list[CheckpointID] = field(default_factory=list)
 
 
-class CutMemory(InMemoryCheckpointStorage):
+class CutMemory(DoubleStorage):
     """Correct: a cut save reached the server, so it lands whole, then the client sees the cut
     as a typed error."""
 
-    def __init__(
-        self,
-        *,
-        codec: CheckpointCodec | None = None,
-        _store: _MemoryStore | None = None,
-        server: _Server | None = None,
-    ) -> None:
-        super().__init__(codec=codec, _store=_store)
+    def __init__(self, backing: Backing | None = None, *, server: _Server | None = None) -> None:
+        super().__init__(backing)
         self.server = server if server is not None else _Server()
 
-    def new_handle(self) -> Self:
-        return type(self)(codec=self._codec, _store=self._store, server=self.server)
+    def _handle_overrides(self) -> Mapping[str, object]:
+        return {**super()._handle_overrides(), "server": self.server}
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         if not self.server.cut_armed:
@@ -80,7 +72,7 @@ class HalfWrittenOnCut(CutMemory):
     """Writes the checkpoint but not its nested records when the connection drops."""
 
     async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await InMemoryCheckpointStorage._insert_family(self, records[:1])
+        await DoubleStorage._insert_family(self, records[:1])
         raise StorageUnavailableError("save", "connection reset by peer (injected)")
 
 
@@ -88,7 +80,7 @@ class UntypedErrorOnCut(CutMemory):
     """Lets the socket error escape instead of a storage error."""
 
     async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await InMemoryCheckpointStorage._insert_family(self, records)
+        await DoubleStorage._insert_family(self, records)
         raise ConnectionResetError("connection reset by peer")
 
 
@@ -125,7 +117,7 @@ def target(storage_class: type[CutMemory], **injector: Any) -> StorageTarget:
     return StorageTarget(
         name=storage_class.__name__,
         factory=root.new_handle,
-        capabilities=InMemoryCheckpointStorage.capabilities | {Capability.DURABLE},
+        capabilities=DoubleStorage.capabilities | {Capability.DURABLE},
         faults=MemoryServerInjector(root, **injector),
     )
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
-
-from typing_extensions import Self
+from typing import ClassVar
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from conformance.faults import Fault, FaultInjector, SimulatedCrash
 from storages.base import CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
 from storages.errors import StorageUnavailableError
-from storages.memory import InMemoryCheckpointStorage, _Entry
+from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import Backing, DoubleStorage
 from .support import failed
 
 TRANSIENT_RETRIED = "faults.transient_errors_retried"
@@ -69,18 +68,15 @@ class MemoryHttpInjector(FaultInjector):
             self.crash_armed = False
 
 
-class RequestingMemory(InMemoryCheckpointStorage):
+class RequestingMemory(DoubleStorage):
     """Correct: each primitive retries injected faults up to BUDGET times, then raises a typed
     error; a crash strikes after the (atomic, whole) write."""
 
     BUDGET: ClassVar[int] = 5
 
-    def __init__(self, injector: MemoryHttpInjector, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, injector: MemoryHttpInjector, backing: Backing | None = None) -> None:
+        super().__init__(backing)
         self.injector = injector
-
-    def new_handle(self) -> Self:
-        return type(self)(self.injector, codec=self._codec, _store=self._store)
 
     def request(self, operation: str, *, conditional: bool = False) -> bool:
         """Play one request; True once it goes through. Raises past the budget."""
@@ -160,14 +156,12 @@ class TrustsConflicts(RequestingMemory):
 
 
 class HalfWrittenOnCrash(RequestingMemory):
-    """Dies after writing the body but before indexing it: loadable by id, never listed, and a
-    second save sees the id and does nothing."""
+    """Dies after writing the body but before indexing it: loadable by id, never listed."""
 
     async def crash(self, records: Sequence[CheckpointRecord]) -> str | None:
-        store = self._store
-        with store.lock:
-            top = records[0]
-            store.by_id[top.checkpoint_id] = _Entry(top, 10**9)
+        state = self._read()
+        state.unindexed[self._key(records[0].checkpoint_id)] = records[0].body
+        self._commit(state)
         raise SimulatedCrash("injected after the body, before the index")
 
 
@@ -176,10 +170,10 @@ class NestedFirstVisible(RequestingMemory):
 
     async def crash(self, records: Sequence[CheckpointRecord]) -> str | None:
         if len(records) > 1:
-            store = self._store
-            with store.lock:
-                for record in records[1:]:
-                    store.by_id[record.checkpoint_id] = _Entry(record, 10**9)
+            state = self._read()
+            for record in records[1:]:
+                state.unindexed[self._key(record.checkpoint_id)] = record.body
+            self._commit(state)
         raise SimulatedCrash("injected after the nested records")
 
 

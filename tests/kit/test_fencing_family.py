@@ -16,6 +16,7 @@ from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
+from .double import Backing, FencingDouble
 from .support import caught_only_by, failed
 
 FAMILY = "fencing"
@@ -29,17 +30,14 @@ def run_family(subject: Any, **target: Any) -> BackendReport:
     return support.run_family(FAMILY, subject, **target)
 
 
-class _Fence(InMemoryCheckpointStorage):
-    """The in-memory store with the parts of a fenced insert as separate steps, for mutants."""
+class _Fence(FencingDouble):
+    """The test double with the parts of a fenced insert as separate steps, for mutants."""
 
     def _latest_id(self, workflow_name: str) -> CheckpointID | None:
-        with self._store.lock:
-            workflow = self._store.workflows.get(workflow_name)
-            return None if workflow is None else next(reversed(workflow.entries), None)
+        return self.latest_id(self._read(), workflow_name)
 
     def _existing_digest(self, checkpoint_id: CheckpointID) -> str | None:
-        entry = self._store.by_id.get(checkpoint_id)
-        return None if entry is None else entry.record.digest
+        return self.stored_digest(self._read(), checkpoint_id)
 
 
 class ChecksThenWrites(_Fence):
@@ -62,8 +60,8 @@ class ChecksThenWrites(_Fence):
 class ComparesWithCachedLatest(_Fence):
     """Each handle compares against the latest it last read or wrote, not the store's."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, backing: Backing | None = None) -> None:
+        super().__init__(backing)
         self._cached: dict[str, CheckpointID | None] = {}
 
     async def _insert_fenced(
@@ -107,8 +105,8 @@ class NoneMeansUnfenced(_Fence):
         return await super()._insert_fenced(records, expected_latest_id)
 
 
-class WithoutFencing(InMemoryCheckpointStorage):
-    capabilities = InMemoryCheckpointStorage.capabilities - {Capability.FENCING}
+class WithoutFencing(FencingDouble):
+    capabilities = FencingDouble.capabilities - {Capability.FENCING}
 
 
 @pytest.mark.memory
@@ -156,3 +154,10 @@ def test_a_storage_without_fencing_skips_the_family() -> None:
     backend = run_family(WithoutFencing)
     assert {r.outcome for r in backend.results} == {Outcome.SKIPPED}
     assert all("fencing" in r.message for r in backend.results)
+
+
+def test_the_fencing_double_passes_the_fencing_family() -> None:
+    # The mutants above each break one step of this correct fence.
+    backend = run_family(FencingDouble)
+    assert not failed(backend), [r.message for r in backend.failures]
+    assert all(r.outcome is Outcome.PASSED for r in backend.results)

@@ -12,6 +12,7 @@ from storages.errors import UnserializableValueError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "fidelity"
@@ -29,7 +30,7 @@ def _tuples_to_lists(value: Any) -> Any:
     return value
 
 
-class TuplesBecomeLists(InMemoryCheckpointStorage):
+class TuplesBecomeLists(DoubleStorage):
     """Stores tuples as lists, as any JSON-shaped codec does."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -46,7 +47,7 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-class JsonState(InMemoryCheckpointStorage):
+class JsonState(DoubleStorage):
     """Passes state through JSON (keys as str, other values as their repr), like a naive JSON backend."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -54,7 +55,7 @@ class JsonState(InMemoryCheckpointStorage):
         return await super().save(dataclasses.replace(checkpoint, state=state))
 
 
-class AcceptsUnencodable(InMemoryCheckpointStorage):
+class AcceptsUnencodable(DoubleStorage):
     """Stores the repr of values it cannot encode instead of refusing the save."""
 
     def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
@@ -65,7 +66,7 @@ class AcceptsUnencodable(InMemoryCheckpointStorage):
             return super()._records_for(dataclasses.replace(checkpoint, state=state))
 
 
-class StripsSignature(InMemoryCheckpointStorage):
+class StripsSignature(DoubleStorage):
     """Trims whitespace off graph signatures, as a backend normalising keys might."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -73,7 +74,7 @@ class StripsSignature(InMemoryCheckpointStorage):
         return await super().save(dataclasses.replace(checkpoint, graph_signature_hash=signature))
 
 
-class DropsMetadata(InMemoryCheckpointStorage):
+class DropsMetadata(DoubleStorage):
     """Forgets metadata, as a backend storing only the fields it indexes might."""
 
     async def save(self, checkpoint: Any) -> str:

@@ -18,6 +18,7 @@ from storages.errors import InvalidCheckpointIdError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import failed
 
 FAMILY = "identifiers"
@@ -37,7 +38,7 @@ INVALID_INPUT_CLAUSES = {
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class _CleansIdentifiers(InMemoryCheckpointStorage):
+class _CleansIdentifiers(DoubleStorage):
     """Passes every id and workflow name through ``clean`` before the real storage sees it."""
 
     @staticmethod
@@ -84,7 +85,7 @@ class StripsControlCharacters(_CleansIdentifiers):
         return "".join(ch for ch in value if unicodedata.category(ch) not in ("Cc", "Cs"))
 
 
-class RefusesPathCharacters(InMemoryCheckpointStorage):
+class RefusesPathCharacters(DoubleStorage):
     """Refuses ids containing path syntax, as a file storage guarding against traversal does."""
 
     async def save(self, checkpoint: Any) -> CheckpointID:

@@ -13,6 +13,7 @@ from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import failed
 
 FAMILY = "isolation"
@@ -35,7 +36,7 @@ READ_CLAUSES = {
 # keeps decoded objects around, as a storage that "optimises" reads would.
 
 
-class ServesTheSavedObject(InMemoryCheckpointStorage):
+class ServesTheSavedObject(DoubleStorage):
     """Stores the encoded body, but answers reads with the very object the caller saved."""
 
     def __init__(self, **options: Any) -> None:
@@ -53,7 +54,7 @@ class ServesTheSavedObject(InMemoryCheckpointStorage):
         return super()._decode(stored, *args)
 
 
-class CachesDecodedObjects(InMemoryCheckpointStorage):
+class CachesDecodedObjects(DoubleStorage):
     """Decodes each body once and hands the same object to every later read."""
 
     def __init__(self, **options: Any) -> None:

@@ -16,6 +16,7 @@ from storages.errors import CheckpointConflictError, NestedCheckpointDeletionErr
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "nested"
@@ -45,7 +46,7 @@ def _as_dicts(value: Any) -> Any:
     return value
 
 
-class NestedDecodedAsDicts(InMemoryCheckpointStorage):
+class NestedDecodedAsDicts(DoubleStorage):
     """A decoder hook that hands embedded checkpoints back as their to_dict() mappings."""
 
     def _decode(self, stored: StoredBody, *args: Any) -> Any:
@@ -55,30 +56,29 @@ class NestedDecodedAsDicts(InMemoryCheckpointStorage):
         return checkpoint
 
 
-class InlineOnly(InMemoryCheckpointStorage):
+class InlineOnly(DoubleStorage):
     """Claims ``nested`` but encodes embedded checkpoints inline, recording nothing nested."""
 
     def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
         return [self._record_for(checkpoint)]
 
 
-class DeleteLeavesOrphans(InMemoryCheckpointStorage):
+class DeleteLeavesOrphans(DoubleStorage):
     """delete() removes the container's record only; its nested records stay behind."""
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
-        store = self._store
-        with store.lock:
-            entry = store.by_id.get(checkpoint_id)
-            if entry is None:
-                return False
-            if entry.record.container_id is not None:
-                raise NestedCheckpointDeletionError(checkpoint_id, entry.record.container_id)
-            del store.by_id[checkpoint_id]
-            del store.workflows[entry.record.workflow_name].entries[checkpoint_id]
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            return False
+        if row.record.container_id is not None:
+            raise NestedCheckpointDeletionError(checkpoint_id, row.record.container_id)
+        del state.rows[self._key(checkpoint_id)]
+        self._commit(state)
         return True
 
 
-class ListsNestedWithoutFlag(InMemoryCheckpointStorage):
+class ListsNestedWithoutFlag(DoubleStorage):
     """list_checkpoint_ids() includes nested records whether or not include_nested is set."""
 
     async def _list_ids(
@@ -87,7 +87,7 @@ class ListsNestedWithoutFlag(InMemoryCheckpointStorage):
         return await super()._list_ids(workflow_name, graph_signature_hash, include_nested=True)
 
 
-class NonAtomicFamilyInsert(InMemoryCheckpointStorage):
+class NonAtomicFamilyInsert(DoubleStorage):
     """Writes the checkpoint, then its nested records one by one, stopping at a conflict."""
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
@@ -100,42 +100,42 @@ class NonAtomicFamilyInsert(InMemoryCheckpointStorage):
         return None
 
 
-class NestedDeletable(InMemoryCheckpointStorage):
+class NestedDeletable(DoubleStorage):
     """delete() of a nested record deletes it (and what it holds) instead of refusing."""
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
-        store = self._store
-        with store.lock:
-            entry = store.by_id.get(checkpoint_id)
-            if entry is None:
-                return False
-            self._drop_family(entry)
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            return False
+        self._drop(state, row)
+        self._commit(state)
         return True
 
 
-class ContainerIsRoot(InMemoryCheckpointStorage):
+class ContainerIsRoot(DoubleStorage):
     """checkpoint_info() names the top-level checkpoint a record was saved with as its container."""
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         info = await super()._info(checkpoint_id)
-        entry = self._store.by_id.get(checkpoint_id)
-        if info is None or entry is None or not entry.record.nested:
+        row = self._read().rows.get(self._key(checkpoint_id))
+        if info is None or row is None or not row.record.nested:
             return info
-        return dataclasses.replace(info, container_id=entry.record.root_id)
+        return dataclasses.replace(info, container_id=row.record.root_id)
 
 
-class ListNestedAllDescendants(InMemoryCheckpointStorage):
+class ListNestedAllDescendants(DoubleStorage):
     """list_nested() names every record below a checkpoint, grandchildren too."""
 
     async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
-        with self._store.lock:
-            entry = self._store.by_id.get(checkpoint_id)
-            if entry is None:
-                return None
-            return [child.record.checkpoint_id for child in self._descendants(entry)]
+        state = self._read()
+        row = state.rows.get(self._key(checkpoint_id))
+        if row is None:
+            return None
+        return [member.record.checkpoint_id for member in state.family(row)[1:]]
 
 
-class ResaveComparesContainerOnly(InMemoryCheckpointStorage):
+class ResaveComparesContainerOnly(DoubleStorage):
     """Treats a re-save as a no-op when the container's own body matches, ignoring its children."""
 
     async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
@@ -143,6 +143,11 @@ class ResaveComparesContainerOnly(InMemoryCheckpointStorage):
 
 
 # ---------------------------------------------------------------- tests
+
+
+def test_the_double_passes_every_nested_clause() -> None:
+    # The mutants below each break one primitive of this correct storage.
+    _all_passed(run_family(DoubleStorage))
 
 
 def test_in_memory_storage_passes_every_nested_clause() -> None:

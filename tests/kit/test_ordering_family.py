@@ -16,6 +16,7 @@ from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "ordering"
@@ -37,7 +38,7 @@ LATEST_CLAUSES = {
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class LatestByTimestamp(InMemoryCheckpointStorage):
+class LatestByTimestamp(DoubleStorage):
     """get_latest() picks the greatest timestamp, first saved on ties: MAF's in-memory rule."""
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
@@ -47,7 +48,7 @@ class LatestByTimestamp(InMemoryCheckpointStorage):
         return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
 
 
-class ListsInIdOrder(InMemoryCheckpointStorage):
+class ListsInIdOrder(DoubleStorage):
     """Lists in lexicographic id order, as an object store's key listing returns them."""
 
     async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
@@ -58,7 +59,7 @@ class ListsInIdOrder(InMemoryCheckpointStorage):
         return sorted(await super()._list_ids(workflow_name, graph_signature_hash))
 
 
-class OneLatestPointerPerStore(InMemoryCheckpointStorage):
+class OneLatestPointerPerStore(DoubleStorage):
     """Remembers the last save of the whole store (not per workflow) and serves it as latest."""
 
     def __init__(self, **options: Any) -> None:

@@ -271,3 +271,42 @@ def test_an_unknown_required_capability_is_a_clear_failure(pytester: pytest.Pyte
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*TestMemory.required_capabilities: unknown capability 'nestd'*"])
+
+
+MAKE_STORAGE = """
+    def make_storage(self):
+        return InMemoryCheckpointStorage()
+"""
+
+
+@pytest.mark.parametrize("mode", ["strict", "no-asyncio"])
+def test_make_storage_needs_no_fixture_in_strict_mode_or_without_pytest_asyncio(
+    pytester: pytest.Pytester, mode: str
+) -> None:
+    pytester.makeini("[pytest]\n")  # pytest-asyncio's default: strict mode
+    pytester.makepyfile(memory_suite(MAKE_STORAGE, attributes='clauses = ["contract", "isolation"]\n'))
+    result = pytester.runpytest(*(["-p", "no:asyncio"] if mode == "no-asyncio" else []))
+    chosen = [c for c in all_clauses() if c.family in ("contract", "isolation")]
+    result.assert_outcomes(passed=len(chosen))
+
+
+def test_a_storage_fixture_from_conftest_still_serves(pytester: pytest.Pytester) -> None:
+    # Before make_storage the docs asked for a storage fixture; one defined outside the class
+    # (in a conftest) keeps working, async too.
+    auto_mode(pytester)
+    pytester.makeconftest(
+        "import pytest\nfrom storages.memory import InMemoryCheckpointStorage\n\n\n"
+        "@pytest.fixture\nasync def storage():\n    async with InMemoryCheckpointStorage() as opened:\n"
+        "        yield opened\n"
+    )
+    pytester.makepyfile(memory_suite("", attributes='clauses = ["contract"]\n'))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=sum(1 for c in all_clauses() if c.family == "contract"))
+
+
+def test_neither_make_storage_nor_a_fixture_says_what_to_define(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(memory_suite("", attributes='clauses = ["contract.save_returns_id"]\n'))
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'storage' not found*"])

@@ -18,6 +18,7 @@ from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "retention"
@@ -32,76 +33,68 @@ DURABLE_ONLY = {"retention.tombstones_survive_reopen"}
 
 
 # ---------------------------------------------------------------- mutants, one defect each
-# They reach into the in-memory store (``_store``, ``_drop_family``) as a backend's own code would.
+# Each breaks one primitive of the test double (tests/kit/double.py), as a backend's own code would.
 
 
-class PruneWithoutTombstones(InMemoryCheckpointStorage):
+class PruneWithoutTombstones(DoubleStorage):
     """Prunes the right checkpoints but leaves no tombstones behind."""
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        before = set(self._store.tombstones)
+        before = set(self._read().tombstones)
         count = await super()._prune(workflow_name, keep_last)
-        for pruned in set(self._store.tombstones) - before:
-            del self._store.tombstones[pruned]
+        state = self._read()
+        for pruned in set(state.tombstones) - before:
+            del state.tombstones[pruned]
+        self._commit(state)
         return count
 
 
-class PrunesByTimestamp(InMemoryCheckpointStorage):
+class PrunesByTimestamp(DoubleStorage):
     """Keeps the checkpoints with the newest timestamps rather than the last ones committed."""
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        store = self._store
-        workflow = store.workflows.get(workflow_name)
-        if workflow is None:
-            return 0
-        entries = list(workflow.entries.values())
-        decoded = await self._decode_all([StoredBody(e.record.checkpoint_id, e.record.body) for e in entries])
+        state = self._read()
+        rows = state.top_level(workflow_name)
+        decoded = await self._decode_all([StoredBody(r.record.checkpoint_id, r.record.body) for r in rows])
         clocks = {c.checkpoint_id: datetime.fromisoformat(c.timestamp) for c in decoded}
-        by_clock = sorted(entries, key=lambda entry: clocks[entry.record.checkpoint_id])
+        by_clock = sorted(rows, key=lambda row: clocks[row.record.checkpoint_id])
         doomed = by_clock[: max(0, len(by_clock) - keep_last)]
-        with store.lock:
-            for entry in doomed:
-                for dropped in self._drop_family(entry):
-                    store.tombstones[dropped] = workflow_name
+        for row in doomed:
+            for dropped in self._drop(state, row):
+                state.tombstones[dropped] = workflow_name
+        self._commit(state)
         return len(doomed)
 
 
-class PruneLeavesNestedOrphans(InMemoryCheckpointStorage):
+class PruneLeavesNestedOrphans(DoubleStorage):
     """Prunes top-level records only; the checkpoints embedded in them stay behind."""
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        store = self._store
-        with store.lock:
-            workflow = store.workflows.get(workflow_name)
-            if workflow is None:
-                return 0
-            entries = list(workflow.entries.values())
-            doomed = entries[: max(0, len(entries) - keep_last)]
-            for entry in doomed:
-                checkpoint_id = entry.record.checkpoint_id
-                del store.by_id[checkpoint_id]
-                del workflow.entries[checkpoint_id]
-                store.tombstones[checkpoint_id] = workflow_name
+        state = self._read()
+        rows = state.top_level(workflow_name)
+        doomed = rows[: max(0, len(rows) - keep_last)]
+        for row in doomed:
+            checkpoint_id = row.record.checkpoint_id
+            del state.rows[self._key(checkpoint_id)]
+            state.tombstones[checkpoint_id] = workflow_name
+        self._commit(state)
         return len(doomed)
 
 
-class PruneSliceKeepsAllAtZero(InMemoryCheckpointStorage):
-    """Slices ``entries[:-keep_last]``, and ``[:-0]`` is empty: keep_last=0 deletes nothing."""
+class PruneSliceKeepsAllAtZero(DoubleStorage):
+    """Slices ``rows[:-keep_last]``, and ``[:-0]`` is empty: keep_last=0 deletes nothing."""
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        store = self._store
-        with store.lock:
-            workflow = store.workflows.get(workflow_name)
-            if workflow is None:
-                return 0
-            doomed = list(workflow.entries.values())[:-keep_last]
-            for entry in doomed:
-                for dropped in self._drop_family(entry):
-                    store.tombstones[dropped] = workflow_name
+        state = self._read()
+        doomed = state.top_level(workflow_name)[:-keep_last]
+        for row in doomed:
+            for dropped in self._drop(state, row):
+                state.tombstones[dropped] = workflow_name
+        self._commit(state)
         return len(doomed)
 
 
-class LaxKeepLast(InMemoryCheckpointStorage):
+class LaxKeepLast(DoubleStorage):
     """Checks only that keep_last is not negative, so True counts as 1 and 1.5 gets through."""
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
@@ -111,7 +104,7 @@ class LaxKeepLast(InMemoryCheckpointStorage):
         return await self._prune(workflow_name, int(keep_last))
 
 
-class KeepLastAsInt64(InMemoryCheckpointStorage):
+class KeepLastAsInt64(DoubleStorage):
     """Hands keep_last to a database as a 64-bit integer, unchecked: a larger one overflows."""
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
@@ -130,62 +123,65 @@ class KeepLastAsInt64(InMemoryCheckpointStorage):
         return await self._prune(workflow_name, keep_last)
 
 
-class DeleteWorkflowByPrefix(InMemoryCheckpointStorage):
+class DeleteWorkflowByPrefix(DoubleStorage):
     """Deletes every workflow whose name starts with the given one, as ``LIKE 'wf1%'`` would."""
 
     async def _delete_workflow(self, workflow_name: str) -> int:
-        names = [name for name in list(self._store.workflows) if name.startswith(workflow_name)]
+        names = {r.record.workflow_name for r in self._read().rows.values()}
         deleted = 0
-        for name in names:
+        for name in sorted(n for n in names if n.startswith(workflow_name)):
             deleted += await super()._delete_workflow(name)
         return deleted
 
 
-class DeleteWorkflowKeepsTombstones(InMemoryCheckpointStorage):
+class DeleteWorkflowKeepsTombstones(DoubleStorage):
     """Deletes the workflow's checkpoints but leaves its tombstones."""
 
     async def _delete_workflow(self, workflow_name: str) -> int:
-        kept = {pruned: name for pruned, name in self._store.tombstones.items() if name == workflow_name}
+        kept = {pruned: name for pruned, name in self._read().tombstones.items() if name == workflow_name}
         deleted = await super()._delete_workflow(workflow_name)
-        self._store.tombstones.update(kept)
+        state = self._read()
+        state.tombstones.update(kept)
+        self._commit(state)
         return deleted
 
 
-class DeleteWorkflowLeavesNested(InMemoryCheckpointStorage):
+class DeleteWorkflowLeavesNested(DoubleStorage):
     """Deletes the workflow's top-level records and tombstones, but not what is embedded in them."""
 
     async def _delete_workflow(self, workflow_name: str) -> int:
-        store = self._store
-        with store.lock:
-            workflow = store.workflows.get(workflow_name)
-            doomed = list(workflow.entries) if workflow is not None else []
-            for checkpoint_id in doomed:
-                del store.by_id[checkpoint_id]
-                del store.workflows[workflow_name].entries[checkpoint_id]
-            for pruned in [i for i, name in store.tombstones.items() if name == workflow_name]:
-                del store.tombstones[pruned]
+        state = self._read()
+        doomed = state.top_level(workflow_name)
+        for row in doomed:
+            del state.rows[self._key(row.record.checkpoint_id)]
+        for pruned in [i for i, name in state.tombstones.items() if name == workflow_name]:
+            del state.tombstones[pruned]
+        self._commit(state)
         return len(doomed)
 
 
-class DeleteWorkflowForgetsSequence(InMemoryCheckpointStorage):
+class DeleteWorkflowForgetsSequence(DoubleStorage):
     """Drops the workflow's sequence counter with its checkpoints, so numbering starts again at 1."""
 
     async def _delete_workflow(self, workflow_name: str) -> int:
         deleted = await super()._delete_workflow(workflow_name)
-        workflow = self._store.workflows.get(workflow_name)
-        if workflow is not None and not workflow.nested:
-            del self._store.workflows[workflow_name]
+        state = self._read()
+        if not any(r.record.workflow_name == workflow_name for r in state.rows.values()):
+            state.sequences.pop(workflow_name, None)
+        self._commit(state)
         return deleted
 
 
-class DeleteLeavesTombstone(InMemoryCheckpointStorage):
+class DeleteLeavesTombstone(DoubleStorage):
     """Tombstones an id on a plain delete, so a deliberate break looks like a prune."""
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         info = await self._info(checkpoint_id)
         removed = await super()._remove(checkpoint_id)
         if removed and info is not None:
-            self._store.tombstones[checkpoint_id] = info.workflow_name
+            state = self._read()
+            state.tombstones[checkpoint_id] = info.workflow_name
+            self._commit(state)
         return removed
 
 
@@ -197,6 +193,13 @@ def _expected_outcomes(capabilities: frozenset[Capability]) -> dict[str, Outcome
         c.id: Outcome.PASSED if c.requires <= capabilities else Outcome.SKIPPED
         for c in select_clauses([FAMILY])
     }
+
+
+def test_the_double_passes_every_retention_clause() -> None:
+    # The mutants above each break one primitive of this correct storage.
+    backend = run_family(DoubleStorage)
+    outcomes = {r.clause_id: r.outcome for r in backend.results}
+    assert outcomes == _expected_outcomes(DoubleStorage.capabilities)
 
 
 def test_in_memory_storage_passes_every_retention_clause() -> None:

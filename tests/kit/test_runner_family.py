@@ -29,6 +29,7 @@ from storages.errors import GraphSignatureMismatchError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import failed
 from .test_fencing_family import ComparesWithCachedLatest, WithoutFencing
 
@@ -109,7 +110,7 @@ class RejectsAfterRunning(SkipsSignatureCheck):
 # ---------------------------------------------------------------- storage mutants, under the reference driver
 
 
-class InlinesEmbeddedButDeclaresNested(InMemoryCheckpointStorage):
+class InlinesEmbeddedButDeclaresNested(DoubleStorage):
     """Declares ``nested`` but keeps embedded checkpoints inline in their container's body, so their
     ids resolve to nothing (a backend that forgot to write the nested records)."""
 
@@ -117,13 +118,13 @@ class InlinesEmbeddedButDeclaresNested(InMemoryCheckpointStorage):
         return [self._record_for(checkpoint)]
 
 
-class WithoutNested(InMemoryCheckpointStorage):
+class WithoutNested(DoubleStorage):
     """Honestly declares no ``nested``: embedded checkpoints stay inline, as in MAF's own storages."""
 
     capabilities = InMemoryCheckpointStorage.capabilities - {Capability.NESTED}
 
 
-class LatestByIteration(InMemoryCheckpointStorage):
+class LatestByIteration(DoubleStorage):
     """get_latest() returns the checkpoint with the highest iteration_count ("furthest progress"),
     the newest commit on ties: right for a single straight run, wrong after a fork."""
 

@@ -17,6 +17,7 @@ from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "signature"
@@ -40,7 +41,7 @@ def _fold(signature: str) -> str:
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class NormalisesSignature(InMemoryCheckpointStorage):
+class NormalisesSignature(DoubleStorage):
     """Stores every checkpoint with its signature trimmed and lower-cased, as a "canonical" hash."""
 
     async def save(self, checkpoint: Any) -> CheckpointID:
@@ -49,7 +50,7 @@ class NormalisesSignature(InMemoryCheckpointStorage):
         return await super().save(rewritten)
 
 
-class CaseInsensitiveSignatureIndex(InMemoryCheckpointStorage):
+class CaseInsensitiveSignatureIndex(DoubleStorage):
     """Indexes signatures folded (a case-insensitive, trailing-space-insensitive collation); bodies
     keep the exact hash, but filters and checkpoint_info see the folded one."""
 
@@ -74,7 +75,7 @@ class CaseInsensitiveSignatureIndex(InMemoryCheckpointStorage):
         return await super()._list_ids(workflow_name, query, include_nested=include_nested)
 
 
-class SignatureLatestByTimestamp(InMemoryCheckpointStorage):
+class SignatureLatestByTimestamp(DoubleStorage):
     """get_latest(graph_signature_hash=h) picks h's checkpoint with the greatest timestamp."""
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
@@ -86,7 +87,7 @@ class SignatureLatestByTimestamp(InMemoryCheckpointStorage):
         return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
 
 
-class IgnoresExpectedSignature(InMemoryCheckpointStorage):
+class IgnoresExpectedSignature(DoubleStorage):
     """load() accepts expected_graph_signature_hash and never checks it."""
 
     async def load(
@@ -95,14 +96,14 @@ class IgnoresExpectedSignature(InMemoryCheckpointStorage):
         return await super().load(checkpoint_id)
 
 
-class SignatureFilterIgnored(InMemoryCheckpointStorage):
+class SignatureFilterIgnored(DoubleStorage):
     """get_latest(graph_signature_hash=h) returns the workflow's latest, whatever its signature."""
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         return await super()._latest(workflow_name, None)
 
 
-class NestedIndexedWithContainerSignature(InMemoryCheckpointStorage):
+class NestedIndexedWithContainerSignature(DoubleStorage):
     """Indexes nested records under their top-level checkpoint's signature instead of their own."""
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:

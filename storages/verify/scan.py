@@ -1,198 +1,31 @@
-"""``verify``: scan a storage, or one workflow, for broken lineage and unreadable records.
-
-Uses only the public contract: the index (``list_records``, ``checkpoint_info``,
-``list_tombstones``, capability ``inspect``), the stored bytes (``read_raw_body``, capability
-``raw_access``) and decoding through the storage's own codec (or ``load`` when the storage has
-none). It never writes.
-
-What it finds (:class:`FindingKind`), each finding naming the ids involved, the record the
-finding is about first:
-
-* a previous id that resolves to nothing and is no tombstone (a pruned ancestor is fine);
-* previous links that form a cycle;
-* a nested record whose container is gone, a container referring to a nested record that is not
-  stored, a nested record its container does not refer to;
-* a body that fails its integrity check or cannot be decoded (a container whose embedded records
-  are broken cannot be loaded either, and is reported too, naming them);
-* a body naming a type the codec does not allow: the data is intact, the finding says how to
-  allow the type (``type_not_allowed``, kept apart from damaged bytes so nobody deletes good data);
-* a body whose fields disagree with the index the storage lists and walks by;
-* a graph signature that changes from one checkpoint to the next along a chain;
-* on a storage with an integrity key (docs/integrity.md): a record that is not what was signed,
-  a chain link that does not hold or whose predecessor was deleted, and, given anchors, a
-  workflow whose store went back before its anchor.
-
-With ``structure_only=True`` no value is constructed, so no application type is needed (a MAF
-app's types live in the app, not in the process running verify): every body is decoded with
-``construct_types=False`` (values of app and MAF types come back as ``OpaqueValue``), so framing,
-checksums, structure, nested references, links, cycles, signatures and the agreement of bodies
-with the index are all checked.
-
-A scan reads the index once and every body once, one family (a checkpoint and what is nested in
-it) at a time, so memory stays bounded by the largest family. On a storage being written to while
-it runs, records that vanish mid-scan are skipped, not reported.
-"""
+"""The scan behind :func:`storages.verify.verify`: one pass over the index and every body, one
+family (a checkpoint and what is nested in it) at a time, then the links, containers, cycles and
+signatures between them."""
 
 from __future__ import annotations
 
-import enum
-import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import CheckpointCodec
-from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from .errors import (
+from ..codec import CheckpointCodec
+from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from ..errors import (
     CheckpointCorruptedError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
-    UnsupportedOperationError,
 )
-from .integrity import Link, Seal, TamperKind
-from .redaction import redact_url
-
-VerifyProgress = Callable[[int, int], None]
-"""Called as ``progress(records_checked, records_known)`` while bodies are read."""
-
-REQUIRED_CAPABILITIES: tuple[Capability, ...] = (Capability.INSPECT, Capability.RAW_ACCESS)
-"""verify reads the index and the stored bytes; a storage must declare both."""
-
-
-class FindingKind(str, enum.Enum):
-    """What is wrong; the order here is the order of a report."""
-
-    DANGLING_LINK = "dangling_link"
-    """A previous id resolves to no stored record and no tombstone."""
-    CYCLE = "cycle"
-    """Following previous ids comes back to where it started."""
-    ORPHANED_NESTED = "orphaned_nested"
-    """A nested record whose container is no longer stored."""
-    NESTED_REF_MISSING = "nested_ref_missing"
-    """A body refers to an embedded checkpoint that is not stored."""
-    UNREFERENCED_NESTED = "unreferenced_nested"
-    """A nested record names a container whose body does not refer to it."""
-    UNDECODABLE_BODY = "undecodable_body"
-    """A body fails its integrity check or cannot be decoded: loading it raises."""
-    TYPE_NOT_ALLOWED = "type_not_allowed"
-    """A body names a type the codec is not allowed to construct. The data is intact: allow the
-    type (or verify with ``structure_only``) and it loads."""
-    INDEX_MISMATCH = "index_mismatch"
-    """The decoded body disagrees with the index (workflow, previous id or signature)."""
-    SIGNATURE_CHANGE = "signature_change"
-    """A checkpoint's graph signature differs from its previous checkpoint's."""
-    TAMPERED = "tampered"
-    """With an integrity key: a record is not what was signed (edited, moved, unsigned, unknown key)."""
-    CHAIN_BROKEN = "chain_broken"
-    """With an integrity key: a record's predecessor is not the one it was signed after, or was
-    deleted without a tombstone."""
-    ROLLED_BACK = "rolled_back"
-    """Given an anchor: the workflow's store went back before it."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_KIND_ORDER = {kind: position for position, kind in enumerate(FindingKind)}
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One problem. ``checkpoint_ids[0]`` is the record it is about; the others are involved."""
-
-    kind: FindingKind
-    checkpoint_ids: tuple[CheckpointID, ...]
-    message: str
-    workflow_name: str | None = None
-    """The workflow of ``checkpoint_ids[0]``, when it is stored."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "checkpoint_ids": list(self.checkpoint_ids),
-            "workflow_name": self.workflow_name,
-            "message": self.message,
-        }
-
-
-@dataclass(slots=True)
-class VerifyReport:
-    """What a scan checked and found."""
-
-    storage: str
-    workflow_name: str | None
-    """The workflow scanned, or None for the whole storage."""
-    records_checked: int = 0
-    """Records whose bodies were read and checked (nested records included)."""
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def of_kind(self, kind: FindingKind) -> list[Finding]:
-        return [finding for finding in self.findings if finding.kind is kind]
-
-    def counts(self) -> dict[str, int]:
-        """Findings per kind, every kind listed."""
-        return {kind.value: len(self.of_kind(kind)) for kind in FindingKind}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "storage": self.storage,
-            "workflow_name": self.workflow_name,
-            "ok": self.ok,
-            "records_checked": self.records_checked,
-            "counts": self.counts(),
-            "findings": [finding.to_dict() for finding in self.findings],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
-
-
-def require_capabilities(
-    storage: CheckpointStorage, operation: str, needed: Iterable[Capability] = REQUIRED_CAPABILITIES
-) -> None:
-    """Raise UnsupportedOperationError naming the first capability in ``needed`` that the storage
-    does not declare, before ``operation`` starts rather than part way through."""
-    declared: frozenset[Capability] = getattr(storage, "capabilities", frozenset())
-    for capability in needed:
-        if capability not in declared:
-            raise UnsupportedOperationError(describe_storage(storage), operation, capability.value)
-
-
-def describe_storage(storage: object) -> str:
-    describe = getattr(storage, "describe", None)
-    # A third-party describe() may show its URL whole; reports never carry its credentials.
-    return redact_url(str(describe())) if callable(describe) else type(storage).__name__
-
-
-async def verify(
-    storage: CheckpointStorage,
-    *,
-    workflow_name: str | None = None,
-    progress: VerifyProgress | None = None,
-    anchors: Mapping[str, str] | None = None,
-    structure_only: bool = False,
-) -> VerifyReport:
-    """Scan ``storage`` (or one workflow, with the records nested in it) and report every problem.
-
-    ``anchors`` maps workflow names to tokens from ``head_anchor``; each workflow whose store went
-    back before its anchor is reported (the storage needs its integrity key for this).
-    ``structure_only`` checks everything but the values themselves, constructing none (see the
-    module docstring). Raises UnsupportedOperationError when the storage lacks the ``inspect`` or
-    ``raw_access`` capability; storage errors (unreachable, closed) propagate. Finding nothing is
-    ``report.ok``.
-    """
-    require_capabilities(storage, "verify")
-    scan = _Scan(storage, workflow_name, progress, structure_only=structure_only)
-    await scan.run()
-    for anchored_workflow, token in (anchors or {}).items():
-        await scan.check_anchor(anchored_workflow, token)
-    scan.report.findings.sort(key=lambda finding: _KIND_ORDER[finding.kind])
-    return scan.report
+from ..integrity import Link, Seal, TamperKind
+from .report import (
+    KIND_ORDER,
+    Finding,
+    FindingKind,
+    VerifyProgress,
+    VerifyReport,
+    abbreviate_signature,
+    describe_storage,
+)
 
 
 @dataclass(slots=True)
@@ -204,7 +37,7 @@ class _Family:
     bodies: dict[CheckpointID, bytes] = field(default_factory=dict)
 
 
-class _Scan:
+class Scan:
     """One verify run: the records in scope, what was learnt about them, and the findings."""
 
     def __init__(
@@ -252,7 +85,7 @@ class _Scan:
             self._scope.pop(checkpoint_id, None)
         await self._check_links()
         self._find_cycles()
-        self.report.findings.sort(key=lambda finding: _KIND_ORDER[finding.kind])
+        self.report.findings.sort(key=lambda finding: KIND_ORDER[finding.kind])
 
     async def check_anchor(self, workflow_name: str, token: str) -> None:
         """Report the workflow if its store went back before the anchor ``token``."""
@@ -610,11 +443,6 @@ class _Scan:
             self._progress(len(self._checked), len(self._scope))
 
 
-def abbreviate_signature(signature: str, length: int = 8) -> str:
-    """The first ``length`` characters and an ellipsis; short signatures unchanged."""
-    return signature if len(signature) <= length + 1 else signature[:length] + "…"
-
-
 def _plural(items: list[CheckpointID], noun: str) -> str:
     return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
 
@@ -623,14 +451,4 @@ def _names(ids: Iterable[CheckpointID]) -> str:
     return ", ".join(repr(i) for i in ids)
 
 
-__all__ = [
-    "REQUIRED_CAPABILITIES",
-    "Finding",
-    "FindingKind",
-    "VerifyProgress",
-    "VerifyReport",
-    "abbreviate_signature",
-    "describe_storage",
-    "require_capabilities",
-    "verify",
-]
+__all__ = ["Scan"]

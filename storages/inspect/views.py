@@ -1,22 +1,5 @@
-"""``inspect``: what a storage holds, as data and as rich renderables.
-
-Three views, all read from the index (capability ``inspect``) except the one-checkpoint view,
-which also loads the checkpoint:
-
-* :func:`list_workflow_summaries`: every workflow with its counts and latest checkpoint.
-* :func:`build_lineage` / :func:`render_lineage`: one workflow's checkpoints as a lineage tree.
-  A checkpoint's children are the checkpoints whose previous id is its id, so a fork shows as
-  several children; records nested in a checkpoint hang under it, marked nested. The tree starts
-  at every checkpoint whose previous id is None, pruned, not stored or in another workflow, and
-  at one checkpoint of each cycle (marked), so every record appears exactly once.
-* :func:`describe_checkpoint` / :func:`render_checkpoint`: one checkpoint's fields, values
-  abbreviated, with its container and the records nested in it.
-
-The rendered tree keeps a run of checkpoints (each continuing from the one above it) at one
-indentation level, so a long run stays readable; it indents only under a container (its nested
-records), at a fork (one ``branch`` entry per child) and, when the tree has several starts, once
-per start (one ``line`` entry each). One level therefore never holds two runs.
-"""
+"""What ``inspect`` shows, as data: workflow summaries, lineage trees and one checkpoint's fields,
+built from the index (see the package's docstring); :mod:`storages.inspect.render` draws them."""
 
 from __future__ import annotations
 
@@ -27,14 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
-
-from .contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from .errors import CheckpointCorruptedError, CheckpointNotFoundError
-from .terminal import plain, printable
-from .verify import abbreviate_signature, require_capabilities
+from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from ..errors import CheckpointCorruptedError, CheckpointNotFoundError
+from ..verify import require_capabilities
 
 VALUE_WIDTH = 100
 """Longest abbreviated value shown in the one-checkpoint view, in characters."""
@@ -357,129 +335,6 @@ def _count(value: Any) -> str:
 # ---------------------------------------------------------------------- rendering
 
 
-def render_workflows(summaries: list[WorkflowSummary], storage_name: str) -> Table:
-    title = plain(f"{storage_name}: {len(summaries)} workflow{'' if len(summaries) == 1 else 's'}")
-    table = Table(title=title, title_justify="left")
-    table.add_column("Workflow", no_wrap=True)
-    table.add_column("Checkpoints", justify="right")
-    table.add_column("Nested", justify="right")
-    table.add_column("Pruned", justify="right")
-    table.add_column("Signatures", justify="right")
-    table.add_column("Latest", no_wrap=True)
-    for summary in summaries:
-        table.add_row(
-            plain(summary.workflow_name),
-            str(summary.checkpoints),
-            str(summary.nested),
-            str(summary.pruned),
-            str(summary.signatures),
-            plain(summary.latest_id or "-"),
-        )
-    return table
-
-
-def render_lineage(tree: LineageTree) -> Tree:
-    """The tree as a rich renderable: straight runs at one level, forks and nesting indented."""
-    counts = f"{tree.checkpoints} checkpoint{'' if tree.checkpoints == 1 else 's'}, {tree.nested} nested"
-    if tree.pruned:
-        counts += f", {tree.pruned} pruned"
-    rendered = Tree(
-        Text.assemble(("workflow ", "dim"), (printable(tree.workflow_name), "bold"), f"  ({counts})")
-    )
-    if len(tree.roots) == 1:
-        _render_run(rendered, tree.roots[0], tree.workflow_name)
-        return rendered
-    # Several starts: one entry per line of descent, so a level never holds two runs.
-    for number, root in enumerate(tree.roots, 1):
-        line = rendered.add(Text(f"line {number} of {len(tree.roots)}", style="dim"))
-        _render_run(line, root, tree.workflow_name)
-    return rendered
-
-
-def _render_run(parent: Tree, node: LineageNode, workflow_name: str, *, nested: bool = False) -> None:
-    current: LineageNode | None = node
-    while current is not None:
-        branch = parent.add(_label(current, workflow_name, nested=nested))
-        nested = False  # only the run's first node sits under a container
-        for inner in current.nested:
-            _render_run(branch, inner, workflow_name, nested=True)
-        children = current.children
-        if len(children) == 1:
-            current = children[0]
-            continue
-        for number, child in enumerate(children, 1):
-            fork = branch.add(Text(f"branch {number} of {len(children)}", style="dim"))
-            _render_run(fork, child, workflow_name)
-        current = None
-
-
-def _label(node: LineageNode, workflow_name: str, *, nested: bool) -> Text:
-    info = node.info
-    label = Text()
-    if nested:
-        label.append("nested ", style="magenta")
-    label.append(printable(info.checkpoint_id), style="bold")
-    label.append(f"  #{info.sequence}", style="dim")
-    label.append(f"  sig {printable(abbreviate_signature(info.graph_signature_hash))}")
-    if info.workflow_name != workflow_name:
-        label.append(f"  workflow {printable(info.workflow_name)}", style="dim")
-    if not nested and info.container_id is not None:
-        # Nested in a checkpoint outside this tree (a sub-workflow's record seen from its own name).
-        label.append(f"  nested in {printable(info.container_id)}", style="magenta")
-    previous_id = None if info.previous_checkpoint_id is None else printable(info.previous_checkpoint_id)
-    if node.start is LineageStart.ROOT and not nested:
-        label.append("  root", style="green")
-    elif node.start is LineageStart.PRUNED:
-        label.append(f"  after pruned {previous_id}", style="yellow")
-    elif node.start is LineageStart.MISSING:
-        label.append(f"  previous {previous_id} missing", style="bold red")
-    elif node.start is LineageStart.ELSEWHERE:
-        elsewhere = printable(node.previous_workflow)
-        label.append(f"  after {previous_id} (workflow {elsewhere})", style="cyan")
-    elif node.start is LineageStart.CYCLE:
-        label.append(f"  cycle: previous {previous_id}", style="bold red")
-    elif nested and previous_id is not None:
-        label.append(f"  previous {previous_id}", style="dim")
-    if node.signature_changed:
-        label.append("  signature changed", style="yellow")
-    if node.latest:
-        label.append("  latest", style="bold green")
-    return label
-
-
-def render_checkpoint(view: CheckpointView) -> Table:
-    info = view.info
-    title = plain(f"checkpoint {printable(info.checkpoint_id)}")
-    table = Table(title=title, title_justify="left", show_header=False)
-    table.add_column("Field", style="bold", no_wrap=True)
-    table.add_column("Value")
-    previous = info.previous_checkpoint_id
-    rows: list[tuple[str, Text]] = [
-        ("checkpoint_id", plain(info.checkpoint_id)),
-        ("workflow_name", plain(info.workflow_name)),
-        (
-            "previous_checkpoint_id",
-            plain("-" if previous is None else f"{previous} ({view.previous_status})"),
-        ),
-        ("graph_signature_hash", plain(info.graph_signature_hash)),
-        ("sequence", plain(info.sequence)),
-        ("size", plain(f"{info.size} bytes")),
-    ]
-    if view.container is not None:
-        container = view.container
-        rows.append(("container", plain(f"{container.checkpoint_id} (workflow {container.workflow_name})")))
-    elif info.container_id is not None:
-        rows.append(("container", plain(f"{info.container_id} (not stored)", style="bold red")))
-    if view.nested_ids:
-        rows.append(("nested", Text("\n".join(printable(nested_id) for nested_id in view.nested_ids))))
-    rows.extend((name, plain(value)) for name, value in view.fields)
-    if view.error is not None:
-        rows.append(("body", plain(f"cannot be loaded: {view.error}", style="bold red")))
-    for name, value in rows:
-        table.add_row(plain(name), value)
-    return table
-
-
 __all__ = [
     "CheckpointView",
     "LineageNode",
@@ -490,7 +345,4 @@ __all__ = [
     "build_lineage",
     "describe_checkpoint",
     "list_workflow_summaries",
-    "render_checkpoint",
-    "render_lineage",
-    "render_workflows",
 ]

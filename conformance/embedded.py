@@ -1,0 +1,196 @@
+"""Embedded defaults: how the kit's no-argument run brings a backend up with nothing but Python
+packages (a temp file, an in-process fake server).
+
+Each is an :class:`EmbeddedBackend`, named by its backend's ``BackendSpec.embedded``
+(storages/registry.py); a third-party backend may name one of its own. Nothing starts until a
+target is first opened (conformance/builtin.py), and a backend whose optional dependency is missing
+is not skipped: its ``start`` raises ``MissingDependencyError``, so the report shows it as an error.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from storages.base import BaseCheckpointStorage
+from storages.errors import MissingDependencyError
+from storages.registry import registry
+
+from .faults import FaultInjector
+from .s3_moto import RequestCounter, S3FaultInjector
+
+if TYPE_CHECKING:
+    from storages.sqlite import SQLiteCheckpointStorage
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A running embedded backend: the URL (and options) to open it, and how to tear it down."""
+
+    url: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    stop: Callable[[], None] | None = None
+    open: Callable[[], BaseCheckpointStorage] | None = None
+    """Builds the root storage when a URL cannot say how (an injected in-process client)."""
+    process_opener: str | None = None
+    """How another process opens the same store (see StorageTarget.process_opener)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedBackend:
+    """A backend and how to run it with nothing but its Python extras installed."""
+
+    name: str
+    """The report's name for it, e.g. ``sqlite (temp file)``."""
+    start: Callable[[], Embedded]
+    faults: FaultInjector | None = None
+    """Breaks the backend on purpose for the ``faults`` family; ``start`` attaches it."""
+    round_trips: Callable[[Any], int] | None = None
+    """Counts the backend's round trips for the ``scale`` family; ``start`` attaches it."""
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    """Documented deviations: clause id -> reason."""
+
+
+BuiltinBackend = EmbeddedBackend
+"""The former name, kept importable."""
+
+
+def require(backend: str, *imports: tuple[str, str, str]) -> None:
+    """Raise MissingDependencyError unless ``backend``'s own imports (storages.registry) and
+    ``imports`` — (import name, extra, what to install) each — are importable."""
+    import importlib.util
+
+    registry().named(backend).check_installed()
+    for module, extra, package in imports:
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependencyError(f"the embedded {backend} backend", extra, package)
+
+
+class _Tally:
+    """Counts one backend's round trips, from whatever thread the driver reports them on."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, *_: Any) -> None:
+        self.total += 1  # one bytecode increment under the GIL; exactness is not at stake
+
+    def read(self, _storage: Any) -> int:
+        return self.total
+
+
+_SQLITE_STATEMENTS = _Tally()
+_REDIS_COMMANDS = _Tally()
+
+
+def _memory() -> Embedded:
+    return Embedded("memory://")
+
+
+def _sqlite_temp_file() -> Embedded:
+    require("sqlite")
+    directory = Path(tempfile.mkdtemp(prefix="checkpoint-conformance-"))
+    url = f"sqlite:///{directory.as_posix()}/conformance.db"
+    path = directory / "conformance.db"
+    return Embedded(
+        url,
+        stop=lambda: shutil.rmtree(directory, ignore_errors=True),
+        open=lambda: _counting_sqlite_class()(path),
+        process_opener=url,
+    )
+
+
+def _counting_sqlite_class() -> type[SQLiteCheckpointStorage]:
+    from storages.sqlite import SQLiteCheckpointStorage
+
+    class CountingSQLiteStorage(SQLiteCheckpointStorage):
+        """SQLite whose connection reports every statement it runs, for the scale clauses."""
+
+        async def _open(self) -> None:
+            await super()._open()
+            # The statement trace is sqlite3's own hook; the connection is ours to configure.
+            assert self._connection is not None
+            await self._connection.set_trace_callback(_SQLITE_STATEMENTS.add)
+
+    return CountingSQLiteStorage
+
+
+def _redis_fakeredis() -> Embedded:
+    require(
+        "redis", ("fakeredis", "conformance", "fakeredis[lua]"), ("lupa", "conformance", "fakeredis[lua]")
+    )
+    import fakeredis
+    from redis.asyncio import BlockingConnectionPool
+
+    from storages.redis import RedisCheckpointStorage
+
+    client = fakeredis.FakeAsyncRedis(
+        server=fakeredis.FakeServer(), connection_pool_class=BlockingConnectionPool, max_connections=64
+    )
+    # Every command, script calls included, goes through execute_command: one round trip each.
+    send: Callable[..., Awaitable[Any]] = client.execute_command
+
+    async def counted(*args: Any, **options: Any) -> Any:
+        _REDIS_COMMANDS.add()
+        return await send(*args, **options)
+
+    client.execute_command = counted  # type: ignore[method-assign]
+    # fakeredis answers neither CONFIG GET nor INFO (the eviction policy check), and evicts nothing.
+    return Embedded(
+        "redis (fakeredis)",
+        open=lambda: RedisCheckpointStorage(client, prefix="conformance", allow_evicting_policy=True),
+    )
+
+
+_S3_FAULTS = S3FaultInjector()
+_S3_REQUESTS = RequestCounter()
+
+
+def _s3_moto() -> Embedded:
+    require("s3", ("moto", "conformance", "moto[server]"))
+    from storages.s3 import S3CheckpointStorage
+
+    from .s3_moto import start_in_process
+
+    # moto in this process: the client must be made inside the mock, so it is injected.
+    client, stop = start_in_process("ckpt-conformance")
+    _S3_FAULTS.attach(client)
+    _S3_REQUESTS.attach(client)
+    return Embedded(
+        "s3 (moto)",
+        stop=stop,
+        open=lambda: S3CheckpointStorage("ckpt-conformance", "conformance", client=client),
+    )
+
+
+MEMORY = EmbeddedBackend("memory://", _memory)
+SQLITE_TEMP_FILE = EmbeddedBackend(
+    "sqlite (temp file)", _sqlite_temp_file, round_trips=_SQLITE_STATEMENTS.read
+)
+REDIS_FAKEREDIS = EmbeddedBackend("redis (fakeredis)", _redis_fakeredis, round_trips=_REDIS_COMMANDS.read)
+S3_MOTO = EmbeddedBackend(
+    "s3 (moto)",
+    _s3_moto,
+    faults=_S3_FAULTS,
+    round_trips=lambda _storage: _S3_REQUESTS.total,
+    expected_failures={
+        "scale.walk_is_one_round_trip": "S3 has no server-side query to follow links: a walk is one "
+        "GET per hop (docs/s3.md)"
+    },
+)
+
+
+__all__ = [
+    "MEMORY",
+    "REDIS_FAKEREDIS",
+    "S3_MOTO",
+    "SQLITE_TEMP_FILE",
+    "BuiltinBackend",
+    "Embedded",
+    "EmbeddedBackend",
+    "require",
+]

@@ -1,0 +1,166 @@
+"""The operations beyond MAF's six, each gated by its capability: ancestry walks, nested
+listing, retention, workflow listing, inspection and raw access. Each validates its arguments,
+then calls the capability's primitives (engine/primitives.py's table)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..contract import AncestryWalk, Capability, CheckpointID, CheckpointInfo, validate_identifier
+from ..errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointTamperedError,
+    InvalidCheckpointError,
+)
+from ..integrity import Seal, TamperKind
+from .records import StoredBody, body_digest
+from .sealing import SealedRecords
+from .walk import DEFAULT_MAX_DEPTH, LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
+from .writes import PendingWritesLog, is_writes_log_name, writes_log_name
+
+
+class ExtensionOperations(PendingWritesLog, SealedRecords):
+    """walk_ancestry ... write_raw_body, on top of the primitives."""
+
+    if TYPE_CHECKING:
+
+        def _require(self, capability: Capability, operation: str) -> None: ...
+
+    async def walk_ancestry(
+        self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
+    ) -> AncestryWalk[Any]:
+        """Checkpoints from ``checkpoint_id`` back to its root, newest first.
+
+        The result's ``end`` says why the walk stopped; it never loops and never skips a record.
+        """
+        self._require(Capability.ANCESTRY, "walk_ancestry")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        check_max_depth(max_depth)
+        await self._ready("walk_ancestry")
+        records = await self._walk(checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=True)
+        ids = assemble_walk(checkpoint_id, records, max_depth)
+        seals: dict[CheckpointID, Seal | None] = {}
+        if self._integrity is not None:
+            records, seals = self._opened_walk(records)
+        items: list[Any] = []
+        for item_id in ids.items:
+            body = records.bodies.get(item_id)
+            if body is None:
+                raise CheckpointCorruptedError(item_id, "the ancestry walk reached it but read no body")
+            item = self._decode(StoredBody(item_id, body), None, records.bodies)
+            indexed_previous = records.links[item_id]
+            if item.previous_checkpoint_id != indexed_previous:
+                reason = (
+                    f"indexed with previous id {indexed_previous!r} but its body says "
+                    f"{item.previous_checkpoint_id!r}"
+                )
+                if self._integrity is not None:
+                    raise CheckpointTamperedError(item_id, TamperKind.INDEX_MISMATCH, reason)
+                raise CheckpointCorruptedError(item_id, reason)
+            items.append(item)
+        if self._integrity is not None:
+            check_walk_chain(ids, records.links, seals)
+        return AncestryWalk(tuple(items), ids.end, ids.end_id)
+
+    async def walk_ancestry_ids(
+        self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
+    ) -> AncestryWalk[CheckpointID]:
+        """Ids from ``checkpoint_id`` back to its root, newest first; decodes no bodies."""
+        self._require(Capability.ANCESTRY, "walk_ancestry_ids")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        check_max_depth(max_depth)
+        await self._ready("walk_ancestry_ids")
+        records = await self._walk(checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=False)
+        return assemble_walk(checkpoint_id, records, max_depth)
+
+    async def list_nested(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
+        """Ids of the checkpoints embedded directly in ``checkpoint_id``, in the order met."""
+        self._require(Capability.NESTED, "list_nested")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        await self._ready("list_nested")
+        nested = await self._nested_ids(checkpoint_id)
+        if nested is None:
+            raise CheckpointNotFoundError(checkpoint_id)
+        return nested
+
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        """Delete all but the newest ``keep_last`` checkpoints of a workflow (with their nested
+        records), leaving a tombstone for each deleted id; returns how many were deleted."""
+        self._require(Capability.PRUNE, "prune")
+        validate_identifier(workflow_name, "workflow_name")
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+            raise InvalidCheckpointError(
+                f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
+            )
+        await self._ready("prune")
+        self._chain_macs.clear()
+        pruned = await self._prune(workflow_name, min(keep_last, LARGEST_BACKEND_INT))
+        if Capability.PENDING_WRITES in self.capabilities:
+            await self._drop_writes_of_pruned(workflow_name)
+        return pruned
+
+    async def delete_workflow(self, *, workflow_name: str) -> int:
+        """Delete every checkpoint of a workflow, their nested records and the workflow's
+        tombstones; returns how many checkpoints were deleted."""
+        self._require(Capability.PRUNE, "delete_workflow")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("delete_workflow")
+        self._chain_macs.clear()
+        if Capability.PENDING_WRITES in self.capabilities:
+            # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
+            # run again), never writes that a reused id would pick up.
+            await self._delete_workflow(writes_log_name(workflow_name))
+        return await self._delete_workflow(workflow_name)
+
+    async def list_workflows(self) -> list[str]:
+        """Names of every workflow with a stored checkpoint, sorted."""
+        self._require(Capability.LIST_WORKFLOWS, "list_workflows")
+        await self._ready("list_workflows")
+        return sorted(name for name in await self._workflow_names() if not is_writes_log_name(name))
+
+    async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        """The index entry of one stored record (nested ones too), or None."""
+        self._require(Capability.INSPECT, "checkpoint_info")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        await self._ready("checkpoint_info")
+        return await self._info(checkpoint_id)
+
+    async def list_records(self, *, workflow_name: str | None = None) -> list[CheckpointInfo]:
+        """Index entries of every stored record (or one workflow's), nested ones included, in
+        workflow then sequence order. Decodes no bodies."""
+        self._require(Capability.INSPECT, "list_records")
+        if workflow_name is not None:
+            validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_records")
+        records = [
+            info for info in await self._records(workflow_name) if not is_writes_log_name(info.workflow_name)
+        ]
+        return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
+
+    async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
+        """Ids pruned from the storage (or from one workflow), sorted."""
+        self._require(Capability.INSPECT, "list_tombstones")
+        if workflow_name is not None:
+            validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_tombstones")
+        return sorted(await self._tombstones(workflow_name))
+
+    async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None:
+        """The stored bytes of a checkpoint, or None; for verify tooling and the kit."""
+        self._require(Capability.RAW_ACCESS, "read_raw_body")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        await self._ready("read_raw_body")
+        return await self._get(checkpoint_id)
+
+    async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None:
+        """Overwrite the stored bytes of an existing checkpoint, bypassing the codec.
+
+        For repair tools and for the kit's corruption clauses; never needed in normal use.
+        """
+        self._require(Capability.RAW_ACCESS, "write_raw_body")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        await self._ready("write_raw_body")
+        raw = bytes(body)
+        if not await self._overwrite_body(checkpoint_id, raw, body_digest(raw)):
+            raise CheckpointNotFoundError(checkpoint_id)

@@ -1,0 +1,202 @@
+"""What the engine and a backend hand each other: records to store, bodies read back, what an
+ancestry read reached, why a fenced insert wrote nothing; and the checks a read makes against
+the index (a body read back is hostile until it agrees with what it was found under)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..contract import CheckpointID, CheckpointInfo
+from ..errors import CheckpointConflictError, CheckpointCorruptedError
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """What a backend stores for one checkpoint: the encoded body plus the index fields read from
+    it, so listing, ordering and filtering never decode bodies."""
+
+    checkpoint_id: CheckpointID
+    workflow_name: str
+    previous_checkpoint_id: CheckpointID | None
+    graph_signature_hash: str
+    body: bytes
+    digest: str
+    """Hex digest of ``body``; an idempotent re-save is recognised by it without fetching bodies."""
+    container_id: CheckpointID | None = None
+    """For a nested record: the checkpoint whose body refers to it."""
+    root_id: CheckpointID | None = None
+    """For a nested record: the top-level checkpoint it was saved with (its container's root)."""
+    position: int = 0
+    """Place in its save: 0 for the checkpoint saved, then 1, 2, ... for nested records in the
+    order they were met; list_nested returns a container's children in this order."""
+
+    @property
+    def nested(self) -> bool:
+        return self.container_id is not None
+
+    def index_entry(self) -> IndexEntry:
+        """What a read of this record checks its decoded body against."""
+        return IndexEntry(self.workflow_name, self.previous_checkpoint_id, self.graph_signature_hash)
+
+    def info(self, sequence: int) -> CheckpointInfo:
+        """The record's index entry as ``checkpoint_info`` reports it, at its backend sequence."""
+        return CheckpointInfo(
+            checkpoint_id=self.checkpoint_id,
+            workflow_name=self.workflow_name,
+            previous_checkpoint_id=self.previous_checkpoint_id,
+            graph_signature_hash=self.graph_signature_hash,
+            container_id=self.container_id,
+            sequence=sequence,
+            size=len(self.body),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """What a backend's index says of a record. A read checks the decoded body against it: a body
+    that disagrees (moved from another record, or rewritten with a recomputed checksum) is
+    reported as corrupted, never returned."""
+
+    workflow_name: str
+    previous_checkpoint_id: CheckpointID | None
+    graph_signature_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBody:
+    """A body read back from the backend with the id it is stored under."""
+
+    checkpoint_id: CheckpointID
+    body: bytes
+    nested: Mapping[CheckpointID, bytes] | None = None
+    """Bodies of the records nested in it, when the backend read them in the same round trip;
+    None means they are fetched with ``_nested_bodies`` if the body refers to any."""
+    entry: IndexEntry | None = None
+    """The index entry the body was found under, when the backend read it in the same round trip."""
+
+
+@dataclass(frozen=True, slots=True)
+class WalkRecords:
+    """What a backend's ancestry primitive read, in one round trip, for the base to assemble."""
+
+    links: Mapping[CheckpointID, CheckpointID | None]
+    """id -> previous id of every record the walk reached: at most ``max_depth`` records along the
+    chain from the start (a backend may stop early only at a root, a cycle or a missing id)."""
+    bodies: Mapping[CheckpointID, bytes]
+    """With bodies: the body of every reached record and of every record nested in them."""
+    tombstones: frozenset[CheckpointID]
+    """Which previous ids that were not reached are tombstones of pruned records."""
+
+
+@dataclass(frozen=True, slots=True)
+class FenceCheck:
+    """Why a fenced insert wrote nothing: what the backend found at the moment of the check."""
+
+    latest_id: CheckpointID | None
+    """The workflow's latest top-level checkpoint (commit order), or None if it has none."""
+    existing_digest: str | None
+    """The digest stored under the checkpoint's id when that id already exists, else None (the
+    insert was refused because ``latest_id`` is not the expected one)."""
+
+
+def body_digest(body: bytes) -> str:
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def nested_id_conflict(
+    records: Sequence[CheckpointRecord], checkpoint_id: CheckpointID
+) -> CheckpointConflictError:
+    """The error ``_insert_family`` raises when a nested record's id is already stored (the whole
+    family is then left unwritten): names the id and the container it was embedded in."""
+    container = next((r.container_id for r in records if r.checkpoint_id == checkpoint_id), None)
+    return CheckpointConflictError(
+        checkpoint_id,
+        f"embedded in checkpoint {container!r}, but a record with this id is already stored; "
+        "an embedded checkpoint needs an id of its own",
+    )
+
+
+def info_from_index(
+    checkpoint_id: object,
+    workflow_name: object,
+    previous_checkpoint_id: object,
+    graph_signature_hash: object,
+    container_id: object,
+    sequence: object,
+    size: object,
+) -> CheckpointInfo:
+    """A CheckpointInfo from index fields as a driver returns them (str or UTF-8 bytes, ints as
+    int, str or bytes); a value of any other shape is a corrupted index entry, never a crash."""
+    record_id = _text(checkpoint_id, checkpoint_id, "checkpoint id")
+    previous = (
+        None if previous_checkpoint_id is None else _text(previous_checkpoint_id, record_id, "previous id")
+    )
+    container = None if container_id is None else _text(container_id, record_id, "container id")
+    return CheckpointInfo(
+        checkpoint_id=record_id,
+        workflow_name=_text(workflow_name, record_id, "workflow name"),
+        previous_checkpoint_id=previous,
+        graph_signature_hash=_text(graph_signature_hash, record_id, "graph signature"),
+        container_id=container,
+        sequence=_count(sequence, record_id, "sequence"),
+        size=_count(size, record_id, "size"),
+    )
+
+
+def _text(value: object, checkpoint_id: object, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    raise CheckpointCorruptedError(
+        str(checkpoint_id)[:256], f"its index entry has a malformed {what} {value!r:.80}"
+    )
+
+
+def _count(value: object, checkpoint_id: str, what: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        try:
+            number = int(_text(value, checkpoint_id, what))
+        except ValueError:
+            number = -1
+    if number < 0:
+        raise CheckpointCorruptedError(checkpoint_id, f"its index entry has a malformed {what} {value!r:.80}")
+    return number
+
+
+def check_against_index(
+    stored: StoredBody, checkpoint: Any, workflow_name: str | None, graph_signature_hash: str | None
+) -> None:
+    """Raise CheckpointCorruptedError if a decoded body is not the record it was read as."""
+    checkpoint_id = stored.checkpoint_id
+
+    def disagree(what: str, indexed: object, in_body: object) -> CheckpointCorruptedError:
+        return CheckpointCorruptedError(
+            checkpoint_id, f"indexed with {what} {indexed!r} but its body says {in_body!r}"
+        )
+
+    if checkpoint.checkpoint_id != checkpoint_id:
+        raise CheckpointCorruptedError(
+            checkpoint_id, f"the stored body belongs to checkpoint {checkpoint.checkpoint_id!r}"
+        )
+    if workflow_name is not None and checkpoint.workflow_name != workflow_name:
+        raise disagree("workflow", workflow_name, checkpoint.workflow_name)
+    if graph_signature_hash is not None and checkpoint.graph_signature_hash != graph_signature_hash:
+        raise disagree("graph signature", graph_signature_hash, checkpoint.graph_signature_hash)
+    entry = stored.entry
+    if entry is None:
+        return
+    if checkpoint.workflow_name != entry.workflow_name:
+        raise disagree("workflow", entry.workflow_name, checkpoint.workflow_name)
+    if checkpoint.previous_checkpoint_id != entry.previous_checkpoint_id:
+        raise disagree("previous id", entry.previous_checkpoint_id, checkpoint.previous_checkpoint_id)
+    if checkpoint.graph_signature_hash != entry.graph_signature_hash:
+        raise disagree("graph signature", entry.graph_signature_hash, checkpoint.graph_signature_hash)

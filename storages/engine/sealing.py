@@ -1,0 +1,306 @@
+"""Tamper evidence glue (docs/integrity.md): sealing what a save writes, opening and verifying what
+a read returns, and anchors. Everything a key adds lives here; a storage without one never
+enters it. The MAC format itself is storages/integrity.py's."""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import Self
+
+from ..contract import CheckpointID, validate_identifier
+from ..errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
+from ..integrity import (
+    Anchor,
+    IntegrityKeyInput,
+    IntegrityKeyProvider,
+    Link,
+    Seal,
+    TamperKind,
+    accepts_unsigned,
+    anchor_token,
+    as_provider,
+    is_sealed,
+    open_sealed,
+    read_anchor,
+    record_mac,
+    seal_header,
+    sealed_digest,
+    split_sealed,
+)
+from .primitives import StoragePrimitives
+from .records import CheckpointRecord, StoredBody, WalkRecords, body_digest
+
+LINK_CACHE_SIZE = 4096
+"""How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
+just saved or read costs no round trip."""
+
+
+class SealedRecords(StoragePrimitives):
+    """The integrity half of the engine: keys, seals, chain links and anchors."""
+
+    _integrity: IntegrityKeyProvider | None
+    _chain_macs: dict[CheckpointID, tuple[bytes, int]]
+    """id -> (MAC, chain height) of records this handle signed or verified."""
+    _opened: bool
+
+    if TYPE_CHECKING:
+
+        async def _ready(self, operation: str) -> None: ...
+
+        async def _decode_all(
+            self,
+            stored: Sequence[StoredBody],
+            workflow_name: str | None = None,
+            graph_signature_hash: str | None = None,
+        ) -> list[Any]: ...
+
+        def new_handle(self) -> Self: ...
+
+    @property
+    def integrity_enabled(self) -> bool:
+        """True when this handle signs what it saves and verifies what it reads."""
+        return self._integrity is not None
+
+    def with_integrity_key(self, integrity_key: IntegrityKeyInput | None) -> Self:
+        """A new handle on the same store that signs and verifies with ``integrity_key`` (None: a
+        handle without a key, which reads and writes plain bodies as a storage without one does)."""
+        handle = self.new_handle()
+        handle.configure_integrity(integrity_key)
+        return handle
+
+    def configure_integrity(self, integrity_key: IntegrityKeyInput | None) -> None:
+        """Set this handle's keys before its first use (open_storage does, from URL options)."""
+        if self._opened:
+            raise StorageConfigurationError(f"{self.describe()}: set the integrity key before first use")
+        self._integrity = None if integrity_key is None else as_provider(integrity_key)
+        self._chain_macs.clear()
+
+    async def head_anchor(self, *, workflow_name: str) -> str:
+        """A signed token naming the newest checkpoint of ``workflow_name`` (or that it has none).
+
+        Keep it outside the store and pass it to get_latest/load/verify: they then refuse a store
+        that went back before it (a truncated history, a restored old snapshot).
+        """
+        validate_identifier(workflow_name, "workflow_name")
+        provider = self._required_integrity("head_anchor")
+        await self._ready("head_anchor")
+        stored = await self._latest(workflow_name, None)
+        key_id, key = provider.signing_key()
+        if stored is None:
+            return anchor_token(key_id, key, workflow_name, None, 0, b"")
+        await self._decode_all([stored], workflow_name)  # the anchored record must verify
+        seal = self._opened_body(stored)[1]
+        if seal is None:
+            raise CheckpointTamperedError(
+                stored.checkpoint_id, TamperKind.UNSIGNED, "an unsigned record cannot be anchored"
+            )
+        return anchor_token(key_id, key, workflow_name, stored.checkpoint_id, seal.height, seal.mac)
+
+    def open_sealed(self, checkpoint_id: CheckpointID, raw: bytes) -> tuple[Seal | None, bytes]:
+        """Verify stored bytes as a read does and return their seal and codec body (for verify).
+
+        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only.
+        """
+        stored, seal = self._opened_body(StoredBody(checkpoint_id, raw))
+        return seal, stored.body
+
+    def _plain_digest(self, body: bytes) -> str:
+        """A new record's digest: a keyed save replaces it with one taken from the MAC
+        (sealed_digest), so hashing the body here would be work thrown away."""
+        return body_digest(body) if self._integrity is None else ""
+
+    def _required_integrity(self, operation: str) -> IntegrityKeyProvider:
+        if self._integrity is None:
+            raise StorageConfigurationError(
+                f"{self.describe()}: {operation} needs an integrity key (integrity_key= or the URL "
+                "option integrity_key_env=NAME)"
+            )
+        return self._integrity
+
+    def _integrity_mac(self, key: bytes, checkpoint_id: CheckpointID, header: bytes, body: bytes) -> bytes:
+        """The MAC a record is signed and checked with; see storages.integrity.record_mac."""
+        return record_mac(key, checkpoint_id, header, body)
+
+    def _verifying_key(self, key_id: str) -> bytes | None:
+        assert self._integrity is not None
+        return self._integrity.verifying_key(key_id)
+
+    async def _chain_link(
+        self, record: CheckpointRecord, family: Mapping[CheckpointID, tuple[bytes, int]]
+    ) -> tuple[Link, bytes, int]:
+        """How a record chains onto its predecessor: the link kind, the predecessor's MAC and
+        this record's height. Costs a round trip only when the predecessor is not remembered."""
+        previous_id = record.previous_checkpoint_id
+        if previous_id is None:
+            return Link.ROOT, b"", 0
+        known = family.get(previous_id) or self._chain_macs.get(previous_id)
+        if known is None:
+            raw = await self._get(previous_id)
+            seal = None if raw is None else self._opened_body(StoredBody(previous_id, raw))[1]
+            if seal is None:
+                return Link.ABSENT, b"", 0
+            known = (seal.mac, seal.height)
+        return Link.PRESENT, known[0], known[1] + 1
+
+    async def _signed(
+        self, records: list[CheckpointRecord]
+    ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]:
+        """The records a save writes, sealed when this handle has a key (else unchanged), and
+        each sealed record's (MAC, height), to remember once the save is stored."""
+        if self._integrity is None:
+            return records, {}
+        key_id, key = self._integrity.signing_key()
+        family: dict[CheckpointID, tuple[bytes, int]] = {}
+        signed: list[CheckpointRecord] = []
+        for record in records:
+            link_kind, link, height = await self._chain_link(record, family)
+            header = seal_header(
+                key_id,
+                link_kind,
+                link,
+                height,
+                record.container_id,
+                record.position,
+                record.previous_checkpoint_id,
+            )
+            mac = self._integrity_mac(key, record.checkpoint_id, header, record.body)
+            signed.append(
+                CheckpointRecord(
+                    checkpoint_id=record.checkpoint_id,
+                    workflow_name=record.workflow_name,
+                    previous_checkpoint_id=record.previous_checkpoint_id,
+                    graph_signature_hash=record.graph_signature_hash,
+                    body=b"".join((header, mac, record.body)),
+                    digest=sealed_digest(mac),
+                    container_id=record.container_id,
+                    root_id=record.root_id,
+                    position=record.position,
+                )
+            )
+            family[record.checkpoint_id] = (mac, height)
+        return signed, family
+
+    def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
+        for checkpoint_id, (mac, height) in chain.items():
+            self._remember(checkpoint_id, mac, height)
+
+    def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
+        macs = self._chain_macs
+        macs[checkpoint_id] = (mac, height)
+        if len(macs) > LINK_CACHE_SIZE:
+            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
+
+    def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
+        """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
+        provider = self._integrity
+        assert provider is not None
+        checkpoint_id = stored.checkpoint_id
+        nested = stored.nested
+        if nested:
+            nested = self._opened_bodies(nested)
+        raw = stored.body
+        if not is_sealed(raw):
+            if accepts_unsigned(provider):
+                return dataclasses.replace(stored, nested=nested), None
+            raise CheckpointTamperedError(
+                checkpoint_id,
+                TamperKind.UNSIGNED,
+                "it has no seal, and this storage reads only signed records (accept_unsigned=True "
+                "on IntegrityKeys is the migration mode for bodies written before the key)",
+            )
+        seal, body = open_sealed(checkpoint_id, raw, self._verifying_key, self._integrity_mac)
+        self._remember(checkpoint_id, seal.mac, seal.height)
+        return StoredBody(checkpoint_id, body, nested, stored.entry), seal
+
+    def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
+        return {
+            checkpoint_id: self._opened_body(StoredBody(checkpoint_id, body))[0].body
+            for checkpoint_id, body in bodies.items()
+        }
+
+    def _opened_walk(self, records: WalkRecords) -> tuple[WalkRecords, dict[CheckpointID, Seal | None]]:
+        seals: dict[CheckpointID, Seal | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        for checkpoint_id, raw in records.bodies.items():
+            opened, seals[checkpoint_id] = self._opened_body(StoredBody(checkpoint_id, raw))
+            bodies[checkpoint_id] = opened.body
+        return dataclasses.replace(records, bodies=bodies), seals
+
+    def _parsed_anchor(self, anchor: str, workflow_name: str | None) -> Anchor:
+        parsed = read_anchor(anchor, self._required_integrity("reading with an anchor"))
+        if workflow_name is not None and parsed.workflow_name != workflow_name:
+            raise InvalidCheckpointError(
+                f"the anchor is for workflow {parsed.workflow_name!r}, not {workflow_name!r}", field="anchor"
+            )
+        return parsed
+
+    async def _check_anchor_latest(self, anchor: Anchor, head: StoredBody | None) -> None:
+        """The workflow's newest record must be the anchored one or continue from it."""
+        if anchor.head_id is None:
+            return
+        if head is None:
+            raise _went_back(anchor, f"workflow {anchor.workflow_name!r} has no checkpoint now")
+        seal = self._opened_body(head)[1]
+        current_id = head.checkpoint_id
+        while True:
+            if current_id == anchor.head_id:
+                if seal is None or not hmac.compare_digest(seal.mac, anchor.mac):
+                    raise _went_back(anchor, "the record stored under its id is not the one anchored")
+                return
+            if seal is None or seal.height <= anchor.height or seal.link_kind is not Link.PRESENT:
+                raise _went_back(
+                    anchor,
+                    f"the newest checkpoint is {head.checkpoint_id!r}, which does not continue from it",
+                )
+            previous_id = seal.previous_id
+            assert previous_id is not None  # a PRESENT link always names its predecessor
+            raw = await self._get(previous_id)
+            if raw is None:
+                raise _went_back(
+                    anchor,
+                    f"the newest checkpoint {head.checkpoint_id!r} cannot be followed back to it "
+                    f"({previous_id!r} is gone)",
+                )
+            link = seal.link
+            seal = self._opened_body(StoredBody(previous_id, raw))[1]
+            if seal is None or not hmac.compare_digest(seal.mac, link):
+                raise CheckpointTamperedError(
+                    previous_id,
+                    TamperKind.CHAIN_BROKEN,
+                    "it is not the record its successor was signed after",
+                )
+            current_id = previous_id
+
+    async def _check_anchor_head_stored(self, anchor: Anchor, loaded: StoredBody) -> None:
+        """The anchored record must still be stored as anchored."""
+        if anchor.head_id is None:
+            return
+        if loaded.checkpoint_id == anchor.head_id:
+            head: StoredBody | None = loaded
+        else:
+            raw = await self._get(anchor.head_id)
+            head = None if raw is None else StoredBody(anchor.head_id, raw)
+        if head is None:
+            raise _went_back(anchor, "it is no longer stored")
+        seal = self._opened_body(head)[1]
+        if seal is None or not hmac.compare_digest(seal.mac, anchor.mac):
+            raise _went_back(anchor, "the record stored under its id is not the one anchored")
+
+
+def unsealed_own(body: bytes) -> bytes:
+    """The codec body inside bytes this handle just sealed (or ``body`` if it is not sealed)."""
+    return split_sealed("", body)[1].body if is_sealed(body) else body
+
+
+def _went_back(anchor: Anchor, why: str) -> CheckpointTamperedError:
+    assert anchor.head_id is not None
+    return CheckpointTamperedError(
+        anchor.head_id,
+        TamperKind.ROLLED_BACK,
+        f"the store went back before the anchor of workflow {anchor.workflow_name!r}, which names "
+        f"this checkpoint (chain height {anchor.height}) as its newest: {why}",
+    )

@@ -1,0 +1,76 @@
+"""What a save checks before anything is encoded: a checkpoint's fields, a pending write's
+fields, and the option values every backend takes (allow-lists, depths). Bad input raises a typed
+error naming the field; nothing reaches a backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..contract import CHECKPOINT_FIELDS, CheckpointID, PendingWrite, validate_identifier
+from ..errors import InvalidCheckpointError
+
+_DICT_FIELDS = ("messages", "state", "pending_request_info_events", "metadata")
+
+
+def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) -> None:
+    """Raise if ``checkpoint`` lacks a field or has one of the wrong type (``embedded_in`` names
+    the container of an embedded one, for the message)."""
+    where = "" if embedded_in is None else f" (embedded in checkpoint {embedded_in!r})"
+    missing = next((name for name in CHECKPOINT_FIELDS if not hasattr(checkpoint, name)), None)
+    if missing is not None:
+        raise InvalidCheckpointError(
+            f"{type(checkpoint).__name__}{where} is not a checkpoint: missing field {missing!r}",
+            field=missing,
+        )
+    workflow_name = checkpoint.workflow_name
+    checkpoint_id = checkpoint.checkpoint_id
+    previous_id = checkpoint.previous_checkpoint_id
+    signature = checkpoint.graph_signature_hash
+    validate_identifier(workflow_name, "workflow_name")
+    validate_identifier(checkpoint_id, "checkpoint_id")
+    if previous_id is not None:
+        validate_identifier(previous_id, "previous_checkpoint_id")
+    _expect_field(checkpoint_id, "graph_signature_hash", signature, str)
+    _expect_field(checkpoint_id, "timestamp", checkpoint.timestamp, str)
+    _expect_field(checkpoint_id, "version", checkpoint.version, str)
+    iteration_count = checkpoint.iteration_count
+    if isinstance(iteration_count, bool) or not isinstance(iteration_count, int):
+        _expect_field(checkpoint_id, "iteration_count", iteration_count, int, got_bool=True)
+    for name in _DICT_FIELDS:
+        _expect_field(checkpoint_id, name, getattr(checkpoint, name), dict)
+
+
+def checked_write(write: object, position: int) -> PendingWrite:
+    if not isinstance(write, PendingWrite):
+        raise InvalidCheckpointError(
+            f"writes[{position}] must be a PendingWrite, not {type(write).__name__}", field="writes"
+        )
+    validate_identifier(write.task_id, "task_id")
+    if isinstance(write.index, bool) or not isinstance(write.index, int):
+        raise InvalidCheckpointError(
+            f"writes[{position}].index must be an int, not {type(write.index).__name__}", field="index"
+        )
+    if not isinstance(write.channel, str) or not write.channel:
+        raise InvalidCheckpointError(f"writes[{position}].channel must be a non-empty str", field="channel")
+    if not isinstance(write.task_path, str):
+        raise InvalidCheckpointError(f"writes[{position}].task_path must be a str", field="task_path")
+    return write
+
+
+def as_list(refs: Iterable[Any]) -> list[Any]:
+    # One "a:B,c:D" string (as a URL option arrives) is a list of its comma-separated items.
+    if isinstance(refs, str):
+        return [item.strip() for item in refs.split(",") if item.strip()]
+    return list(refs)
+
+
+def _expect_field(
+    checkpoint_id: str, name: str, value: object, expected: type[Any], *, got_bool: bool = False
+) -> None:
+    if got_bool or not isinstance(value, expected):
+        raise InvalidCheckpointError(
+            f"Checkpoint {checkpoint_id!r}: field {name} must be {expected.__name__}, "
+            f"not {type(value).__name__}",
+            field=name,
+        )

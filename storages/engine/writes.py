@@ -1,0 +1,185 @@
+"""Pending writes (capability ``pending_writes``), built on the core primitives alone: each
+``put_writes`` call is one record in an internal workflow (the log), whose id is derived from its
+content, so the call is as atomic as ``_insert`` and a retry is an idempotent re-insert."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..contract import Capability, CheckpointID, PendingWrite, WorkflowCheckpoint, validate_identifier
+from ..errors import CheckpointCorruptedError
+from .primitives import StoragePrimitives
+from .records import CheckpointRecord, StoredBody, body_digest
+from .validation import checked_write
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..codec import CheckpointCodec
+    from ..integrity import IntegrityKeyProvider, Seal
+
+
+class PendingWritesLog(StoragePrimitives):
+    """put_writes / list_writes / delete_writes, and what prune and delete_workflow owe the log."""
+
+    if TYPE_CHECKING:
+        _codec: CheckpointCodec
+        _integrity: IntegrityKeyProvider | None
+
+        async def _signed(
+            self, records: list[CheckpointRecord]
+        ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]: ...
+
+        def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]: ...
+
+        async def _ready(self, operation: str) -> None: ...
+
+        def _require(self, capability: Capability, operation: str) -> None: ...
+
+        def _decode(
+            self,
+            stored: StoredBody,
+            workflow_name: str | None = None,
+            nested: Mapping[CheckpointID, bytes] | None = None,
+            graph_signature_hash: str | None = None,
+        ) -> Any: ...
+
+    async def put_writes(
+        self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
+    ) -> None:
+        """Store writes made against checkpoint ``checkpoint_id`` of ``workflow_name``, all or none.
+
+        Per (task_id, index), the first write stored is kept, except at a negative index (a
+        special channel), where the latest replaces it; repeating a call changes nothing.
+        """
+        self._require(Capability.PENDING_WRITES, "put_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        batch = [checked_write(write, position) for position, write in enumerate(writes)]
+        await self._ready("put_writes")
+        if not batch:
+            return
+        # One record per call is what makes the call atomic on every backend: each primitive
+        # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
+        log = writes_log_name(workflow_name)
+        draft = _writes_batch(log, checkpoint_id, "", batch)
+        batch_id = _writes_batch_id(log, checkpoint_id, body_digest(self._codec.encode_checkpoint(draft)))
+        body = self._codec.encode_checkpoint(_writes_batch(log, checkpoint_id, batch_id, batch))
+        record = CheckpointRecord(
+            checkpoint_id=batch_id,
+            workflow_name=log,
+            previous_checkpoint_id=None,
+            graph_signature_hash=checkpoint_id,
+            body=body,
+            digest=body_digest(body),
+        )
+        # An existing id means this very batch is stored already (or an equal one encoded
+        # differently): the reading rule makes either harmless, so there is nothing to compare.
+        # A keyed handle signs it like any record (a root: no chain link, no round trip).
+        (signed,), _ = await self._signed([record])
+        await self._insert(signed)
+
+    async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
+        """The writes stored against a checkpoint, one per (task_id, index), in the order their
+        (task_id, index) was first stored."""
+        self._require(Capability.PENDING_WRITES, "list_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_writes")
+        log = writes_log_name(workflow_name)
+        merged: dict[tuple[str, int], PendingWrite] = {}
+        for stored in await self._list(log, checkpoint_id):
+            if self._integrity is not None:
+                stored = self._opened_body(stored)[0]
+            batch = self._decode(stored, log, None, checkpoint_id)
+            for write in _batch_writes(batch):
+                key = (write.task_id, write.index)
+                if key not in merged or write.replaces_earlier:
+                    merged[key] = write
+        return list(merged.values())
+
+    async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
+        """Delete every write stored against a checkpoint; returns how many batches were deleted."""
+        self._require(Capability.PENDING_WRITES, "delete_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("delete_writes")
+        removed = 0
+        for batch_id in await self._list_ids(writes_log_name(workflow_name), checkpoint_id):
+            removed += await self._remove(batch_id)
+        return removed
+
+    async def _drop_writes_of_pruned(self, workflow_name: str) -> None:
+        # The log is read before the survivors: a checkpoint saved meanwhile is a survivor, and
+        # a batch stored meanwhile is not in the snapshot, so neither loses its writes.
+        log = writes_log_name(workflow_name)
+        batches = await self._list(log, None)
+        if not batches:
+            return
+        survivors = set(await self._list_ids(workflow_name, None))
+        for stored in batches:
+            opened = stored if self._integrity is None else self._opened_body(stored)[0]
+            owner = self._decode(opened, log).graph_signature_hash
+            if owner not in survivors:
+                await self._remove(stored.checkpoint_id)
+
+
+_WRITES_LOG_PREFIX = "\x1fwrites\x1f"
+"""Starts the name of a workflow's pending-writes log. A control character can never start a
+workflow name a caller chooses (validate_identifier refuses it), so no log shadows a workflow."""
+
+_WRITES_BATCH_TIMESTAMP = "1970-01-01T00:00:00+00:00"
+"""Every write batch carries this timestamp, so equal batches encode to equal bodies."""
+
+
+def writes_log_name(workflow_name: str) -> str:
+    """The internal workflow holding ``workflow_name``'s pending writes, one record per batch,
+    indexed by the owning checkpoint's id in the graph-signature column."""
+    return _WRITES_LOG_PREFIX + workflow_name
+
+
+def is_writes_log_name(name: str) -> bool:
+    return name.startswith(_WRITES_LOG_PREFIX)
+
+
+def _writes_batch_id(log: str, owner_id: CheckpointID, content_digest: str) -> CheckpointID:
+    key = "\x00".join((log, owner_id, content_digest)).encode("utf-8", "surrogatepass")
+    return f"\x1fw\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
+
+
+def _writes_batch(
+    log: str, owner_id: CheckpointID, batch_id: CheckpointID, writes: Sequence[PendingWrite]
+) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(
+        workflow_name=log,
+        graph_signature_hash=owner_id,
+        checkpoint_id=batch_id or owner_id,
+        timestamp=_WRITES_BATCH_TIMESTAMP,
+        state={
+            "writes": [
+                [write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes
+            ]
+        },
+    )
+
+
+def _batch_writes(batch: Any) -> list[PendingWrite]:
+    rows = batch.state.get("writes") if isinstance(batch.state, dict) else None
+    if not isinstance(rows, list):
+        raise CheckpointCorruptedError(batch.checkpoint_id, "a pending-writes batch without its writes")
+    writes: list[PendingWrite] = []
+    for row in rows:
+        if not (isinstance(row, (list, tuple)) and len(row) == 5):
+            raise CheckpointCorruptedError(batch.checkpoint_id, f"a malformed pending write {row!r:.80}")
+        task_id, index, channel, value, task_path = row
+        if not (
+            isinstance(task_id, str)
+            and isinstance(index, int)
+            and isinstance(channel, str)
+            and isinstance(task_path, str)
+        ):
+            raise CheckpointCorruptedError(batch.checkpoint_id, f"a malformed pending write {row!r:.80}")
+        writes.append(PendingWrite(task_id, index, channel, value, task_path))
+    return writes

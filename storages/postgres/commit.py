@@ -1,0 +1,175 @@
+"""The commit protocol: how a save, delete, prune and delete_workflow are made atomic, and safe
+across processes and hosts, each in one statement (one round trip, one transaction).
+
+* A save is one call of the server-side function ``save_family`` (schema.py). A top id already
+  stored writes nothing and returns the stored digest, so a retry after an ambiguous connection
+  loss finds the first attempt's record and the base calls it a no-op. Otherwise it takes each
+  record's sequence with an ``UPDATE`` of its workflow's counter row (a row lock held until
+  commit; names in order, so two families never deadlock), checks the fence under that lock,
+  and inserts the whole family. A refused fence (``CSFNC``), a nested id already stored
+  (``CSCNF``) or a top id stored meanwhile by a concurrent save (``CSRTY``, repeated here) is
+  raised, so the statement rolls back, sequence numbers included: all or nothing.
+* Delete, prune and delete_workflow are single statements with data-modifying CTEs: they see one
+  snapshot and commit together. Row locks, never process-local locks, order concurrent writers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from ..base import CheckpointRecord, FenceCheck
+from ..contract import CheckpointID
+from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
+from .client import Connection, PostgresClient
+from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, RETRY_SQLSTATE, render
+
+_SAVE = """
+    SELECT existing_digest, latest_id, inserted FROM {s}.save_family(
+        %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[], %s::text[],
+        %s::text[], %s::integer[], %s, %s
+    )
+"""
+_REMOVE = """
+    WITH target AS (SELECT container_id FROM {s}.checkpoints WHERE checkpoint_id = %(id)s),
+    deleted AS (
+        DELETE FROM {s}.checkpoints
+        WHERE (checkpoint_id = %(id)s OR root_id = %(id)s)
+            AND NOT EXISTS (SELECT 1 FROM target WHERE container_id IS NOT NULL)
+    )
+    SELECT EXISTS (SELECT 1 FROM target), (SELECT container_id FROM target)
+"""
+_OVERWRITE = "UPDATE {s}.checkpoints SET body = %s, digest = %s WHERE checkpoint_id = %s RETURNING 1"
+# Tombstones name every deleted id (nested ones too) under the pruned workflow, as SQLite does.
+_PRUNE = """
+    WITH doomed AS (
+        SELECT checkpoint_id FROM {s}.checkpoints
+        WHERE workflow_name = %(workflow)s AND NOT nested
+        ORDER BY sequence DESC OFFSET %(keep)s
+    ),
+    family AS (
+        SELECT checkpoint_id FROM doomed
+        UNION ALL
+        SELECT c.checkpoint_id FROM {s}.checkpoints AS c WHERE c.root_id IN (SELECT checkpoint_id FROM doomed)
+    ),
+    buried AS (
+        INSERT INTO {s}.tombstones (checkpoint_id, workflow_name)
+        SELECT checkpoint_id, %(workflow)s FROM family ON CONFLICT (checkpoint_id) DO NOTHING
+    ),
+    deleted AS (DELETE FROM {s}.checkpoints WHERE checkpoint_id IN (SELECT checkpoint_id FROM family))
+    SELECT count(*) FROM doomed
+"""
+# The workflow's counter row is kept: its sequence must never go back.
+_DELETE_WORKFLOW = """
+    WITH doomed AS (
+        SELECT checkpoint_id FROM {s}.checkpoints WHERE workflow_name = %(workflow)s AND NOT nested
+    ),
+    tops AS (DELETE FROM {s}.checkpoints WHERE checkpoint_id IN (SELECT checkpoint_id FROM doomed)),
+    nested AS (DELETE FROM {s}.checkpoints WHERE root_id IN (SELECT checkpoint_id FROM doomed)),
+    unburied AS (DELETE FROM {s}.tombstones WHERE workflow_name = %(workflow)s)
+    SELECT count(*) FROM doomed
+"""
+
+RETRIES_AFTER_RACE = 3
+"""How often a save repeats after another transaction stored its top id first (CSRTY)."""
+
+
+class PostgresCommits:
+    """The writes of one storage handle, on its client and schema."""
+
+    def __init__(self, client: PostgresClient, schema_name: str) -> None:
+        self._client = client
+        self._save = render(_SAVE, schema_name)
+        self._remove = render(_REMOVE, schema_name)
+        self._overwrite = render(_OVERWRITE, schema_name)
+        self._prune = render(_PRUNE, schema_name)
+        self._delete_workflow = render(_DELETE_WORKFLOW, schema_name)
+
+    async def save(
+        self, records: Sequence[CheckpointRecord], *, fenced: bool, expected_latest_id: CheckpointID | None
+    ) -> tuple[bool, str | None, str | None]:
+        """(inserted, digest stored under the top id if it existed, the workflow's latest id
+        when fenced and nothing was inserted)."""
+        parameters = (
+            [r.checkpoint_id for r in records],
+            [r.workflow_name for r in records],
+            [r.previous_checkpoint_id for r in records],
+            [r.graph_signature_hash for r in records],
+            [r.digest for r in records],
+            [r.body for r in records],
+            [r.container_id for r in records],
+            [r.root_id for r in records],
+            [r.position for r in records],
+            fenced,
+            expected_latest_id,
+        )
+
+        async def work(connection: Connection) -> tuple[bool, str | None, str | None]:
+            for _ in range(RETRIES_AFTER_RACE):
+                self._client.statements += 1
+                try:
+                    cursor = await connection.execute(self._save, parameters)
+                except psycopg.Error as exc:
+                    if exc.sqlstate == RETRY_SQLSTATE:
+                        continue
+                    if exc.sqlstate == CONFLICT_SQLSTATE:
+                        raise _nested_conflict(records, exc) from None
+                    if exc.sqlstate == FENCE_SQLSTATE:
+                        diagnostic: Any = exc.diag
+                        latest = None if diagnostic.message_detail == "none" else diagnostic.message_primary
+                        return False, None, None if latest is None else str(latest)
+                    raise
+                row = await cursor.fetchone()
+                assert row is not None
+                return bool(row[2]), row[0], row[1]
+            raise CheckpointConflictError(records[0].checkpoint_id, "saved concurrently again and again")
+
+        return await self._client.run("save", work)
+
+    async def insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        _, existing, _ = await self.save(records, fenced=False, expected_latest_id=None)
+        return existing
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        inserted, existing, latest = await self.save(
+            records, fenced=True, expected_latest_id=expected_latest_id
+        )
+        return None if inserted else FenceCheck(latest, existing)
+
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        rows = await self._client.fetch("delete", self._remove, {"id": checkpoint_id})
+        existed, container_id = rows[0]
+        if container_id is not None:
+            raise NestedCheckpointDeletionError(checkpoint_id, str(container_id))
+        return bool(existed)
+
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        return bool(
+            await self._client.fetch("write_raw_body", self._overwrite, (body, digest, checkpoint_id))
+        )
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        rows = await self._client.fetch("prune", self._prune, {"workflow": workflow_name, "keep": keep_last})
+        return int(rows[0][0])
+
+    async def delete_workflow(self, workflow_name: str) -> int:
+        rows = await self._client.fetch("delete_workflow", self._delete_workflow, {"workflow": workflow_name})
+        return int(rows[0][0])
+
+
+def _nested_conflict(records: Sequence[CheckpointRecord], exc: psycopg.Error) -> CheckpointConflictError:
+    diagnostic: Any = exc.diag
+    conflicting = str(diagnostic.message_primary or "")
+    container = next((r.container_id for r in records if r.checkpoint_id == conflicting), None)
+    return CheckpointConflictError(
+        conflicting or records[0].checkpoint_id,
+        f"embedded in checkpoint {container!r}, but a record with this id is already stored; "
+        "an embedded checkpoint needs an id of its own",
+    )
+
+
+__all__ = ["PostgresCommits"]

@@ -1,0 +1,318 @@
+"""The boto3 side of the S3 storage: one client, blocking calls off the event loop, retries of
+conditional writes, and botocore errors translated into the storage's typed errors.
+
+boto3 is synchronous. Each handle calls one client through its own bounded thread pool, sized to
+the client's connection pool, so a burst of saves queues instead of blocking the event loop or
+exhausting connections. A client built here lives in a boto3 session of its own (sessions are
+not thread-safe); an injected client is shared by every handle and never closed here.
+
+500/503 and throttling are retried by botocore (``standard`` mode, ``max_attempts``). 409
+``ConditionalRequestConflict`` (which botocore does not retry) and a 412 that the object's state
+does not explain are retried by :meth:`S3Client.create`, ``conflict_retries`` times with jittered
+backoff; other conditional writes surface :class:`PreconditionFailed` / :class:`ConditionalConflict`
+/ :class:`MissingKey` to the commit protocol, which decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
+from ..redaction import chainable
+from .config import S3Settings
+
+T = TypeVar("T")
+
+LIST_PAGE = 1000
+"""Keys per ListObjectsV2 page (S3's maximum)."""
+DELETE_BATCH = 1000
+"""Keys per DeleteObjects request (S3's maximum)."""
+CREATE_ONLY: Mapping[str, str] = {"IfNoneMatch": "*"}
+
+
+class PreconditionFailed(Exception):
+    """412: the conditional write's condition did not hold."""
+
+
+class ConditionalConflict(Exception):
+    """409 ConditionalRequestConflict: a concurrent conditional write on the same key."""
+
+
+class MissingKey(Exception):
+    """404 on a conditional write (IfMatch on a key that is gone)."""
+
+
+CONDITION_FAILED = (PreconditionFailed, ConditionalConflict, MissingKey)
+"""A compare-and-swap that did not happen: re-read and decide again."""
+
+
+class S3Client:
+    """One handle's requests: every method but :meth:`open` raises StorageClosedError once the
+    handle is closed, and every failure past the retries raises a typed error naming the
+    operation and the key."""
+
+    def __init__(self, settings: S3Settings) -> None:
+        self._settings = settings
+        self._client: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        self._executor = ThreadPoolExecutor(self._settings.max_workers, thread_name_prefix="s3-checkpoints")
+        if self._settings.client is not None:
+            self._client = self._settings.client
+        else:
+            self._client = await self.run("open", self._settings.bucket, self._build_client)
+        if self._settings.create_bucket:
+            await self.run("open", self._settings.bucket, self._ensure_bucket)
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        client, self._client = self._client, None
+        if executor is not None:
+            await asyncio.to_thread(executor.shutdown, wait=True)
+        if client is not None and client is not self._settings.client:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    # ------------------------------------------------------------------ requests
+
+    async def get(self, operation: str, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and ETag, or None if it does not exist."""
+        return await self.run(operation, key, self._get_object, key)
+
+    async def exists(self, operation: str, key: str) -> bool:
+        return await self.run(operation, key, self._head_object, key)
+
+    async def put(self, operation: str, key: str, data: bytes, condition: Mapping[str, str] = {}) -> None:
+        """One PutObject; a failed condition raises one of :data:`CONDITION_FAILED`."""
+        await self.run(operation, key, self._put, key, data, condition)
+
+    async def create(self, operation: str, key: str, data: bytes) -> bool:
+        """Create-only write: True if created, False if the key already exists."""
+        retries = self._settings.conflict_retries
+        for attempt in range(retries + 1):
+            try:
+                await self.put(operation, key, data, CREATE_ONLY)
+                return True
+            except PreconditionFailed:
+                # 412 normally means "exists"; make sure it does before relying on it.
+                if await self.exists(operation, key):
+                    return False
+            except (ConditionalConflict, MissingKey):
+                pass
+            await backoff(attempt)
+        raise StorageUnavailableError(
+            operation,
+            f"{self._settings.describe()}: conditional write of {key} still conflicted after "
+            f"{retries} retries",
+        )
+
+    async def list_page(
+        self, operation: str, prefix: str, start_after: str | None = None, max_keys: int = LIST_PAGE
+    ) -> tuple[list[str], bool]:
+        """One ListObjectsV2 page: its keys (ascending) and whether more follow."""
+        return await self.run(operation, prefix, self._list_page, prefix, start_after, max_keys)
+
+    async def first_key(self, operation: str, prefix: str) -> str | None:
+        page, _ = await self.list_page(operation, prefix, None, 1)
+        return page[0] if page else None
+
+    async def list_keys(self, operation: str, prefix: str) -> list[str]:
+        keys: list[str] = []
+        start_after: str | None = None
+        while True:
+            page, more = await self.list_page(operation, prefix, start_after)
+            keys.extend(page)
+            if not more or not page:
+                return keys
+            start_after = page[-1]
+
+    async def common_prefixes(self, operation: str, prefix: str) -> list[str]:
+        return await self.run(operation, prefix, self._common_prefixes, prefix)
+
+    async def delete_keys(self, operation: str, keys: Sequence[str]) -> None:
+        """DeleteObjects, 1,000 keys a request, the batches concurrent."""
+        unique = list(dict.fromkeys(keys))
+        await gather(
+            self.run(operation, batch[0], self._delete_batch, operation, batch)
+            for batch in (unique[i : i + DELETE_BATCH] for i in range(0, len(unique), DELETE_BATCH))
+        )
+
+    async def run(self, operation: str, key: str, function: Callable[..., T], *args: Any) -> T:
+        """Run a blocking client call on this handle's thread pool; errors become typed errors."""
+        executor = self._executor
+        if executor is None:
+            raise StorageClosedError(self._settings.describe(), operation)
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(executor, functools.partial(function, *args))
+        except RuntimeError as exc:  # the pool was shut down by aclose()
+            raise StorageClosedError(self._settings.describe(), operation) from exc
+        try:
+            return await future
+        except (*CONDITION_FAILED, StorageConfigurationError, StorageUnavailableError):
+            raise
+        except Exception as exc:
+            raise self._translate(operation, key, exc) from chainable(exc)
+
+    def _translate(self, operation: str, key: str, exc: Exception) -> Exception:
+        code = _code(exc)
+        describe = self._settings.describe()
+        if code == "NoSuchBucket":
+            return StorageConfigurationError(
+                f"{describe}: bucket {self._settings.bucket!r} does not exist; create it, or pass "
+                "create_bucket=true in the URL (create_bucket=True as a keyword)"
+            )
+        detail = f"{code}: {exc}" if code else f"{type(exc).__name__}: {exc}"
+        return StorageUnavailableError(operation, f"{describe} key {key!r}: {detail}")
+
+    # ------------------------------------------------------------------ blocking calls (pool threads)
+
+    def _build_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        settings = self._settings
+        config: dict[str, Any] = {
+            "max_pool_connections": settings.max_workers,
+            "retries": {"mode": "standard", "max_attempts": settings.max_attempts},
+        }
+        if settings.checksum is not None:
+            config["request_checksum_calculation"] = settings.checksum
+            config["response_checksum_validation"] = settings.checksum
+        # Sessions are not thread-safe; a session of our own keeps other code's default session out.
+        session = boto3.session.Session()
+        return session.client(
+            "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=Config(**config)
+        )
+
+    def _ensure_bucket(self) -> None:
+        from botocore.exceptions import ClientError
+
+        bucket = self._settings.bucket
+        try:
+            self._client.head_bucket(Bucket=bucket)
+            return
+        except ClientError as exc:
+            if _status(exc) != 404:
+                raise
+        arguments: dict[str, Any] = {"Bucket": bucket}
+        region = self._settings.region or self._client.meta.region_name
+        if region and region != "us-east-1":
+            arguments["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        try:
+            self._client.create_bucket(**arguments)
+        except ClientError as exc:
+            if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+
+    def _put(self, key: str, data: bytes, condition: Mapping[str, str]) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.put_object(
+                Bucket=self._settings.bucket, Key=key, Body=data, **condition, **self._settings.put_parameters
+            )
+        except ClientError as exc:
+            status, code = _status(exc), _code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                raise PreconditionFailed(key) from exc
+            if status == 409 or code == "ConditionalRequestConflict":
+                raise ConditionalConflict(key) from exc
+            if condition and (status == 404 or code == "NoSuchKey"):
+                raise MissingKey(key) from exc
+            raise
+
+    def _get_object(self, key: str) -> tuple[bytes, str] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self._client.get_object(Bucket=self._settings.bucket, Key=key)
+        except ClientError as exc:
+            if _code(exc) == "NoSuchKey" or (_status(exc) == 404 and _code(exc) != "NoSuchBucket"):
+                return None
+            raise
+        with contextlib.closing(response["Body"]) as stream:
+            return bytes(stream.read()), str(response.get("ETag", ""))
+
+    def _head_object(self, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.head_object(Bucket=self._settings.bucket, Key=key)
+        except ClientError as exc:
+            if _status(exc) == 404 or _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def _list_page(self, prefix: str, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        arguments: dict[str, Any] = {"Bucket": self._settings.bucket, "Prefix": prefix, "MaxKeys": max_keys}
+        if start_after is not None:
+            arguments["StartAfter"] = start_after
+        response = self._client.list_objects_v2(**arguments)
+        keys = [str(item["Key"]) for item in response.get("Contents", [])]
+        return keys, bool(response.get("IsTruncated"))
+
+    def _common_prefixes(self, prefix: str) -> list[str]:
+        names: list[str] = []
+        paginator = self._client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self._settings.bucket, Prefix=prefix, Delimiter="/"):
+            for item in page.get("CommonPrefixes", []):
+                names.append(str(item["Prefix"])[len(prefix) :].rstrip("/"))
+        return names
+
+    def _delete_batch(self, operation: str, keys: Sequence[str]) -> None:
+        response = self._client.delete_objects(
+            Bucket=self._settings.bucket, Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True}
+        )
+        errors = response.get("Errors") or []
+        if errors:
+            first = errors[0]
+            raise StorageUnavailableError(
+                operation,
+                f"{self._settings.describe()}: {len(errors)} of {len(keys)} deletes failed, e.g. "
+                f"{first.get('Key')!r}: {first.get('Code')} {first.get('Message')}",
+            )
+
+
+async def gather(awaitables: Iterable[Any]) -> list[Any]:
+    return list(await asyncio.gather(*awaitables))
+
+
+async def backoff(attempt: int) -> None:
+    # Jittered exponential backoff, capped: racing writers spread out instead of colliding again.
+    await asyncio.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))  # noqa: S311 - not crypto
+
+
+def _code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _status(exc: BaseException) -> int:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return 0
+
+
+__all__ = [
+    "CONDITION_FAILED",
+    "ConditionalConflict",
+    "MissingKey",
+    "PreconditionFailed",
+    "S3Client",
+    "backoff",
+    "gather",
+]

@@ -1,0 +1,163 @@
+"""Fenced saves on S3 (``save(..., expected_latest_id=X)``): the commit point moves.
+
+The same steps as a save, plus one compare-and-swap of the workflow's pointer (``IfMatch`` the
+ETag read with the check) between creating the record and its order key. That swap is the commit
+point: of fenced writers that checked the same latest, one moves the pointer and the others get
+412, re-check and are refused. A pointer naming a record above the listing's head is a fenced
+save that has not created its order key yet (or crashed before it); the next fenced save finishes
+that commit before checking. Only a fenced swap names a writer in the pointer: a floor raised by
+a nested save, a delete or a prune names none, so it can never roll a stale record forward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from ..base import CheckpointRecord, FenceCheck
+from ..contract import CheckpointID
+from ..errors import StorageUnavailableError
+from .client import CONDITION_FAILED, CREATE_ONLY, backoff, gather
+from .commit import CommitProtocol
+from .layout import OrderEntry, Pointer, frame
+
+LatestLookup = Callable[[str], Awaitable[CheckpointID | None]]
+"""The full latest lookup (get_latest's), for a head whose record is gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class FenceView:
+    """What a fenced save reads first, in one round trip: the workflow's high-water mark, its
+    pointer, and the head of its top-level listing."""
+
+    mark: int
+    pointer: Pointer | None
+    head: OrderEntry | None
+
+
+async def insert_fenced(
+    protocol: CommitProtocol,
+    records: Sequence[CheckpointRecord],
+    expected_latest_id: CheckpointID | None,
+    latest: LatestLookup,
+) -> FenceCheck | None:
+    top = records[0]
+    workflow = top.workflow_name
+    retries = protocol.settings.conflict_retries
+    for attempt in range(retries + 1):
+        view = await fence_view(protocol, workflow)
+        current = await fenced_latest(protocol, workflow, view, expected_latest_id, latest)
+        if current == top.checkpoint_id:
+            stored = await protocol.read(top.checkpoint_id, "save")
+            if stored is not None:
+                return FenceCheck(current, stored.header.digest)
+            continue  # deleted since: check again
+        if current != expected_latest_id:
+            stored = await protocol.read(top.checkpoint_id, "save")
+            visible = stored is not None and await protocol.visible(stored.header, "save")
+            return FenceCheck(current, stored.header.digest if stored is not None and visible else None)
+        headers, pointers = await protocol.headers_for(records, known={workflow: (view.mark, view.pointer)})
+        if len(records) > 1:
+            nested = await protocol.settle_nested(
+                top, headers[1:], records[1:], may_replace=attempt >= retries - 1
+            )
+            if nested is None:
+                await backoff(attempt)
+                continue
+            headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
+        key = protocol.keys.record_key(top.checkpoint_id)
+        if not await protocol.client.create("save", key, frame(headers[0], top.body)):
+            stored = await protocol.read(top.checkpoint_id, "save")
+            if stored is None:
+                continue
+            if await protocol.visible(stored.header, "save") or stored.header.digest != top.digest:
+                return FenceCheck(current, stored.header.digest)
+            # An earlier attempt at this save that never committed: rewrite it with this
+            # attempt's sequence, then commit it.
+            try:
+                await protocol.client.put("save", key, frame(headers[0], top.body), {"IfMatch": stored.etag})
+            except CONDITION_FAILED:
+                await backoff(attempt)
+                continue
+        sequence = max(
+            m.sequence for m in (headers[0].member, *headers[0].members) if m.workflow_name == workflow
+        )
+        if not await swap_pointer(protocol, workflow, view.pointer, sequence, top.checkpoint_id):
+            # Another writer committed since the check: this attempt's records never became
+            # visible; remove them and check again.
+            await protocol.client.delete_keys(
+                "save", [key, *(protocol.keys.record_key(m.checkpoint_id) for m in headers[0].members)]
+            )
+            await backoff(attempt)
+            continue
+        # The swap already covers this workflow's nested records: no floor to raise there.
+        pointers[workflow] = Pointer(sequence, top.checkpoint_id, "")
+        await protocol.commit(headers[0], "save", pointers)
+        return None
+    raise StorageUnavailableError(
+        "save",
+        f"{protocol.settings.describe()}: the pointer of workflow {workflow!r} kept moving under a "
+        "fenced save",
+    )
+
+
+async def fence_view(protocol: CommitProtocol, workflow_name: str) -> FenceView:
+    pointer, head = await gather(
+        [protocol.read_pointer(workflow_name, "save"), protocol.top_head(workflow_name, "save")]
+    )
+    mark = max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence)
+    return FenceView(mark, pointer, head)
+
+
+async def fenced_latest(
+    protocol: CommitProtocol,
+    workflow_name: str,
+    view: FenceView,
+    expected_latest_id: CheckpointID | None,
+    latest: LatestLookup,
+) -> CheckpointID | None:
+    """The workflow's latest as a fenced save must see it, rolling forward a fenced commit
+    whose pointer swap is done but whose order key is not. A head naming the expected id is
+    taken as read (a delete removes order keys before records, so a listed head has its
+    record); any other head is checked against its record first."""
+    head_sequence = 0 if view.head is None else view.head.sequence
+    pointer = view.pointer
+    if pointer is not None and pointer.checkpoint_id is not None and pointer.sequence > head_sequence:
+        stored = await protocol.read(pointer.checkpoint_id, "save")
+        if (
+            stored is not None
+            and stored.header.workflow_name == workflow_name
+            and stored.header.container_id is None
+            and stored.header.sequence > head_sequence
+        ):
+            await protocol.commit(stored.header, "save")
+            return pointer.checkpoint_id
+    if view.head is None:
+        return None
+    if view.head.checkpoint_id is not None and view.head.checkpoint_id == expected_latest_id:
+        return view.head.checkpoint_id
+    if view.head.checkpoint_id is not None and await protocol.read_entry(view.head, "save") is not None:
+        return view.head.checkpoint_id
+    # The head names a record deleted (or hashed) since: ask the full latest lookup.
+    return await latest(workflow_name)
+
+
+async def swap_pointer(
+    protocol: CommitProtocol,
+    workflow_name: str,
+    seen: Pointer | None,
+    sequence: int,
+    checkpoint_id: CheckpointID,
+) -> bool:
+    """Move the pointer from the state ``seen`` to (sequence, id); False if it moved since."""
+    key = protocol.keys.pointer_key(workflow_name)
+    condition = CREATE_ONLY if seen is None else {"IfMatch": seen.etag}
+    try:
+        await protocol.client.put("save", key, Pointer.encode(sequence, checkpoint_id), condition)
+    except CONDITION_FAILED:
+        return False
+    return True
+
+
+__all__ = ["FenceView", "fence_view", "fenced_latest", "insert_fenced", "swap_pointer"]

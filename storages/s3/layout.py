@@ -1,0 +1,271 @@
+"""S3 key layout and record framing: where each object lives and what a record object holds.
+
+``P`` is the prefix, ``E(x)`` the escaped id or name (:func:`escape_component`)::
+
+    P r/E(id)                            the record: a JSON header line, then the encoded body
+    P w/E(workflow)/t/R(seq).S.E(id)     order key of a top-level checkpoint (empty object)
+    P w/E(workflow)/n/R(seq).S.E(id)     order key of a nested record (same sequence space)
+    P w/E(workflow)/head                 pointer: {"seq": a sequence floor, "id": a fenced writer}
+    P w/E(workflow)/x/E(id)              tombstone of a pruned id, listed per workflow
+    P x/E(id)                            the same tombstone, found by id during ancestry walks
+
+``R(seq)`` is ``10**19 - 1 - seq``, zero-padded to 19 digits, so the newest checkpoint sorts
+first: get_latest is one ``ListObjectsV2(MaxKeys=1)`` plus one GET, whatever the history length.
+``S`` is a 24-hex-digit hash of the graph signature, so signature filters need no bodies.
+Pure functions and values: nothing here sends a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from ..base import IndexEntry, StoredBody
+from ..contract import CheckpointID, CheckpointInfo
+from ..errors import CheckpointCorruptedError
+
+SEQUENCE_DIGITS = 19
+MAX_SEQUENCE = 10**SEQUENCE_DIGITS - 1
+HASHED = "!"
+"""First character of an escaped component too long to keep: a hash, not reversible."""
+_SAFE = frozenset(string.ascii_letters + string.digits + "_-")
+_MAX_ESCAPED = 300
+"""Escaped ids longer than this are replaced by a hash (S3 keys are limited to 1,024 bytes)."""
+
+
+def escape_component(text: str) -> str:
+    """A key-safe, reversible spelling of an id or name: ``[A-Za-z0-9_-]`` stay, every other
+    character becomes %XX of its UTF-8 bytes (so ``/``, ``.``, ``..`` and unicode cannot form path
+    segments), and the caller always ends it with a separator outside that set, so ``wf1`` is
+    never a prefix of ``wf10``. Very long results become ``!`` + a hash (not reversible)."""
+    escaped = "".join(char if char in _SAFE else _percent(char) for char in text)
+    if len(escaped) > _MAX_ESCAPED:
+        return HASHED + hashlib.blake2b(text.encode("utf-8"), digest_size=20).hexdigest()
+    return escaped
+
+
+def _percent(char: str) -> str:
+    # Not urllib's quote: it leaves ".", "~" and "-" alone, and "." must never reach a key.
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
+
+
+def unescape_component(escaped: str) -> str | None:
+    """The text :func:`escape_component` escaped, or None for a hashed one."""
+    return None if escaped.startswith(HASHED) else unquote(escaped)
+
+
+def signature_tag(graph_signature_hash: str) -> str:
+    return hashlib.blake2b(graph_signature_hash.encode("utf-8"), digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class OrderEntry:
+    """One order key, parsed: which record, at which sequence, in which listing."""
+
+    key: str
+    sequence: int
+    tag: str
+    escaped_id: str
+    nested: bool
+
+    @property
+    def checkpoint_id(self) -> str | None:
+        return unescape_component(self.escaped_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A record written by one save, as the checkpoint's header lists it."""
+
+    checkpoint_id: CheckpointID
+    workflow_name: str
+    sequence: int
+    tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The first line of a record object: every index field, so no read needs a listing."""
+
+    checkpoint_id: CheckpointID
+    workflow_name: str
+    sequence: int
+    previous_checkpoint_id: CheckpointID | None
+    graph_signature_hash: str
+    digest: str
+    container_id: CheckpointID | None
+    root_id: CheckpointID | None
+    children: tuple[CheckpointID, ...]
+    """Directly nested records, by position."""
+    descendants: tuple[CheckpointID, ...]
+    """Nested records at any depth."""
+    members: tuple[Member, ...]
+    """For a top-level checkpoint: every nested record saved with it."""
+
+    @property
+    def member(self) -> Member:
+        return Member(
+            self.checkpoint_id, self.workflow_name, self.sequence, signature_tag(self.graph_signature_hash)
+        )
+
+    @property
+    def nested(self) -> bool:
+        return self.container_id is not None
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "id": self.checkpoint_id,
+                "workflow": self.workflow_name,
+                "seq": self.sequence,
+                "previous": self.previous_checkpoint_id,
+                "signature": self.graph_signature_hash,
+                "digest": self.digest,
+                "container": self.container_id,
+                "root": self.root_id,
+                "children": list(self.children),
+                "descendants": list(self.descendants),
+                "members": [[m.checkpoint_id, m.workflow_name, m.sequence, m.tag] for m in self.members],
+            },
+            separators=(",", ":"),
+            ensure_ascii=True,
+        ).encode("ascii")
+
+    @classmethod
+    def decode(cls, checkpoint_id: CheckpointID, raw: bytes) -> Header:
+        try:
+            data = json.loads(raw)
+            return cls(
+                str(data["id"]),
+                str(data["workflow"]),
+                int(data["seq"]),
+                data["previous"],
+                str(data["signature"]),
+                str(data["digest"]),
+                data["container"],
+                data["root"],
+                tuple(data["children"]),
+                tuple(data["descendants"]),
+                tuple(Member(str(i), str(w), int(s), str(t)) for i, w, s, t in data["members"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointCorruptedError(
+                checkpoint_id, f"the S3 record header is unreadable: {exc}"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A record object as read: header, body and the ETag it was read at."""
+
+    header: Header
+    body: bytes
+    etag: str
+
+    def info(self) -> CheckpointInfo:
+        header = self.header
+        return CheckpointInfo(
+            checkpoint_id=header.checkpoint_id,
+            workflow_name=header.workflow_name,
+            previous_checkpoint_id=header.previous_checkpoint_id,
+            graph_signature_hash=header.graph_signature_hash,
+            container_id=header.container_id,
+            sequence=header.sequence,
+            size=len(self.body),
+        )
+
+    def stored_body(self) -> StoredBody:
+        """The body with the index entry its header gives, for the read to check it against."""
+        header = self.header
+        entry = IndexEntry(header.workflow_name, header.previous_checkpoint_id, header.graph_signature_hash)
+        return StoredBody(header.checkpoint_id, self.body, entry=entry)
+
+
+@dataclass(frozen=True, slots=True)
+class Pointer:
+    """A workflow's pointer as read: a sequence floor, the fenced writer that set it (None when
+    a nested save, delete or prune raised it), its ETag."""
+
+    sequence: int
+    checkpoint_id: CheckpointID | None
+    etag: str
+
+    @staticmethod
+    def encode(sequence: int, checkpoint_id: CheckpointID | None) -> bytes:
+        return json.dumps({"seq": sequence, "id": checkpoint_id}).encode("utf-8")
+
+
+def frame(header: Header, body: bytes) -> bytes:
+    return header.encode() + b"\n" + body
+
+
+def reverse(sequence: int) -> str:
+    return f"{MAX_SEQUENCE - sequence:0{SEQUENCE_DIGITS}d}"
+
+
+class KeyLayout:
+    """The keys of one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def record_key(self, checkpoint_id: CheckpointID) -> str:
+        return f"{self.prefix}r/{escape_component(checkpoint_id)}"
+
+    def hashed_record_key(self, escaped_id: str) -> str:
+        return f"{self.prefix}r/{escaped_id}"
+
+    def workflows_prefix(self) -> str:
+        return f"{self.prefix}w/"
+
+    def workflow_prefix(self, workflow_name: str) -> str:
+        return f"{self.prefix}w/{escape_component(workflow_name)}/"
+
+    def order_prefix(self, workflow_name: str, nested: bool) -> str:
+        return self.workflow_prefix(workflow_name) + ("n/" if nested else "t/")
+
+    def order_key(self, member: Member, nested: bool) -> str:
+        return (
+            f"{self.order_prefix(member.workflow_name, nested)}"
+            f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}"
+        )
+
+    def header_order_key(self, header: Header) -> str:
+        return self.order_key(header.member, header.nested)
+
+    def pointer_key(self, workflow_name: str) -> str:
+        return self.workflow_prefix(workflow_name) + "head"
+
+    def tombstone_prefix(self, workflow_name: str | None) -> str:
+        return f"{self.prefix}x/" if workflow_name is None else self.workflow_prefix(workflow_name) + "x/"
+
+    def tombstone_keys(self, workflow_name: str, checkpoint_id: CheckpointID) -> tuple[str, str]:
+        escaped = escape_component(checkpoint_id)
+        return f"{self.tombstone_prefix(workflow_name)}{escaped}", f"{self.tombstone_prefix(None)}{escaped}"
+
+    @staticmethod
+    def parse_order_key(key: str, nested: bool) -> OrderEntry | None:
+        name = key.rpartition("/")[2]
+        reversed_sequence, _, rest = name.partition(".")
+        tag, _, escaped_id = rest.partition(".")
+        if len(reversed_sequence) != SEQUENCE_DIGITS or not reversed_sequence.isdigit() or not escaped_id:
+            return None  # not ours; never happens under our prefix
+        return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested)
+
+
+__all__ = [
+    "HASHED",
+    "Header",
+    "KeyLayout",
+    "Member",
+    "OrderEntry",
+    "Pointer",
+    "Stored",
+    "escape_component",
+    "frame",
+    "signature_tag",
+    "unescape_component",
+]

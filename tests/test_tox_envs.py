@@ -1,0 +1,23 @@
+"""tox.ini runs every backend's tests: each backend mark (tests/conftest.py) has its environment,
+listed in env_list, so a backend added to the registry or to conftest's BACKENDS cannot fall
+through the per-marker split (a test with no backend mark runs in ``core``)."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+from conftest import BACKEND_MARKERS
+
+TOX_INI = Path(__file__).resolve().parent.parent / "tox.ini"
+
+
+def test_every_backend_mark_has_a_tox_environment() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(TOX_INI, encoding="utf-8")
+    env_list = {name.strip() for name in tox["tox"]["env_list"].split(",")}
+    commands = dict(re.findall(r"^\s*(\w+): pytest -m (\w+)", tox["testenv"]["commands"], flags=re.MULTILINE))
+    assert all(env == mark for env, mark in commands.items()), commands
+    assert set(commands) == {*BACKEND_MARKERS, "core"}
+    assert set(commands) <= env_list
