@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from ..base import CheckpointRecord, FenceCheck
+from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
@@ -115,7 +115,7 @@ class PostgresCommits:
                     if exc.sqlstate == RETRY_SQLSTATE:
                         continue
                     if exc.sqlstate == CONFLICT_SQLSTATE:
-                        raise _nested_conflict(records, exc) from None
+                        raise nested_id_conflict(records, _conflicting_id(records, exc)) from None
                     if exc.sqlstate == FENCE_SQLSTATE:
                         diagnostic: Any = exc.diag
                         latest = None if diagnostic.message_detail == "none" else diagnostic.message_primary
@@ -161,15 +161,9 @@ class PostgresCommits:
         return int(rows[0][0])
 
 
-def _nested_conflict(records: Sequence[CheckpointRecord], exc: psycopg.Error) -> CheckpointConflictError:
-    diagnostic: Any = exc.diag
-    conflicting = str(diagnostic.message_primary or "")
-    container = next((r.container_id for r in records if r.checkpoint_id == conflicting), None)
-    return CheckpointConflictError(
-        conflicting or records[0].checkpoint_id,
-        f"embedded in checkpoint {container!r}, but a record with this id is already stored; "
-        "an embedded checkpoint needs an id of its own",
-    )
+def _conflicting_id(records: Sequence[CheckpointRecord], exc: psycopg.Error) -> CheckpointID:
+    diagnostic: Any = exc.diag  # the server function names the conflicting id as its message
+    return str(diagnostic.message_primary or "") or records[0].checkpoint_id
 
 
 __all__ = ["PostgresCommits"]

@@ -19,7 +19,15 @@ from typing import Any, ClassVar
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Self
 
-from ..base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
+from ..base import (
+    BaseCheckpointStorage,
+    CheckpointRecord,
+    FenceCheck,
+    IndexEntry,
+    StoredBody,
+    WalkRecords,
+    info_from_index,
+)
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import StorageConfigurationError
@@ -231,19 +239,6 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
     def describe(self) -> str:
         return self._describe
 
-    def new_handle(self) -> Self:
-        pool, connection = self._injected
-        return type(self)(
-            self._url,
-            pool=pool,
-            connection=connection,
-            schema=self._options.schema,
-            pool_size=self._options.pool_size,
-            pool_timeout=self._options.pool_timeout,
-            retries=self._options.retries,
-            codec=self._codec,
-        )
-
     # ------------------------------------------------------------------ lifecycle
 
     async def _ready(self, operation: str) -> None:
@@ -260,9 +255,6 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
         await self._client.close()
 
     # ------------------------------------------------------------------ writes (commit.py)
-
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._commits.insert_family((record,))
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         return await self._commits.insert_family(records)
@@ -353,14 +345,14 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         rows = await self._client.fetch("checkpoint_info", self._sql.info, (checkpoint_id,))
-        return _info(rows[0]) if rows else None
+        return info_from_index(*rows[0]) if rows else None
 
     async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         if workflow_name is None:
             rows = await self._client.fetch("list_records", self._sql.all_info)
         else:
             rows = await self._client.fetch("list_records", self._sql.workflow_info, (workflow_name,))
-        return [_info(row) for row in rows]
+        return [info_from_index(*row) for row in rows]
 
     async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         if workflow_name is None:
@@ -411,19 +403,6 @@ def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
     nested = {str(row[0]): bytes(row[1]) for row in rows if not row[5]}
     stored = _stored(head)
     return StoredBody(stored.checkpoint_id, stored.body, nested=nested, entry=stored.entry)
-
-
-def _info(row: Sequence[Any]) -> CheckpointInfo:
-    checkpoint_id, workflow_name, previous_id, signature, container_id, sequence, size = row
-    return CheckpointInfo(
-        checkpoint_id=str(checkpoint_id),
-        workflow_name=str(workflow_name),
-        previous_checkpoint_id=None if previous_id is None else str(previous_id),
-        graph_signature_hash=str(signature),
-        container_id=None if container_id is None else str(container_id),
-        sequence=int(sequence),
-        size=int(size),
-    )
 
 
 __all__ = ["PostgresCheckpointStorage"]

@@ -80,21 +80,6 @@ class S3Settings:
     def describe(self) -> str:
         return f"{URL_SCHEME}://{self.bucket}/{self.prefix}"
 
-    def for_new_handle(self) -> dict[str, Any]:
-        """Keywords that rebuild these settings for another handle (which never creates the
-        bucket again: the first handle did, or said why not)."""
-        return {
-            "client": self.client,
-            "endpoint_url": self.endpoint_url,
-            "region": self.region,
-            "put_parameters": self.put_parameters,
-            "checksum": self.checksum,
-            "create_bucket": False,
-            "max_workers": self.max_workers,
-            "max_attempts": self.max_attempts,
-            "conflict_retries": self.conflict_retries,
-        }
-
 
 def check_bucket_name(bucket: object) -> None:
     if not isinstance(bucket, str) or _BUCKET_NAME.fullmatch(bucket) is None or ".." in bucket:

@@ -112,10 +112,8 @@ class S3CheckpointStorage(BaseCheckpointStorage):
     def describe(self) -> str:
         return self._settings.describe()
 
-    def new_handle(self) -> Self:
-        return type(self)(
-            self._settings.bucket, self._settings.prefix, codec=self._codec, **self._settings.for_new_handle()
-        )
+    def _handle_overrides(self) -> Mapping[str, Any]:
+        return {"create_bucket": False}  # the first handle created it, or said why not
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -126,9 +124,6 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         await self._client.close()
 
     # ------------------------------------------------------------------ writes
-
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._insert_family((record,))
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         return await self._protocol.insert_family(records)
