@@ -32,7 +32,7 @@ import hmac
 import json
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -44,8 +44,13 @@ MIN_KEY_BYTES: Final = 16
 MAC_SIZE: Final = 32
 _MAGIC: Final = b"CKS"
 """Distinct from the codec's ``b"CK\\x01"``: a sealed body is never mistaken for a plain one."""
-_VERSION: Final = 1
-_FIXED = struct.Struct(">3sBBQIB")  # magic, version, link kind, height, position, key id length
+_VERSION: Final = 2
+_FIXED = struct.Struct(">4sBQIBHH")
+"""magic and version, link kind, height, position, then the lengths of the key id, container id
+and previous id that follow (version 1 stored each length before its field)."""
+_FIXED_SIZE: Final = _FIXED.size
+_UNPACK: Final = _FIXED.unpack_from
+_HEAD: Final = _MAGIC + bytes((_VERSION,))
 _LENGTH = struct.Struct(">H")
 _RECORD_DOMAIN: Final = b"checkpoint-storages/record/v1\x00"
 _ANCHOR_DOMAIN: Final = b"checkpoint-storages/anchor/v1\x00"
@@ -247,27 +252,19 @@ def seal_header(
     key_bytes = key_id.encode()
     container = b"" if container_id is None else container_id.encode()
     previous = b"" if previous_id is None else previous_id.encode()
-    return b"".join(
-        (
-            _FIXED.pack(_MAGIC, _VERSION, int(link_kind), height, position, len(key_bytes)),
-            key_bytes,
-            _LENGTH.pack(len(container)),
-            container,
-            _LENGTH.pack(len(previous)),
-            previous,
-            link if link_kind is Link.PRESENT else b"",
-        )
-    )
+    fixed = _FIXED.pack(_HEAD, link_kind, height, position, len(key_bytes), len(container), len(previous))
+    return b"".join((fixed, key_bytes, container, previous, link if link_kind is Link.PRESENT else b""))
 
 
 def record_mac(key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
     """HMAC-SHA256 over the domain, the id the record is stored under, its seal header and body."""
     stored_id = checkpoint_id.encode()
-    inner, outer = _hmac_states(key)
-    inner = inner.copy()
-    inner.update(b"".join((_RECORD_DOMAIN, _LENGTH.pack(len(stored_id)), stored_id, header)))
+    inner_state, outer_state = _hmac_states(key)
+    inner = inner_state.copy()
+    inner.update(_LENGTH.pack(len(stored_id)) + stored_id)
+    inner.update(header)
     inner.update(body)
-    outer = outer.copy()
+    outer = outer_state.copy()
     outer.update(inner.digest())
     mac: bytes = outer.digest()
     return mac
@@ -275,13 +272,13 @@ def record_mac(key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> by
 
 @functools.lru_cache(maxsize=64)
 def _hmac_states(key: bytes) -> tuple[Any, Any]:
-    """HMAC-SHA256 (RFC 2104) with the key's inner and outer pads hashed once per key: every
-    record then costs one copy of each state instead of a key schedule (half the time on a
-    checkpoint-sized body). tests/test_integrity.py checks it against hmac.digest."""
+    """HMAC-SHA256 (RFC 2104) with the key's inner pad and the record domain, and the outer pad,
+    hashed once per key: every record then costs one copy of each state instead of a key
+    schedule. tests/test_integrity.py checks the result against hmac.digest."""
     block = hashlib.sha256(key).digest() if len(key) > 64 else key
     block = block.ljust(64, b"\0")
     return (
-        hashlib.sha256(bytes(byte ^ 0x36 for byte in block)),
+        hashlib.sha256(bytes(byte ^ 0x36 for byte in block) + _RECORD_DOMAIN),
         hashlib.sha256(bytes(byte ^ 0x5C for byte in block)),
     )
 
@@ -294,45 +291,97 @@ def sealed_digest(mac: bytes) -> str:
     return mac[:16].hex()
 
 
-def split_sealed(checkpoint_id: str, raw: bytes) -> tuple[Seal, SealedParts]:
-    """Parse a sealed body; raise CheckpointTamperedError (malformed_seal) if it cannot be."""
-    # Runs on every verified read: plain offsets and one unpack per field, no enum call.
-    size = len(raw)
-    if size < _FIXED.size:
-        raise _malformed(checkpoint_id, "is cut short")
-    magic, version, link_kind, height, position, key_length = _FIXED.unpack_from(raw)
-    if magic != _MAGIC:
-        raise _malformed(checkpoint_id, "is missing")
-    if version != _VERSION:
-        raise _malformed(
-            checkpoint_id, f"has format version {version}; this library reads version {_VERSION}"
-        )
-    if link_kind >= len(_LINKS):
-        raise _malformed(checkpoint_id, f"has an unknown link kind {link_kind}")
-    kind = _LINKS[link_kind]
-    key_end = _FIXED.size + key_length
-    if key_end + 2 > size:
-        raise _malformed(checkpoint_id, "is cut short")
-    container_end = key_end + 2 + int.from_bytes(raw[key_end : key_end + 2], "big")
-    if container_end + 2 > size:
-        raise _malformed(checkpoint_id, "is cut short")
-    previous_end = container_end + 2 + int.from_bytes(raw[container_end : container_end + 2], "big")
-    link_end = previous_end + (MAC_SIZE if kind is Link.PRESENT else 0)
+def parse_seal(checkpoint_id: str, raw: bytes) -> tuple[Seal, int, int]:
+    """A sealed body's seal, where its header ends and where its codec body starts; raise
+    CheckpointTamperedError (malformed_seal) if it cannot be parsed. Checks no MAC."""
+    # Runs on every verified read: one unpack gives every length, then plain offsets, module
+    # constants and a C-level tuple constructor (a NamedTuple's own __new__ is Python code).
+    try:
+        head, link_kind, height, position, key_length, container_length, previous_length = _UNPACK(raw)
+        kind = _LINKS[link_kind]
+    except struct.error:
+        raise _malformed(checkpoint_id, "is cut short") from None
+    except IndexError:
+        raise _malformed(checkpoint_id, f"has an unknown link kind {link_kind}") from None
+    if head != _HEAD:
+        raise _wrong_head(checkpoint_id, head)
+    key_end = _FIXED_SIZE + key_length
+    container_end = key_end + container_length
+    previous_end = container_end + previous_length
+    link_end = previous_end + MAC_SIZE if kind is _PRESENT else previous_end
     mac_end = link_end + MAC_SIZE
-    if mac_end > size:
+    if mac_end > len(raw):
         raise _malformed(checkpoint_id, "is cut short")
     try:
-        key_id = raw[_FIXED.size : key_end].decode()
-        container = raw[key_end + 2 : container_end].decode() or None
-        previous = raw[container_end + 2 : previous_end].decode() or None
+        key_id = raw[_FIXED_SIZE:key_end].decode()
+        container = raw[key_end:container_end].decode() if container_length else None
+        previous = raw[container_end:previous_end].decode() if previous_length else None
     except UnicodeDecodeError:
         raise _malformed(checkpoint_id, "holds text that is not UTF-8") from None
-    mac = raw[link_end:mac_end]
-    seal = Seal(key_id, kind, raw[previous_end:link_end], height, container, position, mac, previous)
-    return seal, SealedParts(raw[:link_end], mac, raw[mac_end:])
+    fields = (
+        key_id,
+        kind,
+        raw[previous_end:link_end],
+        height,
+        container,
+        position,
+        raw[link_end:mac_end],
+        previous,
+    )
+    return _new_tuple(Seal, fields), link_end, mac_end
+
+
+def _wrong_head(checkpoint_id: str, head: bytes) -> CheckpointTamperedError:
+    if head[: len(_MAGIC)] != _MAGIC:
+        return _malformed(checkpoint_id, "is missing")
+    return _malformed(
+        checkpoint_id, f"has format version {head[len(_MAGIC)]}; this library reads version {_VERSION}"
+    )
+
+
+def split_sealed(checkpoint_id: str, raw: bytes) -> tuple[Seal, SealedParts]:
+    """Parse a sealed body into its seal and parts; raise CheckpointTamperedError
+    (malformed_seal) if it cannot be. Checks no MAC."""
+    seal, header_end, body_start = parse_seal(checkpoint_id, raw)
+    return seal, SealedParts(raw[:header_end], seal.mac, raw[body_start:])
+
+
+MacFunction = Callable[[bytes, str, bytes, bytes], bytes]
+"""``record_mac``'s signature: (key, stored id, seal header, codec body) -> MAC."""
+
+
+def open_sealed(
+    checkpoint_id: str,
+    raw: bytes,
+    verifying_key: Callable[[str], bytes | None],
+    mac_of: MacFunction = record_mac,
+) -> tuple[Seal, bytes]:
+    """Verify a sealed body stored under ``checkpoint_id`` and return its seal and codec body.
+
+    Raises CheckpointTamperedError (malformed_seal, unknown_key or mac_mismatch). The MAC is
+    computed over the stored bytes as they are (the body is the one copy a read decodes anyway):
+    nothing is re-encoded, and the header is parsed once."""
+    seal, header_end, body_start = parse_seal(checkpoint_id, raw)
+    key = verifying_key(seal.key_id)
+    if key is None:
+        raise CheckpointTamperedError(
+            checkpoint_id,
+            TamperKind.UNKNOWN_KEY,
+            f"it is signed with key id {seal.key_id!r}, for which this storage has no verifying key",
+        )
+    body = raw[body_start:]
+    if not hmac.compare_digest(mac_of(key, checkpoint_id, raw[:header_end], body), seal.mac):
+        raise CheckpointTamperedError(
+            checkpoint_id,
+            TamperKind.MAC_MISMATCH,
+            "its body, its seal or the id it is stored under is not what was signed",
+        )
+    return seal, body
 
 
 _LINKS: Final = tuple(Link)
+_PRESENT: Final = Link.PRESENT
+_new_tuple: Final = tuple.__new__
 
 
 def _malformed(checkpoint_id: str, why: str) -> CheckpointTamperedError:
@@ -417,6 +466,7 @@ __all__ = [
     "IntegrityKeyProvider",
     "IntegrityKeys",
     "Link",
+    "MacFunction",
     "Seal",
     "SealedParts",
     "TamperKind",
@@ -426,6 +476,8 @@ __all__ = [
     "is_sealed",
     "key_from_env",
     "key_id_of",
+    "open_sealed",
+    "parse_seal",
     "read_anchor",
     "record_mac",
     "sealed_digest",

@@ -290,3 +290,22 @@ async def test_a_cold_handle_will_not_chain_onto_a_predecessor_that_fails(storag
             error = await _refusal(cold.save(checkpoint("wf", first, step=1)))
         assert error.checkpoint_id == first
         assert error.kind == "mac_mismatch"
+
+
+async def test_pending_writes_are_signed_and_an_edited_batch_is_refused() -> None:
+    from storages.base import writes_log_name
+    from storages.contract import PendingWrite
+
+    async with InMemoryCheckpointStorage(integrity_key=KEY) as storage:
+        (owner,) = await save_chain(storage, "wf", 1)
+        await storage.put_writes(owner, [PendingWrite("task", 0, "approval", "no")], workflow_name="wf")
+        assert [w.value for w in await storage.list_writes(owner, workflow_name="wf")] == ["no"]
+        (batch_id,) = await storage._list_ids(writes_log_name("wf"), owner)
+        raw = await storage._get(batch_id) or b""
+        assert is_sealed(raw)
+        edited = raw.replace(b"no", b"ok")
+        assert edited != raw
+        await storage._overwrite_body(batch_id, edited, "")
+        with pytest.raises(CheckpointTamperedError) as caught:
+            await storage.list_writes(owner, workflow_name="wf")
+        assert caught.value.checkpoint_id == batch_id

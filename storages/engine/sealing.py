@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from ..integrity import (
     anchor_token,
     as_provider,
     is_sealed,
+    open_sealed,
     read_anchor,
     record_mac,
     seal_header,
@@ -32,7 +32,7 @@ from ..integrity import (
     split_sealed,
 )
 from .primitives import StoragePrimitives
-from .records import CheckpointRecord, StoredBody, WalkRecords
+from .records import CheckpointRecord, StoredBody, WalkRecords, body_digest
 
 LINK_CACHE_SIZE = 4096
 """How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
@@ -43,7 +43,7 @@ class SealedRecords(StoragePrimitives):
     """The integrity half of the engine: keys, seals, chain links and anchors."""
 
     _integrity: IntegrityKeyProvider | None
-    _chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]]
+    _chain_macs: dict[CheckpointID, tuple[bytes, int]]
     """id -> (MAC, chain height) of records this handle signed or verified."""
     _opened: bool
 
@@ -108,6 +108,11 @@ class SealedRecords(StoragePrimitives):
         stored, seal = self._opened_body(StoredBody(checkpoint_id, raw))
         return seal, stored.body
 
+    def _plain_digest(self, body: bytes) -> str:
+        """A new record's digest: a keyed save replaces it with one taken from the MAC
+        (sealed_digest), so hashing the body here would be work thrown away."""
+        return body_digest(body) if self._integrity is None else ""
+
     def _required_integrity(self, operation: str) -> IntegrityKeyProvider:
         if self._integrity is None:
             raise StorageConfigurationError(
@@ -169,7 +174,7 @@ class SealedRecords(StoragePrimitives):
                     workflow_name=record.workflow_name,
                     previous_checkpoint_id=record.previous_checkpoint_id,
                     graph_signature_hash=record.graph_signature_hash,
-                    body=header + mac + record.body,
+                    body=b"".join((header, mac, record.body)),
                     digest=sealed_digest(mac),
                     container_id=record.container_id,
                     root_id=record.root_id,
@@ -186,16 +191,17 @@ class SealedRecords(StoragePrimitives):
     def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
         macs = self._chain_macs
         macs[checkpoint_id] = (mac, height)
-        macs.move_to_end(checkpoint_id)
         if len(macs) > LINK_CACHE_SIZE:
-            macs.popitem(last=False)
+            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
         """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
         provider = self._integrity
         assert provider is not None
         checkpoint_id = stored.checkpoint_id
-        nested = None if stored.nested is None else self._opened_bodies(stored.nested)
+        nested = stored.nested
+        if nested:
+            nested = self._opened_bodies(nested)
         raw = stored.body
         if not is_sealed(raw):
             if accepts_unsigned(provider):
@@ -206,23 +212,9 @@ class SealedRecords(StoragePrimitives):
                 "it has no seal, and this storage reads only signed records (accept_unsigned=True "
                 "on IntegrityKeys is the migration mode for bodies written before the key)",
             )
-        seal, parts = split_sealed(checkpoint_id, raw)
-        key = self._verifying_key(seal.key_id)
-        if key is None:
-            raise CheckpointTamperedError(
-                checkpoint_id,
-                TamperKind.UNKNOWN_KEY,
-                f"it is signed with key id {seal.key_id!r}, for which this storage has no verifying key",
-            )
-        expected = self._integrity_mac(key, checkpoint_id, parts.header, parts.body)
-        if not hmac.compare_digest(expected, seal.mac):
-            raise CheckpointTamperedError(
-                checkpoint_id,
-                TamperKind.MAC_MISMATCH,
-                "its body, its seal or the id it is stored under is not what was signed",
-            )
+        seal, body = open_sealed(checkpoint_id, raw, self._verifying_key, self._integrity_mac)
         self._remember(checkpoint_id, seal.mac, seal.height)
-        return StoredBody(checkpoint_id, parts.body, nested, stored.entry), seal
+        return StoredBody(checkpoint_id, body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
         return {

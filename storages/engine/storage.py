@@ -7,7 +7,6 @@ docs/backends.md is the guide to writing a backend on it.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -38,7 +37,7 @@ from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, TamperKind, as_
 from .extensions import ExtensionOperations
 from .handles import carrying_integrity, recording_settings, settings_of
 from .primitives import set_current_operation
-from .records import CheckpointRecord, StoredBody, body_digest, check_against_index
+from .records import CheckpointRecord, StoredBody, check_against_index
 from .sealing import unsealed_own
 from .validation import as_list, check_fields
 
@@ -81,7 +80,7 @@ class BaseCheckpointStorage(ExtensionOperations):
         self._loop: asyncio.AbstractEventLoop | None = None
         """The event loop the backend's loop-bound resources belong to (None before opening)."""
         self._integrity: IntegrityKeyProvider | None = None
-        self._chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]] = OrderedDict()
+        self._chain_macs: dict[CheckpointID, tuple[bytes, int]] = {}
         """id -> (MAC, chain height) of records this handle signed or verified."""
         if integrity_key is not None:
             self._integrity = as_provider(integrity_key)
@@ -367,7 +366,7 @@ class BaseCheckpointStorage(ExtensionOperations):
                     previous_checkpoint_id=nested.previous_checkpoint_id,
                     graph_signature_hash=nested.graph_signature_hash,
                     body=node.body,
-                    digest=body_digest(node.body),
+                    digest=self._plain_digest(node.body),
                     container_id=node.container_id,
                     root_id=top_id if position else None,
                     position=position,
@@ -385,7 +384,7 @@ class BaseCheckpointStorage(ExtensionOperations):
             previous_checkpoint_id=checkpoint.previous_checkpoint_id,
             graph_signature_hash=checkpoint.graph_signature_hash,
             body=body,
-            digest=body_digest(body),
+            digest=self._plain_digest(body),
         )
 
     async def _decode_all(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..codec import CheckpointCodec
+    from ..integrity import IntegrityKeyProvider, Seal
 
 
 class PendingWritesLog(StoragePrimitives):
@@ -25,6 +26,13 @@ class PendingWritesLog(StoragePrimitives):
 
     if TYPE_CHECKING:
         _codec: CheckpointCodec
+        _integrity: IntegrityKeyProvider | None
+
+        async def _signed(
+            self, records: list[CheckpointRecord]
+        ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]: ...
+
+        def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]: ...
 
         async def _ready(self, operation: str) -> None: ...
 
@@ -69,7 +77,9 @@ class PendingWritesLog(StoragePrimitives):
         )
         # An existing id means this very batch is stored already (or an equal one encoded
         # differently): the reading rule makes either harmless, so there is nothing to compare.
-        await self._insert(record)
+        # A keyed handle signs it like any record (a root: no chain link, no round trip).
+        (signed,), _ = await self._signed([record])
+        await self._insert(signed)
 
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
         """The writes stored against a checkpoint, one per (task_id, index), in the order their
@@ -81,6 +91,8 @@ class PendingWritesLog(StoragePrimitives):
         log = writes_log_name(workflow_name)
         merged: dict[tuple[str, int], PendingWrite] = {}
         for stored in await self._list(log, checkpoint_id):
+            if self._integrity is not None:
+                stored = self._opened_body(stored)[0]
             batch = self._decode(stored, log, None, checkpoint_id)
             for write in _batch_writes(batch):
                 key = (write.task_id, write.index)
@@ -108,7 +120,8 @@ class PendingWritesLog(StoragePrimitives):
             return
         survivors = set(await self._list_ids(workflow_name, None))
         for stored in batches:
-            owner = self._decode(stored, log).graph_signature_hash
+            opened = stored if self._integrity is None else self._opened_body(stored)[0]
+            owner = self._decode(opened, log).graph_signature_hash
             if owner not in survivors:
                 await self._remove(stored.checkpoint_id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
 from storages.base import CheckpointRecord, StoredBody
 from storages.contract import Capability
-from storages.integrity import Link, Seal, is_sealed, split_sealed
+from storages.integrity import Link, Seal, is_sealed, record_mac, split_sealed
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
@@ -79,6 +80,37 @@ class IgnoresAnchors(InMemoryCheckpointStorage):
 
     async def _check_anchor_head_stored(self, anchor: Any, loaded: StoredBody) -> None:
         return None
+
+
+class ReadsWhateverBodyIsStored(InMemoryCheckpointStorage):
+    """MACs a record without the id it is stored under, and decodes a body without checking that
+    it belongs to the id, workflow or index entry it was read by: swapped bodies read as valid."""
+
+    def _integrity_mac(self, key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
+        return record_mac(key, "", header, body)
+
+    def _decode(
+        self,
+        stored: StoredBody,
+        workflow_name: str | None = None,
+        nested: Mapping[str, bytes] | None = None,
+        graph_signature_hash: str | None = None,
+    ) -> Any:
+        return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
+
+
+class IgnoresTheIndexEntry(InMemoryCheckpointStorage):
+    """Checks that a body is the record of its id, but not that it is the record of the workflow
+    (or previous id, or signature) the index lists it under."""
+
+    def _decode(
+        self,
+        stored: StoredBody,
+        workflow_name: str | None = None,
+        nested: Mapping[str, bytes] | None = None,
+        graph_signature_hash: str | None = None,
+    ) -> Any:
+        return super()._decode(dataclasses.replace(stored, entry=None), None, nested, None)
 
 
 def keyed(storage_class: type[InMemoryCheckpointStorage]) -> Any:
@@ -171,3 +203,15 @@ def test_an_anchor_that_is_never_checked_is_caught_by_every_rollback() -> None:
         "tamper.snapshot_rollback",
     }
     assert "get_latest(anchor=) returned checkpoint" in backend.result("tamper.tail_truncation").message
+
+
+def test_reading_a_swapped_body_as_valid_is_caught_by_the_reorder_clause() -> None:
+    backend = support.run_family(FAMILY, keyed(ReadsWhateverBodyIsStored))
+    # A body moved from another workflow reads as valid too; a moved MAC still does not.
+    assert failed(backend) == {"tamper.reorder", "tamper.metadata_edit", "tamper.cross_context_replay"}
+    assert "load returned checkpoint" in backend.result("tamper.reorder").message
+
+
+def test_reading_a_body_listed_under_another_workflow_is_caught_by_the_metadata_clause() -> None:
+    backend = support.run_family(FAMILY, keyed(IgnoresTheIndexEntry))
+    caught_only_by(backend, "tamper.metadata_edit", "returned checkpoint")
