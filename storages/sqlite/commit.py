@@ -22,7 +22,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 
-from ..base import CheckpointRecord, FenceCheck
+from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from . import schema
@@ -142,11 +142,7 @@ def _write_family(
             connection.execute(schema.INSERT_CHECKPOINT, _row(record, sequence))
         except sqlite3.IntegrityError as exc:
             # The transaction rolls back: none of the family is written.
-            raise CheckpointConflictError(
-                record.checkpoint_id,
-                f"embedded in checkpoint {record.container_id!r}, but a record with this id "
-                "is already stored; an embedded checkpoint needs an id of its own",
-            ) from exc
+            raise nested_id_conflict(records, record.checkpoint_id) from exc
     connection.executemany(schema.ADVANCE_SEQUENCE, list(sequences.items()))
 
 

@@ -23,7 +23,15 @@ from typing import Any
 import aiosqlite
 from typing_extensions import Self
 
-from ..base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, IndexEntry, StoredBody, WalkRecords
+from ..base import (
+    BaseCheckpointStorage,
+    CheckpointRecord,
+    FenceCheck,
+    IndexEntry,
+    StoredBody,
+    WalkRecords,
+    info_from_index,
+)
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..integrity import IntegrityKeyInput
@@ -142,13 +150,8 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
     def describe(self) -> str:
         return URL_PREFIX + "/" + self._path.as_posix()
 
-    def new_handle(self) -> Self:
-        return type(self)(
-            self._path,
-            codec=self._codec,
-            busy_timeout_ms=self._busy_timeout_ms,
-            synchronous=self._synchronous,
-        )
+    def _handle_overrides(self) -> Mapping[str, Any]:
+        return {"path": self._path}  # resolved once: a new handle opens this very file
 
     @property
     def _connection(self) -> aiosqlite.Connection | None:
@@ -171,9 +174,6 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         await self._client.close()
 
     # ------------------------------------------------------------------ primitives
-
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._insert_family((record,))
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         return await self._client.save(records)
@@ -271,14 +271,14 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         rows = await self._client.fetchall("checkpoint_info", schema.SELECT_INFO, (checkpoint_id,))
-        return _info(rows[0]) if rows else None
+        return info_from_index(*rows[0]) if rows else None
 
     async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         if workflow_name is None:
             rows = await self._client.fetchall("list_records", schema.SELECT_ALL_INFO)
         else:
             rows = await self._client.fetchall("list_records", schema.SELECT_WORKFLOW_INFO, (workflow_name,))
-        return [_info(row) for row in rows]
+        return [info_from_index(*row) for row in rows]
 
     async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         if workflow_name is None:
@@ -288,19 +288,6 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
                 "list_tombstones", schema.SELECT_WORKFLOW_TOMBSTONES, (workflow_name,)
             )
         return [str(row[0]) for row in rows]
-
-
-def _info(row: Iterable[object]) -> CheckpointInfo:
-    checkpoint_id, workflow_name, previous_id, signature, container_id, sequence, size = row
-    return CheckpointInfo(
-        checkpoint_id=str(checkpoint_id),
-        workflow_name=str(workflow_name),
-        previous_checkpoint_id=None if previous_id is None else str(previous_id),
-        graph_signature_hash=str(signature),
-        container_id=None if container_id is None else str(container_id),
-        sequence=int(str(sequence)),
-        size=int(str(size)),
-    )
 
 
 def _query_for(
