@@ -28,7 +28,7 @@ from .config import (
     url_is_cluster,
 )
 from .keys import GLOB_SPECIAL, RedisKeys
-from .scripts import SCRIPTS, ScriptCall, text
+from .scripts import SCRIPTS, ScriptCall, script_sha, text
 
 _logger = logging.getLogger("storages.redis")
 
@@ -58,7 +58,7 @@ class RedisConnection:
         self.client: Any = client
         self.cluster = isinstance(client, RedisCluster) if client is not None else url_is_cluster(url)
         self.scripts: dict[str, Any] = {}
-        """Script name -> redis-py Script; refilled in place when the client changes."""
+        """Script name -> :class:`Script` on the client in use; refilled in place when it changes."""
         self._common = [settings.prefix, "0" if self.cluster else "1", settings.ttl_ms]
         self._abandoned: weakref.finalize[Any, Any] | None = None
 
@@ -104,7 +104,7 @@ class RedisConnection:
 
     def _register_scripts(self) -> None:
         self.scripts.clear()
-        self.scripts.update({name: self.client.register_script(body) for name, body in SCRIPTS.items()})
+        self.scripts.update({name: Script(self.client, name) for name in SCRIPTS})
 
     async def close(self) -> None:
         client, self.client = self.client, None
@@ -198,6 +198,26 @@ class RedisConnection:
             return {node: read(answer) for node, answer in by_node(reply).items()}
         warn_unverified(self.describe(), refusals)
         return None
+
+
+class Script:
+    """One script on one client: ``EVALSHA``, loading the script when the server does not have
+    it (a restarted or failed-over server). redis-py's ``AsyncScript`` does the same through
+    three more coroutine layers per call."""
+
+    __slots__ = ("client", "script", "sha")
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.script = SCRIPTS[name]
+        self.sha = script_sha(name)
+
+    async def __call__(self, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            await self.client.script_load(self.script)
+            return await self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 def by_node(reply: Any) -> Mapping[str | None, Any]:
