@@ -197,8 +197,53 @@ class ScriptCall:
 _LUA_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
 
 
+def _functions(library: str) -> list[tuple[str, str]]:
+    """(name, text) of each top-level function of a library file, with the comment lines just
+    above it; one-liners end on their line, others at an ``end`` in column 0."""
+    found: list[tuple[str, str]] = []
+    block: list[str] = []
+    name: str | None = None
+    for line in library.splitlines(keepends=True):
+        if name is None and line.startswith("--"):
+            block.append(line)
+            continue
+        match = _LUA_FUNCTION.match(line)
+        if name is None and match is None:
+            block = []  # a stray line between functions: never part of one
+            continue
+        if match is not None and name is None:
+            name = match.group(1)
+            block.append(line)
+            if not line.rstrip().endswith(" end"):
+                continue
+        else:
+            block.append(line)
+            if line.rstrip() != "end":
+                continue
+        assert name is not None
+        found.append((name, "".join(block)))
+        block, name = [], None
+    return found
+
+
+def _used_functions(libraries: list[str], body: str) -> str:
+    """The library functions ``body`` names, directly or through one another, in file order:
+    the server builds a closure for every local function on every call, so unused ones cost."""
+    functions = [item for library in libraries for item in _functions(library)]
+    needed: set[str] = set()
+    pending = [body]
+    while pending:
+        text = pending.pop()
+        for name, source in functions:
+            if name not in needed and re.search(rf"\b{name}\b", text):
+                needed.add(name)
+                pending.append(source)
+    return "".join(source for name, source in functions if name in needed)
+
+
 def script_text(call: type[ScriptCall]) -> str:
-    """The whole text sent to the server for one script."""
+    """The whole text sent to the server for one script: the binding, the library functions it
+    uses, the script."""
     libraries = [_library(name) for name in call.libraries]
     spec = _spec(call)
     inputs = {*spec.keys, *(name for name, _ in spec.args), *(name for name, _ in spec.row_args)}
@@ -207,8 +252,9 @@ def script_text(call: type[ScriptCall]) -> str:
     clashes = inputs & {name for library in libraries for name in _LUA_FUNCTION.findall(library)}
     if clashes:
         raise TypeError(f"{call.__name__}: inputs {sorted(clashes)} would hide library functions")
-    parts = [binding(call), *libraries, _library(call.script)]
-    return "".join(part if part.endswith("\n") else part + "\n" for part in parts)
+    body = _library(call.script)
+    parts = [binding(call), _used_functions(libraries, body), body]
+    return "".join(part if part.endswith("\n") or not part else part + "\n" for part in parts)
 
 
 # ---------------------------------------------------------------------- the calls
