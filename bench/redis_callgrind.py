@@ -28,7 +28,7 @@ RUNS = 100
 PAIRS = (("load", "get_decode"), ("save", "raw_save_encode"), ("list", "zrange"))
 
 
-async def _child(url: str, op: str, n: int) -> None:
+async def _child(url: str, op: str, n: int, stored: int = STORED) -> None:
     from redis.asyncio import Redis
 
     from storages.codec import CheckpointCodec
@@ -44,12 +44,12 @@ async def _child(url: str, op: str, n: int) -> None:
     base = template(WorkflowCheckpoint)
     raw_body_key, raw_index = f"{prefix}:{{raw}}:body", f"{prefix}:{{raw}}:index"
     try:
-        for start in range(0, STORED, 50):
-            batch = [numbered(base, index) for index in range(start, min(STORED, start + 50))]
+        for start in range(0, stored, 50):
+            batch = [numbered(base, index) for index in range(start, min(stored, start + 50))]
             await asyncio.gather(*(storage.save(checkpoint) for checkpoint in batch))
-        stored_id = numbered(base, STORED // 2).checkpoint_id
+        stored_id = numbered(base, stored // 2).checkpoint_id
         await client.set(raw_body_key, codec.encode_checkpoint(numbered(base, 0)))
-        pending = [numbered(base, 10 * STORED + index, "timed") for index in range(n + 1)]
+        pending = [numbered(base, 10 * stored + index, "timed") for index in range(n + 1)]
 
         async def once(index: int) -> Any:
             if op == "load":
