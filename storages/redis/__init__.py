@@ -8,7 +8,8 @@ and an ancestry walk are each exactly one round trip. The package's parts:
 * ``client``: the handle's redis-py client, the event loop it follows, script calls, driver-error
   translation, the eviction-policy check;
 * ``keys``: the key layout (hash tags keep every key of one workflow in one cluster slot);
-* ``scripts`` and ``scripts/*.lua``: the Lua scripts and their typed calls;
+* ``scripts`` and ``scripts/*.lua``: the Lua scripts and their typed calls; ``replies``: what
+  they return, decoded;
 * ``commit``: how a save, prune or delete is made atomic; ``cluster``: the cross-slot half of
   every write on a Redis Cluster;
 * ``reads``: the read primitives, which never write and never answer with an older checkpoint or

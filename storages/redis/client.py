@@ -28,7 +28,8 @@ from .config import (
     url_is_cluster,
 )
 from .keys import GLOB_SPECIAL, RedisKeys
-from .scripts import SCRIPTS, ScriptCall, script_sha, text
+from .replies import text
+from .scripts import SCRIPTS, ScriptCall, script_sha
 
 _logger = logging.getLogger("storages.redis")
 

@@ -28,7 +28,8 @@ from ..base import CheckpointRecord
 from ..contract import CheckpointID
 from .commit import Located, SlotSpan, nested_conflict
 from .keys import nested_member
-from .scripts import Claim, UnlinkIf, text
+from .replies import text
+from .scripts import Claim, UnlinkIf
 
 
 class ClusterSlotSpan(SlotSpan):

@@ -17,6 +17,7 @@ from ..base import CheckpointRecord, FenceCheck
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import RedisConnection
+from .replies import optional_id, pairs, text
 from .scripts import (
     DeleteWorkflow,
     Overwrite,
@@ -25,9 +26,6 @@ from .scripts import (
     Save,
     SavedRecord,
     SaveOne,
-    optional_id,
-    pairs,
-    text,
 )
 
 

@@ -18,7 +18,8 @@ from ..errors import CheckpointCorruptedError
 from .client import RedisConnection
 from .commit import SlotSpan
 from .keys import split_member
-from .scripts import Fetch, Latest, ListIds, Load, Page, Read, Walk, body_pairs, optional_text, text
+from .replies import body_pairs, optional_text, text
+from .scripts import Fetch, Latest, ListIds, Load, Page, Read, Walk
 
 PAGE_SIZE = 500
 """list_checkpoints reads bodies in pages of this many, one script call per page (a page of

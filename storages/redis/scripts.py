@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from ..contract import CheckpointID
-
 Encoded = str | bytes
 """An argument as sent to the server."""
 
@@ -448,29 +446,3 @@ def script_sha(name: str) -> str:
     """SHA1 of one of the storage's scripts (``save``, ``walk``, ...), as sent with EVALSHA."""
     # Redis names scripts by their SHA1; nothing here relies on it being hard to collide.
     return hashlib.sha1(SCRIPTS[name].encode(), usedforsecurity=False).hexdigest()
-
-
-# ---------------------------------------------------------------------- replies
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def optional_text(value: Any) -> str | None:
-    return None if value is None else text(value)
-
-
-def optional_id(value: Any) -> CheckpointID | None:
-    """An id from a script, where '' stands for none."""
-    return optional_text(value) or None
-
-
-def pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
-    """(workflow, id) pairs from a flat {workflow, id, ...} reply."""
-    return [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
-
-
-def body_pairs(flat: Sequence[Any], start: int = 0) -> dict[CheckpointID, bytes]:
-    """{id: body} from a flat {id, body, ...} reply, from position ``start``."""
-    return {text(flat[i]): bytes(flat[i + 1]) for i in range(start, len(flat), 2)}
