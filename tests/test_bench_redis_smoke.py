@@ -56,9 +56,9 @@ async def test_the_langgraph_bench_runs_the_redis_pair(tmp_path: Path) -> None:
     assert (result.runs, result.ours_ms > 0, result.theirs_ms > 0) == (2, True, True)
 
 
-async def test_the_callgrind_child_runs_every_operation_it_counts() -> None:
+def test_the_callgrind_child_runs_every_operation_it_counts() -> None:
     from bench.redis_callgrind import PAIRS, _child
 
     for pair in PAIRS:
         for op in pair:
-            await _child(redis_servers.redis_url(), op, 2, stored=5)
+            _child(redis_servers.redis_url(), op, 2, stored=5)
