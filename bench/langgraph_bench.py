@@ -7,7 +7,11 @@ machine noise hits both sides alike:
 
 * StorageSaver over ``memory://`` vs LangGraph's InMemorySaver;
 * StorageSaver over ``sqlite:///`` vs AsyncSqliteSaver (langgraph-checkpoint-sqlite), each on a
-  file of its own in a temporary directory.
+  file of its own in a temporary directory;
+* StorageSaver over ``redis://`` vs langgraph-checkpoint-plainredis's AsyncRedisSaver, each under
+  a key prefix of its own on the server at ``$REDIS_URL`` (deleted afterwards). LangGraph's
+  official langgraph-checkpoint-redis is not measured: it needs the RediSearch and RedisJSON
+  modules and fails on plain Redis with ``unknown command 'FT.INFO'``.
 
 Each round runs the real graph once per saver (the whole-run figure) and replays the saver calls
 one run makes once per saver (the per-operation figures: aput, aput_writes, aget_tuple as the run
@@ -28,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
@@ -67,6 +72,8 @@ OPERATION_LABELS = {
     "alist": "`alist` (the thread's root history)",
 }
 
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
 SaverFactory = Callable[[Path], AbstractAsyncContextManager[Any]]
 
 
@@ -87,12 +94,53 @@ async def async_sqlite_saver(directory: Path) -> AsyncIterator[Any]:
         yield saver
 
 
+@asynccontextmanager
+async def redis_storage_saver(directory: Path) -> AsyncIterator[Any]:
+    from storages.redis import delete_prefix
+
+    prefix = f"bench-lg-ours-{uuid.uuid4().hex[:8]}"
+    separator = "&" if "?" in REDIS_URL else "?"
+    try:
+        async with storage_saver(f"{REDIS_URL}{separator}prefix={prefix}") as saver:
+            yield saver
+    finally:
+        async with _redis_client() as client:
+            await delete_prefix(client, prefix)
+
+
+@asynccontextmanager
+async def plain_redis_saver(directory: Path) -> AsyncIterator[Any]:
+    from langgraph_checkpoint_plainredis import AsyncRedisSaver
+
+    prefix = f"bench-lg-plain-{uuid.uuid4().hex[:8]}"
+    saver = AsyncRedisSaver(url=REDIS_URL, prefix=prefix)
+    try:
+        yield saver
+    finally:
+        await saver.aclose()
+        async with _redis_client() as client:
+            async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                await client.delete(key)
+
+
+@asynccontextmanager
+async def _redis_client() -> AsyncIterator[Any]:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(REDIS_URL)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 PAIRS: dict[str, tuple[SaverFactory, SaverFactory]] = {
     "memory": (lambda d: storage_saver("memory://"), in_memory_saver),
     "sqlite": (lambda d: storage_saver(f"sqlite:///{d}/ours.db"), async_sqlite_saver),
+    "redis": (redis_storage_saver, plain_redis_saver),
 }
 """Backend -> (StorageSaver over it, LangGraph's own saver for it)."""
-NATIVES = {"memory": "InMemorySaver", "sqlite": "AsyncSqliteSaver"}
+NATIVES = {"memory": "InMemorySaver", "sqlite": "AsyncSqliteSaver", "redis": "plainredis AsyncRedisSaver"}
 ROUND_TRIP_BACKENDS = frozenset({"sqlite"})
 """Pairs whose savers both talk to aiosqlite's worker thread, so their round trips are counted."""
 

@@ -48,7 +48,7 @@ async def test_the_fencing_bench_times_plain_and_fenced_saves_of_unbroken_chains
 async def test_langgraph_bench_runs_each_pair_on_the_same_workload(tmp_path: Path) -> None:
     from bench.langgraph_bench import PAIRS, measure_pair
 
-    for backend in PAIRS:
+    for backend in [name for name in PAIRS if name != "redis"]:  # redis: test_bench_redis_smoke.py
         result = await measure_pair(backend, supersteps=3, runs=2, directory=tmp_path)
         assert result.runs == 2
         assert result.ours_ms > 0

@@ -598,9 +598,9 @@ async def test_cluster_save_interrupted_after_its_cross_slot_half(
     child = WorkflowCheckpoint("child-wf", "sig", checkpoint_id="half-child")
     parent = _with_child("parent-wf", child, checkpoint_id="half-parent")
     records = cluster_storage._records_for(parent)
-    sequences = [""] * len(records)
     # Pointers claimed, nested sequence taken and indexed, then the process died before the script.
-    assert await cluster_storage._prepare_cluster_save(records, "parent-wf", sequences) is None
+    existing, _ = await cluster_storage._span.before_save(records, "parent-wf")
+    assert existing is None
     for checkpoint_id in ("half-parent", "half-child"):
         with pytest.raises(CheckpointNotFoundError):
             await cluster_storage.load(checkpoint_id)
@@ -676,9 +676,9 @@ async def test_each_operation_is_one_round_trip_on_plain_redis(real_storage: Red
 async def test_listing_reads_page_by_page(
     fake_storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import storages.redis
+    import storages.redis.reads
 
-    monkeypatch.setattr(storages.redis, "PAGE_SIZE", 3)
+    monkeypatch.setattr(storages.redis.reads, "PAGE_SIZE", 3)
     chain = _chain("wf", 10)
     for index, checkpoint in enumerate(chain):
         if index % 4 == 1:

@@ -27,8 +27,8 @@ from storages import (
     StorageConfigurationError,
     WorkflowCheckpoint,
 )
-from storages import redis as redis_storage
 from storages.redis import RedisCheckpointStorage
+from storages.redis import client as redis_storage
 
 redis_mark = pytest.mark.redis
 cluster_mark = pytest.mark.redis_cluster
@@ -363,7 +363,7 @@ async def test_a_server_that_refuses_config_is_asked_through_info() -> None:
 
 @pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_storage, "_unverified_servers", set())
+    monkeypatch.setattr(redis_storage, "unverified_servers", set())
 
 
 @redis_mark
@@ -400,7 +400,7 @@ async def test_fakeredis_refuses_config_and_gets_the_warning_unless_opted_out(
         warnings = [r.levelno for r in caplog.records if "maxmemory-policy" in r.getMessage()]
         assert warnings == [logging.WARNING]
         caplog.clear()
-        redis_storage._unverified_servers.clear()
+        redis_storage.unverified_servers.clear()
         async with _fake(allow_evicting_policy=True) as storage:
             await storage.save(WorkflowCheckpoint("wf", "sig"))
         assert not caplog.records  # the opt-out skips the check: no round trip, no warning
@@ -409,9 +409,9 @@ async def test_fakeredis_refuses_config_and_gets_the_warning_unless_opted_out(
 @redis_mark
 def test_the_opt_out_is_a_url_option_and_a_keyword() -> None:
     on = RedisCheckpointStorage.from_url("redis://h/0?allow_evicting_policy=true")
-    assert on._allow_evicting_policy
-    assert on.new_handle()._allow_evicting_policy
-    assert not RedisCheckpointStorage.from_url("redis://h/0")._allow_evicting_policy
+    assert on.allow_evicting_policy
+    assert on.new_handle().allow_evicting_policy
+    assert not RedisCheckpointStorage.from_url("redis://h/0").allow_evicting_policy
     with pytest.raises(StorageConfigurationError, match="allow_evicting_policy must be true or false"):
         RedisCheckpointStorage.from_url("redis://h/0?allow_evicting_policy=perhaps")
     with pytest.raises(StorageConfigurationError, match="allow_evicting_policy must be True or False"):
@@ -445,10 +445,10 @@ def test_a_reply_is_read_per_node_only_when_it_is_one() -> None:
     # A cluster client answers a command sent to several nodes per node, and one sent to a
     # single node (a one-node cluster) as a plain client does.
     per_node = {"10.0.0.1:7000": {"maxmemory-policy": "noeviction"}, "10.0.0.2:7000": {"x": "y"}}
-    assert redis_storage._by_node(per_node) == per_node
-    assert redis_storage._by_node({b"maxmemory-policy": b"allkeys-lru"}) == {
+    assert redis_storage.by_node(per_node) == per_node
+    assert redis_storage.by_node({b"maxmemory-policy": b"allkeys-lru"}) == {
         None: {b"maxmemory-policy": b"allkeys-lru"}
     }
-    assert redis_storage._config_policy({b"maxmemory-policy": b"allkeys-lru"}) == "allkeys-lru"
+    assert redis_storage.config_policy({b"maxmemory-policy": b"allkeys-lru"}) == "allkeys-lru"
     info = {"maxmemory_policy": "volatile-ttl", "used_memory": 1}
-    assert redis_storage._info_policy(info) == "volatile-ttl"
+    assert redis_storage.info_policy(info) == "volatile-ttl"

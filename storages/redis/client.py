@@ -1,0 +1,365 @@
+"""The connection of one storage handle: its redis-py client (built from a URL or given), the
+event loop it follows, script calls, driver-error translation and the eviction-policy check."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from ..errors import EvictionPolicyError, StorageConfigurationError, StorageUnavailableError
+from ..redaction import chainable, redact_text
+from .config import (
+    CONNECTION_WAIT_SECONDS,
+    MAX_CONNECTIONS,
+    RETRIES,
+    RedisSettings,
+    describe_url,
+    driver_url,
+    url_is_cluster,
+)
+from .keys import GLOB_SPECIAL, RedisKeys
+from .replies import text
+from .scripts import SCRIPTS, ScriptCall, script_sha
+
+_logger = logging.getLogger("storages.redis")
+
+_EVICTS_KEYS_WITH_TTL = frozenset({"volatile-lru", "volatile-lfu", "volatile-random"})
+"""Policies that evict keys with a TTL in any order. ``volatile-ttl`` evicts the soonest to
+expire first, which for this storage's keys is early expiry in save order, as TTL itself does."""
+
+
+class RedisConnection:
+    """A handle's client and scripts. Given a client, it uses it as it is (the caller owns and
+    closes it); given a URL, it builds its own on open, and a new one on each new event loop."""
+
+    def __init__(
+        self,
+        settings: RedisSettings,
+        client: Redis | RedisCluster | None,
+        url: str | None,
+        client_options: Mapping[str, Any],
+    ) -> None:
+        if client is not None:
+            check_client(client)
+        self.settings = settings
+        self.keys = RedisKeys(settings.prefix)
+        self.injected = client
+        self.url = url
+        self.client_options = dict(client_options)
+        self.client: Any = client
+        self.cluster = isinstance(client, RedisCluster) if client is not None else url_is_cluster(url)
+        self.scripts: dict[str, Any] = {}
+        """Script name -> :class:`Script` on the client in use; refilled in place when it changes."""
+        self._common = [settings.prefix, "0" if self.cluster else "1", settings.ttl_ms]
+        self._abandoned: weakref.finalize[Any, Any] | None = None
+
+    def describe(self) -> str:
+        if self.url is not None:
+            return describe_url(self.url, self.settings.prefix)
+        kind = "redis cluster" if self.cluster else "redis"
+        return f"{kind} client (prefix {self.settings.prefix!r})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self, owner: object) -> None:
+        if self.client is None:
+            self._own_client(owner)
+        if self.cluster:
+            # Read the slot map now (a no-op if the client already has it): left to the first
+            # commands, a burst of concurrent ones each reinitialises the client and drops the
+            # connections the others are using.
+            try:
+                await self.client.initialize()
+            except (redis_errors.RedisError, OSError) as exc:
+                raise self.unavailable("open", exc) from chainable(exc)
+        self._register_scripts()
+
+    def follow_loop(self, owner: object) -> None:
+        if self.injected is not None:
+            return  # the caller's client: binding it to loops is the caller's business
+        # Our client's connections belong to the old loop, which is usually closed: awaiting
+        # their close would fail, so they are closed without waiting and a new client connects
+        # on this loop.
+        close_abandoned(self.client)
+        self._own_client(owner)
+        self._register_scripts()
+
+    def _own_client(self, owner: object) -> None:
+        """A new client from the URL, closed by close_abandoned if ``owner`` (the storage) is
+        collected without aclose()."""
+        assert self.url is not None
+        self.client = client_from_url(self.url, self.client_options)
+        if self._abandoned is not None:
+            self._abandoned.detach()
+        self._abandoned = weakref.finalize(owner, close_abandoned, self.client)
+
+    def _register_scripts(self) -> None:
+        self.scripts.clear()
+        self.scripts.update({name: Script(self.client, name) for name in SCRIPTS})
+
+    async def close(self) -> None:
+        client, self.client = self.client, None
+        if self._abandoned is not None:
+            self._abandoned.detach()
+            self._abandoned = None
+        if client is not None and self.injected is None:
+            try:
+                await client.aclose()
+            except (redis_errors.RedisError, OSError) as exc:
+                raise self.unavailable("aclose", exc) from chainable(exc)
+
+    # ------------------------------------------------------------------ calls
+
+    async def run(self, operation: str, call: ScriptCall) -> Any:
+        """One script call; its first key routes it to its slot."""
+        keys, args = call.encode()
+        return await self.call(operation, self.scripts[call.script](keys=keys, args=[*self._common, *args]))
+
+    async def call(self, operation: str, request: Awaitable[Any]) -> Any:
+        """Await one driver request, translating driver errors into StorageUnavailableError."""
+        try:
+            return await request
+        except (redis_errors.RedisError, OSError) as exc:
+            raise self.unavailable(operation, exc) from chainable(exc)
+        except RuntimeError as exc:
+            if self.injected is None or "loop" not in str(exc):
+                raise
+            # Our own client follows the loop (follow_loop); the caller's stays on its first one.
+            raise StorageUnavailableError(
+                operation,
+                f"{self.describe()}: the Redis client given to this storage is bound to an event "
+                f"loop that has ended ({exc}); a redis-py client belongs to the loop it connected "
+                "on: create the client and the storage on the running loop, or give the storage "
+                "url= so it makes its own client on each loop",
+            ) from exc
+
+    def unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
+        return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
+
+    async def scan_workflows(self, operation: str, kind: str) -> list[str]:
+        """Names of the workflows with a key of ``kind`` (``top``, ``nested``, ``tombs``)."""
+        names: set[str] = set()
+
+        async def scan() -> None:
+            async for found in self.client.scan_iter(match=self.keys.pattern(kind), count=1000):
+                names.add(self.keys.workflow_of(text(found), kind))
+
+        await self.call(operation, scan())
+        return sorted(names)
+
+    # ------------------------------------------------------------------ eviction policy
+
+    async def check_eviction_policy(self, operation: str) -> None:
+        """Refuse a server (any node of a cluster) that may evict our keys; see docs/redis.md."""
+        policies = await self._eviction_policies(operation)
+        if policies is None:
+            return
+        for node, policy in policies.items():
+            if policy.startswith("allkeys-"):
+                evicts = "any key, checkpoints included,"
+            elif policy in _EVICTS_KEYS_WITH_TTL and self.settings.ttl is not None:
+                evicts = "any key with a TTL, and with ttl= set every key of this storage has one,"
+            else:
+                continue
+            raise EvictionPolicyError(
+                self.describe(),
+                policy,
+                node,
+                evicts,
+                "allow_evicting_policy=True (URL option allow_evicting_policy=true)",
+            )
+
+    async def _eviction_policies(self, operation: str) -> dict[str | None, str] | None:
+        """maxmemory-policy per node (None: the one server), from CONFIG GET or, where CONFIG is
+        refused (managed services rename or forbid it), from INFO memory; None (logged once)
+        if both are refused."""
+        target: dict[str, Any] = {"target_nodes": RedisCluster.ALL_NODES} if self.cluster else {}
+        refusals: list[str] = []
+        for command, argument, read in (
+            ("config_get", "maxmemory-policy", config_policy),
+            ("info", "memory", info_policy),
+        ):
+            try:
+                reply = await getattr(self.client, command)(argument, **target)
+            except redis_errors.ResponseError as exc:  # unknown command, NOPERM, ...
+                refusals.append(str(exc))
+                continue
+            except (redis_errors.RedisError, OSError) as exc:
+                raise self.unavailable(operation, exc) from chainable(exc)
+            return {node: read(answer) for node, answer in by_node(reply).items()}
+        warn_unverified(self.describe(), refusals)
+        return None
+
+
+class Script:
+    """One script on one client: ``EVALSHA``, loading the script when the server does not have
+    it (a restarted or failed-over server). redis-py's ``AsyncScript`` does the same through
+    three more coroutine layers per call."""
+
+    __slots__ = ("client", "script", "sha")
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.script = SCRIPTS[name]
+        self.sha = script_sha(name)
+
+    async def __call__(self, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            await self.client.script_load(self.script)
+            return await self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+
+
+def by_node(reply: Any) -> Mapping[str | None, Any]:
+    """A cluster client answers a command sent to several nodes with {node name: reply}, and
+    one sent to a single node (a one-node cluster) with the reply itself, as a plain client does."""
+    if isinstance(reply, Mapping) and reply and all(isinstance(value, Mapping) for value in reply.values()):
+        return {text(node): answer for node, answer in reply.items()}
+    return {None: reply}
+
+
+def config_policy(reply: Mapping[Any, Any]) -> str:
+    return next((text(value) for key, value in reply.items() if text(key) == "maxmemory-policy"), "")
+
+
+def info_policy(reply: Mapping[Any, Any]) -> str:
+    return text(reply.get("maxmemory_policy", ""))
+
+
+unverified_servers: set[str] = set()
+"""Servers already warned about (once per process each): their eviction policy is unknown."""
+
+
+def warn_unverified(server: str, refusals: Sequence[str]) -> None:
+    if server in unverified_servers:
+        return
+    unverified_servers.add(server)
+    _logger.warning(
+        "%s: could not read the server's maxmemory-policy (%s); if it is an allkeys-* policy the "
+        "server may evict checkpoints silently. Check it with the server's operator (docs/redis.md), "
+        "or pass allow_evicting_policy=True to skip this check",
+        server,
+        redact_text("; ".join(refusals)),
+    )
+
+
+# ---------------------------------------------------------------------- clients
+
+
+def check_client(client: object) -> None:
+    if not isinstance(client, (Redis, RedisCluster)):
+        raise StorageConfigurationError(
+            f"client must be a redis.asyncio.Redis or RedisCluster, not {type(client).__name__}"
+        )
+    kwargs = client.get_connection_kwargs()
+    if kwargs.get("decode_responses"):
+        raise StorageConfigurationError(
+            "the Redis client decodes responses to str; checkpoint bodies are bytes: "
+            "build it with decode_responses=False"
+        )
+
+
+def client_from_url(url: str, options: Mapping[str, Any]) -> Any:
+    """A client for ``url`` without our own query options, retrying connection errors and
+    timeouts with exponential backoff."""
+    redis_url = driver_url(url)
+    settings: dict[str, Any] = {
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), RETRIES),
+        "retry_on_error": [redis_errors.ConnectionError, redis_errors.TimeoutError],
+        **options,
+        "decode_responses": False,
+    }
+    try:
+        if url_is_cluster(url):
+            return RedisCluster.from_url(redis_url, **settings)
+        settings.setdefault("max_connections", MAX_CONNECTIONS)
+        settings.setdefault("wait_seconds", CONNECTION_WAIT_SECONDS)
+        return Redis.from_pool(WaitingConnectionPool.from_url(redis_url, **settings))
+    except (ValueError, redis_errors.RedisError) as exc:
+        raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from chainable(exc)
+
+
+def close_abandoned(client: Any) -> None:
+    """Close a client of ours that nobody will ``aclose()``: its storage was collected, or it
+    was left on an event loop that ended. Awaiting is not possible (the loop may be closed, or
+    about to be), so its sockets are closed without waiting, and a cluster client is marked
+    closed, so that neither reports itself "unclosed" from a running loop when collected."""
+    with contextlib.suppress(Exception):  # best effort: nobody is left to tell
+        if isinstance(client, RedisCluster):
+            nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
+            connections = [connection for node in nodes for connection in node._connections]
+            client._initialize = True  # what aclose() sets first
+        else:
+            pool = client.connection_pool
+            connections = [*pool._available_connections, *pool._in_use_connections]
+        for connection in connections:
+            try:
+                connection._close()  # type: ignore[no-untyped-call]
+            except RuntimeError:
+                # Its loop is closed: forget the streams; collecting the transport closes the socket.
+                connection._reader = connection._writer = None
+
+
+class WaitingConnectionPool(ConnectionPool):
+    """A bounded pool where a burst of concurrent operations waits for a free connection (up to
+    ``wait_seconds``) instead of failing, as redis-py's ``BlockingConnectionPool`` does, but
+    takes a free connection without its condition variable and timer: a save's one round trip
+    should not pay for a wait that did not happen."""
+
+    def __init__(self, *, wait_seconds: float | str | None = CONNECTION_WAIT_SECONDS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # From a URL's query (``?wait_seconds=5``) the value arrives as text.
+        self.wait_seconds = None if wait_seconds is None else float(wait_seconds)
+        if self.wait_seconds is not None and not self.wait_seconds >= 0:
+            raise ValueError(f"wait_seconds must be a number of seconds >= 0, got {wait_seconds!r}")
+        self._free = asyncio.Semaphore(self.max_connections)
+        self._handed_out: set[Any] = set()
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self._free.locked():
+            try:
+                await asyncio.wait_for(self._free.acquire(), self.wait_seconds)
+            except asyncio.TimeoutError:
+                raise redis_errors.ConnectionError(
+                    f"no free connection after {self.wait_seconds} s ({self.max_connections} in use)"
+                ) from None
+        else:
+            await self._free.acquire()
+        try:
+            connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except BaseException:
+            # A connection the base class could not prepare went back through release(), which
+            # frees a slot only for connections handed out; this one was not.
+            self._free.release()
+            raise
+        self._handed_out.add(connection)
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        try:
+            await super().release(connection)
+        finally:
+            if connection in self._handed_out:
+                self._handed_out.discard(connection)
+                self._free.release()
+
+
+async def delete_prefix(client: Any, prefix: str) -> int:
+    """Delete every key of the storage with this prefix, found with SCAN (never FLUSHALL); for
+    tests and tooling. Keys of a longer prefix (``prefix:more``) are left alone."""
+    pattern = GLOB_SPECIAL.sub(r"\\\1", prefix) + ":{*"
+    deleted = 0
+    async for found in client.scan_iter(match=pattern, count=1000):
+        deleted += int(await client.delete(found))
+    return deleted

@@ -1,0 +1,105 @@
+"""Redis Cluster: the cross-slot half of every write, done by the client.
+
+A script may touch only keys of its own slot, and a checkpoint's keys span several: its
+location pointer sits in the id's slot, a nested record's entry in its own name's nested index
+in that name's slot. So what crosses slots moves here, each step idempotent and invisible on its
+own:
+
+* before a save's script: claim each id's location pointer (a pointer naming a record that no
+  longer exists is stale and taken over); for nested records take their sequence numbers from
+  their own names' counters and add them to those names' nested indexes. A crash before the
+  script leaves only pointers and index entries naming records that do not exist, which every
+  read treats as "not found", and the next save of the id takes them over.
+* after a delete, prune or delete_workflow script: remove the other slots' pointers and nested
+  index entries, and write (or remove) the pruned markers walks read. A crash before that
+  leaves stale pointers, which read as not found.
+* id-addressed reads and writes read the location pointer first (two round trips).
+
+Two saves of one id under two different workflows racing on a cluster may both succeed; the
+pointer names the later one. On plain Redis the save script refuses the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..base import CheckpointRecord
+from ..contract import CheckpointID
+from .commit import Located, SlotSpan, nested_conflict
+from .keys import nested_member
+from .replies import text
+from .scripts import Claim, UnlinkIf
+
+
+class ClusterSlotSpan(SlotSpan):
+    """The client's half of every write on a Redis Cluster."""
+
+    one_record_script = False
+
+    async def locate(self, operation: str, checkpoint_id: CheckpointID) -> Located | None:
+        home = await self.connection.call(
+            operation, self.connection.client.get(self.keys.location(checkpoint_id))
+        )
+        if home is None:
+            return None
+        home_name = text(home)
+        return Located(self.keys.record(home_name, checkpoint_id), home_name)
+
+    async def before_save(
+        self, records: Sequence[CheckpointRecord], home: str
+    ) -> tuple[str | None, list[int | None]]:
+        """Location pointers, nested sequences and nested index entries, each idempotent; the
+        stored digest if the top id is stored under another workflow."""
+        connection, keys, client = self.connection, self.keys, self.connection.client
+        for index, record in enumerate(records):
+            location = keys.location(record.checkpoint_id)
+            other = await connection.run("save", Claim(pointer=location, home=home, take_over=False))
+            if other is None:
+                continue
+            other_home = text(other)
+            digest = await connection.call(
+                "save", client.hget(keys.record(other_home, record.checkpoint_id), "d")
+            )
+            if digest is not None:
+                if index == 0:
+                    return text(digest), []
+                raise nested_conflict(record.checkpoint_id, records)
+            # A stale pointer: take it over.
+            await connection.run("save", Claim(pointer=location, home=home, take_over=True))
+        sequences: list[int | None] = [None] * len(records)
+        ttl_ms = connection.settings.ttl_ms
+        for index, record in enumerate(records[1:], start=1):
+            counter = keys.sequence(record.workflow_name)
+            sequence = int(await connection.call("save", client.incr(counter)))
+            sequences[index] = sequence
+            nested_index = keys.nested(record.workflow_name)
+            member = nested_member(home, record.checkpoint_id)
+            await connection.call("save", client.zadd(nested_index, {member: sequence}, nx=True))
+            if connection.settings.ttl is not None:
+                await connection.call("save", client.pexpire(nested_index, int(ttl_ms)))
+                await connection.call("save", client.pexpire(counter, int(ttl_ms)))
+        return None, sequences
+
+    async def after_removal(
+        self, operation: str, removed: list[tuple[str, CheckpointID]], *, pruned_from: str | None
+    ) -> None:
+        if not removed:
+            return
+        connection, keys, client = self.connection, self.keys, self.connection.client
+        # The first removed record is top-level, so its workflow is the home of them all.
+        home = removed[0][0] if pruned_from is None else pruned_from
+        for workflow_name, checkpoint_id in removed:
+            await connection.run(operation, UnlinkIf(pointer=keys.location(checkpoint_id), home=home))
+            member = nested_member(home, checkpoint_id)
+            await connection.call(operation, client.zrem(keys.nested(workflow_name), member))
+            if pruned_from is not None:
+                pruned = keys.pruned(checkpoint_id)
+                await connection.call(operation, client.set(pruned, pruned_from))
+                if connection.settings.ttl is not None:
+                    await connection.call(operation, client.pexpire(pruned, int(connection.settings.ttl_ms)))
+
+    async def after_workflow_deleted(self, workflow_name: str, tombstones: Sequence[Any]) -> None:
+        for pruned in tombstones:
+            call = UnlinkIf(pointer=self.keys.pruned(text(pruned)), home=workflow_name)
+            await self.connection.run("delete_workflow", call)

@@ -1,0 +1,218 @@
+"""How a save, prune or delete is made atomic: one Lua script in the home workflow's slot.
+
+On plain Redis the script does everything, location pointers and other names' nested indexes
+included, so every write is exactly one atomic round trip. On a Redis Cluster a script may touch
+only its own slot: :class:`SlotSpan` is the seam where the other slots' half goes, and
+:mod:`storages.redis.cluster` fills it in (each step idempotent, and invisible to reads until the
+script has run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import CheckpointRecord, FenceCheck
+from ..contract import CheckpointID
+from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
+from .client import RedisConnection
+from .replies import optional_id, pairs, text
+from .scripts import (
+    DeleteWorkflow,
+    Overwrite,
+    Prune,
+    Remove,
+    Save,
+    SavedRecord,
+    SaveOne,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where an id-addressed script is sent: the key that routes it, and the record's home when
+    the client had to find it (a cluster) rather than the script."""
+
+    route: str
+    given_home: str | None
+
+
+class SlotSpan:
+    """The part of a write outside the home slot. On plain Redis there is none: the script
+    reaches every key itself."""
+
+    def __init__(self, connection: RedisConnection) -> None:
+        self.connection = connection
+        self.keys = connection.keys
+
+    one_record_script = True
+    """Whether a lone top-level record may use the lean save_one script (it writes the location
+    pointer, which on a cluster lives in another slot)."""
+
+    async def locate(self, operation: str, checkpoint_id: CheckpointID) -> Located | None:
+        """Where to send a script about ``checkpoint_id``; None if it is surely not stored."""
+        return Located(self.keys.location(checkpoint_id), None)
+
+    async def before_save(
+        self, records: Sequence[CheckpointRecord], home: str
+    ) -> tuple[str | None, list[int | None]]:
+        """(stored digest if the top id is already stored elsewhere, sequence per record: None
+        for the script to take)."""
+        return None, [None] * len(records)
+
+    async def after_removal(
+        self, operation: str, removed: list[tuple[str, CheckpointID]], *, pruned_from: str | None
+    ) -> None:
+        """Clean what the removed records left in other slots."""
+
+    async def after_workflow_deleted(self, workflow_name: str, tombstones: Sequence[Any]) -> None:
+        """Clean the deleted workflow's pruned markers in other slots."""
+
+
+class Commits:
+    """The storage's write primitives over one connection."""
+
+    def __init__(self, connection: RedisConnection, span: SlotSpan) -> None:
+        self.connection = connection
+        self.keys = connection.keys
+        self.span = span
+
+    async def insert(self, record: CheckpointRecord) -> str | None:
+        """Save one top-level record; None if written, else the digest already stored."""
+        if not self.span.one_record_script:
+            return await self.insert_family((record,))
+        digest = await self.connection.run("save", self._save_one(record, fenced=False, expected=None))
+        return None if digest is None else text(digest)
+
+    def _save_one(self, record: CheckpointRecord, *, fenced: bool, expected: CheckpointID | None) -> SaveOne:
+        workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
+        keys = self.keys
+        return SaveOne(
+            pointer=keys.location(checkpoint_id),
+            record=keys.record(workflow_name, checkpoint_id),
+            counter=keys.sequence(workflow_name),
+            top=keys.top(workflow_name),
+            signature_index=keys.signature(workflow_name, record.graph_signature_hash),
+            workflow=workflow_name,
+            id=checkpoint_id,
+            body=record.body,
+            digest=record.digest,
+            signature=record.graph_signature_hash,
+            previous=record.previous_checkpoint_id,
+            fenced=fenced,
+            expected=expected,
+        )
+
+    async def insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        reply = await self._save_family(records, fenced=False, expected=None)
+        if reply is None or isinstance(reply, str):
+            return reply
+        status = text(reply[0])
+        if status == "exists":
+            return text(reply[1])
+        if status == "conflict":
+            raise nested_conflict(text(reply[1]), records)
+        return None
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        # The check runs inside the script that writes the checkpoint, in the workflow's slot, so
+        # it is atomic on a cluster too. A refused cluster save may leave the location pointers
+        # it claimed first; they name no record, so reads treat them as not found (as after a crash).
+        if len(records) == 1 and self.span.one_record_script:
+            call = self._save_one(records[0], fenced=True, expected=expected_latest_id)
+            reply = await self.connection.run("save", call)
+        else:
+            reply = await self._save_family(records, fenced=True, expected=expected_latest_id)
+            if isinstance(reply, str):
+                # The top id is stored under another workflow, found before the script ran: read
+                # this workflow's latest for the error message (nothing is written either way).
+                client = self.connection.client
+                top = self.keys.top(records[0].workflow_name)
+                newest = await self.connection.call("save", client.zrevrange(top, 0, 0))
+                return FenceCheck(text(newest[0]) if newest else None, reply)
+        if reply is None:
+            return None
+        status = text(reply[0])
+        if status == "stale":
+            return FenceCheck(optional_id(reply[1]), None)
+        if status == "exists":
+            return FenceCheck(optional_id(reply[2]), text(reply[1]))
+        if status == "conflict":
+            raise nested_conflict(text(reply[1]), records)
+        return None
+
+    async def _save_family(
+        self, records: Sequence[CheckpointRecord], *, fenced: bool, expected: CheckpointID | None
+    ) -> Any:
+        """The general save script's reply, or the stored digest (a str) when a cluster save
+        finds the top id already stored under another workflow."""
+        home = records[0].workflow_name
+        existing, sequences = await self.span.before_save(records, home)
+        if existing is not None:
+            return existing
+        rows = [
+            SavedRecord(
+                id=record.checkpoint_id,
+                workflow=record.workflow_name,
+                previous=record.previous_checkpoint_id,
+                signature=record.graph_signature_hash,
+                body=record.body,
+                digest=record.digest,
+                container=record.container_id,
+                position=record.position,
+                sequence=sequence,
+            )
+            for record, sequence in zip(records, sequences, strict=True)
+        ]
+        call = Save(
+            counter=self.keys.sequence(home), home=home, fenced=fenced, expected=expected, records=rows
+        )
+        return await self.connection.run("save", call)
+
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        located = await self.span.locate("delete", checkpoint_id)
+        if located is None:
+            return False
+        call = Remove(route=located.route, id=checkpoint_id, given_home=located.given_home)
+        reply = await self.connection.run("delete", call)
+        status = text(reply[0])
+        if status == "missing":
+            return False
+        if status == "nested":
+            raise NestedCheckpointDeletionError(checkpoint_id, text(reply[1]))
+        await self.span.after_removal("delete", pairs(reply[1]), pruned_from=None)
+        return True
+
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes) -> bool:
+        located = await self.span.locate("write_raw_body", checkpoint_id)
+        if located is None:
+            return False
+        call = Overwrite(route=located.route, id=checkpoint_id, given_home=located.given_home, body=body)
+        return bool(await self.connection.run("write_raw_body", call))
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        call = Prune(top=self.keys.top(workflow_name), workflow=workflow_name, keep=keep_last)
+        count, removed = await self.connection.run("prune", call)
+        await self.span.after_removal("prune", pairs(removed), pruned_from=workflow_name)
+        return int(count)
+
+    async def delete_workflow(self, workflow_name: str) -> int:
+        call = DeleteWorkflow(top=self.keys.top(workflow_name), workflow=workflow_name)
+        count, removed, tombstones = await self.connection.run("delete_workflow", call)
+        await self.span.after_removal("delete_workflow", pairs(removed), pruned_from=None)
+        await self.span.after_workflow_deleted(workflow_name, tombstones)
+        return int(count)
+
+
+def nested_conflict(
+    checkpoint_id: CheckpointID, records: Sequence[CheckpointRecord]
+) -> CheckpointConflictError:
+    container = next((r.container_id for r in records if r.checkpoint_id == checkpoint_id), None)
+    return CheckpointConflictError(
+        checkpoint_id,
+        f"embedded in checkpoint {container!r}, but a record with this id is already stored; "
+        "an embedded checkpoint needs an id of its own",
+    )

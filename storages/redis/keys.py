@@ -1,0 +1,107 @@
+"""Key names of one prefix, as the Lua scripts build them (scripts/keys.lua).
+
+``P`` is the prefix; ids, workflow names and signatures go through :func:`escape`, which writes
+``%``, ``{``, ``}`` and ``:`` as ``%XX``, so no input can end a hash tag early, add a level to a
+key, or produce another key's name::
+
+    P:{W}:seq          workflow W's sequence counter (INCR; never goes back)
+    P:{W}:top          sorted set: W's top-level ids, score = sequence
+    P:{W}:sig:S        sorted set: W's top-level ids saved with graph signature S
+    P:{W}:nested       sorted set: records named W nested in any checkpoint, as "home:id"
+    P:{W}:tombs        set: ids pruned from W
+    P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields)
+    P:{H}:k:ID         list: the direct children of a record, in the order met
+    P:{H}:f:ID         list: every record nested, at any depth, in top-level record ID
+    P:{ID}:loc         string: the home of record ID (load() only has an id)
+    P:{ID}:pruned      string: the workflow ID was pruned from (walks report PRUNED)
+
+The part in braces is the cluster hash tag: every key of one workflow sits in one slot. A
+record's *home* is the workflow of the top-level checkpoint it was saved with.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..contract import CheckpointID
+
+_ESCAPED = re.compile(r"[%{}:]")
+_UNESCAPE = re.compile(r"%([0-9A-F]{2})")
+GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def escape(text: str) -> str:
+    """``%``, ``{``, ``}`` and ``:`` as ``%XX``: what the key layout puts ids and names through."""
+    return _ESCAPED.sub(lambda match: f"%{ord(match.group()):02X}", text)
+
+
+def unescape(text: str) -> str:
+    return _UNESCAPE.sub(lambda match: chr(int(match.group(1), 16)), text)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """Key names of one prefix; the Lua scripts build the same names."""
+
+    prefix: str
+
+    def tag(self, workflow_name: str) -> str:
+        return f"{self.prefix}:{{{escape(workflow_name)}}}"
+
+    def sequence(self, workflow_name: str) -> str:
+        return self.tag(workflow_name) + ":seq"
+
+    def top(self, workflow_name: str) -> str:
+        return self.tag(workflow_name) + ":top"
+
+    def signature(self, workflow_name: str, signature: str) -> str:
+        return f"{self.tag(workflow_name)}:sig:{escape(signature)}"
+
+    def index(self, workflow_name: str, signature: str | None) -> str:
+        """The sorted set listing and latest read: top-level, or one signature's."""
+        return self.top(workflow_name) if signature is None else self.signature(workflow_name, signature)
+
+    def nested(self, workflow_name: str) -> str:
+        return self.tag(workflow_name) + ":nested"
+
+    def tombstones(self, workflow_name: str) -> str:
+        return self.tag(workflow_name) + ":tombs"
+
+    def record(self, home: str, checkpoint_id: CheckpointID) -> str:
+        return f"{self.tag(home)}:r:{escape(checkpoint_id)}"
+
+    def location(self, checkpoint_id: CheckpointID) -> str:
+        return self.tag(checkpoint_id) + ":loc"
+
+    def written_by_save(self, workflow_name: str, checkpoint_id: CheckpointID, signature: str) -> list[str]:
+        """The keys a one-record save writes: location, record, sequence, top, signature."""
+        return [
+            self.location(checkpoint_id),
+            self.record(workflow_name, checkpoint_id),
+            self.sequence(workflow_name),
+            self.top(workflow_name),
+            self.signature(workflow_name, signature),
+        ]
+
+    def pruned(self, checkpoint_id: CheckpointID) -> str:
+        return self.tag(checkpoint_id) + ":pruned"
+
+    def pattern(self, kind: str) -> str:
+        """SCAN pattern of one per-workflow key kind (``top``, ``nested``, ``tombs``)."""
+        return GLOB_SPECIAL.sub(r"\\\1", self.prefix) + ":{*}:" + kind
+
+    def workflow_of(self, key: str, kind: str) -> str:
+        """The workflow name in a key matched by :meth:`pattern`."""
+        inner = key[len(self.prefix) + 2 : -(len(kind) + 2)]
+        return unescape(inner)
+
+
+def nested_member(home: str, checkpoint_id: CheckpointID) -> str:
+    """A member of a name's nested index: where the record lives, and its id."""
+    return f"{escape(home)}:{escape(checkpoint_id)}"
+
+
+def split_member(member: str) -> tuple[str, CheckpointID]:
+    home, _, checkpoint_id = member.partition(":")
+    return unescape(home), unescape(checkpoint_id)

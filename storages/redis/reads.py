@@ -1,0 +1,270 @@
+"""The read primitives: each one script (plus the location lookup on a cluster), never writing.
+
+Reads never answer with something other than what was asked for: an index entry whose record
+is gone and which expiry does not explain (no TTL, or a record newer than one still stored) was
+lost, evicted or deleted behind the storage's back, and ``get_latest`` and listing raise
+:class:`~storages.errors.CheckpointCorruptedError` naming it instead of answering with an older
+checkpoint or a shorter list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from ..base import IndexEntry, StoredBody, WalkRecords
+from ..contract import CheckpointID, CheckpointInfo
+from ..errors import CheckpointCorruptedError
+from .client import RedisConnection
+from .commit import SlotSpan
+from .keys import split_member
+from .replies import body_pairs, optional_text, text
+from .scripts import Fetch, Latest, ListIds, Load, Page, Read, Walk
+
+PAGE_SIZE = 500
+"""list_checkpoints reads bodies in pages of this many, one script call per page (a page of
+bodies is about a megabyte); list_checkpoint_ids reads the whole index in one call."""
+
+
+class Reads:
+    def __init__(self, connection: RedisConnection, span: SlotSpan) -> None:
+        self.connection = connection
+        self.keys = connection.keys
+        self.span = span
+
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        # The script returns the nested bodies with the body and the index fields the decoded
+        # body is checked against: one round trip, one consistent snapshot.
+        located = await self.span.locate("load", checkpoint_id)
+        if located is None:
+            return None
+        call = Load(route=located.route, id=checkpoint_id, given_home=located.given_home)
+        reply = await self.connection.run("load", call)
+        if reply is None:
+            return None
+        body, workflow_name, previous_id, signature = reply[:4]
+        entry = IndexEntry(
+            workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
+        )
+        nested = body_pairs(reply, 4) if len(reply) > 4 else None
+        return StoredBody(checkpoint_id, body, nested, entry)
+
+    async def read(self, operation: str, checkpoint_id: CheckpointID, what: str) -> Any:
+        located = await self.span.locate(operation, checkpoint_id)
+        if located is None:
+            return None
+        call = Read(route=located.route, id=checkpoint_id, given_home=located.given_home, what=what)
+        return await self.connection.run(operation, call)
+
+    async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        found: dict[CheckpointID, bytes] = {}
+        for container_id in checkpoint_ids:
+            found.update(body_pairs(await self.read("load", container_id, "nested") or []))
+        return found
+
+    async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        reply = await self.read("list_nested", checkpoint_id, "children")
+        return None if reply is None else [text(child) for child in reply[0]]
+
+    async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        reply = await self.read("checkpoint_info", checkpoint_id, "info")
+        return None if reply is None else info_from(checkpoint_id, reply)
+
+    async def latest(self, workflow_name: str, signature: str | None) -> StoredBody | None:
+        call = Latest(index=self.keys.index(workflow_name, signature), home=workflow_name)
+        reply = await self.connection.run("get_latest", call)
+        if reply is None:
+            return None
+        if len(reply) == 1:
+            raise lost_entry("get_latest", workflow_name, signature, text(reply[0]), 1)
+        nested = body_pairs(reply, 2) if len(reply) > 2 else None
+        return StoredBody(text(reply[0]), reply[1], nested)
+
+    async def list_ids(
+        self, workflow_name: str, signature: str | None, include_nested: bool
+    ) -> list[CheckpointID]:
+        operation = "list_checkpoint_ids"
+        call = ListIds(
+            index=self.keys.index(workflow_name, signature), home=workflow_name, with_scores=include_nested
+        )
+        entries, lost, first_lost = await self.connection.run(operation, call)
+        if lost:
+            raise lost_entry(operation, workflow_name, signature, text(first_lost), int(lost))
+        if not include_nested:
+            return list(map(bytes.decode, entries))
+        rows: list[tuple[float, CheckpointID, bytes | None]] = [
+            (float(entries[i + 1]), entries[i].decode(), None) for i in range(0, len(entries), 2)
+        ]
+        rows += await self._nested_rows(operation, workflow_name, signature, with_bodies=False)
+        rows.sort(key=lambda row: row[0])
+        return [checkpoint_id for _, checkpoint_id, _ in rows]
+
+    async def list_bodies(
+        self, workflow_name: str, signature: str | None, include_nested: bool
+    ) -> list[StoredBody]:
+        """(sequence, id, body) of the workflow's records in sequence order, read page by page."""
+        operation = "list_checkpoints"
+        index = self.keys.index(workflow_name, signature)
+        rows: list[tuple[float, CheckpointID, bytes | None]] = []
+        gone: list[tuple[float, CheckpointID]] = []
+        after = "-inf"
+        while True:
+            call = Page(index=index, home=workflow_name, after=after, limit=PAGE_SIZE)
+            flat, last, flat_gone = await self.connection.run(operation, call)
+            for position in range(0, len(flat), 3):
+                rows.append((float(flat[position + 1]), text(flat[position]), bytes(flat[position + 2])))
+            for position in range(0, len(flat_gone), 2):
+                gone.append((float(flat_gone[position + 1]), text(flat_gone[position])))
+            if last is None:
+                break
+            after = text(last)
+        if gone:
+            # With a TTL, records expire oldest first, so entries older than every record still
+            # stored are expired ones; any other entry without its record is a lost checkpoint.
+            oldest_stored = rows[0][0] if rows else float("inf")
+            lost = gone if self.connection.settings.ttl is None else [e for e in gone if e[0] > oldest_stored]
+            if lost:
+                raise lost_entry(operation, workflow_name, signature, lost[0][1], len(lost))
+        if include_nested:
+            rows += await self._nested_rows(operation, workflow_name, signature, with_bodies=True)
+            rows.sort(key=lambda row: row[0])
+        return [StoredBody(checkpoint_id, body) for _, checkpoint_id, body in rows if body is not None]
+
+    async def _nested_rows(
+        self, operation: str, workflow_name: str, signature: str | None, *, with_bodies: bool
+    ) -> list[tuple[float, CheckpointID, bytes | None]]:
+        """(sequence, id, body) of the records named ``workflow_name`` nested in any checkpoint."""
+        client = self.connection.client
+        members = await self.connection.call(
+            operation, client.zrange(self.keys.nested(workflow_name), 0, -1, withscores=True)
+        )
+        by_home: dict[str, list[tuple[CheckpointID, float]]] = {}
+        for member, score in members:
+            home, checkpoint_id = split_member(text(member))
+            by_home.setdefault(home, []).append((checkpoint_id, float(score)))
+        rows: list[tuple[float, CheckpointID, bytes | None]] = []
+        for home, entries in by_home.items():
+            replies = await self.fetch(
+                operation, home, [checkpoint_id for checkpoint_id, _ in entries], "body"
+            )
+            for (checkpoint_id, score), reply in zip(entries, replies, strict=True):
+                if reply is None:
+                    continue  # a pointer to a record that expired or was never completed
+                body, record_signature = bytes(reply[0]), text(reply[1])
+                if signature is None or record_signature == signature:
+                    rows.append((score, checkpoint_id, body if with_bodies else None))
+        return rows
+
+    async def fetch(
+        self, operation: str, home: str, checkpoint_ids: list[CheckpointID], what: str
+    ) -> list[Any]:
+        replies: list[Any] = []
+        for start in range(0, len(checkpoint_ids), PAGE_SIZE):
+            call = Fetch(
+                route=self.keys.top(home), home=home, what=what, ids=checkpoint_ids[start : start + PAGE_SIZE]
+            )
+            replies += await self.connection.run(operation, call)
+        return replies
+
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        operation = "walk_ancestry" if with_bodies else "walk_ancestry_ids"
+        client = self.connection.client
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        start: CheckpointID | None = checkpoint_id
+        while start is not None and len(links) < max_depth:
+            located = await self.span.locate(operation, start)
+            reply = None
+            if located is not None:
+                call = Walk(
+                    route=located.route,
+                    start=start,
+                    given_home=located.given_home,
+                    depth=max_depth - len(links),
+                    with_bodies=with_bodies,
+                )
+                reply = await self.connection.run(operation, call)
+            if reply is None or (not reply[0] and optional_text(reply[3]) == start):
+                # Cluster only: no pointer for this id, or a pointer whose record is gone
+                # (expired, or a save that never completed).
+                if await self.connection.call(operation, client.exists(self.keys.pruned(start))):
+                    tombstones.add(start)
+                break
+            flat_links, flat_bodies, flat_tombstones, unresolved = reply
+            for position in range(0, len(flat_links), 2):
+                links[text(flat_links[position])] = optional_text(flat_links[position + 1])
+            bodies.update(body_pairs(flat_bodies))
+            tombstones.update(text(item) for item in flat_tombstones)
+            # On a cluster the chain may continue in another workflow's slot: one more call there.
+            start = optional_text(unresolved)
+            if start is not None and start in links:
+                break
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+    async def records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        operation = "list_records"
+        if workflow_name is not None:
+            names = [workflow_name]
+        else:
+            names = sorted(
+                set(await self.connection.scan_workflows(operation, "top"))
+                | set(await self.connection.scan_workflows(operation, "nested"))
+            )
+        client = self.connection.client
+        infos: list[CheckpointInfo] = []
+        for name in names:
+            top = await self.connection.call(operation, client.zrange(self.keys.top(name), 0, -1))
+            by_home: dict[str, list[CheckpointID]] = {name: [text(i) for i in top]}
+            for member in await self.connection.call(operation, client.zrange(self.keys.nested(name), 0, -1)):
+                home, checkpoint_id = split_member(text(member))
+                by_home.setdefault(home, []).append(checkpoint_id)
+            for home, ids in by_home.items():
+                replies = await self.fetch(operation, home, ids, "info")
+                infos += [
+                    info_from(i, reply) for i, reply in zip(ids, replies, strict=True) if reply is not None
+                ]
+        return infos
+
+    async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        operation = "list_tombstones"
+        names = (
+            [workflow_name]
+            if workflow_name is not None
+            else await self.connection.scan_workflows(operation, "tombs")
+        )
+        found: set[CheckpointID] = set()
+        for name in names:
+            members = await self.connection.call(
+                operation, self.connection.client.smembers(self.keys.tombstones(name))
+            )
+            found.update(text(member) for member in members)
+        return found
+
+
+def info_from(checkpoint_id: CheckpointID, reply: Sequence[Any]) -> CheckpointInfo:
+    workflow_name, previous, signature, container, sequence, size = reply
+    return CheckpointInfo(
+        checkpoint_id=checkpoint_id,
+        workflow_name=text(workflow_name),
+        previous_checkpoint_id=optional_text(previous),
+        graph_signature_hash=text(signature),
+        container_id=optional_text(container),
+        sequence=int(sequence),
+        size=int(size),
+    )
+
+
+def lost_entry(
+    operation: str, workflow_name: str, signature: str | None, checkpoint_id: CheckpointID, count: int
+) -> CheckpointCorruptedError:
+    """A checkpoint the index lists whose record is gone: evicted, or deleted behind our back.
+    Reads report it rather than skip it, and never answer with an older checkpoint instead."""
+    index = f"workflow {workflow_name!r}" + ("" if signature is None else f" (graph signature {signature!r})")
+    others = "" if count == 1 else f" ({count - 1} more index entries have lost their records too)"
+    instead = "fall back to an older checkpoint" if operation == "get_latest" else "skip lost checkpoints"
+    return CheckpointCorruptedError(
+        checkpoint_id,
+        f"{index} lists it, but its record is gone from the server{others}: evicted by its "
+        f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
+    )

@@ -1,0 +1,35 @@
+-- Remove a top-level record and everything nested in it; returns {workflow, id, ...} removed.
+local function drop_family(H, home, id)
+  local members = redis.call('LRANGE', fkey(H, id), 0, -1)
+  table.insert(members, 1, id)
+  local dropped = {}
+  for _, m in ipairs(members) do
+    local key = rkey(H, m)
+    local f = redis.call('HMGET', key, 'w', 's', 'c')
+    if f[1] then
+      if f[3] then
+        if INLINE then redis.call('ZREM', tag(f[1]) .. ':nested', nmember(home, m)) end
+      else
+        redis.call('ZREM', H .. ':top', m)
+        redis.call('ZREM', sigkey(H, f[2]), m)
+      end
+      redis.call('DEL', key, kkey(H, m))
+      if INLINE and redis.call('GET', lockey(m)) == home then redis.call('DEL', lockey(m)) end
+      table.insert(dropped, f[1])
+      table.insert(dropped, m)
+    end
+  end
+  redis.call('DEL', fkey(H, id))
+  return dropped
+end
+-- Workflow w's latest top-level id ('' for none): the newest index entry whose record exists,
+-- dropping entries whose record expired (write scripts only).
+local function head(w)
+  local H = tag(w)
+  while true do
+    local ids = redis.call('ZREVRANGE', H .. ':top', 0, 0)
+    if #ids == 0 then return '' end
+    if redis.call('EXISTS', rkey(H, ids[1])) == 1 then return ids[1] end
+    redis.call('ZREM', H .. ':top', ids[1])
+  end
+end

@@ -1,0 +1,22 @@
+-- Key names, as storages/redis/keys.py builds them: esc() writes '%', '{', '}' and ':' as %XX,
+-- so no id or name can end a hash tag early, add a key level, or name another key.
+local function escape_char(c) return string.format('%%%02X', string.byte(c)) end
+local function esc(s)
+  if not string.find(s, '[%%{}:]') then return s end
+  return (string.gsub(s, '[%%{}:]', escape_char))
+end
+local function tag(w) return P .. ':{' .. esc(w) .. '}' end
+local function rkey(h, id) return h .. ':r:' .. esc(id) end
+local function kkey(h, id) return h .. ':k:' .. esc(id) end
+local function fkey(h, id) return h .. ':f:' .. esc(id) end
+local function sigkey(h, s) return h .. ':sig:' .. esc(s) end
+local function lockey(id) return P .. ':{' .. esc(id) .. '}:loc' end
+local function prunedkey(id) return P .. ':{' .. esc(id) .. '}:pruned' end
+local function nmember(home, id) return esc(home) .. ':' .. esc(id) end
+local function touch(key) if TTL > 0 then redis.call('PEXPIRE', key, TTL) end end
+-- The home workflow of a record: looked up here on plain Redis, given by the client on a cluster.
+local function locate(id, given)
+  if INLINE then return redis.call('GET', lockey(id)) end
+  if given == '' then return false end
+  return given
+end

@@ -1,0 +1,24 @@
+-- The newest entry of an index of home (top or signature set), read only: false for an empty
+-- index; {id, body, then id, body, ... of every record nested in it}; or {id} alone when the
+-- newest entry's record is gone and expiry does not explain it: never an older entry.
+local H = tag(home)
+local newest = redis.call('ZREVRANGE', index, 0, 0)
+if #newest == 0 then return false end
+local id = newest[1]
+local body = redis.call('HGET', rkey(H, id), 'b')
+if body then
+  local out = {id, body}
+  descendants(H, id, out)
+  return out
+end
+if TTL == 0 then return {id} end
+-- With a TTL, records expire oldest first: the newest one gone is expiry only if all are gone.
+local start = 1
+while true do
+  local older = redis.call('ZREVRANGE', index, start, start + 499)
+  if #older == 0 then return false end
+  for _, other in ipairs(older) do
+    if redis.call('EXISTS', rkey(H, other)) == 1 then return {id} end
+  end
+  start = start + 500
+end

@@ -1,0 +1,71 @@
+-- The general save: a top-level record (records[1]) and the records nested in it, all stored in
+-- home's slot. Returns {'ok'}, {'exists', digest} or {'conflict', id}; fenced, also
+-- {'exists', digest, latest} or {'stale', latest}.
+local H = tag(home)
+-- The key of the record stored under id, if any. On plain Redis every record has a location
+-- pointer written by the same script, so no pointer means no record, wherever it would live.
+local function stored(id)
+  local key
+  if INLINE then
+    local found = redis.call('GET', lockey(id))
+    if not found then return false end
+    key = rkey(tag(found), id)
+  else
+    key = rkey(H, id)
+  end
+  if redis.call('EXISTS', key) == 1 then return key end
+  return false
+end
+local top = records[1]
+local existing = stored(top.id)
+if existing then
+  if fenced then return {'exists', redis.call('HGET', existing, 'd'), head(home)} end
+  return {'exists', redis.call('HGET', existing, 'd')}
+end
+if fenced then
+  local latest = head(home)
+  if latest ~= expected then return {'stale', latest} end
+end
+for i = 2, #records do
+  if stored(records[i].id) then return {'conflict', records[i].id} end
+end
+for _, r in ipairs(records) do
+  local seq = r.sequence
+  if seq == '' then
+    local next_counter = tag(r.workflow) .. ':seq'
+    seq = redis.call('INCR', next_counter)
+    touch(next_counter)
+  end
+  local key = rkey(H, r.id)
+  local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
+  if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
+  if r.container ~= '' then
+    fields[#fields + 1] = 'c'; fields[#fields + 1] = r.container
+    fields[#fields + 1] = 'o'; fields[#fields + 1] = top.id
+  end
+  redis.call('HSET', key, unpack(fields))
+  touch(key)
+  if r.container == '' then
+    local signature = sigkey(H, r.signature)
+    redis.call('ZADD', H .. ':top', seq, r.id)
+    redis.call('ZADD', signature, seq, r.id)
+    touch(H .. ':top')
+    touch(signature)
+  else
+    redis.call('RPUSH', kkey(H, r.container), r.id)
+    touch(kkey(H, r.container))
+    redis.call('RPUSH', fkey(H, top.id), r.id)
+    touch(fkey(H, top.id))
+    if INLINE then
+      local index = tag(r.workflow) .. ':nested'
+      redis.call('ZADD', index, 'NX', seq, nmember(home, r.id))
+      touch(index)
+    end
+  end
+  if INLINE then
+    local location = lockey(r.id)
+    redis.call('SET', location, home)
+    touch(location)
+  end
+end
+return {'ok'}

@@ -1,0 +1,30 @@
+-- The common save on plain Redis, one top-level record with nothing nested: the writes of
+-- save.lua for that case, with the key names given, so the server runs only the commands it
+-- needs. Returns false when written, else the stored digest; fenced, {'exists', digest, latest}
+-- or {'stale', latest}.
+local found = redis.call('GET', pointer)
+if found then
+  local stored_digest = redis.call('HGET', rkey(tag(found), id), 'd')
+  if stored_digest then
+    if fenced then return {'exists', stored_digest, head(workflow)} end
+    return stored_digest
+  end
+end
+if fenced then
+  local latest = head(workflow)
+  if latest ~= expected then return {'stale', latest} end
+end
+local seq = redis.call('INCR', counter)
+if previous == '' then
+  redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
+else
+  redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
+    'p', previous)
+end
+redis.call('ZADD', top, seq, id)
+redis.call('ZADD', signature_index, seq, id)
+redis.call('SET', pointer, workflow)
+if TTL > 0 then
+  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
+end
+return false
