@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import CheckpointRecord
+from ..base import CheckpointRecord, nested_id_conflict
 from ..contract import CheckpointID
-from .commit import Located, SlotSpan, nested_conflict
+from .commit import Located, SlotSpan
 from .keys import nested_member
 from .replies import text
 from .scripts import Claim, UnlinkIf
@@ -64,7 +64,7 @@ class ClusterSlotSpan(SlotSpan):
             if digest is not None:
                 if index == 0:
                     return text(digest), []
-                raise nested_conflict(record.checkpoint_id, records)
+                raise nested_id_conflict(records, record.checkpoint_id)
             # A stale pointer: take it over.
             await connection.run("save", Claim(pointer=location, home=home, take_over=True))
         sequences: list[int | None] = [None] * len(records)

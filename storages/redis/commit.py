@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import CheckpointRecord, FenceCheck
+from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
-from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
+from ..errors import NestedCheckpointDeletionError
 from .client import RedisConnection
 from .replies import optional_id, pairs, text
 from .scripts import (
@@ -112,7 +112,7 @@ class Commits:
         if status == "exists":
             return text(reply[1])
         if status == "conflict":
-            raise nested_conflict(text(reply[1]), records)
+            raise nested_id_conflict(records, text(reply[1]))
         return None
 
     async def insert_fenced(
@@ -141,7 +141,7 @@ class Commits:
         if status == "exists":
             return FenceCheck(optional_id(reply[2]), text(reply[1]))
         if status == "conflict":
-            raise nested_conflict(text(reply[1]), records)
+            raise nested_id_conflict(records, text(reply[1]))
         return None
 
     async def _save_family(
@@ -205,14 +205,3 @@ class Commits:
         await self.span.after_removal("delete_workflow", pairs(removed), pruned_from=None)
         await self.span.after_workflow_deleted(workflow_name, tombstones)
         return int(count)
-
-
-def nested_conflict(
-    checkpoint_id: CheckpointID, records: Sequence[CheckpointRecord]
-) -> CheckpointConflictError:
-    container = next((r.container_id for r in records if r.checkpoint_id == checkpoint_id), None)
-    return CheckpointConflictError(
-        checkpoint_id,
-        f"embedded in checkpoint {container!r}, but a record with this id is already stored; "
-        "an embedded checkpoint needs an id of its own",
-    )

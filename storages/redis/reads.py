@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ..base import IndexEntry, StoredBody, WalkRecords
+from ..base import IndexEntry, StoredBody, WalkRecords, info_from_index
 from ..contract import CheckpointID, CheckpointInfo
 from ..errors import CheckpointCorruptedError
 from .client import RedisConnection
@@ -68,7 +68,7 @@ class Reads:
 
     async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         reply = await self.read("checkpoint_info", checkpoint_id, "info")
-        return None if reply is None else info_from(checkpoint_id, reply)
+        return None if reply is None else info_from_index(checkpoint_id, *reply)
 
     async def latest(self, workflow_name: str, signature: str | None) -> StoredBody | None:
         call = Latest(index=self.keys.index(workflow_name, signature), home=workflow_name)
@@ -222,7 +222,9 @@ class Reads:
             for home, ids in by_home.items():
                 replies = await self.fetch(operation, home, ids, "info")
                 infos += [
-                    info_from(i, reply) for i, reply in zip(ids, replies, strict=True) if reply is not None
+                    info_from_index(i, *reply)
+                    for i, reply in zip(ids, replies, strict=True)
+                    if reply is not None
                 ]
         return infos
 
@@ -240,19 +242,6 @@ class Reads:
             )
             found.update(text(member) for member in members)
         return found
-
-
-def info_from(checkpoint_id: CheckpointID, reply: Sequence[Any]) -> CheckpointInfo:
-    workflow_name, previous, signature, container, sequence, size = reply
-    return CheckpointInfo(
-        checkpoint_id=checkpoint_id,
-        workflow_name=text(workflow_name),
-        previous_checkpoint_id=optional_text(previous),
-        graph_signature_hash=text(signature),
-        container_id=optional_text(container),
-        sequence=int(sequence),
-        size=int(size),
-    )
 
 
 def lost_entry(

@@ -143,17 +143,6 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     def describe(self) -> str:
         return self._connection.describe()
 
-    def new_handle(self) -> Self:
-        return type(self)(
-            self._connection.injected,
-            url=self._connection.url,
-            prefix=self.prefix,
-            ttl=self.ttl,
-            codec=self._codec,
-            client_options=self._connection.client_options,
-            allow_evicting_policy=self._settings.allow_evicting_policy,
-        )
-
     # ------------------------------------------------------------------ lifecycle
 
     async def _open(self) -> None:
