@@ -33,6 +33,10 @@ def wal_frames(path: Path, page_size: int) -> int:
     return max(0, size - 32) // (page_size + 24)
 
 
+def _make(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+
+
 class _CountingQueue:
     """Stands in for aiosqlite's queue on the loop's side (its thread keeps the real one)."""
 
@@ -70,6 +74,7 @@ async def _per_save(
 
 
 async def measure(directory: Path) -> dict[str, dict[str, float]]:
+    _make(directory)
     base = template(WorkflowCheckpoint)
     body = CheckpointCodec().encode_checkpoint(base)
     ours_path = directory / "ours.db"

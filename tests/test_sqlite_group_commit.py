@@ -122,3 +122,14 @@ async def test_closing_waits_for_the_groups_already_on_the_thread(tmp_path: Path
     ids = await asyncio.gather(*saves)
     async with SQLiteCheckpointStorage(tmp_path / "x.db") as reopened:
         assert await reopened.list_checkpoint_ids(workflow_name="wf") == ids
+
+
+async def test_the_targets_table_reports_the_counts_next_to_the_sqlite_ratios(tmp_path: Path) -> None:
+    from bench.report import _target_note
+
+    counts = await measure(tmp_path)
+    medians = {"sqlite/ours-full": 500.0, "sqlite/raw-full": 200.0, "sqlite/asyncsqlitesaver": 450.0}
+    note = _target_note("sqlite_save_vs_raw_full", {"medians_us": medians, "sqlite_counts": counts})
+    assert f"ours {counts['ours']['wal_frames']:.1f}" in note
+    assert "hand-offs per save: ours 1, raw 1" in note
+    assert "pages written" not in _target_note("sqlite_save_vs_raw_full", {"medians_us": medians})

@@ -163,9 +163,7 @@ class SQLiteClient:
             with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
                 loop.call_soon_threadsafe(self._settle_group, loop, connection, group, outcomes)
 
-        # aiosqlite's own queue, as _release_abandoned uses it: with no future of aiosqlite's,
-        # the answer comes back only through commit_on_thread's callback.
-        connection._tx.put_nowait((None, commit_on_thread))
+        hand_to_thread(connection, commit_on_thread)
 
     def _settle_group(
         self,
@@ -209,6 +207,15 @@ async def _on_thread(connection: aiosqlite.Connection, function: Callable[..., A
     queue, as its ``execute`` does; it has no public call for a function of ours)."""
     execute: Callable[..., Awaitable[Any]] = connection._execute
     return await execute(function, connection._conn, *args)
+
+
+def hand_to_thread(connection: aiosqlite.Connection, function: Callable[[], object]) -> None:
+    """Queue ``function()`` on the connection's thread without waiting for it: one hand-off.
+
+    aiosqlite's own queue, as ``_release_abandoned`` uses it, with no aiosqlite future: the
+    function reports back itself (a group commit's callback on the loop). Looked up at call
+    time, so bench/langgraph_workload.py can count these hand-offs with aiosqlite's own."""
+    connection._tx.put_nowait((None, function))
 
 
 def _prepare(connection: sqlite3.Connection, describe: str, synchronous: Synchronous) -> None:
