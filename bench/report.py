@@ -304,9 +304,17 @@ def _target_note(key: str, targets: dict[str, Any]) -> str:
         if key.endswith("asyncsqlitesaver")
         else medians[f"sqlite/raw-{mode}"]
     )
+    counts = targets.get("sqlite_counts")
+    pages = (
+        f"; pages written per save (WAL frames, load-independent): ours {counts['ours']['wal_frames']:.1f}, "
+        f"raw INSERT {counts['raw']['wal_frames']:.1f}; hand-offs per save: ours "
+        f"{counts['ours']['handoffs']:.0f}, raw {counts['raw']['handoffs']:.0f}"
+        if counts
+        else ""
+    )
     return (
         f"ours {fmt_us(ours)} µs, peer {fmt_us(peer)} µs: ours also encodes and digests the body, "
-        "updates three secondary indexes and the workflow's sequence row, in one hand-off"
+        f"updates three secondary indexes and the workflow's sequence row, in one hand-off{pages}"
     )
 
 

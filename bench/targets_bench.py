@@ -37,6 +37,7 @@ from storages.contract import WorkflowCheckpoint
 from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
+from . import sqlite_counts
 from .measure import AsyncCase, Budget, Measurement, ratio, time_async, time_sync
 from .workload import template
 
@@ -212,6 +213,7 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
     try:
         storage = await run_storage_targets(budget, directory)
         writers = await run_concurrency_targets(saves_each, rounds, directory)
+        counts = await sqlite_counts.measure(directory / "counts")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -245,6 +247,7 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
             "samples": writers,
         },
         "handles_over_shared": ratio(throughput["ours-handles"], throughput["ours-shared"]),
+        "sqlite_counts": counts,
     }
 
 

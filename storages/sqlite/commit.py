@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 
 from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
@@ -32,10 +31,27 @@ class Abandoned(Exception):
     """The caller was cancelled before the transaction committed; it was rolled back."""
 
 
+class Abandon:
+    """Set on the loop when a caller is cancelled, read on the connection's thread before COMMIT.
+
+    One boolean attribute: its store and load are atomic under the GIL, and the thread only
+    needs to see it before COMMIT, so no lock is needed (a ``Abandon`` builds a
+    condition and a lock per save: several microseconds on the save's path)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 @contextlib.contextmanager
-def immediate_transaction(
-    connection: sqlite3.Connection, abandon: threading.Event | None = None
-) -> Iterator[None]:
+def immediate_transaction(connection: sqlite3.Connection, abandon: Abandon | None = None) -> Iterator[None]:
     """One write transaction; rolled back if ``abandon`` is set before COMMIT (a cancelled caller
     gets nothing written, as a caller cancelled while waiting for the lock always did)."""
     connection.execute("BEGIN IMMEDIATE")
@@ -55,7 +71,7 @@ def immediate_transaction(
 
 def insert_family(
     connection: sqlite3.Connection,
-    abandon: threading.Event,
+    abandon: Abandon,
     records: Sequence[CheckpointRecord],
 ) -> str | None:
     """Insert a family whose top id is absent; else return the digest stored under that id."""
@@ -64,7 +80,7 @@ def insert_family(
 
 
 def insert_families(
-    connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], threading.Event]]
+    connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], Abandon]]
 ) -> list[str | BaseException | None]:
     """A group commit: the saves that queued up while the previous group was committing, in one
     transaction (one fsync for all of them), each in a savepoint of its own.
@@ -106,7 +122,7 @@ def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointR
 
 def insert_fenced(
     connection: sqlite3.Connection,
-    abandon: threading.Event,
+    abandon: Abandon,
     records: Sequence[CheckpointRecord],
     expected_latest_id: CheckpointID | None,
 ) -> FenceCheck | None:
@@ -162,7 +178,7 @@ def _row(record: CheckpointRecord, sequence: int) -> tuple[object, ...]:
     )
 
 
-def remove(connection: sqlite3.Connection, abandon: threading.Event, checkpoint_id: CheckpointID) -> bool:
+def remove(connection: sqlite3.Connection, abandon: Abandon, checkpoint_id: CheckpointID) -> bool:
     """Delete a top-level checkpoint and its nested records; refuse a nested one."""
     with immediate_transaction(connection, abandon):
         row = connection.execute(schema.SELECT_CONTAINER, (checkpoint_id,)).fetchone()
@@ -176,7 +192,7 @@ def remove(connection: sqlite3.Connection, abandon: threading.Event, checkpoint_
 
 def overwrite_body(
     connection: sqlite3.Connection,
-    abandon: threading.Event,
+    abandon: Abandon,
     checkpoint_id: CheckpointID,
     body: bytes,
     digest: str,
@@ -186,9 +202,7 @@ def overwrite_body(
     return cursor.rowcount > 0
 
 
-def prune(
-    connection: sqlite3.Connection, abandon: threading.Event, workflow_name: str, keep_last: int
-) -> int:
+def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, keep_last: int) -> int:
     """Delete all but the newest ``keep_last`` top-level checkpoints, leaving tombstones."""
     with immediate_transaction(connection, abandon):
         doomed = [str(row[0]) for row in connection.execute(schema.SELECT_PRUNED, (workflow_name, keep_last))]
@@ -199,7 +213,7 @@ def prune(
     return len(doomed)
 
 
-def delete_workflow(connection: sqlite3.Connection, abandon: threading.Event, workflow_name: str) -> int:
+def delete_workflow(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str) -> int:
     with immediate_transaction(connection, abandon):
         doomed = [str(row[0]) for row in connection.execute(schema.SELECT_TOP_IDS, (workflow_name,))]
         connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
