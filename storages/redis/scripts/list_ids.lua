@@ -1,10 +1,17 @@
 -- Every entry of an index of home (top or signature set) in sequence order, in one call, read
 -- only: {entries, lost, first lost id or false}. entries are the ids whose record is stored
--- (with scores: id, score, ...); lost counts the entries whose record is gone and which expiry
--- does not explain (no TTL, or newer than the oldest record still stored).
+-- (with scores, id, score, ..., when with_scores); lost counts the entries whose record is gone
+-- and which expiry does not explain (no TTL, or newer than the oldest record still stored).
+-- Scores are asked of ZRANGE only when they are returned: a reply of twice the size costs Lua
+-- more to convert than the existence check below.
 local H = tag(home)
-local rows = redis.call('ZRANGE', index, 0, -1, 'WITHSCORES')
-local n = #rows / 2
+local rows, step
+if with_scores then
+  rows, step = redis.call('ZRANGE', index, 0, -1, 'WITHSCORES'), 2
+else
+  rows, step = redis.call('ZRANGE', index, 0, -1), 1
+end
+local n = #rows / step
 -- Existence is checked a chunk at a time with one multi-key EXISTS (every key is in this slot);
 -- only a chunk that comes back short is looked at key by key.
 local CHUNK = 1000
@@ -13,7 +20,7 @@ local missing = false
 for first = 1, n, CHUNK do
   local last = math.min(first + CHUNK - 1, n)
   local keys = {}
-  for i = first, last do keys[#keys + 1] = rkey(H, rows[2 * i - 1]) end
+  for i = first, last do keys[#keys + 1] = rkey(H, rows[step * (i - 1) + 1]) end
   if redis.call('EXISTS', unpack(keys)) ~= #keys then
     missing = true
     for i = first, last do
@@ -21,12 +28,8 @@ for first = 1, n, CHUNK do
     end
   end
 end
+if not missing then return {rows, 0, false} end
 local out = {}
-if not missing then
-  if with_scores then return {rows, 0, false} end
-  for i = 1, n do out[i] = rows[2 * i - 1] end
-  return {out, 0, false}
-end
 -- With a TTL, records expire oldest first: entries older than every stored record expired.
 local oldest = false
 for i = 1, n do
@@ -34,14 +37,15 @@ for i = 1, n do
 end
 local lost, first_lost = 0, false
 for i = 1, n do
+  local id = rows[step * (i - 1) + 1]
   if present[i] == false then
     if TTL == 0 or (oldest and i > oldest) then
       lost = lost + 1
-      if not first_lost then first_lost = rows[2 * i - 1] end
+      if not first_lost then first_lost = id end
     end
   else
-    out[#out + 1] = rows[2 * i - 1]
-    if with_scores then out[#out + 1] = rows[2 * i] end
+    out[#out + 1] = id
+    if with_scores then out[#out + 1] = rows[step * i] end
   end
 end
 return {out, lost, first_lost}
