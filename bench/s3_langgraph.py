@@ -1,7 +1,7 @@
 """LangGraph pair for the S3 bench: the same graph through StorageSaver over our S3 storage and
 through StorageSaver over memory, interleaved in one run, with the S3 requests one run sends.
 
-The workload is bench/langgraph_bench.py's loop (a parent graph looping a two-node subgraph; each
+The workload is bench/langgraph_workload.py's loop (a parent graph looping a two-node subgraph; each
 superstep saves parent and subgraph checkpoints and their pending writes). No LangGraph saver for
 S3 exists to compare with (S3 savers are community-only), so the pair shows what S3 adds over the
 same saver on memory; the requests and their price are the figures to plan with.
@@ -16,7 +16,8 @@ from bench.s3_costs import cost_per_million, total
 
 
 async def measure(client: Any, counter: Any, bucket: str, *, supersteps: int, runs: int) -> dict[str, Any]:
-    from bench.langgraph_bench import build_loop, run_once
+    from bench.langgraph_workload import build_loop
+    from bench.langgraph_workload import run_graph as run_once
     from storages.langgraph import StorageSaver
     from storages.memory import InMemoryCheckpointStorage
     from storages.s3 import S3CheckpointStorage
