@@ -6,42 +6,5 @@ for backends inside and outside this project.
 
 from __future__ import annotations
 
-from .engine import (
-    CAPABILITY_PRIMITIVES,
-    CORE_PRIMITIVES,
-    DEFAULT_MAX_DEPTH,
-    OPTIONAL_HOOKS,
-    BaseCheckpointStorage,
-    CheckpointRecord,
-    FenceCheck,
-    IndexEntry,
-    MissingPrimitiveError,
-    StoredBody,
-    WalkRecords,
-    body_digest,
-    implemented_capabilities,
-    info_from_index,
-    is_writes_log_name,
-    nested_id_conflict,
-    writes_log_name,
-)
-
-__all__ = [
-    "CAPABILITY_PRIMITIVES",
-    "CORE_PRIMITIVES",
-    "DEFAULT_MAX_DEPTH",
-    "OPTIONAL_HOOKS",
-    "BaseCheckpointStorage",
-    "CheckpointRecord",
-    "FenceCheck",
-    "IndexEntry",
-    "MissingPrimitiveError",
-    "StoredBody",
-    "WalkRecords",
-    "body_digest",
-    "implemented_capabilities",
-    "info_from_index",
-    "is_writes_log_name",
-    "nested_id_conflict",
-    "writes_log_name",
-]
+from .engine import *  # noqa: F403 - this module is the engine's public names, by design
+from .engine import __all__ as __all__

@@ -56,6 +56,12 @@ def set_current_operation(operation: str) -> None:
     _current_operation.set(operation)
 
 
+def current_operation(default: str = "open") -> str:
+    """The public operation the running task is in, for a backend's messages (a failed connect
+    names the operation that needed it)."""
+    return _current_operation.get(default)
+
+
 def capabilities_needing(primitive: str) -> list[Capability]:
     """The capabilities whose table row names ``primitive``."""
     return [capability for capability, names in CAPABILITY_PRIMITIVES.items() if primitive in names]

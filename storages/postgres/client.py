@@ -52,7 +52,6 @@ class PostgresClient:
         self._injected_connection = connection
         self._pool: AsyncConnectionPool[Any] | None = pool
         self._abandoned: weakref.finalize[Any, Any] | None = None
-        self._opening: asyncio.Task[None] | None = None
         self.statements = 0
         """Statements sent so far (round trips; the kit's ``scale`` clauses count them)."""
 
@@ -64,15 +63,7 @@ class PostgresClient:
 
     async def open(self, operation: str) -> None:
         """Connect once (retrying like any operation), migrate the schema, then start the pool.
-
-        Concurrent first operations share one opening: the base may call this once per caller
-        when several start together, and each would otherwise start a pool of its own."""
-        opening = self._opening
-        if opening is None or (opening.done() and (opening.cancelled() or opening.exception() is not None)):
-            opening = self._opening = asyncio.get_running_loop().create_task(self._open(operation))
-        await asyncio.shield(opening)
-
-    async def _open(self, operation: str) -> None:
+        The engine opens a storage once, however many first operations start together."""
         if self._injected_connection is not None:
             if not self._injected_connection.autocommit:
                 raise StorageConfigurationError(
@@ -110,7 +101,6 @@ class PostgresClient:
     async def follow_loop(self) -> None:
         """Our pool's workers and locks belong to the old event loop: drop it without awaiting
         (that loop is usually closed) and let the next operation start a new one here."""
-        self._opening = None  # a task of the old loop
         if self.injected or self._pool is None:
             return
         _finish_connections(self._pool)

@@ -30,6 +30,7 @@ from ..base import (
 )
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..engine.primitives import current_operation
 from ..errors import StorageConfigurationError
 from ..integrity import IntegrityKeyInput
 from .client import Connection, PostgresClient
@@ -187,13 +188,11 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
             kind = "pool" if pool is not None else "connection"
             self._describe = f"postgresql {kind} (schema {self._options.schema!r})"
         self._url = url
-        self._injected: tuple[AsyncConnectionPool[Any] | None, Connection | None] = (pool, connection)
         self._client = PostgresClient(
             conninfo, self._options, self._describe, pool=pool, connection=connection
         )
         self._commits = PostgresCommits(self._client, self._options.schema)
         self._sql = _Queries(self._options.schema)
-        self._operation = "open"
 
     @classmethod
     def from_url(
@@ -241,12 +240,8 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _ready(self, operation: str) -> None:
-        self._operation = operation  # a failed connect names the operation that needed it
-        await super()._ready(operation)
-
     async def _open(self) -> None:
-        await self._client.open(self._operation)
+        await self._client.open(current_operation())
 
     async def _follow_loop(self) -> None:
         await self._client.follow_loop()
