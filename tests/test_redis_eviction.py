@@ -131,6 +131,31 @@ async def test_listing_reports_a_lost_checkpoint_instead_of_a_shorter_list(where
 
 @redis_mark
 @pytest.mark.parametrize("where", ["real", "fake"])
+async def test_listing_checks_an_escaped_id_under_its_own_key(where: str) -> None:
+    # The listing script builds the keys of ids that need no escaping by concatenation. The raw
+    # text of "x%3Ay" is the escaped form of "x:y", so its record must still be looked for under
+    # its own key: under the key its raw text names (x:y's record, listed under another graph
+    # signature, so not checked itself) the loss would hide.
+    async with _stores()[where]() as storage:
+        plain = [WorkflowCheckpoint("wf", "sig", checkpoint_id=f"plain-{index}") for index in range(450)]
+        escaped = WorkflowCheckpoint("wf", "sig", checkpoint_id="x%3Ay")
+        await storage.save(WorkflowCheckpoint("wf", "other", checkpoint_id="x:y"))
+        listed = [*plain[:300], escaped, *plain[300:]]
+        for checkpoint in listed:
+            await storage.save(checkpoint)
+        ids = [checkpoint.checkpoint_id for checkpoint in listed]
+        assert await storage.list_checkpoint_ids(workflow_name="wf", graph_signature_hash="sig") == ids
+        await _lose(storage, "wf", "x%3Ay")
+        for include_nested in (False, True):
+            with pytest.raises(CheckpointCorruptedError) as caught:
+                await storage.list_checkpoint_ids(
+                    workflow_name="wf", graph_signature_hash="sig", include_nested=include_nested
+                )
+            assert caught.value.checkpoint_id == "x%3Ay"
+
+
+@redis_mark
+@pytest.mark.parametrize("where", ["real", "fake"])
 async def test_with_a_ttl_only_what_expiry_explains_is_skipped(where: str) -> None:
     # Records expire oldest first: gone entries older than every stored record are expired ones.
     async with _stores(ttl="3600")[where]() as storage:

@@ -12,33 +12,51 @@ else
   rows, step = redis.call('ZRANGE', index, 0, -1), 1
 end
 local n = #rows / step
--- Existence is checked a chunk at a time with one multi-key EXISTS (every key is in this slot);
--- only a chunk that comes back short is looked at key by key.
-local CHUNK = 1000
-local present = {}
-local missing = false
+-- Existence is checked a chunk at a time with one multi-key EXISTS (every key is in this slot).
+-- Most ids need no escaping, which four plain searches over a block of them joined show
+-- (scores never need it): their keys are then built by concatenation alone. A pattern search,
+-- or esc() per id, was half the server's work per entry; a block of about 200 ids joins into
+-- one string (one joined string of every id was built through many intermediate ones).
+local CHUNK, BLOCK = 1000, 200
+local base = H .. ':r:'
+local function plain(first, last)
+  local joined = table.concat(rows, ' ', step * first - step + 1, step * last)
+  return not (string.find(joined, '%', 1, true) or string.find(joined, ':', 1, true)
+    or string.find(joined, '{', 1, true) or string.find(joined, '}', 1, true))
+end
+local keys = {}
+local complete = true
 for first = 1, n, CHUNK do
   local last = math.min(first + CHUNK - 1, n)
-  local keys = {}
-  for i = first, last do keys[#keys + 1] = rkey(H, rows[step * (i - 1) + 1]) end
-  if redis.call('EXISTS', unpack(keys)) ~= #keys then
-    missing = true
-    for i = first, last do
-      if redis.call('EXISTS', keys[i - first + 1]) == 0 then present[i] = false end
+  local count = 0
+  for block = first, last, BLOCK do
+    local block_last = math.min(block + BLOCK - 1, last)
+    local escape = not plain(block, block_last)
+    for i = block, block_last do
+      count = count + 1
+      local id = rows[step * i - step + 1]
+      if escape then keys[count] = rkey(H, id) else keys[count] = base .. id end
     end
   end
+  if redis.call('EXISTS', unpack(keys, 1, count)) ~= count then
+    complete = false
+    break
+  end
 end
-if not missing then return {rows, 0, false} end
+if complete then return {rows, 0, false} end
+-- Some record is gone: look at every entry, key by key.
+local present = {}
+for i = 1, n do present[i] = redis.call('EXISTS', rkey(H, rows[step * i - step + 1])) == 1 end
 local out = {}
 -- With a TTL, records expire oldest first: entries older than every stored record expired.
 local oldest = false
 for i = 1, n do
-  if present[i] ~= false then oldest = i; break end
+  if present[i] then oldest = i; break end
 end
 local lost, first_lost = 0, false
 for i = 1, n do
-  local id = rows[step * (i - 1) + 1]
-  if present[i] == false then
+  local id = rows[step * i - step + 1]
+  if not present[i] then
     if TTL == 0 or (oldest and i > oldest) then
       lost = lost + 1
       if not first_lost then first_lost = id end
