@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis_servers
@@ -62,3 +63,26 @@ def test_the_callgrind_child_runs_every_operation_it_counts() -> None:
     for pair in PAIRS:
         for op in pair:
             _child(redis_servers.redis_url(), op, 2, stored=5)
+
+
+async def test_the_server_callgrind_pairs_run_every_operation() -> None:
+    from bench.redis_server_callgrind import measure
+
+    calls: list[int] = []
+
+    async def count(operation: Any, runs: int) -> int:
+        for index in range(runs):
+            await operation(index)
+        calls.append(runs)
+        return runs
+
+    rows = await measure(redis_servers.redis_url(), redis_servers.fresh_prefix("cg"), count, 5)
+    assert [label.split(" @")[0] for label, _ in rows] == [
+        "list_checkpoint_ids",
+        "ZRANGE 0 -1",
+        "load",
+        "GET",
+        "save",
+        "SET+ZADD (pipelined)",
+    ]
+    assert len(calls) == 6

@@ -1,8 +1,12 @@
 -- Key names, as storages/redis/keys.py builds them: esc() writes '%', '{', '}' and ':' as %XX,
 -- so no id or name can end a hash tag early, add a key level, or name another key.
 local function escape_char(c) return string.format('%%%02X', string.byte(c)) end
+-- Four plain searches (memchr) cost the server less than one search for the character class.
 local function esc(s)
-  if not string.find(s, '[%%{}:]') then return s end
+  local find = string.find
+  if not (find(s, '%', 1, true) or find(s, ':', 1, true) or find(s, '{', 1, true) or find(s, '}', 1, true)) then
+    return s
+  end
   return (string.gsub(s, '[%%{}:]', escape_char))
 end
 local function tag(w) return P .. ':{' .. esc(w) .. '}' end

@@ -1,9 +1,12 @@
 -- What decoding a checkpoint needs, flat: {body, workflow, previous or false, signature, then
--- id, body, ... of every record nested in it}; false if it is not stored.
-local found = locate(id, given_home)
+-- id, body, ... of every record nested in it}; false if it is not stored. On plain Redis the
+-- route is the id's location pointer, so its name is not built again here.
+local found
+if INLINE then found = redis.call('GET', route) else found = locate(id, given_home) end
 if not found then return false end
-local H = tag(found)
-local out = redis.call('HMGET', rkey(H, id), 'b', 'w', 'p', 's')
+local H, escaped = tag(found), esc(id)
+local out = redis.call('HMGET', H .. ':r:' .. escaped, 'b', 'w', 'p', 's')
 if not out[1] then return false end
-descendants(H, id, out)
+-- Most records have nothing nested: descendants() (which reads the list again) only if it says so.
+if redis.call('EXISTS', H .. ':k:' .. escaped) == 1 then descendants(H, id, out) end
 return out
