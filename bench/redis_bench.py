@@ -457,7 +457,7 @@ def _target_verdicts(results: dict[str, Any]) -> list[str]:
         "ours is one script (location pointer, record hash, nested list) returning the body, the index "
         "fields the decoded body is checked against, and any nested bodies. Most of the gap is the "
         "script: a script's fixed cost and the body crossing into Lua and back (on the server, "
-        "`python -m bench.redis_server_callgrind`: about 105,000 instructions against 7,300 for the GET).",
+        "`python -m bench.redis_server_callgrind`: about 129,000 instructions against 6,100 for the GET).",
         f"Target list_checkpoint_ids ≤ {LIST_TARGET}{TIMES} ZRANGE (worse of @{medium:,} and @{large:,}): "
         f"{_verdict(worst['list'], LIST_TARGET)}. The floor is ZRANGE 0 -1 with the ids decoded; ours is one "
         "script that reads the same range and checks every entry's record exists (a multi-key EXISTS per "
