@@ -99,7 +99,7 @@ async def idempotent(ctx: ClauseContext) -> None:
     requires=_WRITES,
 )
 async def whole_workflow(ctx: ClauseContext) -> None:
-    first, second, third = await ctx.save_chain(ctx.workflow_name("whole"), 3)
+    first, _without_writes, third = await ctx.save_chain(ctx.workflow_name("whole"), 3)
     workflow = first.workflow_name
     await ctx.storage.put_writes(
         first.checkpoint_id,
@@ -130,8 +130,9 @@ async def whole_workflow(ctx: ClauseContext) -> None:
     ensure_equal(
         listed,
         expected,
-        f"list_workflow_writes({workflow!r}): per checkpoint, what list_writes returns (the first write per "
-        "(task, index), a special channel's latest), none for a checkpoint without writes or of another workflow",
+        f"list_workflow_writes({workflow!r}): per checkpoint, what list_writes returns (the first write "
+        "per (task, index), a special channel's latest), none for a checkpoint without writes or of "
+        "another workflow",
     )
 
 
