@@ -171,6 +171,9 @@ _PLAIN_VALUE_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
 """Value types whose msgpack form tells them apart (str from bytes, bool from int, ...) and that
 the codec stores as themselves, so equal msgpack means equal stored content."""
 
+_PLAIN_FIELD_TYPES = (str, int, str, str)
+"""Exact types of a write's task_id, index, channel and task_path on the codec-free path."""
+
 
 def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
     """A digest of the batch's content without the codec, when every field is a plain atom and
@@ -180,25 +183,17 @@ def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
     one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
     may be encoded otherwise by the codec while msgpack would not tell it apart."""
     atoms = _PLAIN_VALUE_ATOMS
-    rows: list[list[Any]] = []
-    for write in writes:
-        task_id, index, channel, value, task_path = (
-            write.task_id,
-            write.index,
-            write.channel,
-            write.value,
-            write.task_path,
-        )
-        if not (
-            type(task_id) is str and type(index) is int and type(channel) is str and type(task_path) is str
-        ):
+    rows = [(write.task_id, write.index, write.channel, write.task_path, write.value) for write in writes]
+    for task_id, index, channel, task_path, value in rows:
+        if (type(task_id), type(index), type(channel), type(task_path)) != _PLAIN_FIELD_TYPES:
             return None
-        if type(value) is list:
-            if not all(type(item) in atoms for item in value):
-                return None
-        elif type(value) not in atoms:
+        kind = type(value)
+        if kind is list:
+            for item in value:
+                if type(item) not in atoms:
+                    return None
+        elif kind not in atoms:
             return None
-        rows.append([task_id, index, channel, value, task_path])
     try:
         packed = ormsgpack.packb(rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
