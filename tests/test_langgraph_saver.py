@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
-from storages.langgraph import StorageSaver, _escape, stored_id_for, workflow_for
+from storages.langgraph import StorageSaver, escape_part, stored_id_for, workflow_for
 from storages.memory import InMemoryCheckpointStorage
 from storages.verify import verify
 
@@ -193,4 +193,4 @@ async def test_verify_and_listings_see_checkpoints_not_the_writes_logs() -> None
 @given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
 def test_names_escape_exactly_as_quote_does(text: str) -> None:
     # Workflow names are stored: the fast path must give quote(safe="")'s very output.
-    assert _escape(text) == quote(text, safe="")
+    assert escape_part(text) == quote(text, safe="")

@@ -93,6 +93,50 @@ async def idempotent(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "writes.whole_workflow",
+    "list_workflow_writes maps each checkpoint of a workflow that has writes to what list_writes returns "
+    "for it (one read for a whole history), and names no other checkpoint and no other workflow's.",
+    requires=_WRITES,
+)
+async def whole_workflow(ctx: ClauseContext) -> None:
+    first, _without_writes, third = await ctx.save_chain(ctx.workflow_name("whole"), 3)
+    workflow = first.workflow_name
+    await ctx.storage.put_writes(
+        first.checkpoint_id,
+        [PendingWrite("task", 0, "out", "first"), PendingWrite("task", -1, "__error__", "boom 1")],
+        workflow_name=workflow,
+    )
+    await ctx.storage.put_writes(
+        first.checkpoint_id,
+        [PendingWrite("task", 0, "out", "second"), PendingWrite("task", -1, "__error__", "boom 2")],
+        workflow_name=workflow,
+    )
+    await ctx.storage.put_writes(
+        third.checkpoint_id, [PendingWrite("other", 0, "out", 3)], workflow_name=workflow
+    )
+    (elsewhere,) = await ctx.save_chain(ctx.workflow_name("whole-elsewhere"), 1)
+    await ctx.storage.put_writes(
+        elsewhere.checkpoint_id,
+        [PendingWrite("stray", 0, "out", "no")],
+        workflow_name=elsewhere.workflow_name,
+    )
+    whole = await ctx.storage.list_workflow_writes(workflow_name=workflow)
+    ensure(isinstance(whole, dict), f"list_workflow_writes returned {whole!r:.120}, not a dict")
+    listed = {owner: _rows(writes) for owner, writes in whole.items()}
+    expected = {
+        first.checkpoint_id: [("task", 0, "out", "first", ""), ("task", -1, "__error__", "boom 2", "")],
+        third.checkpoint_id: [("other", 0, "out", 3, "")],
+    }
+    ensure_equal(
+        listed,
+        expected,
+        f"list_workflow_writes({workflow!r}): per checkpoint, what list_writes returns (the first write "
+        "per (task, index), a special channel's latest), none for a checkpoint without writes or of "
+        "another workflow",
+    )
+
+
+@clause(
     "writes.all_or_nothing",
     "A put_writes call with an invalid write raises InvalidCheckpointError and stores none of its writes.",
     requires=_WRITES,

@@ -8,6 +8,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import ormsgpack
+
 from ..contract import Capability, CheckpointID, PendingWrite, WorkflowCheckpoint, validate_identifier
 from ..errors import CheckpointCorruptedError
 from .primitives import StoragePrimitives
@@ -64,8 +66,11 @@ class PendingWritesLog(StoragePrimitives):
         # One record per call is what makes the call atomic on every backend: each primitive
         # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
         log = writes_log_name(workflow_name)
-        draft = _writes_batch(log, checkpoint_id, "", batch)
-        batch_id = _writes_batch_id(log, checkpoint_id, body_digest(self._codec.encode_checkpoint(draft)))
+        content_key = _plain_rows_key(batch)
+        if content_key is None:
+            draft = _writes_batch(log, checkpoint_id, "", batch)
+            content_key = "body:" + body_digest(self._codec.encode_checkpoint(draft))
+        batch_id = _writes_batch_id(log, checkpoint_id, content_key)
         body = self._codec.encode_checkpoint(_writes_batch(log, checkpoint_id, batch_id, batch))
         record = CheckpointRecord(
             checkpoint_id=batch_id,
@@ -93,12 +98,25 @@ class PendingWritesLog(StoragePrimitives):
         for stored in await self._list(log, checkpoint_id):
             if self._integrity is not None:
                 stored = self._opened_body(stored)[0]
-            batch = self._decode(stored, log, None, checkpoint_id)
-            for write in _batch_writes(batch):
-                key = (write.task_id, write.index)
-                if key not in merged or write.replaces_earlier:
-                    merged[key] = write
+            _merge(merged, _batch_writes(self._decode(stored, log, None, checkpoint_id)))
         return list(merged.values())
+
+    async def list_workflow_writes(self, *, workflow_name: str) -> dict[CheckpointID, list[PendingWrite]]:
+        """Every checkpoint's writes in a workflow, read at once: checkpoint id -> what
+        :meth:`list_writes` returns for it (checkpoints without writes are absent). One read of
+        the workflow's log instead of one per checkpoint, for a caller listing a whole history."""
+        self._require(Capability.PENDING_WRITES, "list_workflow_writes")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._ready("list_workflow_writes")
+        log = writes_log_name(workflow_name)
+        merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
+        for stored in await self._list(log, None):
+            if self._integrity is not None:
+                stored = self._opened_body(stored)[0]
+            # The owner the body names; _decode checks it against the index entry where there is one.
+            batch = self._decode(stored, log)
+            _merge(merged.setdefault(batch.graph_signature_hash, {}), _batch_writes(batch))
+        return {owner: list(writes.values()) for owner, writes in merged.items()}
 
     async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
         """Delete every write stored against a checkpoint; returns how many batches were deleted."""
@@ -144,9 +162,43 @@ def is_writes_log_name(name: str) -> bool:
     return name.startswith(_WRITES_LOG_PREFIX)
 
 
-def _writes_batch_id(log: str, owner_id: CheckpointID, content_digest: str) -> CheckpointID:
-    key = "\x00".join((log, owner_id, content_digest)).encode("utf-8", "surrogatepass")
+def _writes_batch_id(log: str, owner_id: CheckpointID, content_key: str) -> CheckpointID:
+    key = "\x00".join((log, owner_id, content_key)).encode("utf-8", "surrogatepass")
     return f"\x1fw\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
+
+
+_PLAIN_VALUE_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
+"""Value types whose msgpack form tells them apart (str from bytes, bool from int, ...) and that
+the codec stores as themselves, so equal msgpack means equal stored content."""
+
+_PLAIN_FIELD_TYPES = (str, int, str, str)
+"""Exact types of a write's task_id, index, channel and task_path on the codec-free path."""
+
+
+def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
+    """A digest of the batch's content without the codec, when every field is a plain atom and
+    every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), else None.
+
+    It names the batch as a digest of its encoded body would (distinct content, distinct key), for
+    one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
+    may be encoded otherwise by the codec while msgpack would not tell it apart."""
+    atoms = _PLAIN_VALUE_ATOMS
+    rows = [(write.task_id, write.index, write.channel, write.task_path, write.value) for write in writes]
+    for task_id, index, channel, task_path, value in rows:
+        if (type(task_id), type(index), type(channel), type(task_path)) != _PLAIN_FIELD_TYPES:
+            return None
+        kind = type(value)
+        if kind is list:
+            for item in value:
+                if type(item) not in atoms:
+                    return None
+        elif kind not in atoms:
+            return None
+    try:
+        packed = ormsgpack.packb(rows)
+    except (TypeError, ormsgpack.MsgpackEncodeError):
+        return None  # an int beyond 64 bits, a lone surrogate: the codec's path decides
+    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest()
 
 
 def _writes_batch(
@@ -163,6 +215,14 @@ def _writes_batch(
             ]
         },
     )
+
+
+def _merge(merged: dict[tuple[str, int], PendingWrite], writes: list[PendingWrite]) -> None:
+    """The reading rule: per (task_id, index) the first write kept, a special channel's latest."""
+    for write in writes:
+        key = (write.task_id, write.index)
+        if key not in merged or write.replaces_earlier:
+            merged[key] = write
 
 
 def _batch_writes(batch: Any) -> list[PendingWrite]:

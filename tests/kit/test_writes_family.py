@@ -62,6 +62,9 @@ class OneLogForAllWorkflows(InMemoryCheckpointStorage):
     async def delete_writes(self, checkpoint_id: str, *, workflow_name: str) -> int:
         return await super().delete_writes(checkpoint_id, workflow_name="shared")
 
+    async def list_workflow_writes(self, *, workflow_name: str) -> dict[str, list[PendingWrite]]:
+        return await super().list_workflow_writes(workflow_name="shared")
+
 
 class StoresWriteByWrite(InMemoryCheckpointStorage):
     """Stores each write of a call on its own, so a refused write leaves the earlier ones behind."""
@@ -118,10 +121,10 @@ def test_special_channels_keeping_first_fail_idempotent_only() -> None:
     caught_only_by(run_family(SpecialChannelsKeepFirst), "writes.idempotent", "boom 2")
 
 
-def test_one_log_for_all_workflows_fails_round_trip_and_retention() -> None:
+def test_one_log_for_all_workflows_fails_its_listings_and_retention() -> None:
     backend = run_family(OneLogForAllWorkflows)
     # Pruning and deleting a workflow reach its own log, so the shared log's writes survive too.
-    assert failed(backend) == {"writes.round_trip", "writes.go_with_checkpoints"}
+    assert failed(backend) == {"writes.round_trip", "writes.whole_workflow", "writes.go_with_checkpoints"}
     assert "under workflow" in backend.result("writes.round_trip").message
 
 
@@ -138,3 +141,24 @@ def test_undeclared_writes_are_skipped_here_and_caught_by_capabilities() -> None
     assert {result.outcome for result in backend.results} == {Outcome.SKIPPED}
     capabilities = support.run_family("capabilities", UndeclaredWrites)
     caught_only_by(capabilities, "capabilities.pending_writes", "UnsupportedOperationError")
+
+
+class WholeWorkflowListsEveryWrite(InMemoryCheckpointStorage):
+    """Reads a workflow's writes at once without the reading rule: a retried special channel keeps
+    its first value in a listed history (alist) while get_tuple shows the latest."""
+
+    async def list_workflow_writes(self, *, workflow_name: str) -> dict[str, list[PendingWrite]]:
+        log = writes_log_name(workflow_name)
+        whole: dict[str, list[PendingWrite]] = {}
+        for stored in await self._list(log, None):
+            batch = self._decode(stored, log)
+            whole.setdefault(batch.graph_signature_hash, []).extend(
+                PendingWrite(*row) for row in batch.state["writes"]
+            )
+        return whole
+
+
+def test_whole_workflow_writes_without_the_reading_rule_fail_whole_workflow_only() -> None:
+    caught_only_by(
+        run_family(WholeWorkflowListsEveryWrite), "writes.whole_workflow", "a special channel's latest"
+    )

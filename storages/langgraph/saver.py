@@ -1,129 +1,66 @@
-"""A LangGraph checkpointer over any storage of this project: :class:`StorageSaver`.
+"""StorageSaver: LangGraph's ``BaseCheckpointSaver`` over a storage that declares ``pending_writes``.
 
-``StorageSaver(storage)`` or ``async with StorageSaver.from_url("redis://...") as saver:`` then
-``builder.compile(checkpointer=saver)``. The mapping (docs/langgraph.md):
-
-* (thread_id, checkpoint_ns) is one workflow, named ``langgraph:<thread>:<ns>`` with both parts
-  percent-escaped, so distinct pairs never share a name and a thread's names share a prefix.
-* A LangGraph checkpoint id is per thread; ours are global. The stored id is
-  ``<langgraph id>@<digest of the workflow name>``, so ``copy_thread`` keeps LangGraph's ids in
-  the new thread without colliding with the source's.
-* The parent checkpoint is the previous id, so ancestry, pruning and verify see LangGraph's chain.
 * Checkpoints and metadata go through the saver's ``serde`` (LangGraph's allow-list and
   EncryptedSerializer apply); the storage's codec carries the resulting bytes and the envelope.
 * Pending writes use the storage's ``pending_writes`` capability: one batch per ``put_writes``
   call (atomic), per (task_id, idx) the first write kept and a special channel's latest.
+* Reads ask the storage as little as they can: ``alist`` reads a workflow's writes in one
+  ``list_workflow_writes`` call, and on a backend with I/O a load by id reads the checkpoint and
+  its writes concurrently.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
-from urllib.parse import quote, unquote
+from typing import Any
+from urllib.parse import unquote
 
-from .base import BaseCheckpointStorage
-from .contract import MAX_ID_LENGTH, Capability, PendingWrite, WorkflowCheckpoint
-from .errors import (
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..base import BaseCheckpointStorage
+from ..contract import Capability, PendingWrite, WorkflowCheckpoint
+from ..errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     InvalidCheckpointError,
-    InvalidCheckpointIdError,
-    MissingDependencyError,
     UnsupportedOperationError,
 )
-from .urls import open_storage
-
-try:
-    from langchain_core.runnables import RunnableConfig
-    from langgraph.checkpoint.base import (
-        WRITES_IDX_MAP,
-        BaseCheckpointSaver,
-        ChannelVersions,
-        Checkpoint,
-        CheckpointMetadata,
-        CheckpointTuple,
-        get_checkpoint_metadata,
-        writes_sort_key,
-    )
-    from langgraph.checkpoint.serde.base import SerializerProtocol
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise MissingDependencyError("StorageSaver", "langgraph", error.name or "langgraph") from error
-
-T = TypeVar("T")
-
-WORKFLOW_PREFIX = "langgraph:"
-"""Every workflow StorageSaver writes starts with this; other workflows of the store are ignored."""
-
-GRAPH_SIGNATURE = "langgraph"
-"""LangGraph has no graph signature; every stored checkpoint carries this constant instead."""
-
-_ID_DIGEST_CHARS = 32
-_NAME_CACHE_SIZE = 4096
-"""Workflow names (and their digests) remembered: a few per thread in use, bounded."""
+from ..urls import open_storage
+from .mapping import (
+    GRAPH_SIGNATURE,
+    config_for,
+    config_target,
+    older_than,
+    parse_workflow,
+    stored_id_for,
+    supersteps_done,
+    thread_prefix,
+    workflow_for,
+)
+from .sync import SyncMethods
 
 _Selection = list[tuple[str, str, str]]
 """(workflow name, thread_id, checkpoint_ns) triples; an alias because StorageSaver.list shadows list."""
-_Tuples = list[CheckpointTuple]
+
+_PER_CHECKPOINT_WRITES_UP_TO = 2
+"""An ``alist`` whose limit is at most this reads each tuple's writes by its checkpoint; a longer
+listing reads the workflow's whole writes log in one call."""
 
 
-def thread_prefix(thread_id: str) -> str:
-    """The start of the workflow name of every namespace of ``thread_id``."""
-    return f"{WORKFLOW_PREFIX}{_escape(thread_id)}:"
-
-
-@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
-def workflow_for(thread_id: str, checkpoint_ns: str) -> str:
-    """The workflow holding the checkpoints of one (thread_id, checkpoint_ns)."""
-    # Cached: every call of a run names the same few workflows, and escaping is most of the
-    # cost of naming one (a refused name raises, and exceptions are not cached).
-    name = thread_prefix(thread_id) + _escape(checkpoint_ns)
-    if len(name) > MAX_ID_LENGTH:
-        raise InvalidCheckpointIdError(
-            "thread_id",
-            thread_id,
-            f"with checkpoint_ns {checkpoint_ns!r} escapes to a {len(name)}-character workflow name; "
-            f"the limit is {MAX_ID_LENGTH}",
-        )
-    return name
-
-
-def stored_id_for(workflow_name: str, checkpoint_id: str) -> str:
-    """The storage's (global) id of LangGraph checkpoint ``checkpoint_id`` in a workflow."""
-    stored = f"{checkpoint_id}@{_workflow_digest(workflow_name)}"
-    if not isinstance(checkpoint_id, str) or len(stored) > MAX_ID_LENGTH:
-        raise InvalidCheckpointIdError(
-            "checkpoint_id",
-            checkpoint_id,
-            f"must be a str of at most {MAX_ID_LENGTH - _ID_DIGEST_CHARS - 1} characters",
-        )
-    return stored
-
-
-@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
-def _workflow_digest(workflow_name: str) -> str:
-    return hashlib.blake2b(workflow_name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _escape(text: str) -> str:
-    # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part. ASCII text
-    # (LangGraph's namespaces and most thread ids) takes a C-speed table giving quote's exact output.
-    if text.isascii():
-        return text.translate(_ASCII_QUOTED)
-    return quote(text, safe="")
-
-
-_ASCII_QUOTED = {
-    code: f"%{code:02X}" for code in range(128) if not (chr(code).isalnum() or chr(code) in "_.-~")
-}
-"""What ``quote(safe="")`` makes of each ASCII character it escapes (it keeps letters, digits, _.-~)."""
-
-
-class StorageSaver(BaseCheckpointSaver[str]):
+class StorageSaver(SyncMethods):
     """LangGraph's ``BaseCheckpointSaver`` over a storage that declares ``pending_writes``.
 
     Async first. The sync methods, as LangGraph's own async savers provide them, run the async
@@ -164,18 +101,32 @@ class StorageSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self.loop = asyncio.get_running_loop()
-        thread_id, checkpoint_ns, checkpoint_id = _target(config)
+        thread_id, checkpoint_ns, checkpoint_id = config_target(config)
         workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         if checkpoint_id is None:
             stored = await self._latest(workflow_name, thread_id, checkpoint_ns)
             if stored is None:
                 return None
-        else:
-            try:
-                stored = await self.storage.load(stored_id_for(workflow_name, checkpoint_id))
-            except CheckpointNotFoundError:
-                return None
-        return await self._tuple(stored, thread_id, checkpoint_ns)
+            return await self._tuple(stored, thread_id, checkpoint_ns)
+        stored_id = stored_id_for(workflow_name, checkpoint_id)
+        if not self._reads_concurrently:
+            stored = await self._load_if_stored(stored_id)
+            return None if stored is None else await self._tuple(stored, thread_id, checkpoint_ns)
+        # Both reads at once: the writes are found by the id asked for, not by the record.
+        loaded, writes = await asyncio.gather(
+            self._load_if_stored(stored_id),
+            self.storage.list_writes(stored_id, workflow_name=workflow_name),
+            return_exceptions=True,
+        )
+        if isinstance(loaded, BaseException):
+            raise loaded
+        if isinstance(writes, BaseException):
+            raise writes
+        if loaded is None:
+            return None
+        if loaded.workflow_name != workflow_name:
+            writes = None  # not where it was looked for: _tuple reads (and checks) its own workflow
+        return await self._tuple(loaded, thread_id, checkpoint_ns, writes=writes)
 
     async def alist(
         self,
@@ -194,7 +145,13 @@ class StorageSaver(BaseCheckpointSaver[str]):
             checkpoints = await self.storage.list_checkpoints(workflow_name=workflow_name)
             checkpoints.reverse()
             if before_id is not None:
-                checkpoints = _older_than(checkpoints, workflow_name, before_id)
+                checkpoints = older_than(checkpoints, workflow_name, before_id)
+            if not checkpoints:
+                continue
+            # The log is read after the checkpoints, as one list_writes per tuple would read it.
+            writes_by_id: dict[str, list[PendingWrite]] | None = None
+            if remaining is None or remaining > _PER_CHECKPOINT_WRITES_UP_TO:
+                writes_by_id = await self.storage.list_workflow_writes(workflow_name=workflow_name)
             for stored in checkpoints:
                 if remaining is not None and remaining <= 0:
                     return
@@ -208,7 +165,10 @@ class StorageSaver(BaseCheckpointSaver[str]):
                         metadata.get(key) == value for key, value in filter.items()
                     ):
                         continue
-                item = await self._tuple(stored, thread_id, checkpoint_ns, metadata)
+                writes = None
+                if writes_by_id is not None and stored.workflow_name == workflow_name:
+                    writes = writes_by_id.get(stored.checkpoint_id, [])
+                item = await self._tuple(stored, thread_id, checkpoint_ns, metadata, writes=writes)
                 if remaining is not None:
                     remaining -= 1
                 yield item
@@ -221,7 +181,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         self.loop = asyncio.get_running_loop()
-        thread_id, checkpoint_ns, parent_id = _target(config)
+        thread_id, checkpoint_ns, parent_id = config_target(config)
         workflow_name = self.workflow_name(thread_id, checkpoint_ns)
         checkpoint_id = checkpoint["id"]
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -234,7 +194,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
                 checkpoint_id=stored_id_for(workflow_name, checkpoint_id),
                 previous_checkpoint_id=None if parent_id is None else stored_id_for(workflow_name, parent_id),
                 timestamp=checkpoint["ts"],
-                iteration_count=_supersteps_done(full_metadata),
+                iteration_count=supersteps_done(full_metadata),
                 # Flat: every value an atom, so our codec carries the state without walking it.
                 state={
                     "thread_id": thread_id,
@@ -247,7 +207,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
                 },
             )
         )
-        return _config(config["configurable"]["thread_id"], checkpoint_ns, checkpoint_id)
+        return config_for(config["configurable"]["thread_id"], checkpoint_ns, checkpoint_id)
 
     async def aput_writes(
         self,
@@ -257,19 +217,17 @@ class StorageSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         self.loop = asyncio.get_running_loop()
-        thread_id, checkpoint_ns, checkpoint_id = _target(config)
+        thread_id, checkpoint_ns, checkpoint_id = config_target(config)
         if checkpoint_id is None:
             raise InvalidCheckpointError(
                 "put_writes needs a config with a checkpoint_id", field="checkpoint_id"
             )
         workflow_name = self.workflow_name(thread_id, checkpoint_ns)
+        dumps = self.serde.dumps_typed
         batch = [
+            # Positional: a frozen dataclass's keyword call costs a third more, per write.
             PendingWrite(
-                task_id=task_id,
-                index=WRITES_IDX_MAP.get(channel, position),
-                channel=channel,
-                value=list(self.serde.dumps_typed(value)),
-                task_path=task_path,
+                task_id, WRITES_IDX_MAP.get(channel, position), channel, list(dumps(value)), task_path
             )
             for position, (channel, value) in enumerate(writes)
         ]
@@ -347,68 +305,6 @@ class StorageSaver(BaseCheckpointSaver[str]):
             number = int(current.split(".")[0])
         return f"{number + 1:032}.{random.random():016}"  # noqa: S311 - a tie-breaker, not a secret
 
-    # ------------------------------------------------------------------ sync interface
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._sync(lambda: self.aget_tuple(config))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        async def collect() -> _Tuples:
-            return [item async for item in self.alist(config, filter=filter, before=before, limit=limit)]
-
-        yield from self._sync(collect)
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._sync(lambda: self.aput(config, checkpoint, metadata, new_versions))
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        self._sync(lambda: self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._sync(lambda: self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._sync(lambda: self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._sync(lambda: self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._sync(lambda: self.aprune(thread_ids, strategy=strategy))
-
-    def _sync(self, call: Callable[[], Awaitable[T]]) -> T:
-        loop = self.loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop or loop.is_closed():
-            raise asyncio.InvalidStateError(
-                "Synchronous calls to StorageSaver are only allowed from a thread other than the "
-                "event loop's that uses it; use the async interface (`await saver.aget_tuple(...)`, "
-                "`await graph.ainvoke(...)`)."
-            )
-
-        async def run() -> T:
-            return await call()
-
-        return asyncio.run_coroutine_threadsafe(run(), loop).result()
-
     # ------------------------------------------------------------------ mapping
 
     def _belongs(self, stored: Any, thread_id: str, checkpoint_ns: str) -> bool:
@@ -434,7 +330,7 @@ class StorageSaver(BaseCheckpointSaver[str]):
         thread_id = configurable.get("thread_id")
         if thread_id is None:
             names = await self.storage.list_workflows()
-            return [parsed for name in names if (parsed := _parse_workflow(name)) is not None]
+            return [parsed for name in names if (parsed := parse_workflow(name)) is not None]
         checkpoint_ns = configurable.get("checkpoint_ns")
         if checkpoint_ns is None:
             return await self._thread_workflows(str(thread_id))
@@ -445,10 +341,29 @@ class StorageSaver(BaseCheckpointSaver[str]):
         names = await self.storage.list_workflows()
         return [(name, thread_id, unquote(name[len(prefix) :])) for name in names if name.startswith(prefix)]
 
+    @property
+    def _reads_concurrently(self) -> bool:
+        # A backend with I/O (every durable one) overlaps two reads' round trips; in memory,
+        # the tasks gather would create cost more than the reads.
+        return Capability.DURABLE in self.storage.capabilities
+
+    async def _load_if_stored(self, stored_id: str) -> Any | None:
+        try:
+            return await self.storage.load(stored_id)
+        except CheckpointNotFoundError:
+            return None
+
     async def _tuple(
-        self, stored: Any, thread_id: str, checkpoint_ns: str, metadata: Any | None = None
+        self,
+        stored: Any,
+        thread_id: str,
+        checkpoint_ns: str,
+        metadata: Any | None = None,
+        *,
+        writes: Sequence[PendingWrite] | None = None,
     ) -> CheckpointTuple:
-        """The tuple of a record; ``metadata``, when given, is its already loaded metadata."""
+        """The tuple of a record; ``metadata``, when given, is its already loaded metadata, and
+        ``writes`` its pending writes already read (else they are read here)."""
         checkpoint_id = self._stored_field(stored, "checkpoint_id")
         if not self._belongs(stored, thread_id, checkpoint_ns):
             raise CheckpointCorruptedError(stored.checkpoint_id, "stored for another thread or namespace")
@@ -459,16 +374,16 @@ class StorageSaver(BaseCheckpointSaver[str]):
             raise CheckpointCorruptedError(
                 stored.checkpoint_id, "its LangGraph checkpoint is not the one indexed"
             )
-        workflow_name = stored.workflow_name
-        writes = await self.storage.list_writes(stored.checkpoint_id, workflow_name=workflow_name)
+        if writes is None:
+            writes = await self.storage.list_writes(stored.checkpoint_id, workflow_name=stored.workflow_name)
         pending = sorted(
             writes, key=lambda write: writes_sort_key(write.task_path, write.task_id, write.index)
         )
         parent = None
         if stored.previous_checkpoint_id is not None:
-            parent = _config(thread_id, checkpoint_ns, stored.previous_checkpoint_id.rpartition("@")[0])
+            parent = config_for(thread_id, checkpoint_ns, stored.previous_checkpoint_id.rpartition("@")[0])
         return CheckpointTuple(
-            config=_config(thread_id, checkpoint_ns, checkpoint_id),
+            config=config_for(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint=checkpoint,  # type: ignore[arg-type]
             metadata=metadata if isinstance(metadata, dict) else {},  # type: ignore[arg-type]
             parent_config=parent,
@@ -504,59 +419,4 @@ class StorageSaver(BaseCheckpointSaver[str]):
             ) from error
 
 
-def _supersteps_done(metadata: Any) -> int:
-    """LangGraph's ``step`` (-1 for the input checkpoint) as our iteration count: the supersteps
-    done when the checkpoint was taken."""
-    step = metadata.get("step") if isinstance(metadata, dict) else None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0
-
-
-def _target(config: RunnableConfig) -> tuple[str, str, str | None]:
-    configurable = config.get("configurable") or {}
-    thread_id = configurable.get("thread_id")
-    if thread_id is None:
-        raise InvalidCheckpointError("the config has no configurable.thread_id", field="thread_id")
-    checkpoint_ns = configurable.get("checkpoint_ns") or ""
-    if not isinstance(checkpoint_ns, str):
-        raise InvalidCheckpointError("configurable.checkpoint_ns must be a str", field="checkpoint_ns")
-    checkpoint_id = configurable.get("checkpoint_id")
-    return str(thread_id), checkpoint_ns, checkpoint_id or None
-
-
-def _config(thread_id: Any, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
-def _parse_workflow(name: str) -> tuple[str, str, str] | None:
-    if not name.startswith(WORKFLOW_PREFIX):
-        return None
-    thread, separator, namespace = name[len(WORKFLOW_PREFIX) :].partition(":")
-    if not separator:
-        return None
-    return name, unquote(thread), unquote(namespace)
-
-
-def _older_than(newest_first: list[Any], workflow_name: str, before_id: str) -> list[Any]:
-    """The checkpoints committed before the cursor when it is in this workflow; otherwise those
-    with a smaller LangGraph id, as LangGraph's savers compare."""
-    cursor = stored_id_for(workflow_name, before_id)
-    for position, stored in enumerate(newest_first):
-        if stored.checkpoint_id == cursor:
-            return newest_first[position + 1 :]
-    return [stored for stored in newest_first if stored.checkpoint_id.rpartition("@")[0] < before_id]
-
-
-__all__ = [
-    "GRAPH_SIGNATURE",
-    "WORKFLOW_PREFIX",
-    "StorageSaver",
-    "stored_id_for",
-    "thread_prefix",
-    "workflow_for",
-]
+__all__ = ["StorageSaver"]

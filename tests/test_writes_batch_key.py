@@ -1,0 +1,85 @@
+"""A write batch's id is a digest of its content: the codec-free key for plain batches must give
+distinct content distinct keys (else a new batch would be taken for a stored one and lost), and
+stay out of the way of anything msgpack would not tell apart."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from storages.contract import PendingWrite
+from storages.engine.writes import _plain_rows_key
+from storages.memory import InMemoryCheckpointStorage
+
+_ATOMS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(),
+    st.binary(),
+)
+_VALUES = st.one_of(_ATOMS, st.lists(_ATOMS, max_size=3))
+_WRITES = st.builds(
+    PendingWrite,
+    task_id=st.text(min_size=1, max_size=5),
+    index=st.integers(-4, 4),
+    channel=st.text(min_size=1, max_size=5),
+    value=_VALUES,
+    task_path=st.text(max_size=5),
+)
+
+
+def _typed(value: Any) -> Any:
+    """The value with every atom's type beside it: what the codec stores, compared exactly."""
+    if type(value) is list:
+        return ("list", tuple(_typed(item) for item in value))
+    return (type(value).__name__, repr(value))
+
+
+def _content(batch: list[PendingWrite]) -> Any:
+    return [(w.task_id, w.index, w.channel, _typed(w.value), w.task_path) for w in batch]
+
+
+@given(st.lists(_WRITES, min_size=1, max_size=3), st.lists(_WRITES, min_size=1, max_size=3))
+def test_plain_batches_share_a_key_only_when_their_content_is_equal(
+    first: list[PendingWrite], second: list[PendingWrite]
+) -> None:
+    first_key, second_key = _plain_rows_key(first), _plain_rows_key(second)
+    assert first_key is not None
+    assert second_key is not None
+    assert (first_key == second_key) == (_content(first) == _content(second))
+
+
+class _Index(enum.IntEnum):
+    ZERO = 0
+
+
+class _Text(str):
+    pass
+
+
+def test_what_msgpack_would_not_tell_apart_takes_the_codec_path() -> None:
+    for write in (
+        PendingWrite("task", 0, "out", ("a", b"b")),  # a tuple packs as a list would
+        PendingWrite("task", _Index.ZERO, "out", 1),  # an IntEnum as its int
+        PendingWrite(_Text("task"), 0, "out", 1),  # a str subclass as its str
+        PendingWrite("task", 0, "out", _Text("v")),
+        PendingWrite("task", 0, "out", {"a": 1}),  # containers beyond a flat list
+        PendingWrite("task", 0, "out", [["nested"]]),
+        PendingWrite("task", 0, "out", 2**64),  # beyond msgpack's ints
+        PendingWrite("task", 0, "out", bytearray(b"x")),
+    ):
+        assert _plain_rows_key([write]) is None, write
+
+
+async def test_a_tuple_batch_and_its_list_twin_are_both_kept() -> None:
+    storage = InMemoryCheckpointStorage()
+    await storage.put_writes("owner", [PendingWrite("task", -1, "__error__", ["a", b"b"])], workflow_name="w")
+    await storage.put_writes("owner", [PendingWrite("task", -1, "__error__", ("a", b"b"))], workflow_name="w")
+    (write,) = await storage.list_writes("owner", workflow_name="w")
+    assert write.value == ("a", b"b")
+    assert type(write.value) is tuple
