@@ -98,6 +98,9 @@ class TamperKind(str, enum.Enum):
     """A record's predecessor is not the record it was signed after."""
     PREDECESSOR_DELETED = "predecessor_deleted"
     """A record's predecessor was stored when it was signed and is gone, without a tombstone."""
+    UNRECEIPTED_TOMBSTONE = "unreceipted_tombstone"
+    """A record's predecessor is tombstoned as pruned, but no prune receipt signed with a key of
+    this storage vouches for it: a deletion with a forged tombstone."""
     ROLLED_BACK = "rolled_back"
     """The store is older than an anchor: its newest record is missing or was replaced."""
 
