@@ -49,12 +49,23 @@ SUBJECTS = ("save/plain", "save/keyed", "load/plain", "load/keyed")
 _TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 
-def _instructions(subject: str, calls: int, workdir: Path) -> int:
+def script_for(subject: str, calls: int) -> str:
+    """The program measured for ``subject`` ("save/keyed", ...): set-up, then ``calls`` calls."""
     operation, variant = subject.split("/")
-    script = f"{_SETUP.format(variant=variant)}\nfor _ in range({calls}):\n    {operation}()\n"
-    out = workdir / f"callgrind.{operation}.{variant}.{calls}.out"
+    return f"{_SETUP.format(variant=variant)}\nfor _ in range({calls}):\n    {operation}()\n"
+
+
+def _instructions(subject: str, calls: int, workdir: Path) -> int:
+    out = workdir / f"callgrind.{subject.replace('/', '.')}.{calls}.out"
     subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", script],
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-c",
+            script_for(subject, calls),
+        ],
         cwd=REPO_ROOT,
         check=True,
         capture_output=True,
