@@ -137,6 +137,17 @@ async def test_a_pruned_ancestor_is_not_tampering(storage_url: str) -> None:
         assert walk.end is AncestryEnd.PRUNED
 
 
+async def test_a_prune_receipt_is_checked_only_with_a_key() -> None:
+    async with InMemoryCheckpointStorage() as keyless:
+        with pytest.raises(StorageConfigurationError, match="check_prune_receipt needs an integrity key"):
+            await keyless.check_prune_receipt("cp", bytes(32))
+    async with InMemoryCheckpointStorage(integrity_key=KEY) as keyed:
+        with pytest.raises(CheckpointTamperedError, match="unreceipted_tombstone") as caught:
+            await keyed.check_prune_receipt("cp", bytes(32))
+        assert caught.value.checkpoint_id == "cp"
+        assert KEY.hex() not in str(caught.value)
+
+
 async def test_an_anchor_follows_later_saves_and_refuses_misuse(storage_url: str) -> None:
     async with open_storage(storage_url, integrity_key=KEY) as storage:
         empty = await storage.head_anchor(workflow_name="wf")

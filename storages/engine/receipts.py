@@ -70,10 +70,13 @@ class PruneReceipts(StoragePrimitives):
 
         def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]: ...
 
+        def _required_integrity(self, operation: str) -> IntegrityKeyProvider: ...
+
     async def check_prune_receipt(self, pruned_id: CheckpointID, signed_after: bytes) -> None:
         """Raise CheckpointTamperedError (``unreceipted_tombstone``) unless this storage's key
         signed a receipt for pruning the record stored under ``pruned_id`` with MAC
-        ``signed_after`` (the MAC its successor's seal holds)."""
+        ``signed_after`` (the MAC its successor's seal holds). Needs a key."""
+        self._required_integrity("check_prune_receipt")
         checkpoint_id = receipt_id(pruned_id, signed_after)
         raw = await self._get(checkpoint_id)
         if raw is None:
