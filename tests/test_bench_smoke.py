@@ -74,3 +74,16 @@ async def test_the_integrity_section_times_both_handles_on_both_storages() -> No
     assert alone["body_bytes"] > 2_000
     assert alone["seal"] > 0
     assert alone["check"] > 0
+
+
+@pytest.mark.memory
+def test_the_integrity_callgrind_programs_run_and_the_table_renders() -> None:
+    import subprocess
+    import sys
+
+    from bench.integrity_callgrind import REPO_ROOT, SUBJECTS, script_for, table
+
+    for subject in SUBJECTS:  # without valgrind: the programs it would measure must run
+        subprocess.run([sys.executable, "-c", script_for(subject, 2)], cwd=REPO_ROOT, check=True)
+    rendered = table({"save/plain": 100.0, "save/keyed": 110.0, "load/plain": 200.0, "load/keyed": 220.0})
+    assert "| save | 0 k | 0 k | +10.0% |" in rendered

@@ -203,6 +203,19 @@ async def snapshot_rollback(scene: Scene) -> None:
     assert [f.workflow_name for f in report.of_kind(FindingKind.ROLLED_BACK)] == [scene.workflow]
 
 
+async def forged_prune(scene: Scene) -> None:
+    """A deletion dressed as a prune: a writer without the key prunes, so no receipt is signed."""
+    oldest, after, newest = scene.ids()
+    assert await scene.attacker.prune(workflow_name=scene.workflow, keep_last=2) == 1
+    assert (await scene.attacker.walk_ancestry_ids(newest)).end is AncestryEnd.PRUNED  # it landed
+    walk = await scene.storage.walk_ancestry(newest)
+    assert (walk.end, walk.end_id) == (AncestryEnd.MISSING, oldest)
+    report = await verify(scene.storage, workflow_name=scene.workflow)
+    broken = report.of_kind(FindingKind.CHAIN_BROKEN)
+    assert [f.checkpoint_ids for f in broken] == [(after, oldest)], report.counts()
+    assert "unreceipted_tombstone" in broken[0].message
+
+
 EDITS: dict[str, Callable[[Scene], Awaitable[None]]] = {
     "content_tamper": content_tamper,
     "tail_truncation": tail_truncation,
@@ -213,6 +226,7 @@ EDITS: dict[str, Callable[[Scene], Awaitable[None]]] = {
     "rollback_replay": rollback_replay,
     "metadata_tamper": metadata_tamper,
     "snapshot_rollback": snapshot_rollback,
+    "forged_prune": forged_prune,
 }
 
 
@@ -275,3 +289,60 @@ async def test_a_nested_record_edited_behind_its_container_is_refused(storage_ma
         assert child.checkpoint_id in {f.checkpoint_ids[0] for f in report.of_kind(FindingKind.TAMPERED)}
     finally:
         await storage.aclose()
+
+
+async def test_a_keyed_prune_vouches_for_its_nested_records_and_a_keyless_one_does_not(
+    storage_maker: StorageMaker,
+) -> None:
+    template = storage_maker()
+    storage = template.with_integrity_key(KEY)
+    attacker = template.with_integrity_key(None)
+    try:
+        for pruner, end in ((storage, AncestryEnd.PRUNED), (attacker, AncestryEnd.MISSING)):
+            parent_workflow = f"harness-prune-parent-{end.value}"
+            child = WorkflowCheckpoint(
+                workflow_name=f"harness-prune-sub-{end.value}", graph_signature_hash="s"
+            )
+            first = WorkflowCheckpoint(
+                workflow_name=parent_workflow, graph_signature_hash="s", state={"sub": child}
+            )
+            await storage.save(first)
+            # A checkpoint continuing from the nested one, as a sub-workflow resumed from it saves.
+            resumed = WorkflowCheckpoint(
+                workflow_name=child.workflow_name,
+                graph_signature_hash="s",
+                previous_checkpoint_id=child.checkpoint_id,
+            )
+            await storage.save(resumed)
+            second = WorkflowCheckpoint(
+                workflow_name=parent_workflow,
+                graph_signature_hash="s",
+                previous_checkpoint_id=first.checkpoint_id,
+            )
+            await storage.save(second)
+            assert await pruner.prune(workflow_name=parent_workflow, keep_last=1) == 1
+            for walked, pruned in ((second, first), (resumed, child)):
+                walk = await storage.walk_ancestry(walked.checkpoint_id)
+                assert (walk.end, walk.end_id) == (end, pruned.checkpoint_id), walked.workflow_name
+            broken = {
+                f.checkpoint_ids
+                for workflow in (parent_workflow, child.workflow_name)
+                for f in (await verify(storage, workflow_name=workflow)).of_kind(FindingKind.CHAIN_BROKEN)
+            }
+            expected = (
+                set()
+                if end is AncestryEnd.PRUNED
+                else {
+                    (second.checkpoint_id, first.checkpoint_id),
+                    (resumed.checkpoint_id, child.checkpoint_id),
+                }
+            )
+            assert broken == expected
+        assert "harness-prune-parent-pruned" in await storage.list_workflows()
+        assert not [name for name in await storage.list_workflows() if not name.startswith("harness")]
+        await storage.delete_workflow(workflow_name="harness-prune-parent-pruned")
+        assert not await storage.list_tombstones(workflow_name="harness-prune-parent-pruned")
+    finally:
+        await storage.aclose()
+        await attacker.aclose()
+        await template.aclose()

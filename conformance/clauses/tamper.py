@@ -5,7 +5,8 @@ and then edits the store as someone with write access but without the key would:
 access (``read_raw_body`` / ``write_raw_body``), deletes, and saves from a handle without a key.
 These are the nine at-rest edits of external tamper suites (content, tail truncation, middle
 deletion, reorder, forged insert, cross-context replay, rollback replay, metadata, whole-store
-snapshot rollback). Every clause has its controls: the unedited store verifies, and the edit
+snapshot rollback), and a prune by a writer without the key (a deletion behind a tombstone).
+Every clause has its controls: the unedited store verifies, and the edit
 really landed (the keyless view shows it), so a pass is never a no-op.
 
 Truncation, rollback replay and snapshot rollback leave only authentic records behind; no key
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from storages.contract import Capability
+from storages.contract import AncestryEnd, Capability
 from storages.errors import CheckpointNotFoundError, CheckpointTamperedError
 from storages.integrity import IntegrityKeys, TamperKind, is_sealed, split_sealed
 
@@ -236,6 +237,77 @@ async def middle_deletion(ctx: ClauseContext) -> None:
         ensure(
             any(last in f.checkpoint_ids for f in report.of_kind(FindingKind.CHAIN_BROKEN)),
             f"verify did not report {last!r} as signed after the deleted {middle!r}: {report.counts()}",
+        )
+
+
+@clause(
+    "tamper.forged_prune",
+    "Tombstones left by a prune without the key end walks missing and verify reports them; keyed ones pass.",
+    requires=(*_BASE, Capability.PRUNE, Capability.ANCESTRY),
+)
+async def forged_prune(ctx: ClauseContext) -> None:
+    async with keyed(ctx) as storage:
+        # Control: a keyed prune's tombstone ends a walk as pruned, and verifies.
+        genuine = await _chain(ctx, storage, "prune-genuine", 3)
+        await _expect_prune_end(ctx, storage, genuine, AncestryEnd.PRUNED, "a prune with the key")
+        # The tombstones of a prune without the key (a deletion dressed as a prune), and of one
+        # with a key this storage does not trust, vouch for nothing.
+        async with keyless(storage) as attacker:
+            forged = await _chain(ctx, storage, "prune-forged", 3)
+            ensure_equal(
+                await attacker.prune(workflow_name=forged[0].workflow_name, keep_last=2), 1, "pruned"
+            )
+            landed = await attacker.walk_ancestry_ids(forged[-1].checkpoint_id)
+            ensure(
+                landed.end is AncestryEnd.PRUNED and landed.end_id == forged[0].checkpoint_id,
+                f"the forged prune did not land: the index walk ended {landed.end} at {landed.end_id!r}",
+            )
+            await _expect_prune_end(
+                ctx, storage, forged, AncestryEnd.MISSING, "a prune without the key", pruned=True
+            )
+        async with keyed(ctx, IntegrityKeys(ATTACKER_KEY)) as outsider:
+            foreign = await _chain(ctx, storage, "prune-foreign", 3)
+            await _expect_prune_end(
+                ctx, outsider, foreign, AncestryEnd.MISSING, "a prune with an untrusted key", reader=storage
+            )
+
+
+async def _expect_prune_end(
+    ctx: ClauseContext,
+    pruner: Any,
+    chain: list[Any],
+    end: AncestryEnd,
+    what: str,
+    *,
+    pruned: bool = False,
+    reader: Any = None,
+) -> None:
+    """Prune the oldest of ``chain`` through ``pruner`` (unless ``pruned``), then walk and verify
+    through ``reader`` (default: ``pruner``): the walk must end ``end`` at the pruned record, and
+    verify must report the record after it exactly when the walk ends missing."""
+    reader = pruner if reader is None else reader
+    workflow, oldest, after = chain[0].workflow_name, chain[0].checkpoint_id, chain[1].checkpoint_id
+    if not pruned:
+        ensure_equal(
+            await pruner.prune(workflow_name=workflow, keep_last=2), 1, f"{what}: checkpoints pruned"
+        )
+    walk = await reader.walk_ancestry(chain[-1].checkpoint_id)
+    ensure(
+        walk.end is end and walk.end_id == oldest,
+        f"after {what}, the walk from {chain[-1].checkpoint_id!r} ended {walk.end} at {walk.end_id!r}, "
+        f"not {end} at {oldest!r}",
+    )
+    if not ctx.has(Capability.INSPECT):
+        return
+    from storages.verify import FindingKind, verify
+
+    report = await verify(reader, workflow_name=workflow)
+    if end is AncestryEnd.PRUNED:
+        ensure(report.ok, f"after {what}, verify found {[f.message for f in report.findings]}")
+    else:
+        ensure(
+            any(after in f.checkpoint_ids for f in report.of_kind(FindingKind.CHAIN_BROKEN)),
+            f"after {what}, verify did not report {after!r} as signed after {oldest!r}: {report.counts()}",
         )
 
 

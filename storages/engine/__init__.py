@@ -3,7 +3,8 @@
 Modules: ``records`` (what engine and backend exchange, index checks), ``primitives`` (the
 primitives, the capability table, driver-error translation), ``storage`` (the template:
 save/load/list/latest), ``extensions`` (capability-gated operations), ``walk`` (ancestry
-assembly), ``writes`` (the pending-writes log), ``sealing`` (integrity glue), ``handles``
+assembly), ``writes`` (the pending-writes log), ``sealing`` (integrity glue), ``receipts`` (signed prune
+receipts), ``handles``
 (new_handle from recorded settings), ``validation`` (checks before encoding).
 docs/backends.md is the guide.
 """

@@ -14,13 +14,19 @@ from ..errors import (
     InvalidCheckpointError,
 )
 from ..integrity import Seal, TamperKind
+from .receipts import PruneReceipts, is_receipts_log_name, receipts_log_name
 from .records import StoredBody, body_digest
 from .sealing import SealedRecords
 from .walk import DEFAULT_MAX_DEPTH, LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
 from .writes import PendingWritesLog, is_writes_log_name, writes_log_name
 
 
-class ExtensionOperations(PendingWritesLog, SealedRecords):
+def is_internal_workflow_name(name: str) -> bool:
+    """A workflow the engine keeps for itself (pending writes, prune receipts): never listed."""
+    return is_writes_log_name(name) or is_receipts_log_name(name)
+
+
+class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
     """walk_ancestry ... write_raw_body, on top of the primitives."""
 
     if TYPE_CHECKING:
@@ -61,6 +67,7 @@ class ExtensionOperations(PendingWritesLog, SealedRecords):
             items.append(item)
         if self._integrity is not None:
             check_walk_chain(ids, records.links, seals)
+            ids = await self._vouched_walk(ids, seals)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
@@ -86,7 +93,9 @@ class ExtensionOperations(PendingWritesLog, SealedRecords):
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
         """Delete all but the newest ``keep_last`` checkpoints of a workflow (with their nested
-        records), leaving a tombstone for each deleted id; returns how many were deleted."""
+        records), leaving a tombstone for each deleted id; returns how many were deleted. A keyed
+        handle first signs a receipt for each (engine/receipts.py), so that its tombstones are
+        told from forged ones."""
         self._require(Capability.PRUNE, "prune")
         validate_identifier(workflow_name, "workflow_name")
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
@@ -95,7 +104,7 @@ class ExtensionOperations(PendingWritesLog, SealedRecords):
             )
         await self._ready("prune")
         self._chain_macs.clear()
-        pruned = await self._prune(workflow_name, min(keep_last, LARGEST_BACKEND_INT))
+        pruned = await self._receipted_prune(workflow_name, min(keep_last, LARGEST_BACKEND_INT))
         if Capability.PENDING_WRITES in self.capabilities:
             await self._drop_writes_of_pruned(workflow_name)
         return pruned
@@ -111,13 +120,17 @@ class ExtensionOperations(PendingWritesLog, SealedRecords):
             # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
             # run again), never writes that a reused id would pick up.
             await self._delete_workflow(writes_log_name(workflow_name))
-        return await self._delete_workflow(workflow_name)
+        deleted = await self._delete_workflow(workflow_name)
+        await self._delete_workflow(
+            receipts_log_name(workflow_name)
+        )  # after: no tombstone outlives its receipt
+        return deleted
 
     async def list_workflows(self) -> list[str]:
         """Names of every workflow with a stored checkpoint, sorted."""
         self._require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._ready("list_workflows")
-        return sorted(name for name in await self._workflow_names() if not is_writes_log_name(name))
+        return sorted(name for name in await self._workflow_names() if not is_internal_workflow_name(name))
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         """The index entry of one stored record (nested ones too), or None."""
@@ -134,7 +147,9 @@ class ExtensionOperations(PendingWritesLog, SealedRecords):
             validate_identifier(workflow_name, "workflow_name")
         await self._ready("list_records")
         records = [
-            info for info in await self._records(workflow_name) if not is_writes_log_name(info.workflow_name)
+            info
+            for info in await self._records(workflow_name)
+            if not is_internal_workflow_name(info.workflow_name)
         ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
 

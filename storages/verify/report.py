@@ -47,7 +47,7 @@ class FindingKind(str, enum.Enum):
     """With an integrity key: a record is not what was signed (edited, moved, unsigned, unknown key)."""
     CHAIN_BROKEN = "chain_broken"
     """With an integrity key: a record's predecessor is not the one it was signed after, or was
-    deleted without a tombstone."""
+    deleted without a tombstone, or behind a tombstone no signed prune receipt vouches for."""
     ROLLED_BACK = "rolled_back"
     """Given an anchor: the workflow's store went back before it."""
 

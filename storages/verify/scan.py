@@ -333,13 +333,29 @@ class Scan:
             return
         checkpoint_id = info.checkpoint_id
         if not stored:
-            expires = Capability.TTL in getattr(self._storage, "capabilities", frozenset())
-            if not expires and previous_id not in await self._all_tombstones():
+            # Under a TTL a missing predecessor (or its prune's receipt) may have expired.
+            if Capability.TTL in getattr(self._storage, "capabilities", frozenset()):
+                return
+            if previous_id not in await self._all_tombstones():
                 self._add(
                     FindingKind.CHAIN_BROKEN,
                     (checkpoint_id, previous_id),
                     f"checkpoint {checkpoint_id!r} was signed after {previous_id!r}, which is gone "
                     f"without a tombstone ({TamperKind.PREDECESSOR_DELETED})",
+                    info.workflow_name,
+                )
+                return
+            check_receipt = getattr(self._storage, "check_prune_receipt", None)
+            if not callable(check_receipt):
+                return
+            try:
+                await check_receipt(previous_id, seal.link)
+            except CheckpointTamperedError as exc:
+                self._add(
+                    FindingKind.CHAIN_BROKEN,
+                    (checkpoint_id, previous_id),
+                    f"checkpoint {checkpoint_id!r} was signed after {previous_id!r}: {exc.reason} "
+                    f"({TamperKind.UNRECEIPTED_TOMBSTONE})",
                     info.workflow_name,
                 )
             return

@@ -113,6 +113,20 @@ class IgnoresTheIndexEntry(InMemoryCheckpointStorage):
         return super()._decode(dataclasses.replace(stored, entry=None), None, nested, None)
 
 
+class TrustsBareTombstones(InMemoryCheckpointStorage):
+    """Takes every tombstone for a prune of its own: a deletion dressed as a prune passes."""
+
+    async def check_prune_receipt(self, pruned_id: str, signed_after: bytes) -> None:
+        return None
+
+
+class WritesNoReceipts(InMemoryCheckpointStorage):
+    """Prunes without signing receipts: its own prunes then look forged."""
+
+    async def _write_receipts(self, workflow_name: str, stored: Any, *, with_nested: bool) -> None:
+        return None
+
+
 def keyed(storage_class: type[InMemoryCheckpointStorage]) -> Any:
     """A factory of handles with the kit's key: a keyed handle declares the integrity capability."""
 
@@ -127,7 +141,7 @@ def test_in_memory_storage_passes_every_tamper_clause() -> None:
     backend = support.run_family(FAMILY, keyed(InMemoryCheckpointStorage))
     assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
     assert {r.outcome for r in backend.results} == {Outcome.PASSED}
-    assert len(backend.results) == len(select_clauses([FAMILY])) == 11
+    assert len(backend.results) == len(select_clauses([FAMILY])) == 12
 
 
 def test_a_mac_over_the_body_alone_is_caught_by_the_cross_context_replay() -> None:
@@ -137,9 +151,13 @@ def test_a_mac_over_the_body_alone_is_caught_by_the_cross_context_replay() -> No
 
 def test_records_signed_without_their_chain_link_are_caught() -> None:
     backend = support.run_family(FAMILY, keyed(SignsNoChain))
-    # A walk then cannot tell a deletion from a chain's start, and an anchor cannot be followed
-    # forward to a later save.
-    assert failed(backend) == {"tamper.middle_deletion", "tamper.unedited_store_verifies"}
+    # A walk then cannot tell a deletion (bare, or behind a forged tombstone) from a chain's
+    # start, and an anchor cannot be followed forward to a later save.
+    assert failed(backend) == {
+        "tamper.middle_deletion",
+        "tamper.forged_prune",
+        "tamper.unedited_store_verifies",
+    }
     assert "as signed after the deleted" in backend.result("tamper.middle_deletion").message
     assert "rolled_back" in backend.result("tamper.unedited_store_verifies").message
 
@@ -190,6 +208,7 @@ def test_a_seal_whose_mac_is_never_checked_is_caught_by_every_edit_of_signed_byt
         "tamper.content_edit",
         "tamper.cross_context_replay",
         "tamper.forged_insert",
+        "tamper.forged_prune",  # a receipt signed with an untrusted key passes too
         "tamper.key_rotation",
     }
     assert "load returned checkpoint" in backend.result("tamper.content_edit").message
@@ -215,3 +234,13 @@ def test_reading_a_swapped_body_as_valid_is_caught_by_the_reorder_clause() -> No
 def test_reading_a_body_listed_under_another_workflow_is_caught_by_the_metadata_clause() -> None:
     backend = support.run_family(FAMILY, keyed(IgnoresTheIndexEntry))
     caught_only_by(backend, "tamper.metadata_edit", "returned checkpoint")
+
+
+def test_trusting_a_bare_tombstone_is_caught_by_the_forged_prune_clause() -> None:
+    backend = support.run_family(FAMILY, keyed(TrustsBareTombstones))
+    caught_only_by(backend, "tamper.forged_prune", "after a prune without the key, the walk")
+
+
+def test_a_prune_that_signs_no_receipts_is_caught_by_the_forged_prune_control() -> None:
+    backend = support.run_family(FAMILY, keyed(WritesNoReceipts))
+    caught_only_by(backend, "tamper.forged_prune", "after a prune with the key, the walk")

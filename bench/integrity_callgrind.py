@@ -1,0 +1,115 @@
+"""Instructions a key adds to a save and a load (valgrind's callgrind): figures machine load cannot blur.
+
+``python -m bench.integrity_callgrind [--calls N]``. Each subject runs in a fresh interpreter
+under ``valgrind --tool=callgrind`` twice, with N calls and with none (``PYTHONHASHSEED=0``); the
+difference divided by N is one call's instructions. Subjects: save and load of the benchmark
+checkpoint (bench/workload.py) on the in-memory storage, without a key and with one. Saves form
+one chain, as a runner's do; loads cycle over 200 records saved beforehand.
+
+Valgrind hides the CPU's SHA extensions from the program, so a SHA-256 based seal (format
+version 2) counts several times what it costs natively; keyed BLAKE2b (version 3) does not lean
+on such extensions, so its count is close to its share of a native run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_SETUP = """
+import asyncio, itertools, warnings
+warnings.simplefilter("ignore")
+from bench.workload import numbered, template
+from storages.contract import WorkflowCheckpoint
+from storages.integrity import IntegrityKeys
+from storages.memory import InMemoryCheckpointStorage
+KEYS = {{"plain": None, "keyed": IntegrityKeys(b"bench-integrity-key-0123456789ab")}}
+storage = InMemoryCheckpointStorage(integrity_key=KEYS[{variant!r}])
+loop = asyncio.new_event_loop()
+base = template(WorkflowCheckpoint)
+counter = itertools.count()
+def save():
+    loop.run_until_complete(storage.save(numbered(base, next(counter), "callgrind")))
+ids = [loop.run_until_complete(storage.save(numbered(base, index, "preload"))) for index in range(200)]
+loads = itertools.cycle(ids)
+def load():
+    loop.run_until_complete(storage.load(next(loads)))
+save(); load()
+"""
+
+SUBJECTS = ("save/plain", "save/keyed", "load/plain", "load/keyed")
+_TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
+
+
+def script_for(subject: str, calls: int) -> str:
+    """The program measured for ``subject`` ("save/keyed", ...): set-up, then ``calls`` calls."""
+    operation, variant = subject.split("/")
+    return f"{_SETUP.format(variant=variant)}\nfor _ in range({calls}):\n    {operation}()\n"
+
+
+def _instructions(subject: str, calls: int, workdir: Path) -> int:
+    out = workdir / f"callgrind.{subject.replace('/', '.')}.{calls}.out"
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-c",
+            script_for(subject, calls),
+        ],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    match = _TOTAL.search(out.read_text())
+    if match is None:
+        raise RuntimeError(f"no summary line in {out}")
+    return int(match.group(1))
+
+
+def measure(calls: int, subjects: tuple[str, ...] = SUBJECTS) -> dict[str, float]:
+    """Instructions per call of each subject."""
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind is not installed")
+    with tempfile.TemporaryDirectory(prefix="callgrind-integrity-") as directory:
+        workdir = Path(directory)
+        return {
+            subject: (_instructions(subject, calls + 1, workdir) - _instructions(subject, 1, workdir)) / calls
+            for subject in subjects
+        }
+
+
+def table(counts: dict[str, float]) -> str:
+    lines = ["| operation | without a key | with a key | overhead |", "|---|---:|---:|---:|"]
+    for operation in ("save", "load"):
+        plain, keyed = counts[f"{operation}/plain"], counts[f"{operation}/keyed"]
+        overhead = (keyed / plain - 1) * 100
+        lines.append(f"| {operation} | {plain / 1000:,.0f} k | {keyed / 1000:,.0f} k | {overhead:+.1f}% |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.integrity_callgrind", description=__doc__)
+    parser.add_argument("--calls", type=int, default=400, help="measured calls per subject")
+    parser.add_argument("--only", choices=SUBJECTS, action="append", help="measure only these subjects")
+    args = parser.parse_args(argv)
+    counts = measure(args.calls, tuple(args.only or SUBJECTS))
+    if args.only:
+        print("\n".join(f"{subject}: {count:,.0f}" for subject, count in counts.items()))
+    else:
+        print(table(counts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
