@@ -96,7 +96,8 @@ def test_the_benchmark_shape_takes_the_native_path() -> None:
         ({1: "int key"}, "ormsgpack refuses non-str keys"),
         ({"big": 2**70}, "ints beyond 64 bits"),
         ({"b": bytearray(b"x")}, "bytearray would be written as bin"),
-        ({"b": b"\xc4 plain bytes"}, "any bin forces the exact walk"),
+        ({"b": [b"\xc4 bytes", (bytearray(b"y"),)]}, "a bytearray in a tuple beside bytes"),
+        ({"b": b"\xc4 bytes", "s": {b"x"}}, "bytes beside a set: only exact containers are looked through"),
     ],
 )
 def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: Any, why: str) -> None:
@@ -107,6 +108,25 @@ def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: 
     decoded = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
     assert decoded.state == value
     assert [type(item) for item in decoded.state.values()] == [type(item) for item in value.values()]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"blob": b"\xc4\x00" * 300, "type": "msgpack"},
+        {"nested": [{"b": b"\xc5"}, (b"\xc6", 1.5, None)], "text": "\u0104\u0144"},
+        {"text": "\u0104\u0144 has \\xc4 and \\xc5 in its UTF-8"},
+    ],
+)
+def test_bytes_and_bin_lookalikes_keep_the_native_path(state: Any) -> None:
+    # Runners that store serialized blobs (LangGraph's saver) hold bytes in every body: their bin
+    # must not send the value down the exact walk when nothing else would.
+    codec = CheckpointCodec()
+    checkpoint = WorkflowCheckpoint("wf", "sig", state=state)
+    native, exact = _both_payloads(codec, checkpoint)
+    assert native is not None
+    assert native == exact
+    assert codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x") == checkpoint
 
 
 def test_a_memoryview_is_refused_as_before_not_written_as_bytes() -> None:

@@ -7,8 +7,9 @@ models and any other class reach the hook anyway. Dicts with keys other than ``s
 never converted. What the native walk cannot represent faithfully it refuses, and the value is
 redone by :class:`ExactPacker`, the Python walk the codec always had: dicts with non-``str``
 keys, ints beyond 64 bits, strings that are not valid UTF-8, nesting deeper than ormsgpack's
-limit, and any payload holding msgpack ``bin`` (ormsgpack writes ``bytearray`` and
-``memoryview`` as ``bin``, which would read back as ``bytes``). Both packers write byte-identical
+limit, and a payload holding msgpack ``bin`` unless every bin in it came from ``bytes``
+(ormsgpack writes ``bytearray`` and ``memoryview`` as ``bin`` too, which would read back as
+``bytes``). Both packers write byte-identical
 payloads for what both accept (tests/test_codec_fast_path.py), so a reader cannot tell them apart.
 
 msgspec was the first candidate: its ``enc_hook`` is only called for types it does not support,
@@ -44,6 +45,37 @@ ATOMS: Final[frozenset[type[Any]]] = frozenset({str, int, float, bool, type(None
 KEY_ATOMS: Final[frozenset[type[Any]]] = frozenset({str, int})
 
 
+_BIN_CHECK_DEPTH: Final = 64
+"""How deep :func:`bin_only_from_bytes` looks before it leaves the answer to the exact walk."""
+
+
+def bin_only_from_bytes(value: Any, depth: int = 0) -> bool:
+    """True if every msgpack ``bin`` the native walk wrote for ``value`` came from ``bytes``.
+
+    A payload holding bin bytes is only suspect because ``bytearray`` and ``memoryview`` are
+    written as bin too; ``bytes`` reads back as itself. This proves the harmless case cheaply
+    (checkpoints of runners that store serialized blobs, LangGraph's, hold bytes in every body,
+    and bin-like bytes turn up inside ordinary UTF-8 text and floats): it looks through exact
+    dicts, lists and tuples down to exact atoms and answers False, leaving the value to the exact
+    walk, at anything else (a set, a dataclass, a subclass, a nested checkpoint) or past a depth.
+    """
+    if type(value) in ATOMS:
+        return True
+    if depth >= _BIN_CHECK_DEPTH:
+        return False
+    cls = type(value)
+    if cls is dict:
+        items: Any = value.values()
+    elif cls is list or cls is tuple:
+        items = value
+    else:
+        return False
+    for item in items:  # noqa: SIM110 (a loop: all() with a generator costs more per value)
+        if type(item) not in ATOMS and not bin_only_from_bytes(item, depth + 1):
+            return False
+    return True
+
+
 class NeedsExactPath(Exception):
     """The native walk cannot write this value faithfully; redo it with the exact walk."""
 
@@ -75,7 +107,9 @@ class NativePacker:
             payload = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
         except (TypeError, ormsgpack.MsgpackEncodeError) as exc:
             raise NeedsExactPath from exc
-        if _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload:
+        if (
+            _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload
+        ) and not bin_only_from_bytes(value):
             raise NeedsExactPath
         return payload
 
