@@ -1,7 +1,7 @@
 """What tamper evidence costs: save and load of the benchmark checkpoint with and without a key.
 
 ``python -m bench.integrity_bench [--quick]`` prints, for the in-memory and SQLite storages, the
-median time per save and per load without a key and with one (keyed BLAKE2b seal on save; seal
+median time per save and per load without a key and with one (HMAC-SHA256 seal on save; seal
 check on load), and the overhead. The two variants of each storage are timed interleaved, round
 by round, so drift on a shared machine hits both alike. Saves form one chain, as a runner's do,
 so each save chains onto the record the handle saved just before (no extra round trip).

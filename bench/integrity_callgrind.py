@@ -6,9 +6,8 @@ difference divided by N is one call's instructions. Subjects: save and load of t
 checkpoint (bench/workload.py) on the in-memory storage, without a key and with one. Saves form
 one chain, as a runner's do; loads cycle over 200 records saved beforehand.
 
-Valgrind hides the CPU's SHA extensions from the program, so a SHA-256 based seal (format
-version 2) counts several times what it costs natively; keyed BLAKE2b (version 3) does not lean
-on such extensions, so its count is close to its share of a native run.
+Valgrind hides the CPU's SHA extensions from the program, so the seal's SHA-256 counts several
+times what it costs natively on a CPU that has them (docs/integrity.md gives both figures).
 """
 
 from __future__ import annotations

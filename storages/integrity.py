@@ -1,10 +1,8 @@
 """Tamper evidence: keys, the signed envelope ("seal") around a stored body, and head anchors.
 
-A keyed storage stores every body as ``seal header + MAC + codec body``. The MAC (seal format
-version 3) is keyed BLAKE2b-256 under the signing key, personalised with a domain tag, over the
-checkpoint id the record is stored under, the seal header and the codec body; records sealed with
-version 2 (HMAC-SHA256 over a domain tag and the same fields) still read. The header holds what
-the body itself does not say:
+A keyed storage stores every body as ``seal header + MAC + codec body``. The MAC is HMAC-SHA256
+under the signing key over a domain tag, the checkpoint id the record is stored under, the seal
+header and the codec body. The header holds what the body itself does not say:
 
 * the key id (so a verifier picks the right key after a rotation);
 * the chain link: the MAC of the record named by the body's ``previous_checkpoint_id`` as it was
@@ -46,24 +44,15 @@ MIN_KEY_BYTES: Final = 16
 MAC_SIZE: Final = 32
 _MAGIC: Final = b"CKS"
 """Distinct from the codec's ``b"CK\\x01"``: a sealed body is never mistaken for a plain one."""
-SEAL_VERSION: Final = 3
-"""The seal format new records are written in: keyed BLAKE2b. Version 2 (HMAC-SHA256, the same
-header layout) is still read; a seal names its version in its fourth byte."""
-_HMAC_VERSION: Final = 2
+_VERSION: Final = 2
 _FIXED = struct.Struct(">4sBQIBHH")
 """magic and version, link kind, height, position, then the lengths of the key id, container id
 and previous id that follow (version 1 stored each length before its field)."""
 _FIXED_SIZE: Final = _FIXED.size
 _UNPACK: Final = _FIXED.unpack_from
-_HEAD: Final = _MAGIC + bytes((SEAL_VERSION,))
-_HMAC_HEAD: Final = _MAGIC + bytes((_HMAC_VERSION,))
+_HEAD: Final = _MAGIC + bytes((_VERSION,))
 _LENGTH = struct.Struct(">H")
 _RECORD_DOMAIN: Final = b"checkpoint-storages/record/v1\x00"
-"""Version 2's domain tag, hashed ahead of every record under HMAC."""
-_RECORD_PERSON: Final = b"ckpt-record-v3"
-"""Version 3's domain tag: BLAKE2b's personalisation parameter (at most 16 bytes)."""
-_LONG_KEY_PERSON: Final = b"ckpt-long-key"
-_BLAKE2B_KEY_BYTES: Final = 64
 _ANCHOR_DOMAIN: Final = b"checkpoint-storages/anchor/v1\x00"
 _ANCHOR_PREFIX: Final = "cka1."
 HEX_PREFIX_NOTE: Final = "hex, or base64 prefixed with 'base64:'"
@@ -271,33 +260,7 @@ def seal_header(
 
 
 def record_mac(key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
-    """The MAC of a record sealed with version 3: keyed BLAKE2b-256, personalised with the record
-    domain, over the id the record is stored under (length first), its seal header and body.
-
-    One pass over the body, where HMAC-SHA256 hashes twice; and a plain save takes a BLAKE2b
-    digest of the body anyway, which this MAC replaces (sealed_digest)."""
-    stored_id = checkpoint_id.encode()
-    mac = _keyed_state(key).copy()
-    mac.update(_LENGTH.pack(len(stored_id)) + stored_id)
-    mac.update(header)
-    mac.update(body)
-    digest: bytes = mac.digest()
-    return digest
-
-
-@functools.lru_cache(maxsize=64)
-def _keyed_state(key: bytes) -> Any:
-    """BLAKE2b keyed with ``key`` (one compression of the key block), once per key: every record
-    then costs one copy of the state. A key longer than BLAKE2b's 64-byte limit is hashed to 64
-    bytes first, under its own personalisation."""
-    if len(key) > _BLAKE2B_KEY_BYTES:
-        key = hashlib.blake2b(key, digest_size=_BLAKE2B_KEY_BYTES, person=_LONG_KEY_PERSON).digest()
-    return hashlib.blake2b(key=key, digest_size=MAC_SIZE, person=_RECORD_PERSON)
-
-
-def hmac_record_mac(key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
-    """The MAC of a record sealed with version 2: HMAC-SHA256 over the domain, the id the record
-    is stored under, its seal header and body. Read only: new records are sealed with version 3."""
+    """HMAC-SHA256 over the domain, the id the record is stored under, its seal header and body."""
     stored_id = checkpoint_id.encode()
     inner_state, outer_state = _hmac_states(key)
     inner = inner_state.copy()
@@ -343,7 +306,7 @@ def parse_seal(checkpoint_id: str, raw: bytes) -> tuple[Seal, int, int]:
         raise _malformed(checkpoint_id, "is cut short") from None
     except IndexError:
         raise _malformed(checkpoint_id, f"has an unknown link kind {link_kind}") from None
-    if head != _HEAD and head != _HMAC_HEAD:
+    if head != _HEAD:
         raise _wrong_head(checkpoint_id, head)
     key_end = _FIXED_SIZE + key_length
     container_end = key_end + container_length
@@ -375,9 +338,7 @@ def _wrong_head(checkpoint_id: str, head: bytes) -> CheckpointTamperedError:
     if head[: len(_MAGIC)] != _MAGIC:
         return _malformed(checkpoint_id, "is missing")
     return _malformed(
-        checkpoint_id,
-        f"has format version {head[len(_MAGIC)]}; this library reads versions {_HMAC_VERSION} "
-        f"and {SEAL_VERSION}",
+        checkpoint_id, f"has format version {head[len(_MAGIC)]}; this library reads version {_VERSION}"
     )
 
 
@@ -400,8 +361,7 @@ def open_sealed(
 ) -> tuple[Seal, bytes]:
     """Verify a sealed body stored under ``checkpoint_id`` and return its seal and codec body.
 
-    ``mac_of`` checks version 3 seals; a version 2 seal is checked with HMAC-SHA256. Raises
-    CheckpointTamperedError (malformed_seal, unknown_key or mac_mismatch). The MAC is
+    Raises CheckpointTamperedError (malformed_seal, unknown_key or mac_mismatch). The MAC is
     computed over the stored bytes as they are (the body is the one copy a read decodes anyway):
     nothing is re-encoded, and the header is parsed once."""
     seal, header_end, body_start = parse_seal(checkpoint_id, raw)
@@ -413,8 +373,6 @@ def open_sealed(
             f"it is signed with key id {seal.key_id!r}, for which this storage has no verifying key",
         )
     body = raw[body_start:]
-    if raw[_VERSION_AT] == _HMAC_VERSION:
-        mac_of = hmac_record_mac
     if not hmac.compare_digest(mac_of(key, checkpoint_id, raw[:header_end], body), seal.mac):
         raise CheckpointTamperedError(
             checkpoint_id,
@@ -424,7 +382,6 @@ def open_sealed(
     return seal, body
 
 
-_VERSION_AT: Final = len(_MAGIC)
 _LINKS: Final = tuple(Link)
 _PRESENT: Final = Link.PRESENT
 _new_tuple: Final = tuple.__new__
@@ -507,7 +464,6 @@ def _check_key_id(key_id: object) -> None:
 __all__ = [
     "MAC_SIZE",
     "MIN_KEY_BYTES",
-    "SEAL_VERSION",
     "Anchor",
     "IntegrityKeyInput",
     "IntegrityKeyProvider",
@@ -521,7 +477,6 @@ __all__ = [
     "anchor_token",
     "as_provider",
     "is_sealed",
-    "hmac_record_mac",
     "key_from_env",
     "key_id_of",
     "open_sealed",

@@ -281,31 +281,15 @@ async def test_a_backend_s_own_new_handle_keeps_the_key() -> None:
             keyed.configure_integrity(None)
 
 
-@pytest.mark.parametrize("key", [KEY, b"k" * 64, b"a key longer than one BLAKE2b block " * 4])
-def test_record_macs_are_standard_keyed_blake2b_and_version_2_hmac_still_reads(key: bytes) -> None:
-    import hashlib
+@pytest.mark.parametrize("key", [KEY, b"k" * 64, b"a key longer than one SHA-256 block " * 3])
+def test_record_macs_are_standard_hmac_sha256(key: bytes) -> None:
     import hmac
 
-    from storages.integrity import SEAL_VERSION, IntegrityKeys, Link, open_sealed, record_mac, seal_header
+    from storages.integrity import Link, record_mac, seal_header
 
     header = seal_header("id", Link.ROOT, b"", 0, None, 0, None)
-    assert header[3] == SEAL_VERSION == 3
-    message = b"\x00\x04cp-1" + header + b"body"
-    blake_key = (
-        key if len(key) <= 64 else hashlib.blake2b(key, digest_size=64, person=b"ckpt-long-key").digest()
-    )
-    expected = hashlib.blake2b(message, key=blake_key, digest_size=32, person=b"ckpt-record-v3").digest()
-    assert record_mac(key, "cp-1", header, b"body") == expected
-    # A record sealed before version 3: the same header layout, HMAC-SHA256 over a domain tag.
-    old_header = header[:3] + b"\x02" + header[4:]
-    old_message = b"checkpoint-storages/record/v1\x00" + b"\x00\x04cp-1" + old_header + b"body"
-    old_record = old_header + hmac.digest(key, old_message, "sha256") + b"body"
-    keys = IntegrityKeys(key, key_id="id")
-    assert open_sealed("cp-1", old_record, keys.verifying_key)[1] == b"body"
-    with pytest.raises(CheckpointTamperedError, match="mac_mismatch"):
-        open_sealed("cp-1", old_record[:-1] + b"B", keys.verifying_key)
-    with pytest.raises(CheckpointTamperedError, match="versions 2 and 3"):
-        open_sealed("cp-1", header[:3] + b"\x04" + old_record[4:], keys.verifying_key)
+    message = b"checkpoint-storages/record/v1\x00" + b"\x00\x04cp-1" + header + b"body"
+    assert record_mac(key, "cp-1", header, b"body") == hmac.digest(key, message, "sha256")
 
 
 async def test_a_cold_handle_will_not_chain_onto_a_predecessor_that_fails(storage_url: str) -> None:
