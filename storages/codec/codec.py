@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -33,6 +34,11 @@ from .types import (
 from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
 
 _TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
+_checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
+"""A checkpoint's field values in record order, read in one native call."""
+_NO_NESTED: NestedResolver = NestedResolver({}, given=False)
+"""The resolver of a decode given no nested bodies: it refuses every reference before looking at
+its (always empty) state."""
 
 
 class CheckpointCodec(Decoding):
@@ -106,7 +112,7 @@ class CheckpointCodec(Decoding):
 
     def encode_checkpoint(self, checkpoint: Any) -> bytes:
         """Encode a checkpoint object to a self-checking body, embedded checkpoints inline."""
-        tag = self._require_checkpoint_tag(checkpoint)
+        tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
         return self._frame(self._encode_with_location(checkpoint, tag))
 
     def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
@@ -145,12 +151,13 @@ class CheckpointCodec(Decoding):
         ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
         """
         payload = self._unframe(body, checkpoint_id)
-        resolver = NestedResolver(nested or {}, given=nested is not None)
+        # Without nested bodies the resolver only refuses references, so one serves every call.
+        resolver = _NO_NESTED if nested is None else NestedResolver(nested, given=True)
         token = RESOLVER.set(resolver)
         opaque_token = OPAQUE.set(not construct_types)
         try:
             checkpoint = self._build_checkpoint(self._decoder.decode(payload))
-            if framing.has_nested_refs(body) and not resolver.decoded:
+            if body[framing.FLAGS_OFFSET] & framing.FLAG_NESTED_REFS and not resolver.decoded:
                 # The flag and the payload disagree: one of them was altered.
                 raise Undecodable("the header announces nested records but the payload refers to none")
             return checkpoint
@@ -222,6 +229,8 @@ class CheckpointCodec(Decoding):
     # ------------------------------------------------------------------ framing
 
     def _frame(self, payload: bytes, *, nested_refs: bool = False) -> bytes:
+        if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
+            return framing.plain_frame(payload, nested_refs)
         return framing.frame(
             payload,
             nested_refs=nested_refs,
@@ -287,7 +296,7 @@ class CheckpointCodec(Decoding):
 
     @staticmethod
     def _checkpoint_plain(checkpoint: Any, tag: str) -> list[Any]:
-        return [RECORD_VERSION, tag, *[getattr(checkpoint, name) for name in CHECKPOINT_FIELDS]]
+        return [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
 
     def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:
         tag = self._checkpoint_tag(type(checkpoint))
