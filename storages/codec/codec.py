@@ -150,11 +150,12 @@ class CheckpointCodec(Decoding):
         values come back as :class:`OpaqueValue` and every checkpoint as this project's
         ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
         """
-        payload = self._unframe(body, checkpoint_id)
+        payload = framing.unframe(body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio)
         # Without nested bodies the resolver only refuses references, so one serves every call.
         resolver = _NO_NESTED if nested is None else NestedResolver(nested, given=True)
         token = RESOLVER.set(resolver)
-        opaque_token = OPAQUE.set(not construct_types)
+        # Constructing types is the default state: it is set only when it is not already so.
+        opaque_token = None if construct_types and not OPAQUE.get() else OPAQUE.set(not construct_types)
         try:
             checkpoint = self._build_checkpoint(self._decoder.decode(payload))
             if body[framing.FLAGS_OFFSET] & framing.FLAG_NESTED_REFS and not resolver.decoded:
@@ -168,7 +169,8 @@ class CheckpointCodec(Decoding):
         except Exception as exc:
             raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
         finally:
-            OPAQUE.reset(opaque_token)
+            if opaque_token is not None:
+                OPAQUE.reset(opaque_token)
             RESOLVER.reset(token)
 
     @staticmethod
@@ -256,7 +258,10 @@ class CheckpointCodec(Decoding):
         return tag
 
     def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
-        plain = root if checkpoint_tag is None else self._checkpoint_plain(root, checkpoint_tag)
+        if checkpoint_tag is None:
+            plain = root
+        else:
+            plain = [RECORD_VERSION, checkpoint_tag, *_checkpoint_fields(root)]
         tree = _TREE.get()
         mark = tree.mark() if tree is not None else None
         try:

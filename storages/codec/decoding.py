@@ -22,6 +22,7 @@ from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError
 from .registry import TypeRegistry
 from .types import (
+    EXPECTED_FIELD_TYPES,
     UNSET,
     NestedResolver,
     OpaqueValue,
@@ -223,7 +224,8 @@ class Decoding(TypeRegistry):
         if cls is None:
             cls = self._plugin_checkpoint_class(tag)
         values = wire[2:]
-        check_checkpoint_field_types(values)
+        if not all(map(isinstance, values, EXPECTED_FIELD_TYPES)):  # the common case, in line
+            check_checkpoint_field_types(values)
         if cls is WorkflowCheckpoint:
             return WorkflowCheckpoint(*values)  # its fields are CHECKPOINT_FIELDS, in this order
         return cls(**dict(zip(CHECKPOINT_FIELDS, values, strict=True)))

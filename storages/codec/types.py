@@ -211,14 +211,15 @@ _TYPE_OF_FIELD: Final[dict[str, type[Any] | tuple[type[Any], ...]]] = {
 }
 _FIELD_TYPES: Final = tuple((name, _TYPE_OF_FIELD[name]) for name in CHECKPOINT_FIELDS)
 """Each checkpoint field's name and type, in the order records store the fields."""
-_EXPECTED_TYPES: Final = tuple(expected for _, expected in _FIELD_TYPES)
+EXPECTED_FIELD_TYPES: Final = tuple(expected for _, expected in _FIELD_TYPES)
+"""The field types alone, for one ``map(isinstance, values, EXPECTED_FIELD_TYPES)`` pass."""
 
 
 def check_checkpoint_field_types(values: list[Any]) -> None:
     """Raise Undecodable unless a record's field values, in CHECKPOINT_FIELDS order, have the
     field types."""
     # One C-level pass for the common case (every field right); the loop only names the wrong one.
-    if len(values) == len(_EXPECTED_TYPES) and all(map(isinstance, values, _EXPECTED_TYPES)):
+    if len(values) == len(EXPECTED_FIELD_TYPES) and all(map(isinstance, values, EXPECTED_FIELD_TYPES)):
         return
     for value, (name, expected) in zip(values, _FIELD_TYPES, strict=True):
         if not isinstance(value, expected):
