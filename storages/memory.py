@@ -22,6 +22,7 @@ from .base import (
     FenceCheck,
     StoredBody,
     WalkRecords,
+    body_digest,
     nested_id_conflict,
 )
 from .codec import CheckpointCodec, TypeRef
@@ -39,6 +40,8 @@ class _Entry:
     record: CheckpointRecord
     sequence: int
     children: list[CheckpointID] = field(default_factory=list)
+    stored: StoredBody | None = None
+    """What reads return, once built (see _stored); reset when the body is overwritten."""
 
 
 @dataclass(slots=True)
@@ -128,6 +131,11 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     def _handle_overrides(self) -> Mapping[str, object]:
         return {"_store": self._store}  # new_handle(): every handle shares this process's store
 
+    def _plain_digest(self, body: bytes) -> str:
+        # Unkeyed records are kept without a digest: an idempotent re-save is recognised by
+        # comparing bodies (_digest_to_compare), which costs a fraction of hashing every save.
+        return ""
+
     # ------------------------------------------------------------------ writes
 
     async def _insert_fenced(
@@ -139,7 +147,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             latest = None if workflow is None else next(reversed(workflow.entries), None)
             existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
-                return FenceCheck(latest, existing.record.digest)
+                return FenceCheck(latest, _digest_to_compare(existing.record, records[0]))
             if latest != expected_latest_id:
                 return FenceCheck(latest, None)
             self._write_family(records)
@@ -150,7 +158,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         with store.lock:
             existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
-                return existing.record.digest
+                return _digest_to_compare(existing.record, records[0])
             self._write_family(records)
         return None
 
@@ -191,18 +199,19 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             if entry is None:
                 return False
             old = entry.record
-            # The digest is kept: it records what was saved, so a re-save still compares contents.
+            # The digest of what was saved is kept, so a re-save still compares with that.
             entry.record = CheckpointRecord(
                 old.checkpoint_id,
                 old.workflow_name,
                 old.previous_checkpoint_id,
                 old.graph_signature_hash,
                 body,
-                old.digest,
+                old.digest or body_digest(old.body),
                 old.container_id,
                 old.root_id,
                 old.position,
             )
+            entry.stored = None
         return True
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
@@ -237,7 +246,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
 
     async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         entry = self._store.by_id.get(checkpoint_id)
-        return None if entry is None else _stored(entry.record)
+        return None if entry is None else _stored(entry)
 
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         store = self._store
@@ -256,15 +265,14 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 return None
             for entry in reversed(workflow.entries.values()):
                 if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
-                    return _stored(entry.record)
+                    return _stored(entry)
         return None
 
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         return [
-            _stored(entry.record)
-            for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
+            _stored(entry) for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
         ]
 
     async def _list_ids(
@@ -367,8 +375,29 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         return dropped
 
 
-def _stored(record: CheckpointRecord) -> StoredBody:
-    return StoredBody(record.checkpoint_id, record.body, entry=record.index_entry())
+_DIFFERENT = "different"
+"""Equal to no digest (digests are hex): the bodies differ."""
+
+
+def _digest_to_compare(stored: CheckpointRecord, incoming: CheckpointRecord) -> str:
+    """What the engine compares with ``incoming.digest`` for an id already stored: the stored
+    digest of keyed records; for unkeyed ones (stored without a digest), ``incoming.digest`` when
+    the bodies are equal, else a value no digest equals. A body overwritten through raw access
+    is compared by the digest of what was saved."""
+    if incoming.digest:
+        return stored.digest
+    same = stored.digest == body_digest(incoming.body) if stored.digest else stored.body == incoming.body
+    return incoming.digest if same else _DIFFERENT
+
+
+def _stored(entry: _Entry) -> StoredBody:
+    """The entry's body as reads return it, built on its first read and kept: every part of it
+    is immutable, and reads outnumber saves."""
+    stored = entry.stored
+    if stored is None:
+        record = entry.record
+        stored = entry.stored = StoredBody(record.checkpoint_id, record.body, entry=record.index_entry())
+    return stored
 
 
 __all__ = ["InMemoryCheckpointStorage"]

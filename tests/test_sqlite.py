@@ -186,7 +186,7 @@ async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
 @pytest.mark.parametrize(
     ("sql", "parameters", "index"),
     [
-        (SELECT_LATEST, ("wf",), "checkpoints_top_by_sequence"),
+        (SELECT_LATEST, ("wf",), "checkpoints_by_kind_and_sequence"),
         (SELECT_LATEST_WITH_SIGNATURE, ("wf", "sig"), "checkpoints_top_by_signature"),
     ],
 )
@@ -212,7 +212,6 @@ async def test_sequence_stays_monotonic_after_deleting_the_newest(
     await storage.save(third)
     assert sequences(db_path, "wf") == {first.checkpoint_id: 1, third.checkpoint_id: 3}
     assert (await storage.get_latest(workflow_name="wf")).checkpoint_id == third.checkpoint_id
-
     for saved in (first, third):
         await storage.delete(saved.checkpoint_id)
     assert await storage.list_workflows() == []
@@ -220,6 +219,49 @@ async def test_sequence_stays_monotonic_after_deleting_the_newest(
     await storage.save(fourth)
     assert sequences(db_path, "wf") == {fourth.checkpoint_id: 4}
     assert await storage.list_workflows() == ["wf"]
+
+
+async def test_a_save_finds_its_next_sequence_by_index_searches_and_writes_no_counter(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    from storages.sqlite import schema
+
+    for _ in range(3):
+        await storage.save(checkpoint())
+    parameters = {"id": "x", "workflow": "wf"}
+    sql = "EXPLAIN QUERY PLAN " + schema.SELECT_DIGEST_AND_NEXT_SEQUENCE
+    plan = " | ".join(str(row[-1]) for row in query(db_path, sql, parameters))
+    assert "SCAN checkpoints" not in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
+    assert plan.count("COVERING INDEX checkpoints_by_kind_and_sequence (workflow_name=? AND nested=?)") == 2
+    assert query(db_path, "SELECT count(*) FROM workflows") == [(0,)]
+
+
+async def test_deleting_a_family_keeps_the_high_water_mark_of_every_workflow_it_held(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    child = checkpoint("other")
+    top = checkpoint(state={"child": child})
+    await storage.save(top)
+    assert sequences(db_path, "other") == {child.checkpoint_id: 1}
+    assert await storage.delete(top.checkpoint_id)
+    later = checkpoint("other")
+    await storage.save(later)
+    assert sequences(db_path, "other") == {later.checkpoint_id: 2}
+
+
+async def test_a_version_3_file_keeps_its_counters_after_migrating(db_path: Path) -> None:
+    first = checkpoint()
+    version_3_file(db_path, [first], next_sequence=5)  # sequences 2 to 4 were deleted
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        second = checkpoint(previous_checkpoint_id=first.checkpoint_id)
+        await storage.save(second)
+        assert await storage.get_latest(workflow_name="wf") == second
+    assert sequences(db_path, "wf") == {first.checkpoint_id: 1, second.checkpoint_id: 5}
+    assert query(db_path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    indexes = {row[0] for row in query(db_path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "checkpoints_top_by_sequence" not in indexes
+    assert "checkpoints_by_kind_and_sequence" in indexes
 
 
 async def test_idempotent_resave_takes_no_sequence(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
@@ -488,6 +530,36 @@ def version_1_file(path: Path, rows: list[WorkflowCheckpoint]) -> None:
         connection.commit()
 
 
+def version_3_file(path: Path, rows: list[WorkflowCheckpoint], *, next_sequence: int) -> None:
+    """A file as version 3 of the schema wrote it: ``rows`` at sequences 1, 2, ... and the
+    workflow's counter at ``next_sequence`` (which every version-3 save advanced)."""
+    codec = CheckpointCodec()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(path)) as connection:
+        for step in MIGRATIONS[:3]:
+            for statement in step:
+                connection.execute(statement)
+        connection.execute("CREATE TABLE schema_version (singleton INTEGER PRIMARY KEY, version INTEGER)")
+        connection.execute("INSERT INTO schema_version VALUES (1, 3)")
+        for sequence, row in enumerate(rows, start=1):
+            body = codec.encode_checkpoint(row)
+            connection.execute(
+                "INSERT INTO checkpoints (checkpoint_id, workflow_name, sequence, previous_checkpoint_id,"
+                " graph_signature_hash, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.checkpoint_id,
+                    row.workflow_name,
+                    sequence,
+                    row.previous_checkpoint_id,
+                    row.graph_signature_hash,
+                    body_digest(body),
+                    body,
+                ),
+            )
+        connection.execute("INSERT INTO workflows VALUES (?, ?)", ("wf", next_sequence))
+        connection.commit()
+
+
 async def test_a_version_1_file_is_migrated_with_its_checkpoints_intact(db_path: Path) -> None:
     first = checkpoint()
     second = checkpoint(previous_checkpoint_id=first.checkpoint_id)
@@ -535,7 +607,10 @@ async def test_a_family_with_a_taken_nested_id_writes_nothing(
     with pytest.raises(CheckpointConflictError, match=taken.checkpoint_id):
         await storage.save(parent)
     assert query(db_path, "SELECT checkpoint_id FROM checkpoints") == [(taken.checkpoint_id,)]
-    assert query(db_path, "SELECT name, next_sequence FROM workflows ORDER BY name") == [("other", 2)]
+    # Nor did it take a sequence: the next save of its workflow gets the first.
+    after = checkpoint()
+    await storage.save(after)
+    assert sequences(db_path, "wf") == {after.checkpoint_id: 1}
 
 
 class StatementCounter:

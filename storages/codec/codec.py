@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -33,6 +34,11 @@ from .types import (
 from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
 
 _TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
+_checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
+"""A checkpoint's field values in record order, read in one native call."""
+_NO_NESTED: NestedResolver = NestedResolver({}, given=False)
+"""The resolver of a decode given no nested bodies: it refuses every reference before looking at
+its (always empty) state."""
 
 
 class CheckpointCodec(Decoding):
@@ -106,7 +112,7 @@ class CheckpointCodec(Decoding):
 
     def encode_checkpoint(self, checkpoint: Any) -> bytes:
         """Encode a checkpoint object to a self-checking body, embedded checkpoints inline."""
-        tag = self._require_checkpoint_tag(checkpoint)
+        tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
         return self._frame(self._encode_with_location(checkpoint, tag))
 
     def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
@@ -144,13 +150,15 @@ class CheckpointCodec(Decoding):
         values come back as :class:`OpaqueValue` and every checkpoint as this project's
         ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
         """
-        payload = self._unframe(body, checkpoint_id)
-        resolver = NestedResolver(nested or {}, given=nested is not None)
+        payload = framing.unframe(body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio)
+        # Without nested bodies the resolver only refuses references, so one serves every call.
+        resolver = _NO_NESTED if nested is None else NestedResolver(nested, given=True)
         token = RESOLVER.set(resolver)
-        opaque_token = OPAQUE.set(not construct_types)
+        # Constructing types is the default state: it is set only when it is not already so.
+        opaque_token = None if construct_types and not OPAQUE.get() else OPAQUE.set(not construct_types)
         try:
             checkpoint = self._build_checkpoint(self._decoder.decode(payload))
-            if framing.has_nested_refs(body) and not resolver.decoded:
+            if body[framing.FLAGS_OFFSET] & framing.FLAG_NESTED_REFS and not resolver.decoded:
                 # The flag and the payload disagree: one of them was altered.
                 raise Undecodable("the header announces nested records but the payload refers to none")
             return checkpoint
@@ -161,7 +169,8 @@ class CheckpointCodec(Decoding):
         except Exception as exc:
             raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
         finally:
-            OPAQUE.reset(opaque_token)
+            if opaque_token is not None:
+                OPAQUE.reset(opaque_token)
             RESOLVER.reset(token)
 
     @staticmethod
@@ -222,6 +231,8 @@ class CheckpointCodec(Decoding):
     # ------------------------------------------------------------------ framing
 
     def _frame(self, payload: bytes, *, nested_refs: bool = False) -> bytes:
+        if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
+            return framing.plain_frame(payload, nested_refs)
         return framing.frame(
             payload,
             nested_refs=nested_refs,
@@ -247,7 +258,10 @@ class CheckpointCodec(Decoding):
         return tag
 
     def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
-        plain = root if checkpoint_tag is None else self._checkpoint_plain(root, checkpoint_tag)
+        if checkpoint_tag is None:
+            plain = root
+        else:
+            plain = [RECORD_VERSION, checkpoint_tag, *_checkpoint_fields(root)]
         tree = _TREE.get()
         mark = tree.mark() if tree is not None else None
         try:
@@ -287,7 +301,7 @@ class CheckpointCodec(Decoding):
 
     @staticmethod
     def _checkpoint_plain(checkpoint: Any, tag: str) -> list[Any]:
-        return [RECORD_VERSION, tag, *[getattr(checkpoint, name) for name in CHECKPOINT_FIELDS]]
+        return [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
 
     def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:
         tag = self._checkpoint_tag(type(checkpoint))

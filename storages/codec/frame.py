@@ -26,6 +26,9 @@ KNOWN_FLAGS: Final = FLAG_ZSTD | FLAG_NESTED_REFS
 FLAGS_OFFSET: Final = 3
 _HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
 HEADER_SIZE: Final = _HEADER.size
+_CRC = struct.Struct(">I")
+_PLAIN_PREFIX: Final = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0)[: FLAGS_OFFSET + 1]
+"""A version-1 header without flags, up to its CRC."""
 
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 256 * 1024 * 1024
 """Largest payload (after decompression) a codec writes or reads, unless configured otherwise."""
@@ -51,14 +54,21 @@ def frame(
             "CheckpointCodec(max_payload_bytes=...)",
             field="checkpoint",
         )
+    if compress_threshold is None or len(payload) < compress_threshold:
+        return plain_frame(payload, nested_refs)
+    compressed = compressor().compress(payload)
+    # A payload that expands more than a reader allows is stored as it is, so every body this
+    # codec writes is one it can read back.
+    if len(compressed) * max_compression_ratio < len(payload):
+        return plain_frame(payload, nested_refs)
+    payload = compressed
+    flags = FLAG_ZSTD | (FLAG_NESTED_REFS if nested_refs else 0)
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
+
+
+def plain_frame(payload: bytes, nested_refs: bool) -> bytes:
+    """``payload`` behind its header, uncompressed (its size already checked)."""
     flags = FLAG_NESTED_REFS if nested_refs else 0
-    if compress_threshold is not None and len(payload) >= compress_threshold:
-        compressed = compressor().compress(payload)
-        # A payload that expands more than a reader allows is stored as it is, so every body
-        # this codec writes is one it can read back.
-        if len(compressed) * max_compression_ratio >= len(payload):
-            payload = compressed
-            flags |= FLAG_ZSTD
     return _HEADER.pack(MAGIC, FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
 
 
@@ -86,6 +96,12 @@ def unframe(
     body: bytes, checkpoint_id: str, max_payload_bytes: int, max_compression_ratio: int
 ) -> bytes | memoryview:
     """The payload of an intact body, decompressed within the bounds."""
+    # The common body (bytes, no flags) is checked in line; any other, or any failed check, takes
+    # the full checks, which name what is wrong.
+    if type(body) is bytes and len(body) >= HEADER_SIZE and body.startswith(_PLAIN_PREFIX):
+        payload = memoryview(body)[HEADER_SIZE:]
+        if len(payload) <= max_payload_bytes and zlib.crc32(payload) == _CRC.unpack_from(body, 4)[0]:
+            return payload
     flags, payload = check_frame(body, checkpoint_id)
     if flags & FLAG_ZSTD:
         return decompress_bounded(payload, checkpoint_id, max_payload_bytes, max_compression_ratio)

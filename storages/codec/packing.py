@@ -20,12 +20,13 @@ cannot walk a checkpoint faithfully. Decoding stays with msgspec (``ext_hook``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Final
 
 import msgspec
 import ormsgpack
 
-from .values import EXT_DICT_PAIRS, Reducer, reduce_int_boxed
+from .values import EXT_DATETIME, EXT_DICT_PAIRS, EXT_TUPLE, Reducer, datetime_data, reduce_int_boxed
 
 ReducerLookup = Callable[[type[Any], Any], Reducer]
 """The reducer of a class that is not an atom (registering it on first use), or Unencodable."""
@@ -91,6 +92,14 @@ class NativePacker:
 
         def default(value: Any) -> Any:
             cls = type(value)
+            # The two extensions checkpoints carry most, inline: what their reducers in values.py
+            # write, without the reducer's and the packer's calls per value.
+            if cls is tuple:
+                return ormsgpack.Ext(
+                    EXT_TUPLE, ormsgpack.packb(list(value), default=default, option=NATIVE_OPTIONS)
+                )
+            if cls is datetime:
+                return ormsgpack.Ext(EXT_DATETIME, datetime_data(value))
             reducer = reducers.get(cls)
             if reducer is None:
                 reducer = reducer_for(cls, value)

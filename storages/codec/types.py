@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..allowlist import resolve_exact_class
+from ..contract import CHECKPOINT_FIELDS
 from .values import EXT_DATACLASS, EXT_ENUM, EXT_NAMEDTUPLE, EXT_PYDANTIC
 
 TypeRef = type[Any] | str
@@ -195,7 +196,7 @@ def unregistered_hint(cls: type[Any]) -> str:
     )
 
 
-_FIELD_TYPES: Final[dict[str, type[Any] | tuple[type[Any], ...]]] = {
+_TYPE_OF_FIELD: Final[dict[str, type[Any] | tuple[type[Any], ...]]] = {
     "workflow_name": str,
     "graph_signature_hash": str,
     "checkpoint_id": str,
@@ -208,9 +209,18 @@ _FIELD_TYPES: Final[dict[str, type[Any] | tuple[type[Any], ...]]] = {
     "metadata": dict,
     "version": str,
 }
+_FIELD_TYPES: Final = tuple((name, _TYPE_OF_FIELD[name]) for name in CHECKPOINT_FIELDS)
+"""Each checkpoint field's name and type, in the order records store the fields."""
+EXPECTED_FIELD_TYPES: Final = tuple(expected for _, expected in _FIELD_TYPES)
+"""The field types alone, for one ``map(isinstance, values, EXPECTED_FIELD_TYPES)`` pass."""
 
 
-def check_checkpoint_field_types(values: dict[str, Any]) -> None:
-    for name, expected in _FIELD_TYPES.items():
-        if not isinstance(values[name], expected):
-            raise Undecodable(f"field {name} has type {type(values[name]).__name__}")
+def check_checkpoint_field_types(values: list[Any]) -> None:
+    """Raise Undecodable unless a record's field values, in CHECKPOINT_FIELDS order, have the
+    field types."""
+    # One C-level pass for the common case (every field right); the loop only names the wrong one.
+    if len(values) == len(EXPECTED_FIELD_TYPES) and all(map(isinstance, values, EXPECTED_FIELD_TYPES)):
+        return
+    for value, (name, expected) in zip(values, _FIELD_TYPES, strict=True):
+        if not isinstance(value, expected):
+            raise Undecodable(f"field {name} has type {type(value).__name__}")

@@ -103,7 +103,7 @@ _DATETIME_DATA: dict[tuple[dt.datetime, Any, int], bytes] = {}
 _DATETIME_CACHE_SIZE: Final = 4096
 
 
-def _datetime_data(value: dt.datetime) -> bytes:
+def datetime_data(value: dt.datetime) -> bytes:
     """A datetime's extension data, remembered: a workflow's state carries the same datetimes
     from superstep to superstep, and formatting them was a quarter of a memory save.
 
@@ -133,7 +133,7 @@ BUILTIN_REDUCERS: Final[dict[type[Any], Reducer]] = {
     tuple: _sequence(EXT_TUPLE),
     set: _sequence(EXT_SET),
     frozenset: _sequence(EXT_FROZENSET),
-    dt.datetime: lambda value, packer: packer.ext(EXT_DATETIME, _datetime_data(value)),
+    dt.datetime: lambda value, packer: packer.ext(EXT_DATETIME, datetime_data(value)),
     dt.date: lambda value, packer: packer.ext(EXT_DATE, _pack_plain(value.isoformat())),
     dt.time: lambda value, packer: packer.ext(EXT_TIME, _pack_plain(_clock_wire(value))),
     dt.timedelta: lambda value, packer: packer.ext(

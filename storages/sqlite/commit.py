@@ -10,9 +10,10 @@ anywhere, COMMIT included, is rolled back before the error leaves the thread, an
 cancelled while it runs cannot interrupt it: the thread finishes the transaction either way, so
 a save is all of its family or nothing.
 
-Each workflow's next sequence number lives in ``workflows.next_sequence`` and is taken inside the
-transaction, so sequences follow commit order across processes and never go back, even after
-the newest checkpoint is deleted.
+Each workflow's next sequence number is taken inside the transaction, one past the largest the
+workflow holds (read from an index) and past the high-water mark ``workflows.next_sequence``
+that every deleting transaction records first, so sequences follow commit order across processes
+and never go back, even after the newest checkpoint is deleted; a save writes its rows only.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def insert_families(
 def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> str | None:
     top = records[0]
     existing_digest, next_sequence = connection.execute(
-        schema.SELECT_DIGEST_AND_NEXT_SEQUENCE, (top.checkpoint_id, top.workflow_name)
+        schema.SELECT_DIGEST_AND_NEXT_SEQUENCE, {"id": top.checkpoint_id, "workflow": top.workflow_name}
     ).fetchone()
     if existing_digest is not None:
         return str(existing_digest)
@@ -132,7 +133,7 @@ def insert_fenced(
     with immediate_transaction(connection, abandon):
         existing_digest, next_sequence, latest = connection.execute(
             schema.SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST,
-            (top.checkpoint_id, top.workflow_name, top.workflow_name),
+            {"id": top.checkpoint_id, "workflow": top.workflow_name},
         ).fetchone()
         latest_id = None if latest is None else str(latest)
         if existing_digest is not None:
@@ -147,11 +148,12 @@ def _write_family(
     connection: sqlite3.Connection, records: Sequence[CheckpointRecord], next_sequence: object
 ) -> None:
     top = records[0]
-    sequences: dict[str, int] = {top.workflow_name: 1 if next_sequence is None else int(str(next_sequence))}
+    sequences: dict[str, int] = {top.workflow_name: int(str(next_sequence))}
     for record in records:
         if record.workflow_name not in sequences:
-            found = connection.execute(schema.SELECT_NEXT_SEQUENCE, (record.workflow_name,)).fetchone()
-            sequences[record.workflow_name] = int(found[0]) if found else 1
+            parameters = {"workflow": record.workflow_name}
+            found = connection.execute(schema.SELECT_NEXT_SEQUENCE, parameters).fetchone()
+            sequences[record.workflow_name] = int(found[0])
         sequence = sequences[record.workflow_name]
         sequences[record.workflow_name] = sequence + 1
         try:
@@ -159,7 +161,6 @@ def _write_family(
         except sqlite3.IntegrityError as exc:
             # The transaction rolls back: none of the family is written.
             raise nested_id_conflict(records, record.checkpoint_id) from exc
-    connection.executemany(schema.ADVANCE_SEQUENCE, list(sequences.items()))
 
 
 def _row(record: CheckpointRecord, sequence: int) -> tuple[object, ...]:
@@ -186,6 +187,7 @@ def remove(connection: sqlite3.Connection, abandon: Abandon, checkpoint_id: Chec
             return False
         if row[0] is not None:
             raise NestedCheckpointDeletionError(checkpoint_id, str(row[0]))
+        connection.execute(schema.RECORD_HIGH_WATER, {"id": checkpoint_id})
         connection.execute(schema.DELETE_FAMILY, (checkpoint_id, checkpoint_id))
     return True
 
@@ -209,6 +211,7 @@ def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, 
         connection.executemany(
             schema.TOMBSTONE_FAMILY, [(workflow_name, doomed_id, doomed_id) for doomed_id in doomed]
         )
+        connection.executemany(schema.RECORD_HIGH_WATER, [{"id": doomed_id} for doomed_id in doomed])
         connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
     return len(doomed)
 
@@ -216,6 +219,7 @@ def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, 
 def delete_workflow(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str) -> int:
     with immediate_transaction(connection, abandon):
         doomed = [str(row[0]) for row in connection.execute(schema.SELECT_TOP_IDS, (workflow_name,))]
+        connection.executemany(schema.RECORD_HIGH_WATER, [{"id": doomed_id} for doomed_id in doomed])
         connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
         connection.execute(schema.DELETE_TOMBSTONES, (workflow_name,))
     return len(doomed)

@@ -4,11 +4,12 @@ Indexes, each justified by the statements that use it (every other index would o
 
 * ``checkpoint_id`` primary key: load, raw get, info, the save's "is this id stored" probe,
   delete, the ancestry walk's recursive step, the nested-bodies join.
-* ``checkpoints_by_sequence (workflow_name, sequence)``, unique: the listings that include nested
-  records (``ORDER BY sequence`` without a sort), and the guarantee that two rows of one workflow
-  never share a sequence.
-* ``checkpoints_top_by_sequence (workflow_name, nested, sequence)``: latest, list, list ids, prune
-  and the fenced save's latest probe (top-level rows only, newest first, one index step).
+* ``checkpoints_by_kind_and_sequence (workflow_name, nested, sequence)``, unique: latest, list,
+  list ids, prune and the fenced save's latest probe (top-level rows only, newest first, one
+  index step); the save's next sequence (the largest of each kind, one index step each); the
+  listings that include nested records (both kinds of one workflow, sorted: listing reads every
+  row anyway). Until version 4 a second unique index on ``(workflow_name, sequence)`` served only
+  those listings; one index now serves both, a page fewer per save.
 * ``checkpoints_top_by_signature (workflow_name, nested, graph_signature_hash, sequence)``: the
   same with a signature filter (MAF restores and ``get_latest(graph_signature_hash=...)``).
 * ``checkpoints_by_container (container_id, position)``, nested rows only: the children of one
@@ -20,8 +21,15 @@ Indexes, each justified by the statements that use it (every other index would o
 * ``tombstones`` primary key and ``tombstones_by_workflow``: the walk's "pruned, not missing" test
   and delete_workflow.
 
-A top-level save's cost is the primary key plus three secondary indexes and the workflows row:
-bench/run.py measures it next to a raw single INSERT into a table with only a primary key.
+Sequences: a save gives each row one more than the largest sequence its workflow holds or ever
+held. "Holds" is read from the index above inside the save's ``BEGIN IMMEDIATE`` transaction, so
+no other writer can take the same number; "ever held" is ``workflows.next_sequence``, a high-water
+mark written only by the transactions that delete rows (delete, prune, delete_workflow), so a
+sequence never goes back after the newest row is deleted. Until version 4 every save rewrote that
+row: a page per save.
+
+A top-level save's cost is the primary key plus two secondary indexes: bench/run.py measures it
+next to a raw single INSERT into a table with only a primary key.
 """
 
 from __future__ import annotations
@@ -84,6 +92,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX checkpoints_by_root ON checkpoints (root_id) WHERE root_id IS NOT NULL",
     ),
+    # 4: one unique index orders both kinds of row; saves stop rewriting the workflows row, which
+    # becomes the high-water mark deletions leave (code of version 3 refuses the file: its saves
+    # would take sequences from a stale counter).
+    (
+        "DROP INDEX checkpoints_by_sequence",
+        "DROP INDEX checkpoints_top_by_sequence",
+        """
+        CREATE UNIQUE INDEX checkpoints_by_kind_and_sequence
+            ON checkpoints (workflow_name, nested, sequence)
+        """,
+    ),
 )
 """Schema migrations, applied in order; step ``n`` (1-based) brings the file to version ``n``.
 Append new steps, never edit old ones: files in the field are at every earlier version."""
@@ -109,30 +128,45 @@ RECORD_SCHEMA_VERSION = """
     ON CONFLICT (singleton) DO UPDATE SET version = excluded.version
 """
 
-# One query tells an insert whether the id exists and, if not, which sequence it gets.
-SELECT_DIGEST_AND_NEXT_SEQUENCE = """
-    SELECT
-        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
-        (SELECT next_sequence FROM workflows WHERE name = ?)
+# A workflow's next sequence: past its largest row of either kind and past its high-water mark.
+_NEXT_SEQUENCE = """
+        max(
+            coalesce((SELECT next_sequence FROM workflows WHERE name = :workflow), 1),
+            1 + coalesce((SELECT max(sequence) FROM checkpoints
+                WHERE workflow_name = :workflow AND nested = 0), 0),
+            1 + coalesce((SELECT max(sequence) FROM checkpoints
+                WHERE workflow_name = :workflow AND nested = 1), 0)
+        )
 """
+# One query tells an insert whether the id exists and, if not, which sequence it gets.
+SELECT_DIGEST_AND_NEXT_SEQUENCE = (
+    "SELECT (SELECT digest FROM checkpoints WHERE checkpoint_id = :id),"  # noqa: S608
+    + _NEXT_SEQUENCE
+)
 # A fenced insert also reads the workflow's latest top-level id, in the same transaction.
-SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = """
-    SELECT
-        (SELECT digest FROM checkpoints WHERE checkpoint_id = ?),
-        (SELECT next_sequence FROM workflows WHERE name = ?),
-        (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = ? AND nested = 0
+SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = (
+    "SELECT (SELECT digest FROM checkpoints WHERE checkpoint_id = :id),"  # noqa: S608
+    + _NEXT_SEQUENCE
+    + """,
+        (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = :workflow AND nested = 0
             ORDER BY sequence DESC LIMIT 1)
 """
-SELECT_NEXT_SEQUENCE = "SELECT next_sequence FROM workflows WHERE name = ?"
+)
+SELECT_NEXT_SEQUENCE = "SELECT " + _NEXT_SEQUENCE
 INSERT_CHECKPOINT = """
     INSERT INTO checkpoints (
         checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
         nested, container_id, root_id, position
     ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-ADVANCE_SEQUENCE = """
-    INSERT INTO workflows (name, next_sequence) VALUES (?, ?)
-    ON CONFLICT (name) DO UPDATE SET next_sequence = excluded.next_sequence
+# Before a family's rows are deleted: each of its workflows keeps the high-water mark of what it
+# held, so the next save there does not take a deleted row's sequence again.
+RECORD_HIGH_WATER = """
+    INSERT INTO workflows (name, next_sequence)
+    SELECT workflow_name, max(sequence) + 1 FROM checkpoints
+    WHERE checkpoint_id = :id OR root_id = :id
+    GROUP BY workflow_name
+    ON CONFLICT (name) DO UPDATE SET next_sequence = max(next_sequence, excluded.next_sequence)
 """
 # Reads select the body with the index entry it is checked against (_stored() reads the row).
 SELECT_BODY = "SELECT body FROM checkpoints WHERE checkpoint_id = ?"
