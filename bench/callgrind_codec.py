@@ -85,7 +85,11 @@ _TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 def _instructions(setup: str, call: str, calls: int, workdir: Path) -> int:
     script = f"{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
-    out = workdir / f"callgrind.{calls}.out"
+    return program_instructions(script, workdir / f"callgrind.{calls}.out")
+
+
+def program_instructions(script: str, out: Path) -> int:
+    """Instructions callgrind counts for ``python -c script`` (PYTHONHASHSEED=0), its output in ``out``."""
     subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", script],
         cwd=REPO_ROOT,

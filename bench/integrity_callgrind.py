@@ -13,16 +13,14 @@ times what it costs natively on a CPU that has them (docs/integrity.md gives bot
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from bench.callgrind_codec import program_instructions
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 _SETUP = """
 import asyncio, itertools, warnings
 warnings.simplefilter("ignore")
@@ -45,7 +43,6 @@ save(); load()
 """
 
 SUBJECTS = ("save/plain", "save/keyed", "load/plain", "load/keyed")
-_TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 
 def script_for(subject: str, calls: int) -> str:
@@ -56,24 +53,7 @@ def script_for(subject: str, calls: int) -> str:
 
 def _instructions(subject: str, calls: int, workdir: Path) -> int:
     out = workdir / f"callgrind.{subject.replace('/', '.')}.{calls}.out"
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-c",
-            script_for(subject, calls),
-        ],
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-    )
-    match = _TOTAL.search(out.read_text())
-    if match is None:
-        raise RuntimeError(f"no summary line in {out}")
-    return int(match.group(1))
+    return program_instructions(script_for(subject, calls), out)
 
 
 def measure(calls: int, subjects: tuple[str, ...] = SUBJECTS) -> dict[str, float]:
