@@ -110,12 +110,15 @@ class NativePacker:
     def pack(self, value: Any) -> bytes:
         return ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
 
-    def pack_payload(self, value: Any) -> bytes:
-        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way."""
+    def pack_payload(self, value: Any, *, bin_checked: bool = False) -> bytes:
+        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way.
+        ``bin_checked``: the caller knows every bin in it comes from ``bytes``."""
         try:
             payload = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
         except (TypeError, ormsgpack.MsgpackEncodeError) as exc:
             raise NeedsExactPath from exc
+        if bin_checked:
+            return payload
         if (
             _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload
         ) and not bin_only_from_bytes(value):
