@@ -128,14 +128,16 @@ class CheckpointCodec(Decoding):
         they are met (containers before what they contain). An embedded checkpoint met twice is
         stored once when both encode alike; two different ones under one id are refused.
         """
-        tag = self._require_checkpoint_tag(checkpoint)
-        state = TreeEncoding(nodes=[None], containers=[checkpoint.checkpoint_id], first_seen={})
+        tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
+        state = TreeEncoding([None], [checkpoint.checkpoint_id], {})
         token = _TREE.set(state)
         try:
             payload = self._encode_with_location(checkpoint, tag)
         finally:
             _TREE.reset(token)
         top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
+        if len(state.nodes) == 1:
+            return [top]  # nothing embedded: most checkpoints
         state.nodes[0] = top
         return [node for node in state.nodes if node is not None]
 
