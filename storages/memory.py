@@ -275,6 +275,8 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             }
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        if workflow_name not in self._store.workflows:
+            return None  # one atomic look, as the lock's would be: nothing to iterate over
         with self._store.lock:
             workflow = self._store.workflows.get(workflow_name)
             if workflow is None:

@@ -31,8 +31,11 @@ _NAME_CACHE_SIZE = 4096
 """Workflow names (and their digests) remembered: a few per thread in use, bounded."""
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def thread_prefix(thread_id: str) -> str:
     """The start of the workflow name of every namespace of ``thread_id``."""
+    # Cached apart from workflow_for: a run names a new namespace at every subgraph superstep,
+    # always under the same thread.
     return f"{WORKFLOW_PREFIX}{escape_part(thread_id)}:"
 
 
