@@ -49,6 +49,10 @@ MAX_ID_LENGTH = 256
 """Longest accepted checkpoint id or workflow name, in characters."""
 
 
+CHECKPOINT_VERSION = "1.0"
+"""The ``version`` a WorkflowCheckpoint states unless told otherwise (MAF's)."""
+
+
 @dataclass(slots=True)
 class WorkflowCheckpoint:
     """A workflow's state at a superstep boundary: MAF's 11 fields, names, order and defaults."""
@@ -63,7 +67,7 @@ class WorkflowCheckpoint:
     pending_request_info_events: dict[str, Any] = field(default_factory=dict)
     iteration_count: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
-    version: str = "1.0"
+    version: str = CHECKPOINT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         """Shallow field mapping, as MAF's ``to_dict``."""
@@ -386,6 +390,7 @@ def validate_identifier(value: object, field_name: str) -> str:
 
 __all__ = [
     "CHECKPOINT_FIELDS",
+    "CHECKPOINT_VERSION",
     "MAX_ID_LENGTH",
     "AncestryEnd",
     "AncestryWalk",

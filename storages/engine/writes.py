@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import ormsgpack
 
-from ..contract import Capability, CheckpointID, PendingWrite, WorkflowCheckpoint, validate_identifier
+from ..contract import (
+    CHECKPOINT_VERSION,
+    Capability,
+    CheckpointID,
+    PendingWrite,
+    WorkflowCheckpoint,
+    validate_identifier,
+)
 from ..errors import CheckpointCorruptedError
 from .primitives import StoragePrimitives
 from .records import CheckpointRecord, StoredBody, body_digest
@@ -220,7 +227,7 @@ def _writes_batch(
         {},
         0,
         {},
-        "1.0",
+        CHECKPOINT_VERSION,
     )
 
 
