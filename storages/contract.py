@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import unicodedata
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -47,6 +47,10 @@ CheckpointID = str
 
 MAX_ID_LENGTH = 256
 """Longest accepted checkpoint id or workflow name, in characters."""
+
+
+CHECKPOINT_VERSION = "1.0"
+"""The ``version`` a WorkflowCheckpoint states unless told otherwise (MAF's)."""
 
 
 @dataclass(slots=True)
@@ -63,7 +67,7 @@ class WorkflowCheckpoint:
     pending_request_info_events: dict[str, Any] = field(default_factory=dict)
     iteration_count: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
-    version: str = "1.0"
+    version: str = CHECKPOINT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         """Shallow field mapping, as MAF's ``to_dict``."""
@@ -221,7 +225,7 @@ class CheckpointInfo:
         return self.container_id is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PendingWrite:
     """One write a task made against a checkpoint before the next one was saved.
 
@@ -237,10 +241,27 @@ class PendingWrite:
     value: Any
     task_path: str = ""
 
+    def __init__(self, task_id: str, index: int, channel: str, value: Any, task_path: str = "") -> None:
+        # Through the slots' own setters: a frozen dataclass's generated __init__ goes through
+        # object.__setattr__ per field, at 40% more, and a LangGraph run builds one per write
+        # (the class stays frozen: assigning a field still raises).
+        set_task_id, set_index, set_channel, set_value, set_task_path = _WRITE_SETTERS
+        set_task_id(self, task_id)
+        set_index(self, index)
+        set_channel(self, channel)
+        set_value(self, value)
+        set_task_path(self, task_path)
+
     @property
     def replaces_earlier(self) -> bool:
         """True for a special-channel write: the latest stored for its (task_id, index) wins."""
         return self.index < 0
+
+
+_WRITE_SETTERS: tuple[Callable[[PendingWrite, Any], None], ...] = tuple(
+    vars(PendingWrite)[item.name].__set__ for item in fields(PendingWrite)
+)
+"""The slot setters of PendingWrite's fields, in field order (what its __init__ sets)."""
 
 
 @runtime_checkable
@@ -369,6 +390,7 @@ def validate_identifier(value: object, field_name: str) -> str:
 
 __all__ = [
     "CHECKPOINT_FIELDS",
+    "CHECKPOINT_VERSION",
     "MAX_ID_LENGTH",
     "AncestryEnd",
     "AncestryWalk",

@@ -153,6 +153,17 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             self._write_family(records)
         return None
 
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        # One record (every save without embedded checkpoints, every write batch): no family to
+        # check, and no second coroutine, which the default's forwarding to _insert_family costs.
+        store = self._store
+        with store.lock:
+            existing = store.by_id.get(record.checkpoint_id)
+            if existing is not None:
+                return _digest_to_compare(existing.record, record)
+            self._add(record)
+        return None
+
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         store = self._store
         with store.lock:
@@ -169,15 +180,20 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             if record.checkpoint_id in store.by_id:
                 raise nested_id_conflict(records, record.checkpoint_id)
         for record in records:
-            workflow = store.workflows.get(record.workflow_name)
-            if workflow is None:
-                workflow = store.workflows[record.workflow_name] = _Workflow()
-            entry = _Entry(record, workflow.next_sequence)
-            workflow.next_sequence += 1
-            (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
-            store.by_id[record.checkpoint_id] = entry
-            if record.container_id is not None:
-                store.by_id[record.container_id].children.append(record.checkpoint_id)
+            self._add(record)
+
+    def _add(self, record: CheckpointRecord) -> None:
+        """Insert one record whose id is absent, at its workflow's next sequence (lock held)."""
+        store = self._store
+        workflow = store.workflows.get(record.workflow_name)
+        if workflow is None:
+            workflow = store.workflows[record.workflow_name] = _Workflow()
+        entry = _Entry(record, workflow.next_sequence)
+        workflow.next_sequence += 1
+        (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
+        store.by_id[record.checkpoint_id] = entry
+        if record.container_id is not None:
+            store.by_id[record.container_id].children.append(record.checkpoint_id)
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         store = self._store
@@ -259,6 +275,8 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             }
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        if workflow_name not in self._store.workflows:
+            return None  # one atomic look, as the lock's would be: nothing to iterate over
         with self._store.lock:
             workflow = self._store.workflows.get(workflow_name)
             if workflow is None:

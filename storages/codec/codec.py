@@ -110,10 +110,16 @@ class CheckpointCodec(Decoding):
 
     # ------------------------------------------------------------------ public API
 
-    def encode_checkpoint(self, checkpoint: Any) -> bytes:
-        """Encode a checkpoint object to a self-checking body, embedded checkpoints inline."""
+    def encode_checkpoint(self, checkpoint: Any, *, bin_from_bytes_only: bool = False) -> bytes:
+        """Encode a checkpoint object to a self-checking body, embedded checkpoints inline.
+
+        ``bin_from_bytes_only``: the caller has checked that no ``bytearray`` or ``memoryview``
+        is anywhere in it (every bin-like value is exact ``bytes``), which spares the codec its
+        own look for them (engine/writes.py checks a plain batch's exact types anyway). The body
+        is the same either way; a caller that is wrong gets such a value back as ``bytes``.
+        """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
-        return self._frame(self._encode_with_location(checkpoint, tag))
+        return self._frame(self._encode_with_location(checkpoint, tag, bin_checked=bin_from_bytes_only))
 
     def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
         """Encode a checkpoint and, as bodies of their own, the checkpoints embedded in it.
@@ -122,14 +128,16 @@ class CheckpointCodec(Decoding):
         they are met (containers before what they contain). An embedded checkpoint met twice is
         stored once when both encode alike; two different ones under one id are refused.
         """
-        tag = self._require_checkpoint_tag(checkpoint)
-        state = TreeEncoding(nodes=[None], containers=[checkpoint.checkpoint_id], first_seen={})
+        tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
+        state = TreeEncoding([None], [checkpoint.checkpoint_id], {})
         token = _TREE.set(state)
         try:
             payload = self._encode_with_location(checkpoint, tag)
         finally:
             _TREE.reset(token)
         top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
+        if len(state.nodes) == 1:
+            return [top]  # nothing embedded: most checkpoints
         state.nodes[0] = top
         return [node for node in state.nodes if node is not None]
 
@@ -257,7 +265,9 @@ class CheckpointCodec(Decoding):
             )
         return tag
 
-    def _encode_with_location(self, root: Any, checkpoint_tag: str | None) -> bytes:
+    def _encode_with_location(
+        self, root: Any, checkpoint_tag: str | None, *, bin_checked: bool = False
+    ) -> bytes:
         if checkpoint_tag is None:
             plain = root
         else:
@@ -265,7 +275,7 @@ class CheckpointCodec(Decoding):
         tree = _TREE.get()
         mark = tree.mark() if tree is not None else None
         try:
-            return self._native.pack_payload(plain)
+            return self._native.pack_payload(plain, bin_checked=bin_checked)
         except NeedsExactPath:
             if tree is not None and mark is not None:
                 tree.rewind(mark)  # the nested bodies the native attempt collected

@@ -71,10 +71,18 @@ def bin_only_from_bytes(value: Any, depth: int = 0) -> bool:
         items = value
     else:
         return False
-    for item in items:  # noqa: SIM110 (a loop: all() with a generator costs more per value)
-        if type(item) not in ATOMS and not bin_only_from_bytes(item, depth + 1):
+    for item in items:  # a loop: all() with a generator (or over a map) costs more per value
+        kind = type(item)
+        # An empty exact container holds nothing to look at (a checkpoint's empty messages, say):
+        # no call for it.
+        if kind in ATOMS or (kind in _CONTAINERS and not item):
+            continue
+        if not bin_only_from_bytes(item, depth + 1):
             return False
     return True
+
+
+_CONTAINERS: Final[frozenset[type[Any]]] = frozenset({dict, list, tuple})
 
 
 class NeedsExactPath(Exception):
@@ -110,12 +118,15 @@ class NativePacker:
     def pack(self, value: Any) -> bytes:
         return ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
 
-    def pack_payload(self, value: Any) -> bytes:
-        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way."""
+    def pack_payload(self, value: Any, *, bin_checked: bool = False) -> bytes:
+        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way.
+        ``bin_checked``: the caller knows every bin in it comes from ``bytes``."""
         try:
             payload = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
         except (TypeError, ormsgpack.MsgpackEncodeError) as exc:
             raise NeedsExactPath from exc
+        if bin_checked:
+            return payload
         if (
             _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload
         ) and not bin_only_from_bytes(value):

@@ -72,21 +72,37 @@ def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) ->
             _expect_field(checkpoint_id, name, value, dict)
 
 
-def checked_write(write: object, position: int) -> PendingWrite:
-    if not isinstance(write, PendingWrite):
-        raise InvalidCheckpointError(
-            f"writes[{position}] must be a PendingWrite, not {type(write).__name__}", field="writes"
-        )
-    validate_identifier(write.task_id, "task_id")
-    if isinstance(write.index, bool) or not isinstance(write.index, int):
-        raise InvalidCheckpointError(
-            f"writes[{position}].index must be an int, not {type(write.index).__name__}", field="index"
-        )
-    if not isinstance(write.channel, str) or not write.channel:
-        raise InvalidCheckpointError(f"writes[{position}].channel must be a non-empty str", field="channel")
-    if not isinstance(write.task_path, str):
-        raise InvalidCheckpointError(f"writes[{position}].task_path must be a str", field="task_path")
-    return write
+_UNCHECKED = object()
+"""No task id checked yet (None is a task id to refuse)."""
+
+
+def checked_writes(writes: Iterable[object]) -> list[PendingWrite]:
+    """The writes of a put_writes call as a list, each checked (the first bad one raises)."""
+    batch: list[Any] = list(writes)
+    checked_task_id: object = _UNCHECKED
+    for position, write in enumerate(batch):
+        if not isinstance(write, PendingWrite):
+            raise InvalidCheckpointError(
+                f"writes[{position}] must be a PendingWrite, not {type(write).__name__}", field="writes"
+            )
+        # A call's writes are one task's: its id is checked once (a str is immutable).
+        task_id = write.task_id
+        if task_id is not checked_task_id:
+            validate_identifier(task_id, "task_id")
+            checked_task_id = task_id
+        index = write.index
+        if type(index) is not int and (isinstance(index, bool) or not isinstance(index, int)):
+            raise InvalidCheckpointError(
+                f"writes[{position}].index must be an int, not {type(index).__name__}", field="index"
+            )
+        channel = write.channel
+        if not isinstance(channel, str) or not channel:
+            raise InvalidCheckpointError(
+                f"writes[{position}].channel must be a non-empty str", field="channel"
+            )
+        if not isinstance(write.task_path, str):
+            raise InvalidCheckpointError(f"writes[{position}].task_path must be a str", field="task_path")
+    return batch
 
 
 def as_list(refs: Iterable[Any]) -> list[Any]:

@@ -31,8 +31,11 @@ _NAME_CACHE_SIZE = 4096
 """Workflow names (and their digests) remembered: a few per thread in use, bounded."""
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def thread_prefix(thread_id: str) -> str:
     """The start of the workflow name of every namespace of ``thread_id``."""
+    # Cached apart from workflow_for: a run names a new namespace at every subgraph superstep,
+    # always under the same thread.
     return f"{WORKFLOW_PREFIX}{escape_part(thread_id)}:"
 
 
@@ -71,16 +74,33 @@ def _workflow_digest(workflow_name: str) -> str:
 
 def escape_part(text: str) -> str:
     # quote(safe="") escapes ":" and "%", so the separator never occurs inside a part. ASCII text
-    # (LangGraph's namespaces and most thread ids) takes a C-speed table giving quote's exact output.
-    if text.isascii():
-        return text.translate(_ASCII_QUOTED)
-    return quote(text, safe="")
+    # (LangGraph's namespaces and most thread ids) takes a C-speed path giving quote's exact output:
+    # the bytes it would escape, found by one bytes.translate, each replaced by its escape ("%"
+    # first, so no escape is escaped again). LangGraph's namespaces hold one such character (":")
+    # or a few; a per-character table (str.translate with a dict) cost five times more.
+    if not text.isascii():
+        return quote(text, safe="")
+    unsafe = text.encode("ascii").translate(None, _ASCII_SAFE)
+    if not unsafe:
+        return text
+    if len(unsafe) == 1:
+        return text.replace(chr(unsafe[0]), _ASCII_QUOTED[unsafe[0]])
+    codes = set(unsafe)
+    if _PERCENT in codes:
+        text = text.replace("%", _ASCII_QUOTED[_PERCENT])
+        codes.discard(_PERCENT)
+    for code in codes:
+        text = text.replace(chr(code), _ASCII_QUOTED[code])
+    return text
 
 
-_ASCII_QUOTED = {
-    code: f"%{code:02X}" for code in range(128) if not (chr(code).isalnum() or chr(code) in "_.-~")
-}
-"""What ``quote(safe="")`` makes of each ASCII character it escapes (it keeps letters, digits, _.-~)."""
+_ASCII_SAFE = bytes(code for code in range(128) if chr(code).isalnum() or chr(code) in "_.-~")
+"""The ASCII characters ``quote(safe="")`` keeps: letters, digits and _.-~."""
+
+_ASCII_QUOTED = {code: f"%{code:02X}" for code in range(128) if code not in _ASCII_SAFE}
+"""What ``quote(safe="")`` makes of each ASCII character it escapes."""
+
+_PERCENT = ord("%")
 
 
 def supersteps_done(metadata: Any) -> int:

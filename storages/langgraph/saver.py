@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote
@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..base import BaseCheckpointStorage
-from ..contract import Capability, PendingWrite, WorkflowCheckpoint
+from ..contract import CHECKPOINT_VERSION, Capability, PendingWrite, WorkflowCheckpoint
 from ..errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -187,24 +187,32 @@ class StorageSaver(SyncMethods):
         full_metadata = get_checkpoint_metadata(config, metadata)
         checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(checkpoint)
         metadata_type, metadata_bytes = self.serde.dumps_typed(full_metadata)
+        # Flat: every value an atom, so our codec carries the state without walking it.
+        state = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            "checkpoint_type": checkpoint_type,
+            "checkpoint": checkpoint_bytes,
+            "metadata_type": metadata_type,
+            "metadata": metadata_bytes,
+        }
+        # Positional, in field order (keywords and the default factories cost twice as much):
+        # workflow, signature, id, previous id, timestamp, messages, state, pending requests,
+        # iteration count, metadata, version.
         await self.storage.save(
             WorkflowCheckpoint(
-                workflow_name=workflow_name,
-                graph_signature_hash=GRAPH_SIGNATURE,
-                checkpoint_id=stored_id_for(workflow_name, checkpoint_id),
-                previous_checkpoint_id=None if parent_id is None else stored_id_for(workflow_name, parent_id),
-                timestamp=checkpoint["ts"],
-                iteration_count=supersteps_done(full_metadata),
-                # Flat: every value an atom, so our codec carries the state without walking it.
-                state={
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint_id,
-                    "checkpoint_type": checkpoint_type,
-                    "checkpoint": checkpoint_bytes,
-                    "metadata_type": metadata_type,
-                    "metadata": metadata_bytes,
-                },
+                workflow_name,
+                GRAPH_SIGNATURE,
+                stored_id_for(workflow_name, checkpoint_id),
+                None if parent_id is None else stored_id_for(workflow_name, parent_id),
+                checkpoint["ts"],
+                {},
+                state,
+                {},
+                supersteps_done(full_metadata),
+                {},
+                CHECKPOINT_VERSION,
             )
         )
         return config_for(config["configurable"]["thread_id"], checkpoint_ns, checkpoint_id)
@@ -320,9 +328,11 @@ class StorageSaver(SyncMethods):
             )
         return True
 
-    async def _latest(self, workflow_name: str, thread_id: str, checkpoint_ns: str) -> Any | None:
-        """The namespace's latest checkpoint: its workflow's, by commit order."""
-        return await self.storage.get_latest(workflow_name=workflow_name)
+    def _latest(self, workflow_name: str, thread_id: str, checkpoint_ns: str) -> Awaitable[Any | None]:
+        """The namespace's latest checkpoint: its workflow's, by commit order (a subclass may
+        override it with a coroutine function)."""
+        # The storage's own awaitable, not a coroutine around it: one layer less per lookup.
+        return self.storage.get_latest(workflow_name=workflow_name)
 
     async def _workflows(self, config: RunnableConfig | None) -> _Selection:
         """(workflow, thread_id, checkpoint_ns) of what ``config`` selects, in name order."""
