@@ -461,3 +461,38 @@ async def test_a_save_outside_read_committed_never_reuses_a_sequence(schema_url:
         expected = [first.checkpoint_id] + ([] if deleted else [rival.checkpoint_id]) + [late.checkpoint_id]
         assert await storage.list_checkpoint_ids(workflow_name="wf") == expected
         await storage.aclose()
+
+
+async def test_an_id_stored_concurrently_under_another_workflow_is_a_conflict(schema_url: str) -> None:
+    # save_one probes for the id, then inserts; a save of the same id under another workflow
+    # (another lock) committed in between makes the insert a primary-key violation: the call is
+    # repeated, finds the id, and the base reports the conflict, not an unavailable storage.
+    base = schema_url.partition("?")[0]
+    async with PostgresCheckpointStorage.from_url(schema_url) as storage:
+        await storage.save(WorkflowCheckpoint("wf", "sig"))
+        schema = storage.schema
+        mine = WorkflowCheckpoint("wf", "sig")
+        theirs = WorkflowCheckpoint("other", "sig", checkpoint_id=mine.checkpoint_id)
+        (top,) = storage._records_for(theirs)
+        async with (
+            await psycopg.AsyncConnection.connect(base) as other,
+            await psycopg.AsyncConnection.connect(base, autocommit=True) as watcher,
+        ):
+            await other.execute(
+                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, false, NULL)',
+                (top.checkpoint_id, top.workflow_name, None, top.graph_signature_hash, top.digest, top.body),
+            )
+            save = asyncio.ensure_future(storage.save(mine))
+            for _ in range(500):  # the insert waits for other's uncommitted row of the same id
+                cursor = await watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+                    " AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())"
+                )
+                row = await cursor.fetchone()
+                if row and row[0]:
+                    break
+                await asyncio.sleep(0.01)
+            await other.commit()
+            with pytest.raises(CheckpointConflictError, match=mine.checkpoint_id):
+                await save
+        assert await storage.load(mine.checkpoint_id) == theirs

@@ -7,10 +7,11 @@ across processes and hosts, each in one statement (one round trip, one transacti
   never deadlock), checks the fence under them, takes each record's sequence from the index and
   inserts. A top id already stored writes nothing and returns the stored digest, so a retry
   after an ambiguous connection loss finds the first attempt's record and the base calls it a
-  no-op. A refused fence (``CSFNC``), a nested id already stored (``CSCNF``), a top id stored or
-  deleted meanwhile by a concurrent statement (``CSRTY``) or a sequence read from a stale
-  snapshot (a unique violation on the sequence index, outside READ COMMITTED) is raised, so the
-  statement rolls back: all or nothing; the last two are repeated here.
+  no-op. A refused fence (``CSFNC``), a nested id already stored (``CSCNF``), a top id stored
+  meanwhile by a concurrent statement (``CSRTY`` from save_family, a primary-key violation from
+  save_one) or a sequence read from a stale snapshot (a unique violation on the sequence index,
+  outside READ COMMITTED) is raised, so the statement rolls back: all or nothing; the last two
+  are repeated here.
 * Delete, prune and delete_workflow are single statements with data-modifying CTEs: they see one
   snapshot and commit together; a statement trigger records each workflow's high-water mark.
   Server-side locks, never process-local ones, order concurrent writers.
@@ -27,7 +28,7 @@ from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
-from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, RETRY_SQLSTATE, SEQUENCE_INDEX, render
+from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX, render
 
 # %b: bytes in binary, as they are; the rest are short text.
 _SAVE_ONE = """
@@ -80,8 +81,8 @@ _DELETE_WORKFLOW = """
 """
 
 RETRIES_AFTER_RACE = 8
-"""How often a save repeats after a concurrent statement stored its top id first or deleted it
-(CSRTY), or its sequence came from a stale snapshot (outside READ COMMITTED)."""
+"""How often a save repeats after a concurrent statement stored its top id first, or its
+sequence came from a stale snapshot (outside READ COMMITTED)."""
 
 
 class PostgresCommits:
@@ -138,7 +139,7 @@ class PostgresCommits:
                 try:
                     cursor = await connection.execute(query, parameters)
                 except psycopg.Error as exc:
-                    if exc.sqlstate == RETRY_SQLSTATE or _stale_sequence(exc):
+                    if exc.sqlstate == RETRY_SQLSTATE or _lost_race(exc):
                         continue
                     if exc.sqlstate == CONFLICT_SQLSTATE:
                         raise nested_id_conflict(records, _conflicting_id(records, exc)) from None
@@ -187,9 +188,14 @@ class PostgresCommits:
         return int(rows[0][0])
 
 
-def _stale_sequence(exc: psycopg.Error) -> bool:
+def _lost_race(exc: psycopg.Error) -> bool:
+    """A unique violation that a repeated call resolves: the id stored concurrently (save_one's
+    probe came first), or a sequence read from a stale snapshot (outside READ COMMITTED)."""
     diagnostic: Any = exc.diag
-    return isinstance(exc, psycopg.errors.UniqueViolation) and diagnostic.constraint_name == SEQUENCE_INDEX
+    return isinstance(exc, psycopg.errors.UniqueViolation) and diagnostic.constraint_name in (
+        PRIMARY_KEY,
+        SEQUENCE_INDEX,
+    )
 
 
 def _conflicting_id(records: Sequence[CheckpointRecord], exc: psycopg.Error) -> CheckpointID:

@@ -43,13 +43,16 @@ FENCE_SQLSTATE = "CSFNC"
 """Raised by a fenced ``save_family`` when the workflow's latest is not the expected one: nothing is
 written; the message is the latest id (empty, with detail ``none``, when there is none)."""
 RETRY_SQLSTATE = "CSRTY"
-"""Raised by ``save_family`` or ``save_one`` when another transaction stored the top id after this
-one looked (under another workflow's lock), or deleted it after this one found it: nothing is
-written, and the call is repeated."""
+"""Raised by ``save_family`` when another transaction stored the top id after this one looked
+(under another workflow's lock): nothing is written, and the call is repeated."""
 SEQUENCE_INDEX = "checkpoints_by_kind_and_sequence"
 """The unique index a save's sequence lands in (version 2). A unique violation on it means the
 save read the largest sequence from a snapshot older than the lock (REPEATABLE READ or
 SERIALIZABLE sessions): nothing is written, and the call is repeated."""
+PRIMARY_KEY = "checkpoints_pkey"
+"""A unique violation on it in ``save_one``: a concurrent save (under another workflow's lock)
+stored the same id after this one probed: nothing is written, and the call is repeated (it then
+finds the id)."""
 
 # Constant SQL: {s} is a checked identifier, {retry}, {conflict} and {fence} are constants.
 _SAVE_FAMILY = (
@@ -198,16 +201,20 @@ BEGIN
         """
     + _LATEST_TOP.replace("{into}", "latest_id").replace("{name}", "p_name").strip()
     + """;
-        IF latest_id IS DISTINCT FROM p_expected THEN
-            SELECT c.digest INTO existing_digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id;
-            IF existing_digest IS NOT NULL THEN
-                -- Stored already: the base tells a harmless retry from a stale writer.
-                inserted := false;
-                RETURN;
-            END IF;
-            RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(latest_id, ''),
-                DETAIL = CASE WHEN latest_id IS NULL THEN 'none' ELSE 'id' END;
-        END IF;
+    END IF;
+    -- A probe, not INSERT ... ON CONFLICT: no speculative insertion (its extra WAL record) on
+    -- every save. A concurrent insert of this id under another workflow's lock makes the INSERT
+    -- below a unique violation on the primary key instead, and the call is repeated.
+    SELECT c.digest INTO existing_digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id;
+    IF existing_digest IS NOT NULL THEN
+        -- Stored already (a retry, a repeat, or another workflow's record): the base compares,
+        -- and with the latest tells a harmless retry of a fenced save from a stale writer.
+        inserted := false;
+        RETURN;
+    END IF;
+    IF p_fenced AND latest_id IS DISTINCT FROM p_expected THEN
+        RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(latest_id, ''),
+            DETAIL = CASE WHEN latest_id IS NULL THEN 'none' ELSE 'id' END;
     END IF;
     """
     + _NEXT_SEQUENCE.replace("{name}", "p_name").strip()
@@ -217,20 +224,12 @@ BEGIN
         digest, body, nested, container_id, root_id, position
     ) VALUES (
         p_id, p_name, v_sequence, p_previous, p_signature, p_digest, p_body, false, NULL, NULL, 0
-    ) ON CONFLICT (checkpoint_id) DO NOTHING;
-    IF FOUND THEN
-        """
+    );
+    """
     + _HIGH_WATER_IF_NOT_READ_COMMITTED.replace("{ids}", "ARRAY[p_id]").strip()
     + """
-        inserted := true;
-        RETURN;
-    END IF;
-    -- The id is stored (a retry, a repeat, or another workflow's record: the base compares).
-    SELECT c.digest INTO existing_digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id;
-    IF existing_digest IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '{retry}', MESSAGE = p_id;  -- deleted meanwhile
-    END IF;
-    inserted := false;
+    latest_id := NULL;
+    inserted := true;
 END
 $$
 """
