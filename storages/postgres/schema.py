@@ -148,19 +148,19 @@ $$
 # advisory locks on the same key (or two names with one hash) only make saves wait, never wrong.
 _WORKFLOW_LOCK = "hashtextextended('checkpoint-storages:{s}:' || {name}, 0)"
 
-# One statement (one snapshot, taken after the lock): one past the largest sequence of either
-# kind, and at least the high-water mark deletions left. ORDER BY ... LIMIT 1, not max(): a
-# backward index descent whatever the planner estimates for a kind (a generic plan's guess).
-_NEXT_SEQUENCE = """
-    SELECT greatest(
+# One past the largest sequence of either kind, and at least the high-water mark deletions
+# left; read in one statement (one snapshot, taken after the lock). ORDER BY ... LIMIT 1, not
+# max(): a backward index descent whatever the planner estimates for a kind (a generic plan's
+# guess).
+_NEXT_SEQUENCE_EXPRESSION = """greatest(
         (SELECT c.sequence + 1 FROM {s}.checkpoints AS c
          WHERE c.workflow_name = {name} AND NOT c.nested ORDER BY c.sequence DESC LIMIT 1),
         (SELECT c.sequence + 1 FROM {s}.checkpoints AS c
          WHERE c.workflow_name = {name} AND c.nested ORDER BY c.sequence DESC LIMIT 1),
         (SELECT w.next_sequence FROM {s}.workflows AS w WHERE w.name = {name}),
         1
-    )
-"""
+    )"""
+_NEXT_SEQUENCE = "SELECT " + _NEXT_SEQUENCE_EXPRESSION
 
 # Outside READ COMMITTED a statement's snapshot is the transaction's, taken before the lock was
 # granted, so the largest sequence read may be stale. A stale number already taken hits the
@@ -197,15 +197,20 @@ BEGIN
     PERFORM pg_advisory_xact_lock("""  # noqa: S608 - constant SQL: {s} is a checked identifier
     + _WORKFLOW_LOCK.replace("{name}", "p_name")
     + """);
-    IF p_fenced THEN
+    -- One statement, so one executor start: the id probe, the next sequence and, when fenced,
+    -- the latest (a CASE arm not taken never runs its sub-select). A probe, not INSERT ... ON
+    -- CONFLICT: no speculative insertion (its extra WAL record) on every save; a concurrent
+    -- insert of this id under another workflow's lock makes the INSERT below a unique
+    -- violation on the primary key instead, and the call is repeated.
+    SELECT
+        (SELECT c.digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id),
+        CASE WHEN p_fenced THEN ("""
+    + _LATEST_TOP.replace(" INTO {into}", "").replace("{name}", "p_name").strip()
+    + """) END,
         """
-    + _LATEST_TOP.replace("{into}", "latest_id").replace("{name}", "p_name").strip()
-    + """;
-    END IF;
-    -- A probe, not INSERT ... ON CONFLICT: no speculative insertion (its extra WAL record) on
-    -- every save. A concurrent insert of this id under another workflow's lock makes the INSERT
-    -- below a unique violation on the primary key instead, and the call is repeated.
-    SELECT c.digest INTO existing_digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id;
+    + _NEXT_SEQUENCE_EXPRESSION.replace("{name}", "p_name")
+    + """
+    INTO existing_digest, latest_id, v_sequence;
     IF existing_digest IS NOT NULL THEN
         -- Stored already (a retry, a repeat, or another workflow's record): the base compares,
         -- and with the latest tells a harmless retry of a fenced save from a stale writer.
@@ -216,9 +221,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(latest_id, ''),
             DETAIL = CASE WHEN latest_id IS NULL THEN 'none' ELSE 'id' END;
     END IF;
-    """
-    + _NEXT_SEQUENCE.replace("{name}", "p_name").strip()
-    + """ INTO v_sequence;
     INSERT INTO {s}.checkpoints (
         checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash,
         digest, body, nested, container_id, root_id, position
