@@ -30,14 +30,15 @@ from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
 from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX, render
 
-# %b: bytes in binary, as they are; the rest are short text.
+# %b: in binary. A body goes as it is (in text it would travel hex-encoded, twice its size, and a
+# text array of them is escaped on the client and parsed on the server); the rest are short.
 _SAVE_ONE = """
     SELECT existing_digest, latest_id, inserted FROM {s}.save_one(%s, %s, %s, %s, %s, %b, %s, %s)
 """
 _SAVE = """
     SELECT existing_digest, latest_id, inserted FROM {s}.save_family(
-        %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[], %s::text[],
-        %s::text[], %s::integer[], %s, %s
+        %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[],
+        %b::text[], %b::integer[], %s, %s
     )
 """
 _REMOVE = """
