@@ -28,7 +28,8 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.postgres import SCHEMA_VERSION, PostgresCheckpointStorage
+from storages.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresCheckpointStorage
+from storages.postgres.schema import CREATE_SCHEMA, CREATE_SCHEMA_VERSION, RECORD_VERSION, render
 
 pytestmark = pytest.mark.postgres
 
@@ -270,3 +271,228 @@ async def test_a_nested_id_already_stored_writes_nothing(storage: PostgresCheckp
     with pytest.raises(CheckpointConflictError, match=taken.checkpoint_id):
         await storage.save(clash)
     assert await storage.list_checkpoint_ids(workflow_name="wf") == []
+
+
+# ---------------------------------------------------------------------- schema 1 -> 2, sequences
+
+
+async def _create_version_1(base: str, schema: str) -> None:
+    """A schema exactly as code of version 1 created it."""
+    async with (
+        await psycopg.AsyncConnection.connect(base, autocommit=True) as connection,
+        connection.transaction(),
+    ):
+        await connection.execute(render(CREATE_SCHEMA, schema))
+        await connection.execute(render(CREATE_SCHEMA_VERSION, schema))
+        for statement in MIGRATIONS[0]:
+            await connection.execute(render(statement, schema))
+        await connection.execute(render(RECORD_VERSION, schema), (1,))
+
+
+async def _save_as_version_1(
+    base: str, schema: str, storage: PostgresCheckpointStorage, checkpoint: Any
+) -> None:
+    """What a save by code of version 1 wrote: version 1's save_family, its counter row."""
+    records = storage._records_for(checkpoint)
+    fields = [
+        [r.checkpoint_id for r in records],
+        [r.workflow_name for r in records],
+        [r.previous_checkpoint_id for r in records],
+        [r.graph_signature_hash for r in records],
+        [r.digest for r in records],
+        [r.body for r in records],
+        [r.container_id for r in records],
+        [r.root_id for r in records],
+        [r.position for r in records],
+    ]
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as connection:
+        cursor = await connection.execute(
+            f'SELECT inserted FROM "{schema}".save_family('
+            "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[], %s::text[], "
+            "%s::text[], %s::integer[], false, NULL)",
+            fields,
+        )
+        assert await cursor.fetchone() == (True,)
+
+
+async def test_a_version_1_schema_is_migrated_in_place_and_read_and_written(schema_url: str) -> None:
+    base = schema_url.partition("?")[0]
+    schema = schema_url.rpartition("schema=")[2]
+    await _create_version_1(base, schema)
+    encoder = PostgresCheckpointStorage.from_url(schema_url)  # only its codec: never opened
+    first = WorkflowCheckpoint("wf", "sig")
+    child = WorkflowCheckpoint("child", "sig")
+    second = WorkflowCheckpoint(
+        "wf",
+        "sig",
+        previous_checkpoint_id=first.checkpoint_id,
+        state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+    )
+    third = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=second.checkpoint_id)
+    for checkpoint in (first, second, third):
+        await _save_as_version_1(base, schema, encoder, checkpoint)
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as connection:
+        # Version 1 deleted without touching the counter: it alone remembers sequence 3.
+        await connection.execute(
+            f'DELETE FROM "{schema}".checkpoints WHERE checkpoint_id = %s', (third.checkpoint_id,)
+        )
+    await encoder.aclose()
+
+    async with PostgresCheckpointStorage.from_url(schema_url) as storage:
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [
+            first.checkpoint_id,
+            second.checkpoint_id,
+        ]
+        assert await storage.get_latest(workflow_name="wf") == second
+        assert await storage.load(child.checkpoint_id) == child
+        fourth = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=second.checkpoint_id)
+        await storage.save(fourth)
+        info = await storage.checkpoint_info(fourth.checkpoint_id)
+        assert info is not None
+        assert info.sequence == 4  # past the counter version 1 left: sequences never go back
+        grandchild = WorkflowCheckpoint("child", "sig")
+        fifth = WorkflowCheckpoint(
+            "wf",
+            "sig",
+            previous_checkpoint_id=fourth.checkpoint_id,
+            state={"_executor_state": {"sub": {"sub_workflow_checkpoint": grandchild}}},
+        )
+        await storage.save(fifth)
+        assert await storage.get_latest(workflow_name="wf") == fifth
+        nested_info = await storage.checkpoint_info(grandchild.checkpoint_id)
+        assert nested_info is not None
+        assert nested_info.sequence == 2  # the child workflow's next number
+        assert list((await storage.walk_ancestry_ids(fifth.checkpoint_id)).items) == [
+            fifth.checkpoint_id,
+            fourth.checkpoint_id,
+            second.checkpoint_id,
+            first.checkpoint_id,
+        ]
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as connection:
+        version = await (
+            await connection.execute(f'SELECT version FROM "{schema}".schema_version')
+        ).fetchone()
+        indexes = await (
+            await connection.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,))
+        ).fetchall()
+    assert version == (SCHEMA_VERSION,)
+    assert SCHEMA_VERSION == 2
+    names = {row[0] for row in indexes}
+    assert "checkpoints_by_kind_and_sequence" in names
+    assert not {"checkpoints_by_sequence", "checkpoints_top_by_sequence"} & names
+
+
+async def test_every_delete_leaves_the_high_water_mark(storage: PostgresCheckpointStorage) -> None:
+    checkpoints = [WorkflowCheckpoint("wf", "sig") for _ in range(3)]
+    for checkpoint in checkpoints:
+        await storage.save(checkpoint)
+    base = postgres_servers.run_database_url()
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as connection:
+        # A DELETE that is none of ours (an operator's, or older code's) leaves it too.
+        await connection.execute(
+            f'DELETE FROM "{storage.schema}".checkpoints WHERE checkpoint_id = %s',
+            (checkpoints[2].checkpoint_id,),
+        )
+    await storage.delete(checkpoints[1].checkpoint_id)
+    again = WorkflowCheckpoint("wf", "sig")
+    await storage.save(again)
+    info = await storage.checkpoint_info(again.checkpoint_id)
+    assert info is not None
+    assert info.sequence == 4
+    assert await storage.get_latest(workflow_name="wf") == again
+
+
+async def _lock_waiters(connection: Any) -> int:
+    cursor = await connection.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    row = await cursor.fetchone()
+    return int(row[0])
+
+
+@pytest.mark.parametrize("deleted", [False, True], ids=["taken", "taken-and-deleted"])
+async def test_a_save_outside_read_committed_never_reuses_a_sequence(schema_url: str, deleted: bool) -> None:
+    # A REPEATABLE READ statement's snapshot predates the lock it waits for, so the largest
+    # sequence it reads is stale: the number it takes is then already taken (the unique index
+    # refuses it) or taken and deleted (the high-water mark write is a serialization failure).
+    # Both are repeated, and the save gets the next number.
+    base, _, _ = schema_url.partition("?")
+    schema = schema_url.rpartition("schema=")[2]
+    repeatable = {"autocommit": True, "options": "-c default_transaction_isolation=repeatable\\ read"}
+    async with AsyncConnectionPool(base, kwargs=repeatable, min_size=1, max_size=1) as pool:
+        storage = PostgresCheckpointStorage(pool=pool, schema=schema)
+        first = WorkflowCheckpoint("wf", "sig")
+        await storage.save(first)
+        rival = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=first.checkpoint_id)
+        records = storage._records_for(rival)
+        (top,) = records
+        async with (
+            await psycopg.AsyncConnection.connect(base) as other,
+            await psycopg.AsyncConnection.connect(base, autocommit=True) as watcher,
+        ):
+            await other.execute(
+                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, false, NULL)',
+                (
+                    top.checkpoint_id,
+                    top.workflow_name,
+                    top.previous_checkpoint_id,
+                    top.graph_signature_hash,
+                    top.digest,
+                    top.body,
+                ),
+            )  # sequence 2, the workflow's lock held: other's transaction is open
+            late = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=first.checkpoint_id)
+            save = asyncio.ensure_future(storage.save(late))
+            for _ in range(500):
+                if await _lock_waiters(watcher):
+                    break
+                await asyncio.sleep(0.01)
+            assert await _lock_waiters(watcher) == 1
+            if deleted:
+                await other.execute(
+                    f'DELETE FROM "{schema}".checkpoints WHERE checkpoint_id = %s', (rival.checkpoint_id,)
+                )
+            await other.commit()
+            assert await save == late.checkpoint_id
+        info = await storage.checkpoint_info(late.checkpoint_id)
+        assert info is not None
+        assert info.sequence == 3
+        expected = [first.checkpoint_id] + ([] if deleted else [rival.checkpoint_id]) + [late.checkpoint_id]
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == expected
+        await storage.aclose()
+
+
+async def test_an_id_stored_concurrently_under_another_workflow_is_a_conflict(schema_url: str) -> None:
+    # save_one probes for the id, then inserts; a save of the same id under another workflow
+    # (another lock) committed in between makes the insert a primary-key violation: the call is
+    # repeated, finds the id, and the base reports the conflict, not an unavailable storage.
+    base = schema_url.partition("?")[0]
+    async with PostgresCheckpointStorage.from_url(schema_url) as storage:
+        await storage.save(WorkflowCheckpoint("wf", "sig"))
+        schema = storage.schema
+        mine = WorkflowCheckpoint("wf", "sig")
+        theirs = WorkflowCheckpoint("other", "sig", checkpoint_id=mine.checkpoint_id)
+        (top,) = storage._records_for(theirs)
+        async with (
+            await psycopg.AsyncConnection.connect(base) as other,
+            await psycopg.AsyncConnection.connect(base, autocommit=True) as watcher,
+        ):
+            await other.execute(
+                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, false, NULL)',
+                (top.checkpoint_id, top.workflow_name, None, top.graph_signature_hash, top.digest, top.body),
+            )
+            save = asyncio.ensure_future(storage.save(mine))
+            for _ in range(500):  # the insert waits for other's uncommitted row of the same id
+                cursor = await watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+                    " AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())"
+                )
+                row = await cursor.fetchone()
+                if row and row[0]:
+                    break
+                await asyncio.sleep(0.01)
+            await other.commit()
+            with pytest.raises(CheckpointConflictError, match=mine.checkpoint_id):
+                await save
+        assert await storage.load(mine.checkpoint_id) == theirs

@@ -1,16 +1,20 @@
 """The commit protocol: how a save, delete, prune and delete_workflow are made atomic, and safe
 across processes and hosts, each in one statement (one round trip, one transaction).
 
-* A save is one call of the server-side function ``save_family`` (schema.py). A top id already
-  stored writes nothing and returns the stored digest, so a retry after an ambiguous connection
-  loss finds the first attempt's record and the base calls it a no-op. Otherwise it takes each
-  record's sequence with an ``UPDATE`` of its workflow's counter row (a row lock held until
-  commit; names in order, so two families never deadlock), checks the fence under that lock,
-  and inserts the whole family. A refused fence (``CSFNC``), a nested id already stored
-  (``CSCNF``) or a top id stored meanwhile by a concurrent save (``CSRTY``, repeated here) is
-  raised, so the statement rolls back, sequence numbers included: all or nothing.
+* A save is one call of a server-side function (schema.py): ``save_one`` for a checkpoint with
+  nothing nested (scalar parameters, the body in binary), ``save_family`` for a family (arrays).
+  Either takes its workflows' advisory locks (held until commit; in key order, so two families
+  never deadlock), checks the fence under them, takes each record's sequence from the index and
+  inserts. A top id already stored writes nothing and returns the stored digest, so a retry
+  after an ambiguous connection loss finds the first attempt's record and the base calls it a
+  no-op. A refused fence (``CSFNC``), a nested id already stored (``CSCNF``), a top id stored
+  meanwhile by a concurrent statement (``CSRTY`` from save_family, a primary-key violation from
+  save_one) or a sequence read from a stale snapshot (a unique violation on the sequence index,
+  outside READ COMMITTED) is raised, so the statement rolls back: all or nothing; the last two
+  are repeated here.
 * Delete, prune and delete_workflow are single statements with data-modifying CTEs: they see one
-  snapshot and commit together. Row locks, never process-local locks, order concurrent writers.
+  snapshot and commit together; a statement trigger records each workflow's high-water mark.
+  Server-side locks, never process-local ones, order concurrent writers.
 """
 
 from __future__ import annotations
@@ -24,12 +28,17 @@ from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
-from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, RETRY_SQLSTATE, render
+from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX, render
 
+# %b: in binary. A body goes as it is (in text it would travel hex-encoded, twice its size, and a
+# text array of them is escaped on the client and parsed on the server); the rest are short.
+_SAVE_ONE = """
+    SELECT existing_digest, latest_id, inserted FROM {s}.save_one(%s, %s, %s, %s, %s, %b, %s, %s)
+"""
 _SAVE = """
     SELECT existing_digest, latest_id, inserted FROM {s}.save_family(
-        %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[], %s::text[],
-        %s::text[], %s::integer[], %s, %s
+        %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[],
+        %b::text[], %b::integer[], %s, %s
     )
 """
 _REMOVE = """
@@ -61,7 +70,7 @@ _PRUNE = """
     deleted AS (DELETE FROM {s}.checkpoints WHERE checkpoint_id IN (SELECT checkpoint_id FROM family))
     SELECT count(*) FROM doomed
 """
-# The workflow's counter row is kept: its sequence must never go back.
+# The delete trigger keeps the workflow's high-water mark: its sequence must never go back.
 _DELETE_WORKFLOW = """
     WITH doomed AS (
         SELECT checkpoint_id FROM {s}.checkpoints WHERE workflow_name = %(workflow)s AND NOT nested
@@ -72,8 +81,9 @@ _DELETE_WORKFLOW = """
     SELECT count(*) FROM doomed
 """
 
-RETRIES_AFTER_RACE = 3
-"""How often a save repeats after another transaction stored its top id first (CSRTY)."""
+RETRIES_AFTER_RACE = 8
+"""How often a save repeats after a concurrent statement stored its top id first, or its
+sequence came from a stale snapshot (outside READ COMMITTED)."""
 
 
 class PostgresCommits:
@@ -82,6 +92,7 @@ class PostgresCommits:
     def __init__(self, client: PostgresClient, schema_name: str) -> None:
         self._client = client
         self._save = render(_SAVE, schema_name)
+        self._save_one = render(_SAVE_ONE, schema_name)
         self._remove = render(_REMOVE, schema_name)
         self._overwrite = render(_OVERWRITE, schema_name)
         self._prune = render(_PRUNE, schema_name)
@@ -92,27 +103,44 @@ class PostgresCommits:
     ) -> tuple[bool, str | None, str | None]:
         """(inserted, digest stored under the top id if it existed, the workflow's latest id
         when fenced and nothing was inserted)."""
-        parameters = (
-            [r.checkpoint_id for r in records],
-            [r.workflow_name for r in records],
-            [r.previous_checkpoint_id for r in records],
-            [r.graph_signature_hash for r in records],
-            [r.digest for r in records],
-            [r.body for r in records],
-            [r.container_id for r in records],
-            [r.root_id for r in records],
-            [r.position for r in records],
-            fenced,
-            expected_latest_id,
-        )
+        top = records[0]
+        query: str
+        parameters: tuple[Any, ...]
+        if len(records) == 1:
+            query = self._save_one
+            parameters = (
+                top.checkpoint_id,
+                top.workflow_name,
+                top.previous_checkpoint_id,
+                top.graph_signature_hash,
+                top.digest,
+                top.body,
+                fenced,
+                expected_latest_id,
+            )
+        else:
+            query = self._save
+            parameters = (
+                [r.checkpoint_id for r in records],
+                [r.workflow_name for r in records],
+                [r.previous_checkpoint_id for r in records],
+                [r.graph_signature_hash for r in records],
+                [r.digest for r in records],
+                [r.body for r in records],
+                [r.container_id for r in records],
+                [r.root_id for r in records],
+                [r.position for r in records],
+                fenced,
+                expected_latest_id,
+            )
 
         async def work(connection: Connection) -> tuple[bool, str | None, str | None]:
             for _ in range(RETRIES_AFTER_RACE):
                 self._client.statements += 1
                 try:
-                    cursor = await connection.execute(self._save, parameters)
+                    cursor = await connection.execute(query, parameters)
                 except psycopg.Error as exc:
-                    if exc.sqlstate == RETRY_SQLSTATE:
+                    if exc.sqlstate == RETRY_SQLSTATE or _lost_race(exc):
                         continue
                     if exc.sqlstate == CONFLICT_SQLSTATE:
                         raise nested_id_conflict(records, _conflicting_id(records, exc)) from None
@@ -159,6 +187,16 @@ class PostgresCommits:
     async def delete_workflow(self, workflow_name: str) -> int:
         rows = await self._client.fetch("delete_workflow", self._delete_workflow, {"workflow": workflow_name})
         return int(rows[0][0])
+
+
+def _lost_race(exc: psycopg.Error) -> bool:
+    """A unique violation that a repeated call resolves: the id stored concurrently (save_one's
+    probe came first), or a sequence read from a stale snapshot (outside READ COMMITTED)."""
+    diagnostic: Any = exc.diag
+    return isinstance(exc, psycopg.errors.UniqueViolation) and diagnostic.constraint_name in (
+        PRIMARY_KEY,
+        SEQUENCE_INDEX,
+    )
 
 
 def _conflicting_id(records: Sequence[CheckpointRecord], exc: psycopg.Error) -> CheckpointID:

@@ -3,8 +3,8 @@
 in client.py, the tables in schema.py; this module wires them into the base's primitives.
 
 Reads are single statements, so each sees one snapshot: a load or latest returns the record and
-the bodies of everything nested in it in one round trip; latest is one descent of the partial
-index ``(workflow_name, sequence) WHERE NOT nested`` (O(log n) whatever the history); an
+the bodies of everything nested in it in one round trip; latest is one descent of the index
+``(workflow_name, nested, sequence)`` (O(log n) whatever the history); an
 ancestry walk is one recursive CTE over the primary key. The walk uses ``UNION`` on (id,
 previous id) rows, so a cycle yields a repeated row that PostgreSQL drops and the recursion ends
 by itself, and ``LIMIT`` on the walked rows caps it at ``max_depth`` (PostgreSQL evaluates a
