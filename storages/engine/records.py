@@ -54,6 +54,14 @@ class CheckpointRecord:
         )
 
 
+RecordDraft = tuple[
+    CheckpointID, str, CheckpointID | None, str, bytes, CheckpointID | None, CheckpointID | None, int
+]
+"""A record before its digest or seal: checkpoint id, workflow name, previous id, graph signature,
+codec body, container id, root id, position (CheckpointRecord's fields without the digest). A
+plain tuple: a save builds one per record, and a frozen dataclass costs several times more."""
+
+
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
     """What a backend's index says of a record. A read checks the decoded body against it: a body

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from typing_extensions import Self
 
 from ..contract import CheckpointID, validate_identifier
 from ..errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
 from ..integrity import (
+    SEAL_MAGIC,
     Anchor,
     IntegrityKeyInput,
     IntegrityKeyProvider,
@@ -32,7 +33,7 @@ from ..integrity import (
     split_sealed,
 )
 from .primitives import StoragePrimitives
-from .records import CheckpointRecord, StoredBody, WalkRecords, body_digest
+from .records import CheckpointRecord, RecordDraft, StoredBody, WalkRecords, body_digest
 
 LINK_CACHE_SIZE = 4096
 """How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
@@ -130,21 +131,21 @@ class SealedRecords(StoragePrimitives):
         return self._integrity.verifying_key(key_id)
 
     async def _chain_link(
-        self, record: CheckpointRecord, family: Mapping[CheckpointID, tuple[bytes, int]]
+        self, previous_id: CheckpointID | None, family: Mapping[CheckpointID, tuple[bytes, int]]
     ) -> tuple[Link, bytes, int]:
-        """How a record chains onto its predecessor: the link kind, the predecessor's MAC and
-        this record's height. Costs a round trip only when the predecessor is not remembered."""
-        previous_id = record.previous_checkpoint_id
+        """How a record whose body names ``previous_id`` chains onto its predecessor: the link
+        kind, the predecessor's MAC and this record's height. Costs a round trip only when the
+        predecessor is not remembered."""
         if previous_id is None:
-            return Link.ROOT, b"", 0
+            return _ROOT_LINK
         known = family.get(previous_id) or self._chain_macs.get(previous_id)
         if known is None:
             raw = await self._get(previous_id)
             seal = None if raw is None else self._opened_body(StoredBody(previous_id, raw))[1]
             if seal is None:
-                return Link.ABSENT, b"", 0
+                return _ABSENT_LINK
             known = (seal.mac, seal.height)
-        return Link.PRESENT, known[0], known[1] + 1
+        return _PRESENT, known[0], known[1] + 1
 
     async def _signed(
         self, records: list[CheckpointRecord]
@@ -153,46 +154,72 @@ class SealedRecords(StoragePrimitives):
         each sealed record's (MAC, height), to remember once the save is stored."""
         if self._integrity is None:
             return records, {}
-        key_id, key = self._integrity.signing_key()
+        return await self._sealed(
+            [
+                (
+                    record.checkpoint_id,
+                    record.workflow_name,
+                    record.previous_checkpoint_id,
+                    record.graph_signature_hash,
+                    record.body,
+                    record.container_id,
+                    record.root_id,
+                    record.position,
+                )
+                for record in records
+            ]
+        )
+
+    async def _sealed(
+        self, drafts: Iterable[RecordDraft]
+    ) -> tuple[list[CheckpointRecord], dict[CheckpointID, tuple[bytes, int]]]:
+        """Seal each draft (in order: a nested record may chain onto one sealed before it)."""
+        provider = self._integrity
+        assert provider is not None
+        key_id, key = provider.signing_key()
+        mac_of = self._integrity_mac
         family: dict[CheckpointID, tuple[bytes, int]] = {}
-        signed: list[CheckpointRecord] = []
-        for record in records:
-            link_kind, link, height = await self._chain_link(record, family)
-            header = seal_header(
-                key_id,
-                link_kind,
-                link,
-                height,
-                record.container_id,
-                record.position,
-                record.previous_checkpoint_id,
-            )
-            mac = self._integrity_mac(key, record.checkpoint_id, header, record.body)
-            signed.append(
+        sealed: list[CheckpointRecord] = []
+        for (
+            checkpoint_id,
+            workflow_name,
+            previous_id,
+            signature,
+            body,
+            container_id,
+            root_id,
+            position,
+        ) in drafts:
+            link_kind, link, height = await self._chain_link(previous_id, family)
+            header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
+            mac = mac_of(key, checkpoint_id, header, body)
+            sealed.append(
                 CheckpointRecord(
-                    checkpoint_id=record.checkpoint_id,
-                    workflow_name=record.workflow_name,
-                    previous_checkpoint_id=record.previous_checkpoint_id,
-                    graph_signature_hash=record.graph_signature_hash,
-                    body=b"".join((header, mac, record.body)),
-                    digest=sealed_digest(mac),
-                    container_id=record.container_id,
-                    root_id=record.root_id,
-                    position=record.position,
+                    checkpoint_id,
+                    workflow_name,
+                    previous_id,
+                    signature,
+                    header + mac + body,
+                    sealed_digest(mac),
+                    container_id,
+                    root_id,
+                    position,
                 )
             )
-            family[record.checkpoint_id] = (mac, height)
-        return signed, family
+            family[checkpoint_id] = (mac, height)
+        return sealed, family
 
     def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
-        for checkpoint_id, (mac, height) in chain.items():
-            self._remember(checkpoint_id, mac, height)
+        macs = self._chain_macs
+        macs.update(chain)
+        while len(macs) > LINK_CACHE_SIZE:
+            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
 
     def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
         macs = self._chain_macs
         macs[checkpoint_id] = (mac, height)
         if len(macs) > LINK_CACHE_SIZE:
-            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
+            del macs[next(iter(macs))]
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
         """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
@@ -203,7 +230,7 @@ class SealedRecords(StoragePrimitives):
         if nested:
             nested = self._opened_bodies(nested)
         raw = stored.body
-        if not is_sealed(raw):
+        if raw[:_MAGIC_SIZE] != _MAGIC:  # is_sealed, in line: this runs on every keyed read
             if accepts_unsigned(provider):
                 return dataclasses.replace(stored, nested=nested), None
             raise CheckpointTamperedError(
@@ -213,7 +240,10 @@ class SealedRecords(StoragePrimitives):
                 "on IntegrityKeys is the migration mode for bodies written before the key)",
             )
         seal, body = open_sealed(checkpoint_id, raw, self._verifying_key, self._integrity_mac)
-        self._remember(checkpoint_id, seal.mac, seal.height)
+        macs = self._chain_macs  # _remember, in line
+        macs[checkpoint_id] = (seal.mac, seal.height)
+        if len(macs) > LINK_CACHE_SIZE:
+            del macs[next(iter(macs))]
         return StoredBody(checkpoint_id, body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
@@ -289,6 +319,13 @@ class SealedRecords(StoragePrimitives):
         seal = self._opened_body(head)[1]
         if seal is None or not hmac.compare_digest(seal.mac, anchor.mac):
             raise _went_back(anchor, "the record stored under its id is not the one anchored")
+
+
+_ROOT_LINK: Final = (Link.ROOT, b"", 0)
+_ABSENT_LINK: Final = (Link.ABSENT, b"", 0)
+_PRESENT: Final = Link.PRESENT
+_MAGIC_SIZE: Final = len(SEAL_MAGIC)
+_MAGIC: Final = SEAL_MAGIC
 
 
 def unsealed_own(body: bytes) -> bytes:
