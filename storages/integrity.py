@@ -370,19 +370,29 @@ def open_sealed(
     seal, header_end, body_start = parse_seal(checkpoint_id, raw)
     key = verifying_key(seal.key_id)
     if key is None:
-        raise CheckpointTamperedError(
-            checkpoint_id,
-            TamperKind.UNKNOWN_KEY,
-            f"it is signed with key id {seal.key_id!r}, for which this storage has no verifying key",
-        )
+        raise unknown_key(checkpoint_id, seal.key_id)
     body = raw[body_start:]
     if not _compare_digest(mac_of(key, checkpoint_id, raw[:header_end], body), seal.mac):
-        raise CheckpointTamperedError(
-            checkpoint_id,
-            TamperKind.MAC_MISMATCH,
-            "its body, its seal or the id it is stored under is not what was signed",
-        )
+        raise mac_mismatch(checkpoint_id)
     return seal, body
+
+
+def unknown_key(checkpoint_id: str, key_id: str) -> CheckpointTamperedError:
+    """What a read raises for a seal naming a key this storage cannot verify with."""
+    return CheckpointTamperedError(
+        checkpoint_id,
+        TamperKind.UNKNOWN_KEY,
+        f"it is signed with key id {key_id!r}, for which this storage has no verifying key",
+    )
+
+
+def mac_mismatch(checkpoint_id: str) -> CheckpointTamperedError:
+    """What a read raises for stored bytes that are not what was signed."""
+    return CheckpointTamperedError(
+        checkpoint_id,
+        TamperKind.MAC_MISMATCH,
+        "its body, its seal or the id it is stored under is not what was signed",
+    )
 
 
 _LINKS: Final = tuple(Link)
@@ -484,6 +494,7 @@ __all__ = [
     "is_sealed",
     "key_from_env",
     "key_id_of",
+    "mac_mismatch",
     "open_sealed",
     "parse_seal",
     "read_anchor",
@@ -491,4 +502,5 @@ __all__ = [
     "sealed_digest",
     "seal_header",
     "split_sealed",
+    "unknown_key",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from typing_extensions import Self
 
@@ -25,12 +25,14 @@ from ..integrity import (
     anchor_token,
     as_provider,
     is_sealed,
-    open_sealed,
+    mac_mismatch,
+    parse_seal,
     read_anchor,
     record_mac,
     seal_header,
     sealed_digest,
     split_sealed,
+    unknown_key,
 )
 from .primitives import StoragePrimitives
 from .records import CheckpointRecord, RecordDraft, StoredBody, WalkRecords, body_digest
@@ -46,6 +48,13 @@ class SealedRecords(StoragePrimitives):
     _integrity: IntegrityKeyProvider | None
     _chain_macs: dict[CheckpointID, tuple[bytes, int]]
     """id -> (MAC, chain height) of records this handle signed or verified."""
+    _held_verified: dict[CheckpointID, tuple[bytes, bytes, Seal, bytes]] | None
+    """On a backend whose reads return the bytes objects it holds (``_reads_held_bytes``): id ->
+    (stored bytes object, key, seal, codec body) of the records this handle verified last."""
+    _reads_held_bytes: ClassVar[bool] = False
+    """True on a backend whose reads return the very (immutable) bytes objects it stores, as an
+    in-process store does: reading one again then needs no second MAC (see _opened_body). A
+    backend that builds new bytes per read leaves it False: a held entry would never match."""
     _opened: bool
 
     if TYPE_CHECKING:
@@ -79,6 +88,8 @@ class SealedRecords(StoragePrimitives):
             raise StorageConfigurationError(f"{self.describe()}: set the integrity key before first use")
         self._integrity = None if integrity_key is None else as_provider(integrity_key)
         self._chain_macs.clear()
+        if self._held_verified is not None:
+            self._held_verified.clear()
 
     async def head_anchor(self, *, workflow_name: str) -> str:
         """A signed token naming the newest checkpoint of ``workflow_name`` (or that it has none).
@@ -178,6 +189,7 @@ class SealedRecords(StoragePrimitives):
         assert provider is not None
         key_id, key = provider.signing_key()
         mac_of = self._integrity_mac
+        held = self._held_verified
         family: dict[CheckpointID, tuple[bytes, int]] = {}
         sealed: list[CheckpointRecord] = []
         for (
@@ -193,13 +205,14 @@ class SealedRecords(StoragePrimitives):
             link_kind, link, height = await self._chain_link(previous_id, family)
             header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
             mac = mac_of(key, checkpoint_id, header, body)
+            raw = header + mac + body
             sealed.append(
                 CheckpointRecord(
                     checkpoint_id,
                     workflow_name,
                     previous_id,
                     signature,
-                    header + mac + body,
+                    raw,
                     sealed_digest(mac),
                     container_id,
                     root_id,
@@ -207,6 +220,23 @@ class SealedRecords(StoragePrimitives):
                 )
             )
             family[checkpoint_id] = (mac, height)
+            if held is not None:
+                # True of ``raw`` whether or not the insert stores it (an id already stored keeps
+                # its own object, which this entry then never matches): this handle has just
+                # computed its MAC under ``key``. The seal is what parse_seal reads back from it.
+                fields = (
+                    key_id,
+                    link_kind,
+                    link,
+                    height,
+                    container_id or None,
+                    position,
+                    mac,
+                    previous_id or None,
+                )
+                held[checkpoint_id] = (raw, key, _new_tuple(Seal, fields), body)
+                if len(held) > LINK_CACHE_SIZE:
+                    del held[next(iter(held))]
         return sealed, family
 
     def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
@@ -239,11 +269,37 @@ class SealedRecords(StoragePrimitives):
                 "it has no seal, and this storage reads only signed records (accept_unsigned=True "
                 "on IntegrityKeys is the migration mode for bodies written before the key)",
             )
-        seal, body = open_sealed(checkpoint_id, raw, self._verifying_key, self._integrity_mac)
+        held = self._held_verified
+        if held is not None:
+            known = held.get(checkpoint_id)
+            if known is not None and known[0] is raw:
+                # The very bytes object this handle verified before, still held by the store:
+                # bytes are immutable and ``known`` keeps this one alive (its address cannot be
+                # reused by another), so the id, seal header and body are the ones whose MAC
+                # held. The key is asked for again and must be the one it held under, so a
+                # rotated or withdrawn key is checked anew. An edit (raw access, a delete and
+                # a new save) puts another object there, which misses and is verified.
+                seal = known[2]
+                key = self._verifying_key(seal.key_id)
+                if key is not None and _compare_digest(key, known[1]):
+                    self._remember(checkpoint_id, seal.mac, seal.height)
+                    return StoredBody(checkpoint_id, known[3], nested, stored.entry), seal
+        # open_sealed, in line: the key it verified with is what a held entry is checked against.
+        seal, header_end, body_start = parse_seal(checkpoint_id, raw)
+        key = self._verifying_key(seal.key_id)
+        if key is None:
+            raise unknown_key(checkpoint_id, seal.key_id)
+        body = raw[body_start:]
+        if not _compare_digest(self._integrity_mac(key, checkpoint_id, raw[:header_end], body), seal.mac):
+            raise mac_mismatch(checkpoint_id)
         macs = self._chain_macs  # _remember, in line
         macs[checkpoint_id] = (seal.mac, seal.height)
         if len(macs) > LINK_CACHE_SIZE:
             del macs[next(iter(macs))]
+        if held is not None and type(raw) is bytes:  # immutable: a bytearray could change in place
+            held[checkpoint_id] = (raw, key, seal, body)
+            if len(held) > LINK_CACHE_SIZE:
+                del held[next(iter(held))]
         return StoredBody(checkpoint_id, body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
@@ -326,6 +382,8 @@ _ABSENT_LINK: Final = (Link.ABSENT, b"", 0)
 _PRESENT: Final = Link.PRESENT
 _MAGIC_SIZE: Final = len(SEAL_MAGIC)
 _MAGIC: Final = SEAL_MAGIC
+_compare_digest: Final = hmac.compare_digest
+_new_tuple: Final = tuple.__new__
 
 
 def unsealed_own(body: bytes) -> bytes:

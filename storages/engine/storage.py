@@ -34,7 +34,7 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from ..fencing import FencedStorage
-from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, TamperKind, as_provider
+from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, TamperKind, as_provider
 from .extensions import ExtensionOperations
 from .handles import carrying_integrity, recording_settings, settings_of
 from .primitives import set_current_operation
@@ -83,6 +83,9 @@ class BaseCheckpointStorage(ExtensionOperations):
         self._integrity: IntegrityKeyProvider | None = None
         self._chain_macs: dict[CheckpointID, tuple[bytes, int]] = {}
         """id -> (MAC, chain height) of records this handle signed or verified."""
+        self._held_verified: dict[CheckpointID, tuple[bytes, bytes, Seal, bytes]] | None = (
+            {} if self._reads_held_bytes else None
+        )
         if integrity_key is not None:
             self._integrity = as_provider(integrity_key)
 
