@@ -406,9 +406,34 @@ async def test_what_a_save_holds_is_what_a_read_of_its_bytes_verifies() -> None:
         first = await storage.save(parent)
         second = await storage.save(checkpoint("wf", first, step=1))
         for checkpoint_id in (first, child.checkpoint_id, second):
-            raw, key, seal, body = storage._held_verified[checkpoint_id]
+            raw, key, seal, body_start = storage._held_verified[checkpoint_id]
             assert raw is await storage.read_raw_body(checkpoint_id)
             assert key == KEY
-            assert (seal, body) == open_sealed(checkpoint_id, raw, IntegrityKeys(KEY).verifying_key)
+            assert (seal, raw[body_start:]) == open_sealed(
+                checkpoint_id, raw, IntegrityKeys(KEY).verifying_key
+            )
             assert seal == parse_seal(checkpoint_id, raw)[0]
         assert storage._held_verified[second][2].link == storage._held_verified[first][2].mac
+
+
+async def test_what_a_handle_holds_for_rereads_is_bounded_in_bytes_and_dropped_by_a_delete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from storages.engine import sealing
+
+    async with InMemoryCheckpointStorage(integrity_key=KEY) as storage:
+        ids = await save_chain(storage, "wf", 2)
+        size = len(await storage.read_raw_body(ids[1]) or b"")  # as long as every later record
+        monkeypatch.setattr(sealing, "HELD_BYTES", 3 * size + size // 2)
+        for step in range(2, 6):
+            ids.append(await storage.save(checkpoint("wf", ids[-1], step=step)))
+        held = storage._held_verified
+        assert held is not None
+        assert list(held) == ids[-3:]  # the newest, as many as fit
+        assert storage._held_bytes == sum(len(entry[0]) for entry in held.values()) <= sealing.HELD_BYTES
+        await storage.load(ids[0])  # verified in full, then held in place of the oldest
+        assert list(held) == [*ids[-2:], ids[0]]
+        await storage.delete(ids[-1])
+        assert not held
+        assert storage._held_bytes == 0
+        assert (await storage.load(ids[0])).state == {"step": 0}

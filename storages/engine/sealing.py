@@ -41,6 +41,13 @@ LINK_CACHE_SIZE = 4096
 """How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
 just saved or read costs no round trip."""
 
+HELD_BYTES = 32 * 1024 * 1024
+"""How many stored bytes a keyed in-memory handle keeps references to, at most, for rereads
+(_opened_body): the store holds the same objects, but a record deleted or overwritten through
+another handle stays alive here until it is pushed out."""
+
+HeldRecord = tuple[bytes, bytes, Seal, int]
+
 
 class SealedRecords(StoragePrimitives):
     """The integrity half of the engine: keys, seals, chain links and anchors."""
@@ -48,9 +55,11 @@ class SealedRecords(StoragePrimitives):
     _integrity: IntegrityKeyProvider | None
     _chain_macs: dict[CheckpointID, tuple[bytes, int]]
     """id -> (MAC, chain height) of records this handle signed or verified."""
-    _held_verified: dict[CheckpointID, tuple[bytes, bytes, Seal, bytes]] | None
+    _held_verified: dict[CheckpointID, HeldRecord] | None
     """On a backend whose reads return the bytes objects it holds (``_reads_held_bytes``): id ->
-    (stored bytes object, key, seal, codec body) of the records this handle verified last."""
+    (stored bytes object, key, seal, where its codec body starts) of the records this handle
+    sealed or verified last: at most LINK_CACHE_SIZE of them and HELD_BYTES in all."""
+    _held_bytes: int
     _reads_held_bytes: ClassVar[bool] = False
     """True on a backend whose reads return the very (immutable) bytes objects it stores, as an
     in-process store does: reading one again then needs no second MAC (see _opened_body). A
@@ -87,9 +96,7 @@ class SealedRecords(StoragePrimitives):
         if self._opened:
             raise StorageConfigurationError(f"{self.describe()}: set the integrity key before first use")
         self._integrity = None if integrity_key is None else as_provider(integrity_key)
-        self._chain_macs.clear()
-        if self._held_verified is not None:
-            self._held_verified.clear()
+        self._forget_chain()
 
     async def head_anchor(self, *, workflow_name: str) -> str:
         """A signed token naming the newest checkpoint of ``workflow_name`` (or that it has none).
@@ -234,9 +241,7 @@ class SealedRecords(StoragePrimitives):
                     mac,
                     previous_id or None,
                 )
-                held[checkpoint_id] = (raw, key, _new_tuple(Seal, fields), body)
-                if len(held) > LINK_CACHE_SIZE:
-                    del held[next(iter(held))]
+                self._hold(held, checkpoint_id, (raw, key, _new_tuple(Seal, fields), len(raw) - len(body)))
         return sealed, family
 
     def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
@@ -250,6 +255,26 @@ class SealedRecords(StoragePrimitives):
         macs[checkpoint_id] = (mac, height)
         if len(macs) > LINK_CACHE_SIZE:
             del macs[next(iter(macs))]
+
+    def _forget_chain(self) -> None:
+        """Drop what this handle remembers of records (a delete or prune may free their ids)."""
+        self._chain_macs.clear()
+        if self._held_verified is not None:
+            self._held_verified.clear()
+            self._held_bytes = 0
+
+    def _hold(
+        self, held: dict[CheckpointID, HeldRecord], checkpoint_id: CheckpointID, record: HeldRecord
+    ) -> None:
+        size = len(record[0])
+        if size > HELD_BYTES:
+            return
+        replaced = held.pop(checkpoint_id, None)
+        total = self._held_bytes + size - (0 if replaced is None else len(replaced[0]))
+        held[checkpoint_id] = record
+        while total > HELD_BYTES or len(held) > LINK_CACHE_SIZE:
+            total -= len(held.pop(next(iter(held)))[0])  # the oldest entry
+        self._held_bytes = total
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
         """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
@@ -283,7 +308,7 @@ class SealedRecords(StoragePrimitives):
                 key = self._verifying_key(seal.key_id)
                 if key is not None and _compare_digest(key, known[1]):
                     self._remember(checkpoint_id, seal.mac, seal.height)
-                    return StoredBody(checkpoint_id, known[3], nested, stored.entry), seal
+                    return StoredBody(checkpoint_id, raw[known[3] :], nested, stored.entry), seal
         # open_sealed, in line: the key it verified with is what a held entry is checked against.
         seal, header_end, body_start = parse_seal(checkpoint_id, raw)
         key = self._verifying_key(seal.key_id)
@@ -297,9 +322,7 @@ class SealedRecords(StoragePrimitives):
         if len(macs) > LINK_CACHE_SIZE:
             del macs[next(iter(macs))]
         if held is not None and type(raw) is bytes:  # immutable: a bytearray could change in place
-            held[checkpoint_id] = (raw, key, seal, body)
-            if len(held) > LINK_CACHE_SIZE:
-                del held[next(iter(held))]
+            self._hold(held, checkpoint_id, (raw, key, seal, body_start))
         return StoredBody(checkpoint_id, body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:

@@ -34,12 +34,12 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from ..fencing import FencedStorage
-from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, TamperKind, as_provider
+from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, TamperKind, as_provider
 from .extensions import ExtensionOperations
 from .handles import carrying_integrity, recording_settings, settings_of
 from .primitives import set_current_operation
 from .records import CheckpointRecord, RecordDraft, StoredBody, check_against_index
-from .sealing import unsealed_own
+from .sealing import HeldRecord, unsealed_own
 from .validation import as_list, check_fields
 
 
@@ -83,9 +83,8 @@ class BaseCheckpointStorage(ExtensionOperations):
         self._integrity: IntegrityKeyProvider | None = None
         self._chain_macs: dict[CheckpointID, tuple[bytes, int]] = {}
         """id -> (MAC, chain height) of records this handle signed or verified."""
-        self._held_verified: dict[CheckpointID, tuple[bytes, bytes, Seal, bytes]] | None = (
-            {} if self._reads_held_bytes else None
-        )
+        self._held_verified: dict[CheckpointID, HeldRecord] | None = {} if self._reads_held_bytes else None
+        self._held_bytes = 0
         if integrity_key is not None:
             self._integrity = as_provider(integrity_key)
 
@@ -240,7 +239,7 @@ class BaseCheckpointStorage(ExtensionOperations):
         """
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._ready("delete")
-        self._chain_macs.clear()  # a deleted id may be saved again with other content
+        self._forget_chain()  # a deleted id may be saved again with other content
         return await self._remove(checkpoint_id)
 
     async def get_latest(
