@@ -119,6 +119,10 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             **allowance_options(options),
         )
 
+    _reads_held_bytes = True
+    # Reads hand out the bytes objects the store holds (never copies), so a keyed handle reading
+    # a record again skips a second MAC over the same immutable object (engine/sealing.py).
+
     def describe(self) -> str:
         return "memory://"
 

@@ -103,7 +103,7 @@ class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
                 f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
             )
         await self._ready("prune")
-        self._chain_macs.clear()
+        self._forget_chain()
         pruned = await self._receipted_prune(workflow_name, min(keep_last, LARGEST_BACKEND_INT))
         if Capability.PENDING_WRITES in self.capabilities:
             await self._drop_writes_of_pruned(workflow_name)
@@ -115,7 +115,7 @@ class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
         self._require(Capability.PRUNE, "delete_workflow")
         validate_identifier(workflow_name, "workflow_name")
         await self._ready("delete_workflow")
-        self._chain_macs.clear()
+        self._forget_chain()
         if Capability.PENDING_WRITES in self.capabilities:
             # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
             # run again), never writes that a reused id would pick up.

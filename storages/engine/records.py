@@ -96,6 +96,14 @@ _RECORD_SETTERS: tuple[Callable[[CheckpointRecord, Any], None], ...] = tuple(
 """The slot setters of CheckpointRecord's fields, in field order (what its __init__ sets)."""
 
 
+RecordDraft = tuple[
+    CheckpointID, str, CheckpointID | None, str, bytes, CheckpointID | None, CheckpointID | None, int
+]
+"""A record before its digest or seal: checkpoint id, workflow name, previous id, graph signature,
+codec body, container id, root id, position (CheckpointRecord's fields without the digest). A
+plain tuple: a save builds one per record, and a frozen dataclass costs several times more."""
+
+
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
     """What a backend's index says of a record. A read checks the decoded body against it: a body

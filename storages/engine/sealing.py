@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from typing_extensions import Self
 
 from ..contract import CheckpointID, validate_identifier
 from ..errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
 from ..integrity import (
+    SEAL_MAGIC,
     Anchor,
     IntegrityKeyInput,
     IntegrityKeyProvider,
@@ -24,19 +25,28 @@ from ..integrity import (
     anchor_token,
     as_provider,
     is_sealed,
-    open_sealed,
+    mac_mismatch,
+    parse_seal,
     read_anchor,
     record_mac,
     seal_header,
     sealed_digest,
     split_sealed,
+    unknown_key,
 )
 from .primitives import StoragePrimitives
-from .records import CheckpointRecord, StoredBody, WalkRecords, body_digest
+from .records import CheckpointRecord, RecordDraft, StoredBody, WalkRecords, body_digest
 
 LINK_CACHE_SIZE = 4096
 """How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
 just saved or read costs no round trip."""
+
+HELD_BYTES = 32 * 1024 * 1024
+"""How many stored bytes a keyed in-memory handle keeps references to, at most, for rereads
+(_opened_body): the store holds the same objects, but a record deleted or overwritten through
+another handle stays alive here until it is pushed out."""
+
+HeldRecord = tuple[bytes, bytes, Seal, int]
 
 
 class SealedRecords(StoragePrimitives):
@@ -45,6 +55,15 @@ class SealedRecords(StoragePrimitives):
     _integrity: IntegrityKeyProvider | None
     _chain_macs: dict[CheckpointID, tuple[bytes, int]]
     """id -> (MAC, chain height) of records this handle signed or verified."""
+    _held_verified: dict[CheckpointID, HeldRecord] | None
+    """On a backend whose reads return the bytes objects it holds (``_reads_held_bytes``): id ->
+    (stored bytes object, key, seal, where its codec body starts) of the records this handle
+    sealed or verified last: at most LINK_CACHE_SIZE of them and HELD_BYTES in all."""
+    _held_bytes: int
+    _reads_held_bytes: ClassVar[bool] = False
+    """True on a backend whose reads return the very (immutable) bytes objects it stores, as an
+    in-process store does: reading one again then needs no second MAC (see _opened_body). A
+    backend that builds new bytes per read leaves it False: a held entry would never match."""
     _opened: bool
 
     if TYPE_CHECKING:
@@ -77,7 +96,7 @@ class SealedRecords(StoragePrimitives):
         if self._opened:
             raise StorageConfigurationError(f"{self.describe()}: set the integrity key before first use")
         self._integrity = None if integrity_key is None else as_provider(integrity_key)
-        self._chain_macs.clear()
+        self._forget_chain()
 
     async def head_anchor(self, *, workflow_name: str) -> str:
         """A signed token naming the newest checkpoint of ``workflow_name`` (or that it has none).
@@ -130,21 +149,21 @@ class SealedRecords(StoragePrimitives):
         return self._integrity.verifying_key(key_id)
 
     async def _chain_link(
-        self, record: CheckpointRecord, family: Mapping[CheckpointID, tuple[bytes, int]]
+        self, previous_id: CheckpointID | None, family: Mapping[CheckpointID, tuple[bytes, int]]
     ) -> tuple[Link, bytes, int]:
-        """How a record chains onto its predecessor: the link kind, the predecessor's MAC and
-        this record's height. Costs a round trip only when the predecessor is not remembered."""
-        previous_id = record.previous_checkpoint_id
+        """How a record whose body names ``previous_id`` chains onto its predecessor: the link
+        kind, the predecessor's MAC and this record's height. Costs a round trip only when the
+        predecessor is not remembered."""
         if previous_id is None:
-            return Link.ROOT, b"", 0
+            return _ROOT_LINK
         known = family.get(previous_id) or self._chain_macs.get(previous_id)
         if known is None:
             raw = await self._get(previous_id)
             seal = None if raw is None else self._opened_body(StoredBody(previous_id, raw))[1]
             if seal is None:
-                return Link.ABSENT, b"", 0
+                return _ABSENT_LINK
             known = (seal.mac, seal.height)
-        return Link.PRESENT, known[0], known[1] + 1
+        return _PRESENT, known[0], known[1] + 1
 
     async def _signed(
         self, records: list[CheckpointRecord]
@@ -153,46 +172,109 @@ class SealedRecords(StoragePrimitives):
         each sealed record's (MAC, height), to remember once the save is stored."""
         if self._integrity is None:
             return records, {}
-        key_id, key = self._integrity.signing_key()
+        return await self._sealed(
+            [
+                (
+                    record.checkpoint_id,
+                    record.workflow_name,
+                    record.previous_checkpoint_id,
+                    record.graph_signature_hash,
+                    record.body,
+                    record.container_id,
+                    record.root_id,
+                    record.position,
+                )
+                for record in records
+            ]
+        )
+
+    async def _sealed(
+        self, drafts: Iterable[RecordDraft]
+    ) -> tuple[list[CheckpointRecord], dict[CheckpointID, tuple[bytes, int]]]:
+        """Seal each draft (in order: a nested record may chain onto one sealed before it)."""
+        provider = self._integrity
+        assert provider is not None
+        key_id, key = provider.signing_key()
+        mac_of = self._integrity_mac
+        held = self._held_verified
         family: dict[CheckpointID, tuple[bytes, int]] = {}
-        signed: list[CheckpointRecord] = []
-        for record in records:
-            link_kind, link, height = await self._chain_link(record, family)
-            header = seal_header(
-                key_id,
-                link_kind,
-                link,
-                height,
-                record.container_id,
-                record.position,
-                record.previous_checkpoint_id,
-            )
-            mac = self._integrity_mac(key, record.checkpoint_id, header, record.body)
-            signed.append(
+        sealed: list[CheckpointRecord] = []
+        for (
+            checkpoint_id,
+            workflow_name,
+            previous_id,
+            signature,
+            body,
+            container_id,
+            root_id,
+            position,
+        ) in drafts:
+            link_kind, link, height = await self._chain_link(previous_id, family)
+            header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
+            mac = mac_of(key, checkpoint_id, header, body)
+            raw = header + mac + body
+            sealed.append(
                 CheckpointRecord(
-                    checkpoint_id=record.checkpoint_id,
-                    workflow_name=record.workflow_name,
-                    previous_checkpoint_id=record.previous_checkpoint_id,
-                    graph_signature_hash=record.graph_signature_hash,
-                    body=b"".join((header, mac, record.body)),
-                    digest=sealed_digest(mac),
-                    container_id=record.container_id,
-                    root_id=record.root_id,
-                    position=record.position,
+                    checkpoint_id,
+                    workflow_name,
+                    previous_id,
+                    signature,
+                    raw,
+                    sealed_digest(mac),
+                    container_id,
+                    root_id,
+                    position,
                 )
             )
-            family[record.checkpoint_id] = (mac, height)
-        return signed, family
+            family[checkpoint_id] = (mac, height)
+            if held is not None:
+                # True of ``raw`` whether or not the insert stores it (an id already stored keeps
+                # its own object, which this entry then never matches): this handle has just
+                # computed its MAC under ``key``. The seal is what parse_seal reads back from it.
+                fields = (
+                    key_id,
+                    link_kind,
+                    link,
+                    height,
+                    container_id or None,
+                    position,
+                    mac,
+                    previous_id or None,
+                )
+                self._hold(held, checkpoint_id, (raw, key, _new_tuple(Seal, fields), len(raw) - len(body)))
+        return sealed, family
 
     def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
-        for checkpoint_id, (mac, height) in chain.items():
-            self._remember(checkpoint_id, mac, height)
+        macs = self._chain_macs
+        macs.update(chain)
+        while len(macs) > LINK_CACHE_SIZE:
+            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
 
     def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
         macs = self._chain_macs
         macs[checkpoint_id] = (mac, height)
         if len(macs) > LINK_CACHE_SIZE:
-            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
+            del macs[next(iter(macs))]
+
+    def _forget_chain(self) -> None:
+        """Drop what this handle remembers of records (a delete or prune may free their ids)."""
+        self._chain_macs.clear()
+        if self._held_verified is not None:
+            self._held_verified.clear()
+            self._held_bytes = 0
+
+    def _hold(
+        self, held: dict[CheckpointID, HeldRecord], checkpoint_id: CheckpointID, record: HeldRecord
+    ) -> None:
+        size = len(record[0])
+        if size > HELD_BYTES:
+            return
+        replaced = held.pop(checkpoint_id, None)
+        total = self._held_bytes + size - (0 if replaced is None else len(replaced[0]))
+        held[checkpoint_id] = record
+        while total > HELD_BYTES or len(held) > LINK_CACHE_SIZE:
+            total -= len(held.pop(next(iter(held)))[0])  # the oldest entry
+        self._held_bytes = total
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
         """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
@@ -203,7 +285,7 @@ class SealedRecords(StoragePrimitives):
         if nested:
             nested = self._opened_bodies(nested)
         raw = stored.body
-        if not is_sealed(raw):
+        if raw[:_MAGIC_SIZE] != _MAGIC:  # is_sealed, in line: this runs on every keyed read
             if accepts_unsigned(provider):
                 return dataclasses.replace(stored, nested=nested), None
             raise CheckpointTamperedError(
@@ -212,8 +294,35 @@ class SealedRecords(StoragePrimitives):
                 "it has no seal, and this storage reads only signed records (accept_unsigned=True "
                 "on IntegrityKeys is the migration mode for bodies written before the key)",
             )
-        seal, body = open_sealed(checkpoint_id, raw, self._verifying_key, self._integrity_mac)
-        self._remember(checkpoint_id, seal.mac, seal.height)
+        held = self._held_verified
+        if held is not None:
+            known = held.get(checkpoint_id)
+            if known is not None and known[0] is raw:
+                # The very bytes object this handle verified before, still held by the store:
+                # bytes are immutable and ``known`` keeps this one alive (its address cannot be
+                # reused by another), so the id, seal header and body are the ones whose MAC
+                # held. The key is asked for again and must be the one it held under, so a
+                # rotated or withdrawn key is checked anew. An edit (raw access, a delete and
+                # a new save) puts another object there, which misses and is verified.
+                seal = known[2]
+                key = self._verifying_key(seal.key_id)
+                if key is not None and _compare_digest(key, known[1]):
+                    self._remember(checkpoint_id, seal.mac, seal.height)
+                    return StoredBody(checkpoint_id, raw[known[3] :], nested, stored.entry), seal
+        # open_sealed, in line: the key it verified with is what a held entry is checked against.
+        seal, header_end, body_start = parse_seal(checkpoint_id, raw)
+        key = self._verifying_key(seal.key_id)
+        if key is None:
+            raise unknown_key(checkpoint_id, seal.key_id)
+        body = raw[body_start:]
+        if not _compare_digest(self._integrity_mac(key, checkpoint_id, raw[:header_end], body), seal.mac):
+            raise mac_mismatch(checkpoint_id)
+        macs = self._chain_macs  # _remember, in line
+        macs[checkpoint_id] = (seal.mac, seal.height)
+        if len(macs) > LINK_CACHE_SIZE:
+            del macs[next(iter(macs))]
+        if held is not None and type(raw) is bytes:  # immutable: a bytearray could change in place
+            self._hold(held, checkpoint_id, (raw, key, seal, body_start))
         return StoredBody(checkpoint_id, body, nested, stored.entry), seal
 
     def _opened_bodies(self, bodies: Mapping[CheckpointID, bytes]) -> dict[CheckpointID, bytes]:
@@ -289,6 +398,15 @@ class SealedRecords(StoragePrimitives):
         seal = self._opened_body(head)[1]
         if seal is None or not hmac.compare_digest(seal.mac, anchor.mac):
             raise _went_back(anchor, "the record stored under its id is not the one anchored")
+
+
+_ROOT_LINK: Final = (Link.ROOT, b"", 0)
+_ABSENT_LINK: Final = (Link.ABSENT, b"", 0)
+_PRESENT: Final = Link.PRESENT
+_MAGIC_SIZE: Final = len(SEAL_MAGIC)
+_MAGIC: Final = SEAL_MAGIC
+_compare_digest: Final = hmac.compare_digest
+_new_tuple: Final = tuple.__new__
 
 
 def unsealed_own(body: bytes) -> bytes:

@@ -13,7 +13,7 @@ import pytest
 
 from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
-from storages.base import CheckpointRecord, StoredBody
+from storages.base import StoredBody
 from storages.contract import Capability
 from storages.integrity import Link, Seal, is_sealed, record_mac, split_sealed
 from storages.memory import InMemoryCheckpointStorage
@@ -35,9 +35,9 @@ class SignsNoChain(InMemoryCheckpointStorage):
     """Signs every record as the start of a chain: nothing ties it to its predecessor."""
 
     async def _chain_link(
-        self, record: CheckpointRecord, family: Mapping[str, tuple[bytes, int]]
+        self, previous_id: str | None, family: Mapping[str, tuple[bytes, int]]
     ) -> tuple[Link, bytes, int]:
-        _, _, height = await super()._chain_link(record, family)
+        _, _, height = await super()._chain_link(previous_id, family)
         return Link.ABSENT, b"", height
 
 
