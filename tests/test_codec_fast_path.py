@@ -205,3 +205,17 @@ def test_a_remembered_tuple_still_encodes_exactly_as_the_exact_walk() -> None:
     (body,) = bodies
     assert body == codec._frame(codec._exact.pack(codec._checkpoint_plain(checkpoint, "native")))
     assert codec.decode_checkpoint(body, checkpoint_id="x").state == {"a": shared, "b": nested, "c": [shared]}
+
+
+def test_a_tree_redone_twice_keeps_its_nested_records() -> None:
+    # A nested checkpoint sends the tree to the exact walk after the native one, and an int beyond
+    # 64 bits sends it on to the boxing walk: each redo must start from an empty tree again. A
+    # rewind that kept what the overflowed walk recorded returned the parent without its child.
+    codec = CheckpointCodec()
+    child = WorkflowCheckpoint("wf", "s", checkpoint_id="child", state={"t": (1, 2)})
+    parent = WorkflowCheckpoint("wf", "s", checkpoint_id="parent", state={"a": child, "z": 2**70})
+    nodes = codec.encode_checkpoint_tree(parent)
+    assert [node.checkpoint.checkpoint_id for node in nodes] == ["parent", "child"]
+    nested = {node.checkpoint.checkpoint_id: node.body for node in nodes[1:]}
+    decoded = codec.decode_checkpoint(nodes[0].body, checkpoint_id="parent", nested=nested)
+    assert decoded.state == {"a": child, "z": 2**70}
