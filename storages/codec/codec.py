@@ -145,7 +145,15 @@ class CheckpointCodec(Decoding):
         state = TreeEncoding([None], [checkpoint.checkpoint_id], {})
         token = _TREE.set(state)
         try:
-            payload = self._encode_with_location(checkpoint, tag)
+            # The native walk in line (as encode_checkpoint): nothing is collected before it, so
+            # a refused attempt rewinds to the empty state rather than to a copied mark.
+            plain = [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
+            try:
+                payload = self._native.pack_payload(plain)
+            except NeedsExactPath:
+                empty: tuple[int, int, dict[str, int], int] = (1, 1, {}, 0)
+                state.rewind(empty)
+                payload = self._encode_exactly(checkpoint, tag, plain, state, empty)
         finally:
             _TREE.reset(token)
         top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
