@@ -164,3 +164,58 @@ def test_remembered_datetimes_keep_their_zone_and_fold() -> None:
         assert [str(value.tzinfo) for value in times] == [str(value.tzinfo) for value in same_instant]
         assert [value.fold for value in times] == [value.fold for value in same_instant]
         assert [value.isoformat() for value in times] == [value.isoformat() for value in same_instant]
+
+
+def test_a_tuple_holding_a_mutable_value_is_encoded_afresh_each_time() -> None:
+    # Tuples are remembered by object only when every item is an immutable atom: this one holds
+    # a list, so a change to the list must reach the next body.
+    codec = CheckpointCodec()
+    items = [1]
+    pair = ("items", items)
+    checkpoint = WorkflowCheckpoint("wf", "sig", state={"pair": pair})
+    first = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
+    items.append(2)
+    second = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
+    assert first.state["pair"] == ("items", [1])
+    assert second.state["pair"] == ("items", [1, 2])
+
+
+def test_objects_remembered_by_id_are_never_confused_with_later_objects_at_that_address() -> None:
+    # Each fresh tuple and datetime is dropped after its encode, so CPython hands its memory (and
+    # so its id) to the next one: a memo keyed by id that did not hold its objects would answer
+    # for the new value with the old one's bytes.
+    codec = CheckpointCodec()
+    for index in range(300):
+        value = tuple([index, str(index)])
+        moment = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=index)
+        checkpoint = WorkflowCheckpoint("wf", "sig", state={"t": value, "d": moment})
+        body = codec.encode_checkpoint(checkpoint)
+        assert body == codec._frame(codec._exact.pack(codec._checkpoint_plain(checkpoint, "native")))
+        decoded = codec.decode_checkpoint(body, checkpoint_id="x").state
+        assert decoded == {"t": (index, str(index)), "d": moment}
+        del value, moment, checkpoint
+
+
+def test_a_remembered_tuple_still_encodes_exactly_as_the_exact_walk() -> None:
+    codec = CheckpointCodec()
+    shared = (1, "two", 3.0, None, True, b"six")
+    nested = (shared, (shared,))
+    checkpoint = WorkflowCheckpoint("wf", "sig", state={"a": shared, "b": nested, "c": [shared]})
+    bodies = {codec.encode_checkpoint(checkpoint) for _ in range(3)}
+    (body,) = bodies
+    assert body == codec._frame(codec._exact.pack(codec._checkpoint_plain(checkpoint, "native")))
+    assert codec.decode_checkpoint(body, checkpoint_id="x").state == {"a": shared, "b": nested, "c": [shared]}
+
+
+def test_a_tree_redone_twice_keeps_its_nested_records() -> None:
+    # A nested checkpoint sends the tree to the exact walk after the native one, and an int beyond
+    # 64 bits sends it on to the boxing walk: each redo must start from an empty tree again. A
+    # rewind that kept what the overflowed walk recorded returned the parent without its child.
+    codec = CheckpointCodec()
+    child = WorkflowCheckpoint("wf", "s", checkpoint_id="child", state={"t": (1, 2)})
+    parent = WorkflowCheckpoint("wf", "s", checkpoint_id="parent", state={"a": child, "z": 2**70})
+    nodes = codec.encode_checkpoint_tree(parent)
+    assert [node.checkpoint.checkpoint_id for node in nodes] == ["parent", "child"]
+    nested = {node.checkpoint.checkpoint_id: node.body for node in nodes[1:]}
+    decoded = codec.decode_checkpoint(nodes[0].body, checkpoint_id="parent", nested=nested)
+    assert decoded.state == {"a": child, "z": 2**70}

@@ -265,6 +265,15 @@ def test_escape_round_trips_and_removes_every_delimiter() -> None:
         assert unescape(escaped) == text
 
 
+@redis_mark
+@pytest.mark.parametrize("special", ["%", "{", "}", ":"])
+def test_each_delimiter_alone_is_escaped_wherever_it_stands(special: str) -> None:
+    code = f"%{ord(special):02X}"
+    for text, expected in [(special, code), (f"a{special}", f"a{code}"), (f"{special}b", f"{code}b")]:
+        assert escape(text) == expected
+    assert escape("plain-id_1.2") == "plain-id_1.2"
+
+
 # ---------------------------------------------------------------------- construction and URLs
 
 

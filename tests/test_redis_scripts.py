@@ -13,6 +13,7 @@ from storages.redis.scripts import (
     CALLS,
     SCRIPTS,
     Key,
+    Load,
     Save,
     SavedRecord,
     SaveOne,
@@ -82,6 +83,31 @@ def test_an_argument_of_the_wrong_type_is_refused_before_it_is_sent(
 ) -> None:
     with pytest.raises(TypeError, match=says):
         _save_one(**changes).encode()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"fenced": False, "expected": None}, {"previous": "before"}, {"previous": ""}, {"expected": ""}],
+)
+def test_save_one_encodes_as_the_generic_walk_does(changes: dict[str, object]) -> None:
+    call = _save_one(**changes)
+    assert call.encode() == ScriptCall.encode(call)
+
+
+@pytest.mark.parametrize("home", [None, "wf"])
+def test_load_encodes_as_the_generic_walk_does(home: str | None) -> None:
+    call = Load(route="p:{id}:loc", id="id", given_home=home)
+    assert call.encode() == ScriptCall.encode(call)
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [({"id": b"id"}, "id: expected text"), ({"given_home": 4.5}, "given_home: expected optional")],
+)
+def test_load_refuses_an_argument_of_the_wrong_type(changes: dict[str, object], says: str) -> None:
+    fields: dict[str, object] = {"route": "p:{id}:loc", "id": "id", "given_home": None, **changes}
+    with pytest.raises(TypeError, match=says):
+        Load(**fields).encode()  # type: ignore[arg-type]
 
 
 def test_an_input_may_not_hide_a_library_function() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import operator
+import zlib
 from collections.abc import Iterable, Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 import msgspec
@@ -36,6 +37,8 @@ from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
 _TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
 _checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
 """A checkpoint's field values in record order, read in one native call."""
+_crc_of = framing.CRC.unpack_from
+_HEADER_SIZE = framing.HEADER_SIZE
 _NO_NESTED: NestedResolver = NestedResolver({}, given=False)
 """The resolver of a decode given no nested bodies: it refuses every reference before looking at
 its (always empty) state."""
@@ -119,6 +122,16 @@ class CheckpointCodec(Decoding):
         is the same either way; a caller that is wrong gets such a value back as ``bytes``.
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
+        if _TREE.get() is None:
+            # The common encode in line: the native walk, then the plain frame.
+            plain = [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
+            try:
+                payload = self._native.pack_payload(plain, bin_checked=bin_from_bytes_only)
+            except NeedsExactPath:
+                return self._frame(self._encode_exactly(checkpoint, tag, plain, None, None))
+            if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
+                return framing.plain_frame(payload, False)
+            return self._frame(payload)
         return self._frame(self._encode_with_location(checkpoint, tag, bin_checked=bin_from_bytes_only))
 
     def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
@@ -132,7 +145,15 @@ class CheckpointCodec(Decoding):
         state = TreeEncoding([None], [checkpoint.checkpoint_id], {})
         token = _TREE.set(state)
         try:
-            payload = self._encode_with_location(checkpoint, tag)
+            # The native walk in line (as encode_checkpoint): nothing is collected before it, so
+            # a refused attempt rewinds to the empty state rather than to a copied mark.
+            plain = [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
+            try:
+                payload = self._native.pack_payload(plain)
+            except NeedsExactPath:
+                empty: tuple[int, int, dict[str, int], int] = (1, 1, {}, 0)
+                state.rewind(empty)
+                payload = self._encode_exactly(checkpoint, tag, plain, state, empty)
         finally:
             _TREE.reset(token)
         top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
@@ -158,15 +179,28 @@ class CheckpointCodec(Decoding):
         values come back as :class:`OpaqueValue` and every checkpoint as this project's
         ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
         """
-        payload = framing.unframe(body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio)
-        # Without nested bodies the resolver only refuses references, so one serves every call.
-        resolver = _NO_NESTED if nested is None else NestedResolver(nested, given=True)
-        token = RESOLVER.set(resolver)
+        # The common body (bytes, no flags, intact) in line; any other takes unframe's checks.
+        payload: bytes | memoryview | None = None
+        if type(body) is bytes and len(body) >= _HEADER_SIZE and body.startswith(framing.PLAIN_PREFIX):
+            payload = memoryview(body)[_HEADER_SIZE:]
+            if len(payload) > self._max_payload_bytes or zlib.crc32(payload) != _crc_of(body, 4)[0]:
+                payload = None
+        if payload is None:
+            payload = self._unframe(body, checkpoint_id)
+        # No resolver is set when none is given and none is in force (the default state): a
+        # reference then finds none, and is refused just as by an empty one.
+        resolver = None if nested is None else NestedResolver(nested, given=True)
+        token: Token[NestedResolver | None] | None
+        if resolver is not None:
+            token = RESOLVER.set(resolver)
+        else:
+            token = None if RESOLVER.get() is None else RESOLVER.set(_NO_NESTED)
         # Constructing types is the default state: it is set only when it is not already so.
         opaque_token = None if construct_types and not OPAQUE.get() else OPAQUE.set(not construct_types)
         try:
             checkpoint = self._build_checkpoint(self._decoder.decode(payload))
-            if body[framing.FLAGS_OFFSET] & framing.FLAG_NESTED_REFS and not resolver.decoded:
+            refers = resolver is not None and bool(resolver.decoded)
+            if body[framing.FLAGS_OFFSET] & framing.FLAG_NESTED_REFS and not refers:
                 # The flag and the payload disagree: one of them was altered.
                 raise Undecodable("the header announces nested records but the payload refers to none")
             return checkpoint
@@ -179,7 +213,8 @@ class CheckpointCodec(Decoding):
         finally:
             if opaque_token is not None:
                 OPAQUE.reset(opaque_token)
-            RESOLVER.reset(token)
+            if token is not None:
+                RESOLVER.reset(token)
 
     @staticmethod
     def has_nested_refs(body: bytes) -> bool:
@@ -279,6 +314,17 @@ class CheckpointCodec(Decoding):
         except NeedsExactPath:
             if tree is not None and mark is not None:
                 tree.rewind(mark)  # the nested bodies the native attempt collected
+        return self._encode_exactly(root, checkpoint_tag, plain, tree, mark)
+
+    def _encode_exactly(
+        self,
+        root: Any,
+        checkpoint_tag: str | None,
+        plain: Any,
+        tree: TreeEncoding | None,
+        mark: tuple[int, int, dict[str, int], int] | None,
+    ) -> bytes:
+        """The exact walk, for what the native one refused (``tree`` rewound to ``mark`` already)."""
         try:
             try:
                 return self._exact.pack(plain)

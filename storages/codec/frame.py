@@ -26,8 +26,8 @@ KNOWN_FLAGS: Final = FLAG_ZSTD | FLAG_NESTED_REFS
 FLAGS_OFFSET: Final = 3
 _HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
 HEADER_SIZE: Final = _HEADER.size
-_CRC = struct.Struct(">I")
-_PLAIN_PREFIX: Final = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0)[: FLAGS_OFFSET + 1]
+CRC = struct.Struct(">I")
+PLAIN_PREFIX: Final = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0)[: FLAGS_OFFSET + 1]
 """A version-1 header without flags, up to its CRC."""
 
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 256 * 1024 * 1024
@@ -98,9 +98,9 @@ def unframe(
     """The payload of an intact body, decompressed within the bounds."""
     # The common body (bytes, no flags) is checked in line; any other, or any failed check, takes
     # the full checks, which name what is wrong.
-    if type(body) is bytes and len(body) >= HEADER_SIZE and body.startswith(_PLAIN_PREFIX):
+    if type(body) is bytes and len(body) >= HEADER_SIZE and body.startswith(PLAIN_PREFIX):
         payload = memoryview(body)[HEADER_SIZE:]
-        if len(payload) <= max_payload_bytes and zlib.crc32(payload) == _CRC.unpack_from(body, 4)[0]:
+        if len(payload) <= max_payload_bytes and zlib.crc32(payload) == CRC.unpack_from(body, 4)[0]:
             return payload
     flags, payload = check_frame(body, checkpoint_id)
     if flags & FLAG_ZSTD:

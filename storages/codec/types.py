@@ -105,7 +105,9 @@ class TreeEncoding:
         """Forget the nested bodies collected since ``mark`` (an attempt being redone)."""
         del self.nodes[mark[0] :]
         del self.containers[mark[1] :]
-        self.first_seen = mark[2]
+        # A copy: the attempt after this one fills first_seen, and a further rewind to the same
+        # mark (an exact walk that overflowed, redone boxing) must not see what it filled in.
+        self.first_seen = dict(mark[2])
         self.references = mark[3]
 
 

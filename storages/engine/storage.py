@@ -187,7 +187,10 @@ class BaseCheckpointStorage(ExtensionOperations):
         stored = await self._load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        (checkpoint,) = await self._decode_all([stored])
+        if self._integrity is None and not self._codec.has_nested_refs(stored.body):
+            checkpoint = self._decode(stored)  # what _decode_all does for it, without its lists
+        else:
+            (checkpoint,) = await self._decode_all([stored])
         if parsed is not None:
             await self._check_anchor_head_stored(parsed, stored)
         if (

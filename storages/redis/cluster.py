@@ -36,6 +36,7 @@ class ClusterSlotSpan(SlotSpan):
     """The client's half of every write on a Redis Cluster."""
 
     one_record_script = False
+    locates_by_pointer_key = False
 
     async def locate(self, operation: str, checkpoint_id: CheckpointID) -> Located | None:
         home = await self.connection.call(

@@ -28,6 +28,8 @@ from .scripts import (
     SaveOne,
 )
 
+_REMEMBERED_WORKFLOWS = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Located:
@@ -49,6 +51,9 @@ class SlotSpan:
     one_record_script = True
     """Whether a lone top-level record may use the lean save_one script (it writes the location
     pointer, which on a cluster lives in another slot)."""
+    locates_by_pointer_key = True
+    """Whether :meth:`locate` is always the id's location pointer key, found without I/O (plain
+    Redis: the script follows the pointer), so a read may build it without awaiting locate."""
 
     async def locate(self, operation: str, checkpoint_id: CheckpointID) -> Located | None:
         """Where to send a script about ``checkpoint_id``; None if it is surely not stored."""
@@ -77,6 +82,10 @@ class Commits:
         self.connection = connection
         self.keys = connection.keys
         self.span = span
+        self._workflow_keys: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+        """(workflow, signature) -> its tag, counter, top index and signature index: every save
+        of a workflow names the same four, and building them was a quarter of a save's client
+        work. Bounded: cleared when it reaches _REMEMBERED_WORKFLOWS entries."""
 
     async def insert(self, record: CheckpointRecord) -> str | None:
         """Save one top-level record; None if written, else the digest already stored."""
@@ -88,12 +97,24 @@ class Commits:
     def _save_one(self, record: CheckpointRecord, *, fenced: bool, expected: CheckpointID | None) -> SaveOne:
         workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
         keys = self.keys
+        known = self._workflow_keys.get((workflow_name, record.graph_signature_hash))
+        if known is None:
+            known = (
+                keys.tag(workflow_name),
+                keys.sequence(workflow_name),
+                keys.top(workflow_name),
+                keys.signature(workflow_name, record.graph_signature_hash),
+            )
+            if len(self._workflow_keys) >= _REMEMBERED_WORKFLOWS:
+                self._workflow_keys.clear()
+            self._workflow_keys[workflow_name, record.graph_signature_hash] = known
+        tag, counter, top, signature_index = known
         return SaveOne(
             pointer=keys.location(checkpoint_id),
-            record=keys.record(workflow_name, checkpoint_id),
-            counter=keys.sequence(workflow_name),
-            top=keys.top(workflow_name),
-            signature_index=keys.signature(workflow_name, record.graph_signature_hash),
+            record=keys.record_under(tag, checkpoint_id),
+            counter=counter,
+            top=top,
+            signature_index=signature_index,
             workflow=workflow_name,
             id=checkpoint_id,
             body=record.body,

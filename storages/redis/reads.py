@@ -35,18 +35,26 @@ class Reads:
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         # The script returns the nested bodies with the body and the index fields the decoded
         # body is checked against: one round trip, one consistent snapshot.
-        located = await self.span.locate("load", checkpoint_id)
-        if located is None:
-            return None
-        call = Load(route=located.route, id=checkpoint_id, given_home=located.given_home)
+        if self.span.locates_by_pointer_key:
+            # Plain Redis: the script follows the pointer, so no locate step (and no coroutine).
+            call = Load(route=self.keys.location(checkpoint_id), id=checkpoint_id, given_home=None)
+        else:
+            located = await self.span.locate("load", checkpoint_id)
+            if located is None:
+                return None
+            call = Load(route=located.route, id=checkpoint_id, given_home=located.given_home)
         reply = await self.connection.run("load", call)
         if reply is None:
             return None
-        body, workflow_name, previous_id, signature = reply[:4]
+        if len(reply) == 4:
+            body, workflow_name, previous_id, signature = reply
+            nested = None
+        else:
+            body, workflow_name, previous_id, signature = reply[:4]
+            nested = body_pairs(reply, 4)
         entry = IndexEntry(
             workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
         )
-        nested = body_pairs(reply, 4) if len(reply) > 4 else None
         return StoredBody(checkpoint_id, body, nested, entry)
 
     async def read(self, operation: str, checkpoint_id: CheckpointID, what: str) -> Any:
