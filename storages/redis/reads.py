@@ -82,7 +82,7 @@ class Reads:
 
     async def _load_at(self, checkpoint_id: CheckpointID, home: str) -> StoredBody | None:
         """The record from ``home`` by one MULTI/EXEC of plain commands, which costs the server
-        a third of the load script; None when the script must answer instead.
+        a quarter of the load script or less; None when the script must answer instead.
 
         The transaction reads the id's location pointer too and the answer counts only if it
         still names ``home``: then the keys read are the ones the script would have read, in one
@@ -100,8 +100,8 @@ class Reads:
             ("EXISTS", f"{tag}:k:{escaped}"),
         )
         reply = await self.connection.transaction("load", commands)
-        if reply is None:
-            return None
+        if reply is None or len(reply) != 3 or not isinstance(reply[1], list) or len(reply[1]) != 4:
+            return None  # not the replies of those commands: the script answers
         pointer, fields, has_children = reply
         body, workflow_name, previous_id, signature = fields
         if body is None or has_children or pointer is None or pointer.decode() != home:
