@@ -8,7 +8,8 @@ run ``N`` times in a child process under ``valgrind --tool=callgrind --collect-a
 the count divided by ``N`` is what one operation costs this process (the Redis server is another
 process: its time is not in these figures, see ``INFO commandstats``).
 
-Pairs: ``load`` against ``get_decode`` (GET + our decode of the same bytes), ``save`` against
+Pairs: ``load`` against ``get_decode`` (GET + our decode of the same bytes), ``load_by_script``
+(a load of an id whose home the handle does not remember: the load script) against the same, ``save`` against
 ``raw_save_encode`` (our encode + a pipelined SET+ZADD), ``list`` against ``zrange`` (ZRANGE of the
 same index, ids decoded), at ``STORED`` checkpoints.
 """
@@ -28,7 +29,12 @@ from typing import Any
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 STORED = 200
 RUNS = 100
-PAIRS = (("load", "get_decode"), ("save", "raw_save_encode"), ("list", "zrange"))
+PAIRS = (
+    ("load", "get_decode"),
+    ("load_by_script", "get_decode"),
+    ("save", "raw_save_encode"),
+    ("list", "zrange"),
+)
 
 
 def _child(url: str, op: str, n: int, stored: int = STORED) -> None:
@@ -68,6 +74,9 @@ async def _prepared(url: str, op: str, n: int, stored: int) -> tuple[Any, Any]:
 
     async def once(index: int) -> Any:
         if op == "load":
+            return await storage.load(stored_id)
+        if op == "load_by_script":
+            storage._reads.homes.clear()  # as a handle that neither saved nor read the id
             return await storage.load(stored_id)
         if op == "get_decode":
             return codec.decode_checkpoint(await client.get(raw_body_key), checkpoint_id="x")

@@ -7,7 +7,9 @@ counters before ``RUNS`` calls of one operation and dumps them after, so the fig
 call costs the server, whatever else loads the machine. A Lua script's cost is here: building
 key names, every ``redis.call``, and each string that crosses into Lua or back (a body included).
 
-Pairs: ``load`` against ``GET`` of the same bytes, ``save`` against a pipelined ``SET`` + ``ZADD``,
+Pairs: ``load`` (both ways: the transaction a handle sends for an id whose home it remembers,
+and the script for one it does not) against ``GET`` of the same bytes, ``save`` against a
+pipelined ``SET`` + ``ZADD``,
 ``list_checkpoint_ids`` against ``ZRANGE 0 -1`` of the same index.
 """
 
@@ -129,6 +131,11 @@ async def measure(url: str, prefix: str, count: Counter, list_stored: int) -> li
         async def load(_: int) -> Any:
             return await storage.load(stored_id)
 
+        async def load_by_script(_: int) -> Any:
+            # A handle that neither saved nor read the id runs the load script.
+            storage._reads.homes.clear()
+            return await storage.load(stored_id)
+
         async def get(_: int) -> Any:
             return await client.get(f"{raw}:body")
 
@@ -143,7 +150,9 @@ async def measure(url: str, prefix: str, count: Counter, list_stored: int) -> li
 
         rows.append((f"list_checkpoint_ids @{list_stored:,}", await count(listing, LIST_RUNS)))
         rows.append((f"ZRANGE 0 -1 @{list_stored:,}", await count(zrange, LIST_RUNS)))
-        rows.append(("load", await count(load, RUNS)))
+        await storage.load(stored_id)
+        rows.append(("load (home remembered: MULTI/EXEC)", await count(load, RUNS)))
+        rows.append(("load (home not remembered: script)", await count(load_by_script, RUNS)))
         rows.append(("GET", await count(get, RUNS)))
         rows.append(("save", await count(save, RUNS)))
         rows.append(("SET+ZADD (pipelined)", await count(raw_save, RUNS)))

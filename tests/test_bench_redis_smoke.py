@@ -80,9 +80,10 @@ async def test_the_server_callgrind_pairs_run_every_operation() -> None:
     assert [label.split(" @")[0] for label, _ in rows] == [
         "list_checkpoint_ids",
         "ZRANGE 0 -1",
-        "load",
+        "load (home remembered: MULTI/EXEC)",
+        "load (home not remembered: script)",
         "GET",
         "save",
         "SET+ZADD (pipelined)",
     ]
-    assert len(calls) == 6
+    assert len(calls) == 7

@@ -646,6 +646,20 @@ class _CountingClient:
             return await original(*args, **kwargs)
 
         client.execute_command = counted
+        connection = storage._connection
+        original_transaction = connection.transaction
+
+        async def transaction(operation: str, commands: Any) -> Any:
+            # MULTI, the commands and EXEC, sent as one write: one round trip.
+            self.commands.append(" ".join(["MULTI", *(command[0] for command in commands)]))
+            return await original_transaction(operation, commands)
+
+        connection.transaction = transaction  # type: ignore[method-assign]
+
+
+async def _load_unseen(storage: RedisCheckpointStorage, checkpoint_id: str) -> WorkflowCheckpoint:
+    storage._reads.homes.clear()  # as a handle that neither saved nor read it
+    return await storage.load(checkpoint_id)
 
 
 @redis_mark
@@ -661,10 +675,14 @@ async def test_each_operation_is_one_round_trip_on_plain_redis(real_storage: Red
         counter.commands.clear()
         await real_storage.save(checkpoint)
         assert counter.commands == ["EVALSHA"], checkpoint.checkpoint_id
+    # A load of a record this handle saved: one transaction of plain commands (see below).
+    counter.commands.clear()
+    assert await real_storage.load(rest[0].checkpoint_id) == rest[0]
+    assert counter.commands == ["MULTI GET HMGET EXISTS"]
     for operation in (
         lambda: real_storage.get_latest(workflow_name="wf"),
         lambda: real_storage.get_latest(workflow_name="wf", graph_signature_hash="sig"),
-        lambda: real_storage.load(rest[0].checkpoint_id),
+        lambda: _load_unseen(real_storage, rest[1].checkpoint_id),
         lambda: real_storage.walk_ancestry_ids(with_child.checkpoint_id),
         lambda: real_storage.walk_ancestry(with_child.checkpoint_id),
         lambda: real_storage.delete(rest[0].checkpoint_id),
@@ -706,3 +724,87 @@ async def test_listing_reads_page_by_page(
         expected += [checkpoint_id, f"nested-{index}"] if index % 4 == 1 else [checkpoint_id]
     assert with_nested == expected
     assert len(await fake_storage.list_records(workflow_name="wf")) == len(expected)
+
+
+# ---------------------------------------------------------------------- load's remembered homes
+
+
+async def _moved_and_deleted(storage: RedisCheckpointStorage) -> None:
+    """What another handle does behind this one's remembered homes, the load script's answer wins."""
+    other = storage.new_handle()
+    try:
+        moved = WorkflowCheckpoint("first", "sig", checkpoint_id="moving", state={"v": 1})
+        stays = WorkflowCheckpoint("first", "sig", checkpoint_id="stays", state={"v": 1})
+        gone = WorkflowCheckpoint("first", "sig", checkpoint_id="going")
+        pruned, kept = _chain("pruned-wf", 2)
+        for checkpoint in (moved, stays, gone, pruned, kept):
+            await storage.save(checkpoint)
+            assert await storage.load(checkpoint.checkpoint_id) == checkpoint
+        # Deleted and saved again under another workflow through another handle.
+        assert await other.delete("moving")
+        again = WorkflowCheckpoint("second", "sig", checkpoint_id="moving", state={"v": 2})
+        await other.save(again)
+        assert await storage.load("moving") == again
+        # The same, with the old home's record back (as after an evicted pointer and a save
+        # elsewhere): the pointer names the new home, so the old record is not the answer.
+        assert await other.delete("stays")
+        again = WorkflowCheckpoint("second", "sig", checkpoint_id="stays", state={"v": 2})
+        await other.save(again)
+        await storage._client.hset(
+            storage.keys.record("first", "stays"),
+            mapping={"b": storage._codec.encode_checkpoint(stays), "w": "first", "s": "sig", "d": "x"},
+        )
+        assert await storage.load("stays") == again
+        # Deleted through another handle: missing here too, as on a handle that never saw it.
+        assert await other.delete("going")
+        with pytest.raises(CheckpointNotFoundError):
+            await storage.load("going")
+        # Pruned through another handle: as a fresh handle reports it.
+        assert await other.prune(workflow_name="pruned-wf", keep_last=1) == 1
+        fresh = storage.new_handle()
+        try:
+            with pytest.raises(CheckpointNotFoundError) as expected:
+                await fresh.load(pruned.checkpoint_id)
+        finally:
+            await fresh.aclose()
+        with pytest.raises(CheckpointNotFoundError) as caught:
+            await storage.load(pruned.checkpoint_id)
+        assert type(caught.value) is type(expected.value)
+        assert str(caught.value) == str(expected.value)
+        assert await storage.load(kept.checkpoint_id) == kept
+    finally:
+        await other.aclose()
+
+
+@redis_mark
+async def test_a_remembered_home_never_outlives_the_record(real_storage: RedisCheckpointStorage) -> None:
+    await _moved_and_deleted(real_storage)
+
+
+@redis_mark
+async def test_a_remembered_home_never_outlives_the_record_on_fakeredis(
+    fake_storage: RedisCheckpointStorage,
+) -> None:
+    await _moved_and_deleted(fake_storage)
+
+
+@cluster_mark
+async def test_a_remembered_home_never_outlives_the_record_on_a_cluster(
+    cluster_storage: RedisCheckpointStorage,
+) -> None:
+    await _moved_and_deleted(cluster_storage)
+
+
+@redis_mark
+async def test_remembered_homes_are_bounded(
+    real_storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storages.redis.reads
+
+    monkeypatch.setattr(storages.redis.reads, "REMEMBERED_HOMES", 3)
+    chain = _chain("wf", 5)
+    for checkpoint in chain:
+        await real_storage.save(checkpoint)
+    assert list(real_storage._reads.homes) == [c.checkpoint_id for c in chain[2:]]
+    assert await real_storage.load(chain[0].checkpoint_id) == chain[0]  # by the script
+    assert list(real_storage._reads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]

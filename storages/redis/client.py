@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import sys
 import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
@@ -30,6 +32,11 @@ from .config import (
 from .keys import GLOB_SPECIAL, RedisKeys
 from .replies import text
 from .scripts import SCRIPTS, ScriptCall, script_sha
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _timeout
+else:  # redis-py depends on async-timeout below 3.11
+    from async_timeout import timeout as _timeout  # type: ignore[import-not-found,unused-ignore]
 
 _logger = logging.getLogger("storages.redis")
 
@@ -125,6 +132,44 @@ class RedisConnection:
         keys, args = call.encode()
         return await self.call(operation, self.scripts[call.script](keys=keys, args=[*self._common, *args]))
 
+    async def transaction(self, operation: str, commands: Sequence[tuple[str, ...]]) -> list[Any] | None:
+        """EXEC's reply to ``MULTI``, ``commands``, ``EXEC`` sent at once on one pooled connection
+        (plain Redis): one round trip, atomic. None when it could not be had, and the caller reads
+        another way: the client is not a pooled plain one, the connection failed (it is dropped),
+        or a command was refused.
+
+        redis-py's transaction pipeline cost the client about 430,000 more instructions per call
+        than a script (its command stack, callbacks and checks), more than the 70,000 the server
+        saves: so the commands go as one write packed here, and the five replies are read under
+        one timeout (the connection's socket timeout) rather than one timer each.
+        """
+        client = self.client
+        if self.cluster or type(client) is not Redis or client.connection is not None:
+            return None
+        pool: Any = client.connection_pool
+        try:
+            connection = await pool.get_connection()
+        except (redis_errors.RedisError, OSError) as exc:
+            raise self.unavailable(operation, exc) from chainable(exc)
+        try:
+            try:
+                await connection.send_packed_command(_packed(("MULTI",), *commands, ("EXEC",)))
+                async with _timeout(connection.socket_timeout):
+                    for _ in range(len(commands) + 1):
+                        await connection.read_response(timeout=math.inf)  # OK, then QUEUED each
+                    reply = await connection.read_response(timeout=math.inf)
+            except BaseException as exc:
+                # Replies may be left unread on it: the connection is not used again.
+                await connection.disconnect()
+                if isinstance(exc, redis_errors.RedisError | OSError | asyncio.TimeoutError):
+                    return None
+                raise
+        finally:
+            await pool.release(connection)
+        if not isinstance(reply, list) or any(isinstance(item, Exception) for item in reply):
+            return None
+        return reply
+
     async def call(self, operation: str, request: Awaitable[Any]) -> Any:
         """Await one driver request, translating driver errors into StorageUnavailableError."""
         try:
@@ -199,6 +244,18 @@ class RedisConnection:
             return {node: read(answer) for node, answer in by_node(reply).items()}
         warn_unverified(self.describe(), refusals)
         return None
+
+
+def _packed(*commands: tuple[str, ...]) -> bytes:
+    """Commands in the protocol's request form (arrays of bulk strings, UTF-8 as the client's
+    default encoder writes them)."""
+    parts: list[bytes] = []
+    for command in commands:
+        parts.append(b"*%d\r\n" % len(command))
+        for argument in command:
+            data = argument.encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 class Script:

@@ -165,17 +165,36 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
     # ------------------------------------------------------------------ writes
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
-        return await self._commits.insert(record)
+        stored = await self._commits.insert(record)
+        if stored is None:
+            self._reads.remember(record.checkpoint_id, record.workflow_name)
+        return stored
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        return await self._commits.insert_family(records)
+        stored = await self._commits.insert_family(records)
+        if stored is None:
+            self._remember_family(records)
+        return stored
+
+    def _remember_family(self, records: Sequence[CheckpointRecord]) -> None:
+        # Every record of a family lives in the home of its top-level record. Records with
+        # others nested in them are left to the load script, which reads their bodies too.
+        home = records[0].workflow_name
+        containers = {record.container_id for record in records}
+        for record in records:
+            if record.checkpoint_id not in containers:
+                self._reads.remember(record.checkpoint_id, home)
 
     async def _insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
-        return await self._commits.insert_fenced(records, expected_latest_id)
+        refused = await self._commits.insert_fenced(records, expected_latest_id)
+        if refused is None:
+            self._remember_family(records)
+        return refused
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+        self._reads.forget(checkpoint_id)
         return await self._commits.remove(checkpoint_id)
 
     async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
