@@ -4,6 +4,7 @@ both load-independent) and that no caller's cancellation can strand another's sa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.sqlite_counts import count_handoffs, measure
-from storages import WorkflowCheckpoint
+from storages import CheckpointConflictError, WorkflowCheckpoint
 from storages.sqlite import SQLiteCheckpointStorage
 
 pytestmark = pytest.mark.sqlite
@@ -112,6 +113,41 @@ async def test_a_queued_save_cancelled_before_its_group_starts_writes_nothing(tm
             first.checkpoint_id,
             kept.checkpoint_id,
         ]
+
+
+async def test_a_group_of_one_row_saves_refuses_a_conflicting_id_alone(tmp_path: Path) -> None:
+    """One-row saves in a group skip the savepoint: an id already stored must still answer its
+    own save (same content: its id; other content: a conflict) and leave the others committed,
+    each with the next sequence in queue order."""
+    path = tmp_path / "x.db"
+    async with SQLiteCheckpointStorage(path, busy_timeout_ms=10_000) as storage:
+        stored = checkpoint()
+        await storage.save(stored)
+        first, fresh, later = checkpoint(), checkpoint(), checkpoint()
+        rival = dataclasses.replace(stored, state={"other": 1})
+        with write_lock_held(path):  # the first save holds the thread; the others queue as one group
+            starter = asyncio.ensure_future(storage.save(first))
+            await asyncio.sleep(0.2)
+            queued = [asyncio.ensure_future(storage.save(item)) for item in (fresh, stored, rival, later)]
+            await asyncio.sleep(0.05)
+        assert await asyncio.wait_for(starter, 10) == first.checkpoint_id
+        outcomes = await asyncio.wait_for(asyncio.gather(*queued, return_exceptions=True), 10)
+        assert outcomes[0] == fresh.checkpoint_id
+        assert outcomes[1] == stored.checkpoint_id
+        assert isinstance(outcomes[2], CheckpointConflictError)
+        assert outcomes[3] == later.checkpoint_id
+        assert (await storage.load(stored.checkpoint_id)).state == stored.state
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [
+            stored.checkpoint_id,
+            first.checkpoint_id,
+            fresh.checkpoint_id,
+            later.checkpoint_id,
+        ]
+        with closing(sqlite3.connect(path)) as connection:
+            sequences = [
+                row[0] for row in connection.execute("SELECT sequence FROM checkpoints ORDER BY sequence")
+            ]
+        assert sequences == [1, 2, 3, 4]
 
 
 async def test_closing_waits_for_the_groups_already_on_the_thread(tmp_path: Path) -> None:

@@ -84,7 +84,8 @@ def insert_families(
     connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], Abandon]]
 ) -> list[str | BaseException | None]:
     """A group commit: the saves that queued up while the previous group was committing, in one
-    transaction (one fsync for all of them), each in a savepoint of its own.
+    transaction (one fsync for all of them), each family of several rows in a savepoint of its
+    own (a family of one row is one statement, all or nothing by itself).
 
     Each save gets what :func:`insert_family` would have returned, or the error that refused it
     alone (an embedded id already stored); that save's rows are rolled back, the others commit.
@@ -100,6 +101,9 @@ def insert_families(
             if abandon.is_set():
                 outcomes.append(Abandoned())
                 continue
+            if len(records) == 1:  # one row: all or nothing without a savepoint
+                outcomes.append(_insert_lone(connection, records[0]))
+                continue
             connection.execute("SAVEPOINT save")
             try:
                 outcomes.append(_insert_absent(connection, records))
@@ -108,6 +112,29 @@ def insert_families(
                 outcomes.append(exc)
             connection.execute("RELEASE save")
     return outcomes
+
+
+def _insert_lone(connection: sqlite3.Connection, record: CheckpointRecord) -> str | None:
+    """A family of one row (a top-level checkpoint without nested records, the common save):
+    one statement that reads its sequence and inserts, where :func:`_insert_absent` needs a probe
+    and an insert, and no savepoint in a group (one row is all or nothing by itself). Returns
+    the digest already stored under its id, if any (the transaction holds the write lock, so the
+    row the INSERT skipped is still there)."""
+    row = (
+        record.checkpoint_id,
+        record.workflow_name,
+        record.previous_checkpoint_id,
+        record.graph_signature_hash,
+        record.digest,
+        record.body,
+        1 if record.container_id is not None else 0,
+        record.container_id,
+        record.root_id,
+        record.position,
+    )
+    if connection.execute(schema.INSERT_LONE_CHECKPOINT, row).rowcount:
+        return None
+    return str(connection.execute(schema.SELECT_DIGEST, (record.checkpoint_id,)).fetchone()[0])
 
 
 def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> str | None:

@@ -153,6 +153,25 @@ SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = (
 """
 )
 SELECT_NEXT_SEQUENCE = "SELECT " + _NEXT_SEQUENCE
+# A family of one row (a top-level checkpoint without nested records, the common save) in one
+# statement, inside the save's BEGIN IMMEDIATE transaction: the INSERT reads its own sequence
+# (as SELECT_NEXT_SEQUENCE does); an id already stored inserts nothing (rowcount 0), and the save
+# then reads the stored digest.
+# Numbered parameters bind the row as a tuple: ?2 (the workflow) is used four times.
+INSERT_LONE_CHECKPOINT = """
+    INSERT INTO checkpoints (
+        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
+        nested, container_id, root_id, position
+    )
+    SELECT ?1, ?2, max(
+            coalesce((SELECT next_sequence FROM workflows WHERE name = ?2), 1),
+            1 + coalesce((SELECT max(sequence) FROM checkpoints WHERE workflow_name = ?2 AND nested = 0), 0),
+            1 + coalesce((SELECT max(sequence) FROM checkpoints WHERE workflow_name = ?2 AND nested = 1), 0)
+        ), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
+    WHERE true
+    ON CONFLICT (checkpoint_id) DO NOTHING
+"""
+SELECT_DIGEST = "SELECT digest FROM checkpoints WHERE checkpoint_id = ?"
 INSERT_CHECKPOINT = """
     INSERT INTO checkpoints (
         checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
