@@ -12,6 +12,7 @@ import ormsgpack
 
 from ..contract import (
     CHECKPOINT_VERSION,
+    MAX_ID_LENGTH,
     Capability,
     CheckpointID,
     PendingWrite,
@@ -47,6 +48,8 @@ class PendingWritesLog(StoragePrimitives):
 
         async def _ready(self, operation: str) -> None: ...
 
+        def _is_ready(self, operation: str) -> bool: ...
+
         def _require(self, capability: Capability, operation: str) -> None: ...
 
         def _decode(
@@ -65,11 +68,20 @@ class PendingWritesLog(StoragePrimitives):
         Per (task_id, index), the first write stored is kept, except at a negative index (a
         special channel), where the latest replaces it; repeating a call changes nothing.
         """
-        self._require(Capability.PENDING_WRITES, "put_writes")
-        validate_identifier(checkpoint_id, "checkpoint_id")
-        validate_identifier(workflow_name, "workflow_name")
+        if Capability.PENDING_WRITES not in self.capabilities:
+            self._require(Capability.PENDING_WRITES, "put_writes")
+        # validate_identifier decides whatever is not plainly valid (validation.check_fields).
+        if not (
+            type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
+        ):
+            validate_identifier(checkpoint_id, "checkpoint_id")
+        if not (
+            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")
         batch = checked_writes(writes)
-        await self._ready("put_writes")
+        if not self._is_ready("put_writes"):
+            await self._ready("put_writes")
         if not batch:
             return
         # One record per call is what makes the call atomic on every backend: each primitive
@@ -98,10 +110,18 @@ class PendingWritesLog(StoragePrimitives):
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
         """The writes stored against a checkpoint, one per (task_id, index), in the order their
         (task_id, index) was first stored."""
-        self._require(Capability.PENDING_WRITES, "list_writes")
-        validate_identifier(checkpoint_id, "checkpoint_id")
-        validate_identifier(workflow_name, "workflow_name")
-        await self._ready("list_writes")
+        if Capability.PENDING_WRITES not in self.capabilities:
+            self._require(Capability.PENDING_WRITES, "list_writes")
+        if not (
+            type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
+        ):
+            validate_identifier(checkpoint_id, "checkpoint_id")
+        if not (
+            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")
+        if not self._is_ready("list_writes"):
+            await self._ready("list_writes")
         log = writes_log_name(workflow_name)
         merged: dict[tuple[str, int], PendingWrite] = {}
         for stored in await self._list(log, checkpoint_id):
@@ -114,9 +134,14 @@ class PendingWritesLog(StoragePrimitives):
         """Every checkpoint's writes in a workflow, read at once: checkpoint id -> what
         :meth:`list_writes` returns for it (checkpoints without writes are absent). One read of
         the workflow's log instead of one per checkpoint, for a caller listing a whole history."""
-        self._require(Capability.PENDING_WRITES, "list_workflow_writes")
-        validate_identifier(workflow_name, "workflow_name")
-        await self._ready("list_workflow_writes")
+        if Capability.PENDING_WRITES not in self.capabilities:
+            self._require(Capability.PENDING_WRITES, "list_workflow_writes")
+        if not (
+            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")
+        if not self._is_ready("list_workflow_writes"):
+            await self._ready("list_workflow_writes")
         log = writes_log_name(workflow_name)
         merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
         for stored in await self._list(log, None):
@@ -152,6 +177,8 @@ class PendingWritesLog(StoragePrimitives):
             if owner not in survivors:
                 await self._remove(stored.checkpoint_id)
 
+
+_MAX = MAX_ID_LENGTH
 
 _WRITES_LOG_PREFIX = "\x1fwrites\x1f"
 """Starts the name of a workflow's pending-writes log. A control character can never start a
