@@ -87,15 +87,18 @@ class PendingWritesLog(StoragePrimitives):
         # One record per call is what makes the call atomic on every backend: each primitive
         # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
         log = writes_log_name(workflow_name)
-        content_key = _plain_rows_key(batch)
-        plain = content_key is not None
-        if content_key is None:
-            draft = _writes_batch(log, checkpoint_id, "", batch)
+        plain_rows = _plain_rows(batch)
+        plain = plain_rows is not None
+        if plain_rows is None:
+            rows = _batch_rows(batch)
+            draft = _writes_batch(log, checkpoint_id, "", batch, rows)
             content_key = "body:" + body_digest(self._codec.encode_checkpoint(draft))
+        else:
+            content_key, rows = plain_rows
         batch_id = _writes_batch_id(log, checkpoint_id, content_key)
-        # A plain batch's exact types are checked (_plain_rows_key): its bin values are all bytes.
+        # A plain batch's exact types are checked (_plain_rows): its bin values are all bytes.
         body = self._codec.encode_checkpoint(
-            _writes_batch(log, checkpoint_id, batch_id, batch), bin_from_bytes_only=plain
+            _writes_batch(log, checkpoint_id, batch_id, batch, rows), bin_from_bytes_only=plain
         )
         # Positional (a keyword call costs a third more): the batch's id, the log, no previous
         # id, the owner in the graph-signature column, the body and its digest.
@@ -212,15 +215,30 @@ _PLAIN_FIELD_TYPES = (str, int, str, str)
 
 
 def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
+    """The content key of :func:`_plain_rows`, or None."""
+    plain = _plain_rows(writes)
+    return None if plain is None else plain[0]
+
+
+def _plain_rows(writes: Sequence[PendingWrite]) -> tuple[str, list[list[Any]]] | None:
     """A digest of the batch's content without the codec, when every field is a plain atom and
-    every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), else None.
+    every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), with the batch's
+    body rows (:func:`_batch_rows`), built in the same pass; else None.
 
     It names the batch as a digest of its encoded body would (distinct content, distinct key), for
     one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
     may be encoded otherwise by the codec while msgpack would not tell it apart."""
     atoms = _PLAIN_VALUE_ATOMS
-    rows = [(write.task_id, write.index, write.channel, write.task_path, write.value) for write in writes]
-    for task_id, index, channel, task_path, value in rows:
+    key_rows: list[tuple[Any, ...]] = []
+    body_rows: list[list[Any]] = []
+    for write in writes:
+        task_id, index, channel, task_path, value = (
+            write.task_id,
+            write.index,
+            write.channel,
+            write.task_path,
+            write.value,
+        )
         if (type(task_id), type(index), type(channel), type(task_path)) != _PLAIN_FIELD_TYPES:
             return None
         kind = type(value)
@@ -230,17 +248,30 @@ def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
                     return None
         elif kind not in atoms:
             return None
+        key_rows.append((task_id, index, channel, task_path, value))
+        body_rows.append([task_id, index, channel, value, task_path])
     try:
-        packed = ormsgpack.packb(rows)
+        packed = ormsgpack.packb(key_rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
         return None  # an int beyond 64 bits, a lone surrogate: the codec's path decides
-    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest()
+    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest(), body_rows
+
+
+def _batch_rows(writes: Sequence[PendingWrite]) -> list[list[Any]]:
+    """A batch body's rows: task id, index, channel, value, task path."""
+    return [[write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes]
 
 
 def _writes_batch(
-    log: str, owner_id: CheckpointID, batch_id: CheckpointID, writes: Sequence[PendingWrite]
+    log: str,
+    owner_id: CheckpointID,
+    batch_id: CheckpointID,
+    writes: Sequence[PendingWrite],
+    rows: list[list[Any]] | None = None,
 ) -> WorkflowCheckpoint:
-    rows = [[write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes]
+    """The batch as the record stored; ``rows``, when given, are ``_batch_rows(writes)``."""
+    if rows is None:
+        rows = _batch_rows(writes)
     # Positional, in field order (a keyword call with its default factories costs twice as much):
     # no previous id, no messages, the rows as state, no events, iteration 0, no metadata.
     return WorkflowCheckpoint(
