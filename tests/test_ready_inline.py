@@ -50,7 +50,8 @@ class FailingLatest(InMemoryCheckpointStorage):
 
 async def test_an_extended_ready_runs_for_every_hot_operation() -> None:
     storage = CountingReady()
-    assert not CountingReady._engine_ready and InMemoryCheckpointStorage._engine_ready
+    assert not CountingReady._engine_ready
+    assert InMemoryCheckpointStorage._engine_ready
     await storage.save(checkpoint("a"))
     await storage.save(checkpoint("b"))
     await storage.load("a")
