@@ -161,11 +161,22 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         # One record (every save without embedded checkpoints, every write batch): no family to
         # check, and no second coroutine, which the default's forwarding to _insert_family costs.
         store = self._store
+        checkpoint_id = record.checkpoint_id
         with store.lock:
-            existing = store.by_id.get(record.checkpoint_id)
+            existing = store.by_id.get(checkpoint_id)
             if existing is not None:
                 return _digest_to_compare(existing.record, record)
-            self._add(record)
+            if record.container_id is not None:
+                self._add(record)  # a nested record (a caller's own family of one): _add links it
+                return None
+            # _add's work for a top-level record, in line: every save and write batch comes here.
+            workflow = store.workflows.get(record.workflow_name)
+            if workflow is None:
+                workflow = store.workflows[record.workflow_name] = _Workflow()
+            entry = _Entry(record, workflow.next_sequence, [])
+            workflow.next_sequence += 1
+            workflow.entries[checkpoint_id] = entry
+            store.by_id[checkpoint_id] = entry
         return None
 
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:

@@ -36,7 +36,7 @@ class OpaqueValue:
     state: Any
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
 class EncodedCheckpoint:
     """One body of an encoded checkpoint tree."""
 
@@ -44,6 +44,19 @@ class EncodedCheckpoint:
     body: bytes
     container_id: str | None
     """Id of the checkpoint this one is embedded in; None for the checkpoint being saved."""
+
+    def __init__(self, checkpoint: Any, body: bytes, container_id: str | None) -> None:
+        # Through the slots' own setters, as CheckpointRecord (engine/records.py): the generated
+        # __init__ of a frozen class goes through object.__setattr__, and every save builds one.
+        set_checkpoint, set_body, set_container_id = _ENCODED_SETTERS
+        set_checkpoint(self, checkpoint)
+        set_body(self, body)
+        set_container_id(self, container_id)
+
+
+_ENCODED_SETTERS: tuple[Callable[[EncodedCheckpoint, Any], None], ...] = tuple(
+    vars(EncodedCheckpoint)[item.name].__set__ for item in dataclasses.fields(EncodedCheckpoint)
+)
 
 
 class Unencodable(Exception):

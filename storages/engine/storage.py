@@ -15,6 +15,7 @@ from typing_extensions import Self
 
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import (
+    MAX_ID_LENGTH,
     UNFENCED,
     Capability,
     CheckpointID,
@@ -54,6 +55,11 @@ class BaseCheckpointStorage(ExtensionOperations):
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     """What this backend supports; see :class:`~storages.contract.Capability`."""
 
+    _engine_ready: ClassVar[bool] = True
+    """True while the class keeps the engine's own ``_ready``: the hot operations then check an
+    open handle inline (see :meth:`_is_ready`) instead of awaiting it. A backend that extends
+    ``_ready`` (Redis checks its eviction policy there) is always awaited."""
+
     def __init__(
         self,
         *,
@@ -90,6 +96,7 @@ class BaseCheckpointStorage(ExtensionOperations):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._engine_ready = cls._ready is BaseCheckpointStorage._ready
         own_init = cls.__dict__.get("__init__")
         if own_init is not None:
             cls.__init__ = recording_settings(own_init)  # type: ignore[method-assign]
@@ -134,15 +141,19 @@ class BaseCheckpointStorage(ExtensionOperations):
         """
         if expected_latest_id is not UNFENCED:
             return await self._save_fenced(checkpoint, expected_latest_id)
-        await self._ready("save")
-        records, chain = await self._save_records(checkpoint)
+        if not self._is_ready("save"):
+            await self._ready("save")
+        if self._integrity is None:
+            records, chain = self._records_for(checkpoint), _NO_CHAIN  # no coroutine: nothing to seal
+        else:
+            records, chain = await self._save_records(checkpoint)
         top = records[0]
         existing_digest = await (self._insert(top) if len(records) == 1 else self._insert_family(records))
         if existing_digest is not None and (
             existing_digest != top.digest or not await self._same_nested_bodies(records)
         ):
             await self._check_same_content(records)
-        if existing_digest is None:
+        if existing_digest is None and chain:
             self._remember_chain(chain)
         return top.checkpoint_id
 
@@ -183,7 +194,8 @@ class BaseCheckpointStorage(ExtensionOperations):
         """
         validate_identifier(checkpoint_id, "checkpoint_id")
         parsed = None if anchor is None else self._parsed_anchor(anchor, None)
-        await self._ready("load")
+        if not self._is_ready("load"):
+            await self._ready("load")
         stored = await self._load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
@@ -213,8 +225,20 @@ class BaseCheckpointStorage(ExtensionOperations):
 
         Nested records of that workflow name are left out unless ``include_nested`` is true.
         """
-        self._check_listing("list_checkpoints", workflow_name, graph_signature_hash, include_nested)
-        await self._ready("list_checkpoints")
+        if (
+            graph_signature_hash is not None
+            or include_nested
+            or not (
+                type(workflow_name) is str
+                and 0 < len(workflow_name) <= MAX_ID_LENGTH
+                and workflow_name.isprintable()
+            )
+        ):
+            self._check_listing(
+                "list_checkpoints", workflow_name, graph_signature_hash, include_nested
+            )  # plainly valid else
+        if not self._is_ready("list_checkpoints"):
+            await self._ready("list_checkpoints")
         if include_nested:
             stored = await self._list(workflow_name, graph_signature_hash, include_nested=True)
         else:
@@ -253,9 +277,17 @@ class BaseCheckpointStorage(ExtensionOperations):
         With an ``anchor`` (from head_anchor), raises CheckpointTamperedError if the store went back
         before it: the anchored checkpoint is no longer the newest nor an ancestor of the newest.
         """
-        self._check_listing("get_latest", workflow_name, graph_signature_hash, False)
+        if graph_signature_hash is not None or not (
+            type(workflow_name) is str
+            and 0 < len(workflow_name) <= MAX_ID_LENGTH
+            and workflow_name.isprintable()
+        ):
+            self._check_listing(
+                "get_latest", workflow_name, graph_signature_hash, False
+            )  # plainly valid else
         parsed = None if anchor is None else self._parsed_anchor(anchor, workflow_name)
-        await self._ready("get_latest")
+        if not self._is_ready("get_latest"):
+            await self._ready("get_latest")
         stored = await self._latest(workflow_name, graph_signature_hash)
         if parsed is not None:
             head = stored if graph_signature_hash is None else await self._latest(workflow_name, None)
@@ -311,6 +343,20 @@ class BaseCheckpointStorage(ExtensionOperations):
         await self.aclose()
 
     # ------------------------------------------------------------------ shared machinery
+
+    def _is_ready(self, operation: str) -> bool:
+        """True when ``_ready(operation)`` would only name the operation (done here): the engine's
+        own ``_ready``, an open handle, on the loop it is bound to. Else the caller awaits
+        ``_ready``, which names it too and raises, opens or follows the loop as needed."""
+        if (
+            self._engine_ready
+            and self._opened
+            and not self._closed
+            and self._loop is asyncio.get_running_loop()
+        ):
+            set_current_operation(operation)
+            return True
+        return False
 
     async def _ready(self, operation: str) -> None:
         set_current_operation(operation)  # names the operation in a translated driver error
@@ -372,8 +418,23 @@ class BaseCheckpointStorage(ExtensionOperations):
         if Capability.NESTED not in self.capabilities:
             return [self._record_for(checkpoint)]
         plain_digest = self._plain_digest
+        check_fields(checkpoint)
+        nodes = self._codec.encode_checkpoint_tree(checkpoint)
+        if len(nodes) == 1:
+            # Nothing embedded (most saves): the one record, without a draft to unpack.
+            body = nodes[0].body
+            return [
+                CheckpointRecord(
+                    checkpoint.checkpoint_id,
+                    checkpoint.workflow_name,
+                    checkpoint.previous_checkpoint_id,
+                    checkpoint.graph_signature_hash,
+                    body,
+                    plain_digest(body),
+                )
+            ]
         records: list[CheckpointRecord] = []
-        for draft in self._drafts_for(checkpoint):
+        for draft in self._tree_drafts(checkpoint, nodes):
             checkpoint_id, workflow_name, previous_id, signature, body, container_id, root_id, position = (
                 draft
             )
@@ -411,7 +472,11 @@ class BaseCheckpointStorage(ExtensionOperations):
                     0,
                 )
             ]
-        nodes = self._codec.encode_checkpoint_tree(checkpoint)
+        return self._tree_drafts(checkpoint, self._codec.encode_checkpoint_tree(checkpoint))
+
+    @staticmethod
+    def _tree_drafts(checkpoint: Any, nodes: Sequence[Any]) -> list[RecordDraft]:
+        """The drafts of a checkpoint (fields checked) from its encoded tree, embedded ones checked."""
         top_id = checkpoint.checkpoint_id
         drafts: list[RecordDraft] = []
         for position, node in enumerate(nodes):

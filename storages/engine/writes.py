@@ -12,6 +12,7 @@ import ormsgpack
 
 from ..contract import (
     CHECKPOINT_VERSION,
+    MAX_ID_LENGTH,
     Capability,
     CheckpointID,
     PendingWrite,
@@ -47,6 +48,8 @@ class PendingWritesLog(StoragePrimitives):
 
         async def _ready(self, operation: str) -> None: ...
 
+        def _is_ready(self, operation: str) -> bool: ...
+
         def _require(self, capability: Capability, operation: str) -> None: ...
 
         def _decode(
@@ -65,25 +68,37 @@ class PendingWritesLog(StoragePrimitives):
         Per (task_id, index), the first write stored is kept, except at a negative index (a
         special channel), where the latest replaces it; repeating a call changes nothing.
         """
-        self._require(Capability.PENDING_WRITES, "put_writes")
-        validate_identifier(checkpoint_id, "checkpoint_id")
-        validate_identifier(workflow_name, "workflow_name")
+        if Capability.PENDING_WRITES not in self.capabilities:
+            self._require(Capability.PENDING_WRITES, "put_writes")
+        # validate_identifier decides whatever is not plainly valid (validation.check_fields).
+        if not (
+            type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
+        ):
+            validate_identifier(checkpoint_id, "checkpoint_id")
+        if not (
+            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")
         batch = checked_writes(writes)
-        await self._ready("put_writes")
+        if not self._is_ready("put_writes"):
+            await self._ready("put_writes")
         if not batch:
             return
         # One record per call is what makes the call atomic on every backend: each primitive
         # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
         log = writes_log_name(workflow_name)
-        content_key = _plain_rows_key(batch)
-        plain = content_key is not None
-        if content_key is None:
-            draft = _writes_batch(log, checkpoint_id, "", batch)
+        plain_rows = _plain_rows(batch)
+        plain = plain_rows is not None
+        if plain_rows is None:
+            rows = _batch_rows(batch)
+            draft = _writes_batch(log, checkpoint_id, "", batch, rows)
             content_key = "body:" + body_digest(self._codec.encode_checkpoint(draft))
+        else:
+            content_key, rows = plain_rows
         batch_id = _writes_batch_id(log, checkpoint_id, content_key)
-        # A plain batch's exact types are checked (_plain_rows_key): its bin values are all bytes.
+        # A plain batch's exact types are checked (_plain_rows): its bin values are all bytes.
         body = self._codec.encode_checkpoint(
-            _writes_batch(log, checkpoint_id, batch_id, batch), bin_from_bytes_only=plain
+            _writes_batch(log, checkpoint_id, batch_id, batch, rows), bin_from_bytes_only=plain
         )
         # Positional (a keyword call costs a third more): the batch's id, the log, no previous
         # id, the owner in the graph-signature column, the body and its digest.
@@ -98,10 +113,18 @@ class PendingWritesLog(StoragePrimitives):
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
         """The writes stored against a checkpoint, one per (task_id, index), in the order their
         (task_id, index) was first stored."""
-        self._require(Capability.PENDING_WRITES, "list_writes")
-        validate_identifier(checkpoint_id, "checkpoint_id")
-        validate_identifier(workflow_name, "workflow_name")
-        await self._ready("list_writes")
+        if Capability.PENDING_WRITES not in self.capabilities:
+            self._require(Capability.PENDING_WRITES, "list_writes")
+        if not (
+            type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
+        ):
+            validate_identifier(checkpoint_id, "checkpoint_id")
+        if not (
+            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")
+        if not self._is_ready("list_writes"):
+            await self._ready("list_writes")
         log = writes_log_name(workflow_name)
         merged: dict[tuple[str, int], PendingWrite] = {}
         for stored in await self._list(log, checkpoint_id):
@@ -114,9 +137,14 @@ class PendingWritesLog(StoragePrimitives):
         """Every checkpoint's writes in a workflow, read at once: checkpoint id -> what
         :meth:`list_writes` returns for it (checkpoints without writes are absent). One read of
         the workflow's log instead of one per checkpoint, for a caller listing a whole history."""
-        self._require(Capability.PENDING_WRITES, "list_workflow_writes")
-        validate_identifier(workflow_name, "workflow_name")
-        await self._ready("list_workflow_writes")
+        if Capability.PENDING_WRITES not in self.capabilities:
+            self._require(Capability.PENDING_WRITES, "list_workflow_writes")
+        if not (
+            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")
+        if not self._is_ready("list_workflow_writes"):
+            await self._ready("list_workflow_writes")
         log = writes_log_name(workflow_name)
         merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
         for stored in await self._list(log, None):
@@ -153,6 +181,8 @@ class PendingWritesLog(StoragePrimitives):
                 await self._remove(stored.checkpoint_id)
 
 
+_MAX = MAX_ID_LENGTH
+
 _WRITES_LOG_PREFIX = "\x1fwrites\x1f"
 """Starts the name of a workflow's pending-writes log. A control character can never start a
 workflow name a caller chooses (validate_identifier refuses it), so no log shadows a workflow."""
@@ -185,15 +215,30 @@ _PLAIN_FIELD_TYPES = (str, int, str, str)
 
 
 def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
+    """The content key of :func:`_plain_rows`, or None."""
+    plain = _plain_rows(writes)
+    return None if plain is None else plain[0]
+
+
+def _plain_rows(writes: Sequence[PendingWrite]) -> tuple[str, list[list[Any]]] | None:
     """A digest of the batch's content without the codec, when every field is a plain atom and
-    every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), else None.
+    every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), with the batch's
+    body rows (:func:`_batch_rows`), built in the same pass; else None.
 
     It names the batch as a digest of its encoded body would (distinct content, distinct key), for
     one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
     may be encoded otherwise by the codec while msgpack would not tell it apart."""
     atoms = _PLAIN_VALUE_ATOMS
-    rows = [(write.task_id, write.index, write.channel, write.task_path, write.value) for write in writes]
-    for task_id, index, channel, task_path, value in rows:
+    key_rows: list[tuple[Any, ...]] = []
+    body_rows: list[list[Any]] = []
+    for write in writes:
+        task_id, index, channel, task_path, value = (
+            write.task_id,
+            write.index,
+            write.channel,
+            write.task_path,
+            write.value,
+        )
         if (type(task_id), type(index), type(channel), type(task_path)) != _PLAIN_FIELD_TYPES:
             return None
         kind = type(value)
@@ -203,17 +248,30 @@ def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
                     return None
         elif kind not in atoms:
             return None
+        key_rows.append((task_id, index, channel, task_path, value))
+        body_rows.append([task_id, index, channel, value, task_path])
     try:
-        packed = ormsgpack.packb(rows)
+        packed = ormsgpack.packb(key_rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
         return None  # an int beyond 64 bits, a lone surrogate: the codec's path decides
-    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest()
+    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest(), body_rows
+
+
+def _batch_rows(writes: Sequence[PendingWrite]) -> list[list[Any]]:
+    """A batch body's rows: task id, index, channel, value, task path."""
+    return [[write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes]
 
 
 def _writes_batch(
-    log: str, owner_id: CheckpointID, batch_id: CheckpointID, writes: Sequence[PendingWrite]
+    log: str,
+    owner_id: CheckpointID,
+    batch_id: CheckpointID,
+    writes: Sequence[PendingWrite],
+    rows: list[list[Any]] | None = None,
 ) -> WorkflowCheckpoint:
-    rows = [[write.task_id, write.index, write.channel, write.value, write.task_path] for write in writes]
+    """The batch as the record stored; ``rows``, when given, are ``_batch_rows(writes)``."""
+    if rows is None:
+        rows = _batch_rows(writes)
     # Positional, in field order (a keyword call with its default factories costs twice as much):
     # no previous id, no messages, the rows as state, no events, iteration 0, no metadata.
     return WorkflowCheckpoint(

@@ -55,6 +55,9 @@ from .sync import SyncMethods
 _Selection = list[tuple[str, str, str]]
 """(workflow name, thread_id, checkpoint_ns) triples; an alias because StorageSaver.list shadows list."""
 
+_TYPE_KEYS = {"checkpoint": "checkpoint_type", "metadata": "metadata_type"}
+"""Where a stored state keeps the serde type of each of its serialized values."""
+
 _PER_CHECKPOINT_WRITES_UP_TO = 2
 """An ``alist`` whose limit is at most this reads each tuple's writes by its checkpoint; a longer
 listing reads the workflow's whole writes log in one call."""
@@ -386,8 +389,10 @@ class StorageSaver(SyncMethods):
             )
         if writes is None:
             writes = await self.storage.list_writes(stored.checkpoint_id, workflow_name=stored.workflow_name)
-        pending = sorted(
-            writes, key=lambda write: writes_sort_key(write.task_path, write.task_id, write.index)
+        pending = (
+            sorted(writes, key=lambda write: writes_sort_key(write.task_path, write.task_id, write.index))
+            if len(writes) > 1
+            else writes  # nothing to order (most tuples of a history): no key function built
         )
         parent = None
         if stored.previous_checkpoint_id is not None:
@@ -411,7 +416,9 @@ class StorageSaver(SyncMethods):
 
     def _loads(self, stored: Any, name: str) -> Any:
         state = stored.state
-        return self._loads_value(stored.checkpoint_id, (state.get(f"{name}_type"), state.get(name)), name)
+        # The type's key from a table, not built per call: every tuple of a listing loads two.
+        type_key = _TYPE_KEYS.get(name) or f"{name}_type"
+        return self._loads_value(stored.checkpoint_id, (state.get(type_key), state.get(name)), name)
 
     def _loads_value(self, stored_id: str, typed: Any, what: str = "pending write") -> Any:
         if not (
