@@ -12,7 +12,10 @@ function runs once; nothing else in the process calls reduce once the phases sta
 callgrind collects only inside it (``--toggle-collect``) and writes one
 profile per phase (``--dump-after``). Instruction counts do not depend on the machine's load,
 so the ratios can be compared between runs; they count CPU work only (SQLite's fsync is a
-system call and does not show), and on SQLite they include aiosqlite's worker thread.
+system call and does not show). They count the event loop's thread only: callgrind's toggle is
+per thread, so on SQLite the statements that run on aiosqlite's worker thread are counted on
+neither side (both savers run their SQL there; the wall-clock bench and its round-trip column
+cover that part).
 """
 
 from __future__ import annotations
