@@ -454,10 +454,12 @@ def _target_verdicts(results: dict[str, Any]) -> list[str]:
     lines = [
         f"Target load ≤ {LOAD_TARGET}{TIMES} GET + decode (worse of @{small:,} and @{large:,}): "
         f"{_verdict(worst['load'], LOAD_TARGET)}. The floor is one GET of the body and the codec's decode; "
-        "ours is one script (location pointer, record hash, nested list) returning the body, the index "
-        "fields the decoded body is checked against, and any nested bodies. Most of the gap is the "
-        "script: a script's fixed cost and the body crossing into Lua and back (on the server, "
-        "`python -m bench.redis_server_callgrind`: about 129,000 instructions against 6,100 for the GET).",
+        "ours, for an id the handle saved or read (the last 16,384), is one MULTI/EXEC (location pointer, "
+        "record fields, nested flag: about 24,500 server instructions), otherwise one script (the same "
+        "keys and any nested bodies: about 130,000, against 6,100 for the GET; "
+        "`python -m bench.redis_server_callgrind`). At 10 stored every timed load is of a remembered id; "
+        "at 100,000 the timed loads range over more ids than a handle remembers, so most take the script: "
+        "its fixed cost and the body crossing into Lua and back are the gap.",
         f"Target list_checkpoint_ids ≤ {LIST_TARGET}{TIMES} ZRANGE (worse of @{medium:,} and @{large:,}): "
         f"{_verdict(worst['list'], LIST_TARGET)}. The floor is ZRANGE 0 -1 with the ids decoded; ours is one "
         "script that reads the same range and checks every entry's record exists (a multi-key EXISTS per "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -39,7 +40,10 @@ from .records import CheckpointRecord, RecordDraft, StoredBody, WalkRecords, bod
 
 LINK_CACHE_SIZE = 4096
 """How many records' MACs a keyed handle remembers, so chaining a save onto the checkpoint it
-just saved or read costs no round trip."""
+just saved or read costs no round trip. Both bounded maps here are OrderedDicts: their oldest
+entry goes in O(1) (``popitem(last=False)``), where deleting a plain dict's first key and
+looking for the next scans the slots deleted before it (about 0.9 µs per eviction at 4,096
+entries, two evictions per keyed save once a handle is full)."""
 
 HELD_BYTES = 32 * 1024 * 1024
 """How many stored bytes a keyed in-memory handle keeps references to, at most, for rereads
@@ -53,9 +57,9 @@ class SealedRecords(StoragePrimitives):
     """The integrity half of the engine: keys, seals, chain links and anchors."""
 
     _integrity: IntegrityKeyProvider | None
-    _chain_macs: dict[CheckpointID, tuple[bytes, int]]
+    _chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]]
     """id -> (MAC, chain height) of records this handle signed or verified."""
-    _held_verified: dict[CheckpointID, HeldRecord] | None
+    _held_verified: OrderedDict[CheckpointID, HeldRecord] | None
     """On a backend whose reads return the bytes objects it holds (``_reads_held_bytes``): id ->
     (stored bytes object, key, seal, where its codec body starts) of the records this handle
     sealed or verified last: at most LINK_CACHE_SIZE of them and HELD_BYTES in all."""
@@ -248,13 +252,13 @@ class SealedRecords(StoragePrimitives):
         macs = self._chain_macs
         macs.update(chain)
         while len(macs) > LINK_CACHE_SIZE:
-            del macs[next(iter(macs))]  # the oldest entry: a plain dict keeps insertion order
+            macs.popitem(last=False)  # the oldest entry
 
     def _remember(self, checkpoint_id: CheckpointID, mac: bytes, height: int) -> None:
         macs = self._chain_macs
         macs[checkpoint_id] = (mac, height)
         if len(macs) > LINK_CACHE_SIZE:
-            del macs[next(iter(macs))]
+            macs.popitem(last=False)
 
     def _forget_chain(self) -> None:
         """Drop what this handle remembers of records (a delete or prune may free their ids)."""
@@ -264,7 +268,7 @@ class SealedRecords(StoragePrimitives):
             self._held_bytes = 0
 
     def _hold(
-        self, held: dict[CheckpointID, HeldRecord], checkpoint_id: CheckpointID, record: HeldRecord
+        self, held: OrderedDict[CheckpointID, HeldRecord], checkpoint_id: CheckpointID, record: HeldRecord
     ) -> None:
         size = len(record[0])
         if size > HELD_BYTES:
@@ -273,7 +277,7 @@ class SealedRecords(StoragePrimitives):
         total = self._held_bytes + size - (0 if replaced is None else len(replaced[0]))
         held[checkpoint_id] = record
         while total > HELD_BYTES or len(held) > LINK_CACHE_SIZE:
-            total -= len(held.pop(next(iter(held)))[0])  # the oldest entry
+            total -= len(held.popitem(last=False)[1][0])  # the oldest entry
         self._held_bytes = total
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
@@ -320,7 +324,7 @@ class SealedRecords(StoragePrimitives):
         macs = self._chain_macs  # _remember, in line
         macs[checkpoint_id] = (seal.mac, seal.height)
         if len(macs) > LINK_CACHE_SIZE:
-            del macs[next(iter(macs))]
+            macs.popitem(last=False)
         if held is not None and type(raw) is bytes:  # immutable: a bytearray could change in place
             self._hold(held, checkpoint_id, (raw, key, seal, body_start))
         return StoredBody(checkpoint_id, body, nested, stored.entry), seal

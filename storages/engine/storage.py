@@ -7,6 +7,7 @@ docs/backends.md is the guide to writing a backend on it.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, Final
@@ -60,6 +61,10 @@ class BaseCheckpointStorage(ExtensionOperations):
     open handle inline (see :meth:`_is_ready`) instead of awaiting it. A backend that extends
     ``_ready`` (Redis checks its eviction policy there) is always awaited."""
 
+    _engine_drafts: ClassVar[bool] = True
+    """True while the class keeps the engine's own ``_records_for`` and ``_record_for``: a keyed
+    save then seals the drafts directly (see :meth:`_save_records`)."""
+
     def __init__(
         self,
         *,
@@ -87,9 +92,11 @@ class BaseCheckpointStorage(ExtensionOperations):
         self._loop: asyncio.AbstractEventLoop | None = None
         """The event loop the backend's loop-bound resources belong to (None before opening)."""
         self._integrity: IntegrityKeyProvider | None = None
-        self._chain_macs: dict[CheckpointID, tuple[bytes, int]] = {}
+        self._chain_macs: OrderedDict[CheckpointID, tuple[bytes, int]] = OrderedDict()
         """id -> (MAC, chain height) of records this handle signed or verified."""
-        self._held_verified: dict[CheckpointID, HeldRecord] | None = {} if self._reads_held_bytes else None
+        self._held_verified: OrderedDict[CheckpointID, HeldRecord] | None = (
+            OrderedDict() if self._reads_held_bytes else None
+        )
         self._held_bytes = 0
         if integrity_key is not None:
             self._integrity = as_provider(integrity_key)
@@ -97,6 +104,10 @@ class BaseCheckpointStorage(ExtensionOperations):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._engine_ready = cls._ready is BaseCheckpointStorage._ready
+        cls._engine_drafts = (
+            cls._records_for is BaseCheckpointStorage._records_for
+            and cls._record_for is BaseCheckpointStorage._record_for
+        )
         own_init = cls.__dict__.get("__init__")
         if own_init is not None:
             cls.__init__ = recording_settings(own_init)  # type: ignore[method-assign]
@@ -145,6 +156,8 @@ class BaseCheckpointStorage(ExtensionOperations):
             await self._ready("save")
         if self._integrity is None:
             records, chain = self._records_for(checkpoint), _NO_CHAIN  # no coroutine: nothing to seal
+        elif type(self)._engine_drafts:
+            records, chain = await self._sealed(self._drafts_for(checkpoint))  # _save_records, in line
         else:
             records, chain = await self._save_records(checkpoint)
         top = records[0]
@@ -406,8 +419,7 @@ class BaseCheckpointStorage(ExtensionOperations):
         chain height), to remember once the save is stored."""
         if self._integrity is None:
             return self._records_for(checkpoint), _NO_CHAIN
-        cls = type(self)
-        if cls._records_for is _ENGINE_RECORDS_FOR and cls._record_for is _ENGINE_RECORD_FOR:
+        if type(self)._engine_drafts:
             return await self._sealed(self._drafts_for(checkpoint))
         # A subclass decides what a save writes (a test double, a backend's own layout): its
         # records are sealed as they are, so a key never bypasses it.
@@ -587,6 +599,4 @@ class BaseCheckpointStorage(ExtensionOperations):
             raise CheckpointConflictError(top.checkpoint_id)
 
 
-_ENGINE_RECORDS_FOR: Final = BaseCheckpointStorage._records_for
-_ENGINE_RECORD_FOR: Final = BaseCheckpointStorage._record_for
 _NO_CHAIN: Final[Mapping[CheckpointID, tuple[bytes, int]]] = MappingProxyType({})

@@ -9,6 +9,7 @@ checkpoint or a shorter list.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -35,8 +36,9 @@ class Reads:
         self.connection = connection
         self.keys = connection.keys
         self.span = span
-        self.homes: dict[CheckpointID, str] = {}
-        """Id -> home of records this handle saved or read (plain Redis only)."""
+        self.homes: OrderedDict[CheckpointID, str] = OrderedDict()
+        """Id -> home of records this handle saved or read (plain Redis only); an OrderedDict,
+        whose oldest entry goes in O(1) once it is full (a plain dict's scans deleted slots)."""
 
     def remember(self, checkpoint_id: CheckpointID, home: str) -> None:
         """Note where a record this handle saved or read lives, for :meth:`load`'s transaction."""
@@ -44,7 +46,7 @@ class Reads:
             return  # a cluster: the transaction could not check the pointer, see load()
         homes = self.homes
         if len(homes) >= REMEMBERED_HOMES and checkpoint_id not in homes:
-            del homes[next(iter(homes))]  # the oldest noted
+            homes.popitem(last=False)  # the oldest noted
         homes[checkpoint_id] = home
 
     def forget(self, checkpoint_id: CheckpointID) -> None:
