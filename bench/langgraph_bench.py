@@ -1,6 +1,6 @@
 """The same LangGraph workload through StorageSaver and through LangGraph's own savers.
 
-``python -m bench.langgraph_bench [--quick] [--json PATH] [--markdown PATH]``: the workload of
+``python -m bench.langgraph_bench [--quick] [--json PATH] [--markdown PATH ...]``: the workload of
 bench/langgraph_workload.py (a parent graph looping a subgraph; each superstep saves parent and
 subgraph checkpoints and their pending writes). Pairs, measured interleaved in one process so
 machine noise hits both sides alike:
@@ -17,8 +17,9 @@ Each round runs the real graph once per saver (the whole-run figure) and replays
 one run makes once per saver (the per-operation figures: aput, aput_writes, aget_tuple as the run
 calls it, then the thread's latest and its history read back). Every figure is a ratio of
 medians, ours / theirs: below 1 means StorageSaver is faster; the target is at most 1.
-``--markdown PATH`` replaces the section between this bench's markers in PATH (appended if it
-has none), so docs/langgraph.md and docs/benchmarks.md carry the table of the committed command.
+``--markdown PATH`` (repeatable) replaces the section between this bench's markers in PATH
+(appended if it has none), so docs/langgraph.md and docs/benchmarks.md carry the table of one run
+of the committed command (``bench.run`` keeps the section when it rewrites docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -56,12 +57,13 @@ from bench.langgraph_workload import (
     run_graph,
 )
 from bench.measure import _gc_paused
+from bench.sections import LANGGRAPH_END, LANGGRAPH_START
 from storages.langgraph import StorageSaver
 
 TARGET = 1.0
 """The issue's target for every ratio: StorageSaver at least as fast as the native saver."""
-SECTION_START = "<!-- langgraph-bench:start -->"
-SECTION_END = "<!-- langgraph-bench:end -->"
+SECTION_START = LANGGRAPH_START
+SECTION_END = LANGGRAPH_END
 GRAPH_RUN = "graph run"
 OPERATION_LABELS = {
     GRAPH_RUN: "whole graph run (`ainvoke`)",
@@ -351,7 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", default=",".join(PAIRS), help="comma-separated subset of: memory,sqlite"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results (every sample) as JSON")
-    parser.add_argument("--markdown", type=Path, metavar="PATH", help="replace this bench's section of PATH")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        action="append",
+        help="replace this bench's section of PATH (repeat for several files: one run, one table)",
+    )
     arguments = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(arguments)
     backends = [name.strip() for name in args.backends.split(",") if name.strip()]
@@ -364,10 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     if args.json is not None:
         args.json.write_text(json.dumps(payload(results, env), indent=2) + "\n", encoding="utf-8")
-    if args.markdown is not None:
-        existing = args.markdown.read_text(encoding="utf-8") if args.markdown.exists() else ""
-        command = " ".join(["python -m bench.langgraph_bench", *arguments])
-        args.markdown.write_text(replace_section(existing, markdown(results, command, env)), encoding="utf-8")
+    command = " ".join(["python -m bench.langgraph_bench", *arguments])
+    for path in args.markdown or ():
+        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+        path.write_text(replace_section(existing, markdown(results, command, env)), encoding="utf-8")
     return 0
 
 

@@ -36,6 +36,7 @@ from bench.measure import Budget
 from bench.postgres_bench import postgres_arguments, postgres_section, run_postgres_section
 from bench.redis_bench import redis_arguments, redis_section, run_redis_section
 from bench.report import TIMES, all_tables, conclusions, targets_table
+from bench.sections import with_kept_sections
 from bench.storage_bench import Sizes, run_storages
 from bench.subjects import sqlite_settings, sqlite_unavailable_reason, subjects
 from bench.targets_bench import run_targets
@@ -393,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"JSON written to {args.json}")
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(results, args.json))
+        previous = args.markdown.read_text(encoding="utf-8") if args.markdown.exists() else ""
+        args.markdown.write_text(with_kept_sections(previous, markdown(results, args.json)), encoding="utf-8")
         console.print(f"Markdown written to {args.markdown}")
     console.print(f"Total {results['seconds']:.0f} s")
     leftover = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
