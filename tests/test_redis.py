@@ -808,3 +808,33 @@ async def test_remembered_homes_are_bounded(
     assert list(real_storage._reads.homes) == [c.checkpoint_id for c in chain[2:]]
     assert await real_storage.load(chain[0].checkpoint_id) == chain[0]  # by the script
     assert list(real_storage._reads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]
+
+
+async def _pointer_to_a_home_not_utf8(storage: RedisCheckpointStorage) -> None:
+    """A hostile store points an id at a home whose name is not UTF-8 (no name this storage
+    writes) and plants the record there: the load answers as the script reads it, and the home is
+    not remembered (it could not be named again)."""
+    planted = WorkflowCheckpoint("wf", "sig", checkpoint_id="planted", state={"v": 1})
+    prefix = storage.keys.prefix.encode()
+    await storage._client.set(storage.keys.location("planted"), b"\xff")
+    await storage._client.hset(
+        prefix + b":{\xff}:r:planted",
+        mapping={"b": storage._codec.encode_checkpoint(planted), "w": "wf", "s": "sig", "d": "x"},
+    )
+    try:
+        assert await storage.load("planted") == planted
+        assert "planted" not in storage._reads.homes
+    finally:
+        await storage._client.delete(prefix + b":{\xff}:r:planted", storage.keys.location("planted"))
+
+
+@redis_mark
+async def test_a_home_that_is_not_utf8_is_not_remembered(real_storage: RedisCheckpointStorage) -> None:
+    await _pointer_to_a_home_not_utf8(real_storage)
+
+
+@redis_mark
+async def test_a_home_that_is_not_utf8_is_not_remembered_on_fakeredis(
+    fake_storage: RedisCheckpointStorage,
+) -> None:
+    await _pointer_to_a_home_not_utf8(fake_storage)

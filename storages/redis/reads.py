@@ -9,6 +9,7 @@ checkpoint or a shorter list.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -75,8 +76,10 @@ class Reads:
         body, workflow_name, previous_id, signature, home_name = reply[:5]
         nested = body_pairs(reply, 5) if len(reply) > 5 else None
         if nested is None:
-            # Records with others nested in them stay with the script, which reads those too.
-            self.remember(checkpoint_id, home_name.decode())
+            # Records with others nested in them stay with the script, which reads those too; a
+            # pointer that is not a name this storage writes (a hostile store) is not remembered.
+            with contextlib.suppress(UnicodeDecodeError):
+                self.remember(checkpoint_id, home_name.decode())
         entry = IndexEntry(
             workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
         )
@@ -106,7 +109,7 @@ class Reads:
             return None  # not the replies of those commands: the script answers
         pointer, fields, has_children = reply
         body, workflow_name, previous_id, signature = fields
-        if body is None or has_children or pointer is None or pointer.decode() != home:
+        if body is None or has_children or pointer is None or pointer != home.encode():
             return None
         entry = IndexEntry(
             workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
