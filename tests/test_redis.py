@@ -29,6 +29,7 @@ from conformance.target import target_from_url
 from storages import (
     AncestryEnd,
     Capability,
+    CheckpointCorruptedError,
     CheckpointNotFoundError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -838,3 +839,31 @@ async def test_a_home_that_is_not_utf8_is_not_remembered_on_fakeredis(
     fake_storage: RedisCheckpointStorage,
 ) -> None:
     await _pointer_to_a_home_not_utf8(fake_storage)
+
+
+async def _index_fields_not_utf8(storage: RedisCheckpointStorage) -> None:
+    """A record whose index fields are not UTF-8 text (no value this storage writes) is reported
+    corrupted, named, on a fresh handle (the script) and on the handle that saved it (its
+    remembered home, the transaction on plain Redis)."""
+    checkpoint = WorkflowCheckpoint("wf", "sig", checkpoint_id="damaged", state={"v": 1})
+    await storage.save(checkpoint)
+    await storage._client.hset(storage.keys.record("wf", "damaged"), "w", b"\xff")
+    fresh = storage.new_handle()
+    try:
+        for handle in (storage, fresh):
+            with pytest.raises(CheckpointCorruptedError, match=r"'damaged'.*not UTF-8"):
+                await handle.load("damaged")
+    finally:
+        await fresh.aclose()
+
+
+@redis_mark
+async def test_index_fields_that_are_not_utf8_are_corruption(real_storage: RedisCheckpointStorage) -> None:
+    await _index_fields_not_utf8(real_storage)
+
+
+@redis_mark
+async def test_index_fields_that_are_not_utf8_are_corruption_on_fakeredis(
+    fake_storage: RedisCheckpointStorage,
+) -> None:
+    await _index_fields_not_utf8(fake_storage)

@@ -80,10 +80,9 @@ class Reads:
             # pointer that is not a name this storage writes (a hostile store) is not remembered.
             with contextlib.suppress(UnicodeDecodeError):
                 self.remember(checkpoint_id, home_name.decode())
-        entry = IndexEntry(
-            workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
+        return StoredBody(
+            checkpoint_id, body, nested, _index_entry(checkpoint_id, workflow_name, previous_id, signature)
         )
-        return StoredBody(checkpoint_id, body, nested, entry)
 
     async def _load_at(self, checkpoint_id: CheckpointID, home: str) -> StoredBody | None:
         """The record from ``home`` by one MULTI/EXEC of plain commands, which costs the server
@@ -111,10 +110,9 @@ class Reads:
         body, workflow_name, previous_id, signature = fields
         if body is None or has_children or pointer is None or pointer != home.encode():
             return None
-        entry = IndexEntry(
-            workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
+        return StoredBody(
+            checkpoint_id, body, None, _index_entry(checkpoint_id, workflow_name, previous_id, signature)
         )
-        return StoredBody(checkpoint_id, body, None, entry)
 
     async def read(self, operation: str, checkpoint_id: CheckpointID, what: str) -> Any:
         located = await self.span.locate(operation, checkpoint_id)
@@ -324,3 +322,19 @@ def lost_entry(
         f"{index} lists it, but its record is gone from the server{others}: evicted by its "
         f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
     )
+
+
+def _index_entry(
+    checkpoint_id: CheckpointID, workflow_name: bytes, previous_id: bytes | None, signature: bytes
+) -> IndexEntry:
+    """A record's index fields as the engine checks its body against them; fields that are not
+    UTF-8 text (no value this storage writes: a hostile or damaged store) make the record
+    corrupted, named, rather than a UnicodeDecodeError."""
+    try:
+        return IndexEntry(
+            workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
+        )
+    except UnicodeDecodeError as exc:
+        raise CheckpointCorruptedError(
+            checkpoint_id, "its index fields (workflow, previous id, signature) are not UTF-8 text"
+        ) from exc
