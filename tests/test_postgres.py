@@ -29,6 +29,7 @@ from storages import (
     open_storage,
 )
 from storages.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresCheckpointStorage
+from storages.postgres.commit import save_one_arguments
 from storages.postgres.schema import CREATE_SCHEMA, CREATE_SCHEMA_VERSION, RECORD_VERSION, render
 
 pytestmark = pytest.mark.postgres
@@ -432,15 +433,8 @@ async def test_a_save_outside_read_committed_never_reuses_a_sequence(schema_url:
             await psycopg.AsyncConnection.connect(base, autocommit=True) as watcher,
         ):
             await other.execute(
-                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, false, NULL)',
-                (
-                    top.checkpoint_id,
-                    top.workflow_name,
-                    top.previous_checkpoint_id,
-                    top.graph_signature_hash,
-                    top.digest,
-                    top.body,
-                ),
+                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, %s, %s)',
+                save_one_arguments(top, fenced=False, expected_latest_id=None),
             )  # sequence 2, the workflow's lock held: other's transaction is open
             late = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=first.checkpoint_id)
             save = asyncio.ensure_future(storage.save(late))
@@ -479,8 +473,8 @@ async def test_an_id_stored_concurrently_under_another_workflow_is_a_conflict(sc
             await psycopg.AsyncConnection.connect(base, autocommit=True) as watcher,
         ):
             await other.execute(
-                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, false, NULL)',
-                (top.checkpoint_id, top.workflow_name, None, top.graph_signature_hash, top.digest, top.body),
+                f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, %s, %s)',
+                save_one_arguments(top, fenced=False, expected_latest_id=None),
             )
             save = asyncio.ensure_future(storage.save(mine))
             for _ in range(500):  # the insert waits for other's uncommitted row of the same id

@@ -86,6 +86,23 @@ RETRIES_AFTER_RACE = 8
 sequence came from a stale snapshot (outside READ COMMITTED)."""
 
 
+def save_one_arguments(
+    record: CheckpointRecord, *, fenced: bool, expected_latest_id: CheckpointID | None
+) -> tuple[Any, ...]:
+    """``save_one``'s parameters for one top-level record, in its signature's order (the body
+    sixth, sent in binary: ``%b``)."""
+    return (
+        record.checkpoint_id,
+        record.workflow_name,
+        record.previous_checkpoint_id,
+        record.graph_signature_hash,
+        record.digest,
+        record.body,
+        fenced,
+        expected_latest_id,
+    )
+
+
 class PostgresCommits:
     """The writes of one storage handle, on its client and schema."""
 
@@ -108,16 +125,7 @@ class PostgresCommits:
         parameters: tuple[Any, ...]
         if len(records) == 1:
             query = self._save_one
-            parameters = (
-                top.checkpoint_id,
-                top.workflow_name,
-                top.previous_checkpoint_id,
-                top.graph_signature_hash,
-                top.digest,
-                top.body,
-                fenced,
-                expected_latest_id,
-            )
+            parameters = save_one_arguments(top, fenced=fenced, expected_latest_id=expected_latest_id)
         else:
             query = self._save
             parameters = (
