@@ -3,6 +3,12 @@
 Saves are fired together with ``asyncio.gather``. Afterwards every checkpoint must be listed
 exactly once, the latest must be the last listed, and the list order must be a total order that
 respects real time: a save that returned before another save started is listed before it.
+
+``waits_yield_to_the_loop`` times where a call's wall time goes on the event loop's thread:
+computing, waiting for a CPU (Linux's per-thread schedstat), waiting in the loop's own select
+(the I/O and timers it awaits), or none of these: sleeping on something synchronous. A storage
+that calls a blocking client from an async method spends that last part on every call and
+stalls every other task of the process meanwhile.
 """
 
 from __future__ import annotations
@@ -10,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from storages.contract import Capability
 from storages.errors import CheckpointConflictError
 
-from ..clause import clause, ensure, ensure_equal, fail
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 from .fidelity import first_difference
@@ -341,4 +349,120 @@ async def shared_identical_saves(ctx: ClauseContext) -> None:
     remaining = await second.list_checkpoint_ids(workflow_name=workflow_name)
     ensure_equal(
         remaining, [], "list_checkpoint_ids on the second handle after the first deleted the only copy"
+    )
+
+
+# ---------------------------------------------------------------------- waits on the loop's thread
+
+WAIT_CALLS = 31
+"""Calls timed per operation; the median decides, so a preempted call or a first call that
+connects does not."""
+WAIT_LIMIT_US = 50.0
+"""Median time a call may spend waiting on the event loop's thread outside the loop's own wait
+for I/O. A storage that waits correctly (awaits a socket, a thread, an asyncio lock) spends none
+there (the loop's select overlaps the thread's own clock, so such medians are at or below zero).
+A synchronous client to a server on loopback waits about one round trip (40-60 µs on Redis),
+more for every further command; a fsync or a time.sleep much more."""
+
+
+class _SelectClock:
+    """Adds up the time the running loop spends in its selector's ``select`` (waiting for I/O or
+    for a timer), by wrapping that method on the selector instance for the clause's duration."""
+
+    def __init__(self, selector: Any) -> None:
+        self._selector = selector
+        self._select = selector.select
+        self.waited = 0.0
+        selector.select = self._timed
+
+    @classmethod
+    def install(cls, loop: asyncio.AbstractEventLoop) -> _SelectClock | None:
+        """None when the loop is not a selector loop (uvloop, the proactor): nothing to time."""
+        selector = getattr(loop, "_selector", None)
+        if selector is None or not callable(getattr(selector, "select", None)):
+            return None
+        return cls(selector)
+
+    def _timed(self, timeout: float | None = None) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._select(timeout)
+        finally:
+            self.waited += time.perf_counter() - started
+
+    def remove(self) -> None:
+        del self._selector.select  # the class's own method again
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _queued_seconds() -> float | None:
+    """Seconds this thread has spent runnable on a run queue (Linux's schedstat, second field,
+    brought up to date whenever the thread gets a CPU back); None where there is no such
+    figure. (The first field, time on a CPU, lags for a running thread: thread_time is used.)"""
+    try:
+        with open(_SCHEDSTAT, "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _scheduled_seconds() -> float:
+    """Seconds this thread has computed or waited for a CPU, so that being preempted on a busy
+    machine is not counted as waiting."""
+    return time.thread_time() + (_queued_seconds() or 0.0)
+
+
+async def _blocking_wait_us(clock: _SelectClock, call: Awaitable[Any]) -> float:
+    """Wall time of ``call`` during which this thread neither ran, nor waited for a CPU, nor
+    waited in the loop's select: the time it slept on something else (a sleep, a socket, a file,
+    a lock)."""
+    scheduled, waited = _scheduled_seconds(), clock.waited
+    wall = time.perf_counter()
+    await call
+    wall = time.perf_counter() - wall
+    scheduled, waited = _scheduled_seconds() - scheduled, clock.waited - waited
+    return (wall - scheduled - waited) * 1e6
+
+
+@clause(
+    "concurrency.waits_yield_to_the_loop",
+    "No call waits on the event loop's thread: while a save, load or read waits, other tasks run.",
+    timeout=_TIMEOUT,
+)
+async def waits_yield_to_the_loop(ctx: ClauseContext) -> None:
+    clock = _SelectClock.install(asyncio.get_running_loop())
+    if clock is None:
+        not_applicable("the event loop is not a selector loop, so its waits for I/O cannot be timed")
+    if _queued_seconds() is None:
+        clock.remove()
+        # Without it, a busy machine's preemption would read as waiting: no verdict is better
+        # than a false one.
+        not_applicable(f"no per-thread run-queue time ({_SCHEDSTAT}) to tell waiting from preemption")
+    try:
+        workflow_name = ctx.workflow_name("waits")
+        checkpoints = [ctx.checkpoint(workflow_name, iteration_count=i) for i in range(WAIT_CALLS)]
+        waits: dict[str, list[float]] = {"save": [], "load": [], "get_latest": [], "list_checkpoint_ids": []}
+        storage = ctx.storage
+        for checkpoint in checkpoints:
+            waits["save"].append(await _blocking_wait_us(clock, storage.save(checkpoint)))
+        for checkpoint in checkpoints:
+            waits["load"].append(await _blocking_wait_us(clock, storage.load(checkpoint.checkpoint_id)))
+            waits["get_latest"].append(
+                await _blocking_wait_us(clock, storage.get_latest(workflow_name=workflow_name))
+            )
+            waits["list_checkpoint_ids"].append(
+                await _blocking_wait_us(clock, storage.list_checkpoint_ids(workflow_name=workflow_name))
+            )
+    finally:
+        clock.remove()
+    blocking = {name: statistics.median(values) for name, values in waits.items()}
+    slow = [f"{name} ({wait:,.0f} µs a call)" for name, wait in blocking.items() if wait >= WAIT_LIMIT_US]
+    ensure(
+        not slow,
+        f"the event loop's thread waited (median of {WAIT_CALLS} calls) inside "
+        + ", ".join(slow)
+        + f", over {WAIT_LIMIT_US:g} µs: a synchronous wait in an async method (time.sleep, a blocking "
+        "socket, file or lock) stalls every other task of the process; await it or run it in a thread",
     )

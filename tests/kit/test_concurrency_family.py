@@ -1,8 +1,10 @@
-"""The concurrency family passes the in-memory storage and catches racy storages."""
+"""The concurrency family passes the in-memory storage and catches racy and blocking storages."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +13,7 @@ from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, all_clauses
 from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
-from storages.contract import Capability
+from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
@@ -131,6 +133,34 @@ class OrdersById(DoubleStorage):
         return listed[-1] if listed else None
 
 
+class SleepsOnTheLoop(DoubleStorage):
+    """Waits synchronously in every save, as a storage calling a blocking client would."""
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        time.sleep(0.002)  # noqa: ASYNC251 - the defect under test
+        return await super()._insert(record)
+
+
+class BlockingReads(DoubleStorage):
+    """Reads through a lock another thread holds for a moment: a synchronous wait in load."""
+
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        lock, held = threading.Lock(), threading.Event()
+
+        def hold() -> None:
+            with lock:
+                held.set()
+                time.sleep(0.002)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait()
+        with lock:  # waits on the loop's thread until the holder lets go
+            pass
+        holder.join()
+        return await super()._load(checkpoint_id)
+
+
 def test_in_memory_storage_passes_every_concurrency_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
@@ -182,3 +212,17 @@ def test_an_order_that_contradicts_real_time_is_caught() -> None:
         "returned before the save of the first started"
         in backend.result("concurrency.many_saves_one_workflow").message
     )
+
+
+def test_a_synchronous_wait_in_save_is_caught() -> None:
+    backend = run_family(SleepsOnTheLoop)
+    assert "concurrency.waits_yield_to_the_loop" in failed(backend)
+    message = backend.result("concurrency.waits_yield_to_the_loop").message
+    assert "inside save (" in message
+    assert "load (" not in message
+
+
+def test_a_synchronous_lock_wait_in_load_is_caught() -> None:
+    backend = run_family(BlockingReads)
+    assert "concurrency.waits_yield_to_the_loop" in failed(backend)
+    assert "inside load (" in backend.result("concurrency.waits_yield_to_the_loop").message
