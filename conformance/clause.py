@@ -50,7 +50,7 @@ FAMILIES: dict[str, str] = {
     "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
     "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
     "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",
-    "scale": "Latest stays constant-cost as history grows, and an ancestry walk is one round trip.",
+    "scale": "Latest stays constant-cost, nothing is dropped as history grows, a walk is one round trip.",
 }
 """Family name -> what the family proves, in catalogue order."""
 

@@ -477,7 +477,7 @@ async def graph_signature(ctx: ClauseContext) -> None:
 
 @clause(
     "fidelity.large_payload",
-    "A checkpoint of about 10 MB (random bytes and 50,000 strings) round trips exactly.",
+    "A checkpoint of about 10 MB (random bytes, 50,000 strings, one 1 MiB string) round trips exactly.",
     timeout=120.0,
 )
 async def large_payload(ctx: ClauseContext) -> None:
@@ -489,6 +489,9 @@ async def large_payload(ctx: ClauseContext) -> None:
         # Random bytes do not compress, so a compressing backend still moves the full size.
         "blob": rng.randbytes(half),
         "lines": [f"line {index:08d} {filler}" for index in range(line_count)],
+        # One value far over the 64 KiB a text column or a value slot is often capped at: a store
+        # that truncates values one by one keeps a body that still decodes.
+        "text": "".join(rng.choices("abcdefgh\u00e9\u4e2d", k=1024 * 1024)),
     }
     await _round_trip_state(ctx, "large", state)
 

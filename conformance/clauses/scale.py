@@ -1,4 +1,5 @@
-"""scale: latest stays constant-cost as history grows, and an ancestry walk is one round trip.
+"""scale: latest stays constant-cost as history grows, nothing is dropped to make room, and an
+ancestry walk is one round trip.
 
 Where the target counts its backend round trips (``StorageTarget.round_trips``), the clauses
 count: ``get_latest`` (with and without a signature filter) and ``load`` must cost as many
@@ -8,10 +9,18 @@ Without a counter, latest falls back to timing: the median of repeated ``get_lat
 2,000 checkpoints against 10, with a generous bound; a store too slow to fill to 2,000 in
 about ten seconds is skipped rather than slowing the kit down. A walk is skipped without a counter:
 time cannot tell one round trip of O(depth) work from depth round trips.
+
+``history_is_kept`` saves a few thousand checkpoints over several workflows and then finds every
+one of them listed and a sample of them loadable: a store that keeps a bounded number (an LRU
+cache, a capped list, a server that evicts) loses the oldest, silently, and is caught. Its size
+is beyond the round capacities such stores are configured with (1,000, 1,024, 2,000). A store
+whose first rounds project more than a minute for the whole history is not checked (such stores
+are remote or disk-bound, not bounded caches); the report says how long it would have taken.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import statistics
 import time
@@ -37,6 +46,16 @@ _FILL_BUDGET_SECONDS = 10.0
 """Projected time to fill 2,000 checkpoints beyond which the timing fallback is skipped: generous,
 so a loaded machine does not turn a fast store's run into a skip (a remote store's saves take
 milliseconds each and are skipped; count its round trips instead)."""
+
+
+_KEPT_WORKFLOWS, _KEPT_PER_WORKFLOW = 8, 300
+"""History the keeping clause writes: 2,400 checkpoints, saved a round at a time (one save per
+workflow per round, concurrently), so a store is filled in seconds even over a network."""
+_KEPT_PROBE_ROUNDS = 5
+"""Rounds timed before the rest, to project how long the whole history takes to write."""
+_KEPT_BUDGET_SECONDS = 60.0
+_KEPT_SAMPLE_EVERY = 25
+"""Every so many of a workflow's checkpoints (and its first and last) are loaded back and compared."""
 
 
 _SIGNATURE = "sig-" + "0" * 60
@@ -145,4 +164,61 @@ async def walk_is_one_round_trip(ctx: ClauseContext) -> None:
             fail(
                 f"{operation}() took {deep} round trips at depth {_DEEP} and {shallow} at depth {_SHALLOW}: "
                 "it fetches the chain a hop at a time"
+            )
+
+
+@clause(
+    "scale.history_is_kept",
+    f"{_KEPT_WORKFLOWS * _KEPT_PER_WORKFLOW:,} checkpoints over {_KEPT_WORKFLOWS} workflows all stay listed "
+    "and loadable: none is dropped to make room.",
+    timeout=180.0,
+)
+async def history_is_kept(ctx: ClauseContext) -> None:
+    if ctx.has(Capability.TTL):
+        not_applicable("the storage declares a time to live: old checkpoints are meant to go")
+    names = [ctx.workflow_name(f"kept{index}") for index in range(_KEPT_WORKFLOWS)]
+    saved: dict[str, list[Any]] = {name: [] for name in names}
+    started = time.perf_counter()
+    for index in range(_KEPT_PER_WORKFLOW):
+        if index == _KEPT_PROBE_ROUNDS:
+            projected = (time.perf_counter() - started) / index * _KEPT_PER_WORKFLOW
+            if projected > _KEPT_BUDGET_SECONDS:
+                not_applicable(
+                    f"writing {_KEPT_WORKFLOWS * _KEPT_PER_WORKFLOW:,} checkpoints would take about "
+                    f"{projected:,.0f} s on this store (over the {_KEPT_BUDGET_SECONDS:g} s budget)"
+                )
+        batch = [
+            ctx.checkpoint(
+                name,
+                previous_checkpoint_id=saved[name][-1].checkpoint_id if saved[name] else None,
+                iteration_count=index,
+                state={"round": index},
+            )
+            for name in names
+        ]
+        await asyncio.gather(*(ctx.storage.save(checkpoint) for checkpoint in batch))
+        for checkpoint in batch:
+            saved[checkpoint.workflow_name].append(checkpoint)
+    total = _KEPT_WORKFLOWS * _KEPT_PER_WORKFLOW
+    for name, checkpoints in saved.items():
+        listed = set(await ctx.storage.list_checkpoint_ids(workflow_name=name))
+        missing = [c.checkpoint_id for c in checkpoints if c.checkpoint_id not in listed]
+        ensure(
+            not missing,
+            f"after {total:,} saves, list_checkpoint_ids({name!r}) lacks {len(missing)} of its "
+            f"{len(checkpoints)} checkpoints, the oldest first: {missing[:3]} (a bounded store dropping "
+            "old checkpoints to make room?)",
+        )
+        sample = checkpoints[::_KEPT_SAMPLE_EVERY] + checkpoints[-1:]
+        for checkpoint in sample:
+            try:
+                loaded = await ctx.storage.load(checkpoint.checkpoint_id)
+            except Exception as exc:
+                fail(
+                    f"after {total:,} saves, load({checkpoint.checkpoint_id!r}) raised "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            ensure(
+                loaded == checkpoint,
+                f"after {total:,} saves, load({checkpoint.checkpoint_id!r}) returned another checkpoint",
             )

@@ -81,6 +81,15 @@ class DropsMetadata(DoubleStorage):
         return await super().save(dataclasses.replace(checkpoint, metadata={}))
 
 
+class CapsEachValue(DoubleStorage):
+    """Keeps the first 64 KiB of each top-level str value, as a store with a text column per value
+    might: the body it writes still decodes."""
+
+    async def save(self, checkpoint: Any) -> str:
+        state = {k: v[: 64 * 1024] if isinstance(v, str) else v for k, v in checkpoint.state.items()}
+        return await super().save(dataclasses.replace(checkpoint, state=state))
+
+
 def test_in_memory_storage_passes_every_fidelity_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
@@ -129,3 +138,7 @@ def test_dropped_checkpoint_fields_are_caught() -> None:
     backend = run_family(DropsMetadata)
     assert "fidelity.maf_fields" in failed(backend)
     assert "checkpoint.metadata" in backend.result("fidelity.maf_fields").message
+
+
+def test_a_store_that_truncates_long_values_is_caught() -> None:
+    caught_only_by(run_family(CapsEachValue), "fidelity.large_payload", "state['text']")

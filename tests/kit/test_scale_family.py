@@ -1,18 +1,20 @@
 """The scale family passes a store whose latest and walks are constant round trips, and catches a
-latest that scans the history (counted, and timed where nothing is counted) and a hop-by-hop walk."""
+latest that scans the history (counted, and timed where nothing is counted), a store that drops old
+checkpoints to make room, and a hop-by-hop walk."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from conformance import BackendReport, Outcome
-from storages.base import StoredBody, WalkRecords
+from storages.base import CheckpointRecord, StoredBody, WalkRecords
 from storages.contract import CheckpointID
 
 from . import support
-from .double import DoubleStorage, double_target
+from .double import DoubleState, DoubleStorage, double_target
 from .support import caught_only_by
 
 FAMILY = "scale"
@@ -77,6 +79,16 @@ class WalksHopByHop(DoubleStorage):
         return WalkRecords(links, bodies, frozenset())
 
 
+class KeepsTheNewestThousand(DoubleStorage):
+    """Drops the oldest records once it holds 1,000, as an LRU cache or a capped list would."""
+
+    def _write_family(self, state: DoubleState, records: Sequence[CheckpointRecord]) -> None:
+        super()._write_family(state, records)
+        while len(state.rows) > 1000:
+            del state.rows[next(iter(state.rows))]
+        self._commit(state)
+
+
 def test_a_constant_cost_double_passes_counted_and_timed() -> None:
     counted = run_family(DoubleStorage)
     assert all(r.outcome is Outcome.PASSED for r in counted.results), counted.failures
@@ -104,6 +116,7 @@ def test_a_constant_cost_double_passes_counted_and_timed() -> None:
             "at 2000 checkpoints",
         ),
         (WalksHopByHop, {}, "scale.walk_is_one_round_trip", "a hop at a time"),
+        (KeepsTheNewestThousand, {}, "scale.history_is_kept", "lacks"),
     ],
 )
 def test_scale_mutants_are_caught(
