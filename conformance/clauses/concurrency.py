@@ -18,7 +18,7 @@ import itertools
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -465,4 +465,122 @@ async def waits_yield_to_the_loop(ctx: ClauseContext) -> None:
         + ", ".join(slow)
         + f", over {WAIT_LIMIT_US:g} µs: a synchronous wait in an async method (time.sleep, a blocking "
         "socket, file or lock) stalls every other task of the process; await it or run it in a thread",
+    )
+
+
+# ---------------------------------------------------------------------- cancellation
+
+CANCEL_AFTER_YIELDS = 24
+"""Loop turns a call is given before it is cancelled: 0 (cancelled before it starts) to this."""
+CANCEL_AFTER_SECONDS = (0.0001, 0.0003, 0.001, 0.003, 0.01)
+"""And these delays, to land inside waits for a server or a thread."""
+_FOLLOW_UP_SECONDS = 10.0
+
+
+async def _cancelled(call: Awaitable[Any], yields: int, delay: float) -> tuple[bool, Any]:
+    """Run ``call`` as a task, cancel it after ``yields`` loop turns and then ``delay`` seconds;
+    (True, None) if the cancellation took, else (False, its result). Other errors propagate."""
+    task = asyncio.ensure_future(call)
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    if delay:
+        await asyncio.sleep(delay)
+    task.cancel()
+    try:
+        return False, await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise  # this clause itself is being cancelled
+        return True, None
+
+
+async def _followed_up(call: Awaitable[Any], what: str) -> Any:
+    try:
+        return await asyncio.wait_for(call, _FOLLOW_UP_SECONDS)
+    except asyncio.TimeoutError:
+        fail(f"{what} did not return within {_FOLLOW_UP_SECONDS:g} s (a lock or a connection left held?)")
+    except Exception as exc:
+        fail(f"{what} raised {type(exc).__name__}: {exc} (a reply a cancelled call left unread?)")
+
+
+@clause(
+    "concurrency.cancelled_calls_leave_no_trace",
+    "A save or read cancelled at any point stores all or nothing and leaves the handle answering correctly.",
+    timeout=_TIMEOUT * 2,
+)
+async def cancelled_calls_leave_no_trace(ctx: ClauseContext) -> None:
+    storage = ctx.storage
+    workflow_name = ctx.workflow_name("cancel")
+    anchor = ctx.checkpoint(workflow_name, state={"anchor": True})
+    await storage.save(anchor)
+    attempted: dict[str, Any] = {anchor.checkpoint_id: anchor}
+    completed = [anchor.checkpoint_id]
+    points = [(yields, 0.0) for yields in range(CANCEL_AFTER_YIELDS + 1)]
+    points += [(0, delay) for delay in CANCEL_AFTER_SECONDS]
+    reads: dict[str, Callable[[], Awaitable[Any]]] = {
+        "load": lambda: storage.load(anchor.checkpoint_id),
+        "get_latest": lambda: storage.get_latest(workflow_name=workflow_name),
+        "list_checkpoint_ids": lambda: storage.list_checkpoint_ids(workflow_name=workflow_name),
+    }
+    for index, (yields, delay) in enumerate(points):
+        where = f"after {yields} loop turns" if not delay else f"after {delay * 1000:g} ms"
+        checkpoint = ctx.checkpoint(workflow_name, iteration_count=index, state={"point": index})
+        attempted[checkpoint.checkpoint_id] = checkpoint
+        was_cancelled, returned = await _cancelled(storage.save(checkpoint), yields, delay)
+        if not was_cancelled:
+            ensure_equal(returned, checkpoint.checkpoint_id, f"id returned by a save not cancelled {where}")
+            completed.append(checkpoint.checkpoint_id)
+        for name, read in reads.items():
+            read_cancelled, answer = await _cancelled(read(), yields, delay)
+            if read_cancelled:
+                continue
+            if name == "load":
+                problem = first_difference(anchor, answer)
+                ensure(problem is None, f"{name} not cancelled {where} returned something else: {problem}")
+            elif name == "get_latest":
+                ensure(
+                    getattr(answer, "checkpoint_id", None) in attempted,
+                    f"{name} not cancelled {where} returned {answer!r}",
+                )
+        # The same handle must go on answering, and answering for the right call: a reply left
+        # unread by a cancelled call must not become the next call's.
+        what = f"after a save and reads cancelled {where}, "
+        loaded = await _followed_up(storage.load(anchor.checkpoint_id), what + "load")
+        problem = first_difference(anchor, loaded)
+        ensure(problem is None, f"{what}load({anchor.checkpoint_id!r}) returned something else: {problem}")
+        probe = ctx.checkpoint(workflow_name, iteration_count=index, state={"probe": index})
+        attempted[probe.checkpoint_id] = probe
+        returned = await _followed_up(storage.save(probe), what + "a save")
+        ensure_equal(returned, probe.checkpoint_id, what + "the id a save returned")
+        completed.append(probe.checkpoint_id)
+        ids = await _followed_up(storage.list_checkpoint_ids(workflow_name=workflow_name), what + "listing")
+        foreign = [i for i in ids if i not in attempted]
+        ensure(not foreign, f"{what}list_checkpoint_ids lists ids never saved: {foreign[:3]}")
+        missing = [i for i in completed if i not in ids]
+        ensure(not missing, f"{what}list_checkpoint_ids lacks saves that returned: {missing[:3]}")
+    # A cancelled save may still land (the request had left): give it a moment, then every listed
+    # id must load whole and every unlisted cancelled one must be absent.
+    await asyncio.sleep(0.2)
+    ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+    for checkpoint_id, checkpoint in attempted.items():
+        try:
+            loaded = await storage.load(checkpoint_id)
+        except Exception as exc:
+            ensure(is_not_found(exc), f"load({checkpoint_id!r}) after cancelled saves raised {exc!r}")
+            ensure(
+                checkpoint_id not in ids,
+                f"{checkpoint_id!r} is listed but cannot be loaded: a cancelled save stored half of it",
+            )
+            continue
+        problem = first_difference(checkpoint, loaded)
+        ensure(problem is None, f"load({checkpoint_id!r}) after cancelled saves: {problem}")
+        ensure(
+            checkpoint_id in ids,
+            f"{checkpoint_id!r} loads but is not listed: a cancelled save stored half of it",
+        )
+    latest = await storage.get_latest(workflow_name=workflow_name)
+    ensure(
+        latest is not None and latest.checkpoint_id == ids[-1],
+        f"get_latest after cancelled saves is {getattr(latest, 'checkpoint_id', None)!r}, "
+        f"not the last listed {ids[-1]!r}",
     )

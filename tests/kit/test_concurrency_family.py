@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from typing_extensions import Self
 
@@ -161,6 +161,33 @@ class BlockingReads(DoubleStorage):
         return await super()._load(checkpoint_id)
 
 
+class LockLeftHeldOnCancel(DoubleStorage):
+    """Takes a write lock and releases it only on the way out of a save that was not cancelled."""
+
+    _locks: ClassVar[dict[int, asyncio.Lock]] = {}
+
+    async def _insert(self, record: CheckpointRecord) -> str | None:
+        lock = self._locks.setdefault(id(self.backing), asyncio.Lock())
+        await lock.acquire()
+        await asyncio.sleep(0)  # the write, on a server
+        existing = await super()._insert(record)
+        lock.release()  # not in a finally: a cancelled save leaves it held
+        return existing
+
+
+class CrossedReplies(DoubleStorage):
+    """Sends each load on one shared wire and takes the next reply off it, as a client that
+    neither waits for nor drops a cancelled call's reply: the next load gets that reply."""
+
+    _wires: ClassVar[dict[int, asyncio.Queue[StoredBody | None]]] = {}
+
+    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        wire = self._wires.setdefault(id(self.backing), asyncio.Queue())
+        answer = await super()._load(checkpoint_id)
+        asyncio.get_running_loop().call_later(0.0002, wire.put_nowait, answer)
+        return await wire.get()
+
+
 def test_in_memory_storage_passes_every_concurrency_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
@@ -226,3 +253,15 @@ def test_a_synchronous_lock_wait_in_load_is_caught() -> None:
     backend = run_family(BlockingReads)
     assert "concurrency.waits_yield_to_the_loop" in failed(backend)
     assert "inside load (" in backend.result("concurrency.waits_yield_to_the_loop").message
+
+
+def test_a_lock_left_held_by_a_cancelled_save_is_caught() -> None:
+    backend = run_family(LockLeftHeldOnCancel)
+    assert "concurrency.cancelled_calls_leave_no_trace" in failed(backend)
+    assert "did not return within" in backend.result("concurrency.cancelled_calls_leave_no_trace").message
+
+
+def test_a_reply_left_unread_by_a_cancelled_load_is_caught() -> None:
+    backend = run_family(CrossedReplies)
+    assert failed(backend) == {"concurrency.cancelled_calls_leave_no_trace"}
+    assert "checkpoint_id should be" in backend.result("concurrency.cancelled_calls_leave_no_trace").message
