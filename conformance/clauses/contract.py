@@ -283,6 +283,41 @@ async def resave_conflict_raises(ctx: ClauseContext) -> None:
     )
 
 
+@clause(
+    "contract.ids_are_global",
+    "save() of an id stored under one workflow, under another workflow, raises CheckpointConflictError.",
+)
+async def ids_are_global(ctx: ClauseContext) -> None:
+    first, second = ctx.workflow_name("owner"), ctx.workflow_name("claimant")
+    original = ctx.checkpoint(first, timestamp=_at(0), state={"same": "state"})
+    await ctx.storage.save(original)
+    # The same id and content, only the workflow differs: a store keyed by (workflow, id) takes it.
+    moved = copy.deepcopy(original)
+    moved.workflow_name = second
+    try:
+        await ctx.storage.save(moved)
+    except CheckpointConflictError:
+        pass
+    except Exception as exc:
+        fail(f"saving {original.checkpoint_id!r} under a second workflow raised {type(exc).__name__}: {exc}")
+    else:
+        fail(
+            f"saving {original.checkpoint_id!r} under a second workflow returned instead of raising "
+            "CheckpointConflictError: one id now names two checkpoints"
+        )
+    ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "load after the refused save")
+    ensure_equal(
+        await ctx.storage.list_checkpoint_ids(workflow_name=second),
+        [],
+        f"list_checkpoint_ids({second!r}) after the refused save",
+    )
+    ensure_equal(
+        await ctx.storage.list_checkpoint_ids(workflow_name=first),
+        [original.checkpoint_id],
+        f"list_checkpoint_ids({first!r}) after the refused save",
+    )
+
+
 def _expected_error_base() -> tuple[type[BaseException], str]:
     if importlib.util.find_spec("agent_framework") is not None:
         from agent_framework.exceptions import WorkflowCheckpointException

@@ -40,6 +40,20 @@ class ConflictIsValueError(DoubleStorage):
         raise ValueError(f"{records[0].checkpoint_id} exists")
 
 
+class UniquePerWorkflow(DoubleStorage):
+    """Checks an id for conflicts within its workflow only (a unique key on workflow and id), so
+    the same id saved under another workflow replaces the stored one."""
+
+    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        state = self._read()
+        existing = state.rows.get(self._key(records[0].checkpoint_id))
+        if existing is not None and existing.record.workflow_name == records[0].workflow_name:
+            return existing.record.digest
+        state.rows.pop(self._key(records[0].checkpoint_id), None)
+        self._write_family(state, records)
+        return None
+
+
 class DeleteAlwaysTrue(DoubleStorage):
     """delete() reports success for ids it never stored."""
 
@@ -87,7 +101,13 @@ def test_in_memory_storage_passes_every_contract_clause() -> None:
 
 def test_overwrite_on_conflict_fails_only_resave_conflict_raises() -> None:
     backend = run_family(OverwritesOnConflict)
-    caught_only_by(backend, "contract.resave_conflict_raises", "overwrote the original")
+    # Saving the id under another workflow overwrites it too.
+    assert failed(backend) == {"contract.resave_conflict_raises", "contract.ids_are_global"}
+    assert "overwrote the original" in backend.result("contract.resave_conflict_raises").message
+
+
+def test_an_id_unique_only_within_its_workflow_is_caught() -> None:
+    caught_only_by(run_family(UniquePerWorkflow), "contract.ids_are_global", "one id now names two")
 
 
 def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
@@ -95,6 +115,7 @@ def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
     # It also refuses a re-save whose bytes differ but whose content is equal (a reordered set).
     assert failed(backend) == {
         "contract.resave_conflict_raises",
+        "contract.ids_are_global",
         "contract.errors_are_checkpoint_exceptions",
         "contract.resave_equal_content_encoded_differently_is_noop",
     }
@@ -131,8 +152,9 @@ def test_latest_that_survives_delete_fails_the_delete_clauses() -> None:
 
 
 @pytest.mark.maf
-def test_maf_in_memory_storage_fails_only_the_immutability_clause() -> None:
-    """MAF's own in-memory storage meets MAF's protocol but overwrites on a conflicting re-save."""
+def test_maf_in_memory_storage_fails_only_the_immutability_clauses() -> None:
+    """MAF's own in-memory storage meets MAF's protocol but overwrites on a conflicting re-save,
+    under the same workflow or another."""
     agent_framework = pytest.importorskip("agent_framework")
     target = StorageTarget(
         name="agent_framework.InMemoryCheckpointStorage",
@@ -140,5 +162,5 @@ def test_maf_in_memory_storage_fails_only_the_immutability_clause() -> None:
         checkpoint_class=agent_framework.WorkflowCheckpoint,
     )
     backend = validate(target, clauses=[FAMILY]).backends[0]
-    assert failed(backend) == {"contract.resave_conflict_raises"}
-    assert backend.count(Outcome.PASSED) == len(backend.results) - 1
+    assert failed(backend) == {"contract.resave_conflict_raises", "contract.ids_are_global"}
+    assert backend.count(Outcome.PASSED) == len(backend.results) - 2
