@@ -430,11 +430,17 @@ class BaseCheckpointStorage(ExtensionOperations):
         if Capability.NESTED not in self.capabilities:
             return [self._record_for(checkpoint)]
         plain_digest = self._plain_digest
-        check_fields(checkpoint)
-        nodes = self._codec.encode_checkpoint_tree(checkpoint)
-        if len(nodes) == 1:
-            # Nothing embedded (most saves): the one record, without a draft to unpack.
+        if check_fields(checkpoint):
+            # Flat (StorageSaver's every save): nothing can be embedded, so the plain encode
+            # gives the tree's one body without its encoding state, and without the codec's
+            # look for bin values that are not bytes.
+            body = self._codec.encode_checkpoint(checkpoint, bin_from_bytes_only=True)
+            nodes = None
+        else:
+            nodes = self._codec.encode_checkpoint_tree(checkpoint)
             body = nodes[0].body
+        if nodes is None or len(nodes) == 1:
+            # Nothing embedded (most saves): the one record, without a draft to unpack.
             return [
                 CheckpointRecord(
                     checkpoint.checkpoint_id,
@@ -469,9 +475,9 @@ class BaseCheckpointStorage(ExtensionOperations):
         """What each record of a save holds before its digest (or its seal): the checkpoint, then
         (with ``nested``) each embedded one. Keyed saves seal these directly (sealing.py), so no
         record is built twice."""
-        check_fields(checkpoint)
-        if Capability.NESTED not in self.capabilities:
-            body = self._codec.encode_checkpoint(checkpoint)
+        flat = check_fields(checkpoint)
+        if flat or Capability.NESTED not in self.capabilities:
+            body = self._codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat)
             return [
                 (
                     checkpoint.checkpoint_id,
@@ -511,8 +517,7 @@ class BaseCheckpointStorage(ExtensionOperations):
 
     def _record_for(self, checkpoint: Any) -> CheckpointRecord:
         """The one record of a checkpoint, embedded checkpoints inline."""
-        check_fields(checkpoint)
-        body = self._codec.encode_checkpoint(checkpoint)
+        body = self._codec.encode_checkpoint(checkpoint, bin_from_bytes_only=check_fields(checkpoint))
         # Positional, in field order (a keyword call costs a third more, on every save).
         return CheckpointRecord(
             checkpoint.checkpoint_id,

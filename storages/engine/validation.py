@@ -8,6 +8,7 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
+from ..codec.packing import ATOMS
 from ..contract import CHECKPOINT_FIELDS, MAX_ID_LENGTH, CheckpointID, PendingWrite, validate_identifier
 from ..errors import InvalidCheckpointError
 
@@ -34,9 +35,15 @@ _checkpoint_fields = operator.attrgetter(
 reads them; a Python loop over the names was a sixth of a memory save)."""
 
 
-def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) -> None:
+def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) -> bool:
     """Raise if ``checkpoint`` lacks a field or has one of the wrong type (``embedded_in`` names
-    the container of an embedded one, for the message)."""
+    the container of an embedded one, for the message).
+
+    Returns True when it is plainly flat (:data:`FLAT_ITEMS`): every field an exact atom and each
+    of its four dicts at most that many exact ``str`` keys to exact atoms. Nothing can be embedded
+    in such a checkpoint and every bin-like value in it is ``bytes``, so its body is
+    ``encode_checkpoint(checkpoint, bin_from_bytes_only=True)`` whatever the backend (a tree
+    encode finds no node in it). False says nothing: the codec's own walk decides."""
     try:
         (
             workflow_name,
@@ -79,6 +86,32 @@ def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) ->
     if not all(map(isinstance, dicts, _DICTS)):
         for name, value in zip(_DICT_FIELDS, dicts, strict=True):
             _expect_field(checkpoint_id, name, value, dict)
+    # The flatness look is bounded (FLAT_ITEMS per dict) so a large state costs no second walk:
+    # it takes the codec's own path, as before.
+    if not (
+        type(signature) is str
+        and type(timestamp) is str
+        and type(version) is str
+        and type(iteration_count) is int
+        and type(workflow_name) is str
+        and type(checkpoint_id) is str
+        and (previous_id is None or type(previous_id) is str)
+    ):
+        return False
+    atoms = ATOMS
+    for values in dicts:
+        if values:
+            if type(values) is not dict or len(values) > FLAT_ITEMS:
+                return False
+            for key, value in values.items():
+                if type(key) is not str or type(value) not in atoms:
+                    return False
+    return True
+
+
+FLAT_ITEMS = 16
+"""At most this many items per dict for check_fields to call a checkpoint flat (StorageSaver's
+state has seven)."""
 
 
 _UNCHECKED = object()

@@ -79,7 +79,12 @@ class PendingWritesLog(StoragePrimitives):
             type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
         ):
             validate_identifier(workflow_name, "workflow_name")
-        batch = checked_writes(writes)
+        batch: list[PendingWrite] = list(writes)
+        # A plainly valid, plain batch (LangGraph's every one) is checked, keyed and given its
+        # rows in one pass; any other is checked by checked_writes (which raises at a bad write).
+        plain_rows = _plain_rows(batch, check=True) if batch else None
+        if plain_rows is None:
+            batch = checked_writes(batch)
         if not self._is_ready("put_writes"):
             await self._ready("put_writes")
         if not batch:
@@ -87,7 +92,8 @@ class PendingWritesLog(StoragePrimitives):
         # One record per call is what makes the call atomic on every backend: each primitive
         # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
         log = writes_log_name(workflow_name)
-        plain_rows = _plain_rows(batch)
+        if plain_rows is None:
+            plain_rows = _plain_rows(batch)
         plain = plain_rows is not None
         if plain_rows is None:
             rows = _batch_rows(batch)
@@ -220,18 +226,25 @@ def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
     return None if plain is None else plain[0]
 
 
-def _plain_rows(writes: Sequence[PendingWrite]) -> tuple[str, list[list[Any]]] | None:
+def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[str, list[list[Any]]] | None:
     """A digest of the batch's content without the codec, when every field is a plain atom and
     every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), with the batch's
     body rows (:func:`_batch_rows`), built in the same pass; else None.
 
     It names the batch as a digest of its encoded body would (distinct content, distinct key), for
     one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
-    may be encoded otherwise by the codec while msgpack would not tell it apart."""
+    may be encoded otherwise by the codec while msgpack would not tell it apart.
+
+    ``check``: ``writes`` are not checked yet; None also when any write is not plainly what
+    ``checked_writes`` accepts (an exact PendingWrite, a plainly valid task id, a non-empty
+    channel), so that its checks decide. A batch this passes, checked_writes would pass too."""
     atoms = _PLAIN_VALUE_ATOMS
     key_rows: list[tuple[Any, ...]] = []
     body_rows: list[list[Any]] = []
+    checked_task_id: Any = None
     for write in writes:
+        if check and type(write) is not PendingWrite:
+            return None
         task_id, index, channel, task_path, value = (
             write.task_id,
             write.index,
@@ -241,6 +254,14 @@ def _plain_rows(writes: Sequence[PendingWrite]) -> tuple[str, list[list[Any]]] |
         )
         if (type(task_id), type(index), type(channel), type(task_path)) != _PLAIN_FIELD_TYPES:
             return None
+        if check:
+            # A call's writes are one task's: its id is checked once (as checked_writes does).
+            if task_id is not checked_task_id:
+                if not (0 < len(task_id) <= _MAX and task_id.isprintable()):
+                    return None
+                checked_task_id = task_id
+            if not channel:
+                return None
         kind = type(value)
         if kind is list:
             for item in value:
