@@ -547,3 +547,27 @@ async def test_s3_values_of_the_wrong_kind_are_reported(
             await _expect(storage, read, error, match)
         listed = store.client.list_objects_v2(Bucket=BUCKET, Prefix=store.prefix)["Contents"]
         assert sorted((item["Key"], item["ETag"]) for item in listed) == before
+
+
+@pytest.fixture
+async def cluster_redis() -> AsyncIterator[RedisCheckpointStorage]:
+    async with (
+        redis_servers.server_store(redis_servers.shared_cluster().url) as maker,
+        maker() as storage,
+    ):
+        yield storage
+
+
+@pytest.mark.redis_cluster
+@pytest.mark.parametrize(
+    ("case", "what", "reads", "match", "error"), REDIS_CASES, ids=[c[0] for c in REDIS_CASES]
+)
+async def test_redis_values_that_are_not_text_are_reported_on_a_cluster(
+    cluster_redis: RedisCheckpointStorage,
+    case: str,
+    what: str,
+    reads: list[str],
+    match: str,
+    error: type[Exception],
+) -> None:
+    await _redis_case(cluster_redis, what, reads, match, error)
