@@ -571,3 +571,49 @@ async def test_redis_values_that_are_not_text_are_reported_on_a_cluster(
     error: type[Exception],
 ) -> None:
     await _redis_case(cluster_redis, what, reads, match, error)
+
+
+async def _digest_not_utf8(storage: RedisCheckpointStorage) -> None:
+    """Saving an id again compares digests: a stored digest that is not UTF-8 names the record."""
+    checkpoint = WorkflowCheckpoint("wf", "sig", checkpoint_id="a", state={})
+    await storage.save(checkpoint)
+    await storage._client.hset(storage.keys.record("wf", "a"), "d", b"\xff")
+    with pytest.raises(CheckpointCorruptedError, match=r"Checkpoint 'a' is corrupted: .* malformed digest"):
+        await storage.save(checkpoint)
+    with pytest.raises(CheckpointCorruptedError, match=r"Checkpoint 'a' is corrupted: .* malformed digest"):
+        await storage.save(checkpoint, expected_latest_id="a")
+
+
+@pytest.mark.redis
+async def test_redis_stored_digest_that_is_not_text_is_reported_on_fakeredis(
+    fake_redis: RedisCheckpointStorage,
+) -> None:
+    await _digest_not_utf8(fake_redis)
+
+
+@pytest.mark.redis
+async def test_redis_stored_digest_that_is_not_text_is_reported(real_redis: RedisCheckpointStorage) -> None:
+    await _digest_not_utf8(real_redis)
+
+
+@pytest.mark.redis_cluster
+async def test_redis_stored_digest_that_is_not_text_is_reported_on_a_cluster(
+    cluster_redis: RedisCheckpointStorage,
+) -> None:
+    await _digest_not_utf8(cluster_redis)
+
+
+@pytest.mark.redis_cluster
+async def test_cluster_location_pointer_that_is_not_text_is_reported(
+    cluster_redis: RedisCheckpointStorage,
+) -> None:
+    """On a cluster every read by id first follows the id's location pointer from the client."""
+    await _save_two(cluster_redis)
+    await cluster_redis._client.set(cluster_redis.keys.location("b"), b"\xff")
+    for read in ("load", "checkpoint_info", "walk_ancestry_ids", "list_nested"):
+        await _expect(
+            cluster_redis,
+            read,
+            CheckpointCorruptedError,
+            r"Checkpoint 'b' is corrupted: its index entry has a malformed location pointer b'\\xff'",
+        )
