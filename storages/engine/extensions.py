@@ -12,6 +12,7 @@ from ..errors import (
     CheckpointNotFoundError,
     CheckpointTamperedError,
     InvalidCheckpointError,
+    InvalidCheckpointIdError,
 )
 from ..integrity import Seal, TamperKind
 from .receipts import PruneReceipts, is_receipts_log_name, receipts_log_name
@@ -24,6 +25,28 @@ from .writes import PendingWritesLog, is_writes_log_name, writes_log_name
 def is_internal_workflow_name(name: str) -> bool:
     """A workflow the engine keeps for itself (pending writes, prune receipts): never listed."""
     return is_writes_log_name(name) or is_receipts_log_name(name)
+
+
+def listed_workflow_name(name: object) -> str:
+    """A workflow name the store lists, checked: a name no caller could have saved under (not
+    UTF-8 text, empty, too long, a control character outside the engine's own logs) means a
+    damaged or hostile store, and is reported rather than handed on to fail in a later call."""
+    why = (
+        "list_workflows read it from the store, which holds a name no storage writes "
+        "(a damaged or hostile store)"
+    )
+    if isinstance(name, (bytes, bytearray, memoryview)):  # a driver's undecoded text (SQL_ASCII)
+        raw = bytes(name)
+        try:
+            name = raw.decode()
+        except UnicodeDecodeError:
+            raise InvalidCheckpointIdError("workflow_name", raw, f"is not UTF-8 text: {why}") from None
+    if isinstance(name, str) and is_internal_workflow_name(name):
+        return name
+    try:
+        return validate_identifier(name, "workflow_name")
+    except InvalidCheckpointIdError as exc:
+        raise InvalidCheckpointIdError("workflow_name", name, f"{exc.reason}: {why}") from None
 
 
 class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
@@ -130,7 +153,8 @@ class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
         """Names of every workflow with a stored checkpoint, sorted."""
         self._require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._ready("list_workflows")
-        return sorted(name for name in await self._workflow_names() if not is_internal_workflow_name(name))
+        names = [listed_workflow_name(name) for name in await self._workflow_names()]
+        return sorted(name for name in names if not is_internal_workflow_name(name))
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         """The index entry of one stored record (nested ones too), or None."""

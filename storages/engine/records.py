@@ -180,23 +180,27 @@ def info_from_index(
 ) -> CheckpointInfo:
     """A CheckpointInfo from index fields as a driver returns them (str or UTF-8 bytes, ints as
     int, str or bytes); a value of any other shape is a corrupted index entry, never a crash."""
-    record_id = _text(checkpoint_id, checkpoint_id, "checkpoint id")
+    record_id = index_text(checkpoint_id, checkpoint_id, "checkpoint id")
     previous = (
-        None if previous_checkpoint_id is None else _text(previous_checkpoint_id, record_id, "previous id")
+        None
+        if previous_checkpoint_id is None
+        else index_text(previous_checkpoint_id, record_id, "previous id")
     )
-    container = None if container_id is None else _text(container_id, record_id, "container id")
+    container = None if container_id is None else index_text(container_id, record_id, "container id")
     return CheckpointInfo(
         checkpoint_id=record_id,
-        workflow_name=_text(workflow_name, record_id, "workflow name"),
+        workflow_name=index_text(workflow_name, record_id, "workflow name"),
         previous_checkpoint_id=previous,
-        graph_signature_hash=_text(graph_signature_hash, record_id, "graph signature"),
+        graph_signature_hash=index_text(graph_signature_hash, record_id, "graph signature"),
         container_id=container,
         sequence=_count(sequence, record_id, "sequence"),
         size=_count(size, record_id, "size"),
     )
 
 
-def _text(value: object, checkpoint_id: object, what: str) -> str:
+def index_text(value: object, checkpoint_id: object, what: str) -> str:
+    """One text field of a record's index entry as a driver returned it (str or UTF-8 bytes);
+    anything else is CheckpointCorruptedError naming the record and the field."""
     if isinstance(value, str):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -209,12 +213,40 @@ def _text(value: object, checkpoint_id: object, what: str) -> str:
     )
 
 
+def stored_id(value: object) -> CheckpointID:
+    """An id column as a driver returned it: a str, or CheckpointCorruptedError naming it. SQLite
+    keeps any value in any column and a PostgreSQL ``SQL_ASCII`` database hands text over as
+    bytes: UTF-8 bytes are the text they spell, anything else names the record it cannot."""
+    return value if type(value) is str else index_text(value, value, "checkpoint id")
+
+
+def stored_ids(rows: Sequence[Sequence[object]]) -> list[CheckpointID]:
+    """The first column of ``rows`` as ids (see :func:`stored_id`), checked at C speed when every
+    one is a str already (the one case a store this storage wrote holds)."""
+    found = [row[0] for row in rows]
+    if not set(map(type, found)) <= {str}:
+        return [stored_id(value) for value in found]
+    return found  # type: ignore[return-value]  # every one a str
+
+
+def stored_body(checkpoint_id: object, value: object) -> bytes:
+    """A body column as a driver returned it: bytes, or CheckpointCorruptedError naming the record
+    (a SQLite BLOB column can hold text or a number)."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise CheckpointCorruptedError(
+        str(checkpoint_id)[:256], f"its stored body is {type(value).__name__}, not bytes"
+    )
+
+
 def _count(value: object, checkpoint_id: str, what: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:
         try:
-            number = int(_text(value, checkpoint_id, what))
+            number = int(index_text(value, checkpoint_id, what))
         except ValueError:
             number = -1
     if number < 0:

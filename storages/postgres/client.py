@@ -89,7 +89,7 @@ class PostgresClient:
             min_size=0,  # connections are made on demand: idle handles hold none
             max_size=self._options.pool_size,
             timeout=self._options.pool_timeout,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, "client_encoding": "UTF8"},
             open=False,
             name="checkpoint-storages",
         )
@@ -134,8 +134,16 @@ class PostgresClient:
 
         async def work(connection: Connection) -> list[Any]:
             self.statements += 1
-            cursor = await connection.execute(query, parameters)
-            return await cursor.fetchall() if cursor.description is not None else []
+            try:
+                cursor = await connection.execute(query, parameters)
+                return await cursor.fetchall() if cursor.description is not None else []
+            except psycopg.errors.CharacterNotInRepertoire:
+                # A SQL_ASCII database holds text that is not UTF-8 (none this storage writes),
+                # which the server will not send as UTF-8, naming no row. Read it again as the
+                # bytes it is, for the storage to name the record it belongs to.
+                if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise  # a caller's connection inside its own transaction, which is aborted
+                return await _fetch_as_stored(connection, query, parameters)
 
         return await self.run(operation, work)
 
@@ -186,7 +194,7 @@ class PostgresClient:
     async def _connect_and_migrate(self) -> None:
         assert self._conninfo is not None
         connection = await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, client_encoding="UTF8"
         )
         try:
             await self._migrate(connection)
@@ -239,6 +247,22 @@ class PostgresClient:
                 f"{schema.SCHEMA_VERSION} known to this code; upgrade checkpoint-storages to open it"
             )
         return version
+
+
+async def _fetch_as_stored(
+    connection: Connection, query: str, parameters: Sequence[Any] | dict[str, Any]
+) -> list[Any]:
+    """One statement's rows with text as the database holds it: bytes, under client_encoding
+    SQL_ASCII (no conversion), then the connection's own encoding again."""
+    encoding = connection.info.parameter_status("client_encoding") or "UTF8"
+    await connection.execute("SET client_encoding TO 'SQL_ASCII'")
+    try:
+        cursor = await connection.execute(query, parameters)
+        return await cursor.fetchall() if cursor.description is not None else []
+    finally:
+        await connection.execute(
+            psycopg.sql.SQL("SET client_encoding TO {}").format(psycopg.sql.Literal(str(encoding)))
+        )
 
 
 def _finish_connections(pool: AsyncConnectionPool[Any]) -> None:

@@ -31,6 +31,7 @@ from ..base import (
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..engine.primitives import current_operation
+from ..engine.records import index_text, stored_body, stored_id, stored_ids
 from ..errors import StorageConfigurationError
 from ..integrity import IntegrityKeyInput
 from .client import Connection, PostgresClient
@@ -275,7 +276,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         rows = await self._client.fetch("read_raw_body", self._sql.get, (checkpoint_id,))
-        return bytes(rows[0][0]) if rows else None
+        return stored_body(checkpoint_id, rows[0][0]) if rows else None
 
     async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         return _family(await self._client.fetch("load", self._sql.load, {"id": checkpoint_id}))
@@ -291,7 +292,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         ids = list(dict.fromkeys(checkpoint_ids))
         rows = await self._client.fetch("load", self._sql.nested_bodies, (ids,))
-        return {str(row[0]): bytes(row[1]) for row in rows}
+        return {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows}
 
     async def _list(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -309,7 +310,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
         rows = await self._client.fetch(
             "list_checkpoint_ids", query, {"workflow": workflow_name, "signature": graph_signature_hash}
         )
-        return [str(row[0]) for row in rows]
+        return stored_ids(rows)
 
     async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         query = self._sql.walk_with_bodies if with_bodies else self._sql.walk_ids
@@ -319,24 +320,28 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
         links: dict[CheckpointID, CheckpointID | None] = {}
         bodies: dict[CheckpointID, bytes] = {}
         tombstones: set[CheckpointID] = set()
-        for row_id, previous, buried, body, walked in rows:
+        for stored_row_id, stored_previous, buried, body, walked in rows:
+            row_id = stored_id(stored_row_id)
             if body is not None:
-                bodies[str(row_id)] = bytes(body)
+                bodies[row_id] = stored_body(row_id, body)
             if not walked:
                 continue  # a record nested in a walked one: its body only
-            links[str(row_id)] = None if previous is None else str(previous)
+            previous = None if stored_previous is None else index_text(stored_previous, row_id, "previous id")
+            links[row_id] = previous
             if buried and previous is not None:
-                tombstones.add(str(previous))
+                tombstones.add(previous)
         return WalkRecords(links, bodies, frozenset(tombstones))
 
     async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         rows = await self._client.fetch("list_nested", self._sql.children, {"id": checkpoint_id})
         exists, children = rows[0]
-        return [str(child) for child in children] if exists else None
+        if not exists:
+            return None
+        return [index_text(child, checkpoint_id, "nested id") for child in children]
 
     async def _workflow_names(self) -> list[str]:
         rows = await self._client.fetch("list_workflows", self._sql.workflow_names)
-        return [str(row[0]) for row in rows]
+        return [row[0] for row in rows]  # the engine checks each name (listed_workflow_name)
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         rows = await self._client.fetch("checkpoint_info", self._sql.info, (checkpoint_id,))
@@ -356,7 +361,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
             rows = await self._client.fetch(
                 "list_tombstones", self._sql.workflow_tombstones, (workflow_name,)
             )
-        return [str(row[0]) for row in rows]
+        return stored_ids(rows)
 
 
 class _Queries:
@@ -386,8 +391,21 @@ class _Queries:
 
 def _stored(row: Sequence[Any]) -> StoredBody:
     checkpoint_id, body, workflow_name, previous_id, signature = row[:5]
-    entry = IndexEntry(str(workflow_name), None if previous_id is None else str(previous_id), str(signature))
-    return StoredBody(str(checkpoint_id), bytes(body), entry=entry)
+    if (
+        type(checkpoint_id) is str
+        and type(body) is bytes
+        and type(workflow_name) is str
+        and type(signature) is str
+        and (previous_id is None or type(previous_id) is str)
+    ):  # what this storage writes, checked without a call; anything else names its record below
+        return StoredBody(checkpoint_id, body, entry=IndexEntry(workflow_name, previous_id, signature))
+    record_id = stored_id(checkpoint_id)
+    entry = IndexEntry(
+        index_text(workflow_name, record_id, "workflow name"),
+        None if previous_id is None else index_text(previous_id, record_id, "previous id"),
+        index_text(signature, record_id, "graph signature"),
+    )
+    return StoredBody(record_id, stored_body(record_id, body), entry=entry)
 
 
 def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
@@ -395,7 +413,7 @@ def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
     head = next((row for row in rows if row[5]), None)
     if head is None:
         return None
-    nested = {str(row[0]): bytes(row[1]) for row in rows if not row[5]}
+    nested = {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows if not row[5]}
     stored = _stored(head)
     return StoredBody(stored.checkpoint_id, stored.body, nested=nested, entry=stored.entry)
 

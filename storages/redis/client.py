@@ -30,7 +30,7 @@ from .config import (
     url_is_cluster,
 )
 from .keys import GLOB_SPECIAL, RedisKeys
-from .replies import text
+from .replies import text, workflow_name
 from .scripts import SCRIPTS, ScriptCall, script_sha
 
 if sys.version_info >= (3, 11):
@@ -197,7 +197,7 @@ class RedisConnection:
 
         async def scan() -> None:
             async for found in self.client.scan_iter(match=self.keys.pattern(kind), count=1000):
-                names.add(self.keys.workflow_of(text(found), kind))
+                names.add(self.keys.workflow_of(workflow_name(found, f"the key {found!r}"), kind))
 
         await self.call(operation, scan())
         return sorted(names)

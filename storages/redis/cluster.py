@@ -26,6 +26,7 @@ from typing import Any
 
 from ..base import CheckpointRecord, nested_id_conflict
 from ..contract import CheckpointID
+from ..engine.records import index_text
 from .commit import Located, SlotSpan
 from .keys import nested_member
 from .replies import text
@@ -44,7 +45,7 @@ class ClusterSlotSpan(SlotSpan):
         )
         if home is None:
             return None
-        home_name = text(home)
+        home_name = index_text(home, checkpoint_id, "location pointer")
         return Located(self.keys.record(home_name, checkpoint_id), home_name)
 
     async def before_save(
@@ -58,13 +59,13 @@ class ClusterSlotSpan(SlotSpan):
             other = await connection.run("save", Claim(pointer=location, home=home, take_over=False))
             if other is None:
                 continue
-            other_home = text(other)
+            other_home = index_text(other, record.checkpoint_id, "location pointer")
             digest = await connection.call(
                 "save", client.hget(keys.record(other_home, record.checkpoint_id), "d")
             )
             if digest is not None:
                 if index == 0:
-                    return text(digest), []
+                    return index_text(digest, record.checkpoint_id, "digest"), []
                 raise nested_id_conflict(records, record.checkpoint_id)
             # A stale pointer: take it over.
             await connection.run("save", Claim(pointer=location, home=home, take_over=True))

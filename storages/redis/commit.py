@@ -15,6 +15,7 @@ from typing import Any
 
 from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
+from ..engine.records import index_text
 from ..errors import NestedCheckpointDeletionError
 from .client import RedisConnection
 from .replies import optional_id, pairs, text
@@ -92,7 +93,7 @@ class Commits:
         if not self.span.one_record_script:
             return await self.insert_family((record,))
         digest = await self.connection.run("save", self._save_one(record, fenced=False, expected=None))
-        return None if digest is None else text(digest)
+        return None if digest is None else index_text(digest, record.checkpoint_id, "digest")
 
     def _save_one(self, record: CheckpointRecord, *, fenced: bool, expected: CheckpointID | None) -> SaveOne:
         workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
@@ -131,7 +132,7 @@ class Commits:
             return reply
         status = text(reply[0])
         if status == "exists":
-            return text(reply[1])
+            return index_text(reply[1], records[0].checkpoint_id, "digest")
         if status == "conflict":
             raise nested_id_conflict(records, text(reply[1]))
         return None
@@ -160,7 +161,7 @@ class Commits:
         if status == "stale":
             return FenceCheck(optional_id(reply[1]), None)
         if status == "exists":
-            return FenceCheck(optional_id(reply[2]), text(reply[1]))
+            return FenceCheck(optional_id(reply[2]), index_text(reply[1], records[0].checkpoint_id, "digest"))
         if status == "conflict":
             raise nested_id_conflict(records, text(reply[1]))
         return None

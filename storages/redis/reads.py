@@ -16,11 +16,12 @@ from typing import Any
 
 from ..base import IndexEntry, StoredBody, WalkRecords, info_from_index
 from ..contract import CheckpointID, CheckpointInfo
+from ..engine.records import index_text
 from ..errors import CheckpointCorruptedError
 from .client import RedisConnection
 from .commit import SlotSpan
 from .keys import escape, split_member
-from .replies import body_pairs, optional_text, text
+from .replies import body_pairs, decoded_ids, optional_text, text
 from .scripts import Fetch, Latest, ListIds, Load, Page, Read, Walk
 
 REMEMBERED_HOMES = 16_384
@@ -129,7 +130,12 @@ class Reads:
 
     async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         reply = await self.read("list_nested", checkpoint_id, "children")
-        return None if reply is None else [text(child) for child in reply[0]]
+        if reply is None:
+            return None
+        try:
+            return list(map(bytes.decode, reply[0]))
+        except UnicodeDecodeError:  # the container is the record the store damaged
+            return [index_text(child, checkpoint_id, "nested id") for child in reply[0]]
 
     async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         reply = await self.read("checkpoint_info", checkpoint_id, "info")
@@ -141,9 +147,14 @@ class Reads:
         if reply is None:
             return None
         if len(reply) == 1:
-            raise lost_entry("get_latest", workflow_name, signature, text(reply[0]), 1)
-        nested = body_pairs(reply, 2) if len(reply) > 2 else None
-        return StoredBody(text(reply[0]), reply[1], nested)
+            where = _index_name(workflow_name, signature)
+            raise lost_entry("get_latest", workflow_name, signature, text(reply[0], where), 1)
+        try:
+            latest_id = reply[0].decode()
+        except UnicodeDecodeError:  # the index is only named, at some cost, when it is damaged
+            latest_id = text(reply[0], _index_name(workflow_name, signature))
+        nested = body_pairs(reply, 2, f"the nested records of {latest_id!r}") if len(reply) > 2 else None
+        return StoredBody(latest_id, reply[1], nested)
 
     async def list_ids(
         self, workflow_name: str, signature: str | None, include_nested: bool
@@ -153,12 +164,18 @@ class Reads:
             index=self.keys.index(workflow_name, signature), home=workflow_name, with_scores=include_nested
         )
         entries, lost, first_lost = await self.connection.run(operation, call)
+        if not lost and not include_nested:
+            try:
+                return list(map(bytes.decode, entries))
+            except UnicodeDecodeError:  # the index is only named, at some cost, when it is damaged
+                pass
+        where = _index_name(workflow_name, signature)
         if lost:
-            raise lost_entry(operation, workflow_name, signature, text(first_lost), int(lost))
+            raise lost_entry(operation, workflow_name, signature, text(first_lost, where), int(lost))
         if not include_nested:
-            return list(map(bytes.decode, entries))
+            return decoded_ids(entries, where)
         rows: list[tuple[float, CheckpointID, bytes | None]] = [
-            (float(entries[i + 1]), entries[i].decode(), None) for i in range(0, len(entries), 2)
+            (float(entries[i + 1]), text(entries[i], where), None) for i in range(0, len(entries), 2)
         ]
         rows += await self._nested_rows(operation, workflow_name, signature, with_bodies=False)
         rows.sort(key=lambda row: row[0])
@@ -173,16 +190,19 @@ class Reads:
         rows: list[tuple[float, CheckpointID, bytes | None]] = []
         gone: list[tuple[float, CheckpointID]] = []
         after = "-inf"
+        where = _index_name(workflow_name, signature)
         while True:
             call = Page(index=index, home=workflow_name, after=after, limit=PAGE_SIZE)
             flat, last, flat_gone = await self.connection.run(operation, call)
             for position in range(0, len(flat), 3):
-                rows.append((float(flat[position + 1]), text(flat[position]), bytes(flat[position + 2])))
+                rows.append(
+                    (float(flat[position + 1]), text(flat[position], where), bytes(flat[position + 2]))
+                )
             for position in range(0, len(flat_gone), 2):
-                gone.append((float(flat_gone[position + 1]), text(flat_gone[position])))
+                gone.append((float(flat_gone[position + 1]), text(flat_gone[position], where)))
             if last is None:
                 break
-            after = text(last)
+            after = text(last, where)
         if gone:
             # With a TTL, records expire oldest first, so entries older than every record still
             # stored are expired ones; any other entry without its record is a lost checkpoint.
@@ -204,8 +224,9 @@ class Reads:
             operation, client.zrange(self.keys.nested(workflow_name), 0, -1, withscores=True)
         )
         by_home: dict[str, list[tuple[CheckpointID, float]]] = {}
+        where = f"the nested index of workflow {workflow_name!r}"
         for member, score in members:
-            home, checkpoint_id = split_member(text(member))
+            home, checkpoint_id = split_member(text(member, where))
             by_home.setdefault(home, []).append((checkpoint_id, float(score)))
         rows: list[tuple[float, CheckpointID, bytes | None]] = []
         for home, entries in by_home.items():
@@ -215,7 +236,10 @@ class Reads:
             for (checkpoint_id, score), reply in zip(entries, replies, strict=True):
                 if reply is None:
                     continue  # a pointer to a record that expired or was never completed
-                body, record_signature = bytes(reply[0]), text(reply[1])
+                body, record_signature = (
+                    bytes(reply[0]),
+                    index_text(reply[1], checkpoint_id, "graph signature"),
+                )
                 if signature is None or record_signature == signature:
                     rows.append((score, checkpoint_id, body if with_bodies else None))
         return rows
@@ -257,12 +281,13 @@ class Reads:
                     tombstones.add(start)
                 break
             flat_links, flat_bodies, flat_tombstones, unresolved = reply
+            where = f"the ancestry of {start!r}"
             for position in range(0, len(flat_links), 2):
-                links[text(flat_links[position])] = optional_text(flat_links[position + 1])
-            bodies.update(body_pairs(flat_bodies))
-            tombstones.update(text(item) for item in flat_tombstones)
+                links[text(flat_links[position], where)] = _previous_id(flat_links, position)
+            bodies.update(body_pairs(flat_bodies, 0, where))
+            tombstones.update(text(item, where) for item in flat_tombstones)
             # On a cluster the chain may continue in another workflow's slot: one more call there.
-            start = optional_text(unresolved)
+            start = optional_text(unresolved, where)
             if start is not None and start in links:
                 break
         return WalkRecords(links, bodies, frozenset(tombstones))
@@ -280,9 +305,10 @@ class Reads:
         infos: list[CheckpointInfo] = []
         for name in names:
             top = await self.connection.call(operation, client.zrange(self.keys.top(name), 0, -1))
-            by_home: dict[str, list[CheckpointID]] = {name: [text(i) for i in top]}
+            by_home: dict[str, list[CheckpointID]] = {name: decoded_ids(top, _index_name(name, None))}
+            nested_index = f"the nested index of workflow {name!r}"
             for member in await self.connection.call(operation, client.zrange(self.keys.nested(name), 0, -1)):
-                home, checkpoint_id = split_member(text(member))
+                home, checkpoint_id = split_member(text(member, nested_index))
                 by_home.setdefault(home, []).append(checkpoint_id)
             for home, ids in by_home.items():
                 replies = await self.fetch(operation, home, ids, "info")
@@ -305,7 +331,7 @@ class Reads:
             members = await self.connection.call(
                 operation, self.connection.client.smembers(self.keys.tombstones(name))
             )
-            found.update(text(member) for member in members)
+            found.update(decoded_ids(list(members), f"the tombstones of workflow {name!r}"))
         return found
 
 
@@ -322,6 +348,20 @@ def lost_entry(
         f"{index} lists it, but its record is gone from the server{others}: evicted by its "
         f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
     )
+
+
+def _index_name(workflow_name: str, signature: str | None) -> str:
+    """How an error names the index a listing or latest read (an id it holds is not UTF-8)."""
+    suffix = "" if signature is None else f" (graph signature {signature!r})"
+    return f"the index of workflow {workflow_name!r}{suffix}"
+
+
+def _previous_id(flat_links: Sequence[Any], position: int) -> CheckpointID | None:
+    """The previous id of a walked link, its record named when it is not UTF-8."""
+    previous = flat_links[position + 1]
+    if previous is None:
+        return None
+    return index_text(previous, text(flat_links[position]), "previous id")
 
 
 def _index_entry(

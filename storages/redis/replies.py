@@ -1,5 +1,9 @@
 """What the scripts return, decoded: redis-py gives bytes (the client must not decode
-responses), '' or nil where a script has nothing."""
+responses), '' or nil where a script has nothing.
+
+Every id, name and digest in a reply was read from the store, which is hostile: bytes that are
+not UTF-8 (no value this storage writes) raise CheckpointCorruptedError naming the value and
+where it was found, never a bare UnicodeDecodeError."""
 
 from __future__ import annotations
 
@@ -7,14 +11,53 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract import CheckpointID
+from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
+
+ANYWHERE = "a reply of the Redis store"
 
 
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def text(value: Any, where: str = ANYWHERE) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise not_text(value, where) from None
+    return str(value)
 
 
-def optional_text(value: Any) -> str | None:
-    return None if value is None else text(value)
+def not_text(value: bytes, where: str) -> CheckpointCorruptedError:
+    """The error for an id (or a value standing for one) read from ``where`` that is not UTF-8:
+    the checkpoint it would name is the bytes' repr, as ``info_from_index`` names one."""
+    return CheckpointCorruptedError(
+        repr(value)[:256], f"{where} holds it, but it is not UTF-8 text (no id this storage writes)"
+    )
+
+
+def decoded_ids(values: Sequence[Any], where: str) -> list[CheckpointID]:
+    """Ids read from ``where``, decoded: one C-level pass, the named error only on failure."""
+    try:
+        return list(map(bytes.decode, values))
+    except (UnicodeDecodeError, TypeError):
+        return [text(value, where) for value in values]
+
+
+def workflow_name(value: Any, where: str) -> str:
+    """A workflow name read from the store (a key SCAN found): not UTF-8 is reported, naming the
+    key, as the InvalidCheckpointIdError a name failing the identifier rules gets."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise InvalidCheckpointIdError(
+                "workflow_name",
+                value,
+                f"is not UTF-8 text: {where} holds a name no storage writes (a damaged or hostile store)",
+            ) from None
+    return str(value)
+
+
+def optional_text(value: Any, where: str = ANYWHERE) -> str | None:
+    return None if value is None else text(value, where)
 
 
 def optional_id(value: Any) -> CheckpointID | None:
@@ -27,6 +70,6 @@ def pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
     return [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
-def body_pairs(flat: Sequence[Any], start: int = 0) -> dict[CheckpointID, bytes]:
+def body_pairs(flat: Sequence[Any], start: int = 0, where: str = ANYWHERE) -> dict[CheckpointID, bytes]:
     """{id: body} from a flat {id, body, ...} reply, from position ``start``."""
-    return {text(flat[i]): bytes(flat[i + 1]) for i in range(start, len(flat), 2)}
+    return {text(flat[i], where): bytes(flat[i + 1]) for i in range(start, len(flat), 2)}

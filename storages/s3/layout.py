@@ -21,6 +21,7 @@ import hashlib
 import json
 import string
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from ..base import IndexEntry, StoredBody
@@ -53,8 +54,18 @@ def _percent(char: str) -> str:
 
 
 def unescape_component(escaped: str) -> str | None:
-    """The text :func:`escape_component` escaped, or None for a hashed one."""
-    return None if escaped.startswith(HASHED) else unquote(escaped)
+    """The text :func:`escape_component` escaped, or None for a hashed one; CheckpointCorruptedError
+    naming the escaped text if its bytes are not UTF-8 (a key planted in a hostile store)."""
+    if escaped.startswith(HASHED):
+        return None
+    try:
+        # Strict: unquote's default replaces bytes that are not UTF-8 with U+FFFD, which would
+        # hand on an id or name that is not the one the key spells.
+        return unquote(escaped, errors="strict")
+    except UnicodeDecodeError:
+        raise CheckpointCorruptedError(
+            escaped, "an S3 key spells it, and its %XX bytes are not UTF-8 text (no key this storage writes)"
+        ) from None
 
 
 def signature_tag(graph_signature_hash: str) -> str:
@@ -138,23 +149,58 @@ class Header:
     def decode(cls, checkpoint_id: CheckpointID, raw: bytes) -> Header:
         try:
             data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise TypeError(f"it is a JSON {type(data).__name__}, not an object")
             return cls(
-                str(data["id"]),
-                str(data["workflow"]),
-                int(data["seq"]),
-                data["previous"],
-                str(data["signature"]),
-                str(data["digest"]),
-                data["container"],
-                data["root"],
-                tuple(data["children"]),
-                tuple(data["descendants"]),
-                tuple(Member(str(i), str(w), int(s), str(t)) for i, w, s, t in data["members"]),
+                _field(data, "id", str),
+                _field(data, "workflow", str),
+                _sequence(data["seq"], "seq"),
+                _field(data, "previous", str, optional=True),
+                _field(data, "signature", str),
+                _field(data, "digest", str),
+                _field(data, "container", str, optional=True),
+                _field(data, "root", str, optional=True),
+                _ids(data, "children"),
+                _ids(data, "descendants"),
+                tuple(_member(item) for item in _field(data, "members", list)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorruptedError(
                 checkpoint_id, f"the S3 record header is unreadable: {exc}"
             ) from exc
+
+
+# A header is read from the store, which is hostile: every field must have the type this storage
+# writes (json.loads gives any type anywhere; str(5) or tuple("ab") would pass a wrong one on).
+
+
+def _field(data: dict[str, Any], name: str, kind: type[Any], *, optional: bool = False) -> Any:
+    value = data[name]
+    if (value is None and optional) or (type(value) is kind):
+        return value
+    raise TypeError(f"field {name!r} is {type(value).__name__}, not {kind.__name__}")
+
+
+def _sequence(value: object, name: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_SEQUENCE:
+        raise ValueError(f"field {name!r} is {value!r:.40}, not a sequence number")
+    return value
+
+
+def _ids(data: dict[str, Any], name: str) -> tuple[CheckpointID, ...]:
+    values = _field(data, name, list)
+    if not all(type(value) is str for value in values):
+        raise TypeError(f"field {name!r} holds a value that is not a str")
+    return tuple(values)
+
+
+def _member(item: object) -> Member:
+    if type(item) is not list or len(item) != 4:
+        raise TypeError(f"a member is {item!r:.60}, not [id, workflow, seq, tag]")
+    checkpoint_id, workflow_name, sequence, tag = item
+    if not (type(checkpoint_id) is str and type(workflow_name) is str and type(tag) is str):
+        raise TypeError(f"a member is {item!r:.60}, not [id, workflow, seq, tag]")
+    return Member(checkpoint_id, workflow_name, _sequence(sequence, "members"), tag)
 
 
 @dataclass(frozen=True, slots=True)

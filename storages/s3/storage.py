@@ -21,6 +21,7 @@ from typing_extensions import Self
 from ..base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
 from ..integrity import IntegrityKeyInput
 from .client import LIST_PAGE, S3Client, gather
 from .commit import CommitProtocol
@@ -284,7 +285,15 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             key = await self._client.first_key("list_workflows", f"{prefix}{escaped_name}/t/")
             if key is None:
                 return
-            name = unescape_component(escaped_name)
+            try:
+                name = unescape_component(escaped_name)
+            except CheckpointCorruptedError:
+                raise InvalidCheckpointIdError(
+                    "workflow_name",
+                    escaped_name,
+                    "is not UTF-8 text: the S3 key of a workflow spells bytes that are not, a name no "
+                    "storage writes (a damaged or hostile store)",
+                ) from None
             if name is None:
                 entry = self._keys.parse_order_key(key, False)
                 stored = None if entry is None else await self._protocol.read_entry(entry, "list_workflows")

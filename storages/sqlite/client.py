@@ -95,7 +95,16 @@ class SQLiteClient:
         """One statement's rows: one hand-off to the connection's thread."""
         connection = self._live(operation)
         try:
-            return list(await connection.execute_fetchall(sql, parameters))
+            try:
+                return list(await connection.execute_fetchall(sql, parameters))
+            except sqlite3.OperationalError as exc:
+                if not str(exc).startswith(_NOT_UTF8):
+                    raise
+            # A TEXT value that is not UTF-8 (none this storage writes: a damaged or hostile file)
+            # fails the whole statement, naming neither its row nor a typed error. Read it again
+            # with such values as NotText, for the storage to name the record they belong to.
+            rows: list[Any] = await _on_thread(connection, _fetch_marking_not_text, sql, parameters)
+            return rows
         except sqlite3.Error as exc:
             raise self.translate(operation, exc) from exc
         except ValueError as exc:  # aiosqlite: the connection was closed while this call waited
@@ -200,6 +209,33 @@ class SQLiteClient:
         if _error_name(exc) == "SQLITE_NOTADB" or "file is not a database" in str(exc):
             return StorageConfigurationError(f"{self._describe} is not a SQLite database file: {exc}")
         return StorageUnavailableError(operation, f"{self._describe}: {type(exc).__name__}: {exc}")
+
+
+_NOT_UTF8 = "Could not decode to UTF-8"
+"""How sqlite3 starts the OperationalError of a TEXT value that is not UTF-8."""
+
+
+class NotText(bytes):
+    """A TEXT value read from the file that is not UTF-8: never a str, so every check of a
+    column the storage reads as text refuses it, and never the bytes of a BLOB column."""
+
+
+def _text_or_marked(value: bytes) -> str | NotText:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return NotText(value)
+
+
+def _fetch_marking_not_text(connection: sqlite3.Connection, sql: str, parameters: Any) -> list[Any]:
+    """One statement's rows with TEXT values that are not UTF-8 as NotText (on the thread, where
+    no other statement runs meanwhile, so no other read sees the changed text factory)."""
+    previous = connection.text_factory
+    connection.text_factory = _text_or_marked
+    try:
+        return connection.execute(sql, parameters).fetchall()
+    finally:
+        connection.text_factory = previous
 
 
 async def _on_thread(connection: aiosqlite.Connection, function: Callable[..., Any], *args: Any) -> Any:

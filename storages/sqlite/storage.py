@@ -34,6 +34,7 @@ from ..base import (
 )
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..engine.records import index_text, stored_body, stored_id, stored_ids
 from ..integrity import IntegrityKeyInput
 from . import commit, schema
 from .client import SQLiteClient
@@ -185,7 +186,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         rows = await self._client.fetchall("load", schema.SELECT_BODY, (checkpoint_id,))
-        return bytes(rows[0][0]) if rows else None
+        return stored_body(checkpoint_id, rows[0][0]) if rows else None
 
     async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         rows = await self._client.fetchall("load", schema.SELECT_RECORD, (checkpoint_id,))
@@ -194,7 +195,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
     async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         ids = json.dumps(list(dict.fromkeys(checkpoint_ids)))
         rows = await self._client.fetchall("load", schema.SELECT_NESTED_BODIES, (ids,))
-        return {str(row[0]): bytes(row[1]) for row in rows}
+        return {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows}
 
     async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         query, parameters = _query_for(
@@ -225,7 +226,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         )
         query, parameters = _query_for(unfiltered, by_signature, workflow_name, graph_signature_hash)
         rows = await self._client.fetchall("list_checkpoint_ids", query, parameters)
-        return [str(row[0]) for row in rows]
+        return stored_ids(rows)
 
     async def _remove(self, checkpoint_id: CheckpointID) -> bool:
         return await self._client.run("delete", commit.remove, checkpoint_id)
@@ -241,12 +242,12 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         bodies: dict[CheckpointID, bytes] = {}
         tombstones: set[CheckpointID] = set()
         for row in rows:
-            row_id = str(row[0])
+            row_id = stored_id(row[0])
             if with_bodies:
-                bodies[row_id] = bytes(row[3])
+                bodies[row_id] = stored_body(row_id, row[3])
                 if not row[4]:
                     continue  # a row nested in a walked one: its body only
-            previous = None if row[1] is None else str(row[1])
+            previous = None if row[1] is None else index_text(row[1], row_id, "previous id")
             links[row_id] = previous
             if row[2] and previous is not None:
                 tombstones.add(previous)
@@ -257,7 +258,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         exists, children = rows[0]
         if not exists:
             return None
-        return [str(child) for child in json.loads(children)]
+        return [index_text(child, checkpoint_id, "nested id") for child in json.loads(children)]
 
     async def _prune(self, workflow_name: str, keep_last: int) -> int:
         return await self._client.run("prune", commit.prune, workflow_name, keep_last)
@@ -267,7 +268,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
 
     async def _workflow_names(self) -> list[str]:
         rows = await self._client.fetchall("list_workflows", schema.SELECT_WORKFLOW_NAMES)
-        return [str(row[0]) for row in rows]
+        return [row[0] for row in rows]  # the engine checks each name (listed_workflow_name)
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         rows = await self._client.fetchall("checkpoint_info", schema.SELECT_INFO, (checkpoint_id,))
@@ -287,7 +288,7 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             rows = await self._client.fetchall(
                 "list_tombstones", schema.SELECT_WORKFLOW_TOMBSTONES, (workflow_name,)
             )
-        return [str(row[0]) for row in rows]
+        return stored_ids(rows)
 
 
 def _query_for(
@@ -301,6 +302,18 @@ def _query_for(
 def _stored(row: Sequence[object]) -> StoredBody:
     """A row of checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash."""
     checkpoint_id, body, workflow_name, previous_id, signature = row
-    entry = IndexEntry(str(workflow_name), None if previous_id is None else str(previous_id), str(signature))
-    assert isinstance(body, bytes)
-    return StoredBody(str(checkpoint_id), body, entry=entry)
+    if (
+        type(checkpoint_id) is str
+        and type(body) is bytes
+        and type(workflow_name) is str
+        and type(signature) is str
+        and (previous_id is None or type(previous_id) is str)
+    ):  # what this storage writes, checked without a call; anything else names its record below
+        return StoredBody(checkpoint_id, body, entry=IndexEntry(workflow_name, previous_id, signature))
+    record_id = stored_id(checkpoint_id)
+    entry = IndexEntry(
+        index_text(workflow_name, record_id, "workflow name"),
+        None if previous_id is None else index_text(previous_id, record_id, "previous id"),
+        index_text(signature, record_id, "graph signature"),
+    )
+    return StoredBody(record_id, stored_body(record_id, body), entry=entry)
