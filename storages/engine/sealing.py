@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from typing_extensions import Self
 
+from ..codec.frame import check_frame
 from ..contract import CheckpointID, validate_identifier
 from ..errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
 from ..integrity import (
@@ -126,7 +127,9 @@ class SealedRecords(StoragePrimitives):
     def open_sealed(self, checkpoint_id: CheckpointID, raw: bytes) -> tuple[Seal | None, bytes]:
         """Verify stored bytes as a read does and return their seal and codec body (for verify).
 
-        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only.
+        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only,
+        after its frame is checked (CheckpointCorruptedError if damaged). Either body decodes
+        with ``sealed=True``.
         """
         stored, seal = self._opened_body(StoredBody(checkpoint_id, raw))
         return seal, stored.body
@@ -281,7 +284,11 @@ class SealedRecords(StoragePrimitives):
         self._held_bytes = total
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
-        """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
+        """``stored`` with its seal verified and removed (and its nested bodies'), and the seal.
+
+        The body returned is one a decode reads with ``sealed=True``: its seal's MAC held, or it
+        is unsigned (migration mode) and its frame was checked here (CheckpointCorruptedError if
+        damaged, or if it is framed for a seal it does not have)."""
         provider = self._integrity
         assert provider is not None
         checkpoint_id = stored.checkpoint_id
@@ -291,6 +298,10 @@ class SealedRecords(StoragePrimitives):
         raw = stored.body
         if raw[:_MAGIC_SIZE] != _MAGIC:  # is_sealed, in line: this runs on every keyed read
             if accepts_unsigned(provider):
+                # Nothing vouches for it but its CRC: checked here, once, so that a decode need
+                # not know which bodies of a read were sealed (a save will not chain onto it
+                # either if it is damaged, as onto a record whose MAC fails).
+                check_frame(raw, checkpoint_id)
                 return dataclasses.replace(stored, nested=nested), None
             raise CheckpointTamperedError(
                 checkpoint_id,
