@@ -70,6 +70,13 @@ class SealedRecords(StoragePrimitives):
     in-process store does: reading one again then needs no second MAC (see _opened_body). A
     backend that builds new bytes per read leaves it False: a held entry would never match."""
     _opened: bool
+    _engine_chain: ClassVar[bool] = True
+    """True while the class keeps the engine's own _chain_link (set per subclass by the storage
+    template): a save then chains onto a remembered predecessor in line, without a coroutine per
+    record. A subclass that overrides it (a test double, say) has its override awaited."""
+    _engine_mac: ClassVar[bool] = True
+    """True while the class keeps the engine's own _integrity_mac: saves and reads call
+    record_mac directly, one Python call fewer per record; an override is called instead."""
 
     if TYPE_CHECKING:
 
@@ -202,7 +209,9 @@ class SealedRecords(StoragePrimitives):
         provider = self._integrity
         assert provider is not None
         key_id, key = provider.signing_key()
-        mac_of = self._integrity_mac
+        mac_of = record_mac if self._engine_mac else self._integrity_mac
+        in_line = self._engine_chain
+        macs = self._chain_macs
         held = self._held_verified
         family: dict[CheckpointID, tuple[bytes, int]] = {}
         sealed: list[CheckpointRecord] = []
@@ -216,10 +225,21 @@ class SealedRecords(StoragePrimitives):
             root_id,
             position,
         ) in drafts:
-            link_kind, link, height = await self._chain_link(previous_id, family)
+            # _chain_link, in line for a remembered predecessor (nearly every save: a runner's
+            # next checkpoint follows the one it saved last); any other costs the coroutine.
+            if not in_line:
+                link_kind, link, height = await self._chain_link(previous_id, family)
+            elif previous_id is None:
+                link_kind, link, height = _ROOT_LINK
+            else:
+                known = family.get(previous_id) or macs.get(previous_id)
+                if known is None:
+                    link_kind, link, height = await self._chain_link(previous_id, family)
+                else:
+                    link_kind, link, height = _PRESENT, known[0], known[1] + 1
             header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
             mac = mac_of(key, checkpoint_id, header, body)
-            raw = header + mac + body
+            raw = b"".join((header, mac, body))  # one copy of the body, not two
             sealed.append(
                 CheckpointRecord(
                     checkpoint_id,
@@ -248,7 +268,17 @@ class SealedRecords(StoragePrimitives):
                     mac,
                     previous_id or None,
                 )
-                self._hold(held, checkpoint_id, (raw, key, _new_tuple(Seal, fields), len(raw) - len(body)))
+                record = (raw, key, _new_tuple(Seal, fields), len(raw) - len(body))
+                size = len(raw)
+                if size <= HELD_BYTES and checkpoint_id not in held:
+                    # _hold, in line for a new id (every save but a repeated one)
+                    total = self._held_bytes + size
+                    held[checkpoint_id] = record
+                    while total > HELD_BYTES or len(held) > LINK_CACHE_SIZE:
+                        total -= len(held.popitem(last=False)[1][0])  # the oldest entry
+                    self._held_bytes = total
+                else:
+                    self._hold(held, checkpoint_id, record)
         return sealed, family
 
     def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
@@ -330,7 +360,8 @@ class SealedRecords(StoragePrimitives):
         if key is None:
             raise unknown_key(checkpoint_id, seal.key_id)
         body = raw[body_start:]
-        if not _compare_digest(self._integrity_mac(key, checkpoint_id, raw[:header_end], body), seal.mac):
+        mac_of = record_mac if self._engine_mac else self._integrity_mac
+        if not _compare_digest(mac_of(key, checkpoint_id, raw[:header_end], body), seal.mac):
             raise mac_mismatch(checkpoint_id)
         macs = self._chain_macs  # _remember, in line
         macs[checkpoint_id] = (seal.mac, seal.height)

@@ -111,6 +111,8 @@ class BaseCheckpointStorage(ExtensionOperations):
             cls._records_for is BaseCheckpointStorage._records_for
             and cls._record_for is BaseCheckpointStorage._record_for
         )
+        cls._engine_chain = cls._chain_link is BaseCheckpointStorage._chain_link
+        cls._engine_mac = cls._integrity_mac is BaseCheckpointStorage._integrity_mac
         own_init = cls.__dict__.get("__init__")
         if own_init is not None:
             cls.__init__ = recording_settings(own_init)  # type: ignore[method-assign]
@@ -215,10 +217,11 @@ class BaseCheckpointStorage(ExtensionOperations):
         stored = await self._load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        if self._integrity is None and not self._codec.has_nested_refs(stored.body):
-            checkpoint = self._decode(stored)  # what _decode_all does for it, without its lists
+        opened = stored if self._integrity is None else self._opened_body(stored)[0]
+        if not self._codec.has_nested_refs(opened.body):
+            checkpoint = self._decode(opened)  # what _decode_all does for it, without its lists
         else:
-            (checkpoint,) = await self._decode_all([stored])
+            (checkpoint,) = await self._decode_opened([opened])
         if parsed is not None:
             await self._check_anchor_head_stored(parsed, stored)
         if (
@@ -547,6 +550,15 @@ class BaseCheckpointStorage(ExtensionOperations):
         found by (the workflow, the signature asked for, its index entry)."""
         if self._integrity is not None:
             stored = [self._opened_body(item)[0] for item in stored]
+        return await self._decode_opened(stored, workflow_name, graph_signature_hash)
+
+    async def _decode_opened(
+        self,
+        stored: Sequence[StoredBody],
+        workflow_name: str | None = None,
+        graph_signature_hash: str | None = None,
+    ) -> list[Any]:
+        """_decode_all of bodies already opened (on a keyed handle: what _opened_body returned)."""
         has_refs = self._codec.has_nested_refs
         containers = [item for item in stored if has_refs(item.body)]
         if not containers:
