@@ -233,3 +233,33 @@ async def test_nested_bodies_are_framed_for_their_seals_too() -> None:
             loaded = await cold.load(outer.checkpoint_id)
             assert loaded.state["inner"].state == {"step": "inner"}
         assert (await verify(storage)).ok
+
+
+def test_a_compressed_body_and_a_tree_framed_for_their_seals_read_only_as_sealed() -> None:
+    pytest.importorskip("zstandard")
+    codec = CheckpointCodec(compress_threshold=1)
+    item = checkpoint("wf", text="compressible " * 200)
+    body = codec.encode_checkpoint(item, sealed=True)
+    flags, crc = flags_and_crc(body)
+    assert flags == framing.FLAG_ZSTD | framing.FLAG_SEALED
+    assert crc == 0
+    assert codec.decode_checkpoint(body, checkpoint_id=item.checkpoint_id, sealed=True) == item
+    with pytest.raises(CheckpointCorruptedError, match="without a verified seal"):
+        codec.decode_checkpoint(body, checkpoint_id=item.checkpoint_id)
+    inner = checkpoint("wf", step="inner")
+    outer = checkpoint("wf", inner=inner)
+    nodes = CheckpointCodec().encode_checkpoint_tree(outer, sealed=True)
+    assert [flags_and_crc(node.body) for node in nodes] == [
+        (framing.FLAG_SEALED | framing.FLAG_NESTED_REFS, 0),
+        (framing.FLAG_SEALED, 0),
+    ]
+    nested = {node.checkpoint.checkpoint_id: node.body for node in nodes[1:]}
+    back = CheckpointCodec().decode_checkpoint(
+        nodes[0].body, checkpoint_id=outer.checkpoint_id, nested=nested, sealed=True
+    )
+    assert back.state["inner"] == inner
+    # A sealed container whose nested body is not sealed-verified by the caller: refused by name.
+    with pytest.raises(CheckpointCorruptedError, match="without a verified seal"):
+        CheckpointCodec().decode_checkpoint(
+            with_crc(nodes[0].body), checkpoint_id=outer.checkpoint_id, nested=nested
+        )
