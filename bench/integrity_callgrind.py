@@ -3,11 +3,17 @@
 ``python -m bench.integrity_callgrind [--calls N]``. Each subject runs in a fresh interpreter
 under ``valgrind --tool=callgrind`` twice, with N calls and with none (``PYTHONHASHSEED=0``); the
 difference divided by N is one call's instructions. Subjects: save and load of the benchmark
-checkpoint (bench/workload.py) on the in-memory storage, without a key and with one. Saves form
-one chain, as a runner's do; loads cycle over 200 records the same handle saved beforehand;
-first loads read each of those records once through another handle, which never saw them (a
-keyed in-memory handle checks a bytes object it already verified or sealed by identity, not by a
-second MAC: docs/integrity.md).
+checkpoint (bench/workload.py) on the in-memory storage and on SQLite (a file in a temporary
+directory), without a key and with one. Saves form one chain, as a runner's do; loads cycle over
+200 records the same handle saved beforehand; first loads read each of those records once
+through another handle, which never saw them (a keyed in-memory handle checks a bytes object it
+already verified or sealed by identity, not by a second MAC: docs/integrity.md; on SQLite every
+read builds new bytes, so every load is a first load and there is no such row).
+
+The whole program is counted, every thread included (callgrind's total, not a toggled function):
+a SQLite operation runs its queries on aiosqlite's worker thread, and those instructions belong
+to the operation. SQLite's own work (a commit's journal writes, the page cache) is in the
+figures too, with and without a key alike; the file system calls themselves are not counted.
 
 Valgrind hides the CPU's SHA extensions from the program, so the seal's SHA-256 counts several
 times what it costs natively on a CPU that has them (docs/integrity.md gives both figures).
@@ -30,9 +36,17 @@ warnings.simplefilter("ignore")
 from bench.workload import numbered, template
 from storages.contract import WorkflowCheckpoint
 from storages.integrity import IntegrityKeys
-from storages.memory import InMemoryCheckpointStorage
 KEYS = {{"plain": None, "keyed": IntegrityKeys(b"bench-integrity-key-0123456789ab")}}
-storage = InMemoryCheckpointStorage(integrity_key=KEYS[{variant!r}])
+if {backend!r} == "memory":
+    from storages.memory import InMemoryCheckpointStorage
+    storage = InMemoryCheckpointStorage(integrity_key=KEYS[{variant!r}])
+else:
+    import atexit, shutil, tempfile
+    from pathlib import Path
+    from storages.sqlite import SQLiteCheckpointStorage
+    directory = tempfile.mkdtemp(prefix="callgrind-integrity-sqlite-")
+    atexit.register(shutil.rmtree, directory, True)
+    storage = SQLiteCheckpointStorage(Path(directory) / "bench.db", integrity_key=KEYS[{variant!r}])
 loop = asyncio.new_event_loop()
 base = template(WorkflowCheckpoint)
 counter = itertools.count()
@@ -53,13 +67,24 @@ def first_load():
 save(); load(); first_load()
 """
 
-SUBJECTS = ("save/plain", "save/keyed", "load/plain", "load/keyed", "first_load/plain", "first_load/keyed")
+MEMORY_OPERATIONS = ("save", "load", "first_load")
+SQLITE_OPERATIONS = ("sqlite_save", "sqlite_load")
+SUBJECTS = tuple(
+    f"{operation}/{variant}"
+    for operation in (*MEMORY_OPERATIONS, *SQLITE_OPERATIONS)
+    for variant in ("plain", "keyed")
+)
 
 
 def script_for(subject: str, calls: int) -> str:
-    """The program measured for ``subject`` ("save/keyed", ...): set-up, then ``calls`` calls."""
+    """The program measured for ``subject`` ("save/keyed", "sqlite_load/plain", ...): set-up,
+    then ``calls`` calls."""
     operation, variant = subject.split("/")
-    return f"{_SETUP.format(variant=variant)}\nfor _ in range({calls}):\n    {operation}()\n"
+    backend, _, call = (
+        operation.rpartition("_") if operation.startswith("sqlite_") else ("memory", "", operation)
+    )
+    setup = _SETUP.format(variant=variant, backend=backend)
+    return f"{setup}\nfor _ in range({calls}):\n    {call}()\n"
 
 
 def _instructions(subject: str, calls: int, workdir: Path) -> int:
@@ -80,14 +105,19 @@ def measure(calls: int, subjects: tuple[str, ...] = SUBJECTS) -> dict[str, float
 
 
 def table(counts: dict[str, float]) -> str:
-    lines = ["| operation | without a key | with a key | overhead |", "|---|---:|---:|---:|"]
-    for operation in ("save", "load", "first_load"):
-        if f"{operation}/plain" not in counts:
+    lines = ["| storage | operation | without a key | with a key | overhead |", "|---|---|---:|---:|---:|"]
+    for operation in (*MEMORY_OPERATIONS, *SQLITE_OPERATIONS):
+        if f"{operation}/plain" not in counts or f"{operation}/keyed" not in counts:
             continue
         plain, keyed = counts[f"{operation}/plain"], counts[f"{operation}/keyed"]
         overhead = (keyed / plain - 1) * 100
-        label = operation.replace("_", " ")
-        lines.append(f"| {label} | {plain / 1000:,.0f} k | {keyed / 1000:,.0f} k | {overhead:+.1f}% |")
+        storage, _, call = (
+            operation.rpartition("_") if operation.startswith("sqlite_") else ("memory", "", operation)
+        )
+        label = call.replace("_", " ")
+        lines.append(
+            f"| {storage} | {label} | {plain / 1000:,.0f} k | {keyed / 1000:,.0f} k | {overhead:+.1f}% |"
+        )
     return "\n".join(lines)
 
 

@@ -199,7 +199,8 @@ class CheckpointStorageAdapter(MemoryAdapter):
             _, parts = split_sealed(checkpoint_id, raw)
             seal, body = parts.header + parts.mac, parts.body
         codec = self.attacker.codec
-        edited = codec.decode_checkpoint(body, checkpoint_id=checkpoint_id)
+        # A signed body was framed for its seal (no CRC): the attacker reads it as it is.
+        edited = codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, sealed=bool(seal))
         edited.state = {"approved": True}
         record.fields["body"] = (seal + codec.encode_checkpoint(edited)).hex()
         return record

@@ -77,6 +77,7 @@ async def test_the_integrity_section_times_both_handles_on_both_storages() -> No
 
 
 @pytest.mark.memory
+@pytest.mark.sqlite
 def test_the_integrity_callgrind_programs_run_and_the_table_renders() -> None:
     import subprocess
     import sys
@@ -88,7 +89,12 @@ def test_the_integrity_callgrind_programs_run_and_the_table_renders() -> None:
     # Past one pass over the preloaded records, first loads go on through a new handle.
     subprocess.run([sys.executable, "-c", script_for("first_load/keyed", 201)], cwd=REPO_ROOT, check=True)
     rendered = table({"save/plain": 100.0, "save/keyed": 110.0, "load/plain": 200.0, "load/keyed": 220.0})
-    assert "| save | 0 k | 0 k | +10.0% |" in rendered
+    assert "| memory | save | 0 k | 0 k | +10.0% |" in rendered
     assert "first load" not in rendered
+    assert "sqlite" not in rendered
     counts = {f"first_load/{variant}": 1000.0 * n for variant, n in (("plain", 3), ("keyed", 4))}
-    assert "| first load | 3 k | 4 k | +33.3% |" in table({**counts, "save/plain": 1.0, "save/keyed": 1.0})
+    assert "| memory | first load | 3 k | 4 k | +33.3% |" in table(
+        {**counts, "save/plain": 1.0, "save/keyed": 1.0}
+    )
+    sqlite = {"sqlite_load/plain": 2000.0, "sqlite_load/keyed": 2100.0}
+    assert "| sqlite | load | 2 k | 2 k | +5.0% |" in table(sqlite)

@@ -74,7 +74,7 @@ async def content_tamper(scene: Scene) -> None:
     target = scene.ids()[1]
     _, parts = split_sealed(target, await raw(scene.attacker, target))
     codec = scene.attacker.codec
-    edited = codec.decode_checkpoint(parts.body, checkpoint_id=target)
+    edited = codec.decode_checkpoint(parts.body, checkpoint_id=target, sealed=True)  # as stored: no CRC
     edited.state = {"approved": True}
     await scene.attacker.write_raw_body(target, parts.header + parts.mac + codec.encode_checkpoint(edited))
     landed = split_sealed(target, await raw(scene.attacker, target))[1].body
@@ -278,7 +278,7 @@ async def test_a_nested_record_edited_behind_its_container_is_refused(storage_ma
         assert seal.container_id == parent.checkpoint_id
         assert seal.position == 1
         codec = storage.codec
-        edited = codec.decode_checkpoint(parts.body, checkpoint_id=child.checkpoint_id)
+        edited = codec.decode_checkpoint(parts.body, checkpoint_id=child.checkpoint_id, sealed=True)
         edited.state = {"injected": True}
         await storage.write_raw_body(
             child.checkpoint_id, parts.header + parts.mac + codec.encode_checkpoint(edited)

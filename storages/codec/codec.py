@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import operator
 import zlib
 from collections.abc import Iterable, Mapping
@@ -39,6 +40,11 @@ _checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
 """A checkpoint's field values in record order, read in one native call."""
 _crc_of = framing.CRC.unpack_from
 _HEADER_SIZE = framing.HEADER_SIZE
+_SEALED_PREFIX = framing.SEALED_PREFIX
+_VERSION_PREFIX = framing.PLAIN_PREFIX[: framing.FLAGS_OFFSET]
+"""Magic and format version: what every body this codec reads starts with."""
+_SLOW_FLAGS = 0xFF & ~(framing.FLAG_SEALED | framing.FLAG_NESTED_REFS)
+"""Flags a sealed body's in-line decode leaves to unframe: zstd, and any it does not know."""
 _NO_NESTED: NestedResolver = NestedResolver({}, given=False)
 """The resolver of a decode given no nested bodies: it refuses every reference before looking at
 its (always empty) state."""
@@ -113,13 +119,19 @@ class CheckpointCodec(Decoding):
 
     # ------------------------------------------------------------------ public API
 
-    def encode_checkpoint(self, checkpoint: Any, *, bin_from_bytes_only: bool = False) -> bytes:
+    def encode_checkpoint(
+        self, checkpoint: Any, *, bin_from_bytes_only: bool = False, sealed: bool = False
+    ) -> bytes:
         """Encode a checkpoint object to a self-checking body, embedded checkpoints inline.
 
         ``bin_from_bytes_only``: the caller has checked that no ``bytearray`` or ``memoryview``
         is anywhere in it (every bin-like value is exact ``bytes``), which spares the codec its
         own look for them (engine/writes.py checks a plain batch's exact types anyway). The body
         is the same either way; a caller that is wrong gets such a value back as ``bytes``.
+
+        ``sealed``: the body goes inside a seal, whose MAC covers it (a keyed storage's save): it
+        is framed without a CRC (frame.FLAG_SEALED), and only a decode given ``sealed=True``
+        reads it.
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
         if _TREE.get() is None:
@@ -128,21 +140,24 @@ class CheckpointCodec(Decoding):
             try:
                 payload = self._native.pack_payload(plain, bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
-                return self._frame(self._encode_exactly(checkpoint, tag, plain, None, None))
+                return self._frame(self._encode_exactly(checkpoint, tag, plain, None, None), sealed=sealed)
             if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
-                return framing.plain_frame(payload, False)
-            return self._frame(payload)
-        return self._frame(self._encode_with_location(checkpoint, tag, bin_checked=bin_from_bytes_only))
+                return _SEALED_PREFIX + payload if sealed else framing.plain_frame(payload, False)
+            return self._frame(payload, sealed=sealed)
+        return self._frame(
+            self._encode_with_location(checkpoint, tag, bin_checked=bin_from_bytes_only), sealed=sealed
+        )
 
-    def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
+    def encode_checkpoint_tree(self, checkpoint: Any, *, sealed: bool = False) -> list[EncodedCheckpoint]:
         """Encode a checkpoint and, as bodies of their own, the checkpoints embedded in it.
 
         Returns the checkpoint's body first, then one body per embedded checkpoint in the order
         they are met (containers before what they contain). An embedded checkpoint met twice is
         stored once when both encode alike; two different ones under one id are refused.
+        ``sealed``: every body goes inside a seal of its own (see :meth:`encode_checkpoint`).
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
-        state = TreeEncoding([None], [checkpoint.checkpoint_id], {})
+        state = TreeEncoding([None], [checkpoint.checkpoint_id], {}, sealed=sealed)
         token = _TREE.set(state)
         try:
             # The native walk in line (as encode_checkpoint): nothing is collected before it, so
@@ -156,7 +171,9 @@ class CheckpointCodec(Decoding):
                 payload = self._encode_exactly(checkpoint, tag, plain, state, empty)
         finally:
             _TREE.reset(token)
-        top = EncodedCheckpoint(checkpoint, self._frame(payload, nested_refs=state.references > 0), None)
+        top = EncodedCheckpoint(
+            checkpoint, self._frame(payload, nested_refs=state.references > 0, sealed=sealed), None
+        )
         if len(state.nodes) == 1:
             return [top]  # nothing embedded: most checkpoints
         state.nodes[0] = top
@@ -169,6 +186,7 @@ class CheckpointCodec(Decoding):
         checkpoint_id: str,
         nested: Mapping[str, bytes] | None = None,
         construct_types: bool = True,
+        sealed: bool = False,
     ) -> Any:
         """Decode a body; damage raises CheckpointCorruptedError naming ``checkpoint_id``, a type
         that is not allowed CheckpointTypeNotAllowedError.
@@ -178,18 +196,35 @@ class CheckpointCodec(Decoding):
         ``construct_types=False`` no enum, dataclass, model or MAF type is constructed: their
         values come back as :class:`OpaqueValue` and every checkpoint as this project's
         ``WorkflowCheckpoint``, so structure and links can be checked anywhere.
+
+        ``sealed``: the caller has just verified the seal MAC around ``body`` and around every
+        body in ``nested`` (or, for one stored without a seal, checked its frame: a keyed
+        storage's reads do). Their CRCs are then not computed again, and bodies framed for a
+        seal (written with ``sealed=True``) are read; without it such a body is refused.
         """
-        # The common body (bytes, no flags, intact) in line; any other takes unframe's checks.
         payload: bytes | memoryview | None = None
-        if type(body) is bytes and len(body) >= _HEADER_SIZE and body.startswith(framing.PLAIN_PREFIX):
+        if sealed:
+            # The MAC covered every byte: the CRC (none in a body framed for a seal) is not
+            # checked. Compressed bodies, and any failed check, take unframe's checks.
+            if (
+                type(body) is bytes
+                and len(body) >= _HEADER_SIZE
+                and body.startswith(_VERSION_PREFIX)
+                and not body[framing.FLAGS_OFFSET] & _SLOW_FLAGS
+            ):
+                payload = memoryview(body)[_HEADER_SIZE:]
+                if len(payload) > self._max_payload_bytes:
+                    payload = None
+        # The common body (bytes, no flags, intact) in line; any other takes unframe's checks.
+        elif type(body) is bytes and len(body) >= _HEADER_SIZE and body.startswith(framing.PLAIN_PREFIX):
             payload = memoryview(body)[_HEADER_SIZE:]
             if len(payload) > self._max_payload_bytes or zlib.crc32(payload) != _crc_of(body, 4)[0]:
                 payload = None
         if payload is None:
-            payload = self._unframe(body, checkpoint_id)
+            payload = self._unframe(body, checkpoint_id, sealed)
         # No resolver is set when none is given and none is in force (the default state): a
         # reference then finds none, and is refused just as by an empty one.
-        resolver = None if nested is None else NestedResolver(nested, given=True)
+        resolver = None if nested is None else NestedResolver(nested, given=True, sealed=sealed)
         token: Token[NestedResolver | None] | None
         if resolver is not None:
             token = RESOLVER.set(resolver)
@@ -222,9 +257,10 @@ class CheckpointCodec(Decoding):
         return framing.has_nested_refs(body)
 
     @staticmethod
-    def nested_ref_ids(body: bytes, *, checkpoint_id: str) -> list[str]:
-        """Ids of the nested records ``body`` refers to directly, in order (for verify tooling)."""
-        flags, payload = framing.check_frame(body, checkpoint_id)
+    def nested_ref_ids(body: bytes, *, checkpoint_id: str, sealed: bool = False) -> list[str]:
+        """Ids of the nested records ``body`` refers to directly, in order (for verify tooling);
+        ``sealed`` as in :meth:`decode_checkpoint`."""
+        flags, payload = framing.check_frame(body, checkpoint_id, sealed)
         if not flags & framing.FLAG_NESTED_REFS:
             return []
         if flags & framing.FLAG_ZSTD:
@@ -273,8 +309,10 @@ class CheckpointCodec(Decoding):
 
     # ------------------------------------------------------------------ framing
 
-    def _frame(self, payload: bytes, *, nested_refs: bool = False) -> bytes:
+    def _frame(self, payload: bytes, *, nested_refs: bool = False, sealed: bool = False) -> bytes:
         if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
+            if sealed:
+                return framing.sealed_frame(payload, nested_refs)
             return framing.plain_frame(payload, nested_refs)
         return framing.frame(
             payload,
@@ -283,10 +321,13 @@ class CheckpointCodec(Decoding):
             max_compression_ratio=self._max_compression_ratio,
             compress_threshold=self._compress_threshold,
             compressor=self._compressor,
+            sealed=sealed,
         )
 
-    def _unframe(self, body: bytes, checkpoint_id: str) -> bytes | memoryview:
-        return framing.unframe(body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio)
+    def _unframe(self, body: bytes, checkpoint_id: str, sealed: bool = False) -> bytes | memoryview:
+        return framing.unframe(
+            body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio, sealed
+        )
 
     # ------------------------------------------------------------------ encoding
 
@@ -383,7 +424,7 @@ class CheckpointCodec(Decoding):
             payload = packer.pack_payload(self._checkpoint_plain(checkpoint, tag))
         finally:
             tree.containers.pop()
-        body = self._frame(payload, nested_refs=tree.references > references_before)
+        body = self._frame(payload, nested_refs=tree.references > references_before, sealed=tree.sealed)
         first = tree.first_seen.get(checkpoint_id)
         if first is None:
             tree.first_seen[checkpoint_id] = index
@@ -398,3 +439,50 @@ class CheckpointCodec(Decoding):
             del tree.nodes[index:]
         tree.references += 1
         return packer.ext(EXT_NESTED_REF, msgspec.msgpack.encode(checkpoint_id))
+
+
+_TAKES_SEALED: dict[type[Any], bool] = {}
+
+
+def takes_sealed(codec: CheckpointCodec) -> bool:
+    """True if ``codec`` reads and writes bodies framed for a seal (``sealed=``): its class keeps
+    this one's encode and decode methods, or its overrides take the keyword. A keyed storage whose
+    codec overrides one without it frames bodies with a CRC and decodes without the keyword, as
+    before the keyword existed (a body framed for a seal is then refused, by name)."""
+    cls = type(codec)
+    known = _TAKES_SEALED.get(cls)
+    if known is None:
+        known = _TAKES_SEALED[cls] = all(
+            _accepts_sealed(getattr(cls, name), getattr(CheckpointCodec, name))
+            for name in ("encode_checkpoint", "encode_checkpoint_tree", "decode_checkpoint")
+        )
+    return known
+
+
+def decode_sealed(
+    codec: CheckpointCodec,
+    body: bytes,
+    *,
+    checkpoint_id: str,
+    nested: Mapping[str, bytes] | None = None,
+    construct_types: bool = True,
+) -> Any:
+    """``codec.decode_checkpoint`` of a body whose seal was just verified (or, stored without
+    one, whose frame was checked): with ``sealed=True`` if the codec takes it."""
+    if takes_sealed(codec):
+        return codec.decode_checkpoint(
+            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types, sealed=True
+        )
+    return codec.decode_checkpoint(
+        body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+    )
+
+
+def _accepts_sealed(method: Any, base: Any) -> bool:
+    if method is base:
+        return True
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "sealed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

@@ -71,7 +71,9 @@ class Decoding(TypeRegistry):
 
     _decoder: msgspec.msgpack.Decoder[Any]
 
-    def _unframe(self, body: bytes, checkpoint_id: str) -> bytes | memoryview:  # pragma: no cover
+    def _unframe(  # pragma: no cover
+        self, body: bytes, checkpoint_id: str, sealed: bool = False
+    ) -> bytes | memoryview:
         raise NotImplementedError
 
     def _decoders(self) -> dict[int, Callable[[Any], Any]]:
@@ -198,7 +200,7 @@ class Decoding(TypeRegistry):
             raise Undecodable(f"embedded checkpoint {checkpoint_id!r} is missing from the storage")
         resolver.in_progress.add(checkpoint_id)
         try:
-            payload = self._unframe(body, checkpoint_id)
+            payload = self._unframe(body, checkpoint_id, resolver.sealed)
             wire = self._decoder.decode(payload)
             if not isinstance(wire, list):
                 raise Undecodable("payload is not a checkpoint record")

@@ -1,9 +1,12 @@
 """The body frame: ``header + payload``, and the bounds a stored body is checked against.
 
-The header carries a magic, the format version, flags (zstd, nested refs) and a CRC-32 of the
-payload, so any damage to stored bytes is detected instead of decoded into silently different
-data. A compressed payload must declare its size and expand at most ``max_compression_ratio``
-times; no payload is larger than ``max_payload_bytes`` once decompressed.
+The header carries a magic, the format version, flags (zstd, nested refs, sealed) and a CRC-32 of
+the payload, so any damage to stored bytes is detected instead of decoded into silently different
+data. A body framed for a seal (``FLAG_SEALED``) carries no CRC: the MAC of the seal around it
+(storages/integrity.py) covers every one of its bytes, and such a body is read only by a caller
+that has just verified that MAC (``sealed=True``); any other read refuses it. A compressed
+payload must declare its size and expand at most ``max_compression_ratio`` times; no payload is
+larger than ``max_payload_bytes`` once decompressed.
 """
 
 from __future__ import annotations
@@ -22,13 +25,26 @@ the format did not change and no new version was needed."""
 FLAG_ZSTD: Final = 0x01
 FLAG_NESTED_REFS: Final = 0x02
 """The payload refers to embedded checkpoints stored as records of their own."""
-KNOWN_FLAGS: Final = FLAG_ZSTD | FLAG_NESTED_REFS
+FLAG_SEALED: Final = 0x04
+"""No CRC here (the field is zero): the enclosing seal's MAC protects this body. Written by keyed
+saves; accepted only by a read that has just verified that seal (``sealed=True``), refused by any
+other (an unkeyed handle, an unsigned body in migration mode, a body read without its seal).
+
+Not a new format version: the header layout and the payload encoding are version 1's, and a
+flag is how version 1 says something about one body. A reader from before this flag refuses it
+by name ("unknown body flags", KNOWN_FLAGS below), just as a version check would refuse a new
+version, so no body is ever read the wrong way; and version-1 readers keep their fast path for
+the plain header. The version changes when a reader that knows every flag still could not
+read a body: a new header layout or payload encoding."""
+KNOWN_FLAGS: Final = FLAG_ZSTD | FLAG_NESTED_REFS | FLAG_SEALED
 FLAGS_OFFSET: Final = 3
 _HEADER = struct.Struct(">2sBBI")  # magic, format version, flags, crc32 of payload
 HEADER_SIZE: Final = _HEADER.size
 CRC = struct.Struct(">I")
 PLAIN_PREFIX: Final = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0)[: FLAGS_OFFSET + 1]
 """A version-1 header without flags, up to its CRC."""
+SEALED_PREFIX: Final = _HEADER.pack(MAGIC, FORMAT_VERSION, FLAG_SEALED, 0)
+"""The whole header of a body framed for a seal, uncompressed and without nested refs."""
 
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 256 * 1024 * 1024
 """Largest payload (after decompression) a codec writes or reads, unless configured otherwise."""
@@ -45,8 +61,10 @@ def frame(
     max_compression_ratio: int,
     compress_threshold: int | None,
     compressor: Any,
+    sealed: bool = False,
 ) -> bytes:
-    """``payload`` behind its header, compressed when ``compress_threshold`` says so."""
+    """``payload`` behind its header, compressed when ``compress_threshold`` says so; with
+    ``sealed``, framed for a seal (FLAG_SEALED, no CRC)."""
     if len(payload) > max_payload_bytes:
         raise InvalidCheckpointError(
             f"The checkpoint encodes to {len(payload)} bytes, over this codec's max_payload_bytes "
@@ -55,14 +73,16 @@ def frame(
             field="checkpoint",
         )
     if compress_threshold is None or len(payload) < compress_threshold:
-        return plain_frame(payload, nested_refs)
+        return sealed_frame(payload, nested_refs) if sealed else plain_frame(payload, nested_refs)
     compressed = compressor().compress(payload)
     # A payload that expands more than a reader allows is stored as it is, so every body this
     # codec writes is one it can read back.
     if len(compressed) * max_compression_ratio < len(payload):
-        return plain_frame(payload, nested_refs)
+        return sealed_frame(payload, nested_refs) if sealed else plain_frame(payload, nested_refs)
     payload = compressed
     flags = FLAG_ZSTD | (FLAG_NESTED_REFS if nested_refs else 0)
+    if sealed:
+        return _HEADER.pack(MAGIC, FORMAT_VERSION, flags | FLAG_SEALED, 0) + payload
     return _HEADER.pack(MAGIC, FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
 
 
@@ -72,8 +92,19 @@ def plain_frame(payload: bytes, nested_refs: bool) -> bytes:
     return _HEADER.pack(MAGIC, FORMAT_VERSION, flags, zlib.crc32(payload)) + payload
 
 
-def check_frame(body: bytes, checkpoint_id: str) -> tuple[int, memoryview]:
-    """The flags and payload of an intact body; damage raises CheckpointCorruptedError."""
+def sealed_frame(payload: bytes, nested_refs: bool) -> bytes:
+    """``payload`` behind a header framed for a seal (FLAG_SEALED, no CRC), uncompressed."""
+    if nested_refs:
+        return _HEADER.pack(MAGIC, FORMAT_VERSION, FLAG_SEALED | FLAG_NESTED_REFS, 0) + payload
+    return SEALED_PREFIX + payload
+
+
+def check_frame(body: bytes, checkpoint_id: str, sealed: bool = False) -> tuple[int, memoryview]:
+    """The flags and payload of an intact body; damage raises CheckpointCorruptedError.
+
+    ``sealed``: the caller has just verified the MAC of the seal around ``body`` (or checked the
+    body's frame itself): its CRC is not computed again, and a body framed for a seal is accepted.
+    Without it, such a body is refused: nothing else vouches for its bytes."""
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise CheckpointCorruptedError(checkpoint_id, f"stored body is {type(body).__name__}, not bytes")
     if len(body) < HEADER_SIZE:
@@ -87,22 +118,37 @@ def check_frame(body: bytes, checkpoint_id: str) -> tuple[int, memoryview]:
         # A flag this version does not know changes how the payload reads; never guess.
         raise CheckpointCorruptedError(checkpoint_id, f"unknown body flags {flags:#04x}")
     payload = memoryview(body)[HEADER_SIZE:]
+    if sealed:
+        return flags, payload
+    if flags & FLAG_SEALED:
+        raise CheckpointCorruptedError(checkpoint_id, UNSEALED_READ)
     if zlib.crc32(payload) != crc:
         raise CheckpointCorruptedError(checkpoint_id, "checksum mismatch: stored bytes were altered")
     return flags, payload
 
 
+UNSEALED_READ: Final = (
+    "its body has no CRC (it is framed for a seal, whose MAC protects it) but was read without a "
+    "verified seal around it"
+)
+"""Why a body framed for a seal is refused by a read that did not verify its seal."""
+
+
 def unframe(
-    body: bytes, checkpoint_id: str, max_payload_bytes: int, max_compression_ratio: int
+    body: bytes,
+    checkpoint_id: str,
+    max_payload_bytes: int,
+    max_compression_ratio: int,
+    sealed: bool = False,
 ) -> bytes | memoryview:
-    """The payload of an intact body, decompressed within the bounds."""
+    """The payload of an intact body, decompressed within the bounds (``sealed``: check_frame's)."""
     # The common body (bytes, no flags) is checked in line; any other, or any failed check, takes
     # the full checks, which name what is wrong.
-    if type(body) is bytes and len(body) >= HEADER_SIZE and body.startswith(PLAIN_PREFIX):
+    if not sealed and type(body) is bytes and len(body) >= HEADER_SIZE and body.startswith(PLAIN_PREFIX):
         payload = memoryview(body)[HEADER_SIZE:]
         if len(payload) <= max_payload_bytes and zlib.crc32(payload) == CRC.unpack_from(body, 4)[0]:
             return payload
-    flags, payload = check_frame(body, checkpoint_id)
+    flags, payload = check_frame(body, checkpoint_id, sealed)
     if flags & FLAG_ZSTD:
         return decompress_bounded(payload, checkpoint_id, max_payload_bytes, max_compression_ratio)
     if len(payload) > max_payload_bytes:

@@ -110,6 +110,8 @@ class TreeEncoding:
     first_seen: dict[str, int]
     references: int = 0
     """References written so far; a body wrote some if this grew while it was encoded."""
+    sealed: bool = False
+    """Every body goes inside a seal of its own: framed without a CRC (frame.FLAG_SEALED)."""
 
     def mark(self) -> tuple[int, int, dict[str, int], int]:
         return len(self.nodes), len(self.containers), dict(self.first_seen), self.references
@@ -131,6 +133,8 @@ class NestedResolver:
     bodies: Mapping[str, bytes]
     given: bool
     """False when the caller passed no nested records at all."""
+    sealed: bool = False
+    """The caller verified every body's seal (decode_checkpoint's ``sealed``)."""
     decoded: dict[str, Any] = dataclasses.field(default_factory=dict)
     in_progress: set[str] = dataclasses.field(default_factory=set)
 

@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..codec.codec import decode_sealed
 from ..contract import AncestryEnd, AncestryWalk, Capability, CheckpointID, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError
 from ..integrity import Link, Seal, TamperKind, is_sealed, parse_seal
@@ -85,7 +86,7 @@ class PruneReceipts(StoragePrimitives):
             opened, seal = self._opened_body(StoredBody(checkpoint_id, raw))
             if seal is None:
                 raise _unreceipted(pruned_id, "its receipt is not signed")
-            receipt = self._codec.decode_checkpoint(opened.body, checkpoint_id=checkpoint_id)
+            receipt = decode_sealed(self._codec, opened.body, checkpoint_id=checkpoint_id)
         except CheckpointCorruptedError as exc:  # a CheckpointTamperedError too
             raise _unreceipted(pruned_id, f"its receipt is not authentic ({exc.reason})") from None
         state = receipt.state if isinstance(receipt.state, dict) else {}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from typing_extensions import Self
 
+from ..codec.frame import check_frame
 from ..contract import CheckpointID, validate_identifier
 from ..errors import CheckpointTamperedError, InvalidCheckpointError, StorageConfigurationError
 from ..integrity import (
@@ -69,6 +70,13 @@ class SealedRecords(StoragePrimitives):
     in-process store does: reading one again then needs no second MAC (see _opened_body). A
     backend that builds new bytes per read leaves it False: a held entry would never match."""
     _opened: bool
+    _engine_chain: ClassVar[bool] = True
+    """True while the class keeps the engine's own _chain_link (set per subclass by the storage
+    template): a save then chains onto a remembered predecessor in line, without a coroutine per
+    record. A subclass that overrides it (a test double, say) has its override awaited."""
+    _engine_mac: ClassVar[bool] = True
+    """True while the class keeps the engine's own _integrity_mac: saves and reads call
+    record_mac directly, one Python call fewer per record; an override is called instead."""
 
     if TYPE_CHECKING:
 
@@ -126,7 +134,9 @@ class SealedRecords(StoragePrimitives):
     def open_sealed(self, checkpoint_id: CheckpointID, raw: bytes) -> tuple[Seal | None, bytes]:
         """Verify stored bytes as a read does and return their seal and codec body (for verify).
 
-        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only.
+        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only,
+        after its frame is checked (CheckpointCorruptedError if damaged). Either body decodes
+        with ``sealed=True``.
         """
         stored, seal = self._opened_body(StoredBody(checkpoint_id, raw))
         return seal, stored.body
@@ -199,7 +209,9 @@ class SealedRecords(StoragePrimitives):
         provider = self._integrity
         assert provider is not None
         key_id, key = provider.signing_key()
-        mac_of = self._integrity_mac
+        mac_of = record_mac if self._engine_mac else self._integrity_mac
+        in_line = self._engine_chain
+        macs = self._chain_macs
         held = self._held_verified
         family: dict[CheckpointID, tuple[bytes, int]] = {}
         sealed: list[CheckpointRecord] = []
@@ -213,10 +225,21 @@ class SealedRecords(StoragePrimitives):
             root_id,
             position,
         ) in drafts:
-            link_kind, link, height = await self._chain_link(previous_id, family)
+            # _chain_link, in line for a remembered predecessor (nearly every save: a runner's
+            # next checkpoint follows the one it saved last); any other costs the coroutine.
+            if not in_line:
+                link_kind, link, height = await self._chain_link(previous_id, family)
+            elif previous_id is None:
+                link_kind, link, height = _ROOT_LINK
+            else:
+                known = family.get(previous_id) or macs.get(previous_id)
+                if known is None:
+                    link_kind, link, height = await self._chain_link(previous_id, family)
+                else:
+                    link_kind, link, height = _PRESENT, known[0], known[1] + 1
             header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
             mac = mac_of(key, checkpoint_id, header, body)
-            raw = header + mac + body
+            raw = b"".join((header, mac, body))  # one copy of the body, not two
             sealed.append(
                 CheckpointRecord(
                     checkpoint_id,
@@ -245,7 +268,17 @@ class SealedRecords(StoragePrimitives):
                     mac,
                     previous_id or None,
                 )
-                self._hold(held, checkpoint_id, (raw, key, _new_tuple(Seal, fields), len(raw) - len(body)))
+                record = (raw, key, _new_tuple(Seal, fields), len(raw) - len(body))
+                size = len(raw)
+                if size <= HELD_BYTES and checkpoint_id not in held:
+                    # _hold, in line for a new id (every save but a repeated one)
+                    total = self._held_bytes + size
+                    held[checkpoint_id] = record
+                    while total > HELD_BYTES or len(held) > LINK_CACHE_SIZE:
+                        total -= len(held.popitem(last=False)[1][0])  # the oldest entry
+                    self._held_bytes = total
+                else:
+                    self._hold(held, checkpoint_id, record)
         return sealed, family
 
     def _remember_chain(self, chain: Mapping[CheckpointID, tuple[bytes, int]]) -> None:
@@ -281,7 +314,11 @@ class SealedRecords(StoragePrimitives):
         self._held_bytes = total
 
     def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
-        """``stored`` with its seal verified and removed (and its nested bodies'), and the seal."""
+        """``stored`` with its seal verified and removed (and its nested bodies'), and the seal.
+
+        The body returned is one a decode reads with ``sealed=True``: its seal's MAC held, or it
+        is unsigned (migration mode) and its frame was checked here (CheckpointCorruptedError if
+        damaged, or if it is framed for a seal it does not have)."""
         provider = self._integrity
         assert provider is not None
         checkpoint_id = stored.checkpoint_id
@@ -291,6 +328,10 @@ class SealedRecords(StoragePrimitives):
         raw = stored.body
         if raw[:_MAGIC_SIZE] != _MAGIC:  # is_sealed, in line: this runs on every keyed read
             if accepts_unsigned(provider):
+                # Nothing vouches for it but its CRC: checked here, once, so that a decode need
+                # not know which bodies of a read were sealed (a save will not chain onto it
+                # either if it is damaged, as onto a record whose MAC fails).
+                check_frame(raw, checkpoint_id)
                 return dataclasses.replace(stored, nested=nested), None
             raise CheckpointTamperedError(
                 checkpoint_id,
@@ -319,7 +360,8 @@ class SealedRecords(StoragePrimitives):
         if key is None:
             raise unknown_key(checkpoint_id, seal.key_id)
         body = raw[body_start:]
-        if not _compare_digest(self._integrity_mac(key, checkpoint_id, raw[:header_end], body), seal.mac):
+        mac_of = record_mac if self._engine_mac else self._integrity_mac
+        if not _compare_digest(mac_of(key, checkpoint_id, raw[:header_end], body), seal.mac):
             raise mac_mismatch(checkpoint_id)
         macs = self._chain_macs  # _remember, in line
         macs[checkpoint_id] = (seal.mac, seal.height)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Final
 from typing_extensions import Self
 
 from ..codec import CheckpointCodec, TypeRef
+from ..codec.codec import decode_sealed, takes_sealed
 from ..contract import (
     MAX_ID_LENGTH,
     UNFENCED,
@@ -85,6 +86,8 @@ class BaseCheckpointStorage(ExtensionOperations):
         except (ValueError, TypeError) as exc:
             raise StorageConfigurationError(f"{type(self).__name__}: {exc}") from None
         self._codec = codec
+        self._seals_frames = takes_sealed(codec)
+        """The codec frames keyed bodies for their seal (no CRC) and reads them given ``sealed``."""
         self._closed = False
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
@@ -108,6 +111,8 @@ class BaseCheckpointStorage(ExtensionOperations):
             cls._records_for is BaseCheckpointStorage._records_for
             and cls._record_for is BaseCheckpointStorage._record_for
         )
+        cls._engine_chain = cls._chain_link is BaseCheckpointStorage._chain_link
+        cls._engine_mac = cls._integrity_mac is BaseCheckpointStorage._integrity_mac
         own_init = cls.__dict__.get("__init__")
         if own_init is not None:
             cls.__init__ = recording_settings(own_init)  # type: ignore[method-assign]
@@ -212,10 +217,11 @@ class BaseCheckpointStorage(ExtensionOperations):
         stored = await self._load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        if self._integrity is None and not self._codec.has_nested_refs(stored.body):
-            checkpoint = self._decode(stored)  # what _decode_all does for it, without its lists
+        opened = stored if self._integrity is None else self._opened_body(stored)[0]
+        if not self._codec.has_nested_refs(opened.body):
+            checkpoint = self._decode(opened)  # what _decode_all does for it, without its lists
         else:
-            (checkpoint,) = await self._decode_all([stored])
+            (checkpoint,) = await self._decode_opened([opened])
         if parsed is not None:
             await self._check_anchor_head_stored(parsed, stored)
         if (
@@ -472,12 +478,18 @@ class BaseCheckpointStorage(ExtensionOperations):
         return records
 
     def _drafts_for(self, checkpoint: Any) -> list[RecordDraft]:
-        """What each record of a save holds before its digest (or its seal): the checkpoint, then
-        (with ``nested``) each embedded one. Keyed saves seal these directly (sealing.py), so no
-        record is built twice."""
+        """What each record of a keyed save holds before its seal: the checkpoint, then (with
+        ``nested``) each embedded one. Keyed saves seal these directly (sealing.py), so no record
+        is built twice. Their bodies are framed for the seal: no CRC, the MAC covers them. A flat
+        checkpoint (check_fields) embeds nothing, so it is one body on every backend."""
         flat = check_fields(checkpoint)
+        sealed = self._seals_frames
         if flat or Capability.NESTED not in self.capabilities:
-            body = self._codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat)
+            body = (
+                self._codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat, sealed=True)
+                if sealed
+                else self._codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat)
+            )
             return [
                 (
                     checkpoint.checkpoint_id,
@@ -490,7 +502,12 @@ class BaseCheckpointStorage(ExtensionOperations):
                     0,
                 )
             ]
-        return self._tree_drafts(checkpoint, self._codec.encode_checkpoint_tree(checkpoint))
+        nodes = (
+            self._codec.encode_checkpoint_tree(checkpoint, sealed=True)
+            if sealed
+            else self._codec.encode_checkpoint_tree(checkpoint)
+        )
+        return self._tree_drafts(checkpoint, nodes)
 
     @staticmethod
     def _tree_drafts(checkpoint: Any, nodes: Sequence[Any]) -> list[RecordDraft]:
@@ -539,6 +556,15 @@ class BaseCheckpointStorage(ExtensionOperations):
         found by (the workflow, the signature asked for, its index entry)."""
         if self._integrity is not None:
             stored = [self._opened_body(item)[0] for item in stored]
+        return await self._decode_opened(stored, workflow_name, graph_signature_hash)
+
+    async def _decode_opened(
+        self,
+        stored: Sequence[StoredBody],
+        workflow_name: str | None = None,
+        graph_signature_hash: str | None = None,
+    ) -> list[Any]:
+        """_decode_all of bodies already opened (on a keyed handle: what _opened_body returned)."""
         has_refs = self._codec.has_nested_refs
         containers = [item for item in stored if has_refs(item.body)]
         if not containers:
@@ -566,9 +592,16 @@ class BaseCheckpointStorage(ExtensionOperations):
         nested: Mapping[CheckpointID, bytes] | None = None,
         graph_signature_hash: str | None = None,
     ) -> Any:
-        checkpoint = self._codec.decode_checkpoint(
-            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
-        )
+        """Decode one body; on a keyed handle ``stored`` (and ``nested``) must be what
+        _opened_body returned: a verified seal's body, or an unsigned body whose frame it checked."""
+        if self._integrity is not None and self._seals_frames:
+            checkpoint = self._codec.decode_checkpoint(
+                stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=True
+            )
+        else:
+            checkpoint = self._codec.decode_checkpoint(
+                stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
+            )
         try:
             check_against_index(stored, checkpoint, workflow_name, graph_signature_hash)
         except CheckpointCorruptedError as exc:
@@ -597,9 +630,15 @@ class BaseCheckpointStorage(ExtensionOperations):
             raise CheckpointConflictError(top.checkpoint_id)
         (existing,) = await self._decode_all([stored])
         incoming_nested = {record.checkpoint_id: unsealed_own(record.body) for record in records[1:]}
-        incoming = self._codec.decode_checkpoint(
-            unsealed_own(top.body), checkpoint_id=top.checkpoint_id, nested=incoming_nested or None
-        )
+        top_body = unsealed_own(top.body)
+        if self._integrity is None:
+            incoming = self._codec.decode_checkpoint(
+                top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested or None
+            )
+        else:  # this handle's own records, built just now: their bodies are framed for the seal
+            incoming = decode_sealed(
+                self._codec, top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested or None
+            )
         if type(existing) is not type(incoming) or existing != incoming:
             raise CheckpointConflictError(top.checkpoint_id)
 

@@ -5,11 +5,12 @@ signatures between them."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..codec import CheckpointCodec
+from ..codec.codec import decode_sealed
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ..errors import (
     CheckpointCorruptedError,
@@ -35,6 +36,19 @@ class _Family:
     members: list[CheckpointInfo] = field(default_factory=list)
     """Breadth first from the family's root: containers before what they contain."""
     bodies: dict[CheckpointID, bytes] = field(default_factory=dict)
+
+
+def _decode_plain(
+    codec: CheckpointCodec,
+    body: bytes,
+    *,
+    checkpoint_id: str,
+    nested: Mapping[str, bytes] | None = None,
+    construct_types: bool = True,
+) -> Any:
+    return codec.decode_checkpoint(
+        body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+    )
 
 
 class Scan:
@@ -148,6 +162,9 @@ class Scan:
                 self._broken.add(checkpoint_id)
                 self._add(FindingKind.TAMPERED, (checkpoint_id,), exc.message, info.workflow_name)
                 return None
+            except CheckpointCorruptedError as exc:  # unsigned (migration mode) and damaged
+                self._undecodable(info, exc.reason)
+                return None
             self._seals[checkpoint_id] = seal
             if seal is not None and seal.container_id != info.container_id:
                 self._add(
@@ -158,7 +175,9 @@ class Scan:
                     info.workflow_name,
                 )
         try:
-            self._refs[checkpoint_id] = CheckpointCodec.nested_ref_ids(body, checkpoint_id=checkpoint_id)
+            self._refs[checkpoint_id] = CheckpointCodec.nested_ref_ids(
+                body, checkpoint_id=checkpoint_id, sealed=self._open_sealed is not None
+            )
         except CheckpointCorruptedError as exc:
             self._undecodable(info, exc.reason)
             return None
@@ -187,14 +206,17 @@ class Scan:
         body = bodies[checkpoint_id]
         try:
             nested = bodies if CheckpointCodec.has_nested_refs(body) else None
+            # On a keyed storage the bodies are what open_sealed returned: verified, so decoded
+            # as sealed (their CRCs are not computed again; bodies framed for a seal read).
+            decode = decode_sealed if self._open_sealed is not None else _decode_plain
             if self._structure_only:
                 # Every value is read, none is constructed: app and MAF types come back opaque.
                 codec = self._codec if self._codec is not None else CheckpointCodec()
-                checkpoint: Any = codec.decode_checkpoint(
-                    body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False
+                checkpoint: Any = decode(
+                    codec, body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False
                 )
             elif self._codec is not None:
-                checkpoint = self._codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, nested=nested)
+                checkpoint = decode(self._codec, body, checkpoint_id=checkpoint_id, nested=nested)
             else:
                 checkpoint = await self._storage.load(checkpoint_id)
         except CheckpointTypeNotAllowedError as exc:
@@ -318,7 +340,9 @@ class Scan:
         if body is None:
             return None
         try:
-            refs = CheckpointCodec.nested_ref_ids(body, checkpoint_id=checkpoint_id)
+            refs = CheckpointCodec.nested_ref_ids(
+                body, checkpoint_id=checkpoint_id, sealed=self._open_sealed is not None
+            )
         except CheckpointCorruptedError:
             return None  # out of scope: a full scan reports it
         self._refs[checkpoint_id] = refs
@@ -363,7 +387,7 @@ class Scan:
             raw = await self._storage.read_raw_body(previous_id)
             try:
                 opened = None if raw is None else self._open_sealed_or_none(previous_id, raw)
-            except CheckpointTamperedError:
+            except CheckpointCorruptedError:  # a CheckpointTamperedError too
                 return  # the predecessor's own finding says what is wrong with it
             self._seals[previous_id] = opened
         previous = self._seals[previous_id]
@@ -386,7 +410,7 @@ class Scan:
             return raw
         try:
             return self._open_sealed(checkpoint_id, raw)[1]
-        except CheckpointTamperedError:
+        except CheckpointCorruptedError:  # a CheckpointTamperedError too
             return None  # reported where the record itself is checked
 
     def _already_reported(self, checkpoint_id: CheckpointID) -> bool:

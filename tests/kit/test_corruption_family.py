@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from conformance import BackendReport, Outcome, all_clauses
+import pytest
+
+from conformance import BackendReport, Outcome, all_clauses, target_from_url
+from conformance.clauses.tamper import KIT_KEY
 from storages.base import StoredBody
 from storages.contract import Capability, WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
@@ -125,6 +129,27 @@ class NamesTheWrongId(DoubleStorage):
 def test_in_memory_storage_passes_every_corruption_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+def test_a_keyed_in_memory_storage_passes_every_corruption_clause() -> None:
+    # Its bodies carry no CRC (the seal's MAC covers them): damage fails the MAC instead, a
+    # CheckpointTamperedError, which is the CheckpointCorruptedError naming the id the clauses ask for.
+    def factory() -> InMemoryCheckpointStorage:
+        return InMemoryCheckpointStorage(integrity_key=KIT_KEY)
+
+    backend = run_family(factory)
+    assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
+
+
+@pytest.mark.sqlite
+def test_a_sqlite_url_with_a_key_passes_every_corruption_clause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KIT_CORRUPTION_KEY", KIT_KEY.hex())
+    backend = run_family(target_from_url(f"sqlite:///{tmp_path}/kit.db?integrity_key_env=KIT_CORRUPTION_KEY"))
+    assert backend.results
     assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
 
 

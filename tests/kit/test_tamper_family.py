@@ -96,7 +96,9 @@ class ReadsWhateverBodyIsStored(InMemoryCheckpointStorage):
         nested: Mapping[str, bytes] | None = None,
         graph_signature_hash: str | None = None,
     ) -> Any:
-        return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
+        return self.codec.decode_checkpoint(
+            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=True
+        )
 
 
 class IgnoresTheIndexEntry(InMemoryCheckpointStorage):
