@@ -62,8 +62,10 @@ def test_flat_bodies_are_the_long_paths_bodies() -> None:
     assert expected == codec.encode_checkpoint(checkpoint)
     (record,) = storage._records_for(checkpoint)
     assert record.body == storage._record_for(checkpoint).body == expected
+    # Keyed drafts are framed for their seal: the same body with the sealed flag and no CRC.
     ((*_, body, _, _, _),) = storage._drafts_for(checkpoint)
-    assert body == expected
+    assert body == codec.encode_checkpoint(checkpoint, sealed=True)
+    assert body == codec.encode_checkpoint_tree(checkpoint, sealed=True)[0].body
 
 
 def test_bin_like_values_and_embedded_checkpoints_keep_their_way() -> None:
