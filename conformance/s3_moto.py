@@ -27,24 +27,30 @@ from .faults import Fault, FaultInjector, SimulatedCrash
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 DEFAULT_REGION = "us-east-1"
 
-_put_lock = threading.Lock()
+_bucket_lock = threading.RLock()
 
 
 def make_conditional_writes_atomic() -> None:
-    """Serialise moto's PutObject handler (idempotent): the precondition check and the write
-    then happen as one step, as on S3."""
+    """Serialise moto's handlers that change or walk a bucket's keys (idempotent): a PutObject's
+    precondition check and write then happen as one step, as on S3, and a listing never walks
+    the key map while another request changes it (moto's own map is not safe for that: a key
+    deleted mid-walk raised KeyError inside ListObjectsV2, failing a concurrent save)."""
     from moto.s3.responses import S3Response
 
-    original = S3Response.put_object
-    if getattr(original, "_checkpoint_atomic", False):
-        return
+    for name in ("put_object", "delete_object", "list_objects", "list_objects_v2"):
+        original = getattr(S3Response, name, None)
+        if original is None or getattr(original, "_checkpoint_atomic", False):
+            continue
+        setattr(S3Response, name, _serialised(original))
 
-    def put_object(self: Any) -> Any:
-        with _put_lock:
-            return original(self)
 
-    put_object._checkpoint_atomic = True  # type: ignore[attr-defined]
-    S3Response.put_object = put_object  # type: ignore[method-assign]
+def _serialised(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def serialised(self: Any) -> Any:
+        with _bucket_lock:
+            return handler(self)
+
+    serialised._checkpoint_atomic = True  # type: ignore[attr-defined]
+    return serialised
 
 
 def make_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64) -> Any:
