@@ -282,3 +282,25 @@ def check_against_index(
         raise disagree("previous id", entry.previous_checkpoint_id, checkpoint.previous_checkpoint_id)
     if checkpoint.graph_signature_hash != entry.graph_signature_hash:
         raise disagree("graph signature", entry.graph_signature_hash, checkpoint.graph_signature_hash)
+
+
+def stored_row(row: Sequence[object]) -> StoredBody:
+    """A SQL row of (checkpoint_id, body, workflow_name, previous_checkpoint_id,
+    graph_signature_hash, ...) as a StoredBody with its index entry; a value of the wrong kind
+    raises CheckpointCorruptedError naming the record (SQLite and PostgreSQL share this)."""
+    checkpoint_id, body, workflow_name, previous_id, signature = row[:5]
+    if (
+        type(checkpoint_id) is str
+        and type(body) is bytes
+        and type(workflow_name) is str
+        and type(signature) is str
+        and (previous_id is None or type(previous_id) is str)
+    ):  # what the SQL backends write, checked without a call; anything else names its record below
+        return StoredBody(checkpoint_id, body, entry=IndexEntry(workflow_name, previous_id, signature))
+    record_id = stored_id(checkpoint_id)
+    entry = IndexEntry(
+        index_text(workflow_name, record_id, "workflow name"),
+        None if previous_id is None else index_text(previous_id, record_id, "previous id"),
+        index_text(signature, record_id, "graph signature"),
+    )
+    return StoredBody(record_id, stored_body(record_id, body), entry=entry)

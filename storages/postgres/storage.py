@@ -23,7 +23,6 @@ from ..base import (
     BaseCheckpointStorage,
     CheckpointRecord,
     FenceCheck,
-    IndexEntry,
     StoredBody,
     WalkRecords,
     info_from_index,
@@ -31,7 +30,7 @@ from ..base import (
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..engine.primitives import current_operation
-from ..engine.records import index_text, stored_body, stored_id, stored_ids
+from ..engine.records import index_text, stored_body, stored_id, stored_ids, stored_row
 from ..errors import StorageConfigurationError
 from ..integrity import IntegrityKeyInput
 from .client import Connection, PostgresClient
@@ -389,23 +388,7 @@ class _Queries:
         )
 
 
-def _stored(row: Sequence[Any]) -> StoredBody:
-    checkpoint_id, body, workflow_name, previous_id, signature = row[:5]
-    if (
-        type(checkpoint_id) is str
-        and type(body) is bytes
-        and type(workflow_name) is str
-        and type(signature) is str
-        and (previous_id is None or type(previous_id) is str)
-    ):  # what this storage writes, checked without a call; anything else names its record below
-        return StoredBody(checkpoint_id, body, entry=IndexEntry(workflow_name, previous_id, signature))
-    record_id = stored_id(checkpoint_id)
-    entry = IndexEntry(
-        index_text(workflow_name, record_id, "workflow name"),
-        None if previous_id is None else index_text(previous_id, record_id, "previous id"),
-        index_text(signature, record_id, "graph signature"),
-    )
-    return StoredBody(record_id, stored_body(record_id, body), entry=entry)
+_stored = stored_row
 
 
 def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:

@@ -27,14 +27,13 @@ from ..base import (
     BaseCheckpointStorage,
     CheckpointRecord,
     FenceCheck,
-    IndexEntry,
     StoredBody,
     WalkRecords,
     info_from_index,
 )
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
-from ..engine.records import index_text, stored_body, stored_id, stored_ids
+from ..engine.records import index_text, stored_body, stored_id, stored_ids, stored_row
 from ..integrity import IntegrityKeyInput
 from . import commit, schema
 from .client import SQLiteClient
@@ -299,21 +298,4 @@ def _query_for(
     return by_signature, (workflow_name, graph_signature_hash)
 
 
-def _stored(row: Sequence[object]) -> StoredBody:
-    """A row of checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash."""
-    checkpoint_id, body, workflow_name, previous_id, signature = row
-    if (
-        type(checkpoint_id) is str
-        and type(body) is bytes
-        and type(workflow_name) is str
-        and type(signature) is str
-        and (previous_id is None or type(previous_id) is str)
-    ):  # what this storage writes, checked without a call; anything else names its record below
-        return StoredBody(checkpoint_id, body, entry=IndexEntry(workflow_name, previous_id, signature))
-    record_id = stored_id(checkpoint_id)
-    entry = IndexEntry(
-        index_text(workflow_name, record_id, "workflow name"),
-        None if previous_id is None else index_text(previous_id, record_id, "previous id"),
-        index_text(signature, record_id, "graph signature"),
-    )
-    return StoredBody(record_id, stored_body(record_id, body), entry=entry)
+_stored = stored_row
