@@ -177,7 +177,7 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "(pip install -e '.[bench]')[/]"
         )
     elif not args.no_targets:
-        with console.status("Issue 15 targets: codec, memory, SQLite against their peers"):
+        with console.status("Issue 15 targets: codec, memory, SQLite, S3 against their peers"):
             results["targets"] = await run_targets(
                 budget, saves_each=5 if args.quick else 20, rounds=3 if args.quick else 7
             )
@@ -284,8 +284,8 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
             "",
             "Peers in the same run (`pip install -e '.[bench]'`): plain msgspec and LangGraph's "
             "JsonPlusSerializer for the codec, InMemorySaver for memory, AsyncSqliteSaver and a raw "
-            "single INSERT of our exact body for SQLite (`bench/targets_bench.py` says exactly what "
-            "each side does).",
+            "single INSERT of our exact body for SQLite, moto's HTTP server (requests counted) for S3 "
+            "(`bench/targets_bench.py` says exactly what each side does).",
             "",
             table.to_markdown(),
             "",

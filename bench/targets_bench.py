@@ -10,10 +10,16 @@ codec, bench/callgrind_codec.py gives the load-independent instruction counts.
 * Memory save: ``InMemoryCheckpointStorage.save`` of the checkpoint against LangGraph's
   ``InMemorySaver.aput`` of a checkpoint whose channels hold the same messages, state and
   metadata.
+* Memory and SQLite reads, each side holding the same chain of ``HISTORY`` checkpoints in one
+  workflow (one thread): ``load`` of a stored id against ``aget_tuple`` with that checkpoint id,
+  ``get_latest`` against ``aget_tuple`` without one, and ``list_checkpoints`` (every body
+  decoded) against ``alist`` of the thread (every tuple deserialised).
 * SQLite save: ours against ``AsyncSqliteSaver.aput`` (langgraph-checkpoint-sqlite; both WAL,
   synchronous=FULL), and against a raw single autocommit INSERT of our exact body into a
   primary-key-only table on one aiosqlite connection, at FULL and at NORMAL (each side at the
   same setting).
+* S3 save: the requests one save sends (counted by a botocore hook on moto's HTTP server in this
+  process, bench/s3_costs.py), against the bound of 4; not a time, so machine load cannot move it.
 * 32 concurrent writers on one file: saves per second of 32 tasks sharing one handle, of 32
   handles (one per task), and of the raw INSERT from 32 tasks on one connection.
 """
@@ -39,21 +45,33 @@ from storages.sqlite import SQLiteCheckpointStorage
 
 from . import sqlite_counts
 from .measure import AsyncCase, Budget, Measurement, ratio, time_async, time_sync
-from .workload import template
+from .workload import numbered, template
 
 TARGETS: dict[str, tuple[str, float]] = {
     "codec_vs_msgspec": ("Codec encode+decode ÷ plain msgspec of the same data", 1.5),
     "codec_vs_jsonplus": ("Codec encode+decode ÷ LangGraph JsonPlusSerializer", 1.0),
     "memory_save_vs_inmemorysaver": ("Memory save ÷ LangGraph InMemorySaver.aput", 1.0),
+    "memory_load_vs_inmemorysaver": ("Memory load ÷ InMemorySaver.aget_tuple by id", 1.0),
+    "memory_latest_vs_inmemorysaver": ("Memory get_latest ÷ InMemorySaver.aget_tuple (latest)", 1.0),
+    "memory_list_vs_inmemorysaver": ("Memory list_checkpoints ÷ InMemorySaver.alist", 1.0),
     "sqlite_save_vs_asyncsqlitesaver": ("SQLite save ÷ AsyncSqliteSaver.aput (WAL, synchronous=FULL)", 1.0),
+    "sqlite_load_vs_asyncsqlitesaver": ("SQLite load ÷ AsyncSqliteSaver.aget_tuple by id", 1.0),
+    "sqlite_latest_vs_asyncsqlitesaver": ("SQLite get_latest ÷ AsyncSqliteSaver.aget_tuple (latest)", 1.0),
+    "sqlite_list_vs_asyncsqlitesaver": ("SQLite list_checkpoints ÷ AsyncSqliteSaver.alist", 1.0),
     "sqlite_save_vs_raw_full": ("SQLite save ÷ raw single INSERT (synchronous=FULL)", 1.5),
     "sqlite_save_vs_raw_normal": ("SQLite save ÷ raw single INSERT (synchronous=NORMAL)", 1.5),
     "sqlite_32_writers_vs_raw": ("SQLite 32-writer throughput ÷ raw INSERT throughput (shared handle)", 0.8),
+    "s3_save_requests": ("S3 save: requests per save", 4.0),
 }
-"""Key -> (what is compared, the issue's bound). The last one is a floor (ours must be at least
-the bound), the others ceilings."""
+"""Key -> (what is compared, the issue's bound). FLOORS are floors (ours must be at least the
+bound), the others ceilings; COUNTS are counts, not ratios."""
 FLOORS = frozenset({"sqlite_32_writers_vs_raw"})
+COUNTS = frozenset({"s3_save_requests"})
 WRITERS = 32
+HISTORY = 10
+"""Checkpoints each side holds for the read targets."""
+READS = ("load", "latest", "list")
+READS_WORKFLOW = "bench-targets-reads"
 _counter = itertools.count()
 
 
@@ -136,6 +154,80 @@ def _raw_insert(connection: Any, body: bytes) -> Callable[[Any], Awaitable[Any]]
     return insert
 
 
+Reads = dict[str, Callable[[Any], Awaitable[Any]]]
+"""The timed reads of one side, by name (READS)."""
+
+
+def _history(base: WorkflowCheckpoint) -> list[WorkflowCheckpoint]:
+    """A chain in a workflow of its own: the save targets add to ``base``'s workflow meanwhile."""
+    reads = replace(base, workflow_name=READS_WORKFLOW)
+    return [numbered(reads, index, "reads") for index in range(HISTORY)]
+
+
+async def _our_reads(storage: Any, base: WorkflowCheckpoint) -> Reads:
+    """``load``, ``get_latest`` and ``list_checkpoints`` over a chain of HISTORY saved checkpoints,
+    each checked once against what was saved (a read that returned nothing would time nothing)."""
+    chain = _history(base)
+    for checkpoint in chain:
+        await storage.save(checkpoint)
+    ids = [checkpoint.checkpoint_id for checkpoint in chain]
+    workflow = READS_WORKFLOW
+    if await storage.load(ids[3]) != chain[3]:
+        raise AssertionError("our storage did not load back what it saved")
+    latest = await storage.get_latest(workflow_name=workflow)
+    if latest is None or latest.checkpoint_id != ids[-1]:
+        raise AssertionError("our storage's latest is not the last save")
+    if len(await storage.list_checkpoints(workflow_name=workflow)) != HISTORY:
+        raise AssertionError("our storage did not list every save")
+    turn = itertools.count()
+
+    async def load(_: Any) -> Any:
+        return await storage.load(ids[next(turn) % HISTORY])
+
+    async def get_latest(_: Any) -> Any:
+        return await storage.get_latest(workflow_name=workflow)
+
+    async def list_all(_: Any) -> Any:
+        return await storage.list_checkpoints(workflow_name=workflow)
+
+    return {"load": load, "latest": get_latest, "list": list_all}
+
+
+async def _langgraph_reads(
+    saver: Any, base: WorkflowCheckpoint
+) -> dict[str, Callable[[Any], Awaitable[Any]]]:
+    """The same three reads through a LangGraph saver holding the same data in one thread."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    job, versions = _langgraph_job(base)
+    thread = {"configurable": {"thread_id": f"bench-reads-{uuid.uuid4().hex[:8]}", "checkpoint_ns": ""}}
+    config: Any = thread
+    configs = []
+    for step in range(HISTORY):
+        config = await saver.aput(config, {**job, "id": str(uuid6())}, {"step": step}, versions)
+        configs.append(config)
+    newest = await saver.aget_tuple(thread)
+    if (
+        newest is None
+        or newest.config["configurable"]["checkpoint_id"] != configs[-1]["configurable"]["checkpoint_id"]
+    ):
+        raise AssertionError("the LangGraph saver's latest is not its last put")
+    if len([item async for item in saver.alist(thread)]) != HISTORY:
+        raise AssertionError("the LangGraph saver did not list every put")
+    turn = itertools.count()
+
+    async def load(_: Any) -> Any:
+        return await saver.aget_tuple(configs[next(turn) % HISTORY])
+
+    async def get_latest(_: Any) -> Any:
+        return await saver.aget_tuple(thread)
+
+    async def list_all(_: Any) -> Any:
+        return [item async for item in saver.alist(thread)]
+
+    return {"load": load, "latest": get_latest, "list": list_all}
+
+
 async def run_storage_targets(budget: Budget, directory: Path) -> dict[str, Measurement]:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -153,9 +245,18 @@ async def run_storage_targets(budget: Budget, directory: Path) -> dict[str, Meas
         await native.setup()
         raw_full = await stack.enter_async_context(_raw_sqlite(directory / "raw-full.db", "FULL"))
         raw_normal = await stack.enter_async_context(_raw_sqlite(directory / "raw-normal.db", "NORMAL"))
-        cases = {
+        in_memory_saver = InMemorySaver()
+        read_cases: dict[str, AsyncCase] = {}
+        for prefix, ours, peer in (
+            ("memory", await _our_reads(memory, base), await _langgraph_reads(in_memory_saver, base)),
+            ("sqlite", await _our_reads(ours_full, base), await _langgraph_reads(native, base)),
+        ):
+            for read in READS:
+                read_cases[f"{prefix}/ours-{read}"] = AsyncCase(ours[read], one)
+                read_cases[f"{prefix}/peer-{read}"] = AsyncCase(peer[read], one)
+        cases = read_cases | {
             "memory/ours": AsyncCase(memory.save, _saves(base)),
-            "memory/inmemorysaver": AsyncCase(_langgraph_put(InMemorySaver(), base), one),
+            "memory/inmemorysaver": AsyncCase(_langgraph_put(in_memory_saver, base), one),
             "sqlite/ours-full": AsyncCase(ours_full.save, _saves(base)),
             "sqlite/ours-normal": AsyncCase(ours_normal.save, _saves(base)),
             "sqlite/asyncsqlitesaver": AsyncCase(_langgraph_put(native, base), one),
@@ -163,6 +264,27 @@ async def run_storage_targets(budget: Budget, directory: Path) -> dict[str, Meas
             "sqlite/raw-normal": AsyncCase(_raw_insert(raw_normal, body), one),
         }
         return await time_async(cases, budget)
+
+
+async def count_s3_save_requests() -> dict[str, Any]:
+    """The requests one save (and each other operation) sends, counted on moto's HTTP server."""
+    from conformance.s3_moto import RequestCounter, make_client, start_server
+    from storages.s3 import S3CheckpointStorage
+
+    from .s3_costs import count_operations
+
+    endpoint, stop = start_server()
+    try:
+        client = make_client(endpoint)
+        client.create_bucket(Bucket="bench-targets")
+        counter = RequestCounter()
+        counter.attach(client)
+        async with S3CheckpointStorage("bench-targets", "costs", client=client) as storage:
+            costs = await count_operations(storage, counter, template(WorkflowCheckpoint), WorkflowCheckpoint)
+        client.close()
+    finally:
+        stop()
+    return costs
 
 
 async def _throughput(writers: list[Callable[[], Awaitable[Any]]], saves_each: int) -> float:
@@ -214,6 +336,7 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
         storage = await run_storage_targets(budget, directory)
         writers = await run_concurrency_targets(saves_each, rounds, directory)
         counts = await sqlite_counts.measure(directory / "counts")
+        s3_costs = await count_s3_save_requests()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -235,7 +358,14 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
             us(storage, "sqlite/ours-normal"), us(storage, "sqlite/raw-normal")
         ),
         "sqlite_32_writers_vs_raw": ratio(throughput["ours-shared"], throughput["raw-shared"]),
+        "s3_save_requests": float(s3_costs["rows"]["save"]["total"]),
     }
+    for prefix in ("memory", "sqlite"):
+        peer = "inmemorysaver" if prefix == "memory" else "asyncsqlitesaver"
+        for read in READS:
+            measured[f"{prefix}_{read}_vs_{peer}"] = ratio(
+                us(storage, f"{prefix}/ours-{read}"), us(storage, f"{prefix}/peer-{read}")
+            )
     return {
         "measured": measured,
         "medians_us": {f"codec/{key}": us(codec, key) for key in codec}
@@ -248,6 +378,7 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
         },
         "handles_over_shared": ratio(throughput["ours-handles"], throughput["ours-shared"]),
         "sqlite_counts": counts,
+        "s3_costs": s3_costs,
     }
 
 

@@ -31,7 +31,13 @@ async def test_every_target_is_measured_next_to_its_peer_and_reported() -> None:
         "sqlite/asyncsqlitesaver",
         "sqlite/raw-full",
         "sqlite/raw-normal",
+    } | {
+        f"{backend}/{side}-{read}"
+        for backend in ("memory", "sqlite")
+        for side in ("ours", "peer")
+        for read in ("load", "latest", "list")
     }
+    assert results["measured"]["s3_save_requests"] == results["s3_costs"]["rows"]["save"]["total"]
     assert set(results["writers"]["saves_per_second"]) == {"ours-shared", "ours-handles", "raw-shared"}
     rendered = targets_table(results).to_markdown()
     for label, _ in TARGETS.values():
