@@ -5,8 +5,10 @@ fresh interpreter under ``valgrind --tool=callgrind`` twice, once with N calls a
 the difference divided by N is the instructions one call costs (interpreter start-up and imports
 cancel out). Subjects, on the benchmark checkpoint (bench/workload.py): our CheckpointCodec, plain
 msgspec of the same dataclass (``msgspec.msgpack.encode`` and a typed ``Decoder``), and LangGraph's
-JsonPlusSerializer (``dumps_typed`` / ``loads_typed``); and one memory save, ours
-(``InMemoryCheckpointStorage.save``) against LangGraph's ``InMemorySaver.aput`` of the same data.
+JsonPlusSerializer (``dumps_typed`` / ``loads_typed``); and the memory operations, ours
+(``InMemoryCheckpointStorage``: save, load, get_latest, list_checkpoints) against LangGraph's
+``InMemorySaver`` (aput, aget_tuple by id, aget_tuple latest, alist) of the same data, the reads
+over the same 10-checkpoint history each (bench/targets_bench.py builds both sides).
 """
 
 from __future__ import annotations
@@ -80,6 +82,27 @@ SUBJECTS: dict[str, tuple[str, str]] = {
 }
 """Name -> (setup, including one warm-up call; the measured call)."""
 
+MEMORY_READS = ("load", "latest", "list")
+for _read in MEMORY_READS:
+    for _side, _make in (
+        (
+            "ours",
+            "from storages.memory import InMemoryCheckpointStorage as Subject\n"
+            "from bench.targets_bench import _our_reads as reads_of",
+        ),
+        (
+            "inmemorysaver",
+            "from langgraph.checkpoint.memory import InMemorySaver as Subject\n"
+            "from bench.targets_bench import _langgraph_reads as reads_of",
+        ),
+    ):
+        SUBJECTS[f"memory-{_side}/{_read}"] = (
+            f"import asyncio\n{_make}\nloop = asyncio.new_event_loop()\n"
+            f"read = loop.run_until_complete(reads_of(Subject(), checkpoint))[{_read!r}]\n"
+            "def call():\n    loop.run_until_complete(read(None))\ncall()",
+            "call()",
+        )
+
 _TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 
@@ -127,10 +150,10 @@ def ratios(counts: dict[str, float]) -> dict[str, float]:
         "ours_over_msgspec": roundtrip("ours") / roundtrip("msgspec"),
         "ours_over_jsonplus": roundtrip("ours") / roundtrip("jsonplus"),
     }
-    if "memory-ours/save" in counts and "memory-inmemorysaver/save" in counts:
-        found["memory_save_over_inmemorysaver"] = (
-            counts["memory-ours/save"] / counts["memory-inmemorysaver/save"]
-        )
+    for operation in ("save", *MEMORY_READS):
+        ours, peer = f"memory-ours/{operation}", f"memory-inmemorysaver/{operation}"
+        if ours in counts and peer in counts:
+            found[f"memory_{operation}_over_inmemorysaver"] = counts[ours] / counts[peer]
     return found
 
 
@@ -143,15 +166,25 @@ def table(counts: dict[str, float]) -> str:
         encode, decode = counts[f"{subject}/encode"], counts[f"{subject}/decode"]
         lines.append(f"| {subject} | {encode:,.0f} | {decode:,.0f} | {encode + decode:,.0f} |")
     found = ratios(counts)
-    if "memory_save_over_inmemorysaver" in found:
-        lines.append(f"| memory save: ours | {counts['memory-ours/save']:,.0f} | | |")
-        lines.append(f"| memory save: InMemorySaver | {counts['memory-inmemorysaver/save']:,.0f} | | |")
+    for operation in ("save", *MEMORY_READS):
+        if f"memory_{operation}_over_inmemorysaver" in found:
+            lines.append(f"| memory {operation}: ours | {counts[f'memory-ours/{operation}']:,.0f} | | |")
+            lines.append(
+                f"| memory {operation}: InMemorySaver | "
+                f"{counts[f'memory-inmemorysaver/{operation}']:,.0f} | | |"
+            )
     lines.append("")
     lines.append(
         f"ours ÷ plain msgspec {found['ours_over_msgspec']:.2f}, "
         f"ours ÷ JsonPlusSerializer {found['ours_over_jsonplus']:.2f} (encode+decode instructions)"
         + (
-            f"; memory save ours ÷ InMemorySaver {found['memory_save_over_inmemorysaver']:.2f}."
+            "; memory ours ÷ InMemorySaver: "
+            + ", ".join(
+                f"{operation} {found[f'memory_{operation}_over_inmemorysaver']:.2f}"
+                for operation in ("save", *MEMORY_READS)
+                if f"memory_{operation}_over_inmemorysaver" in found
+            )
+            + "."
             if "memory_save_over_inmemorysaver" in found
             else "."
         )

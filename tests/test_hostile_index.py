@@ -32,6 +32,7 @@ from storages import (
     InvalidCheckpointIdError,
     WorkflowCheckpoint,
 )
+from storages.engine.records import listed_ids
 from storages.postgres import PostgresCheckpointStorage
 from storages.postgres.config import DEFAULT_SCHEMA
 from storages.redis import RedisCheckpointStorage
@@ -301,6 +302,29 @@ SQLITE_CASES: list[tuple[str, str, list[str], str, type[Exception]]] = [
         ["list_workflows"],
         r"Invalid workflow_name b'\\xff': is not UTF-8 text: list_workflows read it from the store",
         InvalidCheckpointIdError,
+    ),
+    (
+        "an id with a control character",
+        "UPDATE checkpoints SET checkpoint_id = 'a' || char(7) WHERE checkpoint_id = 'a'",
+        ["list_checkpoint_ids", "list_checkpoint_ids(include_nested)"],
+        r"Checkpoint 'a\\x07' is corrupted: the index of workflow 'wf' lists it, and it contains a "
+        r"control character",
+        CheckpointCorruptedError,
+    ),
+    (
+        "an id longer than any save allows",
+        "UPDATE checkpoints SET checkpoint_id = replace(hex(zeroblob(150)), '0', 'x') || 'a' "
+        "WHERE checkpoint_id = 'a'",
+        ["list_checkpoint_ids", "list_checkpoint_ids(include_nested)"],
+        r"the index of workflow 'wf' lists it, and it is 301 characters long; the limit is 256",
+        CheckpointCorruptedError,
+    ),
+    (
+        "an empty id",
+        "UPDATE checkpoints SET checkpoint_id = '' WHERE checkpoint_id = 'a'",
+        ["list_checkpoint_ids", "list_checkpoint_ids(include_nested)"],
+        r"Checkpoint '' is corrupted: the index of workflow 'wf' lists it, and it must not be empty",
+        CheckpointCorruptedError,
     ),
     (
         "a workflow name with a control character",
@@ -617,3 +641,31 @@ async def test_cluster_location_pointer_that_is_not_text_is_reported(
             CheckpointCorruptedError,
             r"Checkpoint 'b' is corrupted: its index entry has a malformed location pointer b'\\xff'",
         )
+
+
+# --------------------------------------------------------------------- ids no save could write
+
+
+@pytest.mark.parametrize(
+    ("listed", "named", "reason"),
+    [
+        (["a", "b\x00"], "b\x00", "contains a control character"),
+        (["a", "\x85b"], "\x85b", "contains a control character"),
+        (["a", "b\ud800"], "b\ud800", "contains a surrogate character"),
+        (["a", "x" * 257], "x" * 256, "is 257 characters long"),
+        (["a", ""], "", "must not be empty"),
+        (["a", 7], "7", "must be a str, not int"),
+    ],
+)
+def test_a_listing_holding_an_id_no_save_could_write_is_corruption(
+    listed: list[Any], named: str, reason: str
+) -> None:
+    with pytest.raises(CheckpointCorruptedError) as caught:
+        listed_ids(listed, "the index of workflow 'wf'")
+    assert caught.value.checkpoint_id == named
+    assert caught.value.reason.startswith("the index of workflow 'wf' lists it, and it " + reason)
+
+
+def test_a_listing_of_ids_saves_can_write_is_returned_as_it_is() -> None:
+    ids = ["a", "é-ü", "space between", "x" * 256, "\u00a0nbsp", "emoji-\U0001f600"]
+    assert listed_ids(ids, "the index") is ids

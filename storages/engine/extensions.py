@@ -16,7 +16,7 @@ from ..errors import (
 )
 from ..integrity import Seal, TamperKind
 from .receipts import PruneReceipts, is_receipts_log_name, receipts_log_name
-from .records import StoredBody, body_digest
+from .records import StoredBody, body_digest, listed_ids
 from .sealing import SealedRecords
 from .walk import DEFAULT_MAX_DEPTH, LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
 from .writes import PendingWritesLog, is_writes_log_name, writes_log_name
@@ -102,7 +102,9 @@ class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
         check_max_depth(max_depth)
         await self._ready("walk_ancestry_ids")
         records = await self._walk(checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=False)
-        return assemble_walk(checkpoint_id, records, max_depth)
+        walk = assemble_walk(checkpoint_id, records, max_depth)
+        listed_ids(list(walk.items), f"the ancestry of {checkpoint_id!r}")
+        return walk
 
     async def list_nested(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
         """Ids of the checkpoints embedded directly in ``checkpoint_id``, in the order met."""
@@ -112,7 +114,7 @@ class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
         nested = await self._nested_ids(checkpoint_id)
         if nested is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        return nested
+        return listed_ids(nested, f"the nested index of {checkpoint_id!r}")
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
         """Delete all but the newest ``keep_last`` checkpoints of a workflow (with their nested

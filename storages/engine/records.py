@@ -5,12 +5,13 @@ the index (a body read back is hostile until it agrees with what it was found un
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..contract import CheckpointID, CheckpointInfo
-from ..errors import CheckpointConflictError, CheckpointCorruptedError
+from ..contract import MAX_ID_LENGTH, CheckpointID, CheckpointInfo, validate_identifier
+from ..errors import CheckpointConflictError, CheckpointCorruptedError, InvalidCheckpointIdError
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -227,6 +228,36 @@ def stored_ids(rows: Sequence[Sequence[object]]) -> list[CheckpointID]:
     if not set(map(type, found)) <= {str}:
         return [stored_id(value) for value in found]
     return found  # type: ignore[return-value]  # every one a str
+
+
+_REFUSED_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+"""Exactly the characters validate_identifier refuses: Unicode's Cc (controls) and Cs
+(surrogates) categories, as one character class, so a whole listing is checked in one C scan."""
+
+
+def listed_ids(ids: list[CheckpointID], index: str) -> list[CheckpointID]:
+    """Ids a backend listed, checked against the rules every id was saved under (non-empty str,
+    at most MAX_ID_LENGTH characters, no control or surrogate character): an id no save could have
+    written is a corrupted ``index`` (named), reported here rather than listed for a later load
+    to refuse. Valid listings, the only kind a store this storage wrote holds, cost three C
+    passes."""
+    try:
+        valid = (
+            max(map(len, ids), default=1) <= MAX_ID_LENGTH
+            and "" not in ids
+            and _REFUSED_CHARACTERS.search("".join(ids)) is None
+        )
+    except TypeError:  # a value that is not a str: named below
+        valid = False
+    if valid:
+        return ids
+    for value in ids:
+        try:
+            validate_identifier(value, "checkpoint id")
+        except InvalidCheckpointIdError as error:
+            shown = value[:MAX_ID_LENGTH] if isinstance(value, str) else repr(value)[:80]
+            raise CheckpointCorruptedError(shown, f"{index} lists it, and it {error.reason}") from None
+    return ids
 
 
 def stored_body(checkpoint_id: object, value: object) -> bytes:

@@ -41,7 +41,7 @@ from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, TamperKind, as_
 from .extensions import ExtensionOperations
 from .handles import carrying_integrity, recording_settings, settings_of
 from .primitives import set_current_operation
-from .records import CheckpointRecord, RecordDraft, StoredBody, check_against_index
+from .records import CheckpointRecord, RecordDraft, StoredBody, check_against_index, listed_ids
 from .sealing import HeldRecord, unsealed_own
 from .validation import as_list, check_fields
 
@@ -275,8 +275,10 @@ class BaseCheckpointStorage(ExtensionOperations):
         self._check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
         await self._ready("list_checkpoint_ids")
         if include_nested:
-            return await self._list_ids(workflow_name, graph_signature_hash, include_nested=True)
-        return await self._list_ids(workflow_name, graph_signature_hash)
+            ids = await self._list_ids(workflow_name, graph_signature_hash, include_nested=True)
+        else:
+            ids = await self._list_ids(workflow_name, graph_signature_hash)
+        return listed_ids(ids, f"the index of workflow {workflow_name!r}")
 
     async def delete(self, checkpoint_id: CheckpointID) -> bool:
         """Delete one checkpoint and the checkpoints nested in it; True if it existed.
