@@ -525,6 +525,23 @@ S3_CASES: list[
         r"Checkpoint '%FF' is corrupted: an S3 key spells it, and its %XX bytes are not UTF-8 text",
         CheckpointCorruptedError,
     ),
+    # Skipped before: a listing without it looked complete.
+    (
+        "an order key no save writes",
+        lambda store, storage: _plant_key(store, storage._keys.order_prefix("wf", False) + "0000.x.y"),
+        ["list_checkpoint_ids", "list_checkpoints", "get_latest", "list_records", "list_records(workflow)"],
+        r"Checkpoint '0000.x.y' is corrupted: the S3 order key '.*/0000.x.y' is not one a save writes",
+        CheckpointCorruptedError,
+    ),
+    (
+        "an order key whose sequence is not ASCII digits",
+        lambda store, storage: _plant_key(
+            store, storage._keys.order_prefix("wf", False) + "000000000000000000\u00b2.x.y"
+        ),
+        ["list_checkpoint_ids", "list_records(workflow)"],
+        r"is not one a save writes",
+        CheckpointCorruptedError,
+    ),
     (
         "a tombstone key that is not UTF-8",
         lambda store, storage: _plant_key(store, storage._keys.tombstone_keys("wf", "x")[0][:-1] + "%FF"),
@@ -571,6 +588,19 @@ async def test_s3_values_of_the_wrong_kind_are_reported(
             await _expect(storage, read, error, match)
         listed = store.client.list_objects_v2(Bucket=BUCKET, Prefix=store.prefix)["Contents"]
         assert sorted((item["Key"], item["ETag"]) for item in listed) == before
+
+
+@pytest.mark.s3
+async def test_s3_folder_marker_in_an_order_prefix_is_not_a_record() -> None:
+    """A key ending in "/" (what an S3 console's "create folder" writes) holds nothing: listings
+    go on without it, unlike any other key no save writes."""
+    async with s3_store(server=False) as store, store.storage() as storage:
+        await _save_two(storage)
+        _plant_key(store, storage._keys.order_prefix("wf", False))
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == ["a", "b"]
+        latest = await storage.get_latest(workflow_name="wf")
+        assert latest is not None
+        assert latest.checkpoint_id == "b"
 
 
 @pytest.fixture

@@ -294,11 +294,25 @@ class KeyLayout:
 
     @staticmethod
     def parse_order_key(key: str, nested: bool) -> OrderEntry | None:
+        """The order entry a key under an order prefix names; None for a folder marker (a key
+        ending in ``/``, which S3 consoles create and which holds nothing). Any other key no save
+        writes is a damaged or planted index entry: CheckpointCorruptedError naming it, never
+        skipped (a listing that left it out would look complete)."""
         name = key.rpartition("/")[2]
+        if not name:
+            return None
         reversed_sequence, _, rest = name.partition(".")
         tag, _, escaped_id = rest.partition(".")
-        if len(reversed_sequence) != SEQUENCE_DIGITS or not reversed_sequence.isdigit() or not escaped_id:
-            return None  # not ours; never happens under our prefix
+        if (
+            len(reversed_sequence) != SEQUENCE_DIGITS
+            or not reversed_sequence.isascii()
+            or not reversed_sequence.isdigit()
+            or not escaped_id
+        ):
+            raise CheckpointCorruptedError(
+                name[:256],
+                f"the S3 order key {key[:300]!r} is not one a save writes (sequence.tag.id)",
+            )
         return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested)
 
 
