@@ -142,7 +142,8 @@ class Reads:
         return None if reply is None else info_from_index(checkpoint_id, *reply)
 
     async def latest(self, workflow_name: str, signature: str | None) -> StoredBody | None:
-        call = Latest(index=self.keys.index(workflow_name, signature), home=workflow_name)
+        tag = self.keys.tag(workflow_name)
+        call = Latest(index=self.keys.index_under(tag, signature), home_tag=tag)
         reply = await self.connection.run("get_latest", call)
         if reply is None:
             return None
