@@ -8,7 +8,9 @@ call costs the server, whatever else loads the machine. A Lua script's cost is h
 key names, every ``redis.call``, and each string that crosses into Lua or back (a body included).
 
 Pairs: ``load`` (both ways: the transaction a handle sends for an id whose home it remembers,
-and the script for one it does not) against ``GET`` of the same bytes, ``save`` against a
+and the script for one it does not) against ``GET`` of the same bytes, ``get_latest`` of a
+workflow with nothing stored (what LangGraph asks of each new subgraph namespace) against
+``ZREVRANGE 0 0`` of the same empty index, ``save`` against a
 pipelined ``SET`` + ``ZADD``,
 ``list_checkpoint_ids`` against ``ZRANGE 0 -1`` of the same index.
 """
@@ -136,6 +138,15 @@ async def measure(url: str, prefix: str, count: Counter, list_stored: int) -> li
             storage._reads.homes.clear()
             return await storage.load(stored_id)
 
+        # LangGraph asks for each new subgraph namespace's latest before anything is stored.
+        empty = [f"langgraph:thread-{index}:work%3A{index}" for index in range(RUNS + 1)]
+
+        async def latest_empty(index: int) -> Any:
+            return await storage.get_latest(workflow_name=empty[index])
+
+        async def zrevrange_empty(index: int) -> Any:
+            return await client.zrevrange(storage.keys.top(empty[index]), 0, 0)
+
         async def get(_: int) -> Any:
             return await client.get(f"{raw}:body")
 
@@ -154,6 +165,8 @@ async def measure(url: str, prefix: str, count: Counter, list_stored: int) -> li
         rows.append(("load (home remembered: MULTI/EXEC)", await count(load, RUNS)))
         rows.append(("load (home not remembered: script)", await count(load_by_script, RUNS)))
         rows.append(("GET", await count(get, RUNS)))
+        rows.append(("get_latest of an empty workflow (script)", await count(latest_empty, RUNS)))
+        rows.append(("ZREVRANGE 0 0 of an empty index", await count(zrevrange_empty, RUNS)))
         rows.append(("save", await count(save, RUNS)))
         rows.append(("SET+ZADD (pipelined)", await count(raw_save, RUNS)))
     finally:

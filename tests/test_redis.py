@@ -811,6 +811,25 @@ async def test_remembered_homes_are_bounded(
     assert list(real_storage._reads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]
 
 
+@redis_mark
+async def test_a_remembered_id_deleted_elsewhere_is_not_found_in_one_round_trip(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    checkpoint = WorkflowCheckpoint("wf", "sig")
+    await real_storage.save(checkpoint)
+    other = real_storage.new_handle()
+    try:
+        assert await other.delete(checkpoint.checkpoint_id)
+    finally:
+        await other.aclose()
+    counter = _CountingClient(real_storage)
+    with pytest.raises(CheckpointNotFoundError):
+        await real_storage.load(checkpoint.checkpoint_id)
+    # No location pointer: the transaction's answer is the script's, so no script follows.
+    assert counter.commands == ["MULTI GET HMGET EXISTS"]
+    assert checkpoint.checkpoint_id not in real_storage._reads.homes
+
+
 async def _pointer_to_a_home_not_utf8(storage: RedisCheckpointStorage) -> None:
     """A hostile store points an id at a home whose name is not UTF-8 (no name this storage
     writes) and plants the record there: the load answers as the script reads it, and the home is

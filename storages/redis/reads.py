@@ -33,6 +33,10 @@ PAGE_SIZE = 500
 bodies is about a megabyte); list_checkpoint_ids reads the whole index in one call."""
 
 
+_NOT_STORED = object()
+"""What :meth:`Reads._load_at` returns for an id without a location pointer."""
+
+
 class Reads:
     def __init__(self, connection: RedisConnection, span: SlotSpan) -> None:
         self.connection = connection
@@ -61,8 +65,11 @@ class Reads:
             home = self.homes.get(checkpoint_id)
             if home is not None:
                 stored = await self._load_at(checkpoint_id, home)
-                if stored is not None:
+                if isinstance(stored, StoredBody):
                     return stored
+                if stored is _NOT_STORED:
+                    self.forget(checkpoint_id)
+                    return None
             # Plain Redis: the script follows the pointer, so no locate step (and no coroutine).
             call = Load(route=self.keys.location(checkpoint_id), id=checkpoint_id, given_home=None)
         else:
@@ -85,9 +92,12 @@ class Reads:
             checkpoint_id, body, nested, _index_entry(checkpoint_id, workflow_name, previous_id, signature)
         )
 
-    async def _load_at(self, checkpoint_id: CheckpointID, home: str) -> StoredBody | None:
+    async def _load_at(self, checkpoint_id: CheckpointID, home: str) -> StoredBody | object | None:
         """The record from ``home`` by one MULTI/EXEC of plain commands, which costs the server
-        a quarter of the load script or less; None when the script must answer instead.
+        a quarter of the load script or less; None when the script must answer instead, and
+        ``_NOT_STORED`` when the id has no location pointer: the script's own first test, so it
+        would answer "not stored" from the same snapshot (a record deleted through another
+        handle costs one round trip, not two).
 
         The transaction reads the id's location pointer too and the answer counts only if it
         still names ``home``: then the keys read are the ones the script would have read, in one
@@ -108,8 +118,10 @@ class Reads:
         if reply is None or len(reply) != 3 or not isinstance(reply[1], list) or len(reply[1]) != 4:
             return None  # not the replies of those commands: the script answers
         pointer, fields, has_children = reply
+        if pointer is None:
+            return _NOT_STORED
         body, workflow_name, previous_id, signature = fields
-        if body is None or has_children or pointer is None or pointer != home.encode():
+        if body is None or has_children or pointer != home.encode():
             return None
         return StoredBody(
             checkpoint_id, body, None, _index_entry(checkpoint_id, workflow_name, previous_id, signature)
@@ -142,7 +154,8 @@ class Reads:
         return None if reply is None else info_from_index(checkpoint_id, *reply)
 
     async def latest(self, workflow_name: str, signature: str | None) -> StoredBody | None:
-        call = Latest(index=self.keys.index(workflow_name, signature), home=workflow_name)
+        tag = self.keys.tag(workflow_name)
+        call = Latest(index=self.keys.index_under(tag, signature), home_tag=tag)
         reply = await self.connection.run("get_latest", call)
         if reply is None:
             return None

@@ -391,7 +391,16 @@ class Latest(ScriptCall):
     script = "latest"
     libraries = ("keys", "nested")
     index: Key
-    home: str
+    home_tag: str
+    """``RedisKeys.tag`` of the index's workflow, the prefix of its record keys."""
+
+    def encode(self) -> tuple[list[str], list[Encoded]]:
+        # Every latest encodes these two (LangGraph asks for a new namespace's latest at each
+        # subgraph step): without the generic walk; any other type takes it, which refuses it.
+        index, home_tag = self.index, self.home_tag
+        if type(index) is str and type(home_tag) is str:
+            return [index], [home_tag]
+        return ScriptCall.encode(self)
 
 
 @dataclass(frozen=True, slots=True)

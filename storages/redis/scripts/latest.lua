@@ -1,7 +1,9 @@
 -- The newest entry of an index of home (top or signature set), read only: false for an empty
 -- index; {id, body, then id, body, ... of every record nested in it}; or {id} alone when the
 -- newest entry's record is gone and expiry does not explain it: never an older entry.
-local H = tag(home)
+-- The home's key tag comes built by the client (it built the index's name from it): escaping
+-- a name in Lua (a LangGraph namespace holds ':' and '%') cost more than the empty lookup.
+local H = home_tag
 local newest = redis.call('ZREVRANGE', index, 0, 0)
 if #newest == 0 then return false end
 local id = newest[1]
