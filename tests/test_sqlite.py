@@ -20,6 +20,7 @@ from storages import (
     AncestryEnd,
     CheckpointCodec,
     CheckpointConflictError,
+    CheckpointCorruptedError,
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
@@ -228,13 +229,80 @@ async def test_a_save_finds_its_next_sequence_by_index_searches_and_writes_no_co
 
     for _ in range(3):
         await storage.save(checkpoint())
-    parameters = {"id": "x", "workflow": "wf"}
-    sql = "EXPLAIN QUERY PLAN " + schema.SELECT_DIGEST_AND_NEXT_SEQUENCE
+    parameters = {"id": "x", "body": b"", "workflow": "wf"}
+    sql = "EXPLAIN QUERY PLAN " + schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE
     plan = " | ".join(str(row[-1]) for row in query(db_path, sql, parameters))
     assert "SCAN checkpoints" not in plan, plan
     assert "TEMP B-TREE" not in plan, plan
     assert plan.count("COVERING INDEX checkpoints_by_kind_and_sequence (workflow_name=? AND nested=?)") == 2
     assert query(db_path, "SELECT count(*) FROM workflows") == [(0,)]
+
+
+def test_a_lone_save_inserts_from_values_without_a_temporary_copy_of_the_row() -> None:
+    from storages.sqlite import schema
+
+    with closing(sqlite3.connect(":memory:")) as connection:
+        for step in MIGRATIONS:
+            for statement in step:
+                connection.execute(statement)
+        parameters = ("x", "wf", None, "sig", "", b"body")
+        plan = connection.execute("EXPLAIN " + schema.INSERT_LONE_CHECKPOINT, parameters)
+        opcodes = [row[1] for row in plan]
+    # INSERT ... SELECT from the table inserted into copies each row into an ephemeral table first.
+    assert "OpenEphemeral" not in opcodes
+    assert opcodes.count("SeekLE") == 2  # the largest sequence of each kind: one index step each
+
+
+async def test_an_unkeyed_save_stores_no_digest_and_a_resave_compares_the_stored_bytes(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    saved = checkpoint(state={"n": 1})
+    await storage.save(saved)
+    assert query(db_path, "SELECT digest FROM checkpoints") == [("",)]
+    assert await storage.save(saved) == saved.checkpoint_id
+    with pytest.raises(CheckpointConflictError):
+        await storage.save(dataclasses.replace(saved, state={"n": 2}))
+    assert await storage.load(saved.checkpoint_id) == saved
+
+
+@pytest.mark.parametrize("stored_digest", ["blake2b", "other"])
+async def test_a_row_of_an_earlier_version_compares_by_its_bytes_on_resave(
+    db_path: Path, stored_digest: str
+) -> None:
+    """Rows written before saves stopped hashing hold a blake2b digest (or, damaged, anything):
+    a re-save of the same checkpoint is still a no-op and one of other content still conflicts."""
+    first = checkpoint(state={"n": 1})
+    version_3_file(db_path, [first], next_sequence=2)
+    if stored_digest == "other":
+        with closing(sqlite3.connect(db_path)) as connection:
+            connection.execute("UPDATE checkpoints SET digest = 'not a digest'")
+            connection.commit()
+    else:
+        body = CheckpointCodec().encode_checkpoint(first)
+        assert query(db_path, "SELECT digest FROM checkpoints") == [(body_digest(body),)]
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        assert await storage.save(first) == first.checkpoint_id
+        with pytest.raises(CheckpointConflictError):
+            await storage.save(dataclasses.replace(first, state={"n": 2}))
+        with pytest.raises(CheckpointConflictError):
+            await storage.save(dataclasses.replace(first, state={"n": 2}), expected_latest_id=None)
+        assert await storage.save(first, expected_latest_id=first.checkpoint_id) == first.checkpoint_id
+        assert await storage.get_latest(workflow_name="wf") == first
+    assert sequences(db_path, "wf") == {first.checkpoint_id: 1}
+
+
+async def test_a_resave_over_a_stored_value_that_is_not_a_blob_raises_a_typed_error(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    saved = checkpoint()
+    await storage.save(saved)
+    body = query(db_path, "SELECT body FROM checkpoints")[0][0]
+    assert isinstance(body, bytes)
+    with closing(sqlite3.connect(db_path)) as connection:  # the same bytes, as TEXT
+        connection.execute("UPDATE checkpoints SET body = CAST(body AS TEXT)")
+        connection.commit()
+    with pytest.raises(CheckpointCorruptedError):
+        await storage.save(saved)
 
 
 async def test_deleting_a_family_keeps_the_high_water_mark_of_every_workflow_it_held(

@@ -14,6 +14,14 @@ Each workflow's next sequence number is taken inside the transaction, one past t
 workflow holds (read from an index) and past the high-water mark ``workflows.next_sequence``
 that every deleting transaction records first, so sequences follow commit order across processes
 and never go back, even after the newest checkpoint is deleted; a save writes its rows only.
+
+An id already stored is recognised by its bytes: the transaction compares the stored body with
+the one being saved (``body = ?``, a memcmp in SQLite) and the insert answers the engine with
+what it compares to the record's digest: the record's own digest when the bytes are the same,
+else :data:`BODY_DIFFERS`, which no digest equals, so the engine compares decoded contents (equal
+content may encode differently). An unkeyed save therefore hashes nothing
+(``SQLiteCheckpointStorage._plain_digest``), and a row written by any earlier version, whatever
+its ``digest`` column holds (blake2b until now), compares by the bytes it holds.
 """
 
 from __future__ import annotations
@@ -21,11 +29,16 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from . import schema
+
+BODY_DIFFERS: Final = "(the stored body differs)"
+"""What an insert returns for an id already stored with other bytes: not hex, so it equals no
+digest, and the engine goes on to compare decoded contents."""
 
 
 class Abandoned(Exception):
@@ -75,7 +88,8 @@ def insert_family(
     abandon: Abandon,
     records: Sequence[CheckpointRecord],
 ) -> str | None:
-    """Insert a family whose top id is absent; else return the digest stored under that id."""
+    """Insert a family whose top id is absent; else return what the engine compares with the top
+    record's digest (see the module's docstring)."""
     with immediate_transaction(connection, abandon):
         return _insert_absent(connection, records)
 
@@ -117,33 +131,34 @@ def insert_families(
 def _insert_lone(connection: sqlite3.Connection, record: CheckpointRecord) -> str | None:
     """A family of one row (a top-level checkpoint without nested records, the common save):
     one statement that reads its sequence and inserts, where :func:`_insert_absent` needs a probe
-    and an insert, and no savepoint in a group (one row is all or nothing by itself). Returns
-    the digest already stored under its id, if any (the transaction holds the write lock, so the
-    row the INSERT skipped is still there)."""
+    and an insert, and no savepoint in a group (one row is all or nothing by itself). For an id
+    already stored, the comparison of its bytes (the transaction holds the write lock, so the row
+    the INSERT skipped is still there)."""
+    if record.container_id is not None:  # a nested record saved alone: the general path
+        return _insert_absent(connection, (record,))
+    body = record.body
     row = (
         record.checkpoint_id,
         record.workflow_name,
         record.previous_checkpoint_id,
         record.graph_signature_hash,
         record.digest,
-        record.body,
-        1 if record.container_id is not None else 0,
-        record.container_id,
-        record.root_id,
-        record.position,
+        body,
     )
     if connection.execute(schema.INSERT_LONE_CHECKPOINT, row).rowcount:
         return None
-    return str(connection.execute(schema.SELECT_DIGEST, (record.checkpoint_id,)).fetchone()[0])
+    (same,) = connection.execute(schema.SELECT_SAME_BODY, (record.checkpoint_id, body)).fetchone()
+    return record.digest if same else BODY_DIFFERS
 
 
 def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> str | None:
     top = records[0]
-    existing_digest, next_sequence = connection.execute(
-        schema.SELECT_DIGEST_AND_NEXT_SEQUENCE, {"id": top.checkpoint_id, "workflow": top.workflow_name}
+    same, next_sequence = connection.execute(
+        schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE,
+        {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
     ).fetchone()
-    if existing_digest is not None:
-        return str(existing_digest)
+    if same is not None:
+        return top.digest if same else BODY_DIFFERS
     _write_family(connection, records, next_sequence)
     return None
 
@@ -158,13 +173,13 @@ def insert_fenced(
     transaction, so no other writer, in this process or another, can commit between them."""
     top = records[0]
     with immediate_transaction(connection, abandon):
-        existing_digest, next_sequence, latest = connection.execute(
-            schema.SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST,
-            {"id": top.checkpoint_id, "workflow": top.workflow_name},
+        same, next_sequence, latest = connection.execute(
+            schema.SELECT_SAME_BODY_NEXT_SEQUENCE_AND_LATEST,
+            {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
         ).fetchone()
         latest_id = None if latest is None else str(latest)
-        if existing_digest is not None:
-            return FenceCheck(latest_id, str(existing_digest))
+        if same is not None:
+            return FenceCheck(latest_id, top.digest if same else BODY_DIFFERS)
         if latest_id != expected_latest_id:
             return FenceCheck(latest_id, None)
         _write_family(connection, records, next_sequence)

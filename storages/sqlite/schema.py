@@ -138,14 +138,18 @@ _NEXT_SEQUENCE = """
                 WHERE workflow_name = :workflow AND nested = 1), 0)
         )
 """
-# One query tells an insert whether the id exists and, if not, which sequence it gets.
-SELECT_DIGEST_AND_NEXT_SEQUENCE = (
-    "SELECT (SELECT digest FROM checkpoints WHERE checkpoint_id = :id),"  # noqa: S608
-    + _NEXT_SEQUENCE
-)
+# Whether the row stored under an id holds exactly the bytes being saved: NULL if no row has the
+# id, else 1 or 0 (0 too for a stored value that is not a BLOB). A re-save is recognised by its
+# bytes, compared here on the connection's thread, not by a digest hashed on every save.
+_SAME_BODY = "(SELECT coalesce(body = :body, 0) FROM checkpoints WHERE checkpoint_id = :id)"
+# One query tells an insert whether the id exists (and holds these bytes) and, if not, which
+# sequence it gets.
+SELECT_SAME_BODY_AND_NEXT_SEQUENCE = "SELECT " + _SAME_BODY + "," + _NEXT_SEQUENCE
 # A fenced insert also reads the workflow's latest top-level id, in the same transaction.
-SELECT_DIGEST_NEXT_SEQUENCE_AND_LATEST = (
-    "SELECT (SELECT digest FROM checkpoints WHERE checkpoint_id = :id),"  # noqa: S608
+SELECT_SAME_BODY_NEXT_SEQUENCE_AND_LATEST = (
+    "SELECT "  # noqa: S608
+    + _SAME_BODY
+    + ","
     + _NEXT_SEQUENCE
     + """,
         (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = :workflow AND nested = 0
@@ -156,22 +160,26 @@ SELECT_NEXT_SEQUENCE = "SELECT " + _NEXT_SEQUENCE
 # A family of one row (a top-level checkpoint without nested records, the common save) in one
 # statement, inside the save's BEGIN IMMEDIATE transaction: the INSERT reads its own sequence
 # (as SELECT_NEXT_SEQUENCE does); an id already stored inserts nothing (rowcount 0), and the save
-# then reads the stored digest.
+# then compares the stored bytes (SELECT_SAME_BODY).
+# VALUES, not INSERT ... SELECT: a SELECT that reads the table it inserts into is first copied
+# into a temporary table (EXPLAIN shows OpenEphemeral), the whole 2.5 KB row with it, which cost
+# a quarter of the statement; a one-row VALUES evaluates its sub-selects in place.
+# A top-level row: nested 0, no container or root, position 0 are constants, not bound (binding
+# None takes sqlite3's adapter lookup, which raises and clears an AttributeError each time).
 # Numbered parameters bind the row as a tuple: ?2 (the workflow) is used four times.
 INSERT_LONE_CHECKPOINT = """
     INSERT INTO checkpoints (
         checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
         nested, container_id, root_id, position
     )
-    SELECT ?1, ?2, max(
+    VALUES (?1, ?2, max(
             coalesce((SELECT next_sequence FROM workflows WHERE name = ?2), 1),
             1 + coalesce((SELECT max(sequence) FROM checkpoints WHERE workflow_name = ?2 AND nested = 0), 0),
             1 + coalesce((SELECT max(sequence) FROM checkpoints WHERE workflow_name = ?2 AND nested = 1), 0)
-        ), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
-    WHERE true
+        ), ?3, ?4, ?5, ?6, 0, NULL, NULL, 0)
     ON CONFLICT (checkpoint_id) DO NOTHING
 """
-SELECT_DIGEST = "SELECT digest FROM checkpoints WHERE checkpoint_id = ?"
+SELECT_SAME_BODY = "SELECT coalesce(body = ?2, 0) FROM checkpoints WHERE checkpoint_id = ?1"
 INSERT_CHECKPOINT = """
     INSERT INTO checkpoints (
         checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
