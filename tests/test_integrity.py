@@ -292,6 +292,53 @@ def test_record_macs_are_standard_hmac_sha256(key: bytes) -> None:
     assert record_mac(key, "cp-1", header, b"body") == hmac.digest(key, message, "sha256")
 
 
+@pytest.mark.parametrize(
+    ("link_kind", "link", "container_id", "position", "previous_id"),
+    [
+        ("ROOT", b"", None, 0, None),
+        ("PRESENT", bytes(range(32)), None, 0, "cp-0"),
+        ("ABSENT", b"", "container-1", 3, "cp-0"),
+        ("PRESENT", b"\xff" * 32, "container-\u00e9", 7, "pr\u00e9vious"),
+    ],
+)
+def test_seal_record_is_the_header_the_mac_and_the_body_joined(
+    link_kind: str, link: bytes, container_id: str | None, position: int, previous_id: str | None
+) -> None:
+    from storages.integrity import Link, parse_seal, record_mac, seal_header, seal_record
+
+    kind = Link[link_kind]
+    header = seal_header("key-1", kind, link, 12, container_id, position, previous_id)
+    mac = record_mac(KEY, "cp-1", header, b"body")
+    assert seal_record(
+        "key-1", KEY, "cp-1", kind, link, 12, container_id, position, previous_id, b"body"
+    ) == (
+        header + mac + b"body",
+        mac,
+    )
+    seal, header_end, body_start = parse_seal("cp-1", header + mac + b"body")
+    assert (header_end, body_start, seal.mac, seal.container_id, seal.previous_id) == (
+        len(header),
+        len(header) + 32,
+        mac,
+        container_id,
+        previous_id,
+    )
+
+
+def test_per_key_hmac_states_are_bounded_and_stay_right() -> None:
+    import hmac
+
+    from storages import integrity
+
+    keys = [bytes([index]) * 32 for index in range(integrity._KEY_STATES_LIMIT + 8)]
+    header = integrity.seal_header("id", integrity.Link.ROOT, b"", 0, None, 0, None)
+    message = b"checkpoint-storages/record/v1\x00" + b"\x00\x04cp-1" + header + b"body"
+    for _ in range(2):  # the second pass finds the early keys evicted and hashes them anew
+        for key in keys:
+            assert integrity.record_mac(key, "cp-1", header, b"body") == hmac.digest(key, message, "sha256")
+            assert len(integrity._KEY_STATES) <= integrity._KEY_STATES_LIMIT
+
+
 async def test_a_cold_handle_will_not_chain_onto_a_predecessor_that_fails(storage_url: str) -> None:
     async with open_storage(storage_url, integrity_key=KEY) as storage:
         (first,) = await save_chain(storage, "wf", 1)

@@ -32,7 +32,7 @@ from ..integrity import (
     read_anchor,
     record_mac,
     seal_header,
-    sealed_digest,
+    seal_record,
     split_sealed,
     unknown_key,
 )
@@ -209,7 +209,7 @@ class SealedRecords(StoragePrimitives):
         provider = self._integrity
         assert provider is not None
         key_id, key = provider.signing_key()
-        mac_of = record_mac if self._engine_mac else self._integrity_mac
+        mac_of = None if self._engine_mac else self._integrity_mac
         in_line = self._engine_chain
         macs = self._chain_macs
         held = self._held_verified
@@ -237,9 +237,23 @@ class SealedRecords(StoragePrimitives):
                     link_kind, link, height = await self._chain_link(previous_id, family)
                 else:
                     link_kind, link, height = _PRESENT, known[0], known[1] + 1
-            header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
-            mac = mac_of(key, checkpoint_id, header, body)
-            raw = b"".join((header, mac, body))  # one copy of the body, not two
+            if mac_of is None:  # the engine's own MAC: header, MAC and join in one call
+                raw, mac = seal_record(
+                    key_id,
+                    key,
+                    checkpoint_id,
+                    link_kind,
+                    link,
+                    height,
+                    container_id,
+                    position,
+                    previous_id,
+                    body,
+                )
+            else:
+                header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
+                mac = mac_of(key, checkpoint_id, header, body)
+                raw = b"".join((header, mac, body))  # one copy of the body, not two
             sealed.append(
                 CheckpointRecord(
                     checkpoint_id,
@@ -247,7 +261,7 @@ class SealedRecords(StoragePrimitives):
                     previous_id,
                     signature,
                     raw,
-                    sealed_digest(mac),
+                    mac[:16].hex(),  # sealed_digest, in line
                     container_id,
                     root_id,
                     position,

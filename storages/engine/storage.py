@@ -509,6 +509,19 @@ class BaseCheckpointStorage(ExtensionOperations):
             if sealed
             else self._codec.encode_checkpoint_tree(checkpoint)
         )
+        if len(nodes) == 1:  # nothing embedded (most saves): the one draft, as _tree_drafts makes it
+            return [
+                (
+                    checkpoint.checkpoint_id,
+                    checkpoint.workflow_name,
+                    checkpoint.previous_checkpoint_id,
+                    checkpoint.graph_signature_hash,
+                    nodes[0].body,
+                    None,
+                    None,
+                    0,
+                )
+            ]
         return self._tree_drafts(checkpoint, nodes)
 
     @staticmethod
