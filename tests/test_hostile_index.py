@@ -133,6 +133,15 @@ REDIS_CASES: list[tuple[str, str, list[str], str, type[Exception]]] = [
         r"Invalid workflow_name .*not UTF-8 text",
         InvalidCheckpointIdError,
     ),
+    # StorageUnavailableError before, which invites a retry that cannot help.
+    (
+        "a workflow's index that is not a sorted set",
+        "wrong type",
+        ["list_checkpoint_ids", "list_checkpoints", "get_latest"],
+        r"Checkpoint '<(list_checkpoint_ids|list_checkpoints|get_latest)>' is corrupted: .*a key of this "
+        r"storage holds another kind of value than this storage writes there .*WRONGTYPE",
+        CheckpointCorruptedError,
+    ),
     (
         "a workflow name with a control character",
         "control name",
@@ -162,6 +171,9 @@ async def _plant(storage: RedisCheckpointStorage, what: str) -> None:
         await client.zadd(prefix + b":{\xff}:top", {b"x": 1})
     elif what == "control name":
         await client.zadd(prefix + b":{bad\x01}:top", {b"x": 1})
+    elif what == "wrong type":
+        await client.delete(keys.top("wf"))
+        await client.set(keys.top("wf"), b"not an index")
     else:  # pragma: no cover
         raise AssertionError(what)
 

@@ -18,7 +18,12 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from ..errors import EvictionPolicyError, StorageConfigurationError, StorageUnavailableError
+from ..errors import (
+    CheckpointCorruptedError,
+    EvictionPolicyError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+)
 from ..redaction import chainable, redact_text
 from .config import (
     CONNECTION_WAIT_SECONDS,
@@ -171,9 +176,12 @@ class RedisConnection:
         return reply
 
     async def call(self, operation: str, request: Awaitable[Any]) -> Any:
-        """Await one driver request, translating driver errors into StorageUnavailableError."""
+        """Await one driver request, translating driver errors into StorageUnavailableError, or
+        CheckpointCorruptedError where the store itself is damaged (see :meth:`damaged`)."""
         try:
             return await request
+        except redis_errors.ResponseError as exc:
+            raise self.damaged(operation, exc) or self.unavailable(operation, exc) from chainable(exc)
         except (redis_errors.RedisError, OSError) as exc:
             raise self.unavailable(operation, exc) from chainable(exc)
         except RuntimeError as exc:
@@ -187,6 +195,19 @@ class RedisConnection:
                 "on: create the client and the storage on the running loop, or give the storage "
                 "url= so it makes its own client on each loop",
             ) from exc
+
+    def damaged(self, operation: str, exc: BaseException) -> CheckpointCorruptedError | None:
+        """A WRONGTYPE reply means one of this storage's keys holds a kind of value no save writes
+        (a string where an index is, say): the store is damaged or was written by something else,
+        which retrying cannot mend, so it is corruption, not unavailability. Redis names no key in
+        that reply; the error names the operation that met it."""
+        if "WRONGTYPE" not in str(exc):
+            return None
+        return CheckpointCorruptedError(
+            f"<{operation}>",
+            f"{self.describe()}: a key of this storage holds another kind of value than this "
+            f"storage writes there (a damaged or hostile store); Redis said: {redact_text(str(exc))[:200]}",
+        )
 
     def unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
         return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
