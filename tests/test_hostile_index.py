@@ -378,6 +378,31 @@ async def test_sqlite_values_of_the_wrong_kind_are_reported(
         assert _sqlite_dump(path) == before
 
 
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    "remove",
+    [
+        pytest.param(lambda s: s.prune(workflow_name="wf", keep_last=1), id="prune"),
+        pytest.param(lambda s: s.delete_workflow(workflow_name="wf"), id="delete_workflow"),
+    ],
+)
+async def test_sqlite_removal_meeting_an_id_that_is_not_text_changes_nothing(
+    tmp_path: Path, remove: Callable[[Any], Awaitable[object]]
+) -> None:
+    """Prune and delete_workflow used to render such an id with str() ("b'\\xfe'"): the delete
+    matched no row, the record stayed and a tombstone named an id nobody saved."""
+    path = tmp_path / "checkpoints.db"
+    async with SQLiteCheckpointStorage(path) as storage:
+        await _save_two(storage)
+        with closing(sqlite3.connect(path)) as connection:
+            connection.execute("UPDATE checkpoints SET checkpoint_id = x'fe' WHERE checkpoint_id = 'a'")
+            connection.commit()
+        before = _sqlite_dump(path)
+        with pytest.raises(CheckpointCorruptedError, match=r"Checkpoint \"b'\\\\xfe'\" is corrupted"):
+            await remove(storage)
+        assert _sqlite_dump(path) == before
+
+
 # ----------------------------------------------------------------------------------- PostgreSQL
 
 

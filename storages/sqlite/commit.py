@@ -33,6 +33,7 @@ from typing import Final
 
 from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
 from ..contract import CheckpointID
+from ..engine.records import stored_id
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from . import schema
 
@@ -177,7 +178,7 @@ def insert_fenced(
             schema.SELECT_SAME_BODY_NEXT_SEQUENCE_AND_LATEST,
             {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
         ).fetchone()
-        latest_id = None if latest is None else str(latest)
+        latest_id = None if latest is None else stored_id(latest)
         if same is not None:
             return FenceCheck(latest_id, top.digest if same else BODY_DIFFERS)
         if latest_id != expected_latest_id:
@@ -249,7 +250,7 @@ def overwrite_body(
 def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, keep_last: int) -> int:
     """Delete all but the newest ``keep_last`` top-level checkpoints, leaving tombstones."""
     with immediate_transaction(connection, abandon):
-        doomed = [str(row[0]) for row in connection.execute(schema.SELECT_PRUNED, (workflow_name, keep_last))]
+        doomed = _doomed(connection.execute(schema.SELECT_PRUNED, (workflow_name, keep_last)))
         connection.executemany(
             schema.TOMBSTONE_FAMILY, [(workflow_name, doomed_id, doomed_id) for doomed_id in doomed]
         )
@@ -260,8 +261,19 @@ def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, 
 
 def delete_workflow(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str) -> int:
     with immediate_transaction(connection, abandon):
-        doomed = [str(row[0]) for row in connection.execute(schema.SELECT_TOP_IDS, (workflow_name,))]
+        doomed = _doomed(connection.execute(schema.SELECT_TOP_IDS, (workflow_name,)))
         connection.executemany(schema.RECORD_HIGH_WATER, [{"id": doomed_id} for doomed_id in doomed])
         connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
         connection.execute(schema.DELETE_TOMBSTONES, (workflow_name,))
     return len(doomed)
+
+
+def _doomed(rows: Iterator[Sequence[object]]) -> list[object]:
+    """The ids a prune or workflow deletion removes, as stored: the statements that follow match
+    them exactly (a text rendering of a BLOB id would match no row and tombstone an id nobody
+    saved). An id that is not text is CheckpointCorruptedError naming it, raised inside the
+    transaction, so nothing is deleted."""
+    doomed = [row[0] for row in rows]
+    for value in doomed:
+        stored_id(value)
+    return doomed
