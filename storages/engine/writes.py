@@ -98,13 +98,18 @@ class PendingWritesLog(StoragePrimitives):
         if plain_rows is None:
             rows = _batch_rows(batch)
             draft = _writes_batch(log, checkpoint_id, "", batch, rows)
-            content_key = "body:" + body_digest(self._codec.encode_checkpoint(draft))
+            batch_id = _writes_batch_id(
+                log, checkpoint_id, "body:" + body_digest(self._codec.encode_checkpoint(draft))
+            )
         else:
-            content_key, rows = plain_rows
-        batch_id = _writes_batch_id(log, checkpoint_id, content_key)
+            packed, rows = plain_rows
+            batch_id = _plain_batch_id(log, checkpoint_id, packed)
         # A plain batch's exact types are checked (_plain_rows): its bin values are all bytes.
-        body = self._codec.encode_checkpoint(
-            _writes_batch(log, checkpoint_id, batch_id, batch, rows), bin_from_bytes_only=plain
+        # The fields, not a WorkflowCheckpoint built to be read back: the same body.
+        body = self._codec.encode_checkpoint_fields(
+            WorkflowCheckpoint,
+            _writes_batch_fields(log, checkpoint_id, batch_id, rows),
+            bin_from_bytes_only=plain,
         )
         # Positional (a keyword call costs a third more): the batch's id, the log, no previous
         # id, the owner in the graph-signature column, the body and its digest.
@@ -212,6 +217,17 @@ def _writes_batch_id(log: str, owner_id: CheckpointID, content_key: str) -> Chec
     return f"\x1fw\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
 
 
+def _plain_batch_id(log: str, owner_id: CheckpointID, packed: bytes) -> CheckpointID:
+    """The id of a plain batch whose rows msgpack packs to ``packed`` (:func:`_plain_rows`).
+
+    One digest over the names and the packed rows, where the codec's path digests its body first
+    and then the names with that digest: a plain batch's two digests were a fifth of a LangGraph
+    put_writes. The "rows:" part keeps the two domains apart (an owner id is printable, so the
+    NULs split the input one way only)."""
+    key = "\x00".join((log, owner_id, "rows:")).encode("utf-8", "surrogatepass")
+    return f"\x1fw\x1f{hashlib.blake2b(key + packed, digest_size=16).hexdigest()}"
+
+
 _PLAIN_VALUE_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
 """Value types whose msgpack form tells them apart (str from bytes, bool from int, ...) and that
 the codec stores as themselves, so equal msgpack means equal stored content."""
@@ -220,20 +236,21 @@ _PLAIN_FIELD_TYPES = (str, int, str, str)
 """Exact types of a write's task_id, index, channel and task_path on the codec-free path."""
 
 
-def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
-    """The content key of :func:`_plain_rows`, or None."""
+def _plain_rows_key(writes: Sequence[PendingWrite]) -> bytes | None:
+    """The content key of :func:`_plain_rows` (its packed rows), or None."""
     plain = _plain_rows(writes)
     return None if plain is None else plain[0]
 
 
-def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[str, list[list[Any]]] | None:
-    """A digest of the batch's content without the codec, when every field is a plain atom and
+def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[bytes, list[list[Any]]] | None:
+    """The batch's content packed without the codec, when every field is a plain atom and
     every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), with the batch's
     body rows (:func:`_batch_rows`), built in the same pass; else None.
 
-    It names the batch as a digest of its encoded body would (distinct content, distinct key), for
-    one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
-    may be encoded otherwise by the codec while msgpack would not tell it apart.
+    It names the batch (:func:`_plain_batch_id`) as a digest of its encoded body would (distinct
+    content, distinct key), for one encode instead of two. Exact types only: a subclass (a str
+    subclass, an IntEnum, a tuple) may be encoded otherwise by the codec while msgpack would not
+    tell it apart.
 
     ``check``: ``writes`` are not checked yet; None also when any write is not plainly what
     ``checked_writes`` accepts (an exact PendingWrite, a plainly valid task id, a non-empty
@@ -275,7 +292,7 @@ def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[str, lis
         packed = ormsgpack.packb(key_rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
         return None  # an int beyond 64 bits, a lone surrogate: the codec's path decides
-    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest(), body_rows
+    return packed, body_rows
 
 
 def _batch_rows(writes: Sequence[PendingWrite]) -> list[list[Any]]:
@@ -293,9 +310,16 @@ def _writes_batch(
     """The batch as the record stored; ``rows``, when given, are ``_batch_rows(writes)``."""
     if rows is None:
         rows = _batch_rows(writes)
-    # Positional, in field order (a keyword call with its default factories costs twice as much):
-    # no previous id, no messages, the rows as state, no events, iteration 0, no metadata.
-    return WorkflowCheckpoint(
+    # Positional, in field order (a keyword call with its default factories costs twice as much).
+    return WorkflowCheckpoint(*_writes_batch_fields(log, owner_id, batch_id, rows))
+
+
+def _writes_batch_fields(
+    log: str, owner_id: CheckpointID, batch_id: CheckpointID, rows: list[list[Any]]
+) -> tuple[Any, ...]:
+    """The batch record's field values, in field order: the log, the owner in the signature, no
+    previous id, no messages, the rows as state, no events, iteration 0, no metadata."""
+    return (
         log,
         owner_id,
         batch_id or owner_id,
