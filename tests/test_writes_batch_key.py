@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from storages.engine.writes import (
     _writes_batch_fields,
     writes_log_name,
 )
+from storages.errors import InvalidCheckpointError, InvalidCheckpointIdError
 from storages.memory import InMemoryCheckpointStorage
 
 _ATOMS = st.one_of(
@@ -151,3 +153,41 @@ async def test_a_plain_batch_is_stored_once_and_read_back() -> None:
         *batch,
         PendingWrite("task", 1, "out", ["msgpack", b"\x02"]),
     ]
+
+
+async def test_task_writes_are_the_batch_put_writes_stores() -> None:
+    # StorageSaver's field-wise call stores the very batch put_writes would, under the same id:
+    # a retry through either entry point stores nothing new.
+    storage = InMemoryCheckpointStorage()
+    fields = [(0, "out", ["msgpack", b"\x01"]), (-1, "__error__", "e")]
+    await storage._put_task_writes("owner", "task", "path", fields, "w")
+    batch = [PendingWrite("task", index, channel, value, "path") for index, channel, value in fields]
+    await storage.put_writes("owner", batch, workflow_name="w")
+    assert len(await storage._list_ids(writes_log_name("w"), None)) == 1
+    assert await storage.list_writes("owner", workflow_name="w") == batch
+
+
+@pytest.mark.parametrize(
+    ("task_id", "fields", "error"),
+    [
+        ("bad\ntask", [(0, "out", 1)], InvalidCheckpointIdError),
+        ("task", [(0, "", 1)], InvalidCheckpointError),
+        ("task", [(True, "out", 1)], InvalidCheckpointError),
+        (None, [(0, "out", 1)], InvalidCheckpointIdError),
+    ],
+)
+async def test_task_writes_refuse_what_put_writes_refuses(task_id: Any, fields: Any, error: type) -> None:
+    storage = InMemoryCheckpointStorage()
+    with pytest.raises(error):
+        await storage._put_task_writes("owner", task_id, "", fields, "w")
+    with pytest.raises(InvalidCheckpointIdError):
+        await storage._put_task_writes("bad\nowner", "task", "", [(0, "out", 1)], "w")
+    assert await storage._list_ids(writes_log_name("w"), None) == []
+
+
+async def test_task_writes_that_are_not_plain_take_the_codecs_path() -> None:
+    storage = InMemoryCheckpointStorage()
+    await storage._put_task_writes("owner", "task", "", [(0, "out", {"a": (1, 2)})], "w")
+    (write,) = await storage.list_writes("owner", workflow_name="w")
+    assert write.value == {"a": (1, 2)}
+    assert type(write.value["a"]) is tuple

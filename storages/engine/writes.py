@@ -91,35 +91,79 @@ class PendingWritesLog(StoragePrimitives):
             return
         # One record per call is what makes the call atomic on every backend: each primitive
         # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
-        log = writes_log_name(workflow_name)
         if plain_rows is None:
             plain_rows = _plain_rows(batch)
-        plain = plain_rows is not None
         if plain_rows is None:
+            log = writes_log_name(workflow_name)
             rows = _batch_rows(batch)
             draft = _writes_batch(log, checkpoint_id, "", batch, rows)
             batch_id = _writes_batch_id(
                 log, checkpoint_id, "body:" + body_digest(self._codec.encode_checkpoint(draft))
             )
+            body = self._codec.encode_checkpoint_fields(
+                WorkflowCheckpoint, _writes_batch_fields(log, checkpoint_id, batch_id, rows)
+            )
+            record = CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
         else:
-            packed, rows = plain_rows
-            batch_id = _plain_batch_id(log, checkpoint_id, packed)
-        # A plain batch's exact types are checked (_plain_rows): its bin values are all bytes.
-        # The fields, not a WorkflowCheckpoint built to be read back: the same body.
-        body = self._codec.encode_checkpoint_fields(
-            WorkflowCheckpoint,
-            _writes_batch_fields(log, checkpoint_id, batch_id, rows),
-            bin_from_bytes_only=plain,
-        )
-        # Positional (a keyword call costs a third more): the batch's id, the log, no previous
-        # id, the owner in the graph-signature column, the body and its digest.
-        record = CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
+            record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
         # An existing id means this very batch is stored already (or an equal one encoded
         # differently): the reading rule makes either harmless, so there is nothing to compare.
         # A keyed handle signs it like any record (a root: no chain link, no round trip).
         if self._integrity is not None:
             (record,), _ = await self._signed([record])
         await self._insert(record)
+
+    async def _put_task_writes(
+        self,
+        checkpoint_id: CheckpointID,
+        task_id: str,
+        task_path: str,
+        writes: list[tuple[int, str, Any]],
+        workflow_name: str,
+    ) -> None:
+        """``put_writes(checkpoint_id, [PendingWrite(task_id, index, channel, value, task_path)
+        for index, channel, value in writes], workflow_name=workflow_name)``: the same batch, under
+        the same id, without building the PendingWrites (StorageSaver's every call: one task's
+        writes). Anything that is not plainly valid and plain goes through put_writes, whose
+        checks decide (and raise)."""
+        plain_rows = _plain_task_rows(task_id, task_path, writes)
+        if (
+            plain_rows is None
+            or Capability.PENDING_WRITES not in self.capabilities
+            or not (
+                type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
+            )
+            or not (
+                type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+            )
+            or not self._is_ready("put_writes")
+        ):
+            batch = [
+                PendingWrite(task_id, index, channel, value, task_path) for index, channel, value in writes
+            ]
+            await self.put_writes(checkpoint_id, batch, workflow_name=workflow_name)
+            return
+        record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
+        if self._integrity is not None:
+            (record,), _ = await self._signed([record])
+        await self._insert(record)
+
+    def _plain_batch_record(
+        self, checkpoint_id: CheckpointID, workflow_name: str, packed: bytes, rows: list[list[Any]]
+    ) -> CheckpointRecord:
+        """The record of a plain batch (:func:`_plain_rows`), before any seal."""
+        log = writes_log_name(workflow_name)
+        batch_id = _plain_batch_id(log, checkpoint_id, packed)
+        # A plain batch's exact types are checked: its bin values are all bytes. The fields, not
+        # a WorkflowCheckpoint built to be read back: the same body.
+        body = self._codec.encode_checkpoint_fields(
+            WorkflowCheckpoint,
+            _writes_batch_fields(log, checkpoint_id, batch_id, rows),
+            bin_from_bytes_only=True,
+        )
+        # Positional (a keyword call costs a third more): the batch's id, the log, no previous
+        # id, the owner in the graph-signature column, the body and its digest.
+        return CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
 
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
         """The writes stored against a checkpoint, one per (task_id, index), in the order their
@@ -292,6 +336,42 @@ def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[bytes, l
         packed = ormsgpack.packb(key_rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
         return None  # an int beyond 64 bits, a lone surrogate: the codec's path decides
+    return packed, body_rows
+
+
+def _plain_task_rows(
+    task_id: Any, task_path: Any, writes: list[tuple[int, str, Any]]
+) -> tuple[bytes, list[list[Any]]] | None:
+    """What ``_plain_rows([PendingWrite(task_id, index, channel, value, task_path) for index,
+    channel, value in writes], check=True)`` returns (the same packed rows, so the same batch id),
+    from the fields themselves; None where it would be None, and for no writes."""
+    if not (
+        writes
+        and type(task_id) is str
+        and type(task_path) is str
+        and 0 < len(task_id) <= _MAX
+        and task_id.isprintable()
+    ):
+        return None
+    atoms = _PLAIN_VALUE_ATOMS
+    key_rows: list[tuple[Any, ...]] = []
+    body_rows: list[list[Any]] = []
+    for index, channel, value in writes:
+        if type(index) is not int or type(channel) is not str or not channel:
+            return None
+        kind = type(value)
+        if kind is list:
+            for item in value:
+                if type(item) not in atoms:
+                    return None
+        elif kind not in atoms:
+            return None
+        key_rows.append((task_id, index, channel, task_path, value))
+        body_rows.append([task_id, index, channel, value, task_path])
+    try:
+        packed = ormsgpack.packb(key_rows)
+    except (TypeError, ormsgpack.MsgpackEncodeError):
+        return None
     return packed, body_rows
 
 
