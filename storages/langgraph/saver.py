@@ -78,8 +78,9 @@ class StorageSaver(SyncMethods):
             )
         super().__init__(serde=serde)
         self.storage = storage
-        # A backend (or a test double) with a put_writes of its own gets every batch through it.
-        self._task_writes = type(storage).put_writes is PendingWritesLog.put_writes
+        # A backend (or a test double, or a wrapper forwarding attributes) with a put_writes of
+        # its own gets every batch through it.
+        self._task_writes = getattr(type(storage), "put_writes", None) is PendingWritesLog.put_writes
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
