@@ -39,7 +39,8 @@ PHASES = ("aput", "aput_writes", "aget_tuple", "aget_tuple_latest", "alist")
 STORAGE_PHASES = ("storage.save", "storage.put_writes")
 """StorageSaver's side only: the storage calls its aput and aput_writes make, made directly with
 the very arguments StorageSaver built (captured beforehand), so what StorageSaver adds over the
-storage call is the difference between ``aput`` and ``storage.save`` (and between the writes)."""
+storage call is the difference between ``aput`` and ``storage.save`` (and between the writes). On
+an engine storage, the writes' call is put_writes's field-wise twin ``_put_task_writes``."""
 SIDES = ("ours", "native")
 _TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 
@@ -84,11 +85,15 @@ def _inner(backend: str, side: str, reps: int, supersteps: int, directory: Path)
         async def put_writes(checkpoint_id: str, writes: Any, *, workflow_name: str) -> None:
             batches.append((checkpoint_id, writes, workflow_name))
 
-        storage.save, storage.put_writes = save, put_writes
+        async def put_task_writes(*arguments: Any) -> None:
+            batches.append(arguments)
+
+        # StorageSaver hands an engine storage's put_writes the task's writes as fields.
+        storage.save, storage.put_writes, storage._put_task_writes = save, put_writes, put_task_writes
         try:
             await put_all(thread_id, ("aput", "aput_writes"))
         finally:
-            del storage.save, storage.put_writes
+            del storage.save, storage.put_writes, storage._put_task_writes
         return saves, batches
 
     try:
@@ -110,8 +115,14 @@ def _inner(backend: str, side: str, reps: int, supersteps: int, directory: Path)
                         for checkpoint in saves:
                             await saver.storage.save(checkpoint)
                     else:
-                        for checkpoint_id, writes, workflow_name in batches:
-                            await saver.storage.put_writes(checkpoint_id, writes, workflow_name=workflow_name)
+                        for batch in batches:
+                            if len(batch) == 3:
+                                checkpoint_id, writes, workflow_name = batch
+                                await saver.storage.put_writes(
+                                    checkpoint_id, writes, workflow_name=workflow_name
+                                )
+                            else:
+                                await saver.storage._put_task_writes(*batch)
             elif operation in ("aget_tuple_latest", "alist"):
                 for thread_id in stored:
                     await read(operation, thread_id)

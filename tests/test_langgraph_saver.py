@@ -194,3 +194,24 @@ async def test_verify_and_listings_see_checkpoints_not_the_writes_logs() -> None
 def test_names_escape_exactly_as_quote_does(text: str) -> None:
     # Workflow names are stored: the fast path must give quote(safe="")'s very output.
     assert escape_part(text) == quote(text, safe="")
+
+
+async def test_a_backend_with_its_own_put_writes_gets_every_batch_through_it() -> None:
+    # StorageSaver hands the engine's put_writes the writes as fields; a backend that overrides
+    # put_writes must still see each batch (as PendingWrites) through its own method.
+    seen: list[Any] = []
+
+    class Recording(InMemoryCheckpointStorage):
+        async def put_writes(self, checkpoint_id: str, writes: Any, *, workflow_name: str) -> None:
+            seen.append(list(writes))
+            await super().put_writes(checkpoint_id, writes, workflow_name=workflow_name)
+
+    for storage, through_override in ((Recording(), True), (InMemoryCheckpointStorage(), False)):
+        seen.clear()
+        saver = StorageSaver(storage)
+        config = await saver.aput(_config("t"), _checkpoint("c1"), {}, {})
+        await saver.aput_writes(config, [("out", 1), ("__error__", "boom")], "task")
+        assert len(seen) == (1 if through_override else 0)
+        found = await saver.aget_tuple(config)
+        assert found is not None
+        assert found.pending_writes == [("task", "__error__", "boom"), ("task", "out", 1)]

@@ -7,11 +7,20 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storages.contract import PendingWrite
-from storages.engine.writes import _plain_rows_key, _writes_batch
+from storages.codec import CheckpointCodec
+from storages.contract import PendingWrite, WorkflowCheckpoint
+from storages.engine.writes import (
+    _batch_rows,
+    _plain_rows_key,
+    _writes_batch,
+    _writes_batch_fields,
+    writes_log_name,
+)
+from storages.errors import InvalidCheckpointError, InvalidCheckpointIdError
 from storages.memory import InMemoryCheckpointStorage
 
 _ATOMS = st.one_of(
@@ -108,3 +117,77 @@ async def test_bytes_like_values_keep_their_type_through_put_writes() -> None:
     assert [type(value) for value in stored] == [bytes, bytearray, list, list]
     assert type(stored[2][1]) is bytearray
     assert type(stored[3][1]) is bytes
+
+
+@given(st.lists(_WRITES, min_size=1, max_size=3))
+def test_a_batch_encoded_from_its_fields_is_the_body_of_the_batch_built(batch: list[PendingWrite]) -> None:
+    # put_writes hands the codec the batch's field values, not a WorkflowCheckpoint: the body
+    # must be the one encode_checkpoint makes of the object, on the fast path and on each fallback
+    # (a compressing codec, a value the native walk refuses).
+    rows = _batch_rows(batch)
+    fields = _writes_batch_fields("\x1fwrites\x1fw", "owner", "batch", rows)
+    draft = _writes_batch("\x1fwrites\x1fw", "owner", "batch", batch)
+    for codec in (CheckpointCodec(), CheckpointCodec(compress_threshold=1)):
+        assert codec.encode_checkpoint_fields(WorkflowCheckpoint, fields) == codec.encode_checkpoint(draft)
+    assert CheckpointCodec().encode_checkpoint_fields(
+        WorkflowCheckpoint, ("w", "s", "id", None, "t", {}, {"big": 2**70}, {}, 0, {}, "1.0")
+    ) == CheckpointCodec().encode_checkpoint(
+        WorkflowCheckpoint("w", "s", "id", None, "t", {}, {"big": 2**70}, {}, 0, {}, "1.0")
+    )
+
+
+async def test_a_plain_batch_is_stored_once_and_read_back() -> None:
+    # A plain batch's id is one digest of the names and its packed rows: a retry stores nothing
+    # new, another owner or other content is another batch.
+    storage = InMemoryCheckpointStorage()
+    batch = [PendingWrite("task", 0, "out", ["msgpack", b"\x01"]), PendingWrite("task", -1, "__error__", "e")]
+    for _ in range(2):
+        await storage.put_writes("owner", batch, workflow_name="w")
+    await storage.put_writes("other", batch, workflow_name="w")
+    await storage.put_writes(
+        "owner", [PendingWrite("task", 1, "out", ["msgpack", b"\x02"])], workflow_name="w"
+    )
+    log = await storage._list_ids(writes_log_name("w"), None)
+    assert len(log) == 3
+    assert await storage.list_writes("owner", workflow_name="w") == [
+        *batch,
+        PendingWrite("task", 1, "out", ["msgpack", b"\x02"]),
+    ]
+
+
+async def test_task_writes_are_the_batch_put_writes_stores() -> None:
+    # StorageSaver's field-wise call stores the very batch put_writes would, under the same id:
+    # a retry through either entry point stores nothing new.
+    storage = InMemoryCheckpointStorage()
+    fields = [(0, "out", ["msgpack", b"\x01"]), (-1, "__error__", "e")]
+    await storage._put_task_writes("owner", "task", "path", fields, "w")
+    batch = [PendingWrite("task", index, channel, value, "path") for index, channel, value in fields]
+    await storage.put_writes("owner", batch, workflow_name="w")
+    assert len(await storage._list_ids(writes_log_name("w"), None)) == 1
+    assert await storage.list_writes("owner", workflow_name="w") == batch
+
+
+@pytest.mark.parametrize(
+    ("task_id", "fields", "error"),
+    [
+        ("bad\ntask", [(0, "out", 1)], InvalidCheckpointIdError),
+        ("task", [(0, "", 1)], InvalidCheckpointError),
+        ("task", [(True, "out", 1)], InvalidCheckpointError),
+        (None, [(0, "out", 1)], InvalidCheckpointIdError),
+    ],
+)
+async def test_task_writes_refuse_what_put_writes_refuses(task_id: Any, fields: Any, error: type) -> None:
+    storage = InMemoryCheckpointStorage()
+    with pytest.raises(error):
+        await storage._put_task_writes("owner", task_id, "", fields, "w")
+    with pytest.raises(InvalidCheckpointIdError):
+        await storage._put_task_writes("bad\nowner", "task", "", [(0, "out", 1)], "w")
+    assert await storage._list_ids(writes_log_name("w"), None) == []
+
+
+async def test_task_writes_that_are_not_plain_take_the_codecs_path() -> None:
+    storage = InMemoryCheckpointStorage()
+    await storage._put_task_writes("owner", "task", "", [(0, "out", {"a": (1, 2)})], "w")
+    (write,) = await storage.list_writes("owner", workflow_name="w")
+    assert write.value == {"a": (1, 2)}
+    assert type(write.value["a"]) is tuple

@@ -91,30 +91,79 @@ class PendingWritesLog(StoragePrimitives):
             return
         # One record per call is what makes the call atomic on every backend: each primitive
         # is. Its id is derived from its content, so a retried call is an idempotent re-insert.
-        log = writes_log_name(workflow_name)
         if plain_rows is None:
             plain_rows = _plain_rows(batch)
-        plain = plain_rows is not None
         if plain_rows is None:
+            log = writes_log_name(workflow_name)
             rows = _batch_rows(batch)
             draft = _writes_batch(log, checkpoint_id, "", batch, rows)
-            content_key = "body:" + body_digest(self._codec.encode_checkpoint(draft))
+            batch_id = _writes_batch_id(
+                log, checkpoint_id, "body:" + body_digest(self._codec.encode_checkpoint(draft))
+            )
+            body = self._codec.encode_checkpoint_fields(
+                WorkflowCheckpoint, _writes_batch_fields(log, checkpoint_id, batch_id, rows)
+            )
+            record = CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
         else:
-            content_key, rows = plain_rows
-        batch_id = _writes_batch_id(log, checkpoint_id, content_key)
-        # A plain batch's exact types are checked (_plain_rows): its bin values are all bytes.
-        body = self._codec.encode_checkpoint(
-            _writes_batch(log, checkpoint_id, batch_id, batch, rows), bin_from_bytes_only=plain
-        )
-        # Positional (a keyword call costs a third more): the batch's id, the log, no previous
-        # id, the owner in the graph-signature column, the body and its digest.
-        record = CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
+            record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
         # An existing id means this very batch is stored already (or an equal one encoded
         # differently): the reading rule makes either harmless, so there is nothing to compare.
         # A keyed handle signs it like any record (a root: no chain link, no round trip).
         if self._integrity is not None:
             (record,), _ = await self._signed([record])
         await self._insert(record)
+
+    async def _put_task_writes(
+        self,
+        checkpoint_id: CheckpointID,
+        task_id: str,
+        task_path: str,
+        writes: list[tuple[int, str, Any]],
+        workflow_name: str,
+    ) -> None:
+        """``put_writes(checkpoint_id, [PendingWrite(task_id, index, channel, value, task_path)
+        for index, channel, value in writes], workflow_name=workflow_name)``: the same batch, under
+        the same id, without building the PendingWrites (StorageSaver's every call: one task's
+        writes). Anything that is not plainly valid and plain goes through put_writes, whose
+        checks decide (and raise)."""
+        plain_rows = _plain_task_rows(task_id, task_path, writes)
+        if (
+            plain_rows is None
+            or Capability.PENDING_WRITES not in self.capabilities
+            or not (
+                type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
+            )
+            or not (
+                type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
+            )
+            or not self._is_ready("put_writes")
+        ):
+            batch = [
+                PendingWrite(task_id, index, channel, value, task_path) for index, channel, value in writes
+            ]
+            await self.put_writes(checkpoint_id, batch, workflow_name=workflow_name)
+            return
+        record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
+        if self._integrity is not None:
+            (record,), _ = await self._signed([record])
+        await self._insert(record)
+
+    def _plain_batch_record(
+        self, checkpoint_id: CheckpointID, workflow_name: str, packed: bytes, rows: list[list[Any]]
+    ) -> CheckpointRecord:
+        """The record of a plain batch (:func:`_plain_rows`), before any seal."""
+        log = writes_log_name(workflow_name)
+        batch_id = _plain_batch_id(log, checkpoint_id, packed)
+        # A plain batch's exact types are checked: its bin values are all bytes. The fields, not
+        # a WorkflowCheckpoint built to be read back: the same body.
+        body = self._codec.encode_checkpoint_fields(
+            WorkflowCheckpoint,
+            _writes_batch_fields(log, checkpoint_id, batch_id, rows),
+            bin_from_bytes_only=True,
+        )
+        # Positional (a keyword call costs a third more): the batch's id, the log, no previous
+        # id, the owner in the graph-signature column, the body and its digest.
+        return CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
 
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
         """The writes stored against a checkpoint, one per (task_id, index), in the order their
@@ -212,6 +261,17 @@ def _writes_batch_id(log: str, owner_id: CheckpointID, content_key: str) -> Chec
     return f"\x1fw\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
 
 
+def _plain_batch_id(log: str, owner_id: CheckpointID, packed: bytes) -> CheckpointID:
+    """The id of a plain batch whose rows msgpack packs to ``packed`` (:func:`_plain_rows`).
+
+    One digest over the names and the packed rows, where the codec's path digests its body first
+    and then the names with that digest: a plain batch's two digests were a fifth of a LangGraph
+    put_writes. The "rows:" part keeps the two domains apart (an owner id is printable, so the
+    NULs split the input one way only)."""
+    key = "\x00".join((log, owner_id, "rows:")).encode("utf-8", "surrogatepass")
+    return f"\x1fw\x1f{hashlib.blake2b(key + packed, digest_size=16).hexdigest()}"
+
+
 _PLAIN_VALUE_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
 """Value types whose msgpack form tells them apart (str from bytes, bool from int, ...) and that
 the codec stores as themselves, so equal msgpack means equal stored content."""
@@ -220,20 +280,21 @@ _PLAIN_FIELD_TYPES = (str, int, str, str)
 """Exact types of a write's task_id, index, channel and task_path on the codec-free path."""
 
 
-def _plain_rows_key(writes: Sequence[PendingWrite]) -> str | None:
-    """The content key of :func:`_plain_rows`, or None."""
+def _plain_rows_key(writes: Sequence[PendingWrite]) -> bytes | None:
+    """The content key of :func:`_plain_rows` (its packed rows), or None."""
     plain = _plain_rows(writes)
     return None if plain is None else plain[0]
 
 
-def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[str, list[list[Any]]] | None:
-    """A digest of the batch's content without the codec, when every field is a plain atom and
+def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[bytes, list[list[Any]]] | None:
+    """The batch's content packed without the codec, when every field is a plain atom and
     every value an atom or a list of atoms (LangGraph's ``[type, bytes]`` pairs), with the batch's
     body rows (:func:`_batch_rows`), built in the same pass; else None.
 
-    It names the batch as a digest of its encoded body would (distinct content, distinct key), for
-    one encode instead of two. Exact types only: a subclass (a str subclass, an IntEnum, a tuple)
-    may be encoded otherwise by the codec while msgpack would not tell it apart.
+    It names the batch (:func:`_plain_batch_id`) as a digest of its encoded body would (distinct
+    content, distinct key), for one encode instead of two. Exact types only: a subclass (a str
+    subclass, an IntEnum, a tuple) may be encoded otherwise by the codec while msgpack would not
+    tell it apart.
 
     ``check``: ``writes`` are not checked yet; None also when any write is not plainly what
     ``checked_writes`` accepts (an exact PendingWrite, a plainly valid task id, a non-empty
@@ -275,7 +336,43 @@ def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[str, lis
         packed = ormsgpack.packb(key_rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
         return None  # an int beyond 64 bits, a lone surrogate: the codec's path decides
-    return "rows:" + hashlib.blake2b(packed, digest_size=16).hexdigest(), body_rows
+    return packed, body_rows
+
+
+def _plain_task_rows(
+    task_id: Any, task_path: Any, writes: list[tuple[int, str, Any]]
+) -> tuple[bytes, list[list[Any]]] | None:
+    """What ``_plain_rows([PendingWrite(task_id, index, channel, value, task_path) for index,
+    channel, value in writes], check=True)`` returns (the same packed rows, so the same batch id),
+    from the fields themselves; None where it would be None, and for no writes."""
+    if not (
+        writes
+        and type(task_id) is str
+        and type(task_path) is str
+        and 0 < len(task_id) <= _MAX
+        and task_id.isprintable()
+    ):
+        return None
+    atoms = _PLAIN_VALUE_ATOMS
+    key_rows: list[tuple[Any, ...]] = []
+    body_rows: list[list[Any]] = []
+    for index, channel, value in writes:
+        if type(index) is not int or type(channel) is not str or not channel:
+            return None
+        kind = type(value)
+        if kind is list:
+            for item in value:
+                if type(item) not in atoms:
+                    return None
+        elif kind not in atoms:
+            return None
+        key_rows.append((task_id, index, channel, task_path, value))
+        body_rows.append([task_id, index, channel, value, task_path])
+    try:
+        packed = ormsgpack.packb(key_rows)
+    except (TypeError, ormsgpack.MsgpackEncodeError):
+        return None
+    return packed, body_rows
 
 
 def _batch_rows(writes: Sequence[PendingWrite]) -> list[list[Any]]:
@@ -293,9 +390,16 @@ def _writes_batch(
     """The batch as the record stored; ``rows``, when given, are ``_batch_rows(writes)``."""
     if rows is None:
         rows = _batch_rows(writes)
-    # Positional, in field order (a keyword call with its default factories costs twice as much):
-    # no previous id, no messages, the rows as state, no events, iteration 0, no metadata.
-    return WorkflowCheckpoint(
+    # Positional, in field order (a keyword call with its default factories costs twice as much).
+    return WorkflowCheckpoint(*_writes_batch_fields(log, owner_id, batch_id, rows))
+
+
+def _writes_batch_fields(
+    log: str, owner_id: CheckpointID, batch_id: CheckpointID, rows: list[list[Any]]
+) -> tuple[Any, ...]:
+    """The batch record's field values, in field order: the log, the owner in the signature, no
+    previous id, no messages, the rows as state, no events, iteration 0, no metadata."""
+    return (
         log,
         owner_id,
         batch_id or owner_id,
