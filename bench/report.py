@@ -335,7 +335,9 @@ def _target_note(key: str, targets: dict[str, Any]) -> str:
         else ""
     )
     return (
-        f"ours {fmt_us(ours)} µs, peer {fmt_us(peer)} µs: ours also encodes and digests the body, "
+        f"ours {fmt_us(ours)} µs, peer {fmt_us(peer)} µs: ours also checks the fields and encodes the body "
+        "(a re-save is told by comparing stored bytes in the transaction, so nothing is hashed), takes the "
+        "next sequence (three index searches), "
         f"updates two secondary indexes (schema 4: no sequence row written), in one hand-off{pages}"
     )
 
