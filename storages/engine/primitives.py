@@ -234,7 +234,10 @@ class StoragePrimitives(abc.ABC):
     async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
         """Insert a checkpoint (``records[0]``) and its nested records, all or nothing.
 
-        If the checkpoint's id exists, write nothing and return its stored digest. If a nested
+        If the checkpoint's id exists, write nothing and return its stored digest, or anything
+        the engine compares with ``records[0].digest`` the same way (equal: the same body is
+        stored; different: the engine compares decoded contents; SQLite and memory compare the
+        stored bytes instead of hashing, and return the record's digest or a non-digest). If a nested
         record's id exists, write nothing and raise ``nested_id_conflict(records, id)``. Otherwise
         insert every record, each with the next sequence number of its own workflow name, and
         return None. Needed by backends that declare ``nested``.

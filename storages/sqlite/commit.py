@@ -271,8 +271,8 @@ def delete_workflow(connection: sqlite3.Connection, abandon: Abandon, workflow_n
 def _doomed(rows: Iterator[Sequence[object]]) -> list[object]:
     """The ids a prune or workflow deletion removes, as stored: the statements that follow match
     them exactly (a text rendering of a BLOB id would match no row and tombstone an id nobody
-    saved). An id that is not text is CheckpointCorruptedError naming it, raised inside the
-    transaction, so nothing is deleted."""
+    saved). An id that is neither text nor UTF-8 bytes is CheckpointCorruptedError naming it,
+    raised inside the transaction, so nothing is deleted."""
     doomed = [row[0] for row in rows]
     for value in doomed:
         stored_id(value)
