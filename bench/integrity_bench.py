@@ -103,23 +103,13 @@ async def _timed_round(pair: _Pair, calls: int) -> tuple[list[float], list[float
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        sides = ((plain_op, plain_args, plain_times), (keyed_op, keyed_args, keyed_times))
         for index in range(calls):
-            if index % 2 == 0:
+            # The order inside each pair alternates, so neither variant always runs second.
+            for op, args, times in sides if index % 2 == 0 else sides[::-1]:
                 start = clock()
-                await plain_op(plain_args[index])
-                middle = clock()
-                await keyed_op(keyed_args[index])
-                end = clock()
-                plain_times.append(middle - start)
-                keyed_times.append(end - middle)
-            else:
-                start = clock()
-                await keyed_op(keyed_args[index])
-                middle = clock()
-                await plain_op(plain_args[index])
-                end = clock()
-                keyed_times.append(middle - start)
-                plain_times.append(end - middle)
+                await op(args[index])
+                times.append(clock() - start)
     finally:
         if was_enabled:
             gc.enable()

@@ -258,8 +258,8 @@ def seal_header(
     key_bytes = key_id.encode()
     container = b"" if container_id is None else container_id.encode()
     previous = b"" if previous_id is None else previous_id.encode()
-    fixed = _FIXED.pack(_HEAD, link_kind, height, position, len(key_bytes), len(container), len(previous))
-    return b"".join((fixed, key_bytes, container, previous, link if link_kind is Link.PRESENT else b""))
+    fixed = _PACK_FIXED(_HEAD, link_kind, height, position, len(key_bytes), len(container), len(previous))
+    return b"".join((fixed, key_bytes, container, previous, link if link_kind is _PRESENT else b""))
 
 
 def record_mac(key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
@@ -290,28 +290,10 @@ def seal_record(
     body: bytes,
 ) -> tuple[bytes, bytes]:
     """The sealed bytes of a record (``seal header + MAC + body``) and its MAC: what
-    ``seal_header`` and ``record_mac`` give, joined, in one call (every keyed save makes it)."""
-    key_bytes = key_id.encode()
-    container = b"" if container_id is None else container_id.encode()
-    previous = b"" if previous_id is None else previous_id.encode()
-    header = b"".join(
-        (
-            _PACK_FIXED(_HEAD, link_kind, height, position, len(key_bytes), len(container), len(previous)),
-            key_bytes,
-            container,
-            previous,
-            link if link_kind is _PRESENT else b"",
-        )
-    )
-    stored_id = checkpoint_id.encode()
-    states = _KEY_STATES.get(key) or _hmac_states(key)  # record_mac, in line
-    inner = states[0].copy()
-    inner.update(_PACK_LENGTH(len(stored_id)) + stored_id + header)
-    inner.update(body)
-    outer = states[1].copy()
-    outer.update(inner.digest())
-    mac: bytes = outer.digest()
-    return b"".join((header, mac, body)), mac  # one copy of the body, not two
+    ``seal_header`` and ``record_mac`` give, joined (the one call every keyed save makes)."""
+    header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
+    mac = record_mac(key, checkpoint_id, header, body)
+    return b"".join((header, mac, body)), mac
 
 
 _KEY_STATES: Final[dict[bytes, tuple[Any, Any]]] = {}

@@ -323,15 +323,23 @@ def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[bytes, l
                 checked_task_id = task_id
             if not channel:
                 return None
-        kind = type(value)
-        if kind is list:
-            for item in value:
-                if type(item) not in atoms:
-                    return None
-        elif kind not in atoms:
+        if not _is_plain_value(value, atoms):
             return None
         key_rows.append((task_id, index, channel, task_path, value))
         body_rows.append([task_id, index, channel, value, task_path])
+    return _packed_rows(key_rows, body_rows)
+
+
+def _is_plain_value(value: Any, atoms: frozenset[object]) -> bool:
+    """An atom, or a list of atoms (LangGraph's ``[type, bytes]`` pairs), by exact type."""
+    if type(value) is list:
+        return all(type(item) in atoms for item in value)
+    return type(value) in atoms
+
+
+def _packed_rows(
+    key_rows: list[tuple[Any, ...]], body_rows: list[list[Any]]
+) -> tuple[bytes, list[list[Any]]] | None:
     try:
         packed = ormsgpack.packb(key_rows)
     except (TypeError, ormsgpack.MsgpackEncodeError):
@@ -359,20 +367,11 @@ def _plain_task_rows(
     for index, channel, value in writes:
         if type(index) is not int or type(channel) is not str or not channel:
             return None
-        kind = type(value)
-        if kind is list:
-            for item in value:
-                if type(item) not in atoms:
-                    return None
-        elif kind not in atoms:
+        if not _is_plain_value(value, atoms):
             return None
         key_rows.append((task_id, index, channel, task_path, value))
         body_rows.append([task_id, index, channel, value, task_path])
-    try:
-        packed = ormsgpack.packb(key_rows)
-    except (TypeError, ormsgpack.MsgpackEncodeError):
-        return None
-    return packed, body_rows
+    return _packed_rows(key_rows, body_rows)
 
 
 def _batch_rows(writes: Sequence[PendingWrite]) -> list[list[Any]]:
