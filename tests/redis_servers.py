@@ -396,6 +396,7 @@ class FaultyRedis:
             factory=root.new_handle,
             cleanup=cleanup,
             faults=RedisFaultInjector(self.server, self.proxy),
+            reopen=lambda: RedisCheckpointStorage.from_url(with_query(self.url, prefix=prefix)),
         )
 
     def stop(self) -> None:
