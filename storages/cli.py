@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from rich.text import Text
 from . import installed_version
 from .base import BaseCheckpointStorage
 from .codec import CheckpointCodec
+from .copy_render import render_copy
+from .copying import CopyProgress, copy_store
 from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
 from .inspect import (
     build_lineage,
@@ -48,7 +51,8 @@ from .inspect import (
     render_lineage,
     render_workflows,
 )
-from .redaction import redact_text
+from .memory import InMemoryCheckpointStorage
+from .redaction import redact_text, redact_url
 from .registry import RegisteredBackend, registry
 from .terminal import EXIT_BROKEN_PIPE, json_dumps, plain, printable, silence_stdout
 from .terminal import console as terminal_console
@@ -83,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = asyncio.run(_verify(args, console))
         elif args.command == "backends":
             status = _backends(args, console)
+        elif args.command == "copy":
+            status = asyncio.run(_copy(args, console))
         else:
             status = asyncio.run(_inspect(args, console))
         # What is still buffered is written here, so a closed pipe is caught below rather than
@@ -249,6 +255,64 @@ def _backend_row(backend: RegisteredBackend) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------- copy
+
+
+async def _copy(args: argparse.Namespace, console: Console) -> int:
+    source = _open(args)
+    destination, stand_in = _open_destination(args)
+    async with source, destination:
+        with _copy_progress(console, quiet=args.json) as progress:
+            report = await copy_store(
+                source, destination, workflows=args.workflow, dry_run=args.dry_run, progress=progress
+            )
+    if stand_in:
+        report.destination = redact_url(args.destination)
+    if args.json:
+        print(json_dumps(report.to_dict()))
+    else:
+        for verify_report in report.verify_reports:
+            if verify_report.findings:
+                console.print(findings_table(verify_report))
+        verb = "dry run: copy" if args.dry_run else "copy"
+        console.print(render_copy(report, title=f"{verb} {report.source} -> {report.destination}"))
+    return EXIT_OK if report.ok else EXIT_FOUND
+
+
+def _open_destination(args: argparse.Namespace) -> tuple[BaseCheckpointStorage, bool]:
+    """The destination, and whether it is an empty stand-in for a SQLite file a dry run must not
+    create (the copy would start from an empty store)."""
+    codec = CheckpointCodec(allowed_types=args.allow_type or ())
+    storage = open_storage(args.destination, codec=codec)
+    path = getattr(storage, "path", None)
+    if args.dry_run and isinstance(path, Path) and not path.exists():
+        return InMemoryCheckpointStorage(codec=codec), True
+    return storage, False
+
+
+@contextlib.contextmanager
+def _copy_progress(console: Console, *, quiet: bool) -> Iterator[CopyProgress]:
+    """A bar on a terminal; piped, a line to stderr at every tenth of the way; none with --json."""
+    if console.is_terminal and not quiet:
+        with Progress(
+            TextColumn("[bold]copy"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=True,
+        ) as bar:  # fmt: skip
+            task = bar.add_task("copy", total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+        return
+    shown = -1
+
+    def lines(done: int, total: int) -> None:
+        nonlocal shown
+        tenth = done * 10 // total if total else 10
+        if not quiet and tenth > shown and done:
+            shown = tenth
+            print(f"{PROG} copy: {done}/{total} checkpoints", file=sys.stderr, flush=True)
+
+    yield lines
+
+
 # ---------------------------------------------------------------------- shared
 
 
@@ -317,6 +381,26 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 every entry point registered, 1 one was refused.",
     )
     backends_parser.add_argument("--json", action="store_true", help="print the list as JSON")
+
+    copy_parser = commands.add_parser(
+        "copy",
+        help="copy every checkpoint (nested records, tombstones, pending writes) to another storage",
+        description=(
+            "Copy checkpoints from SRC_URL to DST_URL with their ids, commit order, previous links, "
+            "nested records, signatures, prune tombstones and pending writes; the destination seals "
+            "them if it has an integrity key. Rerunning after an interruption completes the copy "
+            "without duplicates. The destination is verified at the end."
+        ),
+        epilog="Exit status: 0 copied, 1 a conflict, a tombstone not recreated or a verify finding, "
+        "2 usage or connection error.",
+    )
+    copy_parser.add_argument("url", metavar="SRC_URL", help="the storage to copy from")
+    copy_parser.add_argument("destination", metavar="DST_URL", help="the storage to copy into")
+    copy_parser.add_argument(
+        "--workflow", action="append", metavar="NAME", help="copy only this workflow (repeatable)"
+    )
+    copy_parser.add_argument("--dry-run", action="store_true", help="read both stores, write nothing")
+    _common_options(copy_parser, json_help="print the report as JSON")
 
     inspect_parser.add_argument("url", metavar="URL", help="storage URL")
     inspect_parser.add_argument("workflow", nargs="?", metavar="WORKFLOW", help="draw this workflow's tree")
