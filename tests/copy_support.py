@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph.types import Command
 from maf_workflows import (
     LOOP_INPUT,
     Question,
@@ -16,8 +17,10 @@ from maf_workflows import (
     sub_workflow,
 )
 
+from conformance._langgraph_graphs import build_tour, thread_config
 from storages import BaseCheckpointStorage, CheckpointCodec
 from storages.contract import CheckpointStorage, PendingWrite
+from storages.langgraph import StorageSaver
 
 MAF_WORKFLOWS = ("copy-loop", "copy-sub", "copy-pruned", "copy-two-sigs")
 
@@ -49,6 +52,39 @@ async def write_maf_store(storage: BaseCheckpointStorage) -> None:
 _CODEC = CheckpointCodec()
 _CODEC.register(Tally)
 _CODEC.register(Question)
+
+
+LANGGRAPH_THREADS = ("copy-tour", "copy-travel")
+
+
+async def write_langgraph_store(storage: BaseCheckpointStorage) -> None:
+    """Real LangGraph runs through StorageSaver: a graph with a subgraph interrupted and resumed
+    (pending writes, subgraph namespaces), and a second thread forked by time travel."""
+    saver = StorageSaver(storage)
+    graph = build_tour(saver)
+    tour, travel = LANGGRAPH_THREADS
+    await graph.ainvoke({"steps": []}, thread_config(tour))  # paused at the subgraph's interrupt
+    await graph.ainvoke({"steps": []}, thread_config(travel))
+    await graph.ainvoke(Command(resume="red"), thread_config(travel))
+    history = [snapshot async for snapshot in graph.aget_state_history(thread_config(travel))]
+    (before_ask,) = [s for s in history if s.next == ("ask",)]
+    await graph.ainvoke(None, thread_config(travel, before_ask.config["configurable"]["checkpoint_id"]))
+
+
+async def observe_langgraph(storage: BaseCheckpointStorage) -> list[Any]:
+    """What LangGraph reads of the threads: every tuple (config, checkpoint, metadata, parent,
+    pending writes) of every namespace, and each thread's state with its subgraphs."""
+    saver = StorageSaver(storage)
+    graph = build_tour(saver)
+    seen: list[Any] = []
+    for thread in LANGGRAPH_THREADS:
+        async for item in saver.alist({"configurable": {"thread_id": thread}}):
+            seen.append(
+                (item.config, item.checkpoint, item.metadata, item.parent_config, item.pending_writes)
+            )
+        state = await graph.aget_state(thread_config(thread), subgraphs=True)
+        seen.append((state.values, state.next, [(t.name, t.interrupts) for t in state.tasks]))
+    return seen
 
 
 def _fields(checkpoint: Any) -> tuple[Any, ...]:

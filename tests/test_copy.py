@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 from conftest import BACKENDS, StorageMaker
-from copy_support import FailingAfter, InjectedFailure, observe, write_maf_store
+from copy_support import (
+    FailingAfter,
+    InjectedFailure,
+    observe,
+    observe_langgraph,
+    write_langgraph_store,
+    write_maf_store,
+)
 from maf_workflows import allow_user_types
 
 from storages import BaseCheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
@@ -284,3 +291,60 @@ def test_the_command_exits_1_on_a_conflict_and_never_prints_credentials(
     assert secret.split(":")[2].split("@")[0] not in captured.out + captured.err
     assert main(["copy", f"sqlite:///{tmp_path}/missing.db", f"sqlite:///{tmp_path}/dst.db"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- between backends
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
+    ]
+)
+def server_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.langgraph
+async def test_maf_and_langgraph_stores_copy_from_sqlite_to_a_server_and_back(
+    server_backend: str, tmp_path: Path
+) -> None:
+    source = _allowed(SQLiteCheckpointStorage(tmp_path / "src.db"))
+    back = _allowed(SQLiteCheckpointStorage(tmp_path / "back.db"))
+    async with source, back, fresh(server_backend, tmp_path) as maker:
+        await write_maf_store(source)
+        await write_langgraph_store(source)
+        expected, expected_graphs = await observe(source), await observe_langgraph(source)
+        async with _allowed(maker()) as server:
+            there = await copy_store(source, server)
+            assert there.ok, there.to_dict()
+            assert await observe(server) == expected
+            assert await observe_langgraph(server) == expected_graphs
+            again = await copy_store(source, server)
+            assert again.totals().written == 0
+            back_report = await copy_store(server, back)
+            assert back_report.ok, back_report.to_dict()
+        assert await observe(back) == expected
+        assert await observe_langgraph(back) == expected_graphs
+
+
+async def test_a_copy_to_a_server_cut_at_a_random_point_and_rerun_ends_the_same(
+    server_backend: str, tmp_path: Path
+) -> None:
+    source = _allowed(InMemoryCheckpointStorage())
+    await write_maf_store(source)
+    expected = await observe(source)
+    counting = FailingAfter(_allowed(InMemoryCheckpointStorage()), writes=10**9)
+    await copy_store(source, counting, verify_destination=False)  # type: ignore[arg-type]
+    seed = random.randrange(2**32)
+    cut = random.Random(seed).randrange(1, len(counting.calls))
+    async with fresh(server_backend, tmp_path) as maker, _allowed(maker()) as server:
+        with pytest.raises(InjectedFailure):
+            await copy_store(source, FailingAfter(server, cut))  # type: ignore[arg-type]
+        report = await copy_store(source, server)
+        assert report.ok, (seed, cut, report.to_dict())
+        assert await observe(server) == expected, (seed, cut)
+        assert len(await server.list_records()) == len(await source.list_records()), (seed, cut)
