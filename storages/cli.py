@@ -41,7 +41,7 @@ from . import installed_version
 from .base import BaseCheckpointStorage
 from .codec import CheckpointCodec
 from .copy_render import render_copy
-from .copying import CopyProgress, copy_store
+from .copying import CopyProgress, CopyReport, copy_store
 from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
 from .inspect import (
     build_lineage,
@@ -51,6 +51,7 @@ from .inspect import (
     render_lineage,
     render_workflows,
 )
+from .maf_import import import_maf_directory
 from .memory import InMemoryCheckpointStorage
 from .redaction import redact_text, redact_url
 from .registry import RegisteredBackend, registry
@@ -89,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = _backends(args, console)
         elif args.command == "copy":
             status = asyncio.run(_copy(args, console))
+        elif args.command == "import-maf":
+            if not Path(args.directory).is_dir():
+                raise UsageError(f"{args.directory}: no such directory")
+            status = asyncio.run(_import_maf(args, console))
         else:
             status = asyncio.run(_inspect(args, console))
         # What is still buffered is written here, so a closed pipe is caught below rather than
@@ -268,14 +273,34 @@ async def _copy(args: argparse.Namespace, console: Console) -> int:
             )
     if stand_in:
         report.destination = redact_url(args.destination)
+    return _show_copy(console, args, report, "copy")
+
+
+async def _import_maf(args: argparse.Namespace, console: Console) -> int:
+    destination, stand_in = _open_destination(args)
+    async with destination:
+        with _copy_progress(console, quiet=args.json) as progress:
+            report = await import_maf_directory(
+                args.directory,
+                destination,
+                allowed_checkpoint_types=args.allow_type or (),
+                dry_run=args.dry_run,
+                progress=progress,
+            )
+    if stand_in:
+        report.destination = redact_url(args.destination)
+    return _show_copy(console, args, report, "import-maf")
+
+
+def _show_copy(console: Console, args: argparse.Namespace, report: CopyReport, verb: str) -> int:
     if args.json:
         print(json_dumps(report.to_dict()))
     else:
         for verify_report in report.verify_reports:
             if verify_report.findings:
                 console.print(findings_table(verify_report))
-        verb = "dry run: copy" if args.dry_run else "copy"
-        console.print(render_copy(report, title=f"{verb} {report.source} -> {report.destination}"))
+        title = f"{'dry run: ' if args.dry_run else ''}{verb} {report.source} -> {report.destination}"
+        console.print(render_copy(report, title=title))
     return EXIT_OK if report.ok else EXIT_FOUND
 
 
@@ -401,6 +426,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     copy_parser.add_argument("--dry-run", action="store_true", help="read both stores, write nothing")
     _common_options(copy_parser, json_help="print the report as JSON")
+
+    import_parser = commands.add_parser(
+        "import-maf",
+        help="import a MAF FileCheckpointStorage directory into a storage",
+        description=(
+            "Save every <checkpoint_id>.json file of a MAF FileCheckpointStorage directory into "
+            "DST_URL with its id, fields, previous link and embedded sub-workflow checkpoints. MAF "
+            "decodes each file under its own allow-list (--allow-type adds to it, as its "
+            "allowed_checkpoint_types does); a file it refuses is reported and not imported. The "
+            "commit order is inferred: timestamps, each checkpoint after its previous one."
+        ),
+        epilog="Exit status: 0 imported, 1 a refused file, a conflict or a verify finding, "
+        "2 usage or connection error.",
+    )
+    import_parser.add_argument("directory", metavar="DIR", help="the FileCheckpointStorage directory")
+    import_parser.add_argument("destination", metavar="DST_URL", help="the storage to import into")
+    import_parser.add_argument("--dry-run", action="store_true", help="read the files, write nothing")
+    _common_options(import_parser, json_help="print the report as JSON")
 
     inspect_parser.add_argument("url", metavar="URL", help="storage URL")
     inspect_parser.add_argument("workflow", nargs="?", metavar="WORKFLOW", help="draw this workflow's tree")

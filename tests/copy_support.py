@@ -87,7 +87,7 @@ async def observe_langgraph(storage: BaseCheckpointStorage) -> list[Any]:
     return seen
 
 
-def _fields(checkpoint: Any) -> tuple[Any, ...]:
+def comparable(checkpoint: Any) -> tuple[Any, ...]:
     """A checkpoint as comparable data: its class and its encoding (MAF's WorkflowEvent, held in
     pending request events, has no equality of its own)."""
     return (type(checkpoint).__name__, checkpoint.checkpoint_id, _CODEC.encode_checkpoint(checkpoint))
@@ -109,7 +109,7 @@ async def observe(storage: CheckpointStorage) -> dict[str, Any]:
             "ids": await storage.list_checkpoint_ids(workflow_name=name),
             "ids_nested": await storage.list_checkpoint_ids(workflow_name=name, include_nested=True),
             "checkpoints": [
-                _fields(c) for c in await storage.list_checkpoints(workflow_name=name, include_nested=True)
+                comparable(c) for c in await storage.list_checkpoints(workflow_name=name, include_nested=True)
             ],
             "latest": _id(await storage.get_latest(workflow_name=name)),
             "tombstones": await storage.list_tombstones(workflow_name=name),
@@ -122,7 +122,7 @@ async def observe(storage: CheckpointStorage) -> dict[str, Any]:
                     workflow_name=name, graph_signature_hash=signature, include_nested=True
                 ),
                 [
-                    _fields(c)
+                    comparable(c)
                     for c in await storage.list_checkpoints(
                         workflow_name=name, graph_signature_hash=signature
                     )
@@ -134,9 +134,9 @@ async def observe(storage: CheckpointStorage) -> dict[str, Any]:
         walk = await storage.walk_ancestry_ids(record.checkpoint_id)
         full = await storage.walk_ancestry(record.checkpoint_id)
         seen[f"record {record.checkpoint_id}"] = (
-            _fields(await storage.load(record.checkpoint_id)),
+            comparable(await storage.load(record.checkpoint_id)),
             (walk.items, walk.end, walk.end_id),
-            [_fields(item) for item in full.items],
+            [comparable(item) for item in full.items],
             await storage.list_nested(record.checkpoint_id),
         )
     return seen
