@@ -11,6 +11,11 @@
   ``inspect URL --checkpoint ID``: one checkpoint's fields.
   Exit status 0, 1 when the checkpoint shown cannot be loaded, 2 for a usage or connection error
   (an unknown workflow or checkpoint included).
+* ``checkpoint-storages copy SRC_URL DST_URL [--workflow NAME ...] [--dry-run]``: copy checkpoints
+  with their order, nested records, tombstones and pending writes (storages.copying), then verify
+  the destination; ``import-maf DIR DST_URL``: import a MAF FileCheckpointStorage directory
+  (storages.maf_import). Exit status 0, 1 for a conflict, a refused file, a tombstone not
+  recreated or a verify finding, 2 for a usage or connection error.
 * ``checkpoint-storages backends``: the registered backends (built-in and third-party, with what
   each needs installed) and any entry point that was refused; exit status 1 when one was.
 
@@ -18,8 +23,8 @@
 application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
 (intact data, not damage). ``verify --structure-only`` constructs no value at all, so it checks
 an application's store from a process that cannot import the application's types.
-The commands only read: a SQLite URL naming a file that does not exist is an error, not a new
-empty store.
+verify and inspect only read: a SQLite URL naming a file that does not exist is an error, not a
+new empty store (for copy, only as the source).
 """
 
 from __future__ import annotations
@@ -355,7 +360,7 @@ def _parser() -> argparse.ArgumentParser:
     schemes = ", ".join(scheme + "://" for scheme in supported_schemes())
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Verify and inspect checkpoint storages.",
+        description="Verify, inspect and copy checkpoint storages.",
         epilog=f"Storage URLs: {schemes} (e.g. sqlite:///checkpoints.db).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
