@@ -37,6 +37,7 @@ from .contract import (
     WorkflowCheckpoint,
 )
 from .errors import CheckpointConflictError, CheckpointNotFoundError, UnsupportedOperationError
+from .verify import REQUIRED_CAPABILITIES as VERIFY_CAPABILITIES
 from .verify import VerifyReport, describe_storage, verify
 
 CopyProgress = Callable[[int, int], None]
@@ -122,7 +123,8 @@ class CopyReport:
     checkpoints were then copied workflow by workflow, each in its own order."""
     verify_reports: list[VerifyReport] = field(default_factory=list)
     """verify of the destination after the copy (one per workflow given, else one); empty on a dry
-    run or when verification was not asked for."""
+    run, when verification was not asked for, or when the destination does not declare what
+    verify needs (``inspect`` and ``raw_access``)."""
 
     @property
     def ok(self) -> bool:
@@ -226,10 +228,10 @@ async def copy_store(
     if progress is not None:
         progress(0, total)
     for done, unit in enumerate(ordered, start=1):
-        await _copy_unit(source, destination, unit, present, stats, dry_run, report)
+        copied = await _copy_unit(source, destination, unit, present, stats, dry_run, report)
         for record in unit.family:
             batch = writes.get(record.workflow_name, {}).pop(record.checkpoint_id, None)
-            if batch:
+            if batch and copied:  # a conflicting checkpoint's writes would land on other content
                 await _copy_writes(destination, record.workflow_name, record.checkpoint_id, batch, dry_run)
         if progress is not None:
             progress(done, total)
@@ -238,7 +240,7 @@ async def copy_store(
             await _copy_writes(destination, workflow_name, checkpoint_id, batch, dry_run)
     if not dry_run:
         await _prune_placeholders(destination, placeholders, report)
-        if verify_destination:
+        if verify_destination and all(c in destination.capabilities for c in VERIFY_CAPABILITIES):
             if wanted is None:
                 report.verify_reports.append(await verify(destination))
             else:
@@ -472,7 +474,8 @@ async def _copy_unit(
     stats: Mapping[str, WorkflowCopy],
     dry_run: bool,
     report: CopyReport,
-) -> None:
+) -> bool:
+    """Save one unit; False when the destination holds its id with other content (reported)."""
     top = unit.top
     checkpoint = await source.load(top.checkpoint_id)
     try:
@@ -487,16 +490,17 @@ async def _copy_unit(
                 "conflict",
                 exc.checkpoint_id if isinstance(exc.checkpoint_id, str) else top.checkpoint_id,
                 top.workflow_name,
-                f"not copied: {exc}; the destination keeps what it holds",
+                f"not copied (nor its pending writes): {exc}; the destination keeps what it holds",
             )
         )
-        return
+        return False
     for record in unit.family:
         counted = stats[record.workflow_name]
         if record.checkpoint_id in present:
             counted.present += 1
         else:
             counted.written += 1
+    return True
 
 
 async def _check_equal(destination: CheckpointStorage, checkpoint: Any) -> None:

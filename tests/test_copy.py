@@ -29,6 +29,7 @@ from maf_workflows import allow_user_types
 
 from storages import BaseCheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
 from storages.cli import main
+from storages.contract import PendingWrite
 from storages.copying import PLACEHOLDER_SIGNATURE, copy_store
 from storages.integrity import IntegrityKeys
 from storages.sqlite import SQLiteCheckpointStorage
@@ -192,6 +193,8 @@ async def test_a_conflicting_checkpoint_is_reported_and_kept() -> None:
     destination = InMemoryCheckpointStorage()
     await source.save(WorkflowCheckpoint("flow", "sig", checkpoint_id="a", state={"v": 1}))
     await source.save(WorkflowCheckpoint("flow", "sig", checkpoint_id="b", previous_checkpoint_id="a"))
+    await source.put_writes("a", [PendingWrite("task", 0, "channel", 1)], workflow_name="flow")
+    await source.put_writes("b", [PendingWrite("task", 0, "channel", 2)], workflow_name="flow")
     await destination.save(WorkflowCheckpoint("flow", "sig", checkpoint_id="a", state={"v": 2}))
 
     for dry_run in (True, False):
@@ -200,6 +203,8 @@ async def test_a_conflicting_checkpoint_is_reported_and_kept() -> None:
         assert [(p.kind, p.checkpoint_id) for p in report.problems] == [("conflict", "a")]
     assert (await destination.load("a")).state == {"v": 2}
     assert (await destination.load("b")).previous_checkpoint_id == "a"
+    assert await destination.list_writes("a", workflow_name="flow") == []  # they belong to other content
+    assert await destination.list_writes("b", workflow_name="flow") == [PendingWrite("task", 0, "channel", 2)]
 
 
 async def test_one_workflow_is_copied_with_what_is_nested_in_it() -> None:
