@@ -256,6 +256,9 @@ async def test_a_keyed_destination_seals_what_it_stores_and_receipts_its_tombsto
         report = await copy_store(source, destination)
         assert report.ok, report.to_dict()
         assert await observe(destination) == await observe(source)
+        again = await copy_store(source, destination)  # re-saves of sealed records are no-ops
+        assert again.ok, again.to_dict()
+        assert again.totals().written == 0
         walk = await destination.walk_ancestry_ids(
             (await destination.list_checkpoint_ids(workflow_name="copy-pruned"))[0]
         )
@@ -370,6 +373,7 @@ async def test_maf_and_langgraph_stores_copy_from_sqlite_to_a_server_and_back(
             assert await observe(server) == expected
             assert await observe_langgraph(server) == expected_graphs
             again = await copy_store(source, server)
+            assert again.ok, again.to_dict()
             assert again.totals().written == 0
             back_report = await copy_store(server, back)
             assert back_report.ok, back_report.to_dict()
