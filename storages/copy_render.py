@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .copying import CopyReport, WorkflowCopy
-from .terminal import plain, printable
+from .terminal import plain
 
 _COLUMNS = ("Workflow", "Check-\npoints", "Nested", "Pruned", "Writes", "Written", "Present", "Bytes")
 
@@ -28,13 +28,13 @@ def render_copy(report: CopyReport, *, title: str) -> RenderableType:
         table.add_row(*_row(report.totals(), label="total"))
     parts: list[RenderableType] = [table]
     for problem in report.problems:
-        parts.append(plain(f"{problem.kind}: {printable(problem.message)}", style="bold red"))
+        parts.append(plain(f"{problem.kind}: {problem.message}", style="bold red"))
     parts.append(copy_verdict(report))
     return Group(*parts)
 
 
 def _row(item: WorkflowCopy, *, label: str | None = None) -> list[Text]:
-    name = plain(label, style="bold") if label is not None else plain(printable(item.workflow_name))
+    name = plain(label, style="bold") if label is not None else plain(item.workflow_name)
     counts = (item.checkpoints, item.nested, item.tombstones, item.writes, item.written, item.present)
     return [name, *(Text(str(count)) for count in counts), Text(human_bytes(item.bytes))]
 

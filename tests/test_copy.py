@@ -398,3 +398,25 @@ async def test_a_copy_to_a_server_cut_at_a_random_point_and_rerun_ends_the_same(
         assert report.ok, (seed, cut, report.to_dict())
         assert await observe(server) == expected, (seed, cut)
         assert len(await server.list_records()) == len(await source.list_records()), (seed, cut)
+
+
+@pytest.mark.sqlite
+def test_the_command_shows_hostile_names_as_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the name on one line
+    hostile = "[bold]evil\u202e[/]"  # markup and a bidi override (control characters are refused)
+
+    async def write() -> None:
+        async with SQLiteCheckpointStorage(tmp_path / "src.db") as storage:
+            await storage.save(WorkflowCheckpoint(hostile, "sig", checkpoint_id=f"id-{hostile}"))
+
+    asyncio.run(write())
+    status = main(
+        ["copy", f"sqlite:///{tmp_path}/src.db", f"sqlite:///{tmp_path}/dst.db", "--workflow", hostile]
+    )
+
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "\u202e" not in out
+    assert "[bold]evil\\u202e[/]" in out
