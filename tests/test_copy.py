@@ -420,3 +420,24 @@ def test_the_command_shows_hostile_names_as_data(
     out = capsys.readouterr().out
     assert "\u202e" not in out
     assert "[bold]evil\\u202e[/]" in out
+
+
+@pytest.mark.sqlite
+def test_on_a_terminal_the_command_shows_a_bar_instead_of_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes stdout for a terminal
+    monkeypatch.setenv("COLUMNS", "80")
+
+    async def write() -> None:
+        async with SQLiteCheckpointStorage(tmp_path / "src.db") as storage:
+            for index in range(3):
+                await storage.save(WorkflowCheckpoint("flow", "sig", checkpoint_id=f"c{index}"))
+
+    asyncio.run(write())
+    assert main(["copy", f"sqlite:///{tmp_path}/src.db", f"sqlite:///{tmp_path}/dst.db"]) == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert "copy" in out.out
+    assert "3/3" in out.out  # the bar's count, drawn while copying
+    assert "3 records in 1 workflow" in " ".join(out.out.split())
