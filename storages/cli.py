@@ -272,7 +272,7 @@ async def _copy(args: argparse.Namespace, console: Console) -> int:
     source = _open(args)
     destination, stand_in = _open_destination(args)
     async with source, destination:
-        with _copy_progress(console, quiet=args.json) as progress:
+        with _copy_progress(console, "copy", quiet=args.json) as progress:
             report = await copy_store(
                 source, destination, workflows=args.workflow, dry_run=args.dry_run, progress=progress
             )
@@ -284,7 +284,7 @@ async def _copy(args: argparse.Namespace, console: Console) -> int:
 async def _import_maf(args: argparse.Namespace, console: Console) -> int:
     destination, stand_in = _open_destination(args)
     async with destination:
-        with _copy_progress(console, quiet=args.json) as progress:
+        with _copy_progress(console, "import-maf", quiet=args.json) as progress:
             report = await import_maf_directory(
                 args.directory,
                 destination,
@@ -321,14 +321,14 @@ def _open_destination(args: argparse.Namespace) -> tuple[BaseCheckpointStorage, 
 
 
 @contextlib.contextmanager
-def _copy_progress(console: Console, *, quiet: bool) -> Iterator[CopyProgress]:
+def _copy_progress(console: Console, command: str, *, quiet: bool) -> Iterator[CopyProgress]:
     """A bar on a terminal; piped, a line to stderr at every tenth of the way; none with --json."""
     if console.is_terminal and not quiet:
         with Progress(
-            TextColumn("[bold]copy"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn(f"[bold]{command}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=True,
         ) as bar:  # fmt: skip
-            task = bar.add_task("copy", total=None)
+            task = bar.add_task(command, total=None)
             yield lambda done, total: bar.update(task, completed=done, total=total)
         return
     shown = -1
@@ -338,7 +338,7 @@ def _copy_progress(console: Console, *, quiet: bool) -> Iterator[CopyProgress]:
         tenth = done * 10 // total if total else 10
         if not quiet and tenth > shown and done:
             shown = tenth
-            print(f"{PROG} copy: {done}/{total} checkpoints", file=sys.stderr, flush=True)
+            print(f"{PROG} {command}: {done}/{total} checkpoints", file=sys.stderr, flush=True)
 
     yield lines
 
