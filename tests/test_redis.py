@@ -326,6 +326,13 @@ async def test_url_settings_reach_the_client() -> None:
         ("redis://h/0?ttl=-1", "positive number of seconds"),
         ("redis://h/0?prefix=a{b}", "without braces"),
         ("redis://h/0?cluster=maybe", "cluster must be true or false"),
+        # Each of these was accepted and meant the default, or failed only at the first save.
+        ("redis://h/0?ttl=", "option 'ttl' given without a value"),
+        ("redis://h/0?prefix=", "option 'prefix' given without a value"),
+        ("redis://h/0?prefix=p&socket_timeout=&cluster=", "options .cluster., .socket_timeout. given"),
+        ("redis://h/0?allow_evicting_policy=", "option 'allow_evicting_policy' given without a value"),
+        ("redis://h/1?cluster=true", "database 1 with cluster=true; a Redis Cluster has only database 0"),
+        ("redis://h?db=3&cluster=true", "database 3 with cluster=true"),
     ],
 )
 @redis_mark
