@@ -473,9 +473,8 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 
     def store(label: str, ttl: str) -> RedisCheckpointStorage:
         prefix = redis_servers.fresh_prefix(label)
-        return RedisCheckpointStorage.from_url(
-            redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl=ttl)
-        )
+        options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
+        return RedisCheckpointStorage.from_url(redis_servers.with_query(redis_servers.redis_url(), **options))
 
     for ttl in ("", "3600"):
         fast, general = store("one", ttl), store("gen", ttl)
@@ -525,8 +524,8 @@ async def test_a_pointer_without_a_record_reads_as_not_found(real_storage: Redis
 
 
 async def _ttl_store(prefix: str, ttl: str, client: Redis) -> RedisCheckpointStorage:
-    url = redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl=ttl)
-    return RedisCheckpointStorage.from_url(url)
+    options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
+    return RedisCheckpointStorage.from_url(redis_servers.with_query(redis_servers.redis_url(), **options))
 
 
 @redis_mark
