@@ -318,10 +318,7 @@ class Reads:
         if workflow_name is not None:
             names = [workflow_name]
         else:
-            names = sorted(
-                set(await self.connection.scan_workflows(operation, "top"))
-                | set(await self.connection.scan_workflows(operation, "nested"))
-            )
+            names = await self.span.index.names(operation, ("top", "nested"))
         client = self.connection.client
         infos: list[CheckpointInfo] = []
         for name in names:
@@ -345,7 +342,7 @@ class Reads:
         names = (
             [workflow_name]
             if workflow_name is not None
-            else await self.connection.scan_workflows(operation, "tombs")
+            else await self.span.index.names(operation, ("tombs",))
         )
         found: set[CheckpointID] = set()
         for name in names:

@@ -42,8 +42,9 @@ def decoded_ids(values: Sequence[Any], where: str) -> list[CheckpointID]:
 
 
 def workflow_name(value: Any, where: str) -> str:
-    """A workflow name read from the store (a key SCAN found): not UTF-8 is reported, naming the
-    key, as the InvalidCheckpointIdError a name failing the identifier rules gets."""
+    """A workflow name read from the store (in the workflow index, or a key SCAN found): not UTF-8
+    is reported, naming where, as the InvalidCheckpointIdError a name failing the identifier
+    rules gets."""
     if isinstance(value, bytes):
         try:
             return value.decode()

@@ -24,3 +24,22 @@ local function locate(id, given)
   if given == '' then return false end
   return given
 end
+-- The prefix's workflow index, P:workflows: a sorted set of every workflow name with a top-level
+-- index, a nested index or tombstones, scored with when its keys expire (+inf without a TTL),
+-- and the member '' once it is complete (stores written before it existed are scanned once).
+-- The write scripts keep it on plain Redis; on a cluster it is in another slot, and the client
+-- keeps it (storages/redis/workflows.py). listed() adds a name, dropping names expired by now.
+local function listed(w)
+  local index = P .. ':workflows'
+  if TTL > 0 then
+    local now = redis.call('TIME')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    redis.call('ZADD', index, ms + TTL, w)
+    redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. ms)
+    redis.call('PEXPIRE', index, TTL)
+  else
+    redis.call('ZADD', index, 'inf', w)
+  end
+end
+-- Whether the index lists every workflow of the prefix (its '' member is there).
+local function indexed() return redis.call('ZSCORE', P .. ':workflows', '') ~= false end
