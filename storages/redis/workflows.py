@@ -12,8 +12,9 @@ member ``''`` once it is *complete*, listing every such workflow.
 Who keeps it:
 
 * plain Redis: the write scripts, atomically with what they write (scripts/keys.lua ``listed``,
-  scripts/families.lua ``unlist_emptied``); a save pays one ``ZADD`` and one ``ZSCORE`` in its
-  script, no round trip;
+  scripts/families.lua ``unlist_emptied``); a save pays one ``ZADD`` in its script (with a TTL,
+  ``TIME`` and ``PEXPIRE`` too), no round trip; a name new to the index also tests that it is
+  complete;
 * a cluster: the index is in its own slot, which the scripts cannot reach, so the client adds a
   saved workflow's name before its script (at the same time as the id's pointer claim, so no
   longer wait), and again after it when the script says the workflow was empty before; a removal

@@ -6,5 +6,5 @@ if complete then
   redis.call('ZADD', index, 'inf', '')
   touch(index)
 end
-if indexed() then return 1 end
+if redis.call('ZSCORE', index, '') then return 1 end
 return 0

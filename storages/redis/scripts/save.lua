@@ -1,7 +1,7 @@
 -- The general save: a top-level record (records[1]) and the records nested in it, all stored in
 -- home's slot. Returns {'ok', unindexed, created}, {'exists', digest} or {'conflict', id};
 -- fenced, also {'exists', digest, latest} or {'stale', latest}. unindexed (plain Redis) is 1 when
--- the workflow index is not yet complete; created (a cluster) is 1 when home had no index or
+-- a name new to the workflow index found it not yet complete; created (a cluster) is 1 when home had no index or
 -- tombstones before this save: the client, which keeps the index there, lists home again.
 local H = tag(home)
 -- The key of the record stored under id, if any. On plain Redis every record has a location
@@ -31,7 +31,7 @@ end
 for i = 2, #records do
   if stored(records[i].id) then return {'conflict', records[i].id} end
 end
-local created = 0
+local created, unindexed = 0, 0
 if not INLINE and redis.call('EXISTS', H .. ':top', H .. ':nested', H .. ':tombs') == 0 then created = 1 end
 for _, r in ipairs(records) do
   local seq = r.sequence
@@ -70,9 +70,7 @@ for _, r in ipairs(records) do
     local location = lockey(r.id)
     redis.call('SET', location, home)
     touch(location)
-    listed(r.workflow)
+    if listed(r.workflow) then unindexed = 1 end
   end
 end
-local unindexed = 0
-if INLINE and not indexed() then unindexed = 1 end
 return {'ok', unindexed, created}
