@@ -1,6 +1,7 @@
 """Redis stores for the tests: the development server at ``REDIS_URL``, fakeredis, a private
 ``redis-server`` (AOF, ``appendfsync always``) that can be killed with SIGKILL and restarted, and
-a 3-master Redis Cluster started from ``redis-server --cluster-enabled yes`` processes.
+a 3-master Redis Cluster started from ``redis-server --cluster-enabled yes`` processes, and a
+private server with ACL users (tenants restricted to their prefixes, a user without CONFIG/INFO).
 
 Every store lives under a fresh key prefix and is cleaned by deleting that prefix's keys with SCAN;
 nothing here ever runs FLUSHALL on a server it did not start. A server that cannot be reached or
@@ -427,20 +428,13 @@ class AclRedis:
             for name, rules in ACL_USERS.items():
                 subprocess.run(
                     [
-                        "redis-cli",
-                        "-p",
-                        str(self.server.port),
-                        "ACL",
-                        "SETUSER",
-                        name,
-                        "on",
-                        f">{name[::-1]}",
-                        *rules,
+                        "redis-cli", "-p", str(self.server.port),
+                        "ACL", "SETUSER", name, "on", f">{name[::-1]}", *rules,
                     ],
                     check=True,
                     capture_output=True,
                     timeout=30,
-                )
+                )  # fmt: skip
         except BaseException:
             self.server.stop()
             raise
