@@ -356,3 +356,29 @@ async def test_with_a_ttl_expired_workflows_leave_the_index() -> None:
     finally:
         await storage.aclose()
         await redis_servers.wipe(redis_servers.redis_url(), prefix)
+
+
+@cluster_mark
+async def test_a_cluster_save_racing_a_removal_that_empties_its_workflow_stays_listed(
+    cluster_storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The name goes in the index before the save's script; here another handle deletes the
+    # workflow right then, removing the name, and the save's script runs after: the script says
+    # the workflow was empty, so the save lists it again.
+    await cluster_storage.save(WorkflowCheckpoint("w", "sig", checkpoint_id="first"))
+    remover = cluster_storage.new_handle()
+    span = cluster_storage._span
+    listed = span._listed  # type: ignore[attr-defined]
+
+    async def listed_then_emptied(names: list[str]) -> None:
+        await listed(names)
+        assert await remover.delete_workflow(workflow_name="w") == 1
+        assert await cluster_storage._client.zscore(cluster_storage.keys.workflows, "w") is None
+
+    monkeypatch.setattr(span, "_listed", listed_then_emptied)
+    try:
+        await cluster_storage.save(WorkflowCheckpoint("w", "sig", checkpoint_id="second"))
+    finally:
+        await remover.aclose()
+    assert await cluster_storage.list_checkpoint_ids(workflow_name="w") == ["second"]
+    assert await cluster_storage.list_workflows() == ["w"]
