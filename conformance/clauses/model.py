@@ -104,6 +104,7 @@ def _subject(ctx: ClauseContext, prefix: str) -> Subject:
         reopen if rebuild is not None else None,
         ctx.target.checkpoint_class,
         prefix,
+        aliases=ctx.has(Capability.NESTED),
     )
 
 
@@ -136,7 +137,9 @@ async def _shrunk(
 
         rebuild = reopen if settings.rebuild else None
         handle = await _fresh_handle(ctx)
-        subject = Subject(handle, ctx.other_handle, rebuild, ctx.target.checkpoint_class, prefix)
+        subject = Subject(
+            handle, ctx.other_handle, rebuild, ctx.target.checkpoint_class, prefix, aliases=nested
+        )
         found = await run_program(subject, renamed, nested=nested)
         if found is None:
             return None

@@ -76,12 +76,12 @@ def _advance(
 ) -> tuple[list[ContractModel], str]:
     if len(states) == 1:
         expect = apply(states[0], op)  # one possible state: change it in place
-        return states, judge(op, expect, seen, subject.checkpoint_class, subject.prefix)
+        return states, judge(op, expect, seen, subject.judging)
     survivors: list[ContractModel] = []
     first = ""
     for state in states:
         twin = state.clone()
-        problem = judge(op, apply(twin, op), seen, subject.checkpoint_class, subject.prefix)
+        problem = judge(op, apply(twin, op), seen, subject.judging)
         if problem:
             first = first or problem
         else:
@@ -110,9 +110,7 @@ def linearize(
             if any(before(i, j) for i in remaining if i != j):
                 continue
             twin = state.clone()
-            problem = judge(
-                calls[j], apply(twin, calls[j]), seen[j], subject.checkpoint_class, subject.prefix
-            )
+            problem = judge(calls[j], apply(twin, calls[j]), seen[j], subject.judging)
             if problem:
                 problems.append(f"call {j + 1} {problem}")
                 continue

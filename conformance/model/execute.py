@@ -142,8 +142,11 @@ class Subject:
         rebuild: Callable[[], Any] | None,
         checkpoint_class: type[Any],
         prefix: str,
+        *,
+        aliases: bool = True,
     ) -> None:
         self.handles = [first]
+        self.judging = Judging(checkpoint_class, prefix, aliases)
         self._more = more
         self._rebuild = rebuild
         self.checkpoint_class = checkpoint_class
@@ -259,7 +262,18 @@ def _snapshot_then_mutate(value: Any, params: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------- judging
 
 
-def judge(op: Op, expect: Expect, seen: Observation, checkpoint_class: type[Any], prefix: str) -> str:
+@dataclass(frozen=True)
+class Judging:
+    """How answers are judged for one storage: the class it was given, the program's name prefix
+    (list_workflows is judged on those names only), and whether embedded checkpoints keep their
+    aliases (the contract asks it of nested records; a storage without ``nested`` keeps values)."""
+
+    checkpoint_class: type[Any]
+    prefix: str
+    aliases: bool = True
+
+
+def judge(op: Op, expect: Expect, seen: Observation, judging: Judging) -> str:
     """Why ``seen`` is not what ``expect`` allows ('' when it is)."""
     if seen.error is not None:
         exc = seen.error
@@ -270,7 +284,7 @@ def judge(op: Op, expect: Expect, seen: Observation, checkpoint_class: type[Any]
         return f"raised {type(exc).__name__}: {_clip(str(exc))}; the contract says {describe(expect)}"
     if not expect.values:
         return f"returned {_clip(_show(seen.value))}; the contract says {describe(expect)}"
-    problems = [_compare(op, want, seen.value, checkpoint_class, prefix) for want in expect.values]
+    problems = [_compare(op, want, seen.value, judging) for want in expect.values]
     if any(not problem for problem in problems):
         return ""
     return problems[0]
@@ -309,17 +323,20 @@ def _clip(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _checkpoint(want: Draft, got: Any, checkpoint_class: type[Any], what: str) -> str:
+def _checkpoint(want: Draft, got: Any, judging: Judging, what: str) -> str:
+    checkpoint_class = judging.checkpoint_class
     if got is None:
         return f"{what}: returned None, expected checkpoint {want.checkpoint_id!r}"
     if type(got) is not checkpoint_class:
         wanted = checkpoint_class.__name__
         return f"{what}: returned a {type(got).__name__}, expected a {wanted} (the class saved)"
-    problem = difference(build(want, checkpoint_class), got, "checkpoint", checkpoint_fields=FIELDS)
+    problem = difference(
+        build(want, checkpoint_class), got, "checkpoint", checkpoint_fields=FIELDS, aliases=judging.aliases
+    )
     return f"{what}: {problem}" if problem else ""
 
 
-def _checkpoints(want: Sequence[Draft], got: Any, checkpoint_class: type[Any], what: str) -> str:
+def _checkpoints(want: Sequence[Draft], got: Any, judging: Judging, what: str) -> str:
     if not isinstance(got, list):
         return f"{what}: returned a {type(got).__name__}, not a list"
     want_ids = [str(d.checkpoint_id) for d in want]
@@ -327,13 +344,14 @@ def _checkpoints(want: Sequence[Draft], got: Any, checkpoint_class: type[Any], w
     if want_ids != got_ids:
         return f"{what}: returned {got_ids!r}, expected {want_ids!r}"
     for draft, item in zip(want, got, strict=True):
-        problem = _checkpoint(draft, item, checkpoint_class, what)
+        problem = _checkpoint(draft, item, judging, what)
         if problem:
             return problem
     return ""
 
 
-def _compare(op: Op, want: Any, got: Any, checkpoint_class: type[Any], prefix: str) -> str:
+def _compare(op: Op, want: Any, got: Any, judging: Judging) -> str:
+    prefix = judging.prefix
     kind = op.kind
     what = "the answer"
     if kind in ("save", "save_fenced"):
@@ -341,15 +359,15 @@ def _compare(op: Op, want: Any, got: Any, checkpoint_class: type[Any], prefix: s
     if kind in ("load", "get_latest"):
         if want is None:
             return "" if got is None else f"{what}: returned {_show(got)}, expected None"
-        return _checkpoint(want, got, checkpoint_class, what)
+        return _checkpoint(want, got, judging, what)
     if kind == "list_checkpoints":
-        return _checkpoints(want, got, checkpoint_class, what)
+        return _checkpoints(want, got, judging, what)
     if kind in ("list_checkpoint_ids", "list_nested"):
         return "" if got == want else f"{what}: returned {_clip(repr(got))}, expected {_clip(repr(want))}"
     if kind == "delete":
         return "" if got is want or got == want else f"{what}: returned {got!r}, expected {want!r}"
     if kind == "walk":
-        return _walk(op, want, got, checkpoint_class)
+        return _walk(op, want, got, judging)
     if kind in ("prune", "delete_workflow"):
         return "" if got == want and type(got) is int else f"{what}: returned {got!r}, expected {want!r}"
     if kind == "list_workflows":
@@ -404,7 +422,7 @@ def _compare(op: Op, want: Any, got: Any, checkpoint_class: type[Any], prefix: s
     raise ValueError(kind)
 
 
-def _walk(op: Op, want: Walk, got: Any, checkpoint_class: type[Any]) -> str:
+def _walk(op: Op, want: Walk, got: Any, judging: Judging) -> str:
     if op.params["bodies"]:
         ids = tuple(getattr(item, "checkpoint_id", item) for item in got.items)
     else:
@@ -415,6 +433,11 @@ def _walk(op: Op, want: Walk, got: Any, checkpoint_class: type[Any]) -> str:
             f"the walk: returned {list(ids)!r} ending {end} at {got.end_id!r}, "
             f"expected {list(want.ids)!r} ending {want.end.value} at {want.end_id!r}"
         )
+    if op.params["bodies"]:
+        for draft, item in zip(want.drafts, got.items, strict=True):
+            problem = _checkpoint(draft, item, judging, "the walk's checkpoint")
+            if problem:
+                return problem
     return ""
 
 
@@ -440,4 +463,4 @@ def now() -> float:
     return time.perf_counter()
 
 
-__all__ = ["Observation", "Subject", "apply", "build", "describe", "judge"]
+__all__ = ["Judging", "Observation", "Subject", "apply", "build", "describe", "judge"]

@@ -58,13 +58,15 @@ _WORKFLOW_SUFFIXES = (
     "flow/1",
     "flow{1}",
     "flow*",
+    "flow%2F1",
+    "flow-" + "w" * 230,  # with the prefix, the longest name the contract accepts
 )
 _CHILD_SUFFIXES = ("child", "Child", "child ", "flow")
-_SIGNATURES = ("sig-a", "sig-b", "SIG-A", "sig-a ")
+_SIGNATURES = ("sig-a", "sig-b", "SIG-A", "sig-a ", "sig-ü/日本🙂")
 _WRITES = frozenset(
     {"save", "save_fenced", "delete", "prune", "delete_workflow", "put_writes", "delete_writes"}
 )
-_ID_DECORATIONS = ("", "", "", "", "X", " ", "é", "e\u0301", ":k", "/..", "{t}")
+_ID_DECORATIONS = ("", "", "", "", "X", " ", "é", "e\u0301", ":k", "/..", "{t}", "%2F", "?q#f", "\\")
 
 
 class Namer:
@@ -75,7 +77,7 @@ class Namer:
         self.counter = 0
 
     def workflow(self, suffix: str) -> str:
-        return self.prefix + suffix
+        return (self.prefix + suffix)[:256]
 
     def new_id(self, rng: random.Random) -> str:
         self.counter += 1
@@ -91,6 +93,10 @@ class Namer:
             return checkpoint_id.replace("é", "e\u0301")
         if "e\u0301" in checkpoint_id and rng.random() < 0.6:
             return checkpoint_id.replace("e\u0301", "é")
+        if "/" in checkpoint_id and rng.random() < 0.5:
+            return checkpoint_id.replace("/", "%2F", 1)  # what a URL-decoding key scheme merges
+        if "%2F" in checkpoint_id and rng.random() < 0.5:
+            return checkpoint_id.replace("%2F", "/", 1)
         twins = [checkpoint_id + " ", checkpoint_id + "0", checkpoint_id[:-1] + "X"]
         if checkpoint_id.endswith(" "):
             twins.append(checkpoint_id.rstrip(" "))
@@ -230,7 +236,7 @@ class Generator:
                 ("2024-01-01T00:00:00+00:00", "2023-12-31T23:59:59.999999+00:00", "2025-06-01T12:00:00+00:00")
             ),
             iteration_count=rng.randrange(50),
-            version="1.0",
+            version=rng.choice(("1.0", "1.0", "1.0", "1.1")),
             **self._values(depth, embed),
         )
         if depth > 0:
@@ -904,9 +910,7 @@ class Generator:
             yield self._applied(
                 Op("walk", 0, {"checkpoint_id": previous, "max_depth": DEFAULT_MAX_DEPTH, "bodies": False})
             )
-            yield self._applied(
-                Op("walk", 0, {"checkpoint_id": previous, "max_depth": length - 3, "bodies": False})
-            )
+            yield self._applied(Op("walk", 0, {"checkpoint_id": previous, "max_depth": 5, "bodies": True}))
         if s.has(Capability.PRUNE):
             yield self._applied(Op("prune", 0, {"workflow": workflow, "keep_last": 7}))
             yield self._applied(

@@ -147,6 +147,8 @@ class Walk:
     ids: tuple[str, ...]
     end: AncestryEnd
     end_id: str | None
+    drafts: tuple[Draft, ...] = field(default=(), compare=False)
+    """What walk_ancestry (with bodies) returns for each id, in order."""
 
 
 @dataclass(frozen=True)
@@ -369,29 +371,32 @@ class ContractModel:
         while True:
             previous = record.draft.previous_checkpoint_id
             if previous is None:
-                answers.append(Walk(tuple(ids), AncestryEnd.ROOT, record.checkpoint_id))
+                answers.append(self._walked(ids, AncestryEnd.ROOT, record.checkpoint_id))
                 break
             if len(ids) >= max_depth:
-                answers.append(Walk(tuple(ids), AncestryEnd.DEPTH_LIMIT, record.checkpoint_id))
+                answers.append(self._walked(ids, AncestryEnd.DEPTH_LIMIT, record.checkpoint_id))
                 if previous in visited:  # both true at once: either answer is the contract's
-                    answers.append(Walk(tuple(ids), AncestryEnd.CYCLE, previous))
+                    answers.append(self._walked(ids, AncestryEnd.CYCLE, previous))
                 break
             if previous in visited:
-                answers.append(Walk(tuple(ids), AncestryEnd.CYCLE, previous))
+                answers.append(self._walked(ids, AncestryEnd.CYCLE, previous))
                 break
             following = self.records.get(previous)
             if following is None:
                 if previous in self.blurred:  # pruned, then saved again and removed since
-                    answers.append(Walk(tuple(ids), AncestryEnd.MISSING, previous))
-                    answers.append(Walk(tuple(ids), AncestryEnd.PRUNED, previous))
+                    answers.append(self._walked(ids, AncestryEnd.MISSING, previous))
+                    answers.append(self._walked(ids, AncestryEnd.PRUNED, previous))
                     break
                 end = AncestryEnd.PRUNED if previous in tombstones else AncestryEnd.MISSING
-                answers.append(Walk(tuple(ids), end, previous))
+                answers.append(self._walked(ids, end, previous))
                 break
             ids.append(previous)
             visited.add(previous)
             record = following
         return Expect(values=tuple(answers))
+
+    def _walked(self, ids: list[str], end: AncestryEnd, end_id: str | None) -> Walk:
+        return Walk(tuple(ids), end, end_id, tuple(self.records[i].draft for i in ids))
 
     def prune(self, workflow: str, keep_last: Any) -> Expect:
         if type(keep_last) is not int or keep_last < 0:

@@ -78,16 +78,25 @@ def draw_mapping(rng: random.Random, entries: int, depth: int = 2) -> dict[str, 
     return {f"{rng.choice('abcdefgh')}{index}": draw_value(rng, depth) for index in range(entries)}
 
 
-def difference(expected: Any, actual: Any, path: str = "", *, checkpoint_fields: tuple[str, ...] = ()) -> str:
+def difference(
+    expected: Any,
+    actual: Any,
+    path: str = "",
+    *,
+    checkpoint_fields: tuple[str, ...] = (),
+    aliases: bool = True,
+) -> str:
     """Where ``actual`` differs from ``expected`` (empty when it does not), strictly by type.
 
-    ``checkpoint_fields`` names the fields to compare on objects of a checkpoint class."""
-    return _Comparison(checkpoint_fields).of(expected, actual, path or "value")
+    ``checkpoint_fields`` names the fields to compare on objects of a checkpoint class; with
+    ``aliases``, one checkpoint object embedded twice must come back as one object twice."""
+    return _Comparison(checkpoint_fields, aliases).of(expected, actual, path or "value")
 
 
 class _Comparison:
-    def __init__(self, checkpoint_fields: tuple[str, ...]) -> None:
+    def __init__(self, checkpoint_fields: tuple[str, ...], aliases: bool) -> None:
         self.fields = checkpoint_fields
+        self.keep_aliases = aliases
         self.aliases: dict[int, Any] = {}
 
     def of(self, expected: Any, actual: Any, path: str) -> str:
@@ -140,7 +149,7 @@ class _Comparison:
 
     def checkpoint(self, expected: Any, actual: Any, path: str) -> str:
         seen = self.aliases.get(id(expected))
-        if seen is not None:
+        if seen is not None and self.keep_aliases:
             # One object embedded twice must come back as one object.
             return (
                 ""
