@@ -87,8 +87,9 @@ concurrent calls whose answers must be explained by some real-time order (linear
 failure gives the seed, the first disagreeing call, a shrunk program and a runnable Python
 reproducer. `--model-seed N` replays a run exactly (the default seed is fixed, so a default run is
 the same run every time); `--model-budget 2000` (operations) or `--model-budget 60s` sizes it
-(`model_seed` / `model_budget` on the pytest base class and `StorageTarget`). A storage that
-declares `ttl` is not modelled (the `expiry` family checks expiry).
+(`model_seed` / `model_budget` on the pytest base class and `StorageTarget`). A storage with a
+`ttl` longer than a model clause may run is modelled as keeping everything (nothing it saves can
+expire in time); with a shorter one the family does not apply (the `expiry` family checks expiry).
 
 **Checkpoint class.** Clauses build `storages.WorkflowCheckpoint` unless the target names
 another class; `contract.maf_checkpoint_class_round_trips` checks MAF's own

@@ -12,6 +12,7 @@ Seed and size: ``--model-seed`` / ``--model-budget`` (``StorageTarget.model_seed
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ SHRINK_ATTEMPTS = 40
 SHRINK_SECONDS = 10.0
 
 _CLAUSE_SEEDS = {"sequential": 1, "handles": 2, "concurrent": 3, "long": 4}
+_TIMEOUTS = {"sequential": 600.0, "handles": 600.0, "concurrent": 600.0, "long": 900.0}
 
 
 def _seed(ctx: ClauseContext, label: str) -> int:
@@ -48,11 +50,19 @@ def _budget(ctx: ClauseContext) -> Budget:
         fail(str(exc))
 
 
-def _refuse_ttl(ctx: ClauseContext) -> None:
-    if ctx.has(Capability.TTL):
+def _refuse_ttl(ctx: ClauseContext, timeout: float) -> None:
+    """A time to live longer than the clause may run cannot expire anything it saves: the model
+    (which keeps everything) applies. A shorter one would expire records mid-program."""
+    if not ctx.has(Capability.TTL):
+        return
+    ttl = getattr(ctx.storage, "ttl", None)
+    seconds = ttl.total_seconds() if isinstance(ttl, datetime.timedelta) else ttl
+    limit = timeout * ctx.target.timeout_factor
+    if not isinstance(seconds, (int, float)) or seconds <= limit:
         not_applicable(
-            "the storage expires checkpoints (ttl): the model does not simulate expiry, which the "
-            "expiry family checks; run this family on the storage without a ttl"
+            f"the storage's ttl ({seconds!r} s) could expire checkpoints within the {limit:g} s this "
+            "clause may run, and the model keeps everything; the expiry family checks expiry (run "
+            "this family with a ttl above that, or none)"
         )
 
 
@@ -63,7 +73,7 @@ async def _check(
     draw: Callable[[Generator], list[Op]],
     seconds: float | None = None,
 ) -> None:
-    _refuse_ttl(ctx)
+    _refuse_ttl(ctx, _TIMEOUTS[label])
     settings.load_signature = ctx.accepts_keyword("load", "expected_graph_signature_hash")
     seed = _seed(ctx, label)
     tag = uuid.uuid4().hex[:6]
@@ -159,7 +169,7 @@ async def _fresh_handle(ctx: ClauseContext) -> Any:
     "model.sequential_histories",
     "Generated programs of every declared operation, on one handle, get every answer, error and "
     "type the contract's reference model gives.",
-    timeout=600.0,
+    timeout=_TIMEOUTS["sequential"],
 )
 async def sequential_histories(ctx: ClauseContext) -> None:
     budget = _budget(ctx).share(0.4)
@@ -172,7 +182,7 @@ async def sequential_histories(ctx: ClauseContext) -> None:
     "Generated programs spread over three handles of one store, and over the store rebuilt from its "
     "settings where it is durable, answer as the reference model does.",
     requires=[Capability.SHARED],
-    timeout=600.0,
+    timeout=_TIMEOUTS["handles"],
 )
 async def handles_and_rebuilds(ctx: ClauseContext) -> None:
     budget = _budget(ctx).share(0.3)
@@ -185,7 +195,7 @@ async def handles_and_rebuilds(ctx: ClauseContext) -> None:
     "model.concurrent_histories_linearize",
     "Calls started together on several handles (racing saves, fenced saves on one head, one id with "
     "two contents, reads and deletes) have answers some real-time order of them explains.",
-    timeout=600.0,
+    timeout=_TIMEOUTS["concurrent"],
 )
 async def concurrent_histories_linearize(ctx: ClauseContext) -> None:
     budget = _budget(ctx).share(0.3)
@@ -206,7 +216,7 @@ async def concurrent_histories_linearize(ctx: ClauseContext) -> None:
     "model.long_histories",
     f"A chain of {LONG_HISTORY:,} checkpoints beside a bystander with a colliding name lists, walks, "
     "filters by signature, prunes and deletes as the reference model says.",
-    timeout=900.0,
+    timeout=_TIMEOUTS["long"],
 )
 async def long_histories(ctx: ClauseContext) -> None:
     settings = Settings(ctx.capabilities)
