@@ -86,7 +86,9 @@ checkpoints embedded three deep, a chain of 1,030 (past every page and batch siz
 concurrent calls whose answers must be explained by some real-time order (linearizability). A
 failure gives the seed, the first disagreeing call, a shrunk program and a runnable Python
 reproducer. `--model-seed N` replays a run exactly (the default seed is fixed, so a default run is
-the same run every time); `--model-budget 2000` (operations) or `--model-budget 60s` sizes it
+the same run every time); by default it runs 1,200 operations, or what of them fits in 40 s on
+a slow store (the 1,030-long history runs whole); `--model-budget 5000` (operations, no time cap)
+or `--model-budget 60s` sizes it
 (`model_seed` / `model_budget` on the pytest base class and `StorageTarget`). A storage with a
 `ttl` longer than a model clause may run is modelled as keeping everything (nothing it saves can
 expire in time); with a shorter one the family does not apply (the `expiry` family checks expiry).

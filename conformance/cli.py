@@ -38,7 +38,7 @@ from storages.urls import supported_schemes
 
 from .builtin import builtin_targets, unavailable_target
 from .clause import FAMILIES, Clause
-from .model import DEFAULT_OPERATIONS, DEFAULT_SEED, parse_budget
+from .model import DEFAULT_OPERATIONS, DEFAULT_SECONDS, DEFAULT_SEED, parse_budget
 from .report import ClauseResult, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
 from .selection import select_clauses
@@ -308,8 +308,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-budget",
         metavar="OPS|SECONDS",
-        help=f"how much the model family generates: operations (default {DEFAULT_OPERATIONS}) or "
-        "seconds with an s (30s); CI runs a larger budget",
+        help=f"how much the model family generates: operations (default {DEFAULT_OPERATIONS}, within "
+        f"{DEFAULT_SECONDS:g} s) or seconds with an s (30s); CI runs a larger budget",
     )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 DEFAULT_SEED = 20261203
 """The seed when none is given: a default run is the same run every time (``--model-seed``)."""
 
-DEFAULT_OPERATIONS = 400
+DEFAULT_OPERATIONS = 1200
 """Operations the family generates by default, shared among its clauses (``--model-budget``)."""
+
+DEFAULT_SECONDS = 40.0
+"""By default the generated programs also stop after this many seconds in all (a slow remote
+store runs a prefix of the same programs); an explicit budget has no time cap unless it is one.
+The long history is not counted: it runs whole, or it proves nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,7 @@ def parse_budget(text: str | None) -> Budget:
     """``"600"`` or ``"600ops"``: operations; ``"20s"``: seconds (with a large operation cap).
     Raises ValueError naming the option for anything else."""
     if text is None or text == "":
-        return Budget(DEFAULT_OPERATIONS)
+        return Budget(DEFAULT_OPERATIONS, DEFAULT_SECONDS)
     match = _BUDGET.match(str(text))
     if match is None:
         raise ValueError(f"--model-budget {text!r}: give a number of operations (600) or seconds (20s)")
@@ -53,4 +58,4 @@ def parse_budget(text: str | None) -> Budget:
     return Budget(int(number))
 
 
-__all__ = ["DEFAULT_OPERATIONS", "DEFAULT_SEED", "Budget", "parse_budget"]
+__all__ = ["DEFAULT_OPERATIONS", "DEFAULT_SECONDS", "DEFAULT_SEED", "Budget", "parse_budget"]

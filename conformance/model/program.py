@@ -203,7 +203,10 @@ class Generator:
         """Embed one or two checkpoints as a runner would (MAF: a sub-workflow's checkpoint at
         state['_executor_state'][executor]['sub_workflow_checkpoint']), and elsewhere."""
         rng = self.rng
-        child = Embedded(self._draft(rng.choice(self.children), previous=None, depth=depth + 1))
+        # A sub-workflow's checkpoint continues its own chain: its previous id is often an earlier
+        # sub-workflow checkpoint (embedded before, a record of its own), so walks cross nesting.
+        previous = rng.choice(self.embedded_ids) if self.embedded_ids and rng.random() < 0.4 else None
+        child = Embedded(self._draft(rng.choice(self.children), previous=previous, depth=depth + 1))
         fields["state"]["_executor_state"] = {"sub": {"sub_workflow_checkpoint": child}}
         roll = rng.random()
         if roll < 0.2:
@@ -233,7 +236,13 @@ class Generator:
             checkpoint_id=checkpoint_id or self.names.new_id(rng),
             previous_checkpoint_id=previous,
             timestamp=rng.choice(
-                ("2024-01-01T00:00:00+00:00", "2023-12-31T23:59:59.999999+00:00", "2025-06-01T12:00:00+00:00")
+                (
+                    "2024-01-01T00:00:00+00:00",
+                    "2023-12-31T23:59:59.999999+00:00",
+                    "2025-06-01T12:00:00Z",
+                    "2024-01-01T09:00:00+09:00",
+                    "2024-03-31 01:59:59",
+                )
             ),
             iteration_count=rng.randrange(50),
             version=rng.choice(("1.0", "1.0", "1.0", "1.1")),
@@ -558,7 +567,9 @@ class Generator:
     def _probes(self) -> list[Any]:
         """Short scenarios aimed at where features meet, drawn among the generated calls."""
         s = self.settings
-        probes: list[Any] = []
+        probes: list[Any] = [self._resave_probe]
+        if s.has(Capability.NESTED):
+            probes.append(self._nested_probe)
         if s.handles > 1:
             probes.append(self._cross_handle_probe)
         if s.has(Capability.PENDING_WRITES):
@@ -575,6 +586,98 @@ class Generator:
     def _top(self) -> list[Any]:
         return [r for r in self.model.records.values() if r.container is None]
 
+    def _draw_save(self, workflow: str) -> Op:
+        draft = self._draft(workflow, self.model.latest_id(workflow))
+        self.saved.append(draft)
+        return Op("save", self._handle(), {"draft": draft, "mutate_after": False})
+
+    def _resave_probe(self) -> list[Op]:
+        """An older checkpoint saved again, equal: nothing moves (latest, order)."""
+        rng = self.rng
+        top = self._top()
+        if not top:
+            return [self.next_op()]
+        record = rng.choice(top)
+        listing = {"workflow": record.workflow, "signature": None, "include_nested": False}
+        return [
+            self._applied(Op("save", self._handle(), {"draft": record.draft, "mutate_after": False})),
+            self._applied(Op("get_latest", self._handle(), {**listing, "mutate_after": False})),
+            self._applied(Op("list_checkpoint_ids", self._handle(), listing)),
+        ]
+
+    def _nested_probe(self) -> list[Op]:
+        """A checkpoint embedding others (three deep when the draw allows), then every view of
+        each embedded one: load, info, its children, a walk, the listings of its workflow."""
+        rng = self.rng
+        workflow = rng.choice(self.workflows)
+        draft = self._draft(workflow, self.model.latest_id(workflow))
+        fields = {
+            name: getattr(draft, name)
+            for name in ("messages", "state", "pending_request_info_events", "metadata")
+        }
+        self._embed(fields, 0)
+        self.saved.append(draft)
+        ops = [self._applied(Op("save", self._handle(), {"draft": draft, "mutate_after": False}))]
+        s = self.settings
+        for embedded, _ in draft.embedded():
+            checkpoint_id = embedded.checkpoint_id
+            ops.append(
+                self._applied(
+                    Op(
+                        "load",
+                        self._handle(),
+                        {"checkpoint_id": checkpoint_id, "signature": None, "mutate_after": False},
+                    )
+                )
+            )
+            ops.append(self._applied(Op("list_nested", self._handle(), {"checkpoint_id": checkpoint_id})))
+            if s.has(Capability.INSPECT):
+                ops.append(
+                    self._applied(Op("checkpoint_info", self._handle(), {"checkpoint_id": checkpoint_id}))
+                )
+            if s.has(Capability.ANCESTRY):
+                walk = {
+                    "checkpoint_id": checkpoint_id,
+                    "max_depth": DEFAULT_MAX_DEPTH,
+                    "bodies": rng.random() < 0.5,
+                }
+                ops.append(self._applied(Op("walk", self._handle(), walk)))
+            listing = {"workflow": embedded.workflow_name, "signature": None, "include_nested": True}
+            ops.append(self._applied(Op("list_checkpoint_ids", self._handle(), listing)))
+        ops.append(self._applied(Op("list_nested", self._handle(), {"checkpoint_id": draft.checkpoint_id})))
+        embedded_ids = [str(e.checkpoint_id) for e, _ in draft.embedded()]
+        if embedded_ids and s.has(Capability.ANCESTRY):
+            # A sub-workflow restored from its embedded checkpoint continues from it: the chain
+            # runs from a top-level checkpoint into nested records and on through their previous ids.
+            child = rng.choice(embedded_ids)
+            continued = self._draft(self.model.records[child].workflow, child)
+            self.saved.append(continued)
+            ops.append(self._applied(Op("save", self._handle(), {"draft": continued, "mutate_after": False})))
+            for bodies in (False, True):
+                walk = {
+                    "checkpoint_id": continued.checkpoint_id,
+                    "max_depth": DEFAULT_MAX_DEPTH,
+                    "bodies": bodies,
+                }
+                ops.append(self._applied(Op("walk", self._handle(), walk)))
+        if rng.random() < 0.4:
+            ops.append(self._applied(Op("delete", self._handle(), {"checkpoint_id": draft.checkpoint_id})))
+            for embedded, _ in draft.embedded()[:2]:
+                ops.append(
+                    self._applied(
+                        Op(
+                            "load",
+                            self._handle(),
+                            {
+                                "checkpoint_id": embedded.checkpoint_id,
+                                "signature": None,
+                                "mutate_after": False,
+                            },
+                        )
+                    )
+                )
+        return ops
+
     def _writes_probe(self) -> list[Op]:
         """Writes against a checkpoint, then what removes it (or them), then every read of writes."""
         rng = self.rng
@@ -583,7 +686,15 @@ class Generator:
             return [self.next_op()]
         record = rng.choice(top)
         key = {"checkpoint_id": record.checkpoint_id, "workflow": record.workflow}
-        ops = [self._applied(self._put_writes_on(key)), self._applied(self._put_writes_on(key))]
+        first = self._applied(self._put_writes_on(key))
+        # The same tasks write again (a retried superstep, an interrupt rewritten): at a negative
+        # index the new write replaces the old, at a non-negative one the first stays.
+        rewritten = [
+            Write(w.task_id, w.index, rng.choice(("ch", "__interrupt__")), draw_value(rng, 1), w.task_path)
+            for w in first["writes"]
+        ]
+        again = Op("put_writes", self._handle(), {**key, "writes": rewritten})
+        ops = [first, self._applied(again), self._applied(self._put_writes_on(key))]
         removal = rng.choice(("prune", "delete_workflow", "delete", "delete_writes", "none"))
         if removal == "prune":
             ops.append(
@@ -612,10 +723,14 @@ class Generator:
         return op
 
     def _retention_probe(self) -> list[Op]:
-        """A prune, then a walk from a survivor into what was pruned, the tombstones, the list."""
+        """A prune (then perhaps a delete of the whole workflow), then a walk from a survivor into
+        what was pruned, the tombstones, the workflows, the list."""
         rng = self.rng
         workflow = rng.choice(self.workflows)
         ops = [self._applied(Op("prune", 0, {"workflow": workflow, "keep_last": rng.choice((1, 2))}))]
+        if rng.random() < 0.3:
+            ops.append(self._applied(Op("delete_workflow", self._handle(), {"workflow": workflow})))
+            ops += [self._applied(self._draw_save(workflow)) for _ in range(2)]
         survivors = self.model.top_level(workflow)
         if survivors and self.settings.has(Capability.ANCESTRY):
             ops.append(
