@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -851,3 +853,77 @@ async def test_concurrent_saves_on_one_handle_commit_in_groups_each_refused_alon
         stored = await storage.list_checkpoint_ids(workflow_name="wf")
         assert stored[-32:] == [item.checkpoint_id for item in batch]
         assert nested_clash.checkpoint_id not in stored
+
+
+# ------------------------------------------------------- a file removed under the handle
+
+
+def _remove_directory(path: Path) -> None:
+    shutil.rmtree(path.parent)
+
+
+def _unlink_file(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _replace_file(path: Path) -> None:
+    other = path.with_name("other.db")
+    with closing(sqlite3.connect(other)) as connection:
+        connection.execute("CREATE TABLE t (x)")
+    other.replace(path)
+
+
+def _rename_file(path: Path) -> None:
+    path.rename(path.with_name("moved.db"))
+
+
+@pytest.mark.parametrize("vanish", [_remove_directory, _unlink_file, _replace_file, _rename_file])
+async def test_a_write_to_a_file_no_longer_at_its_path_is_refused(tmp_path: Path, vanish: Any) -> None:
+    path = tmp_path / "sub" / "checkpoints.db"
+    async with SQLiteCheckpointStorage(path) as storage:
+        kept = checkpoint()
+        await storage.save(kept)  # the control: reachable, acknowledged
+        vanish(path)
+        lost = checkpoint(previous_checkpoint_id=kept.checkpoint_id)
+        # Before the check, this save (and the writes below) was acknowledged into a file no
+        # one could open again.
+        with pytest.raises(StorageUnavailableError, match="no longer the file this handle opened") as refused:
+            await storage.save(lost)
+        assert str(path) in str(refused.value)
+        assert refused.value.operation == "save"
+        concurrent = await asyncio.gather(
+            *(storage.save(checkpoint()) for _ in range(3)), return_exceptions=True
+        )  # one group commit, one check: every save refused
+        assert all(isinstance(outcome, StorageUnavailableError) for outcome in concurrent)
+        for write in (
+            storage.save(checkpoint(), expected_latest_id=kept.checkpoint_id),  # a fenced save
+            storage.delete(kept.checkpoint_id),
+            storage.prune(workflow_name="wf", keep_last=1),
+            storage.delete_workflow(workflow_name="wf"),
+        ):
+            with pytest.raises(StorageUnavailableError, match="no longer the file"):
+                await write
+
+
+async def test_the_file_identity_check_is_one_stat_per_write_transaction(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storages.sqlite.client as client_module
+
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())  # opened (one stat of the path at open)
+        stats: list[object] = []
+        real_stat = os.stat
+
+        def counting_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            stats.append(path)
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(client_module.os, "stat", counting_stat)
+        await asyncio.gather(*(storage.save(checkpoint()) for _ in range(5)))
+        first_groups = len(stats)
+        assert 1 <= first_groups <= 5  # one per group commit, however many saves it holds
+        await storage.list_workflows()  # reads are not checked
+        assert len(stats) == first_groups
+        assert all(Path(path) == db_path for path in stats)

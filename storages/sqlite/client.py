@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import weakref
@@ -51,6 +52,9 @@ class SQLiteClient:
         self.release_at_exit: weakref.finalize[Any, Any] | None = None
         self._queued_saves: list[tuple[Sequence[CheckpointRecord], asyncio.Future[Any], Abandon]] = []
         self._committing: asyncio.Future[None] | None = None  # done when no group is on the thread
+        self._identity: tuple[int, int] | None = None
+        """(st_dev, st_ino) of the file this handle opened: a write is kept only if the path still
+        leads to it (see :func:`_check_still_at_path`)."""
 
     async def open(self, owner: object) -> None:
         try:
@@ -74,6 +78,16 @@ class SQLiteClient:
             if isinstance(exc, sqlite3.Error):
                 raise self.translate("open", exc) from exc
             raise
+        try:
+            # The file exists now (the connection created it if it was new): its identity, once.
+            opened = os.stat(self._path)
+        except OSError as exc:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise StorageUnavailableError(
+                "open", f"cannot stat {self._path} after opening it: {exc}"
+            ) from exc
+        self._identity = (opened.st_dev, opened.st_ino)
         self.connection = connection
         self.release_at_exit = weakref.finalize(owner, _release_abandoned, connection)
 
@@ -117,7 +131,16 @@ class SQLiteClient:
         connection = self._live(operation)
         abandon = Abandon()
         try:
-            result: T = await _on_thread(connection, function, abandon, *args)
+            result: T = await _on_thread(
+                connection,
+                _write_kept_at_path,
+                operation,
+                self._path,
+                self._identity,
+                function,
+                abandon,
+                *args,
+            )
         except asyncio.CancelledError:
             abandon.set()
             raise
@@ -162,11 +185,13 @@ class SQLiteClient:
             return
         saves = [(records, abandon) for records, _, abandon in group]
         sqlite_connection = connection._connection
+        path, identity = self._path, self._identity
 
         def commit_on_thread() -> None:
             outcomes: list[str | BaseException | None] | BaseException
             try:
                 outcomes = insert_families(sqlite_connection, saves)
+                _check_still_at_path("save", path, identity)
             except BaseException as exc:  # answered on the loop, never lost on the thread
                 outcomes = exc
             with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
@@ -209,6 +234,50 @@ class SQLiteClient:
         if _error_name(exc) == "SQLITE_NOTADB" or "file is not a database" in str(exc):
             return StorageConfigurationError(f"{self._describe} is not a SQLite database file: {exc}")
         return StorageUnavailableError(operation, f"{self._describe}: {type(exc).__name__}: {exc}")
+
+
+def _write_kept_at_path(
+    connection: sqlite3.Connection,
+    operation: str,
+    path: Path,
+    identity: tuple[int, int] | None,
+    function: Callable[..., T],
+    abandon: Abandon,
+    *args: Any,
+) -> T:
+    """``function(connection, abandon, *args)`` (a write transaction), answered only if the
+    database file is still reachable by its path once it committed."""
+    result = function(connection, abandon, *args)
+    _check_still_at_path(operation, path, identity)
+    return result
+
+
+def _check_still_at_path(operation: str, path: Path, identity: tuple[int, int] | None) -> None:
+    """Raise StorageUnavailableError unless ``path`` still names the file the handle opened.
+
+    An open connection keeps writing to its file after the file, or its directory, is removed,
+    renamed or replaced: SQLite commits into an inode nobody will open again, and the write
+    would be acknowledged and then gone. One ``os.stat`` after each write transaction commits
+    (a group commit's one for all its saves) compares the path's (st_dev, st_ino) with the ones
+    read at open; what it cannot see is in docs/sqlite.md ("A file removed under the handle")."""
+    if identity is None:
+        return
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        reason = "it was removed (or its directory was)"
+    except OSError as exc:
+        reason = f"it cannot be reached: {exc}"
+    else:
+        if (current.st_dev, current.st_ino) == identity:
+            return
+        reason = "another file now has its path (it was replaced or renamed)"
+    raise StorageUnavailableError(
+        operation,
+        f"the SQLite database {path} is no longer the file this handle opened: {reason}; what this "
+        "write committed went to the old file and is not kept. Open the storage again (a handle "
+        "on a vanished file refuses every write)",
+    )
 
 
 _NOT_UTF8 = "Could not decode to UTF-8"
