@@ -252,7 +252,7 @@ async def middle_deletion(ctx: ClauseContext) -> None:
 @clause(
     "tamper.forged_prune",
     "Tombstones left by a prune without the key end walks missing and verify reports them (under a "
-    "TTL, where a receipt may have expired, they end walks); keyed ones pass.",
+    "TTL, where a missing receipt may have expired, they end walks); keyed ones pass.",
     requires=(*_BASE, Capability.PRUNE, Capability.ANCESTRY),
 )
 async def forged_prune(ctx: ClauseContext) -> None:
@@ -273,7 +273,13 @@ async def forged_prune(ctx: ClauseContext) -> None:
                 f"the forged prune did not land: the index walk ended {landed.end} at {landed.end_id!r}",
             )
             await _expect_prune_end(
-                ctx, storage, forged, AncestryEnd.MISSING, "a prune without the key", pruned=True
+                ctx,
+                storage,
+                forged,
+                AncestryEnd.MISSING,
+                "a prune without the key",
+                pruned=True,
+                unreceipted=True,
             )
         async with keyed(ctx, IntegrityKeys(ATTACKER_KEY)) as outsider:
             foreign = await _chain(ctx, storage, "prune-foreign", 3)
@@ -290,11 +296,13 @@ async def _expect_prune_end(
     what: str,
     *,
     pruned: bool = False,
+    unreceipted: bool = False,
     reader: Any = None,
 ) -> None:
     """Prune the oldest of ``chain`` through ``pruner`` (unless ``pruned``), then walk and verify
     through ``reader`` (default: ``pruner``): the walk must end ``end`` at the pruned record, and
-    verify must report the record after it exactly when the walk ends missing."""
+    verify must report the record after it exactly when the walk ends missing, unless the prune
+    left no receipt (``unreceipted``) on a storage with a TTL, where a receipt may have expired."""
     reader = pruner if reader is None else reader
     workflow, oldest, after = chain[0].workflow_name, chain[0].checkpoint_id, chain[1].checkpoint_id
     if not pruned:
@@ -309,7 +317,7 @@ async def _expect_prune_end(
     )
     if not ctx.has(Capability.INSPECT):
         return
-    if end is AncestryEnd.MISSING and ctx.has(Capability.TTL):
+    if unreceipted and ctx.has(Capability.TTL):
         return  # verify takes a missing receipt for an expired one
     from storages.verify import FindingKind, verify
 

@@ -289,3 +289,31 @@ def test_under_a_ttl_records_signed_without_their_chain_link_are_still_caught() 
     # Only the walks are asked: a chain restart ends at a tombstone as pruned, and an anchor
     # cannot be followed forward; a bare deletion ends the index walk missing either way.
     assert failed(backend) == {"tamper.forged_prune", "tamper.unedited_store_verifies"}
+
+
+class ExpiresEveryReceipt(InMemoryCheckpointStorage):
+    """Declares a TTL and tells verify that no receipt is ever stored: verify then excuses every
+    tombstone, even one whose receipt is there and signed with a key this storage does not trust."""
+
+    capabilities = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+    ttl = 3600.0
+
+    async def prune_receipt_stored(self, pruned_id: str, signed_after: bytes) -> bool:
+        return False
+
+
+def test_under_a_ttl_a_stored_receipt_that_does_not_vouch_is_still_reported() -> None:
+    honest = support.run_family(FAMILY, keyed(_WithTTL))
+    assert {r.outcome for r in honest.results} == {Outcome.PASSED}, [r.message for r in honest.failures]
+    backend = support.run_family(FAMILY, keyed(ExpiresEveryReceipt))
+    caught_only_by(
+        backend, "tamper.forged_prune", "after a prune with an untrusted key, verify did not report"
+    )
+
+
+class _WithTTL(InMemoryCheckpointStorage):
+    """The in-memory storage declaring a TTL (none configured: nothing expires), so verify and
+    the kit both treat it as a storage whose records may expire."""
+
+    capabilities = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+    ttl = 3600.0
