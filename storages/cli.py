@@ -353,7 +353,10 @@ def _open(args: argparse.Namespace) -> BaseCheckpointStorage:
     path = getattr(storage, "path", None)
     if isinstance(path, Path) and not path.exists():
         raise UsageError(f"{args.url}: no such file {path}")
-    return storage
+    # A storage that can open read-only (SQLite: mode=ro, or immutable=1 if the URL says so)
+    # does, so a file on read-only media, or in a directory this user may not write, is read.
+    read_only_handle = getattr(storage, "read_only_handle", None)
+    return read_only_handle() if callable(read_only_handle) else storage
 
 
 def _parser() -> argparse.ArgumentParser:

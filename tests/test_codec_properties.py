@@ -12,7 +12,16 @@ from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storages import CheckpointCodec, CheckpointCorruptedError, WorkflowCheckpoint
+from storages import (
+    CheckpointCodec,
+    CheckpointCorruptedError,
+    InvalidCheckpointError,
+    InvalidCheckpointIdError,
+    WorkflowCheckpoint,
+)
+from storages.codec.decoding import RECORD_VERSION
+from storages.codec.registry import NATIVE_CHECKPOINT_TAG
+from storages.contract import CHECKPOINT_FIELDS
 
 SameTypes = Callable[[Any, Any], bool]
 
@@ -156,3 +165,113 @@ def test_no_single_damaged_byte_decodes_into_different_data(
         assert outcome.checkpoint_id == "damaged"
     else:
         assert same_types(outcome, cp), f"byte {index} set to {replacement} decoded into different data"
+
+
+# ------------------------------------------------------- encode refuses what decode refuses
+
+lone_surrogates = st.builds(
+    lambda before, surrogate, after: before + surrogate + after,
+    st.text(max_size=3),
+    st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"]),
+    st.text(max_size=3),
+)
+"""Strings no UTF-8 body can hold: what the issue's wrapper met as an id."""
+
+anything = values | lone_surrogates | st.dictionaries(st.text(), lone_surrogates, min_size=1, max_size=2)
+"""A field value of any type, right or wrong for the field."""
+
+right_values = {
+    "workflow_name": identifiers,
+    "graph_signature_hash": st.text(),
+    "checkpoint_id": identifiers,
+    "previous_checkpoint_id": st.none() | identifiers,
+    "timestamp": st.text(),
+    "messages": st.dictionaries(st.text(), st.lists(values, max_size=2), max_size=2),
+    "state": st.dictionaries(st.text(), values, max_size=3),
+    "pending_request_info_events": st.dictionaries(st.text(), values, max_size=2),
+    "iteration_count": ints,
+    "metadata": st.dictionaries(st.text(), values, max_size=2),
+    "version": st.text(),
+}
+ID_FIELDS = ("workflow_name", "checkpoint_id", "previous_checkpoint_id")
+
+
+@st.composite
+def field_values(draw: st.DrawFn) -> dict[str, Any]:
+    """Every field right, then a few of them (possibly none) anything at all."""
+    fields = {name: draw(right_values[name], label=name) for name in CHECKPOINT_FIELDS}
+    for name in draw(st.lists(st.sampled_from(CHECKPOINT_FIELDS), max_size=3, unique=True), label="wrong"):
+        fields[name] = draw(anything, label=f"{name} (any type)")
+    return fields
+
+
+def unchecked_body(fields: dict[str, Any]) -> bytes | None:
+    """The body a codec that checked nothing would write for these fields (the record through
+    encode_value, which packs without the field checks); None if no body can hold them."""
+    try:
+        return CODEC.encode_value([RECORD_VERSION, NATIVE_CHECKPOINT_TAG, *fields.values()])
+    except InvalidCheckpointError:
+        return None
+
+
+@PROPERTY_SETTINGS
+@given(fields=field_values())
+def test_encode_refuses_exactly_what_decode_refuses(same_types: SameTypes, fields: dict[str, Any]) -> None:
+    checkpoint = WorkflowCheckpoint(**fields)
+    unchecked = unchecked_body(fields)
+    refusal: InvalidCheckpointError | None = None
+    try:
+        body = CODEC.encode_checkpoint(checkpoint)
+    except InvalidCheckpointError as refused:
+        refusal = refused
+    if refusal is not None:
+        # A typed refusal naming a field (or the path inside one) whose value is what decode refuses.
+        named = (refusal.field or "").removeprefix("checkpoint.")
+        field = next((name for name in CHECKPOINT_FIELDS if named.startswith(name)), None)
+        assert field is not None, f"the refusal names no field: {refusal}"
+        assert isinstance(refusal, InvalidCheckpointIdError) == (field in ID_FIELDS and named == field)
+        if unchecked is not None:  # what encode refused, decode refuses
+            with pytest.raises(CheckpointCorruptedError, match=f"field {field} has type"):
+                CODEC.decode_checkpoint(unchecked, checkpoint_id="unchecked")
+        return
+    decoded = CODEC.decode_checkpoint(body, checkpoint_id="any")  # what encode took, decode takes
+    assert same_types(decoded, checkpoint)
+    assert unchecked is not None
+    assert same_types(CODEC.decode_checkpoint(unchecked, checkpoint_id="any"), checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("checkpoint_id", 5, InvalidCheckpointIdError),
+        ("checkpoint_id", "\ud800", InvalidCheckpointIdError),
+        ("workflow_name", "a\udfff", InvalidCheckpointIdError),
+        ("previous_checkpoint_id", 7, InvalidCheckpointIdError),
+        ("graph_signature_hash", None, InvalidCheckpointError),
+        ("iteration_count", "3", InvalidCheckpointError),
+        ("state", [], InvalidCheckpointError),
+        ("version", 1.0, InvalidCheckpointError),
+    ],
+)
+def test_a_field_decode_would_refuse_is_refused_at_encode_naming_it(
+    field: str, value: Any, error: type
+) -> None:
+    fields: dict[str, Any] = {"workflow_name": "wf", "graph_signature_hash": "sig", "checkpoint_id": "a"}
+    checkpoint = WorkflowCheckpoint(**{**fields, field: value})
+    embedding = WorkflowCheckpoint(**{**fields, "checkpoint_id": "outer", "state": {"inner": checkpoint}})
+    for encode in (
+        CODEC.encode_checkpoint,
+        CODEC.encode_checkpoint_tree,
+        lambda cp: CODEC.encode_checkpoint(cp, sealed=True),
+        lambda cp: CODEC.encode_checkpoint_fields(
+            WorkflowCheckpoint, tuple(getattr(cp, n) for n in CHECKPOINT_FIELDS)
+        ),
+    ):
+        with pytest.raises(error) as refused:
+            encode(checkpoint)
+        assert refused.value.field == field
+    # Embedded (inline or as a nested record): refused too, never written for a read to refuse.
+    for encode in (CODEC.encode_checkpoint, CODEC.encode_checkpoint_tree):
+        with pytest.raises(InvalidCheckpointError) as refused:
+            encode(embedding)
+        assert field in str(refused.value.field)

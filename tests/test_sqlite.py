@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -851,3 +854,189 @@ async def test_concurrent_saves_on_one_handle_commit_in_groups_each_refused_alon
         stored = await storage.list_checkpoint_ids(workflow_name="wf")
         assert stored[-32:] == [item.checkpoint_id for item in batch]
         assert nested_clash.checkpoint_id not in stored
+
+
+# ------------------------------------------------------- a file removed under the handle
+
+
+def _remove_directory(path: Path) -> None:
+    shutil.rmtree(path.parent)
+
+
+def _unlink_file(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _replace_file(path: Path) -> None:
+    other = path.with_name("other.db")
+    with closing(sqlite3.connect(other)) as connection:
+        connection.execute("CREATE TABLE t (x)")
+    other.replace(path)
+
+
+def _rename_file(path: Path) -> None:
+    path.rename(path.with_name("moved.db"))
+
+
+@pytest.mark.parametrize("vanish", [_remove_directory, _unlink_file, _replace_file, _rename_file])
+async def test_a_write_to_a_file_no_longer_at_its_path_is_refused(tmp_path: Path, vanish: Any) -> None:
+    path = tmp_path / "sub" / "checkpoints.db"
+    async with SQLiteCheckpointStorage(path) as storage:
+        kept = checkpoint()
+        await storage.save(kept)  # the control: reachable, acknowledged
+        vanish(path)
+        lost = checkpoint(previous_checkpoint_id=kept.checkpoint_id)
+        # Before the check, this save (and the writes below) was acknowledged into a file no
+        # one could open again.
+        with pytest.raises(StorageUnavailableError, match="no longer the file this handle opened") as refused:
+            await storage.save(lost)
+        assert str(path) in str(refused.value)
+        assert refused.value.operation == "save"
+        concurrent = await asyncio.gather(
+            *(storage.save(checkpoint()) for _ in range(3)), return_exceptions=True
+        )  # one group commit, one check: every save refused
+        assert all(isinstance(outcome, StorageUnavailableError) for outcome in concurrent)
+        for write in (
+            storage.save(checkpoint(), expected_latest_id=kept.checkpoint_id),  # a fenced save
+            storage.delete(kept.checkpoint_id),
+            storage.prune(workflow_name="wf", keep_last=1),
+            storage.delete_workflow(workflow_name="wf"),
+        ):
+            with pytest.raises(StorageUnavailableError, match="no longer the file"):
+                await write
+
+
+async def test_the_file_identity_check_is_one_stat_per_write_transaction(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storages.sqlite.client as client_module
+
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        await storage.save(checkpoint())  # opened (one stat of the path at open)
+        stats: list[object] = []
+        real_stat = os.stat
+
+        def counting_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            stats.append(path)
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(client_module.os, "stat", counting_stat)
+        await asyncio.gather(*(storage.save(checkpoint()) for _ in range(5)))
+        first_groups = len(stats)
+        assert 1 <= first_groups <= 5  # one per group commit, however many saves it holds
+        await storage.list_workflows()  # reads are not checked
+        assert len(stats) == first_groups
+        assert all(Path(path) == db_path for path in stats)
+
+
+# ------------------------------------------------------- read-only handles and media
+
+
+async def _stored_file(path: Path) -> list[WorkflowCheckpoint]:
+    chain = [checkpoint(), checkpoint()]
+    async with SQLiteCheckpointStorage(path) as writer:
+        for saved in chain:
+            await writer.save(saved)
+    return chain
+
+
+def _untouched(path: Path) -> tuple[list[str], bytes]:
+    return sorted(entry.name for entry in path.parent.iterdir()), path.read_bytes()
+
+
+@pytest.mark.parametrize("access", [{"read_only": True}, {"immutable": True}])
+async def test_a_read_only_handle_reads_and_refuses_every_write(
+    db_path: Path, access: dict[str, bool]
+) -> None:
+    chain = await _stored_file(db_path)
+    before = _untouched(db_path)
+    async with SQLiteCheckpointStorage(db_path, **access) as reader:
+        assert reader.read_only
+        assert (await reader.load(chain[0].checkpoint_id)).checkpoint_id == chain[0].checkpoint_id
+        latest = await reader.get_latest(workflow_name="wf")
+        assert latest is not None
+        assert latest.checkpoint_id == chain[-1].checkpoint_id
+        for write in (
+            reader.save(checkpoint()),
+            reader.save(checkpoint(), expected_latest_id=chain[-1].checkpoint_id),
+            reader.delete(chain[0].checkpoint_id),
+            reader.prune(workflow_name="wf", keep_last=1),
+            reader.delete_workflow(workflow_name="wf"),
+        ):
+            with pytest.raises(StorageConfigurationError, match="opened read-only"):
+                await write
+        assert reader.new_handle().read_only  # a new handle keeps the access
+    files, body = _untouched(db_path)
+    assert body == before[1]  # the database file is byte for byte the same
+    if access.get("immutable"):
+        assert files == before[0]  # immutable=1: not even a -wal or -shm file was made
+
+
+async def test_a_read_only_handle_neither_creates_nor_migrates_a_file(tmp_path: Path) -> None:
+    missing = tmp_path / "absent" / "checkpoints.db"
+    reader = SQLiteCheckpointStorage(missing, read_only=True)
+    with pytest.raises(StorageUnavailableError, match="unable to open"):
+        await reader.list_workflows()
+    await reader.aclose()
+    assert not missing.parent.exists()
+    old = tmp_path / "old.db"
+    version_3_file(old, [checkpoint()], next_sequence=1)
+    reader = SQLiteCheckpointStorage(old, immutable=True)
+    with pytest.raises(StorageConfigurationError, match="cannot migrate"):
+        await reader.list_workflows()
+    await reader.aclose()
+
+
+def test_read_only_and_immutable_come_from_the_url(tmp_path: Path) -> None:
+    base = f"sqlite:///{tmp_path}/x.db"
+    assert not SQLiteCheckpointStorage.from_url(base).read_only
+    assert SQLiteCheckpointStorage.from_url(base + "?read_only=true").read_only
+    assert SQLiteCheckpointStorage.from_url(base + "?immutable=1").read_only
+    with pytest.raises(StorageConfigurationError, match="read_only must be true or false"):
+        SQLiteCheckpointStorage.from_url(base + "?read_only=maybe")
+
+
+def test_inspect_and_verify_read_an_immutable_url_writing_nothing(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from storages.cli import main
+
+    asyncio.run(_stored_file(db_path))
+    before = _untouched(db_path)
+    url = f"sqlite:///{db_path}?immutable=true"
+    assert main(["inspect", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    assert main(["verify", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]
+    assert _untouched(db_path) == before  # no -wal, no -shm, the same bytes
+
+
+def test_inspect_and_verify_run_on_a_read_only_mount(db_path: Path) -> None:
+    """A real read-only file system (tests run as root, which file permissions do not stop): a
+    read-only bind mount of the file's directory in a private mount namespace (unshare -m)."""
+    asyncio.run(_stored_file(db_path))
+    directory = db_path.parent
+    for url, command in (
+        (f"sqlite:///{db_path}?immutable=true", "inspect"),
+        (f"sqlite:///{db_path}?immutable=true", "verify"),
+    ):
+        script = (
+            f"mount --bind {directory} {directory} && mount -o remount,bind,ro {directory} && "
+            f"! touch {directory}/probe 2>/dev/null && "
+            f"{sys.executable} -m storages.cli {command} '{url}' --json"
+        )
+        done = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)
+    # Without immutable=true (mode=ro), SQLite needs a -shm file it cannot create there: a typed
+    # error that says what to do, and nothing written.
+    script = (
+        f"mount --bind {directory} {directory} && mount -o remount,bind,ro {directory} && "
+        f"{sys.executable} -m storages.cli inspect 'sqlite:///{db_path}'"
+    )
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "?immutable=true" in done.stderr

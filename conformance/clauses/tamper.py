@@ -12,6 +12,11 @@ really landed (the keyless view shows it), so a pass is never a no-op.
 Truncation, rollback replay and snapshot rollback leave only authentic records behind; no key
 can see them from inside the store, so those clauses check that a read given an anchor (from
 ``head_anchor`` before the edit) refuses, and that the same read without one does not.
+
+On a storage that declares ``ttl`` a record's absence is what expiry leaves, so no reader can
+tell a deleted record, or a prune's missing receipt, from an expired one (docs/integrity.md,
+"Under a TTL"): there the deletion clauses check what still holds (the walk ends ``missing`` at
+the deleted record, never ``pruned`` behind a forged tombstone) and not that verify reports it.
 """
 
 from __future__ import annotations
@@ -213,7 +218,8 @@ async def tail_truncation(ctx: ClauseContext) -> None:
 
 @clause(
     "tamper.middle_deletion",
-    "Deleting a checkpoint inside a chain ends walks through it and is reported by verify as signed.",
+    "Deleting a checkpoint inside a chain ends walks through it and is reported by verify as signed "
+    "(under a TTL, where it is indistinguishable from expiry, it ends walks).",
     requires=(*_BASE, Capability.ANCESTRY, Capability.INSPECT),
 )
 async def middle_deletion(ctx: ClauseContext) -> None:
@@ -234,6 +240,8 @@ async def middle_deletion(ctx: ClauseContext) -> None:
             not walk.intact and walk.end_id == middle,
             f"the walk from {last!r} ended {walk.end} at {walk.end_id!r}, not missing at {middle!r}",
         )
+        if ctx.has(Capability.TTL):
+            return  # a record missing from a chain is what expiry leaves too
         report = await verify(storage, workflow_name=chain[0].workflow_name)
         ensure(
             any(last in f.checkpoint_ids for f in report.of_kind(FindingKind.CHAIN_BROKEN)),
@@ -243,7 +251,8 @@ async def middle_deletion(ctx: ClauseContext) -> None:
 
 @clause(
     "tamper.forged_prune",
-    "Tombstones left by a prune without the key end walks missing and verify reports them; keyed ones pass.",
+    "Tombstones left by a prune without the key end walks missing and verify reports them (under a "
+    "TTL, where a missing receipt may have expired, they end walks); keyed ones pass.",
     requires=(*_BASE, Capability.PRUNE, Capability.ANCESTRY),
 )
 async def forged_prune(ctx: ClauseContext) -> None:
@@ -264,7 +273,13 @@ async def forged_prune(ctx: ClauseContext) -> None:
                 f"the forged prune did not land: the index walk ended {landed.end} at {landed.end_id!r}",
             )
             await _expect_prune_end(
-                ctx, storage, forged, AncestryEnd.MISSING, "a prune without the key", pruned=True
+                ctx,
+                storage,
+                forged,
+                AncestryEnd.MISSING,
+                "a prune without the key",
+                pruned=True,
+                unreceipted=True,
             )
         async with keyed(ctx, IntegrityKeys(ATTACKER_KEY)) as outsider:
             foreign = await _chain(ctx, storage, "prune-foreign", 3)
@@ -281,11 +296,13 @@ async def _expect_prune_end(
     what: str,
     *,
     pruned: bool = False,
+    unreceipted: bool = False,
     reader: Any = None,
 ) -> None:
     """Prune the oldest of ``chain`` through ``pruner`` (unless ``pruned``), then walk and verify
     through ``reader`` (default: ``pruner``): the walk must end ``end`` at the pruned record, and
-    verify must report the record after it exactly when the walk ends missing."""
+    verify must report the record after it exactly when the walk ends missing, unless the prune
+    left no receipt (``unreceipted``) on a storage with a TTL, where a receipt may have expired."""
     reader = pruner if reader is None else reader
     workflow, oldest, after = chain[0].workflow_name, chain[0].checkpoint_id, chain[1].checkpoint_id
     if not pruned:
@@ -300,6 +317,8 @@ async def _expect_prune_end(
     )
     if not ctx.has(Capability.INSPECT):
         return
+    if unreceipted and ctx.has(Capability.TTL):
+        return  # verify takes a missing receipt for an expired one
     from storages.verify import FindingKind, verify
 
     report = await verify(reader, workflow_name=workflow)

@@ -15,6 +15,7 @@ from ..contract import CHECKPOINT_FIELDS
 from ..errors import (
     CheckpointCorruptedError,
     CheckpointTypeNotAllowedError,
+    InvalidCheckpointIdError,
     MissingDependencyError,
     UnserializableValueError,
 )
@@ -24,6 +25,8 @@ from .locate import describe, is_unencodable_str, locate
 from .packing import ExactPacker, NativePacker, NeedsExactPath
 from .plugins import codec_plugins
 from .types import (
+    EXPECTED_FIELD_TYPES,
+    ID_FIELDS,
     EncodedCheckpoint,
     NestedResolver,
     TreeEncoding,
@@ -31,6 +34,7 @@ from .types import (
     TypeRef,
     Undecodable,
     Unencodable,
+    refuse_field_types,
     type_key,
 )
 from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
@@ -48,6 +52,19 @@ _SLOW_FLAGS = 0xFF & ~(framing.FLAG_SEALED | framing.FLAG_NESTED_REFS)
 _NO_NESTED: NestedResolver = NestedResolver({}, given=False)
 """The resolver of a decode given no nested bodies: it refuses every reference before looking at
 its (always empty) state."""
+
+
+def _record(tag: str, fields: tuple[Any, ...]) -> list[Any]:
+    """A checkpoint's record (format version, class tag, field values), refused as a decode
+    would refuse it: a field of a type no decode accepts raises the typed error a save gets,
+    naming the field, so no body is written that its own codec cannot read."""
+    if not all(map(isinstance, fields, EXPECTED_FIELD_TYPES)):  # one C-level pass when all is well
+        checkpoint_id = fields[_ID_POSITION]
+        refuse_field_types(fields, f"checkpoint {checkpoint_id!r}")
+    return [RECORD_VERSION, tag, *fields]
+
+
+_ID_POSITION = CHECKPOINT_FIELDS.index("checkpoint_id")
 
 
 class CheckpointCodec(Decoding):
@@ -136,7 +153,7 @@ class CheckpointCodec(Decoding):
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
         if _TREE.get() is None:
             # The common encode in line: the native walk, then the plain frame.
-            plain = [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
+            plain = _record(tag, _checkpoint_fields(checkpoint))
             try:
                 payload = self._native.pack_payload(plain, bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
@@ -165,9 +182,7 @@ class CheckpointCodec(Decoding):
             and type(self).encode_checkpoint is CheckpointCodec.encode_checkpoint
         ):
             try:
-                payload = self._native.pack_payload(
-                    [RECORD_VERSION, tag, *fields], bin_checked=bin_from_bytes_only
-                )
+                payload = self._native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
                 pass
             else:
@@ -191,7 +206,7 @@ class CheckpointCodec(Decoding):
         try:
             # The native walk in line (as encode_checkpoint): nothing is collected before it, so
             # a refused attempt rewinds to the empty state rather than to a copied mark.
-            plain = [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
+            plain = _record(tag, _checkpoint_fields(checkpoint))
             try:
                 payload = self._native.pack_payload(plain)
             except NeedsExactPath:
@@ -373,10 +388,7 @@ class CheckpointCodec(Decoding):
     def _encode_with_location(
         self, root: Any, checkpoint_tag: str | None, *, bin_checked: bool = False
     ) -> bytes:
-        if checkpoint_tag is None:
-            plain = root
-        else:
-            plain = [RECORD_VERSION, checkpoint_tag, *_checkpoint_fields(root)]
+        plain = root if checkpoint_tag is None else _record(checkpoint_tag, _checkpoint_fields(root))
         tree = _TREE.get()
         mark = tree.mark() if tree is not None else None
         try:
@@ -410,6 +422,13 @@ class CheckpointCodec(Decoding):
             raise UnserializableValueError(type_key(type(target)), path, exc.hint) from None
         except UnicodeEncodeError:
             path = locate(root, is_unencodable_str)
+            _, _, field = path.partition("checkpoint.")
+            if checkpoint_tag is not None and field in ID_FIELDS:
+                # An id the save would refuse by the same name (validate_identifier).
+                value = getattr(root, field)
+                raise InvalidCheckpointIdError(
+                    field, value, "contains a lone surrogate, which is not valid UTF-8"
+                ) from None
             raise UnserializableValueError(
                 "builtins:str", path, "the string contains a lone surrogate, which is not valid UTF-8"
             ) from None
@@ -427,7 +446,7 @@ class CheckpointCodec(Decoding):
 
     @staticmethod
     def _checkpoint_plain(checkpoint: Any, tag: str) -> list[Any]:
-        return [RECORD_VERSION, tag, *_checkpoint_fields(checkpoint)]
+        return _record(tag, _checkpoint_fields(checkpoint))
 
     def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:
         tag = self._checkpoint_tag(type(checkpoint))
@@ -439,9 +458,8 @@ class CheckpointCodec(Decoding):
 
     def _encode_nested_record(self, checkpoint: Any, tag: str, tree: TreeEncoding, packer: Packer) -> Any:
         """Encode an embedded checkpoint as a body of its own; the container keeps its id."""
+        plain = self._checkpoint_plain(checkpoint, tag)  # refuses an id that is not a str
         checkpoint_id = checkpoint.checkpoint_id
-        if not isinstance(checkpoint_id, str):
-            raise Unencodable(checkpoint, "an embedded checkpoint's checkpoint_id must be a str")
         if checkpoint_id in tree.containers:
             raise Unencodable(checkpoint, f"checkpoint {checkpoint_id!r} is embedded in itself")
         container_id = tree.containers[-1]
@@ -450,7 +468,7 @@ class CheckpointCodec(Decoding):
         tree.nodes.append(None)
         tree.containers.append(checkpoint_id)
         try:
-            payload = packer.pack_payload(self._checkpoint_plain(checkpoint, tag))
+            payload = packer.pack_payload(plain)
         finally:
             tree.containers.pop()
         body = self._frame(payload, nested_refs=tree.references > references_before, sealed=tree.sealed)

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from ..allowlist import resolve_exact_class
 from ..contract import CHECKPOINT_FIELDS
+from ..errors import InvalidCheckpointError, InvalidCheckpointIdError
 from .values import EXT_DATACLASS, EXT_ENUM, EXT_NAMEDTUPLE, EXT_PYDANTIC
 
 TypeRef = type[Any] | str
@@ -232,6 +233,30 @@ _FIELD_TYPES: Final = tuple((name, _TYPE_OF_FIELD[name]) for name in CHECKPOINT_
 """Each checkpoint field's name and type, in the order records store the fields."""
 EXPECTED_FIELD_TYPES: Final = tuple(expected for _, expected in _FIELD_TYPES)
 """The field types alone, for one ``map(isinstance, values, EXPECTED_FIELD_TYPES)`` pass."""
+
+
+ID_FIELDS: Final = frozenset({"workflow_name", "checkpoint_id", "previous_checkpoint_id"})
+"""The fields that hold ids: a refusal of one is an InvalidCheckpointIdError, as a save's."""
+
+
+def refuse_field_types(values: tuple[Any, ...], whose: str) -> None:
+    """Raise, for a checkpoint being encoded, what :func:`check_checkpoint_field_types` refuses
+    on decoding, as the typed error a save gets: ``InvalidCheckpointIdError`` for an id or
+    workflow name, ``InvalidCheckpointError`` for any other field, each naming the field.
+    ``whose`` names the checkpoint in the message (``checkpoint 'a'``)."""
+    for value, (name, expected) in zip(values, _FIELD_TYPES, strict=True):
+        if not isinstance(value, expected):
+            wanted = "str or None" if name == "previous_checkpoint_id" else _type_name(expected)
+            if name in ID_FIELDS:
+                raise InvalidCheckpointIdError(name, value, f"must be a {wanted}, not {type(value).__name__}")
+            raise InvalidCheckpointError(
+                f"Cannot encode {whose}: field {name} must be {wanted}, not {type(value).__name__}",
+                field=name,
+            )
+
+
+def _type_name(expected: type[Any] | tuple[type[Any], ...]) -> str:
+    return expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)
 
 
 def check_checkpoint_field_types(values: list[Any]) -> None:

@@ -73,6 +73,12 @@ class PruneReceipts(StoragePrimitives):
 
         def _required_integrity(self, operation: str) -> IntegrityKeyProvider: ...
 
+    async def prune_receipt_stored(self, pruned_id: CheckpointID, signed_after: bytes) -> bool:
+        """Whether anything is stored where the receipt for pruning ``pruned_id`` (with MAC
+        ``signed_after``) would be, authentic or not: under a TTL, verify excuses a missing
+        receipt as expired, never one that is there and does not vouch for the tombstone."""
+        return await self._get(receipt_id(pruned_id, signed_after)) is not None
+
     async def check_prune_receipt(self, pruned_id: CheckpointID, signed_after: bytes) -> None:
         """Raise CheckpointTamperedError (``unreceipted_tombstone``) unless this storage's key
         signed a receipt for pruning the record stored under ``pruned_id`` with MAC

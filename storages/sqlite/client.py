@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import weakref
@@ -34,7 +35,7 @@ from ..base import CheckpointRecord
 from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
 from . import schema
 from .commit import Abandon, immediate_transaction, insert_families
-from .config import Synchronous
+from .config import Access, Synchronous
 
 T = TypeVar("T")
 
@@ -42,8 +43,17 @@ T = TypeVar("T")
 class SQLiteClient:
     """One handle's connection to the file, and the error translation of every call on it."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: Synchronous, describe: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int,
+        synchronous: Synchronous,
+        describe: str,
+        access: Access = "rw",
+    ) -> None:
         self._path = path
+        self._access = access
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
         self._describe = describe
@@ -51,22 +61,36 @@ class SQLiteClient:
         self.release_at_exit: weakref.finalize[Any, Any] | None = None
         self._queued_saves: list[tuple[Sequence[CheckpointRecord], asyncio.Future[Any], Abandon]] = []
         self._committing: asyncio.Future[None] | None = None  # done when no group is on the thread
+        self._identity: tuple[int, int] | None = None
+        """(st_dev, st_ino) of the file this handle opened: a write is kept only if the path still
+        leads to it (see :func:`_check_still_at_path`)."""
 
     async def open(self, owner: object) -> None:
-        try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StorageUnavailableError(
-                "open", f"cannot create the directory of {self._path}: {exc}"
-            ) from exc
-        pending = aiosqlite.connect(self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+        timeout = self._busy_timeout_ms / 1000
+        if self._access == "rw":
+            try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageUnavailableError(
+                    "open", f"cannot create the directory of {self._path}: {exc}"
+                ) from exc
+            pending = aiosqlite.connect(self._path, timeout=timeout, isolation_level=None)
+        else:
+            # A URI, so SQLite itself refuses to create or write the file (nothing here could
+            # forget to): mode=ro, and with immutable=1 no locks, -wal or -shm either.
+            query = "mode=ro&immutable=1" if self._access == "immutable" else "mode=ro"
+            uri = f"{self._path.as_uri()}?{query}"
+            pending = aiosqlite.connect(uri, timeout=timeout, isolation_level=None, uri=True)
         _run_as_daemon(pending)  # before awaiting it: awaiting starts the thread
         try:
             connection = await pending
         except sqlite3.Error as exc:
             raise self.translate("open", exc) from exc
         try:
-            await _on_thread(connection, _prepare, self._describe, self._synchronous)
+            if self._access == "rw":
+                await _on_thread(connection, _prepare, self._describe, self._synchronous)
+            else:
+                await _on_thread(connection, _check_readable, self._describe)
         except BaseException as exc:
             # A failed open must not leave the connection's thread behind.
             with contextlib.suppress(Exception):
@@ -74,6 +98,16 @@ class SQLiteClient:
             if isinstance(exc, sqlite3.Error):
                 raise self.translate("open", exc) from exc
             raise
+        try:
+            # The file exists now (the connection created it if it was new): its identity, once.
+            opened = os.stat(self._path)
+        except OSError as exc:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise StorageUnavailableError(
+                "open", f"cannot stat {self._path} after opening it: {exc}"
+            ) from exc
+        self._identity = (opened.st_dev, opened.st_ino)
         self.connection = connection
         self.release_at_exit = weakref.finalize(owner, _release_abandoned, connection)
 
@@ -115,9 +149,19 @@ class SQLiteClient:
         connection's thread: one hand-off. If the caller is cancelled, ``abandon`` is set, and a
         transaction that has not committed yet rolls back."""
         connection = self._live(operation)
+        self._refuse_if_read_only(operation)
         abandon = Abandon()
         try:
-            result: T = await _on_thread(connection, function, abandon, *args)
+            result: T = await _on_thread(
+                connection,
+                _write_kept_at_path,
+                operation,
+                self._path,
+                self._identity,
+                function,
+                abandon,
+                *args,
+            )
         except asyncio.CancelledError:
             abandon.set()
             raise
@@ -140,6 +184,7 @@ class SQLiteClient:
         hand-off and one wake-up, as a raw aiosqlite call does, and a cancelled caller cannot
         strand the others: nothing any caller awaits drives the commit."""
         connection = self._live("save")
+        self._refuse_if_read_only("save")
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[Any] = loop.create_future()
         abandon = Abandon()
@@ -162,11 +207,13 @@ class SQLiteClient:
             return
         saves = [(records, abandon) for records, _, abandon in group]
         sqlite_connection = connection._connection
+        path, identity = self._path, self._identity
 
         def commit_on_thread() -> None:
             outcomes: list[str | BaseException | None] | BaseException
             try:
                 outcomes = insert_families(sqlite_connection, saves)
+                _check_still_at_path("save", path, identity)
             except BaseException as exc:  # answered on the loop, never lost on the thread
                 outcomes = exc
             with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
@@ -199,6 +246,13 @@ class SQLiteClient:
         if idle is not None and not idle.done():
             idle.set_result(None)
 
+    def _refuse_if_read_only(self, operation: str) -> None:
+        if self._access != "rw":
+            raise StorageConfigurationError(
+                f"{self._describe} was opened read-only ({self._access}): {operation} would write; "
+                "open it without read_only or immutable to write"
+            )
+
     def _live(self, operation: str) -> aiosqlite.Connection:
         connection = self.connection
         if connection is None:
@@ -208,7 +262,57 @@ class SQLiteClient:
     def translate(self, operation: str, exc: sqlite3.Error) -> Exception:
         if _error_name(exc) == "SQLITE_NOTADB" or "file is not a database" in str(exc):
             return StorageConfigurationError(f"{self._describe} is not a SQLite database file: {exc}")
-        return StorageUnavailableError(operation, f"{self._describe}: {type(exc).__name__}: {exc}")
+        hint = ""
+        if operation == "open" and self._access == "ro":
+            hint = (
+                " (a read-only handle still needs the -shm file, or a directory it may create it in; "
+                "on read-only media, and only while nothing writes the file, add ?immutable=true)"
+            )
+        return StorageUnavailableError(operation, f"{self._describe}: {type(exc).__name__}: {exc}{hint}")
+
+
+def _write_kept_at_path(
+    connection: sqlite3.Connection,
+    operation: str,
+    path: Path,
+    identity: tuple[int, int] | None,
+    function: Callable[..., T],
+    abandon: Abandon,
+    *args: Any,
+) -> T:
+    """``function(connection, abandon, *args)`` (a write transaction), answered only if the
+    database file is still reachable by its path once it committed."""
+    result = function(connection, abandon, *args)
+    _check_still_at_path(operation, path, identity)
+    return result
+
+
+def _check_still_at_path(operation: str, path: Path, identity: tuple[int, int] | None) -> None:
+    """Raise StorageUnavailableError unless ``path`` still names the file the handle opened.
+
+    An open connection keeps writing to its file after the file, or its directory, is removed,
+    renamed or replaced: SQLite commits into an inode nobody will open again, and the write
+    would be acknowledged and then gone. One ``os.stat`` after each write transaction commits
+    (a group commit's one for all its saves) compares the path's (st_dev, st_ino) with the ones
+    read at open; what it cannot see is in docs/sqlite.md ("A file removed under the handle")."""
+    if identity is None:
+        return
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        reason = "it was removed (or its directory was)"
+    except OSError as exc:
+        reason = f"it cannot be reached: {exc}"
+    else:
+        if (current.st_dev, current.st_ino) == identity:
+            return
+        reason = "another file now has its path (it was replaced or renamed)"
+    raise StorageUnavailableError(
+        operation,
+        f"the SQLite database {path} is no longer the file this handle opened: {reason}; what this "
+        "write committed went to the old file and is not kept. Open the storage again (a handle "
+        "on a vanished file refuses every write)",
+    )
 
 
 _NOT_UTF8 = "Could not decode to UTF-8"
@@ -275,6 +379,17 @@ def _prepare(connection: sqlite3.Connection, describe: str, synchronous: Synchro
                 for statement in step:
                     connection.execute(statement)
             connection.execute(schema.RECORD_SCHEMA_VERSION, (schema.SCHEMA_VERSION,))
+
+
+def _check_readable(connection: sqlite3.Connection, describe: str) -> None:
+    """On a read-only connection: the file must be this storage's, at this code's schema version
+    (a read-only handle cannot migrate it, and an empty file has no tables to read)."""
+    version = _schema_version(connection, describe)
+    if version < schema.SCHEMA_VERSION:
+        raise StorageConfigurationError(
+            f"{describe} has schema version {version}, and a read-only handle cannot migrate it to "
+            f"version {schema.SCHEMA_VERSION}: open it once with a handle that may write"
+        )
 
 
 def _schema_version(connection: sqlite3.Connection, describe: str) -> int:

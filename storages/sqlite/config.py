@@ -25,8 +25,29 @@ SYNCHRONOUS_MODES: Final[tuple[Synchronous, ...]] = ("full", "normal")
 """
 
 URL_PREFIX = "sqlite://"
-URL_OPTIONS: tuple[str, ...] = ("busy_timeout_ms", "synchronous")
+URL_OPTIONS: tuple[str, ...] = ("busy_timeout_ms", "synchronous", "read_only", "immutable")
 """Query options ``sqlite://`` takes besides the common ones (see ``storages.urls``)."""
+
+
+Access = Literal["rw", "ro", "immutable"]
+"""How a handle opens its file: ``rw`` (created, migrated and written as needed), ``ro``
+(SQLite ``mode=ro``: never created, migrated or written; still takes SQLite's read locks, so it
+needs the ``-shm`` file or a directory it may create it in) or ``immutable`` (``immutable=1``:
+no locks and no ``-wal``/``-shm`` at all, for read-only media; only while nothing writes it)."""
+
+
+def checked_access(read_only: object, immutable: object) -> Access:
+    for name, flag in (("read_only", read_only), ("immutable", immutable)):
+        if not isinstance(flag, bool):
+            raise StorageConfigurationError(f"{name} must be True or False, got {flag!r}")
+    return "immutable" if immutable else "ro" if read_only else "rw"
+
+
+def flag_from_url(url: str, options: dict[str, str], name: str) -> bool:
+    text = options.get(name, "false").lower()
+    if text not in ("true", "false", "1", "0"):
+        raise StorageConfigurationError(f"SQLite URL {url!r}: {name} must be true or false, got {text!r}")
+    return text in ("true", "1")
 
 
 def checked_busy_timeout(busy_timeout_ms: object) -> int:

@@ -33,6 +33,7 @@ from ..base import (
 )
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..engine.handles import settings_of
 from ..engine.records import index_text, stored_body, stored_id, stored_ids, stored_row
 from ..integrity import IntegrityKeyInput
 from . import commit, schema
@@ -43,9 +44,11 @@ from .config import (
     URL_PREFIX,
     Synchronous,
     busy_timeout_from_url,
+    checked_access,
     checked_busy_timeout,
     checked_path,
     checked_synchronous,
+    flag_from_url,
     path_from_url,
     synchronous_from_url,
     url_options,
@@ -61,6 +64,10 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         synchronous: ``"full"`` (default: every acknowledged save survives a power cut) or
             ``"normal"`` (faster commits; a power cut or OS crash may roll back the newest
             acknowledged saves, each whole; see ``storages.sqlite.config.SYNCHRONOUS_MODES``).
+        read_only: open the file with SQLite's ``mode=ro``: never created, migrated or
+            written; every write raises StorageConfigurationError.
+        immutable: open it with ``immutable=1`` (read-only too): no locks, no ``-wal`` or
+            ``-shm`` file, for read-only media; only while nothing writes the file.
 
     One handle per process and file is the advice bench/run.py's concurrent-writers section
     supports: tasks sharing a handle queue their transactions on its one thread, while separate
@@ -93,6 +100,8 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
         integrity_key: IntegrityKeyInput | None = None,
+        read_only: bool = False,
+        immutable: bool = False,
     ) -> None:
         super().__init__(
             codec=codec,
@@ -104,11 +113,13 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         self._path = checked_path(path)
         self._busy_timeout_ms = checked_busy_timeout(busy_timeout_ms)
         self._synchronous = checked_synchronous(synchronous)
+        self._access = checked_access(read_only, immutable)
         self._client = SQLiteClient(
             self._path,
             busy_timeout_ms=self._busy_timeout_ms,
             synchronous=self._synchronous,
             describe=self.describe(),
+            access=self._access,
         )
 
     @classmethod
@@ -121,7 +132,8 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
         synchronous: Synchronous | None = None,
     ) -> Self:
         """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``, optionally with
-        ``?busy_timeout_ms=...`` and ``?synchronous=normal``; a keyword wins over the URL."""
+        ``?busy_timeout_ms=...``, ``?synchronous=normal``, ``?read_only=true`` and
+        ``?immutable=true``; a keyword wins over the URL."""
         options = url_options(url)
         from ..urls import allowance_options
 
@@ -132,6 +144,8 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
             if busy_timeout_ms is None
             else busy_timeout_ms,
             synchronous=synchronous_from_url(url, options) if synchronous is None else synchronous,
+            read_only=flag_from_url(url, options, "read_only"),
+            immutable=flag_from_url(url, options, "immutable"),
             **allowance_options(options),
         )
 
@@ -147,11 +161,26 @@ class SQLiteCheckpointStorage(BaseCheckpointStorage):
     def synchronous(self) -> Synchronous:
         return self._synchronous
 
+    @property
+    def read_only(self) -> bool:
+        """The handle only reads (``read_only`` or ``immutable``)."""
+        return self._access != "rw"
+
+    def read_only_handle(self) -> Self:
+        """A new handle on this file that only reads (``mode=ro``; ``immutable=1`` if this one
+        is immutable), with this handle's codec and keys: what inspect and verify open."""
+        overrides = {"codec": self._codec, **self._handle_overrides(), "read_only": True}
+        args, kwargs = settings_of(self).rebuilt(overrides)
+        handle = type(self)(*args, **kwargs)
+        handle._integrity = self._integrity
+        return handle
+
     def describe(self) -> str:
         return URL_PREFIX + "/" + self._path.as_posix()
 
     def _handle_overrides(self) -> Mapping[str, Any]:
-        return {"path": self._path}  # resolved once: a new handle opens this very file
+        # The path resolved once: a new handle opens this very file, and as this one may.
+        return {"path": self._path, "read_only": self.read_only, "immutable": self._access == "immutable"}
 
     @property
     def _connection(self) -> aiosqlite.Connection | None:

@@ -357,10 +357,12 @@ class Scan:
             return
         checkpoint_id = info.checkpoint_id
         if not stored:
-            # Under a TTL a missing predecessor (or its prune's receipt) may have expired.
-            if Capability.TTL in getattr(self._storage, "capabilities", frozenset()):
-                return
+            # Under a TTL a missing predecessor, or its prune's missing receipt, may have expired;
+            # a receipt that is there and does not vouch for the tombstone has no such excuse.
+            expires = Capability.TTL in getattr(self._storage, "capabilities", frozenset())
             if previous_id not in await self._all_tombstones():
+                if expires:
+                    return
                 self._add(
                     FindingKind.CHAIN_BROKEN,
                     (checkpoint_id, previous_id),
@@ -371,6 +373,9 @@ class Scan:
                 return
             check_receipt = getattr(self._storage, "check_prune_receipt", None)
             if not callable(check_receipt):
+                return
+            receipt_stored = getattr(self._storage, "prune_receipt_stored", None)
+            if expires and (not callable(receipt_stored) or not await receipt_stored(previous_id, seal.link)):
                 return
             try:
                 await check_receipt(previous_id, seal.link)

@@ -246,3 +246,74 @@ def test_trusting_a_bare_tombstone_is_caught_by_the_forged_prune_clause() -> Non
 def test_a_prune_that_signs_no_receipts_is_caught_by_the_forged_prune_control() -> None:
     backend = support.run_family(FAMILY, keyed(WritesNoReceipts))
     caught_only_by(backend, "tamper.forged_prune", "after a prune with the key, the walk")
+
+
+# ------------------------------------------------------------------ under a TTL
+# A record's absence is what expiry leaves, so on a storage with a TTL the deletion clauses check
+# the walks and not verify's report (docs/integrity.md, "Under a TTL"); every other edit is still
+# refused, and the mutants whose walks trust what the key cannot vouch for are still caught.
+
+WITH_TTL = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+
+
+@pytest.mark.redis
+def test_a_redis_url_with_a_ttl_and_a_key_passes_every_tamper_clause(monkeypatch: pytest.MonkeyPatch) -> None:
+    import redis_servers
+
+    monkeypatch.setenv("KIT_TAMPER_KEY", KIT_KEY.hex())
+    url = redis_servers.with_query(
+        redis_servers.redis_url(),
+        prefix=redis_servers.fresh_prefix("tamper-ttl"),
+        ttl="600",  # the keys clean themselves up
+        integrity_key_env="KIT_TAMPER_KEY",
+    )
+    backend = support.run_family(FAMILY, target_from_url(url))
+    assert {r.outcome for r in backend.results} == {Outcome.PASSED}, [r.message for r in backend.failures]
+
+
+def test_under_a_ttl_the_deletion_clauses_check_walks_not_verify() -> None:
+    backend = support.run_family(FAMILY, keyed(InMemoryCheckpointStorage), capabilities=WITH_TTL)
+    assert {r.outcome for r in backend.results} == {Outcome.PASSED}, [r.message for r in backend.failures]
+    # Verify of this (TTL-less) store would report the deletions; the TTL target does not ask it.
+    without_ttl = support.run_family(FAMILY, keyed(SignsNoChain))
+    assert "as signed after the deleted" in without_ttl.result("tamper.middle_deletion").message
+
+
+def test_under_a_ttl_trusting_a_bare_tombstone_is_still_caught() -> None:
+    backend = support.run_family(FAMILY, keyed(TrustsBareTombstones), capabilities=WITH_TTL)
+    caught_only_by(backend, "tamper.forged_prune", "after a prune without the key, the walk")
+
+
+def test_under_a_ttl_records_signed_without_their_chain_link_are_still_caught() -> None:
+    backend = support.run_family(FAMILY, keyed(SignsNoChain), capabilities=WITH_TTL)
+    # Only the walks are asked: a chain restart ends at a tombstone as pruned, and an anchor
+    # cannot be followed forward; a bare deletion ends the index walk missing either way.
+    assert failed(backend) == {"tamper.forged_prune", "tamper.unedited_store_verifies"}
+
+
+class ExpiresEveryReceipt(InMemoryCheckpointStorage):
+    """Declares a TTL and tells verify that no receipt is ever stored: verify then excuses every
+    tombstone, even one whose receipt is there and signed with a key this storage does not trust."""
+
+    capabilities = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+    ttl = 3600.0
+
+    async def prune_receipt_stored(self, pruned_id: str, signed_after: bytes) -> bool:
+        return False
+
+
+def test_under_a_ttl_a_stored_receipt_that_does_not_vouch_is_still_reported() -> None:
+    honest = support.run_family(FAMILY, keyed(_WithTTL))
+    assert {r.outcome for r in honest.results} == {Outcome.PASSED}, [r.message for r in honest.failures]
+    backend = support.run_family(FAMILY, keyed(ExpiresEveryReceipt))
+    caught_only_by(
+        backend, "tamper.forged_prune", "after a prune with an untrusted key, verify did not report"
+    )
+
+
+class _WithTTL(InMemoryCheckpointStorage):
+    """The in-memory storage declaring a TTL (none configured: nothing expires), so verify and
+    the kit both treat it as a storage whose records may expire."""
+
+    capabilities = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+    ttl = 3600.0
