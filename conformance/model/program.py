@@ -192,7 +192,7 @@ class Generator:
         }
         if embed and draft_depth < 3:
             self._embed(fields, draft_depth)
-        if rng.random() < 0.02:
+        if rng.random() < 0.04:
             # A large value: a body past the sizes where columns, frames and pages change.
             fields["state"]["large"] = rng.choice(
                 (bytes(range(256)) * 800, "é" * 70_000, list(range(20_000)))
