@@ -118,6 +118,8 @@ class BaseCheckpointStorage(ExtensionOperations):
         )
         cls._engine_chain = cls._chain_link is BaseCheckpointStorage._chain_link
         cls._engine_mac = cls._integrity_mac is BaseCheckpointStorage._integrity_mac
+        if "_list_ids" in cls.__dict__ and "_index_holds_checked_ids" not in cls.__dict__:
+            cls._index_holds_checked_ids = False  # a listing of its own is checked as any other
         own_init = cls.__dict__.get("__init__")
         if own_init is not None:
             cls.__init__ = recording_settings(own_init)  # type: ignore[method-assign]
