@@ -36,9 +36,13 @@ from bench.measure import Budget
 from bench.postgres_bench import postgres_arguments, postgres_section, run_postgres_section
 from bench.redis_bench import redis_arguments, redis_section, run_redis_section
 from bench.report import TIMES, all_tables, conclusions, targets_table
-from bench.sections import with_kept_sections
+from bench.sections import kept_section, with_kept_sections
 from bench.storage_bench import Sizes, run_storages
 from bench.subjects import sqlite_settings, sqlite_unavailable_reason, subjects
+from bench.tails_bench import FULL as TAILS_FULL
+from bench.tails_bench import QUICK as TAILS_QUICK
+from bench.tails_bench import TAILS_END, TAILS_START, replace_section, run_tails, tails_section
+from bench.tails_bench import markdown_table as tails_table
 from bench.targets_bench import run_targets
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +74,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-sqlite", action="store_true", help="skip our SQLite storage and its raw floor")
     parser.add_argument(
         "--no-targets", action="store_true", help="skip the issue 15 targets section (bench/targets_bench.py)"
+    )
+    parser.add_argument(
+        "--no-tails", action="store_true", help="skip the issue 29 tails section (bench/tails_bench.py)"
     )
     parser.add_argument(
         "--callgrind",
@@ -188,6 +195,11 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 results["targets"]["callgrind"] = {"instructions": counts, "ratios": ratios(counts)}
         console.print(targets_table(results["targets"]).to_rich())
 
+    if not args.no_tails and not missing_peers and importlib.util.find_spec("agent_framework") is not None:
+        with console.status("Issue 29 tails: big payloads, long histories, large stores, reads then writes"):
+            results["tails"] = await run_tails(TAILS_QUICK if args.quick else TAILS_FULL, budget)
+        console.print(tails_table(results["tails"]))
+
     skipped = {"ours-sqlite": "--no-sqlite given"} if args.no_sqlite else {}
     if not args.no_sqlite and (reason := sqlite_unavailable_reason()) is not None:
         skipped = {"ours-sqlite": reason}
@@ -290,6 +302,8 @@ def markdown(results: dict[str, Any], json_path: Path | None = None) -> str:
             table.to_markdown(),
             "",
         ]
+    if "tails" in results:
+        lines += tails_section(results["tails"])
     for table in all_tables(results):
         lines += [f"## {table.title}", "", table.to_markdown(), ""]
     if "ancestry" in results:
@@ -395,7 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         previous = args.markdown.read_text(encoding="utf-8") if args.markdown.exists() else ""
-        args.markdown.write_text(with_kept_sections(previous, markdown(results, args.json)), encoding="utf-8")
+        document = with_kept_sections(previous, markdown(results, args.json))
+        if "tails" not in results and (tails := kept_section(previous, TAILS_START, TAILS_END)):
+            document = replace_section(document, tails)  # --no-tails keeps the last one
+        args.markdown.write_text(document, encoding="utf-8")
         console.print(f"Markdown written to {args.markdown}")
     console.print(f"Total {results['seconds']:.0f} s")
     leftover = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]

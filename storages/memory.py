@@ -82,6 +82,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.FENCING,
         }
     )
+    _index_holds_checked_ids = True  # only this process's checked saves put ids in the store
 
     def __init__(
         self,
@@ -311,6 +312,10 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
     async def _list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
+        if graph_signature_hash is None and not include_nested:
+            with self._store.lock:  # the keys are the ids, in commit order: one C copy
+                workflow = self._store.workflows.get(workflow_name)
+                return [] if workflow is None else list(workflow.entries)
         return [
             entry.record.checkpoint_id
             for entry in self._entries(workflow_name, graph_signature_hash, include_nested)

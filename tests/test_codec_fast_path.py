@@ -116,6 +116,10 @@ def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: 
         {"blob": b"\xc4\x00" * 300, "type": "msgpack"},
         {"nested": [{"b": b"\xc5"}, (b"\xc6", 1.5, None)], "text": "\u0104\u0144"},
         {"text": "\u0104\u0144 has \\xc4 and \\xc5 in its UTF-8"},
+        # An exact datetime is written as an extension of its text, never as bin: a large blob
+        # beside the datetimes every workflow state holds took the exact walk, 4x the native one.
+        {"blob": b"\xc4\xc5\xc6" * 1000, "at": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)},
+        {"blob": b"\xc4", "times": [dt.datetime(2025, 1, 1), (dt.datetime(2025, 1, 2), b"\xc5")]},
     ],
 )
 def test_bytes_and_bin_lookalikes_keep_the_native_path(state: Any) -> None:

@@ -738,3 +738,20 @@ def test_a_listing_holding_an_id_no_save_could_write_is_corruption(
 def test_a_listing_of_ids_saves_can_write_is_returned_as_it_is() -> None:
     ids = ["a", "é-ü", "space between", "x" * 256, "\u00a0nbsp", "emoji-\U0001f600"]
     assert listed_ids(ids, "the index") is ids
+
+
+async def test_a_memory_subclass_listing_ids_of_its_own_gets_them_checked() -> None:
+    # The memory storage skips the listing check (only its own checked saves write its index);
+    # a subclass that lists ids its own way is checked as any backend is.
+    from storages.memory import InMemoryCheckpointStorage
+
+    class OwnListing(InMemoryCheckpointStorage):
+        async def _list_ids(
+            self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+        ) -> list[str]:
+            return ["a", "b\x07"]
+
+    assert InMemoryCheckpointStorage._index_holds_checked_ids
+    assert not OwnListing._index_holds_checked_ids
+    with pytest.raises(CheckpointCorruptedError, match="the index of workflow 'wf' lists it"):
+        await OwnListing().list_checkpoint_ids(workflow_name="wf")

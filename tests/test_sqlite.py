@@ -1040,3 +1040,35 @@ def test_inspect_and_verify_run_on_a_read_only_mount(db_path: Path) -> None:
     done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "?immutable=true" in done.stderr
+
+
+def _held_by_connection_thread(storage: SQLiteCheckpointStorage) -> list[object]:
+    """What the connection's thread still holds of its last call: aiosqlite's worker keeps the
+    function it ran, what it returned and the future it answered until its next call."""
+    assert storage._connection is not None
+    frame = sys._current_frames()[storage._connection._thread.ident or 0]
+    while frame.f_code.co_name != "_connection_worker_thread":
+        assert frame.f_back is not None
+        frame = frame.f_back
+    held = frame.f_locals
+    future = held.get("future")
+    answered = future.result() if future is not None and future.done() and not future.exception() else None
+    function = held.get("function")
+    cells = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
+    return [held.get("result"), answered, *cells]
+
+
+async def test_the_connection_thread_keeps_nothing_of_a_read_or_a_save_for_its_next_call(
+    storage: SQLiteCheckpointStorage,
+) -> None:
+    # A list of many records left on the thread was freed there at the start of the next call,
+    # holding the GIL while that call's caller waited: a save after a list took milliseconds.
+    saved = [checkpoint(state={"n": index}) for index in range(50)]
+    for record in saved:
+        await storage.save(record)
+    assert len(await storage.list_checkpoints(workflow_name="wf")) == 50
+    held = _held_by_connection_thread(storage)
+    assert all(not value for value in held if isinstance(value, list)), held
+    await storage.save(checkpoint(state={"n": "after the list"}))
+    held = _held_by_connection_thread(storage)
+    assert all(not value for value in held if isinstance(value, list)), held

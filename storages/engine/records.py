@@ -234,6 +234,10 @@ _REFUSED_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 """Exactly the characters validate_identifier refuses: Unicode's Cc (controls) and Cs
 (surrogates) categories, as one character class, so a whole listing is checked in one C scan."""
 
+_ASCII_CONTROLS = bytes(range(0x20)) + b"\x7f"
+"""The characters of _REFUSED_CHARACTERS an ASCII str can hold: deleting them from its bytes (a
+table lookup per byte) changes its length if it holds any, several times faster than the scan."""
+
 
 def listed_ids(ids: list[CheckpointID], index: str) -> list[CheckpointID]:
     """Ids a backend listed, checked against the rules every id was saved under (non-empty str,
@@ -242,10 +246,15 @@ def listed_ids(ids: list[CheckpointID], index: str) -> list[CheckpointID]:
     to refuse. Valid listings, the only kind a store this storage wrote holds, cost three C
     passes."""
     try:
+        joined = "".join(ids)
         valid = (
             max(map(len, ids), default=1) <= MAX_ID_LENGTH
             and "" not in ids
-            and _REFUSED_CHARACTERS.search("".join(ids)) is None
+            and (
+                len(joined.encode().translate(None, _ASCII_CONTROLS)) == len(joined)
+                if joined.isascii()  # a flag of the str: no scan
+                else _REFUSED_CHARACTERS.search(joined) is None
+            )
         )
     except TypeError:  # a value that is not a str: named below
         valid = False

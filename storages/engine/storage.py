@@ -66,6 +66,11 @@ class BaseCheckpointStorage(ExtensionOperations):
     """True while the class keeps the engine's own ``_records_for`` and ``_record_for``: a keyed
     save then seals the drafts directly (see :meth:`_save_records`)."""
 
+    _index_holds_checked_ids: ClassVar[bool] = False
+    """True for a backend whose index holds only ids that a save of this process checked
+    (memory: nothing outside the process writes it), so its listings need no second check
+    (``listed_ids``); every backend that reads its index from outside keeps it False."""
+
     def __init__(
         self,
         *,
@@ -113,6 +118,8 @@ class BaseCheckpointStorage(ExtensionOperations):
         )
         cls._engine_chain = cls._chain_link is BaseCheckpointStorage._chain_link
         cls._engine_mac = cls._integrity_mac is BaseCheckpointStorage._integrity_mac
+        if "_list_ids" in cls.__dict__ and "_index_holds_checked_ids" not in cls.__dict__:
+            cls._index_holds_checked_ids = False  # a listing of its own is checked as any other
         own_init = cls.__dict__.get("__init__")
         if own_init is not None:
             cls.__init__ = recording_settings(own_init)  # type: ignore[method-assign]
@@ -278,6 +285,8 @@ class BaseCheckpointStorage(ExtensionOperations):
             ids = await self._list_ids(workflow_name, graph_signature_hash, include_nested=True)
         else:
             ids = await self._list_ids(workflow_name, graph_signature_hash)
+        if self._index_holds_checked_ids:
+            return ids
         return listed_ids(ids, f"the index of workflow {workflow_name!r}")
 
     async def delete(self, checkpoint_id: CheckpointID) -> bool:

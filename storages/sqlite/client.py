@@ -130,15 +130,14 @@ class SQLiteClient:
         connection = self._live(operation)
         try:
             try:
-                return list(await connection.execute_fetchall(sql, parameters))
+                return _handed_over(await connection.execute_fetchall(sql, parameters))
             except sqlite3.OperationalError as exc:
                 if not str(exc).startswith(_NOT_UTF8):
                     raise
             # A TEXT value that is not UTF-8 (none this storage writes: a damaged or hostile file)
             # fails the whole statement, naming neither its row nor a typed error. Read it again
             # with such values as NotText, for the storage to name the record they belong to.
-            rows: list[Any] = await _on_thread(connection, _fetch_marking_not_text, sql, parameters)
-            return rows
+            return _handed_over(await _on_thread(connection, _fetch_marking_not_text, sql, parameters))
         except sqlite3.Error as exc:
             raise self.translate(operation, exc) from exc
         except ValueError as exc:  # aiosqlite: the connection was closed while this call waited
@@ -205,11 +204,13 @@ class SQLiteClient:
         if not connection._running or connection._connection is None:  # closed under us
             self._settle_group(loop, connection, group, StorageClosedError(self._describe, "save"))
             return
-        saves = [(records, abandon) for records, _, abandon in group]
         sqlite_connection = connection._connection
         path, identity = self._path, self._identity
+        handed = [group]  # emptied on the thread, which keeps this function until its next call
 
         def commit_on_thread() -> None:
+            committed = handed.pop()
+            saves = [(records, abandon) for records, _, abandon in committed]
             outcomes: list[str | BaseException | None] | BaseException
             try:
                 outcomes = insert_families(sqlite_connection, saves)
@@ -217,7 +218,7 @@ class SQLiteClient:
             except BaseException as exc:  # answered on the loop, never lost on the thread
                 outcomes = exc
             with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
-                loop.call_soon_threadsafe(self._settle_group, loop, connection, group, outcomes)
+                loop.call_soon_threadsafe(self._settle_group, loop, connection, committed, outcomes)
 
         hand_to_thread(connection, commit_on_thread)
 
@@ -317,6 +318,19 @@ def _check_still_at_path(operation: str, path: Path, identity: tuple[int, int] |
 
 _NOT_UTF8 = "Could not decode to UTF-8"
 """How sqlite3 starts the OperationalError of a TEXT value that is not UTF-8."""
+
+
+def _handed_over(fetched: Any) -> list[Any]:
+    """The rows of a read, held by the caller alone.
+
+    aiosqlite's thread keeps what its last call returned (and the future it answered) until its
+    next call, so the rows a read returned were freed on the thread at the start of the next
+    call, whatever it was: after a list of 1,000 records, the save that followed spent a
+    millisecond there, holding the GIL while the loop waited for its answer. Emptying the list
+    the thread holds leaves it nothing to free."""
+    rows = list(fetched)
+    fetched.clear()
+    return rows
 
 
 class NotText(bytes):
