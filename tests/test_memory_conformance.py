@@ -26,6 +26,7 @@ MEMORY_CLAUSES = [c.id for c in applicable_clauses(DECLARED) if c.id not in UNCO
 class TestInMemoryConformance(CheckpointStorageConformance):
     clauses = MEMORY_CLAUSES
     required_capabilities = DECLARED & OPERATION_CAPABILITIES
+    model_budget = "6000"  # CI runs the model family five times the default
 
     def make_storage(self) -> InMemoryCheckpointStorage:
         return InMemoryCheckpointStorage()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .execute import Observation, Subject, apply, describe, judge
-from .program import Op
+from .ops import Op
 from .spec import FIELDS, VALUE_FIELDS, ContractModel, Draft, Embedded, Write
 
 MAX_STATES = 256
@@ -74,6 +74,8 @@ async def run_program(
 def _advance(
     states: list[ContractModel], op: Op, seen: Observation, subject: Subject
 ) -> tuple[list[ContractModel], str]:
+    for state in states:
+        state.racing_deletes.clear()  # a call alone races nothing
     if len(states) == 1:
         expect = apply(states[0], op)  # one possible state: change it in place
         return states, judge(op, expect, seen, subject.judging)
@@ -117,8 +119,11 @@ def linearize(
             search(twin, remaining - {j})
 
     for state in states:
+        state.racing_deletes = set()
         search(state, frozenset(range(len(calls))))
     if ends:
+        for end in ends.values():
+            end.racing_deletes = set()
         return list(ends.values()), ""
     answers = "; ".join(
         f"call {i + 1} {render_call(call)} -> {_answer(observation)}"

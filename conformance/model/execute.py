@@ -17,7 +17,7 @@ from typing import Any
 
 from storages.errors import CheckpointNotFoundError, CheckpointStorageError, InvalidCheckpointIdError
 
-from .program import Op
+from .ops import Op
 from .spec import (
     FIELDS,
     VALUE_FIELDS,

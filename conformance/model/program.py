@@ -20,29 +20,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from storages.contract import Capability
 
+from .execute import apply
+from .ops import Op
 from .spec import ContractModel, Draft, Embedded, Write, with_changes
 from .values import copy_value, draw_mapping, draw_value
 
 DEFAULT_MAX_DEPTH = 100_000
-
-
-@dataclass(eq=False)
-class Op:
-    """One call: ``kind`` names the storage method (or ``reopen`` / ``concurrent``)."""
-
-    kind: str
-    handle: int = 0
-    params: dict[str, Any] = field(default_factory=dict)
-    round: list[Op] = field(default_factory=list)
-    """For ``concurrent``: the calls started together."""
-
-    def __getitem__(self, name: str) -> Any:
-        return self.params[name]
 
 
 # Suffixes that collide with "flow" in the ways broken key schemes confuse: case, normalisation,
@@ -152,8 +140,6 @@ class Generator:
     # ---------------------------------------------------------------- helpers
 
     def _apply(self, op: Op) -> None:
-        from .execute import apply
-
         apply(self.model, op)
 
     def _handle(self) -> int:

@@ -34,6 +34,7 @@ from ..errors import (
     StaleWriterError,
     StorageClosedError,
     StorageConfigurationError,
+    StorageUnavailableError,
     UnsupportedOperationError,
 )
 from ..fencing import FencedStorage
@@ -44,6 +45,14 @@ from .primitives import set_current_operation
 from .records import CheckpointRecord, RecordDraft, StoredBody, check_against_index, listed_ids
 from .sealing import HeldRecord, unsealed_own
 from .validation import as_list, check_fields
+
+READ_RACE_RETRIES = 8
+"""Times get_latest and list_checkpoints read again when a container they read was deleted before
+its nested records were read (the backend read them in a second round trip)."""
+
+
+class _ReadRaced(Exception):
+    """A container read by one round trip was deleted before the next read its nested records."""
 
 
 class BaseCheckpointStorage(ExtensionOperations):
@@ -228,7 +237,10 @@ class BaseCheckpointStorage(ExtensionOperations):
         if not self._codec.has_nested_refs(opened.body):
             checkpoint = self._decode(opened)  # what _decode_all does for it, without its lists
         else:
-            (checkpoint,) = await self._decode_opened([opened])
+            try:
+                (checkpoint,) = await self._decode_opened([opened])
+            except _ReadRaced:
+                raise CheckpointNotFoundError(checkpoint_id) from None  # deleted while being read
         if parsed is not None:
             await self._check_anchor_head_stored(parsed, stored)
         if (
@@ -265,11 +277,16 @@ class BaseCheckpointStorage(ExtensionOperations):
             )  # plainly valid else
         if not self._is_ready("list_checkpoints"):
             await self._ready("list_checkpoints")
-        if include_nested:
-            stored = await self._list(workflow_name, graph_signature_hash, include_nested=True)
-        else:
-            stored = await self._list(workflow_name, graph_signature_hash)
-        return await self._decode_all(stored, workflow_name, graph_signature_hash)
+        for _ in range(READ_RACE_RETRIES):
+            if include_nested:
+                stored = await self._list(workflow_name, graph_signature_hash, include_nested=True)
+            else:
+                stored = await self._list(workflow_name, graph_signature_hash)
+            try:
+                return await self._decode_all(stored, workflow_name, graph_signature_hash)
+            except _ReadRaced:
+                continue  # a container was deleted while being read: read the listing again
+        raise StorageUnavailableError("list_checkpoints", f"workflow {workflow_name!r} kept changing")
 
     async def list_checkpoint_ids(
         self,
@@ -318,14 +335,19 @@ class BaseCheckpointStorage(ExtensionOperations):
         parsed = None if anchor is None else self._parsed_anchor(anchor, workflow_name)
         if not self._is_ready("get_latest"):
             await self._ready("get_latest")
-        stored = await self._latest(workflow_name, graph_signature_hash)
-        if parsed is not None:
-            head = stored if graph_signature_hash is None else await self._latest(workflow_name, None)
-            await self._check_anchor_latest(parsed, head)
-        if stored is None:
-            return None
-        (checkpoint,) = await self._decode_all([stored], workflow_name, graph_signature_hash)
-        return checkpoint
+        for _ in range(READ_RACE_RETRIES):
+            stored = await self._latest(workflow_name, graph_signature_hash)
+            if parsed is not None:
+                head = stored if graph_signature_hash is None else await self._latest(workflow_name, None)
+                await self._check_anchor_latest(parsed, head)
+            if stored is None:
+                return None
+            try:
+                (checkpoint,) = await self._decode_all([stored], workflow_name, graph_signature_hash)
+            except _ReadRaced:
+                continue  # the latest was deleted while being read: the one before it is latest now
+            return checkpoint
+        raise StorageUnavailableError("get_latest", f"workflow {workflow_name!r} kept changing")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -600,14 +622,22 @@ class BaseCheckpointStorage(ExtensionOperations):
         fetched = await self._nested_bodies(unread) if fetch else {}
         if fetched and self._integrity is not None:
             fetched = self._opened_bodies(fetched)
-        return [
-            self._decode(
-                item, workflow_name, fetched if item.nested is None else item.nested, graph_signature_hash
-            )
-            if has_refs(item.body)
-            else self._decode(item, workflow_name, None, graph_signature_hash)
-            for item in stored
-        ]
+        try:
+            return [
+                self._decode(
+                    item, workflow_name, fetched if item.nested is None else item.nested, graph_signature_hash
+                )
+                if has_refs(item.body)
+                else self._decode(item, workflow_name, None, graph_signature_hash)
+                for item in stored
+            ]
+        except CheckpointCorruptedError:
+            # Nested records read in a second round trip: a container deleted in between (with
+            # them) is a read that raced a delete, not a damaged store. Only a container still
+            # stored is reported as corrupted.
+            if fetch and any([await self._get(checkpoint_id) is None for checkpoint_id in unread]):
+                raise _ReadRaced from None
+            raise
 
     def _decode(
         self,

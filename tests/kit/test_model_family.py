@@ -23,7 +23,8 @@ from conformance import BackendReport, Outcome, StorageTarget, validate
 from conformance.model import parse_budget
 from conformance.model.check import linearize
 from conformance.model.execute import Observation, Subject
-from conformance.model.program import Generator, Op, Settings, retag
+from conformance.model.ops import Op
+from conformance.model.program import Generator, Settings, retag
 from conformance.model.spec import ContractModel
 from storages.base import CheckpointRecord
 from storages.contract import Capability, CheckpointID, PendingWrite, WorkflowCheckpoint
