@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from storages.base import BaseCheckpointStorage
-from storages.errors import CheckpointStorageError
+from storages.errors import CheckpointStorageError, MissingDependencyError
 from storages.registry import BUILTIN_BACKENDS as BUILTIN_SPECS
 from storages.registry import RegisteredBackend, load_reference, registry
 
@@ -119,6 +119,10 @@ def not_run_backends() -> list[NotRun]:
             continue
         else:
             continue
+        try:
+            backend.check_installed()
+        except MissingDependencyError as exc:
+            reason += f"; and {exc}"
         not_run.append(NotRun(spec.name, reason))
     return not_run
 
