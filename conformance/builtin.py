@@ -102,29 +102,30 @@ def not_run_backends() -> list[NotRun]:
     """What the no-argument run leaves out, each with what it would need: a registered backend
     with no embedded default and no configured server, and the server of a backend whose
     variable is not set."""
-    not_run: list[NotRun] = []
-    for backend in registry().backends:
-        spec = backend.spec
-        variable = spec.server_url_env
-        if _configured_url(variable):
-            continue
-        scheme = spec.schemes[0]
-        origin = "" if backend.entry_point is None else f" ({backend.origin})"
-        if spec.embedded is None and variable:
-            reason = f"needs a server: set {variable}={scheme}://... or give its URL{origin}"
-        elif spec.embedded is None:
-            reason = f"has no embedded default: give its URL, checkpoint-conformance {scheme}://...{origin}"
-        elif variable:
-            not_run.append(NotRun(f"{spec.name} (${variable})", f"its server: {variable} is not set"))
-            continue
-        else:
-            continue
-        try:
-            backend.check_installed()
-        except MissingDependencyError as exc:
-            reason += f"; and {exc}"
-        not_run.append(NotRun(spec.name, reason))
-    return not_run
+    return [entry for backend in registry().backends if (entry := _not_run(backend)) is not None]
+
+
+def _not_run(backend: RegisteredBackend) -> NotRun | None:
+    spec = backend.spec
+    variable = spec.server_url_env
+    if _configured_url(variable):
+        return None  # its server is checked
+    if spec.embedded is not None:  # checked embedded; only a server of its own is left out
+        return (
+            NotRun(f"{spec.name} (${variable})", f"its server: {variable} is not set") if variable else None
+        )
+    scheme = spec.schemes[0]
+    if variable:
+        reason = f"needs a server: set {variable}={scheme}://... or give its URL"
+    else:
+        reason = f"has no embedded default: give its URL, checkpoint-conformance {scheme}://..."
+    if backend.entry_point is not None:
+        reason += f" ({backend.origin})"
+    try:
+        backend.check_installed()
+    except MissingDependencyError as exc:
+        reason += f"; and {exc}"
+    return NotRun(spec.name, reason)
 
 
 def _configured_url(variable: str | None) -> str:
