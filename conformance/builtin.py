@@ -54,6 +54,16 @@ class _EmbeddedTarget:
                 self._root = open_storage(self._embedded.url, **self._embedded.options)
         return self._root.new_handle()
 
+    def rebuild(self) -> BaseCheckpointStorage:
+        """A new root storage on the running embedded store, built from its settings."""
+        from storages.urls import open_storage
+
+        if self._embedded is None:
+            raise RuntimeError("the embedded backend has not started")
+        if self._embedded.open is not None:
+            return self._embedded.open()
+        return open_storage(self._embedded.url, **self._embedded.options)
+
     def process_opener(self) -> str | None:
         return None if self._embedded is None else self._embedded.process_opener
 
@@ -79,6 +89,7 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
         round_trips=backend.round_trips,
         expected_failures=backend.expected_failures,
         process_opener=embedded.process_opener,
+        reopen=embedded.rebuild,
     )
 
 

@@ -42,8 +42,8 @@ opened, and fails with a message that says what broke.
 (`signature_filter`, `ancestry`, `nested`, `prune`, `ttl`, `list_workflows`, `raw_access`) are
 checked both ways: a declared one must work, an undeclared operation must raise
 `UnsupportedOperationError`. Property capabilities (`durable`, `shared`) only gate clauses. A
-clause whose *Requires* column names a capability the storage does not declare is not applicable, never
-silently passed.
+clause whose *Requires* column names a capability the storage does not declare is not
+applicable, never silently passed.
 
 **Expected failures.** A target may list known deviations as `{clause id: reason}`. Such a clause
 that fails is reported as `xfailed`; one that passes fails the run (strict), so stale entries are
@@ -61,13 +61,35 @@ fails a storage that does not declare them.
 where the backend has one and delete each workflow they created unless `--keep`.
 
 **What a target can tell the kit.** Beyond the storage, a `StorageTarget` may give
-`process_opener` (a storage URL, or `"module:function"` returning a storage: how another process
-opens the same store, for `durability.across_processes`; a URL target gives its URL) and
+`reopen` (builds a new storage on the same store from its settings, as a restarted process
+would; the pytest base class's `reopen_storage()`), `process_opener` (a storage URL, or
+`"module:function"` returning a storage: how another process opens the same store, for
+`durability.across_processes`; a URL target gives its URL, and it serves as `reopen` too) and
 `round_trips` (a function counting the backend round trips a handle made, for the `scale`
-family; without it, latest is timed at 10 and 2,000 checkpoints where filling is fast, and the
-walk clause is not applicable). The built-in targets count SQLite statements, Redis commands and S3
-requests. The `expiry` family waits out the storage's own `ttl`, so run it on a store configured
-with a short one (`--clause expiry` with `?ttl=1`).
+family; without it, latest is timed on 2,000 checkpoints against 10, calls interleaved, and the
+walk clause is not applicable). The built-in targets count SQLite statements, Redis commands and
+S3 requests. The `expiry` family waits out the storage's own `ttl`, so run it on a store
+configured with a short one (`--clause expiry` with `?ttl=1`).
+
+**`durable` is verified, not trusted.** The durability clauses close every handle and build the
+storage anew with `reopen` (or `process_opener`), never with `new_handle()`, which may share this
+process's memory. A target that gives neither has its `durable` reported as *unverified* (not
+applicable, saying so); `--require durable` fails it.
+
+**The model family.** Beside clauses that check one scenario each, `model.*` draws operation
+programs from a seed and checks every answer against a reference model of the contract
+(`conformance/model/spec.py`, written from contract.md and sharing no code with any storage):
+values with their types, errors, order, isolation, on several handles and a rebuilt store, with
+names and ids drawn to collide (case, Unicode normalisation, trailing spaces, shared prefixes,
+delimiters), several signatures per workflow, the codec's whole value domain in every field,
+checkpoints embedded three deep, a chain of 1,030 (past every page and batch size), and rounds of
+concurrent calls whose answers must be explained by some real-time order (linearizability). A
+failure gives the seed, the first disagreeing call, a shrunk program and a runnable Python
+reproducer. `--model-seed N` replays a run exactly (the default seed is fixed, so a default run is
+the same run every time); `--model-budget 2000` (operations) or `--model-budget 60s` sizes it
+(`model_seed` / `model_budget` on the pytest base class and `StorageTarget`). A storage with a
+`ttl` longer than a model clause may run is modelled as keeping everything (nothing it saves can
+expire in time); with a shorter one the family does not apply (the `expiry` family checks expiry).
 
 **Checkpoint class.** Clauses build `storages.WorkflowCheckpoint` unless the target names
 another class; `contract.maf_checkpoint_class_round_trips` checks MAF's own

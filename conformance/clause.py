@@ -51,6 +51,7 @@ FAMILIES: dict[str, str] = {
     "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
     "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",
     "scale": "Latest stays constant-cost, nothing is dropped as history grows, a walk is one round trip.",
+    "model": "Generated programs answer exactly as the contract's reference model does, also concurrently.",
 }
 """Family name -> what the family proves, in catalogue order."""
 

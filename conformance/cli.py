@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -39,6 +40,7 @@ from storages.urls import supported_schemes
 
 from .builtin import builtin_targets, not_run_backends, unavailable_target
 from .clause import FAMILIES, Clause
+from .model import DEFAULT_OPERATIONS, DEFAULT_SEED, parse_budget
 from .report import ClauseResult, NotRun, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
 from .selection import select_clauses
@@ -105,6 +107,7 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             targets = with_checkpoint_class(_targets(args.urls, keep=args.keep), args.checkpoint_class)
         _use_runner(targets, args.runner, args.child_storage)
+        targets = _with_model_settings(targets, args.model_seed, args.model_budget)
         for path in (args.json, args.junit_xml):
             if path is not None and not path.parent.is_dir():
                 raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
@@ -310,6 +313,19 @@ def _parser() -> argparse.ArgumentParser:
         "agent_framework.WorkflowCheckpoint (maf), or each target once with each (both); "
         "contract.maf_checkpoint_class_round_trips checks MAF's class in every run where it is installed",
     )
+    parser.add_argument(
+        "--model-seed",
+        type=int,
+        metavar="N",
+        help=f"seed of the model family's generated programs (default {DEFAULT_SEED}); the same seed "
+        "draws the same programs, so a failure's seed reproduces it",
+    )
+    parser.add_argument(
+        "--model-budget",
+        metavar="OPS|SECONDS",
+        help=f"how much the model family generates: operations (default {DEFAULT_OPERATIONS}) or "
+        "seconds with an s (30s); CI runs a larger budget",
+    )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")
     parser.add_argument(
@@ -320,6 +336,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     return parser
+
+
+def _with_model_settings(
+    targets: Sequence[StorageTarget], seed: int | None, budget: str | None
+) -> list[StorageTarget]:
+    """The targets with the model family's seed and budget; a malformed budget is a usage error."""
+    if budget is not None:
+        try:
+            parse_budget(budget)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    return [dataclasses.replace(t, model_seed=seed, model_budget=budget) for t in targets]
 
 
 def _targets(urls: Sequence[str], *, keep: bool = False) -> list[StorageTarget]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from storages.contract import Capability
@@ -84,6 +84,53 @@ class ClauseContext:
         self._handles = [self.storage]
         return self.storage
 
+    def accepts_keyword(self, method: str, keyword: str) -> bool:
+        """Whether the storage's ``method`` takes ``keyword`` (detected from its signature, as a
+        capability the code shows: MAF's six methods take none of the contract's extensions)."""
+        function = getattr(self.storage, method, None)
+        if function is None:
+            return False
+        try:
+            parameters = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return True  # a signature Python cannot read (a C method): assume it does
+        return keyword in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+    def track_workflow(self, name: str) -> None:
+        """Count ``name`` among the workflows this clause created, for the end-of-clause cleanup."""
+        if isinstance(name, str):
+            self._created_workflows[name] = None
+
+    def rebuilder(self) -> Callable[[], Awaitable[Any]] | None:
+        """How to build a new storage on the same store from its settings (not ``new_handle()``,
+        which may share state with this process's handles), or None when the target gives no way:
+        the target's ``reopen``, else its ``process_opener``."""
+        opener = self.target.reopen
+        if opener is None:
+            opener = _opener_from(self.target.process_opener)
+        if opener is None:
+            return None
+        build = opener
+
+        async def rebuild() -> Any:
+            handle = build()
+            if inspect.isawaitable(handle):
+                handle = await handle
+            return handle
+
+        return rebuild
+
+    async def rebuild(self) -> Any:
+        """Close every handle of this clause, then build the storage anew from its settings; it
+        becomes ``self.storage``. Fails when the target gives no way to rebuild (see rebuilder)."""
+        rebuild = self.rebuilder()
+        if rebuild is None:
+            fail("the target gives no way to rebuild the store from its settings (reopen or process_opener)")
+        await self.close_handles()
+        self.storage = await rebuild()
+        self._handles = [self.storage]
+        return self.storage
+
     async def tamper(self, checkpoint_id: str, mutate: Callable[[bytes], bytes]) -> None:
         """Rewrite a stored body behind the storage's back (needs raw_access)."""
         body = await self.storage.read_raw_body(checkpoint_id)
@@ -115,6 +162,34 @@ class ClauseContext:
                 handle = await handle
             return handle
         return await self.target.open()
+
+
+def _opener_from(process_opener: Any) -> Callable[[], Any] | None:
+    """A zero-argument builder from a process opener: a storage URL, ``"module:function"``, or a
+    callable returning either."""
+    if callable(process_opener):
+        process_opener = process_opener()
+    if not isinstance(process_opener, str) or not process_opener:
+        return None
+    if "://" in process_opener:
+        url = process_opener
+
+        def from_url() -> Any:
+            from storages.urls import open_storage
+
+            return open_storage(url)
+
+        return from_url
+    module_name, _, function_name = process_opener.partition(":")
+    if not module_name or not function_name:
+        return None
+
+    def from_function() -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module_name), function_name)()
+
+    return from_function
 
 
 __all__ = ["ClauseContext"]

@@ -83,6 +83,16 @@ class CheckpointStorageConformance:
     """How another process opens the same store (a URL or ``"module:function"``); see StorageTarget."""
     round_trips: ClassVar[Callable[[Any], int] | None] = None
     """Counts a handle's backend round trips, for the ``scale`` family; see StorageTarget."""
+    model_seed: ClassVar[int | None] = None
+    """Seed of the ``model`` family's generated programs (None: the kit's default seed)."""
+    model_budget: ClassVar[str | None] = None
+    """How much the ``model`` family generates: operations ("900") or seconds ("30s")."""
+
+    def reopen_storage(self) -> Any:
+        """A new storage on the same store as ``make_storage()``/the fixture's, built from its
+        settings (as a restarted process would). Define it for a durable storage: the kit proves
+        ``durable`` with it (or with ``process_opener``); without either, ``durable`` is unverified."""
+        raise NotImplementedError
 
     def make_storage(self) -> Any:
         """A new, unopened storage on a fresh store; override this or the ``storage`` fixture."""
@@ -128,8 +138,15 @@ class CheckpointStorageConformance:
             required_capabilities=_required(type(self)),
             process_opener=self.process_opener,
             round_trips=type(self).round_trips,
+            reopen=self.reopen_storage if _overrides(self, "reopen_storage") else None,
+            model_seed=self.model_seed,
+            model_budget=self.model_budget,
         )
         report_outcome(await run_clause(conformance_clause, target))
+
+
+def _overrides(instance: CheckpointStorageConformance, name: str) -> bool:
+    return getattr(type(instance), name) is not getattr(CheckpointStorageConformance, name)
 
 
 def report_outcome(result: ClauseResult) -> None:

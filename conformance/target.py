@@ -57,6 +57,16 @@ class StorageTarget:
         round_trips: returns how many backend round trips (requests, statements, scripts) a handle
             of this target has made so far; the ``scale`` family counts with it. None makes the
             scale clauses fall back to timings where timings can tell, and skip where they cannot.
+        reopen: builds a new storage on the same store from its settings (a new object sharing no
+            memory with the handles before it, as a restarted process would), or an awaitable of
+            one. The durability clauses and the model family rebuild the store with it after every
+            handle closed, which is what proves ``durable``. None: the kit derives it from
+            ``process_opener`` (a URL or ``"module:function"``), else it cannot rebuild, and
+            ``durable`` is reported as unverified.
+        model_seed: the seed of the ``model`` family's generated programs (None: the default
+            seed, :data:`conformance.model.DEFAULT_SEED`); the same seed gives the same programs.
+        model_budget: how much the ``model`` family generates: a number of operations (``"600"``)
+            or seconds (``"20s"``); None is the default budget.
     """
 
     name: str
@@ -74,6 +84,9 @@ class StorageTarget:
     timeout_factor: float = 1.0
     process_opener: str | Callable[[], str | None] | None = None
     round_trips: Callable[[Any], int] | None = None
+    reopen: Callable[[], Any] | None = None
+    model_seed: int | None = None
+    model_budget: str | None = None
 
     async def open(self) -> Any:
         handle = self.factory()

@@ -11,6 +11,11 @@
   ``inspect URL --checkpoint ID``: one checkpoint's fields.
   Exit status 0, 1 when the checkpoint shown cannot be loaded, 2 for a usage or connection error
   (an unknown workflow or checkpoint included).
+* ``checkpoint-storages copy SRC_URL DST_URL [--workflow NAME ...] [--dry-run]``: copy checkpoints
+  with their order, nested records, tombstones and pending writes (storages.copying), then verify
+  the destination; ``import-maf DIR DST_URL``: import a MAF FileCheckpointStorage directory
+  (storages.maf_import). Exit status 0, 1 for a conflict, a refused file, a tombstone not
+  recreated or a verify finding, 2 for a usage or connection error.
 * ``checkpoint-storages backends``: the registered backends (built-in and third-party, with what
   each needs installed) and any entry point that was refused; exit status 1 when one was.
 
@@ -18,16 +23,17 @@
 application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
 (intact data, not damage). ``verify --structure-only`` constructs no value at all, so it checks
 an application's store from a process that cannot import the application's types.
-The commands only read: a SQLite URL naming a file that does not exist is an error, not a new
-empty store.
+verify and inspect only read: a SQLite URL naming a file that does not exist is an error, not a
+new empty store (for copy, only as the source).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +45,8 @@ from rich.text import Text
 from . import installed_version
 from .base import BaseCheckpointStorage
 from .codec import CheckpointCodec
+from .copy_render import render_copy
+from .copying import CopyProgress, CopyReport, copy_store
 from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
 from .inspect import (
     build_lineage,
@@ -48,7 +56,9 @@ from .inspect import (
     render_lineage,
     render_workflows,
 )
-from .redaction import redact_text
+from .maf_import import import_maf_directory
+from .memory import InMemoryCheckpointStorage
+from .redaction import redact_text, redact_url
 from .registry import RegisteredBackend, registry
 from .terminal import EXIT_BROKEN_PIPE, json_dumps, plain, printable, silence_stdout
 from .terminal import console as terminal_console
@@ -83,6 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = asyncio.run(_verify(args, console))
         elif args.command == "backends":
             status = _backends(args, console)
+        elif args.command == "copy":
+            status = asyncio.run(_copy(args, console))
+        elif args.command == "import-maf":
+            if not Path(args.directory).is_dir():
+                raise UsageError(f"{args.directory}: no such directory")
+            status = asyncio.run(_import_maf(args, console))
         else:
             status = asyncio.run(_inspect(args, console))
         # What is still buffered is written here, so a closed pipe is caught below rather than
@@ -249,6 +265,84 @@ def _backend_row(backend: RegisteredBackend) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------- copy
+
+
+async def _copy(args: argparse.Namespace, console: Console) -> int:
+    source = _open(args)
+    destination, stand_in = _open_destination(args)
+    async with source, destination:
+        with _copy_progress(console, "copy", quiet=args.json) as progress:
+            report = await copy_store(
+                source, destination, workflows=args.workflow, dry_run=args.dry_run, progress=progress
+            )
+    if stand_in:
+        report.destination = redact_url(args.destination)
+    return _show_copy(console, args, report, "copy")
+
+
+async def _import_maf(args: argparse.Namespace, console: Console) -> int:
+    destination, stand_in = _open_destination(args)
+    async with destination:
+        with _copy_progress(console, "import-maf", quiet=args.json) as progress:
+            report = await import_maf_directory(
+                args.directory,
+                destination,
+                allowed_checkpoint_types=args.allow_type or (),
+                dry_run=args.dry_run,
+                progress=progress,
+            )
+    if stand_in:
+        report.destination = redact_url(args.destination)
+    return _show_copy(console, args, report, "import-maf")
+
+
+def _show_copy(console: Console, args: argparse.Namespace, report: CopyReport, verb: str) -> int:
+    if args.json:
+        print(json_dumps(report.to_dict()))
+    else:
+        for verify_report in report.verify_reports:
+            if verify_report.findings:
+                console.print(findings_table(verify_report))
+        title = f"{'dry run: ' if args.dry_run else ''}{verb} {report.source} -> {report.destination}"
+        console.print(render_copy(report, title=title))
+    return EXIT_OK if report.ok else EXIT_FOUND
+
+
+def _open_destination(args: argparse.Namespace) -> tuple[BaseCheckpointStorage, bool]:
+    """The destination, and whether it is an empty stand-in for a SQLite file a dry run must not
+    create (the copy would start from an empty store)."""
+    codec = CheckpointCodec(allowed_types=args.allow_type or ())
+    storage = open_storage(args.destination, codec=codec)
+    path = getattr(storage, "path", None)
+    if args.dry_run and isinstance(path, Path) and not path.exists():
+        return InMemoryCheckpointStorage(codec=codec), True
+    return storage, False
+
+
+@contextlib.contextmanager
+def _copy_progress(console: Console, command: str, *, quiet: bool) -> Iterator[CopyProgress]:
+    """A bar on a terminal; piped, a line to stderr at every tenth of the way; none with --json."""
+    if console.is_terminal and not quiet:
+        with Progress(
+            TextColumn(f"[bold]{command}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=True,
+        ) as bar:  # fmt: skip
+            task = bar.add_task(command, total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+        return
+    shown = -1
+
+    def lines(done: int, total: int) -> None:
+        nonlocal shown
+        tenth = done * 10 // total if total else 10
+        if not quiet and tenth > shown and done:
+            shown = tenth
+            print(f"{PROG} {command}: {done}/{total} checkpoints", file=sys.stderr, flush=True)
+
+    yield lines
+
+
 # ---------------------------------------------------------------------- shared
 
 
@@ -266,7 +360,7 @@ def _parser() -> argparse.ArgumentParser:
     schemes = ", ".join(scheme + "://" for scheme in supported_schemes())
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Verify and inspect checkpoint storages.",
+        description="Verify, inspect and copy checkpoint storages.",
         epilog=f"Storage URLs: {schemes} (e.g. sqlite:///checkpoints.db).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
@@ -317,6 +411,44 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 every entry point registered, 1 one was refused.",
     )
     backends_parser.add_argument("--json", action="store_true", help="print the list as JSON")
+
+    copy_parser = commands.add_parser(
+        "copy",
+        help="copy every checkpoint (nested records, tombstones, pending writes) to another storage",
+        description=(
+            "Copy checkpoints from SRC_URL to DST_URL with their ids, commit order, previous links, "
+            "nested records, signatures, prune tombstones and pending writes; the destination seals "
+            "them if it has an integrity key. Rerunning after an interruption completes the copy "
+            "without duplicates. The destination is verified at the end."
+        ),
+        epilog="Exit status: 0 copied, 1 a conflict, a tombstone not recreated or a verify finding, "
+        "2 usage or connection error.",
+    )
+    copy_parser.add_argument("url", metavar="SRC_URL", help="the storage to copy from")
+    copy_parser.add_argument("destination", metavar="DST_URL", help="the storage to copy into")
+    copy_parser.add_argument(
+        "--workflow", action="append", metavar="NAME", help="copy only this workflow (repeatable)"
+    )
+    copy_parser.add_argument("--dry-run", action="store_true", help="read both stores, write nothing")
+    _common_options(copy_parser, json_help="print the report as JSON")
+
+    import_parser = commands.add_parser(
+        "import-maf",
+        help="import a MAF FileCheckpointStorage directory into a storage",
+        description=(
+            "Save every <checkpoint_id>.json file of a MAF FileCheckpointStorage directory into "
+            "DST_URL with its id, fields, previous link and embedded sub-workflow checkpoints. MAF "
+            "decodes each file under its own allow-list (--allow-type adds to it, as its "
+            "allowed_checkpoint_types does); a file it refuses is reported and not imported. The "
+            "commit order is inferred: timestamps, each checkpoint after its previous one."
+        ),
+        epilog="Exit status: 0 imported, 1 a refused file, a conflict or a verify finding, "
+        "2 usage or connection error.",
+    )
+    import_parser.add_argument("directory", metavar="DIR", help="the FileCheckpointStorage directory")
+    import_parser.add_argument("destination", metavar="DST_URL", help="the storage to import into")
+    import_parser.add_argument("--dry-run", action="store_true", help="read the files, write nothing")
+    _common_options(import_parser, json_help="print the report as JSON")
 
     inspect_parser.add_argument("url", metavar="URL", help="storage URL")
     inspect_parser.add_argument("workflow", nargs="?", metavar="WORKFLOW", help="draw this workflow's tree")

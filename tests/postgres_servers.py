@@ -211,6 +211,7 @@ class FaultyPostgres:
             factory=root.new_handle,
             cleanup=root.aclose,
             faults=PostgresFaultInjector(self.cluster, self.proxy),
+            reopen=lambda: PostgresCheckpointStorage.from_url(with_schema(self.url, schema)),
         )
 
     def stop(self) -> None:

@@ -1,6 +1,7 @@
 """Redis stores for the tests: the development server at ``REDIS_URL``, fakeredis, a private
 ``redis-server`` (AOF, ``appendfsync always``) that can be killed with SIGKILL and restarted, and
-a 3-master Redis Cluster started from ``redis-server --cluster-enabled yes`` processes.
+a 3-master Redis Cluster started from ``redis-server --cluster-enabled yes`` processes, and a
+private server with ACL users (tenants restricted to their prefixes, a user without CONFIG/INFO).
 
 Every store lives under a fresh key prefix and is cleaned by deleting that prefix's keys with SCAN;
 nothing here ever runs FLUSHALL on a server it did not start. A server that cannot be reached or
@@ -396,6 +397,7 @@ class FaultyRedis:
             factory=root.new_handle,
             cleanup=cleanup,
             faults=RedisFaultInjector(self.server, self.proxy),
+            reopen=lambda: RedisCheckpointStorage.from_url(with_query(self.url, prefix=prefix)),
         )
 
     def stop(self) -> None:
@@ -406,3 +408,45 @@ class FaultyRedis:
 def faulty_redis() -> FaultyRedis:
     server = durable_server()
     return FaultyRedis(server, CuttingProxy(server.port))
+
+
+ACL_USERS = {
+    # name: ACL rules. Tenants may run every command on their own keys only; "limited" may not run
+    # CONFIG or INFO, as managed services and careful operators set it up.
+    "tenantA": ("~A:*", "+@all"),
+    "tenantB": ("~B:*", "+@all"),
+    "limited": ("~L:*", "+@all", "-config", "-info"),
+}
+
+
+class AclRedis:
+    """A private server with the users of :data:`ACL_USERS` (password: the name reversed)."""
+
+    def __init__(self) -> None:
+        self.server = RedisServerProcess()
+        self.server.start()
+        try:
+            for name, rules in ACL_USERS.items():
+                subprocess.run(
+                    [
+                        "redis-cli", "-p", str(self.server.port),
+                        "ACL", "SETUSER", name, "on", f">{name[::-1]}", *rules,
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=30,
+                )  # fmt: skip
+        except BaseException:
+            self.server.stop()
+            raise
+
+    def url(self, user: str, **options: str) -> str:
+        base = f"redis://{user}:{user[::-1]}@127.0.0.1:{self.server.port}/0"
+        return with_query(base, **options) if options else base
+
+    def admin(self) -> Redis:
+        """A client as the default user, who may do anything (ACL LOG, keys of every tenant)."""
+        return Redis.from_url(self.server.url)
+
+    def stop(self) -> None:
+        self.server.stop()

@@ -169,8 +169,10 @@ async def _plant(storage: RedisCheckpointStorage, what: str) -> None:
         await client.sadd(keys.tombstones("wf"), b"\xff")
     elif what == "workflow key":
         await client.zadd(prefix + b":{\xff}:top", {b"x": 1})
+        await client.zadd(keys.workflows, {b"\xff": float("inf")})
     elif what == "control name":
         await client.zadd(prefix + b":{bad\x01}:top", {b"x": 1})
+        await client.zadd(keys.workflows, {b"bad\x01": float("inf")})
     elif what == "wrong type":
         await client.delete(keys.top("wf"))
         await client.set(keys.top("wf"), b"not an index")

@@ -329,6 +329,13 @@ async def test_url_settings_reach_the_client() -> None:
         ("redis://h/0?ttl=-1", "positive number of seconds"),
         ("redis://h/0?prefix=a{b}", "without braces"),
         ("redis://h/0?cluster=maybe", "cluster must be true or false"),
+        # Each of these was accepted and meant the default, or failed only at the first save.
+        ("redis://h/0?ttl=", "option 'ttl' given without a value"),
+        ("redis://h/0?prefix=", "option 'prefix' given without a value"),
+        ("redis://h/0?prefix=p&socket_timeout=&cluster=", "options .cluster., .socket_timeout. given"),
+        ("redis://h/0?allow_evicting_policy=", "option 'allow_evicting_policy' given without a value"),
+        ("redis://h/1?cluster=true", "database 1 with cluster=true; a Redis Cluster has only database 0"),
+        ("redis://h?db=3&cluster=true", "database 3 with cluster=true"),
     ],
 )
 @redis_mark
@@ -462,6 +469,8 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
                 value: Any = await client.hgetall(key)
             elif kind == "zset":
                 value = await client.zrange(key, 0, -1, withscores=True)
+                if key == storage.keys.workflows:  # scored with when it expires: the save's time
+                    value = [(member, score == float("inf")) for member, score in value]
             else:
                 value = await client.get(key)
             dumped[key[len(storage.prefix) :]] = (kind, value, await client.pttl(key) > 0)
@@ -469,9 +478,8 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 
     def store(label: str, ttl: str) -> RedisCheckpointStorage:
         prefix = redis_servers.fresh_prefix(label)
-        return RedisCheckpointStorage.from_url(
-            redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl=ttl)
-        )
+        options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
+        return RedisCheckpointStorage.from_url(redis_servers.with_query(redis_servers.redis_url(), **options))
 
     for ttl in ("", "3600"):
         fast, general = store("one", ttl), store("gen", ttl)
@@ -494,7 +502,8 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
                 assert await general._insert_family(general._records_for(checkpoint)) is None
             assert fast_saves == [checkpoint.checkpoint_id for checkpoint in chain]  # the fast path ran
             written = await dump(fast)
-            assert len(written) == 7  # per checkpoint a record and a pointer; counter, top, signature
+            # per checkpoint a record and a pointer; counter, top, signature; the workflow index
+            assert len(written) == 8
             assert written == await dump(general)
             assert await fast.load(chain[1].checkpoint_id) == chain[1]
         finally:
@@ -521,8 +530,8 @@ async def test_a_pointer_without_a_record_reads_as_not_found(real_storage: Redis
 
 
 async def _ttl_store(prefix: str, ttl: str, client: Redis) -> RedisCheckpointStorage:
-    url = redis_servers.with_query(redis_servers.redis_url(), prefix=prefix, ttl=ttl)
-    return RedisCheckpointStorage.from_url(url)
+    options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
+    return RedisCheckpointStorage.from_url(redis_servers.with_query(redis_servers.redis_url(), **options))
 
 
 @redis_mark

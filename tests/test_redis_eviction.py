@@ -313,8 +313,9 @@ async def test_a_policy_that_spares_the_storages_keys_is_accepted(
     await _set_policy(private_server.url, policy)
     prefix = redis_servers.fresh_prefix("evict")
     try:
+        options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
         async with RedisCheckpointStorage.from_url(
-            redis_servers.with_query(private_server.url, prefix=prefix, ttl=ttl)
+            redis_servers.with_query(private_server.url, **options)
         ) as storage:
             checkpoint = WorkflowCheckpoint("wf", "sig")
             await storage.save(checkpoint)

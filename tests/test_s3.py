@@ -77,7 +77,9 @@ async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Stor
     root = store.storage()
     # Injected faults retry with backoff, and the 300-step walk is one GET per step: on a loaded
     # machine that outlasts the default 30 s, so this target gets twice the time per clause.
-    target = StorageTarget(name="s3", factory=root.new_handle, faults=store.faults, timeout_factor=2.0)
+    target = StorageTarget(
+        name="s3", factory=root.new_handle, faults=store.faults, timeout_factor=2.0, reopen=store.storage
+    )
     try:
         (backend,) = (await avalidate(target)).backends
     finally:

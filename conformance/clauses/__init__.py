@@ -15,6 +15,7 @@ from . import (  # noqa: F401 - imported for registration
     identifiers,
     isolation,
     lifecycle,
+    model,
     nested,
     ordering,
     retention,

@@ -1,6 +1,8 @@
 """durability: checkpoints survive closing every handle and opening a new one.
 
-Each clause writes through one handle, closes every handle with ``ctx.reopen()`` and checks the
+Each clause writes through one handle, closes every handle, builds the storage anew from its
+settings (``ctx.rebuild()``: the target's ``reopen`` or ``process_opener``, never ``new_handle()``,
+which may share this process's memory with the closed handles) and checks the
 new handle sees exactly what was committed: the checkpoints, their order, the latest, the deletes,
 and the per-workflow sequence, which must continue rather than restart.
 """
@@ -45,6 +47,22 @@ async def _expect_missing(storage: Any, checkpoint_id: str, when: str) -> None:
     fail(f"load({checkpoint_id!r}) {when} returned checkpoint {getattr(loaded, 'checkpoint_id', loaded)!r}")
 
 
+UNVERIFIED = (
+    "durable is declared but unverified: the target gives the kit no way to build the store anew "
+    "from its settings (StorageTarget.reopen, or process_opener: a URL or 'module:function'); "
+    "new_handle() may share this process's memory, so it proves nothing"
+)
+
+
+async def rebuilt(ctx: ClauseContext) -> Any:
+    """Every handle of the clause closed, then the storage built anew from its settings."""
+    if ctx.rebuilder() is None:
+        if Capability.DURABLE in ctx.target.required_capabilities:
+            fail(UNVERIFIED)
+        not_applicable(UNVERIFIED)
+    return await ctx.rebuild()
+
+
 @dataclass(frozen=True, slots=True)
 class _View:
     """What a handle shows of one workflow: ids in list order, and the latest."""
@@ -81,7 +99,7 @@ async def survives_reopen(ctx: ClauseContext) -> None:
         await ctx.save_chain(ctx.workflow_name("durable-other"), 1),
     ]
     before = [await _view(ctx.storage, chain[0].workflow_name) for chain in saved]
-    storage = await ctx.reopen()
+    storage = await rebuilt(ctx)
     for chain, seen in zip(saved, before, strict=True):
         workflow_name = chain[0].workflow_name
         for checkpoint in chain:
@@ -103,7 +121,7 @@ async def sequence_continues(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("sequence")
     chain = await ctx.save_chain(workflow_name, 3)
     before = await _view(ctx.storage, workflow_name)
-    storage = await ctx.reopen()
+    storage = await rebuilt(ctx)
     after = [ctx.checkpoint(workflow_name, previous_checkpoint_id=chain[-1].checkpoint_id, iteration_count=3)]
     after.append(
         ctx.checkpoint(workflow_name, previous_checkpoint_id=after[0].checkpoint_id, iteration_count=4)
@@ -136,7 +154,7 @@ async def deletes_persist(ctx: ClauseContext) -> None:
             await ctx.storage.delete(checkpoint.checkpoint_id), True, f"delete({checkpoint.checkpoint_id!r})"
         )
     before = await _view(ctx.storage, workflow_name)
-    storage = await ctx.reopen()
+    storage = await rebuilt(ctx)
     for checkpoint in gone:
         await _expect_missing(storage, checkpoint.checkpoint_id, "after deleting it and reopening")
         again = await storage.delete(checkpoint.checkpoint_id)
@@ -156,7 +174,7 @@ async def deletes_persist(ctx: ClauseContext) -> None:
 async def immutable_after_reopen(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("immutable")
     (checkpoint,) = await ctx.save_chain(workflow_name, 1, state={"set": {1, 2, 3}, "tuple": (4,)})
-    storage = await ctx.reopen()
+    storage = await rebuilt(ctx)
     same = ctx.checkpoint(
         workflow_name,
         checkpoint_id=checkpoint.checkpoint_id,

@@ -16,7 +16,7 @@ from typing import Any
 from storages.contract import Capability
 from storages.errors import GraphSignatureMismatchError
 
-from ..clause import clause, ensure, ensure_equal, fail
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from .fidelity import read_back
 from .nested import FIXED_TIMESTAMP, embedded, expect_loads, expect_same, ids, sub_workflow_state
@@ -236,6 +236,7 @@ async def filter_is_exact(ctx: ClauseContext) -> None:
     "GraphSignatureMismatchError naming both hashes and changes nothing stored.",
 )
 async def load_rejects_mismatch(ctx: ClauseContext) -> None:
+    _require_load_keyword(ctx)
     workflow_name = ctx.workflow_name("mismatch")
     stored = "sig-mismatch-Stored"
     checkpoint = ctx.checkpoint(
@@ -305,6 +306,7 @@ async def _expect_mismatch(ctx: ClauseContext, checkpoint: Any, wrong: str) -> N
     "the checkpoint as a plain load does.",
 )
 async def load_accepts_match(ctx: ClauseContext) -> None:
+    _require_load_keyword(ctx)
     workflow_name = ctx.workflow_name("match")
     for checkpoint in _odd_checkpoints(ctx, workflow_name):
         await ctx.storage.save(checkpoint)
@@ -384,3 +386,11 @@ async def nested_keep_own(ctx: ClauseContext) -> None:
         f"get_latest({workflow_name!r}, graph_signature_hash='sig-own-child') returned {_show_ids(latest)}; "
         f"only embedded {child.checkpoint_id!r} has that signature and embedded checkpoints are never latest",
     )
+
+
+def _require_load_keyword(ctx: ClauseContext) -> None:
+    if not ctx.accepts_keyword("load", "expected_graph_signature_hash"):
+        not_applicable(
+            "load() takes no expected_graph_signature_hash (MAF's six-method protocol has none): "
+            "the storage cannot be asked to enforce a signature on load"
+        )

@@ -11,7 +11,8 @@ and an ancestry walk are each exactly one round trip. The package's parts:
 * ``scripts`` and ``scripts/*.lua``: the Lua scripts and their typed calls; ``replies``: what
   they return, decoded;
 * ``commit``: how a save, prune or delete is made atomic; ``cluster``: the cross-slot half of
-  every write on a Redis Cluster;
+  every write on a Redis Cluster; ``workflows``: the per-prefix workflow index listings read
+  instead of SCAN;
 * ``reads``: the read primitives, which never write and never answer with an older checkpoint or
   a shorter list when a record is lost;
 * ``storage``: :class:`RedisCheckpointStorage`, wiring them into the contract's primitives.

@@ -11,10 +11,12 @@ import sys
 import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
@@ -35,7 +37,7 @@ from .config import (
     url_is_cluster,
 )
 from .keys import GLOB_SPECIAL, RedisKeys
-from .replies import text, workflow_name
+from .replies import text
 from .scripts import SCRIPTS, ScriptCall, script_sha
 
 if sys.version_info >= (3, 11):
@@ -181,7 +183,11 @@ class RedisConnection:
         try:
             return await request
         except redis_errors.ResponseError as exc:
-            raise self.damaged(operation, exc) or self.unavailable(operation, exc) from chainable(exc)
+            raise (
+                self.damaged(operation, exc)
+                or self.not_permitted(operation, exc)
+                or self.unavailable(operation, exc)
+            ) from chainable(exc)
         except (redis_errors.RedisError, OSError) as exc:
             raise self.unavailable(operation, exc) from chainable(exc)
         except RuntimeError as exc:
@@ -209,19 +215,19 @@ class RedisConnection:
             f"storage writes there (a damaged or hostile store); Redis said: {redact_text(str(exc))[:200]}",
         )
 
+    def not_permitted(self, operation: str, exc: BaseException) -> StorageConfigurationError | None:
+        """A NOPERM reply: the server's ACL does not let this user touch this prefix's keys (or
+        run a command the storage needs). Retrying cannot help; the user or the prefix is wrong."""
+        if not isinstance(exc, redis_errors.NoPermissionError) and "NOPERM" not in str(exc):
+            return None
+        return StorageConfigurationError(
+            f"{self.describe()}: the server refused {operation} to this user (ACL): "
+            f"{redact_text(str(exc))[:200]}; the user needs read and write access to every key of the "
+            f"prefix (key pattern ~{self.settings.prefix}:*)"
+        )
+
     def unavailable(self, operation: str, exc: BaseException) -> StorageUnavailableError:
         return StorageUnavailableError(operation, f"{self.describe()}: {type(exc).__name__}: {exc}")
-
-    async def scan_workflows(self, operation: str, kind: str) -> list[str]:
-        """Names of the workflows with a key of ``kind`` (``top``, ``nested``, ``tombs``)."""
-        names: set[str] = set()
-
-        async def scan() -> None:
-            async for found in self.client.scan_iter(match=self.keys.pattern(kind), count=1000):
-                names.add(self.keys.workflow_of(workflow_name(found, f"the key {found!r}"), kind))
-
-        await self.call(operation, scan())
-        return sorted(names)
 
     # ------------------------------------------------------------------ eviction policy
 
@@ -250,21 +256,49 @@ class RedisConnection:
         refused (managed services rename or forbid it), from INFO memory; None (logged once)
         if both are refused."""
         target: dict[str, Any] = {"target_nodes": RedisCluster.ALL_NODES} if self.cluster else {}
+        # A command this server refused this user once is not sent again by any handle of the
+        # process: each refusal is an entry in the server's ACL LOG, and a handle per request
+        # would fill it (and the operator's alerts) with one pair of denials per handle.
+        remembered = self._refused_probes()
         refusals: list[str] = []
         for command, argument, read in (
             ("config_get", "maxmemory-policy", config_policy),
             ("info", "memory", info_policy),
         ):
+            if command in remembered:
+                refusals.append(remembered[command])
+                if remembered[command].startswith(_ACL_DENIAL):
+                    break
+                continue
             try:
                 reply = await getattr(self.client, command)(argument, **target)
             except redis_errors.ResponseError as exc:  # unknown command, NOPERM, ...
-                refusals.append(str(exc))
+                refusal = str(exc)
+                if isinstance(exc, redis_errors.NoPermissionError) or "NOPERM" in refusal:
+                    # Denied by the server's ACL: the user is restricted on purpose, and every
+                    # denial is an ACL LOG entry, so INFO is not asked as well. (INFO is for
+                    # services that rename or remove CONFIG.)
+                    remembered[command] = f"{_ACL_DENIAL}{refusal}"
+                    refusals.append(remembered[command])
+                    break
+                refusals.append(refusal)
+                if stays_refused(exc):
+                    remembered[command] = refusal
                 continue
             except (redis_errors.RedisError, OSError) as exc:
                 raise self.unavailable(operation, exc) from chainable(exc)
             return {node: read(answer) for node, answer in by_node(reply).items()}
         warn_unverified(self.describe(), refusals)
         return None
+
+    def _refused_probes(self) -> dict[str, str]:
+        """Policy probes refused to this connection's server and user (command -> the refusal),
+        shared by every handle of the process: per client for a client given to the storage,
+        per server and user for one built from a URL (each handle builds its own client)."""
+        if self.injected is not None:
+            return refused_probes_by_client.setdefault(self.injected, {})
+        assert self.url is not None
+        return refused_probes_by_server.setdefault(server_and_user(self.url), {})
 
 
 def _packed(*commands: tuple[str, ...]) -> bytes:
@@ -313,6 +347,34 @@ def config_policy(reply: Mapping[Any, Any]) -> str:
 
 def info_policy(reply: Mapping[Any, Any]) -> str:
     return text(reply.get("maxmemory_policy", ""))
+
+
+_ACL_DENIAL = "denied by ACL: "
+
+refused_probes_by_server: dict[tuple[Any, ...], dict[str, str]] = {}
+"""(server, user) of a URL -> the policy probes that server refused that user, for the process."""
+refused_probes_by_client: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+"""The same for clients given to a storage, forgotten with the client."""
+
+
+def server_and_user(url: str) -> tuple[Any, ...]:
+    """What decides whether a probe is refused: the server (or cluster seed) and the ACL user;
+    not the database, prefix or other options."""
+    options = parse_url(driver_url(url))
+    return (
+        urlsplit(url).scheme.lower(),
+        options.get("host"),
+        options.get("port"),
+        options.get("path"),
+        options.get("username"),
+        url_is_cluster(url),
+    )
+
+
+def stays_refused(exc: redis_errors.ResponseError) -> bool:
+    """A refusal that asking again will not change: a command the server does not know (renamed
+    or removed, as managed services do). ACL denials are remembered before this is asked."""
+    return "unknown command" in str(exc).lower()
 
 
 unverified_servers: set[str] = set()
@@ -437,7 +499,7 @@ async def delete_prefix(client: Any, prefix: str) -> int:
     """Delete every key of the storage with this prefix, found with SCAN (never FLUSHALL); for
     tests and tooling. Keys of a longer prefix (``prefix:more``) are left alone."""
     pattern = GLOB_SPECIAL.sub(r"\\\1", prefix) + ":{*"
-    deleted = 0
+    deleted = int(await client.delete(RedisKeys(prefix).workflows))
     async for found in client.scan_iter(match=pattern, count=1000):
         deleted += int(await client.delete(found))
     return deleted

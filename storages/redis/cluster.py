@@ -14,6 +14,8 @@ own:
   index entries, and write (or remove) the pruned markers walks read. A crash before that
   leaves stale pointers, which read as not found.
 * id-addressed reads and writes read the location pointer first (two round trips).
+* the workflow index (storages/redis/workflows.py) is in its own slot: a save adds its names
+  before its script, a removal that empties a workflow drops its name after.
 
 Two saves of one id under two different workflows racing on a cluster may both succeed; the
 pointer names the later one. On plain Redis the save script refuses the second.
@@ -21,6 +23,7 @@ pointer names the later one. On plain Redis the save script refuses the second.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,8 +54,32 @@ class ClusterSlotSpan(SlotSpan):
     async def before_save(
         self, records: Sequence[CheckpointRecord], home: str
     ) -> tuple[str | None, list[int | None]]:
-        """Location pointers, nested sequences and nested index entries, each idempotent; the
-        stored digest if the top id is stored under another workflow."""
+        """Location pointers, nested sequences and nested index entries, each idempotent, and the
+        names in the workflow index; the stored digest if the top id is stored under another
+        workflow."""
+        if len(records) > 1:
+            claimed = await self._claim(records, home)
+            if claimed[0] is None:
+                await self._listed([home, *(record.workflow_name for record in records[1:])])
+            return claimed
+        # A lone record: its name goes in the index while its pointer is claimed, not after.
+        claimed, _ = await asyncio.gather(self._claim(records, home), self._listed([home]))
+        return claimed
+
+    async def _listed(self, names: list[str]) -> None:
+        # Before the script, so a crash between leaves only a name whose workflow has nothing
+        # (filtered out on read), never a stored workflow missing from the index.
+        if not await self.index.add("save", names):
+            await self.index.complete("save")
+
+    async def after_save(self, home: str, *, created: bool) -> None:
+        if created:
+            # A removal that emptied home may have dropped the name after this save added it.
+            await self.index.add("save", [home])
+
+    async def _claim(
+        self, records: Sequence[CheckpointRecord], home: str
+    ) -> tuple[str | None, list[int | None]]:
         connection, keys, client = self.connection, self.keys, self.connection.client
         for index, record in enumerate(records):
             location = keys.location(record.checkpoint_id)
@@ -88,8 +115,18 @@ class ClusterSlotSpan(SlotSpan):
     ) -> None:
         if not removed:
             return
-        connection, keys, client = self.connection, self.keys, self.connection.client
         # The first removed record is top-level, so its workflow is the home of them all.
+        home = removed[0][0] if pruned_from is None else pruned_from
+        await self._cleaned(operation, removed, pruned_from=pruned_from)
+        if pruned_from is not None and self.connection.settings.ttl is not None:
+            await self.index.add(operation, [pruned_from])  # its tombstones live as long as its entry
+        await self.index.unlist_emptied(operation, [home, *(workflow for workflow, _ in removed)])
+
+    async def _cleaned(
+        self, operation: str, removed: list[tuple[str, CheckpointID]], *, pruned_from: str | None
+    ) -> None:
+        """The removed records' pointers and nested index entries, and the pruned markers."""
+        connection, keys, client = self.connection, self.keys, self.connection.client
         home = removed[0][0] if pruned_from is None else pruned_from
         for workflow_name, checkpoint_id in removed:
             await connection.run(operation, UnlinkIf(pointer=keys.location(checkpoint_id), home=home))
@@ -105,3 +142,4 @@ class ClusterSlotSpan(SlotSpan):
         for pruned in tombstones:
             call = UnlinkIf(pointer=self.keys.pruned(text(pruned)), home=workflow_name)
             await self.connection.run("delete_workflow", call)
+        await self.index.unlist_emptied("delete_workflow", [workflow_name])

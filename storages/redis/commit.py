@@ -28,6 +28,7 @@ from .scripts import (
     SavedRecord,
     SaveOne,
 )
+from .workflows import WorkflowIndex
 
 _REMEMBERED_WORKFLOWS = 1024
 
@@ -48,6 +49,7 @@ class SlotSpan:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.keys = connection.keys
+        self.index = WorkflowIndex(connection)
 
     one_record_script = True
     """Whether a lone top-level record may use the lean save_one script (it writes the location
@@ -66,6 +68,10 @@ class SlotSpan:
         """(stored digest if the top id is already stored elsewhere, sequence per record: None
         for the script to take)."""
         return None, [None] * len(records)
+
+    async def after_save(self, home: str, *, created: bool) -> None:
+        """Keep the workflow index after a save's script (a cluster; the script does it on plain
+        Redis); ``created``: home had nothing stored before it."""
 
     async def after_removal(
         self, operation: str, removed: list[tuple[str, CheckpointID]], *, pruned_from: str | None
@@ -93,7 +99,12 @@ class Commits:
         if not self.span.one_record_script:
             return await self.insert_family((record,))
         digest = await self.connection.run("save", self._save_one(record, fenced=False, expected=None))
-        return None if digest is None else index_text(digest, record.checkpoint_id, "digest")
+        if digest is None:
+            return None
+        if type(digest) is int:  # written, and the workflow index is not complete yet
+            await self.span.index.complete("save")
+            return None
+        return index_text(digest, record.checkpoint_id, "digest")
 
     def _save_one(self, record: CheckpointRecord, *, fenced: bool, expected: CheckpointID | None) -> SaveOne:
         workflow_name, checkpoint_id = record.workflow_name, record.checkpoint_id
@@ -146,6 +157,9 @@ class Commits:
         if len(records) == 1 and self.span.one_record_script:
             call = self._save_one(records[0], fenced=True, expected=expected_latest_id)
             reply = await self.connection.run("save", call)
+            if type(reply) is int:  # written, and the workflow index is not complete yet
+                await self.span.index.complete("save")
+                return None
         else:
             reply = await self._save_family(records, fenced=True, expected=expected_latest_id)
             if isinstance(reply, str):
@@ -192,7 +206,13 @@ class Commits:
         call = Save(
             counter=self.keys.sequence(home), home=home, fenced=fenced, expected=expected, records=rows
         )
-        return await self.connection.run("save", call)
+        reply = await self.connection.run("save", call)
+        if text(reply[0]) == "ok":
+            _, unindexed, created = reply
+            if unindexed:
+                await self.span.index.complete("save")
+            await self.span.after_save(home, created=bool(created))
+        return reply
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
         located = await self.span.locate("delete", checkpoint_id)

@@ -90,7 +90,7 @@ def check_scheme(url: object) -> str:
 def url_ttl(url: str, options: dict[str, str]) -> float | None:
     ttl_text = options.get("ttl")
     try:
-        return None if ttl_text in (None, "") else float(ttl_text)
+        return None if ttl_text is None else float(ttl_text)
     except ValueError:
         raise StorageConfigurationError(f"Redis URL {url!r}: ttl must be seconds, got {ttl_text!r}") from None
 
@@ -109,11 +109,26 @@ def url_option_names(url: str) -> tuple[str, ...]:
 def url_options(url: str) -> dict[str, str]:
     """A Redis URL's query options, refusing names no part of the stack takes and values
     redis-py cannot parse, so both fail when the storage is built, not at its first command."""
-    options = urls.parse_url_options(url, urlsplit(url).query, url_option_names(url), what="Redis")
+    query = urlsplit(url).query
+    options = urls.parse_url_options(url, query, url_option_names(url), what="Redis")
+    empty = sorted({name for name, value in parse_qsl(query, keep_blank_values=True) if not value})
+    if empty:
+        # An empty value would otherwise mean the default (``ttl=`` no TTL, ``prefix=`` the
+        # shared default prefix): a typo that silently changes what the storage does.
+        raise StorageConfigurationError(
+            f"Redis URL {redact_url(url)!r}: option{'s' if len(empty) > 1 else ''} "
+            f"{', '.join(repr(name) for name in empty)} given without a value; give one or leave "
+            "the option out"
+        )
     try:
-        parse_url(driver_url(url))
+        driver = parse_url(driver_url(url))
     except ValueError as exc:
         raise StorageConfigurationError(f"Redis URL {redact_url(url)!r}: {exc}") from None
+    if url_is_cluster(url) and driver.get("db", 0) != 0:
+        raise StorageConfigurationError(
+            f"Redis URL {redact_url(url)!r}: database {driver['db']} with cluster=true; a Redis "
+            "Cluster has only database 0 (leave the path empty or /0)"
+        )
     return options
 
 

@@ -14,6 +14,7 @@ key, or produce another key's name::
     P:{H}:f:ID         list: every record nested, at any depth, in top-level record ID
     P:{ID}:loc         string: the home of record ID (load() only has an id)
     P:{ID}:pruned      string: the workflow ID was pruned from (walks report PRUNED)
+    P:workflows        sorted set: every workflow name with a top, nested or tombs key
 
 The part in braces is the cluster hash tag: every key of one workflow sits in one slot. A
 record's *home* is the workflow of the top-level checkpoint it was saved with.
@@ -28,6 +29,8 @@ from ..contract import CheckpointID
 
 _UNESCAPE = re.compile(r"%([0-9A-F]{2})")
 GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+WORKFLOW_KINDS = ("top", "nested", "tombs")
+"""The per-workflow keys that put a name in the workflow index."""
 
 
 def escape(text: str) -> str:
@@ -102,14 +105,22 @@ class RedisKeys:
     def pruned(self, checkpoint_id: CheckpointID) -> str:
         return self.tag(checkpoint_id) + ":pruned"
 
-    def pattern(self, kind: str) -> str:
-        """SCAN pattern of one per-workflow key kind (``top``, ``nested``, ``tombs``)."""
-        return GLOB_SPECIAL.sub(r"\\\1", self.prefix) + ":{*}:" + kind
+    @property
+    def workflows(self) -> str:
+        """The prefix's workflow index (storages/redis/workflows.py); outside every hash tag."""
+        return f"{self.prefix}:workflows"
 
-    def workflow_of(self, key: str, kind: str) -> str:
-        """The workflow name in a key matched by :meth:`pattern`."""
-        inner = key[len(self.prefix) + 2 : -(len(kind) + 2)]
-        return unescape(inner)
+    def listing_pattern(self) -> str:
+        """SCAN pattern matching (among others) every ``top``, ``nested`` and ``tombs`` key."""
+        return GLOB_SPECIAL.sub(r"\\\1", self.prefix) + ":{*}:[nt]*"
+
+    def listed_workflow(self, key: str) -> tuple[str, str] | None:
+        """(workflow name, kind) of a ``top``, ``nested`` or ``tombs`` key of this prefix, else None."""
+        head, _, kind = key.rpartition("}:")
+        start = f"{self.prefix}:{{"
+        if kind not in WORKFLOW_KINDS or not head.startswith(start):
+            return None
+        return unescape(head[len(start) :]), kind
 
 
 def nested_member(home: str, checkpoint_id: CheckpointID) -> str:

@@ -21,7 +21,7 @@ from ..errors import CheckpointCorruptedError
 from .client import RedisConnection
 from .commit import SlotSpan
 from .keys import escape, split_member
-from .replies import body_pairs, decoded_ids, optional_text, text
+from .replies import body_pairs, decoded_ids, no_body, optional_text, text
 from .scripts import Fetch, Latest, ListIds, Load, Page, Read, Walk
 
 REMEMBERED_HOMES = 16_384
@@ -82,6 +82,8 @@ class Reads:
             self.forget(checkpoint_id)
             return None
         body, workflow_name, previous_id, signature, home_name = reply[:5]
+        if body is None:
+            raise no_body(checkpoint_id)
         nested = body_pairs(reply, 5) if len(reply) > 5 else None
         if nested is None:
             # Records with others nested in them stay with the script, which reads those too; a
@@ -166,6 +168,8 @@ class Reads:
             latest_id = reply[0].decode()
         except UnicodeDecodeError:  # the index is only named, at some cost, when it is damaged
             latest_id = text(reply[0], _index_name(workflow_name, signature))
+        if reply[1] is None:
+            raise no_body(latest_id)
         nested = body_pairs(reply, 2, f"the nested records of {latest_id!r}") if len(reply) > 2 else None
         return StoredBody(latest_id, reply[1], nested)
 
@@ -206,7 +210,9 @@ class Reads:
         where = _index_name(workflow_name, signature)
         while True:
             call = Page(index=index, home=workflow_name, after=after, limit=PAGE_SIZE)
-            flat, last, flat_gone = await self.connection.run(operation, call)
+            flat, last, flat_gone, bodiless = await self.connection.run(operation, call)
+            if bodiless is not None:
+                raise no_body(text(bodiless, where))
             for position in range(0, len(flat), 3):
                 rows.append(
                     (float(flat[position + 1]), text(flat[position], where), bytes(flat[position + 2]))
@@ -249,6 +255,8 @@ class Reads:
             for (checkpoint_id, score), reply in zip(entries, replies, strict=True):
                 if reply is None:
                     continue  # a pointer to a record that expired or was never completed
+                if reply[0] is None:
+                    raise no_body(checkpoint_id)
                 body, record_signature = (
                     bytes(reply[0]),
                     index_text(reply[1], checkpoint_id, "graph signature"),
@@ -310,10 +318,7 @@ class Reads:
         if workflow_name is not None:
             names = [workflow_name]
         else:
-            names = sorted(
-                set(await self.connection.scan_workflows(operation, "top"))
-                | set(await self.connection.scan_workflows(operation, "nested"))
-            )
+            names = await self.span.index.names(operation, ("top", "nested"))
         client = self.connection.client
         infos: list[CheckpointInfo] = []
         for name in names:
@@ -337,7 +342,7 @@ class Reads:
         names = (
             [workflow_name]
             if workflow_name is not None
-            else await self.connection.scan_workflows(operation, "tombs")
+            else await self.span.index.names(operation, ("tombs",))
         )
         found: set[CheckpointID] = set()
         for name in names:

@@ -42,8 +42,9 @@ def decoded_ids(values: Sequence[Any], where: str) -> list[CheckpointID]:
 
 
 def workflow_name(value: Any, where: str) -> str:
-    """A workflow name read from the store (a key SCAN found): not UTF-8 is reported, naming the
-    key, as the InvalidCheckpointIdError a name failing the identifier rules gets."""
+    """A workflow name read from the store (in the workflow index, or a key SCAN found): not UTF-8
+    is reported, naming where, as the InvalidCheckpointIdError a name failing the identifier
+    rules gets."""
     if isinstance(value, bytes):
         try:
             return value.decode()
@@ -71,5 +72,20 @@ def pairs(flat: Sequence[Any]) -> list[tuple[str, CheckpointID]]:
 
 
 def body_pairs(flat: Sequence[Any], start: int = 0, where: str = ANYWHERE) -> dict[CheckpointID, bytes]:
-    """{id: body} from a flat {id, body, ...} reply, from position ``start``."""
-    return {text(flat[i], where): bytes(flat[i + 1]) for i in range(start, len(flat), 2)}
+    """{id: body} from a flat {id, body, ...} reply, from position ``start``; a body the scripts
+    found missing from a stored record comes as nil, and is that record's corruption."""
+    pairs: dict[CheckpointID, bytes] = {}
+    for i in range(start, len(flat), 2):
+        checkpoint_id, body = text(flat[i], where), flat[i + 1]
+        if body is None:
+            raise no_body(checkpoint_id)
+        pairs[checkpoint_id] = bytes(body)
+    return pairs
+
+
+def no_body(checkpoint_id: CheckpointID) -> CheckpointCorruptedError:
+    """A record whose hash is stored (its index fields are there) without its body field: no
+    save writes one, so the store was damaged; it is not a checkpoint that is not stored."""
+    return CheckpointCorruptedError(
+        checkpoint_id, "its record is stored without its body (a damaged store: no save writes that)"
+    )

@@ -447,6 +447,15 @@ class DeleteWorkflow(ScriptCall):
 
 
 @dataclass(frozen=True, slots=True)
+class ListAdd(ScriptCall):
+    script = "list_add"
+    index: Key
+    """The prefix's workflow index (``RedisKeys.workflows``)."""
+    complete: bool
+    names: Rest
+
+
+@dataclass(frozen=True, slots=True)
 class Walk(ScriptCall):
     script = "walk"
     libraries = ("keys", "nested")
@@ -480,6 +489,7 @@ CALLS: tuple[type[ScriptCall], ...] = (
     Remove,
     Prune,
     DeleteWorkflow,
+    ListAdd,
     Walk,
     Overwrite,
 )

@@ -238,7 +238,7 @@ class RedisCheckpointStorage(BaseCheckpointStorage):
         return await self._reads.nested_ids(checkpoint_id)
 
     async def _workflow_names(self) -> list[str]:
-        return await self._connection.scan_workflows("list_workflows", "top")
+        return await self._span.index.names("list_workflows", ("top",))
 
     async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         return await self._reads.info(checkpoint_id)

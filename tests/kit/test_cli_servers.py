@@ -33,6 +33,14 @@ def protected_redis() -> Iterator[redis_servers.RedisServerProcess]:
         server.stop()
 
 
+async def _members(port: int, key: bytes) -> list[bytes]:
+    client = Redis(host="127.0.0.1", port=port, password=PASSWORD)
+    try:
+        return list(await client.zrange(key, 0, -1))
+    finally:
+        await client.aclose()
+
+
 def _keys(port: int, pattern: str = "*") -> list[bytes]:
     async def scan() -> list[bytes]:
         client = Redis(host="127.0.0.1", port=port, password=PASSWORD)
@@ -61,10 +69,16 @@ def test_a_password_url_shows_the_password_nowhere(
         assert PASSWORD not in text
     # The run wrote under a run prefix of its own inside the given one and deleted every workflow
     # it made; what remains are the storage's per-workflow sequence counters, which outlive
-    # delete_workflow() by design (a recreated workflow keeps counting up).
+    # delete_workflow() by design (a recreated workflow keeps counting up), and the run prefix's
+    # workflow index holding only its completeness mark (docs/redis.md, "The workflow index").
     left = _keys(protected_redis.port)
     assert left
-    assert all(key.startswith(b"mine:ck-run-") and key.endswith(b":seq") for key in left), left
+    assert all(key.startswith(b"mine:ck-run-") and key.endswith((b":seq", b":workflows")) for key in left), (
+        left
+    )
+    indexes = [key for key in left if key.endswith(b":workflows")]
+    assert len(indexes) == 1
+    assert asyncio.run(_members(protected_redis.port, indexes[0])) == [b""]
 
 
 @pytest.mark.redis

@@ -9,7 +9,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from conformance import BackendReport, Outcome, all_clauses
+from conformance import BackendReport, Outcome, StorageTarget, all_clauses
 from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
 from storages.contract import Capability
 from storages.memory import InMemoryCheckpointStorage
@@ -20,8 +20,15 @@ from .support import caught_only_by, failed
 FAMILY = "durability"
 
 
-def run_family(subject: Any, **target: Any) -> BackendReport:
-    return support.run_family(FAMILY, subject, **target)
+def run_family(storage_class: Any, *, rebuildable: bool = True, **target: Any) -> BackendReport:
+    """The family against a store of ``storage_class``; the kit rebuilds it from its "settings"
+    (a new object on the same disk, as a restarted process would open the same file)."""
+    root = storage_class()
+    disk = getattr(root, "_disk", None)
+    if rebuildable:
+        target["reopen"] = (lambda: storage_class(disk)) if disk is not None else storage_class
+    subject = StorageTarget(name=storage_class.__name__, factory=root.new_handle, **target)
+    return support.run_family(FAMILY, subject)
 
 
 @dataclass
@@ -158,20 +165,37 @@ PROCESSES = "durability.across_processes"
 
 
 def test_in_memory_storage_skips_every_durability_clause() -> None:
-    backend = run_family(InMemoryCheckpointStorage)
+    backend = run_family(InMemoryCheckpointStorage, rebuildable=False)
     assert len(backend.results) == len([c for c in all_clauses() if c.family == FAMILY])
     assert all(r.outcome is Outcome.SKIPPED for r in backend.results)
     assert all("durable" in r.message for r in backend.results)
 
 
-def test_a_store_shared_across_handles_passes_when_declared_durable() -> None:
-    # Handles of one in-memory store outlive each other, so declared durable it must pass.
+def test_durable_is_unverified_without_a_way_to_rebuild_the_store() -> None:
+    # Handles of one in-memory store share its memory: new_handle() proves nothing about a store
+    # that outlives its process, so without reopen or process_opener the declaration is unverified.
+    declared = InMemoryCheckpointStorage.capabilities | {Capability.DURABLE}
+    backend = run_family(InMemoryCheckpointStorage, rebuildable=False, capabilities=declared)
+    assert {r.outcome for r in backend.results} == {Outcome.SKIPPED}
+    assert all("unverified" in r.message for r in backend.results if r.clause_id != PROCESSES)
+    required = run_family(
+        InMemoryCheckpointStorage,
+        rebuildable=False,
+        capabilities=declared,
+        required_capabilities=frozenset({Capability.DURABLE}),
+    )
+    assert "durability.survives_reopen" in failed(required)
+    assert "unverified" in required.result("durability.survives_reopen").message
+
+
+def test_a_memory_store_declared_durable_fails_when_rebuilt() -> None:
+    # Built anew from its settings, an in-memory store is empty: declaring durable is caught.
     declared = InMemoryCheckpointStorage.capabilities | {Capability.DURABLE}
     backend = run_family(InMemoryCheckpointStorage, capabilities=declared)
-    assert all(r.outcome is Outcome.PASSED for r in backend.results if r.clause_id != PROCESSES), (
-        backend.failures
-    )
-    assert backend.result(PROCESSES).outcome is Outcome.SKIPPED
+    assert "durability.survives_reopen" in failed(backend)
+
+
+def test_a_durable_store_passes() -> None:
     correct = run_family(RowStorage)
     assert all(r.outcome is Outcome.PASSED for r in correct.results if r.clause_id != PROCESSES), (
         correct.failures

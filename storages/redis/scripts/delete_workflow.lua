@@ -15,4 +15,5 @@ if INLINE then
   end
 end
 redis.call('DEL', H .. ':tombs')
+unlist_emptied(workflow, removed)
 return {count, removed, tombs}

@@ -33,3 +33,20 @@ local function head(w)
     redis.call('ZREM', H .. ':top', ids[1])
   end
 end
+-- Plain Redis: drop from the workflow index home and the workflows of the dropped records
+-- ({workflow, id, ...}) that have nothing left: no top-level index, nested index or tombstones.
+local function unlist_emptied(home, dropped)
+  if not INLINE then return end
+  local seen = {}
+  local names = {home}
+  for i = 1, #dropped, 2 do names[#names + 1] = dropped[i] end
+  for _, w in ipairs(names) do
+    if not seen[w] then
+      seen[w] = true
+      local h = tag(w)
+      if redis.call('EXISTS', h .. ':top', h .. ':nested', h .. ':tombs') == 0 then
+        redis.call('ZREM', P .. ':workflows', w)
+      end
+    end
+  end
+end

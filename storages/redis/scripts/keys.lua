@@ -24,3 +24,24 @@ local function locate(id, given)
   if given == '' then return false end
   return given
 end
+-- The prefix's workflow index, P:workflows: a sorted set of every workflow name with a top-level
+-- index, a nested index or tombstones, scored with when its keys expire (+inf without a TTL),
+-- and the member '' once it is complete (stores written before it existed are scanned once).
+-- The write scripts keep it on plain Redis; on a cluster it is in another slot, and the client
+-- keeps it (storages/redis/workflows.py). listed() adds a name; true when the name is new and
+-- the index is not complete, which the client then completes. Only a new name costs more than
+-- the ZADD: the completeness test, and with a TTL dropping names expired by now.
+local function listed(w)
+  local index = P .. ':workflows'
+  local added
+  if TTL > 0 then
+    local now = redis.call('TIME')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    added = redis.call('ZADD', index, ms + TTL, w) == 1
+    if added then redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. ms) end
+    redis.call('PEXPIRE', index, TTL)
+  else
+    added = redis.call('ZADD', index, 'inf', w) == 1
+  end
+  return added and not redis.call('ZSCORE', index, '')
+end

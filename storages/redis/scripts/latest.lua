@@ -1,6 +1,7 @@
 -- The newest entry of an index of home (top or signature set), read only: false for an empty
--- index; {id, body, then id, body, ... of every record nested in it}; or {id} alone when the
--- newest entry's record is gone and expiry does not explain it: never an older entry.
+-- index; {id, body, then id, body, ... of every record nested in it}; {id} alone when the
+-- newest entry's record is gone and expiry does not explain it, {id, false} when it is stored
+-- without its body (a damaged store): never an older entry.
 -- The home's key tag comes built by the client (it built the index's name from it): escaping
 -- a name in Lua (a LangGraph namespace holds ':' and '%') cost more than the empty lookup.
 local H = home_tag
@@ -13,6 +14,7 @@ if body then
   descendants(H, id, out)
   return out
 end
+if redis.call('EXISTS', rkey(H, id)) == 1 then return {id, false} end
 if TTL == 0 then return {id} end
 -- With a TTL, records expire oldest first: the newest one gone is expiry only if all are gone.
 local start = 1

@@ -1,13 +1,19 @@
 -- What decoding a checkpoint needs, flat: {body, workflow, previous or false, signature, home,
--- then id, body, ... of every record nested in it}; false if it is not stored. The home lets the
+-- then id, body, ... of every record nested in it}; false if it is not stored; a record stored
+-- without its body (a damaged store) comes with body false, to be reported. The home lets the
 -- client read the record again by a transaction of plain commands (reads.py). On plain Redis the
 -- route is the id's location pointer, so its name is not built again here.
 local found
 if INLINE then found = redis.call('GET', route) else found = locate(id, given_home) end
 if not found then return false end
 local H, escaped = tag(found), esc(id)
-local out = redis.call('HMGET', H .. ':r:' .. escaped, 'b', 'w', 'p', 's')
-if not out[1] then return false end
+local key = H .. ':r:' .. escaped
+local out = redis.call('HMGET', key, 'b', 'w', 'p', 's')
+if not out[1] then
+  if redis.call('EXISTS', key) == 0 then return false end
+  out[5] = found
+  return out
+end
 out[5] = found
 -- Most records have nothing nested: descendants() (which reads the list again) only if it says so.
 if redis.call('EXISTS', H .. ':k:' .. escaped) == 1 then descendants(H, id, out) end

@@ -21,4 +21,8 @@ for _, id in ipairs(doomed) do
   end
 end
 touch(H .. ':tombs')
+if INLINE then
+  listed(workflow) -- its tombstones now live as long as its index entry
+  unlist_emptied(workflow, removed)
+end
 return {#doomed, removed}

@@ -7,4 +7,6 @@ local H = tag(found)
 local f = redis.call('HMGET', rkey(H, id), 'w', 'c')
 if not f[1] then return {'missing'} end
 if f[2] then return {'nested', f[2]} end
-return {'deleted', drop_family(H, found, id)}
+local dropped = drop_family(H, found, id)
+unlist_emptied(found, dropped)
+return {'deleted', dropped}

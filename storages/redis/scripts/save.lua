@@ -1,6 +1,8 @@
 -- The general save: a top-level record (records[1]) and the records nested in it, all stored in
--- home's slot. Returns {'ok'}, {'exists', digest} or {'conflict', id}; fenced, also
--- {'exists', digest, latest} or {'stale', latest}.
+-- home's slot. Returns {'ok', unindexed, created}, {'exists', digest} or {'conflict', id};
+-- fenced, also {'exists', digest, latest} or {'stale', latest}. unindexed (plain Redis) is 1 when
+-- a name new to the workflow index found it not yet complete; created (a cluster) is 1 when home had no index or
+-- tombstones before this save: the client, which keeps the index there, lists home again.
 local H = tag(home)
 -- The key of the record stored under id, if any. On plain Redis every record has a location
 -- pointer written by the same script, so no pointer means no record, wherever it would live.
@@ -29,6 +31,8 @@ end
 for i = 2, #records do
   if stored(records[i].id) then return {'conflict', records[i].id} end
 end
+local created, unindexed = 0, 0
+if not INLINE and redis.call('EXISTS', H .. ':top', H .. ':nested', H .. ':tombs') == 0 then created = 1 end
 for _, r in ipairs(records) do
   local seq = r.sequence
   if seq == '' then
@@ -66,6 +70,7 @@ for _, r in ipairs(records) do
     local location = lockey(r.id)
     redis.call('SET', location, home)
     touch(location)
+    if listed(r.workflow) then unindexed = 1 end
   end
 end
-return {'ok'}
+return {'ok', unindexed, created}

@@ -1,7 +1,7 @@
 -- The common save on plain Redis, one top-level record with nothing nested: the writes of
 -- save.lua for that case, with the key names given, so the server runs only the commands it
--- needs. Returns false when written, else the stored digest; fenced, {'exists', digest, latest}
--- or {'stale', latest}.
+-- needs. Returns false when written (1 if the workflow was new to a workflow index that is not
+-- yet complete: the client completes it), else the stored digest; fenced, {'exists', digest, latest} or {'stale', latest}.
 local found = redis.call('GET', pointer)
 if found then
   local stored_digest = redis.call('HGET', rkey(tag(found), id), 'd')
@@ -24,7 +24,9 @@ end
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
 redis.call('SET', pointer, workflow)
+local unindexed = listed(workflow)
 if TTL > 0 then
   for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
 end
+if unindexed then return 1 end
 return false

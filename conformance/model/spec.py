@@ -1,0 +1,518 @@
+"""The contract as a model: what every observable of a storage must be after any sequence of calls.
+
+Written from docs/contract.md alone, in plain Python, and sharing no code with the engine or any
+backend: a model that reused the engine could not disagree with it. It keeps records (top-level
+and nested), one commit counter per workflow name, tombstones and pending writes, and answers each
+operation with an :class:`Expect`: the value the storage must return, or the errors it may raise.
+
+Where the contract leaves a choice open (a walk that meets its depth limit and a cycle at once),
+the model lists every acceptable answer rather than picking the engine's.
+"""
+
+from __future__ import annotations
+
+import enum
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from storages.contract import AncestryEnd
+from storages.errors import (
+    CheckpointConflictError,
+    GraphSignatureMismatchError,
+    InvalidCheckpointError,
+    InvalidCheckpointIdError,
+    NestedCheckpointDeletionError,
+    StaleWriterError,
+)
+
+FIELDS: tuple[str, ...] = (
+    "workflow_name",
+    "graph_signature_hash",
+    "checkpoint_id",
+    "previous_checkpoint_id",
+    "timestamp",
+    "messages",
+    "state",
+    "pending_request_info_events",
+    "iteration_count",
+    "metadata",
+    "version",
+)
+"""MAF's 11 checkpoint fields, in order (the order a body meets embedded checkpoints in)."""
+
+VALUE_FIELDS = ("messages", "state", "pending_request_info_events", "metadata")
+
+
+@dataclass(eq=False)
+class Draft:
+    """A checkpoint as data: the 11 fields, with :class:`Embedded` wherever a checkpoint is embedded."""
+
+    workflow_name: Any
+    graph_signature_hash: str
+    checkpoint_id: Any
+    previous_checkpoint_id: Any
+    timestamp: str
+    messages: dict[str, list[Any]]
+    state: dict[str, Any]
+    pending_request_info_events: dict[str, Any]
+    iteration_count: Any
+    metadata: dict[str, Any]
+    version: str = "1.0"
+
+    def embedded(self) -> list[tuple[Draft, Draft]]:
+        """(embedded draft, its direct container) for every checkpoint embedded at any depth, in
+        the order a body meets them (fields in order, depth first, containers before what they
+        hold), each object once however often it is embedded."""
+        found: list[tuple[Draft, Draft]] = []
+        seen: set[int] = set()
+
+        def visit(value: Any, container: Draft) -> None:
+            if isinstance(value, Embedded):
+                if id(value) in seen:
+                    return
+                seen.add(id(value))
+                found.append((value.draft, container))
+                for name in VALUE_FIELDS:
+                    visit(getattr(value.draft, name), value.draft)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    visit(item, container)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    visit(item, container)
+
+        for name in VALUE_FIELDS:
+            visit(getattr(self, name), self)
+        return found
+
+
+@dataclass(eq=False)
+class Embedded:
+    """A checkpoint embedded in a value; the same Embedded object twice is one object twice (an alias)."""
+
+    draft: Draft
+
+
+class Verdict(enum.Enum):
+    NOT_FOUND = "not found"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the storage must answer: ``values`` (any one of them) or one of ``errors``."""
+
+    values: tuple[Any, ...] = (None,)
+    errors: tuple[type[BaseException], ...] = ()
+    not_found: bool = False
+    """The answer is "no such checkpoint" (CheckpointNotFoundError, or MAF's own exception)."""
+
+    @classmethod
+    def value(cls, value: Any) -> Expect:
+        return cls(values=(value,))
+
+    @classmethod
+    def error(cls, *errors: type[BaseException]) -> Expect:
+        return cls(values=(), errors=errors)
+
+    @classmethod
+    def missing(cls) -> Expect:
+        return cls(values=(), not_found=True)
+
+    @property
+    def succeeds(self) -> bool:
+        return not self.errors and not self.not_found
+
+
+@dataclass(frozen=True)
+class Record:
+    draft: Draft
+    sequence: int
+    container: str | None
+    root: str
+    position: int
+
+    @property
+    def checkpoint_id(self) -> str:
+        return str(self.draft.checkpoint_id)
+
+    @property
+    def workflow(self) -> str:
+        return str(self.draft.workflow_name)
+
+
+@dataclass(frozen=True)
+class Walk:
+    ids: tuple[str, ...]
+    end: AncestryEnd
+    end_id: str | None
+    drafts: tuple[Draft, ...] = field(default=(), compare=False)
+    """What walk_ancestry (with bodies) returns for each id, in order."""
+
+
+@dataclass(frozen=True)
+class Write:
+    task_id: Any
+    index: Any
+    channel: Any
+    value: Any
+    task_path: str = ""
+
+
+@dataclass
+class Writes:
+    order: list[tuple[Any, Any]] = field(default_factory=list)
+    by_key: dict[tuple[Any, Any], Write] = field(default_factory=dict)
+    calls: set[str] = field(default_factory=set)
+    """The calls stored (as text): one made again is a retry and changes nothing."""
+
+
+def identifier_problem(value: object) -> str:
+    """Why ``value`` is not an acceptable id or workflow name ('' when it is): a non-empty string
+    of at most 256 characters without control or surrogate characters."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a str"
+    if not value:
+        return "is empty"
+    if len(value) > 256:
+        return "is longer than 256 characters"
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in value):
+        return "holds a control or surrogate character"
+    return ""
+
+
+def same_content(first: Draft, second: Draft) -> bool:
+    """Whether two drafts are the same checkpoint, embedded checkpoints included."""
+    from .values import difference
+
+    return first is second or not difference(plain(first), plain(second))
+
+
+def plain(value: Any) -> Any:
+    """A draft as nested tuples and values, embedded checkpoints included, for comparing drafts."""
+    from .values import KEEP, copy_value
+
+    def rebuild(item: Any) -> Any:
+        if isinstance(item, Embedded):
+            return ("embedded", plain(item.draft))
+        if isinstance(item, Draft):
+            return tuple(
+                plain(getattr(item, name)) if name in VALUE_FIELDS else getattr(item, name) for name in FIELDS
+            )
+        return KEEP
+
+    return copy_value(value, rebuild)
+
+
+class ContractModel:
+    """The store as the contract describes it, for one storage's declared capabilities."""
+
+    def __init__(self, *, nested: bool) -> None:
+        self.nested = nested
+        self.records: dict[str, Record] = {}
+        self.counters: dict[str, int] = {}
+        self.tombstones: dict[str, dict[str, None]] = {}
+        self.writes: dict[tuple[str, str], Writes] = {}
+        self.blurred: set[str] = set()
+        """Pruned ids saved again, or pruned from two workflows: whether and where a tombstone
+        still lists them is left open by the contract."""
+
+    def clone(self) -> ContractModel:
+        twin = ContractModel(nested=self.nested)
+        twin.records = dict(self.records)
+        twin.counters = dict(self.counters)
+        twin.tombstones = {name: dict(ids) for name, ids in self.tombstones.items()}
+        twin.blurred = set(self.blurred)
+        twin.writes = {
+            key: Writes(list(log.order), dict(log.by_key), set(log.calls)) for key, log in self.writes.items()
+        }
+        return twin
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """Equal for models no observation can tell apart (used to merge linearizations)."""
+        order = tuple(sorted((r.workflow, r.sequence, r.checkpoint_id) for r in self.records.values()))
+        ranks = tuple(sorted(self._ranks().items()))
+        tombs = tuple(sorted((name, tuple(sorted(ids))) for name, ids in self.tombstones.items() if ids))
+        writes = tuple(
+            sorted(
+                (key, tuple((k, repr(log.by_key[k])) for k in log.order)) for key, log in self.writes.items()
+            )
+        )
+        return (tuple((w, i) for w, _, i in order), ranks, tombs, writes)
+
+    def _ranks(self) -> dict[str, int]:
+        ranks: dict[str, int] = {}
+        by_workflow: dict[str, list[Record]] = {}
+        for record in self.records.values():
+            by_workflow.setdefault(record.workflow, []).append(record)
+        for records in by_workflow.values():
+            for rank, record in enumerate(sorted(records, key=lambda r: r.sequence)):
+                ranks[record.checkpoint_id] = rank
+        return ranks
+
+    # ------------------------------------------------------------------ queries
+
+    def top_level(self, workflow: str, signature: str | None = None) -> list[Record]:
+        return sorted(
+            (
+                r
+                for r in self.records.values()
+                if r.container is None
+                and r.workflow == workflow
+                and (signature is None or r.draft.graph_signature_hash == signature)
+            ),
+            key=lambda r: r.sequence,
+        )
+
+    def listed(self, workflow: str, signature: str | None, include_nested: bool) -> list[Record]:
+        return sorted(
+            (
+                r
+                for r in self.records.values()
+                if r.workflow == workflow
+                and (include_nested or r.container is None)
+                and (signature is None or r.draft.graph_signature_hash == signature)
+            ),
+            key=lambda r: r.sequence,
+        )
+
+    def latest_id(self, workflow: str) -> str | None:
+        top = self.top_level(workflow)
+        return top[-1].checkpoint_id if top else None
+
+    def workflows(self) -> set[str]:
+        return {r.workflow for r in self.records.values() if r.container is None}
+
+    def family(self, root_id: str) -> list[Record]:
+        return [r for r in self.records.values() if r.root == root_id]
+
+    def all_tombstones(self) -> set[str]:
+        return {checkpoint_id for ids in self.tombstones.values() for checkpoint_id in ids}
+
+    # ------------------------------------------------------------------ operations
+
+    def save(self, draft: Draft, *, fenced: bool = False, expected_latest: str | None = None) -> Expect:
+        for name in ("checkpoint_id", "workflow_name"):
+            if identifier_problem(getattr(draft, name)):
+                return Expect.error(InvalidCheckpointIdError)
+        if draft.previous_checkpoint_id is not None and identifier_problem(draft.previous_checkpoint_id):
+            return Expect.error(InvalidCheckpointIdError)
+        if type(draft.iteration_count) is not int:
+            return Expect.error(InvalidCheckpointError)
+        checkpoint_id = draft.checkpoint_id
+        existing = self.records.get(checkpoint_id)
+        if existing is not None:
+            if not same_content(existing.draft, draft):
+                return Expect.error(CheckpointConflictError)
+            if existing.container is not None:
+                # An equal top-level save of a nested record's id: a no-op or a conflict.
+                return Expect(values=(checkpoint_id,), errors=(CheckpointConflictError,))
+            if fenced and self.latest_id(existing.workflow) != checkpoint_id:
+                return Expect.error(StaleWriterError)
+            return Expect.value(checkpoint_id)
+        embedded = draft.embedded() if self.nested else []
+        for child, _ in embedded:
+            if identifier_problem(child.checkpoint_id) or identifier_problem(child.workflow_name):
+                return Expect.error(InvalidCheckpointIdError)
+            if child.checkpoint_id in self.records or child.checkpoint_id == checkpoint_id:
+                return Expect.error(CheckpointConflictError)
+        if fenced and self.latest_id(draft.workflow_name) != expected_latest:
+            return Expect.error(StaleWriterError)
+        self._insert(draft, None, checkpoint_id, 0)
+        for position, (child, container) in enumerate(embedded, start=1):
+            self._insert(child, str(container.checkpoint_id), checkpoint_id, position)
+        return Expect.value(checkpoint_id)
+
+    def _insert(self, draft: Draft, container: str | None, root: str, position: int) -> None:
+        workflow = str(draft.workflow_name)
+        if str(draft.checkpoint_id) in self.all_tombstones():
+            self.blurred.add(str(draft.checkpoint_id))
+        sequence = self.counters.get(workflow, 0) + 1
+        self.counters[workflow] = sequence
+        self.records[str(draft.checkpoint_id)] = Record(draft, sequence, container, root, position)
+
+    def load(self, checkpoint_id: str, expected_signature: str | None = None) -> Expect:
+        record = self.records.get(checkpoint_id)
+        if record is None:
+            return Expect.missing()
+        if expected_signature is not None and record.draft.graph_signature_hash != expected_signature:
+            return Expect.error(GraphSignatureMismatchError)
+        return Expect.value(record.draft)
+
+    def get_latest(self, workflow: str, signature: str | None = None) -> Expect:
+        top = self.top_level(workflow, signature)
+        return Expect.value(top[-1].draft if top else None)
+
+    def list_checkpoints(self, workflow: str, signature: str | None, include_nested: bool) -> Expect:
+        return Expect.value([r.draft for r in self.listed(workflow, signature, include_nested)])
+
+    def list_checkpoint_ids(self, workflow: str, signature: str | None, include_nested: bool) -> Expect:
+        return Expect.value([r.checkpoint_id for r in self.listed(workflow, signature, include_nested)])
+
+    def delete(self, checkpoint_id: str) -> Expect:
+        record = self.records.get(checkpoint_id)
+        if record is None:
+            return Expect.value(False)
+        if record.container is not None:
+            return Expect.error(NestedCheckpointDeletionError)
+        for member in self.family(checkpoint_id):
+            del self.records[member.checkpoint_id]
+        return Expect.value(True)
+
+    def walk(self, checkpoint_id: str, max_depth: int) -> Expect:
+        record = self.records.get(checkpoint_id)
+        if record is None:
+            return Expect.missing()
+        tombstones = self.all_tombstones()
+        ids = [checkpoint_id]
+        visited = {checkpoint_id}
+        answers: list[Walk] = []
+        while True:
+            previous = record.draft.previous_checkpoint_id
+            if previous is None:
+                answers.append(self._walked(ids, AncestryEnd.ROOT, record.checkpoint_id))
+                break
+            if len(ids) >= max_depth:
+                answers.append(self._walked(ids, AncestryEnd.DEPTH_LIMIT, record.checkpoint_id))
+                if previous in visited:  # both true at once: either answer is the contract's
+                    answers.append(self._walked(ids, AncestryEnd.CYCLE, previous))
+                break
+            if previous in visited:
+                answers.append(self._walked(ids, AncestryEnd.CYCLE, previous))
+                break
+            following = self.records.get(previous)
+            if following is None:
+                if previous in self.blurred:  # pruned, then saved again and removed since
+                    answers.append(self._walked(ids, AncestryEnd.MISSING, previous))
+                    answers.append(self._walked(ids, AncestryEnd.PRUNED, previous))
+                    break
+                end = AncestryEnd.PRUNED if previous in tombstones else AncestryEnd.MISSING
+                answers.append(self._walked(ids, end, previous))
+                break
+            ids.append(previous)
+            visited.add(previous)
+            record = following
+        return Expect(values=tuple(answers))
+
+    def _walked(self, ids: list[str], end: AncestryEnd, end_id: str | None) -> Walk:
+        return Walk(tuple(ids), end, end_id, tuple(self.records[i].draft for i in ids))
+
+    def prune(self, workflow: str, keep_last: Any) -> Expect:
+        if type(keep_last) is not int or keep_last < 0:
+            return Expect.error(InvalidCheckpointError)
+        top = self.top_level(workflow)
+        victims = top[: max(len(top) - keep_last, 0)]
+        graves = self.tombstones.setdefault(workflow, {})
+        for victim in victims:
+            for member in self.family(victim.checkpoint_id):
+                del self.records[member.checkpoint_id]
+                if member.checkpoint_id in self.all_tombstones():
+                    self.blurred.add(member.checkpoint_id)
+                graves[member.checkpoint_id] = None
+        # Only the survivors keep their writes: a pruned checkpoint's go, and so do the writes a
+        # plain delete left behind.
+        survivors = {r.checkpoint_id for r in self.top_level(workflow)}
+        for key in [key for key in self.writes if key[0] == workflow and key[1] not in survivors]:
+            del self.writes[key]
+        return Expect.value(len(victims))
+
+    def delete_workflow(self, workflow: str) -> Expect:
+        top = self.top_level(workflow)
+        for record in top:
+            for member in self.family(record.checkpoint_id):
+                del self.records[member.checkpoint_id]
+        self.tombstones.pop(workflow, None)
+        for key in [key for key in self.writes if key[0] == workflow]:
+            del self.writes[key]
+        return Expect.value(len(top))
+
+    def list_nested(self, checkpoint_id: str) -> Expect:
+        if checkpoint_id not in self.records:
+            return Expect.missing()
+        children = sorted(
+            (r for r in self.records.values() if r.container == checkpoint_id), key=lambda r: r.position
+        )
+        return Expect.value([r.checkpoint_id for r in children])
+
+    def info(self, checkpoint_id: str) -> Expect:
+        record = self.records.get(checkpoint_id)
+        if record is None:
+            return Expect.value(None)
+        draft = record.draft
+        return Expect.value(
+            (draft.workflow_name, draft.previous_checkpoint_id, draft.graph_signature_hash, record.container)
+        )
+
+    def records_of(self, workflow: str) -> Expect:
+        """list_records(workflow_name=...): the workflow's record ids, nested ones too, in commit order."""
+        records = self.listed(workflow, None, include_nested=True)
+        return Expect.value([r.checkpoint_id for r in records])
+
+    def tombstones_of(self, workflow: str) -> tuple[set[str], set[str]]:
+        """(ids list_tombstones must list, ids it may list or not)."""
+        graves = set(self.tombstones.get(workflow, {}))
+        unclear = self.blurred | set(self.records)
+        return graves - unclear, unclear
+
+    def put_writes(self, checkpoint_id: str, workflow: str, writes: Sequence[Write]) -> Expect:
+        if identifier_problem(checkpoint_id) or identifier_problem(workflow):
+            return Expect.error(InvalidCheckpointIdError)
+        for write in writes:
+            bad_task = not isinstance(write.task_id, str) or not write.task_id
+            bad_channel = not isinstance(write.channel, str) or not write.channel
+            if bad_task or bad_channel or type(write.index) is not int:
+                return Expect.error(InvalidCheckpointError)
+        log = self.writes.setdefault((workflow, checkpoint_id), Writes())
+        call = repr([(w.task_id, w.index, w.channel, w.task_path, w.value) for w in writes])
+        if call in log.calls:
+            return Expect.value(None)  # repeating a call changes nothing (a retry is safe)
+        log.calls.add(call)
+        for write in writes:
+            key = (write.task_id, write.index)
+            if key not in log.by_key:
+                log.order.append(key)
+                log.by_key[key] = write
+            elif write.index < 0:
+                log.by_key[key] = write
+        return Expect.value(None)
+
+    def list_writes(self, checkpoint_id: str, workflow: str) -> Expect:
+        log = self.writes.get((workflow, checkpoint_id))
+        return Expect.value([] if log is None else [log.by_key[key] for key in log.order])
+
+    def delete_writes(self, checkpoint_id: str, workflow: str) -> Expect:
+        """The count's value is the storage's to choose; that it is not zero when writes were
+        stored, and zero when none were, is the contract's."""
+        log = self.writes.pop((workflow, checkpoint_id), None)
+        return Expect.value(log is not None and bool(log.order))
+
+    def workflow_writes(self, workflow: str) -> Expect:
+        return Expect.value(
+            {
+                checkpoint_id: [log.by_key[key] for key in log.order]
+                for (name, checkpoint_id), log in self.writes.items()
+                if name == workflow and log.order
+            }
+        )
+
+
+def with_changes(draft: Draft, **changes: Any) -> Draft:
+    return replace(draft, **changes)
+
+
+__all__ = [
+    "FIELDS",
+    "VALUE_FIELDS",
+    "ContractModel",
+    "Draft",
+    "Embedded",
+    "Expect",
+    "Record",
+    "Verdict",
+    "Walk",
+    "Write",
+    "identifier_problem",
+    "same_content",
+    "with_changes",
+]
