@@ -4,10 +4,13 @@ configured in the environment.
 What runs comes from the backend registry (storages/registry.py): each backend whose
 ``BackendSpec.embedded`` names an :class:`~conformance.embedded.EmbeddedBackend` is checked on it,
 and each whose ``server_url_env`` variable is set (``CHECKPOINT_POSTGRESQL_URL=postgresql://...``)
-is checked on that server too, under a run prefix of its own. Nothing starts until a target is
-first opened; a backend whose optional dependency is missing, a configured URL that is wrong and a
-third-party entry point that could not be registered are not skipped: each target fails to open
-with its typed error, so the report shows it as an error.
+is checked on that server too, under a run prefix of its own. Configured servers come first: one
+that cannot be reached ends the run (exit status 2) before any embedded backend starts. Nothing
+starts until a target is first opened; a backend whose optional dependency is missing, a
+configured URL that is wrong and a third-party entry point that could not be registered are not
+skipped: each target fails to open with its typed error, so the report shows it as an error. A
+registered backend the run cannot check at all (no embedded default, no server configured) is
+named with what it needs (:func:`not_run_backends`).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import os
 from typing import Any
 
 from storages.base import BaseCheckpointStorage
-from storages.errors import CheckpointStorageError
+from storages.errors import CheckpointStorageError, MissingDependencyError
 from storages.registry import BUILTIN_BACKENDS as BUILTIN_SPECS
 from storages.registry import RegisteredBackend, load_reference, registry
 
 from .embedded import BuiltinBackend, Embedded, EmbeddedBackend
+from .report import NotRun
 from .target import StorageTarget, new_run_prefix, target_from_url
 
 BUILTIN_BACKENDS: tuple[EmbeddedBackend, ...] = tuple(
@@ -90,17 +94,53 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
 
 
 def builtin_targets() -> list[StorageTarget]:
-    """The no-argument run's targets: each registered backend on its embedded default (no servers
-    to run), then each configured server, then each third-party backend that was refused."""
+    """The no-argument run's targets: each configured server first (an unreachable one fails the
+    run before anything else starts), then each registered backend on its embedded default (no
+    servers to run), then each third-party backend that was refused."""
     backends = registry()
-    targets = [_embedded_target(backend) for backend in backends.backends if backend.spec.embedded]
+    targets: list[StorageTarget] = []
     for backend in backends.backends:
         variable = backend.spec.server_url_env
-        url = os.environ.get(variable, "").strip() if variable else ""
-        if url:
-            targets.append(_server_target(backend, variable or "", url))
+        url = _configured_url(variable)
+        if variable and url:
+            targets.append(_server_target(backend, variable, url))
+    targets += [_embedded_target(backend) for backend in backends.backends if backend.spec.embedded]
     targets += [unavailable_target(problem.backend, problem) for problem in backends.problems]
     return targets
+
+
+def not_run_backends() -> list[NotRun]:
+    """What the no-argument run leaves out, each with what it would need: a registered backend
+    with no embedded default and no configured server, and the server of a backend whose
+    variable is not set."""
+    return [entry for backend in registry().backends if (entry := _not_run(backend)) is not None]
+
+
+def _not_run(backend: RegisteredBackend) -> NotRun | None:
+    spec = backend.spec
+    variable = spec.server_url_env
+    if _configured_url(variable):
+        return None  # its server is checked
+    if spec.embedded is not None:  # checked embedded; only a server of its own is left out
+        return (
+            NotRun(f"{spec.name} (${variable})", f"its server: {variable} is not set") if variable else None
+        )
+    scheme = spec.schemes[0]
+    if variable:
+        reason = f"needs a server: set {variable}={scheme}://... or give its URL"
+    else:
+        reason = f"has no embedded default: give its URL, checkpoint-conformance {scheme}://..."
+    if backend.entry_point is not None:
+        reason += f" ({backend.origin})"
+    try:
+        backend.check_installed()
+    except MissingDependencyError as exc:
+        reason += f"; and {exc}"
+    return NotRun(spec.name, reason)
+
+
+def _configured_url(variable: str | None) -> str:
+    return os.environ.get(variable, "").strip() if variable else ""
 
 
 def _embedded_target(backend: RegisteredBackend) -> StorageTarget:
@@ -133,6 +173,12 @@ def _server_target(backend: RegisteredBackend, variable: str, url: str) -> Stora
         target = target_from_url(url, run_prefix=new_run_prefix(), remove_workflows=True)
     except CheckpointStorageError as exc:  # a wrong URL or a missing extra: reported, not skipped
         return unavailable_target(f"{backend.spec.name} (${variable})", exc)
+    except Exception as exc:  # a third-party from_url may refuse a URL with any exception
+        refusal = CheckpointStorageError(
+            f"backend {backend.spec.name!r} ({backend.origin}) refused ${variable}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        return unavailable_target(f"{backend.spec.name} (${variable})", refusal)
     target.name = f"{target.name} (${variable})"
     return target
 
@@ -153,5 +199,6 @@ __all__ = [
     "EmbeddedBackend",
     "builtin_target",
     "builtin_targets",
+    "not_run_backends",
     "unavailable_target",
 ]

@@ -34,7 +34,7 @@ opened, and fails with a message that says what broke.
 |---|---|---|
 | `passed` | The guarantee holds. | no |
 | `failed` | The guarantee does not hold, the clause raised something unexpected, or it timed out. | yes |
-| `skipped` | Not applicable: a needed capability is undeclared, or the target gives no way to check. | no |
+| `not_applicable` | A needed capability is undeclared, or the target gives no way to check. | no |
 | `xfailed` | The clause failed and the target declared it as a known deviation. | no |
 | `finding` | The runner driving the storage broke the guarantee, not the storage. | no |
 
@@ -42,8 +42,8 @@ opened, and fails with a message that says what broke.
 (`signature_filter`, `ancestry`, `nested`, `prune`, `ttl`, `list_workflows`, `raw_access`) are
 checked both ways: a declared one must work, an undeclared operation must raise
 `UnsupportedOperationError`. Property capabilities (`durable`, `shared`) only gate clauses. A
-clause whose *Requires* column names a capability the storage does not declare is skipped, never
-silently passed.
+clause whose *Requires* column names a capability the storage does not declare is not
+applicable, never silently passed.
 
 **Expected failures.** A target may list known deviations as `{clause id: reason}`. Such a clause
 that fails is reported as `xfailed`; one that passes fails the run (strict), so stale entries are
@@ -144,9 +144,37 @@ $ checkpoint-conformance 'redis://127.0.0.1:6379/0?prefix=kit&ttl=1' --clause ex
 $ checkpoint-conformance --list
 ```
 
+With no URL, configured servers (`CHECKPOINT_POSTGRESQL_URL`, a third-party backend's
+`server_url_env`) are checked first, then every registered backend on its embedded default; the
+run ends with a `Not run:` line for each registered backend it could not check and what that
+backend needs (a server variable, a URL), also in the JSON report's `not_run`. A configured
+server that does not answer ends the run with exit status 2 before any embedded backend starts.
+
 Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
 finding; 1 when any clause failed, a backend could not be opened or a required capability is not
-declared; 2 for a usage error or a backend that failed the connectivity check.
+declared; 2 for a usage error or a backend that failed the connectivity check. A URL its backend
+refuses is a usage error whatever the backend raises (a third-party `from_url`'s `TypeError` for
+an option it does not take included), said in one line. A mistyped `--clause` names the nearest
+clause id or family.
+
+## Reports
+
+`--json PATH` writes the report as JSON, `--junit-xml PATH` as JUnit XML; the console shows the
+same results. An unexpected exception a clause meets (anything but the clause's own verdict)
+keeps its traceback: in the JSON result's `traceback`, in the JUnit failure's text, in the
+pytest failure, and on the console with `--verbose`.
+
+- **JSON** starts with `"format": "checkpoint-conformance/2"`. A clause that did not apply is
+  `not_applicable` everywhere in it: a result's `outcome`, the `summary` counts, each backend's
+  `not_applicable` and `coverage`. (Format 1 said `skipped` in outcomes and the summary, and had
+  no `traceback` or `not_run`.)
+- **JUnit XML** says `skipped` for what did not apply, failed as declared or is a runner finding,
+  the word CI tools know; each backend is a `testsuite` and the root `testsuites` counts
+  `tests`, `failures`, `errors` (a backend that could not be opened is one `error` case) and
+  `skipped`. Class names are `conformance.<scheme>.<host>.<port>.<last path segment>.<family>`:
+  no credentials, query or directories, so a store under a temporary directory has the same
+  class names every run.
+- **pytest** reports what did not apply as skipped and a runner finding as xfailed.
 """
 
 

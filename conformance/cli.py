@@ -1,15 +1,17 @@
 """``checkpoint-conformance [URL ...]``: run the kit from a shell or CI.
 
-With no URL it checks every registered backend (storages/registry.py) on its embedded default, and
-each configured server (a backend's ``server_url_env``, e.g. ``CHECKPOINT_POSTGRESQL_URL``). A URL
+With no URL it checks each configured server (a backend's ``server_url_env``, e.g.
+``CHECKPOINT_POSTGRESQL_URL``), then every registered backend (storages/registry.py) on its
+embedded default, and names each backend it could not check and what that one needs. A URL
 run writes under a run prefix of its own where the backend has one (Redis ``prefix=``, the S3 key
 prefix) and deletes every workflow it created unless ``--keep``; point it at a scratch namespace
 all the same.
 
 Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
 finding (a defect of the runner, not of the storage); 1 when a clause failed, a backend could not
-be opened or a ``--require``'d capability is not declared; 2 for a usage error or a backend that
-did not answer the connectivity check (nothing else runs then).
+be opened or a ``--require``'d capability is not declared; 2 for a usage error (a URL its
+backend refuses, whatever the backend raises) or a backend that did not answer the connectivity
+check (nothing else runs then; configured servers are checked first).
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ from storages.terminal import EXIT_BROKEN_PIPE, silence_stdout
 from storages.terminal import console as terminal_console
 from storages.urls import supported_schemes
 
-from .builtin import builtin_targets, unavailable_target
+from .builtin import builtin_targets, not_run_backends, unavailable_target
 from .clause import FAMILIES, Clause
 from .model import DEFAULT_OPERATIONS, DEFAULT_SECONDS, DEFAULT_SEED, parse_budget
-from .report import ClauseResult, Report, now
+from .report import ClauseResult, NotRun, Report, now
 from .runner import abandoned_loops, avalidate_target, capabilities_from_names
 from .selection import select_clauses
 from .tables import (
@@ -119,8 +121,10 @@ def _main(argv: Sequence[str] | None) -> int:
             json_path=args.json,
             junit_path=args.junit_xml,
             quiet=args.quiet,
+            verbose=args.verbose,
             console=console,
             required_capabilities=required,
+            not_run=() if args.urls else not_run_backends(),
         )
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -153,29 +157,39 @@ def run(
     json_path: Path | None = None,
     junit_path: Path | None = None,
     quiet: bool = False,
+    verbose: bool = False,
     console: Console | None = None,
     required_capabilities: frozenset[Capability] = frozenset(),
+    not_run: Sequence[NotRun] = (),
 ) -> int:
     """Run ``clauses`` (default: all) against ``targets``, print the report, write the files.
+
+    ``verbose`` prints each unexpected exception's traceback; ``not_run`` names the registered
+    backends the run leaves out, and why (the no-argument run's, see
+    :func:`~conformance.builtin.not_run_backends`).
 
     Returns the exit status: 0 if the report is ok, 2 if a backend was unreachable (the run
     stops there), else 1. The files are written either way.
     """
     console = console if console is not None else Console()
     selected = list(clauses) if clauses is not None else select_clauses()
-    report = asyncio.run(_run(targets, selected, console, quiet, required_capabilities))
+    report = asyncio.run(_run(targets, selected, console, quiet, verbose, required_capabilities))
+    report.not_run = list(not_run)
     if json_path is not None:
         report.write_json(json_path)
     if junit_path is not None:
         report.write_junit_xml(junit_path)
     for backend in report.backends:
         if backend.unreachable:
-            print(f"{PROG}: error: {backend.backend}: {backend.error}", file=sys.stderr)
+            # One line: a driver's message may span several (libpq's hint does).
+            print(f"{PROG}: error: {backend.backend}: {' '.join(backend.error.split())}", file=sys.stderr)
             return 2
     console.print(summary_table(report, selected))
     console.print(Text("Cells: passed/applicable clauses; n/a: not applicable.", style="dim"))
     for line in verdict_lines(report):
         console.print(line)
+    for left_out in report.not_run:
+        console.print(Text(f"Not run: {left_out.backend}: {left_out.reason}", style="yellow"))
     return 0 if report.ok else 1
 
 
@@ -184,6 +198,7 @@ async def _run(
     clauses: list[Clause],
     console: Console,
     quiet: bool,
+    verbose: bool,
     required_capabilities: frozenset[Capability],
 ) -> Report:
     report = Report()
@@ -213,7 +228,7 @@ async def _run(
             report.backends.append(backend)
             if backend.unreachable:
                 break  # fail fast: the other targets would only delay the exit status 2
-            for renderable in backend_report(backend, quiet=quiet):
+            for renderable in backend_report(backend, quiet=quiet, verbose=verbose):
                 progress.console.print(renderable)
     report.finished_at = now()
     return report
@@ -313,6 +328,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the traceback of each unexpected exception a clause met (the JSON and JUnit "
+        "reports always carry it)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     return parser
 
@@ -342,7 +363,27 @@ def _targets(urls: Sequence[str], *, keep: bool = False) -> list[StorageTarget]:
         except MissingDependencyError as exc:
             # Not a usage error: the URL is right, the environment lacks an extra. Report it.
             targets.append(unavailable_target(url, exc))
+        except Exception as exc:
+            # A third-party from_url may refuse an option with any exception (a TypeError from
+            # its constructor, an error type of its own): still the URL's fault, said in one line.
+            refusal = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise UsageError(
+                redact_text(f"storage URL {url!r}: {_backend_of(url)} refused it: {refusal}")
+            ) from exc
     return targets
+
+
+def _backend_of(url: str) -> str:
+    """``backend 'mine' (entry point ...)``: who opened ``url``, for an error message."""
+    from urllib.parse import urlsplit
+
+    from storages.registry import registry
+
+    try:
+        backend = registry().for_scheme(urlsplit(url).scheme.lower())
+    except Exception:
+        backend = None
+    return "its backend" if backend is None else f"backend {backend.spec.name!r} ({backend.origin})"
 
 
 def _use_runner(targets: Sequence[StorageTarget], runner: str, child_storage: str) -> None:

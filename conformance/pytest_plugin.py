@@ -152,8 +152,10 @@ def _overrides(instance: CheckpointStorageConformance, name: str) -> bool:
 def report_outcome(result: ClauseResult) -> None:
     """Turn a clause result into the pytest outcome: return, fail, skip or xfail."""
     if result.outcome is Outcome.FAILED:
-        pytest.fail(f"{result.clause_id}: {result.guarantee}\n{result.message}", pytrace=False)
-    if result.outcome is Outcome.SKIPPED:
+        # An unexpected exception's traceback is the storage's, not this function's: shown as text.
+        where = f"\n\n{result.traceback}" if result.traceback else ""
+        pytest.fail(f"{result.clause_id}: {result.guarantee}\n{result.message}{where}", pytrace=False)
+    if result.outcome is Outcome.NOT_APPLICABLE:
         pytest.skip(result.message)
     if result.outcome is Outcome.XFAILED:
         pytest.xfail(result.message)

@@ -19,13 +19,21 @@ from xml.etree import ElementTree as ET
 
 from storages.redaction import redact_text, redact_url
 
+REPORT_FORMAT = "checkpoint-conformance/2"
+"""The JSON report's ``format``. Version 2: a clause that did not apply is ``not_applicable`` in
+every field (version 1 said ``skipped`` in outcomes and the summary), and results carry
+``traceback``."""
+
 
 class Outcome(str, enum.Enum):
     PASSED = "passed"
     FAILED = "failed"
-    SKIPPED = "skipped"
+    NOT_APPLICABLE = "not_applicable"
     """Not applicable: the storage does not declare a capability the clause requires (or the
-    target has no fault injector for it)."""
+    target has no fault injector for it, or gives the kit no way to check). JUnit XML and pytest
+    report it as skipped, the one word CI tools know; everywhere else it is ``not_applicable``."""
+    SKIPPED = "not_applicable"
+    """The former name of :attr:`NOT_APPLICABLE` (an alias: the same member)."""
     XFAILED = "xfailed"
     """Failed as the target declared it would (a known deviation)."""
     FINDING = "finding"
@@ -47,9 +55,13 @@ class ClauseResult:
     message: str = ""
     leftovers: tuple[str, ...] = ()
     """Workflows the clause created that the kit could not delete afterwards."""
+    traceback: str = ""
+    """Where an unexpected exception (not a clause's own verdict) was raised, in Python's words;
+    empty otherwise."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message", redact_text(self.message))
+        object.__setattr__(self, "traceback", redact_text(self.traceback))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +71,7 @@ class ClauseResult:
             "outcome": self.outcome.value,
             "duration": round(self.duration, 6),
             "message": self.message,
+            "traceback": self.traceback,
         }
 
 
@@ -113,7 +126,7 @@ class BackendReport:
     finished_at: str = ""
 
     def __post_init__(self) -> None:
-        self.backend = redact_url(self.backend)
+        self.backend = redact_text(self.backend)  # a name may hold a URL among other words
         self.error = redact_text(self.error)
 
     def count(self, outcome: Outcome) -> int:
@@ -133,7 +146,7 @@ class BackendReport:
 
     @property
     def not_applicable(self) -> int:
-        return self.count(Outcome.SKIPPED)
+        return self.count(Outcome.NOT_APPLICABLE)
 
     def coverage(self) -> list[FamilyCoverage]:
         """One entry per family that has results, in result order."""
@@ -146,7 +159,7 @@ class BackendReport:
                 len(results),
                 sum(1 for r in results if r.outcome is Outcome.PASSED),
                 sum(1 for r in results if r.outcome is Outcome.FAILED),
-                sum(1 for r in results if r.outcome is Outcome.SKIPPED),
+                sum(1 for r in results if r.outcome is Outcome.NOT_APPLICABLE),
                 sum(1 for r in results if r.outcome is Outcome.XFAILED),
                 sum(1 for r in results if r.outcome is Outcome.FINDING),
             )
@@ -179,11 +192,24 @@ class BackendReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class NotRun:
+    """A registered backend the run did not check, and why (the no-argument run names each one)."""
+
+    backend: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"backend": self.backend, "reason": self.reason}
+
+
 @dataclass(slots=True)
 class Report:
     backends: list[BackendReport] = field(default_factory=list)
     started_at: str = field(default_factory=lambda: now())
     finished_at: str = ""
+    not_run: list[NotRun] = field(default_factory=list)
+    """Registered backends this run did not check (no URL, no embedded default, no server)."""
 
     @property
     def ok(self) -> bool:
@@ -209,6 +235,7 @@ class Report:
         from storages import installed_version
 
         return {
+            "format": REPORT_FORMAT,
             "kit_version": installed_version(),
             "python": f"{platform.python_implementation()} {platform.python_version()}",
             "started_at": self.started_at,
@@ -216,6 +243,7 @@ class Report:
             "summary": self.summary,
             "ok": self.ok,
             "backends": [b.to_dict() for b in self.backends],
+            "not_run": [n.to_dict() for n in self.not_run],
         }
 
     def to_json(self) -> str:
@@ -225,39 +253,34 @@ class Report:
         Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
 
     def to_junit_xml(self) -> str:
-        summary = self.summary
-        suites = ET.Element(
-            "testsuites",
-            name="checkpoint-conformance",
-            tests=str(sum(summary.values())),
-            failures=str(summary["failed"]),
-            skipped=str(summary["skipped"] + summary["xfailed"] + summary["finding"]),
-        )
+        """The report as JUnit XML: one suite per backend, one case per clause. A clause that did
+        not apply, failed as declared or is a runner finding is ``skipped`` (what CI tools know);
+        a backend that could not be opened or reached is one ``error`` case of its suite."""
+        suites = ET.Element("testsuites", name="checkpoint-conformance")
+        totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
         for backend in self.backends:
-            # Classnames are stable across runs and free of credentials: the backend's name
-            # without password, query or run-specific parts, dotted with the family.
+            # Classnames are stable across runs and free of credentials and temporary paths:
+            # the backend's name without password, query or directories, dotted with the family.
             suite_class = junit_classname(backend.backend)
             suite = ET.SubElement(
                 suites,
                 "testsuite",
                 name=backend.backend,
-                tests=str(len(backend.results)),
-                failures=str(backend.count(Outcome.FAILED)),
-                skipped=str(
-                    backend.count(Outcome.SKIPPED)
-                    + backend.count(Outcome.XFAILED)
-                    + backend.count(Outcome.FINDING)
-                ),
                 time=f"{sum(r.duration for r in backend.results):.6f}",
                 timestamp=backend.started_at,
             )
+            counts = dict.fromkeys(totals, 0)
             if backend.error:
                 case = ET.SubElement(suite, "testcase", classname=suite_class, name="open")
-                ET.SubElement(case, "error", message=backend.error)
+                ET.SubElement(case, "error", message=backend.error[:500]).text = backend.error
+                counts["tests"] += 1
+                counts["errors"] += 1
             if backend.missing_capabilities:
                 case = ET.SubElement(suite, "testcase", classname=suite_class, name="required_capabilities")
                 text = "required but not declared: " + ", ".join(backend.missing_capabilities)
                 ET.SubElement(case, "failure", message=text).text = text
+                counts["tests"] += 1
+                counts["failures"] += 1
             for r in backend.results:
                 case = ET.SubElement(
                     suite,
@@ -266,10 +289,19 @@ class Report:
                     name=r.clause_id,
                     time=f"{r.duration:.6f}",
                 )
+                counts["tests"] += 1
                 if r.outcome is Outcome.FAILED:
-                    ET.SubElement(case, "failure", message=r.message[:500]).text = r.message
-                elif r.outcome in (Outcome.SKIPPED, Outcome.XFAILED, Outcome.FINDING):
+                    text = f"{r.message}\n\n{r.traceback}" if r.traceback else r.message
+                    ET.SubElement(case, "failure", message=r.message[:500]).text = text
+                    counts["failures"] += 1
+                elif r.outcome in (Outcome.NOT_APPLICABLE, Outcome.XFAILED, Outcome.FINDING):
                     ET.SubElement(case, "skipped", message=f"{r.outcome.value}: {r.message}"[:500])
+                    counts["skipped"] += 1
+            for name, count in counts.items():
+                suite.set(name, str(count))
+                totals[name] += count
+        for name, count in totals.items():
+            suites.set(name, str(count))
         ET.indent(suites)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
@@ -281,8 +313,10 @@ _NOT_CLASSNAME = re.compile(r"[^A-Za-z0-9_]+")
 
 
 def junit_classname(backend: str) -> str:
-    """A stable, credential-free JUnit classname for a backend name or URL: its scheme, host and
-    path, without user, password or query, as dotted identifier parts."""
+    """A stable, credential-free JUnit classname for a backend name or URL: its scheme, host, port
+    and the last segment of its path (a file, a database, a key prefix's last part), without
+    user, password, query or directories, as dotted identifier parts. A temporary directory (a
+    SQLite file under /tmp) never enters it, so the same store has the same classname every run."""
     from urllib.parse import urlsplit
 
     name = redact_url(backend)
@@ -290,11 +324,19 @@ def junit_classname(backend: str) -> str:
         try:
             parts = urlsplit(name)
             host = parts.hostname or ""
-            name = f"{parts.scheme} {host} {parts.port or ''} {parts.path}"
+            name = f"{parts.scheme} {host} {parts.port or ''} {_last_segment(parts.path)}"
         except ValueError:
-            name = name.split("?", 1)[0]
+            name = _last_segment(name.split("?", 1)[0])
+    else:
+        name = " ".join(_last_segment(word) for word in name.split())
     cleaned = ".".join(p for p in _NOT_CLASSNAME.sub(" ", name).split() if p)
     return f"conformance.{cleaned or 'storage'}"
+
+
+def _last_segment(path: str) -> str:
+    """``/tmp/pytest-7/run/ck.db`` -> ``ck.db``; a word without a slash is itself."""
+    segments = [segment for segment in re.split(r"[/\\]", path) if segment]
+    return segments[-1] if segments else ""
 
 
 def now() -> str:
@@ -310,4 +352,13 @@ def _summary(backends: list[BackendReport]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["BackendReport", "ClauseResult", "FamilyCoverage", "Outcome", "Report", "junit_classname"]
+__all__ = [
+    "REPORT_FORMAT",
+    "BackendReport",
+    "ClauseResult",
+    "FamilyCoverage",
+    "NotRun",
+    "Outcome",
+    "Report",
+    "junit_classname",
+]

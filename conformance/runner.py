@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
@@ -70,13 +71,16 @@ async def _run_clause(clause: Clause, target: StorageTarget) -> tuple[ClauseResu
     try:
         storage = await target.open()
     except Exception as exc:
-        return _result(clause, Outcome.FAILED, started, f"could not open the storage: {_describe(exc)}"), []
+        message = f"could not open the storage: {_describe(exc)}"
+        return _result(clause, Outcome.FAILED, started, message, _traceback(exc)), []
     context = ClauseContext(target, storage, target.declared_capabilities(storage))
     result = await _judge(clause, target, context, started)
     try:
         await context.close_handles()
     except Exception as exc:  # a failing close is a finding, not a crash of the kit
-        result = _result(clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}")
+        result = _result(
+            clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}", _traceback(exc)
+        )
     return result, context.created_workflows
 
 
@@ -92,14 +96,14 @@ async def _judge(
         return _result(clause, Outcome.FAILED, started, message)
     if missing:
         names = ", ".join(sorted(c.value for c in missing))
-        return _result(clause, Outcome.SKIPPED, started, f"needs undeclared capability {names}")
+        return _result(clause, Outcome.NOT_APPLICABLE, started, f"needs undeclared capability {names}")
     if not_injectable:
         return _result(
-            clause, Outcome.SKIPPED, started, f"needs a fault injector for {', '.join(not_injectable)}"
+            clause, Outcome.NOT_APPLICABLE, started, f"needs a fault injector for {', '.join(not_injectable)}"
         )
-    outcome, message = await _outcome(clause, context, clause.timeout * target.timeout_factor)
+    outcome, message, where = await _outcome(clause, context, clause.timeout * target.timeout_factor)
     reason = target.expected_failures.get(clause.id)
-    if reason is not None and outcome is not Outcome.SKIPPED:
+    if reason is not None and outcome is not Outcome.NOT_APPLICABLE:
         if outcome in (Outcome.FAILED, Outcome.FINDING):
             outcome, message = Outcome.XFAILED, f"known deviation ({reason}): {message}"
         else:
@@ -112,23 +116,25 @@ async def _judge(
         else:
             outcome = Outcome.FAILED
             message = f"declared as a runner finding ({finding}) but passed; remove it from runner_findings"
-    return _result(clause, outcome, started, message)
+    return _result(clause, outcome, started, message, where)
 
 
-async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str]:
+async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str, str]:
+    """The clause's outcome, its message, and the traceback of an unexpected exception (a
+    clause's own verdicts need none: their message says what broke)."""
     try:
         await asyncio.wait_for(clause.function(context), timeout=timeout)
     except RunnerFinding as exc:
-        return Outcome.FINDING, str(exc)
+        return Outcome.FINDING, str(exc), ""
     except ClauseFailure as exc:
-        return Outcome.FAILED, str(exc)
+        return Outcome.FAILED, str(exc), ""
     except ClauseNotApplicable as exc:
-        return Outcome.SKIPPED, str(exc)
+        return Outcome.NOT_APPLICABLE, str(exc), ""
     except asyncio.TimeoutError:
-        return Outcome.FAILED, f"timed out after {timeout:g} s"
+        return Outcome.FAILED, f"timed out after {timeout:g} s", ""
     except Exception as exc:
-        return Outcome.FAILED, f"unexpected {_describe(exc)}"
-    return Outcome.PASSED, ""
+        return Outcome.FAILED, f"unexpected {_describe(exc)}", _traceback(exc)
+    return Outcome.PASSED, "", ""
 
 
 async def _remove_workflows(target: StorageTarget, names: Sequence[str]) -> tuple[str, ...]:
@@ -159,14 +165,25 @@ async def _remove_workflows(target: StorageTarget, names: Sequence[str]) -> tupl
     return tuple(left)
 
 
-def _result(clause: Clause, outcome: Outcome, started: float, message: str) -> ClauseResult:
+def _result(clause: Clause, outcome: Outcome, started: float, message: str, where: str = "") -> ClauseResult:
     return ClauseResult(
-        clause.id, clause.family, clause.guarantee, outcome, time.perf_counter() - started, message
+        clause.id,
+        clause.family,
+        clause.guarantee,
+        outcome,
+        time.perf_counter() - started,
+        message,
+        traceback=where,
     )
 
 
 def _describe(exc: BaseException) -> str:
     return redact_text(f"{type(exc).__name__}: {exc}")
+
+
+def _traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as Python prints it (chained causes included), redacted."""
+    return redact_text("".join(traceback.format_exception(exc)).rstrip())
 
 
 def _is_unavailable(exc: BaseException) -> bool:

@@ -7,6 +7,7 @@ imports it and must stay free of side effects). Living apart from ``clause.py`` 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -34,8 +35,18 @@ def select_clauses(patterns: Iterable[str] | None = None) -> list[Clause]:
     known = {c.id for c in selected} | set(FAMILIES)
     unknown = [p for p in wanted if p not in known]
     if unknown:
-        raise ValueError(f"unknown clause ids or families: {', '.join(unknown)}")
+        raise ValueError(
+            f"unknown clause ids or families: {', '.join(unknown)}"
+            + "".join(_suggestion(p, known) for p in unknown)
+            + " (checkpoint-conformance --list shows every clause)"
+        )
     return [c for c in selected if c.id in wanted or c.family in wanted]
+
+
+def _suggestion(pattern: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x.y'?`` for the known id or family nearest to a mistyped ``pattern``."""
+    nearest = difflib.get_close_matches(pattern, sorted(known), n=1, cutoff=0.6)
+    return f"; {pattern!r}: did you mean {nearest[0]!r}?" if nearest else ""
 
 
 def applicable_clauses(

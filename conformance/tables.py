@@ -17,7 +17,7 @@ from .report import BackendReport, ClauseResult, Outcome, Report
 OUTCOME_STYLES: dict[Outcome, str] = {
     Outcome.PASSED: "green",
     Outcome.FAILED: "bold red",
-    Outcome.SKIPPED: "yellow",
+    Outcome.NOT_APPLICABLE: "yellow",
     Outcome.XFAILED: "magenta",
     Outcome.FINDING: "cyan",
 }
@@ -26,7 +26,7 @@ OUTCOME_STYLES: dict[Outcome, str] = {
 OUTCOME_LABELS: dict[Outcome, str] = {
     Outcome.PASSED: "passed",
     Outcome.FAILED: "failed",
-    Outcome.SKIPPED: "not applicable",
+    Outcome.NOT_APPLICABLE: "not applicable",
     Outcome.XFAILED: "xfailed",
     Outcome.FINDING: "runner finding",
 }
@@ -37,15 +37,18 @@ def family_line(backend: str, family: str, results: Sequence[ClauseResult], seco
     passed = sum(1 for r in results if r.outcome is Outcome.PASSED)
     notes = [
         f"{n} {OUTCOME_LABELS[outcome]}"
-        for outcome in (Outcome.FAILED, Outcome.SKIPPED, Outcome.XFAILED, Outcome.FINDING)
+        for outcome in (Outcome.FAILED, Outcome.NOT_APPLICABLE, Outcome.XFAILED, Outcome.FINDING)
         if (n := sum(1 for r in results if r.outcome is outcome))
     ]
     tail = f", {', '.join(notes)}" if notes else ""
     return Text(f"{backend} {family}: {passed}/{len(results)} passed{tail} ({seconds:.1f} s)")
 
 
-def backend_report(backend: BackendReport, *, quiet: bool = False) -> list[Table | Text]:
-    """One backend's results as a table (only the failures when ``quiet``) and a summary line."""
+def backend_report(
+    backend: BackendReport, *, quiet: bool = False, verbose: bool = False
+) -> list[Table | Text]:
+    """One backend's results as a table (only the failures when ``quiet``) and a summary line;
+    ``verbose`` prints the traceback of each unexpected exception under its failure."""
     rendered: list[Table | Text] = []
     shown = backend.failures if quiet else backend.results
     if shown:
@@ -79,6 +82,12 @@ def backend_report(backend: BackendReport, *, quiet: bool = False) -> list[Table
                     plain(result.message, multiline=True),
                 )
             )
+            if result.traceback and verbose:
+                rendered.append(plain(result.traceback, multiline=True, style="dim"))
+            elif result.traceback:
+                rendered.append(
+                    Text("  (its traceback: --verbose, or the JSON and JUnit reports)", style="dim")
+                )
     rendered.append(_backend_line(backend))
     return rendered
 
@@ -149,7 +158,7 @@ def _backend_line(backend: BackendReport) -> Text:
 
 _CELL_NOTES: dict[Outcome, str] = {
     Outcome.FAILED: "failed",
-    Outcome.SKIPPED: "n/a",
+    Outcome.NOT_APPLICABLE: "n/a",
     Outcome.XFAILED: "xfail",
     Outcome.FINDING: "finding",
 }
@@ -160,7 +169,7 @@ def _cell(backend: BackendReport, results: Sequence[ClauseResult]) -> str:
     if backend.error:
         return "-"
     passed = sum(1 for r in results if r.outcome is Outcome.PASSED)
-    not_applicable = sum(1 for r in results if r.outcome is Outcome.SKIPPED)
+    not_applicable = sum(1 for r in results if r.outcome is Outcome.NOT_APPLICABLE)
     notes = [
         f"{n} {label}"
         for outcome, label in _CELL_NOTES.items()
@@ -172,7 +181,7 @@ def _cell(backend: BackendReport, results: Sequence[ClauseResult]) -> str:
 
 
 def _outcome_text(outcome: Outcome) -> Text:
-    label = "n/a" if outcome is Outcome.SKIPPED else outcome.value
+    label = "n/a" if outcome is Outcome.NOT_APPLICABLE else outcome.value
     return Text(label, style=OUTCOME_STYLES[outcome])
 
 
@@ -184,7 +193,7 @@ def _backend_verdict(backend: BackendReport) -> Text:
 
 def _worst_style(results: Sequence[ClauseResult]) -> str:
     outcomes = {r.outcome for r in results}
-    for outcome in (Outcome.FAILED, Outcome.FINDING, Outcome.XFAILED, Outcome.SKIPPED):
+    for outcome in (Outcome.FAILED, Outcome.FINDING, Outcome.XFAILED, Outcome.NOT_APPLICABLE):
         if outcome in outcomes:
             return OUTCOME_STYLES[outcome]
     return OUTCOME_STYLES[Outcome.PASSED] if outcomes else "dim"

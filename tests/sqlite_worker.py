@@ -2,7 +2,8 @@
 
 ``python sqlite_worker.py save PATH WORKFLOW COUNT PREFIX``: open the file, print ``ready``, wait
 for a line on stdin, save COUNT checkpoints with ids PREFIX-0..COUNT-1 2 ms apart, close, print
-``done``.
+``done``. Half-way it prints ``half`` and waits for another line, so the test can make the two
+writers' saves interleave whatever the machine's load.
 
 ``python sqlite_worker.py save-and-exit PATH WORKFLOW``: save one checkpoint, close, return;
 the process exits only if closing released the connection's thread.
@@ -25,6 +26,9 @@ async def save_many(path: str, workflow: str, count: int, prefix: str) -> None:
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         for index in range(count):
+            if index == count // 2:
+                print("half", flush=True)
+                await asyncio.to_thread(sys.stdin.readline)
             checkpoint = WorkflowCheckpoint(
                 workflow_name=workflow,
                 graph_signature_hash="sig",

@@ -50,3 +50,25 @@ def test_maf_subworkflow_example_runs(backend: str, tmp_path: Path) -> None:
     assert done.stderr == ""
     if backend == "sqlite":
         assert (tmp_path / "checkpoints.db").exists()
+        assert lines[-1] == f"checkpoints kept in {tmp_path / 'checkpoints.db'}"
+
+
+@pytest.mark.maf
+@pytest.mark.sqlite
+def test_the_sqlite_example_without_a_path_says_its_checkpoints_are_gone(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "maf_subworkflow_sqlite.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("checkpoints written to ")
+    assert last.endswith(", now removed; pass a path to keep them")
+    directory = Path(last.removeprefix("checkpoints written to ").partition(",")[0])
+    assert directory.is_absolute()
+    assert not directory.exists()  # what it says, not "kept" in a directory it deleted
+    assert list(tmp_path.iterdir()) == []  # nothing left in the working directory either

@@ -1,7 +1,7 @@
 """Third-party backends as an outside author ships them: tests/thirdparty/'s two distributions are
 built and installed (pip, no build isolation, no index) into a temporary ``--target`` directory,
 then ``open_storage``, ``checkpoint-conformance`` and ``checkpoint-storages`` run on ``mine://``
-in processes that see that directory, and nothing else.
+in processes that see that directory and this checkout, nothing else.
 
 ``mine-backend`` registers ``mine://``; ``bad-backends`` registers four entry points the registry
 must refuse (docs/registry.md), and none of them may break another scheme.
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 THIRDPARTY = Path(__file__).parent / "thirdparty"
+ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
@@ -56,7 +57,8 @@ def run(site: Path, *command: str, env: dict[str, str] | None = None) -> subproc
     program = sys.executable if command[0] == "python" else shutil.which(command[0], path=str(BIN))
     assert program is not None, f"{command[0]} is not installed next to {sys.executable}"
     environment = {name: value for name, value in os.environ.items() if name != "MINE_SERVER_URL"}
-    environment.update(env or {}, PYTHONPATH=str(site), COLUMNS="200")
+    # This checkout's packages first (an editable install may point at another copy), then site.
+    environment.update(env or {}, PYTHONPATH=os.pathsep.join((str(ROOT), str(site))), COLUMNS="200")
     return subprocess.run(
         [program, *command[1:]], capture_output=True, text=True, env=environment, check=False, timeout=240
     )
@@ -145,7 +147,8 @@ def test_the_default_run_shows_mine_its_server_and_the_refused_entry_points(
         str(report_path),
         env={"MINE_SERVER_URL": "mine://"},
     )
-    backends = {b["backend"]: b for b in json.loads(report_path.read_text(encoding="utf-8"))["backends"]}
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    backends = {b["backend"]: b for b in report["backends"]}
     assert completed.returncode == 1, completed.stdout + completed.stderr  # the refusals are errors
     assert backends["mine (memory)"]["ok"] is True
     assert backends["mine:// ($MINE_SERVER_URL)"]["ok"] is True
@@ -153,6 +156,12 @@ def test_the_default_run_shows_mine_its_server_and_the_refused_entry_points(
     assert "ModuleNotFoundError" in backends["entry point broken = bad_backends.broken:BACKEND"]["error"]
     assert "built-in 's3' backend's" in backends["clash"]["error"]
     assert "Traceback" not in completed.stdout + completed.stderr
+    # The configured server ran first; what could not run is named, with what it needs.
+    assert next(iter(backends)) == "mine:// ($MINE_SERVER_URL)"
+    not_run = {entry["backend"]: entry["reason"] for entry in report["not_run"]}
+    assert "pip install 'bad-backends[fast]'" in not_run["needy"]
+    assert "give its URL" in not_run["needy"]
+    assert "Not run: needy: has no embedded default" in completed.stdout
 
 
 def test_checkpoint_storages_verifies_and_lists_mine(site: Path) -> None:

@@ -127,6 +127,10 @@ def test_a_broken_storage_fails_with_the_clause_message(pytester: pytest.Pyteste
         [
             "*test_clause[[]contract.load_returns_saved[]]*",
             "*unexpected RuntimeError: load is broken on purpose*",
+            # The storage's traceback, down to the line that raised.
+            "*Traceback (most recent call last):*",
+            "*in load*",
+            '*raise RuntimeError("load is broken on purpose")*',
         ],
         consecutive=False,
     )
@@ -226,7 +230,7 @@ def test_outcomes_map_onto_pytest_outcomes() -> None:
     with pytest.raises(pytest.fail.Exception, match=failure):
         report_outcome(_result(Outcome.FAILED))
     with pytest.raises(pytest.skip.Exception, match="why"):
-        report_outcome(_result(Outcome.SKIPPED))
+        report_outcome(_result(Outcome.NOT_APPLICABLE))
     with pytest.raises(pytest.xfail.Exception, match="why"):
         report_outcome(_result(Outcome.XFAILED))
     with pytest.raises(pytest.xfail.Exception, match="runner finding: why"):
