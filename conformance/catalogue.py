@@ -86,7 +86,7 @@ checkpoints embedded three deep, a chain of 1,030 (past every page and batch siz
 concurrent calls whose answers must be explained by some real-time order (linearizability). A
 failure gives the seed, the first disagreeing call, a shrunk program and a runnable Python
 reproducer. `--model-seed N` replays a run exactly (the default seed is fixed, so a default run is
-the same run every time); by default it runs 1,200 operations, or what of them fits in 40 s on
+the same run every time); by default it runs 1,200 operations, or what of them fits in 20 s on
 a slow store (the 1,030-long history runs whole); `--model-budget 5000` (operations, no time cap)
 or `--model-budget 60s` sizes it
 (`model_seed` / `model_budget` on the pytest base class and `StorageTarget`). A storage with a

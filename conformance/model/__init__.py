@@ -19,7 +19,7 @@ DEFAULT_SEED = 20261203
 DEFAULT_OPERATIONS = 1200
 """Operations the family generates by default, shared among its clauses (``--model-budget``)."""
 
-DEFAULT_SECONDS = 40.0
+DEFAULT_SECONDS = 20.0
 """By default the generated programs also stop after this many seconds in all (a slow remote
 store runs a prefix of the same programs); an explicit budget has no time cap unless it is one.
 The long history is not counted: it runs whole, or it proves nothing."""
