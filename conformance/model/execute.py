@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -453,14 +452,6 @@ def _writes(want: Sequence[Write], got: Any, what: str) -> str:
         if problem:
             return problem
     return ""
-
-
-def writes_of(op: Op) -> list[Write]:
-    return list(op.params.get("writes", []))
-
-
-def now() -> float:
-    return time.perf_counter()
 
 
 __all__ = ["Judging", "Observation", "Subject", "apply", "build", "describe", "judge"]

@@ -537,7 +537,7 @@ class Generator:
         probes = self._probes()
         while len(ops) < count:
             if probes and self.rng.random() < 0.12:
-                ops += self._applied_all(self.rng.choice(probes)())
+                ops += self.rng.choice(probes)()  # each probe applies its ops as it draws them
                 continue
             op = self.next_op()
             ops.append(op)
@@ -565,9 +565,6 @@ class Generator:
         if s.has(Capability.SIGNATURE_FILTER):
             probes.append(self._signature_probe)
         return probes
-
-    def _applied_all(self, ops: list[Op]) -> list[Op]:
-        return ops  # each probe applies its own ops as it draws them (later ones depend on it)
 
     def _top(self) -> list[Any]:
         return [r for r in self.model.records.values() if r.container is None]

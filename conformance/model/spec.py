@@ -11,7 +11,6 @@ the model lists every acceptable answer rather than picking the engine's.
 
 from __future__ import annotations
 
-import enum
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -93,10 +92,6 @@ class Embedded:
     """A checkpoint embedded in a value; the same Embedded object twice is one object twice (an alias)."""
 
     draft: Draft
-
-
-class Verdict(enum.Enum):
-    NOT_FOUND = "not found"
 
 
 @dataclass(frozen=True)
@@ -516,7 +511,6 @@ __all__ = [
     "Embedded",
     "Expect",
     "Record",
-    "Verdict",
     "Walk",
     "Write",
     "identifier_problem",
