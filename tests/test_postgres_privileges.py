@@ -277,16 +277,21 @@ async def test_a_migration_behind_a_long_reader_gives_up_its_lock_instead_of_sta
         storage = PostgresCheckpointStorage.from_url(url)
         migration = asyncio.ensure_future(storage.get_latest(workflow_name="wf"))
         short_reads = 0
-        while not migration.done():
-            await short_reader.execute(f"SELECT count(*) FROM {table}")
-            short_reads += 1
-            await asyncio.sleep(0.02)
-        with pytest.raises(
-            StorageUnavailableError, match="migration to schema version 2 could not take its table lock"
-        ):
-            await asyncio.wait_for(migration, timeout=60)
+        try:
+            while not migration.done():
+                await short_reader.execute(f"SELECT count(*) FROM {table}")
+                short_reads += 1
+                await asyncio.sleep(0.02)
+            with pytest.raises(
+                StorageUnavailableError, match="migration to schema version 2 could not take its table lock"
+            ):
+                await asyncio.wait_for(migration, timeout=60)
+        finally:
+            # A migration still waiting (the check failed) must not hold its locks past the test.
+            migration.cancel()
+            await asyncio.gather(migration, return_exceptions=True)
+            await storage.aclose()
         assert short_reads >= 1
-        await storage.aclose()
         # Gave up whole: still version 1, its indexes untouched; the long reader is unharmed.
         assert database.fetch(f'SELECT version FROM "{schema}".schema_version') == [(1,)]
         assert (await (await long_reader.execute(f"SELECT count(*) FROM {table}")).fetchone()) == (0,)
