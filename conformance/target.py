@@ -138,15 +138,16 @@ def prefix_s3_url(url: str, run_prefix: str) -> str:
 
 
 def prefix_postgres_url(url: str, run_prefix: str) -> str:
-    """A PostgreSQL URL whose ``schema`` option gets ``_<run_prefix>`` appended (a schema of the
-    run's own; a schema name takes no hyphens, so they become underscores)."""
-    from storages.postgres import DEFAULT_SCHEMA
-
+    """A PostgreSQL URL whose ``table_prefix`` option gets ``<run_prefix>_`` appended: tables of
+    the run's own inside the URL's schema (a table name takes no hyphens, so they become
+    underscores). The schema stays the one given, so the kit needs exactly the privileges the
+    storage needs there: a role that owns one schema and may create nothing else is certified in
+    it (docs/postgres.md)."""
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    given = next((value for name, value in reversed(pairs) if name == "schema"), "") or DEFAULT_SCHEMA
-    pairs = [(name, value) for name, value in pairs if name != "schema"]
-    pairs.append(("schema", f"{given}_{run_prefix.replace('-', '_')}"[:63]))
+    given = next((value for name, value in reversed(pairs) if name == "table_prefix"), "")
+    pairs = [(name, value) for name, value in pairs if name != "table_prefix"]
+    pairs.append(("table_prefix", f"{given}{run_prefix.replace('-', '_')}_"))
     return urlunsplit(parts._replace(query=urlencode(pairs)))
 
 

@@ -166,6 +166,15 @@ def test_both_schemes_open_the_storage_with_its_options() -> None:
         ("pool_size=many", "pool_size must be int"),
         ("retries=-1", "retries must be an int >= 0"),
         ("colour=blue", "unknown option 'colour'"),
+        ("schema=information_schema", "'information_schema' is reserved by PostgreSQL"),
+        ("schema=pg_catalog", "'pg_catalog' is reserved"),
+        ("schema=pg_temp", "'pg_temp' is reserved"),
+        ("schema=pg_toast", "'pg_toast' is reserved"),
+        ("schema=pg_mine", "'pg_mine' is reserved"),
+        ("schema=", "'schema' given without a value"),
+        ("schema=app&pool_size=", "'pool_size' given without a value"),
+        ("sslmode=", "'sslmode' given without a value"),
+        ("table_prefix=", "'table_prefix' given without a value"),
     ],
 )
 def test_bad_url_options_are_refused_by_name(query: str, message: str) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
+import re
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -71,14 +73,14 @@ class PostgresClient:
                     "mode (psycopg.AsyncConnection.connect(..., autocommit=True)): each operation is "
                     "one statement and must commit on its own"
                 )
-            await self.run(operation, self._migrate)
+            await self.run(operation, lambda connection: self._migrate(connection, operation))
             return
         if self._injected_pool is not None:
-            await self.run(operation, self._migrate)
+            await self.run(operation, lambda connection: self._migrate(connection, operation))
             return
         # Every handle checks the version: a schema migrated by newer code while this process
         # runs is refused by its next handle, not written with an older layout.
-        await self._retrying(operation, self._connect_and_migrate)
+        await self._retrying(operation, lambda: self._connect_and_migrate(operation))
         self._pool = self._new_pool()
         await self._pool.open(wait=False)
 
@@ -153,6 +155,14 @@ class PostgresClient:
                 return await attempt()
             except PoolTimeout as exc:  # waited pool_timeout already: every connection is busy or failing
                 raise self.unavailable(operation, exc) from chainable(exc)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                # The role lacks a privilege: retrying cannot help, granting it does.
+                raise StorageConfigurationError(
+                    f"{self._describe}: {operation} refused, the connected role lacks "
+                    f"{missing_privilege(exc)} (the storage needs USAGE on its schema, SELECT, "
+                    "INSERT, UPDATE and DELETE on its tables and EXECUTE on its functions; CREATE on "
+                    "the schema to create or migrate them; docs/postgres.md)"
+                ) from chainable(exc)
             except psycopg.OperationalError as exc:
                 # Connection lost, server restarting or shutting down, pool exhausted, deadlock,
                 # serialization failure: all worth another try on a fresh connection.
@@ -191,54 +201,108 @@ class PostgresClient:
 
     # ------------------------------------------------------------------ schema
 
-    async def _connect_and_migrate(self) -> None:
+    async def _connect_and_migrate(self, operation: str) -> None:
         assert self._conninfo is not None
         connection = await psycopg.AsyncConnection.connect(
             self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, client_encoding="UTF8"
         )
         try:
-            await self._migrate(connection)
+            await self._migrate(connection, operation)
         finally:
             await connection.close()
 
-    async def _migrate(self, connection: Connection) -> None:
-        # Reading the version first refuses foreign and newer schemas before anything changes them.
-        name = self._options.schema
-        if await self._schema_version(connection) == schema.SCHEMA_VERSION:
+    async def _migrate(self, connection: Connection, operation: str) -> None:
+        # Reading the state first refuses foreign and newer schemas, and a role that may not use
+        # the schema, before anything changes them.
+        state = await self._schema_state(connection)
+        if state.version == schema.SCHEMA_VERSION:
             return
-        async with connection.transaction():
-            # Another process may be migrating the same schema: one waits for the other.
-            await connection.execute(schema.LOCK_MIGRATION, (schema.migration_lock_key(name),))
-            await connection.execute(schema.render(schema.CREATE_SCHEMA, name))
-            version = await self._schema_version(connection)
-            await connection.execute(schema.render(schema.CREATE_SCHEMA_VERSION, name))
-            for step in schema.MIGRATIONS[version:]:
-                for statement in step:
-                    await connection.execute(schema.render(statement, name))
-            await connection.execute(schema.render(schema.RECORD_VERSION, name), (schema.SCHEMA_VERSION,))
+        self._require_migration_privileges(state)
+        for tries in range(self._options.retries + 1):
+            try:
+                await self._migrate_once(connection)
+                return
+            except psycopg.errors.LockNotAvailable as exc:
+                # A long transaction holds one of our tables: our DDL gave up after the lock
+                # timeout rather than make every reader of the table queue behind it.
+                if tries == self._options.retries:
+                    raise StorageUnavailableError(
+                        operation,
+                        f"{self._describe}: the migration to schema version {schema.SCHEMA_VERSION} "
+                        f"could not take its table lock within the lock timeout in {tries + 1} "
+                        "attempts (a long transaction holds a lock on the storage's tables: see "
+                        f"pg_locks); gave up so that readers do not wait behind it: {exc}",
+                    ) from chainable(exc)
+                delay = min(BACKOFF_CAP, BACKOFF_BASE * 2**tries)
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))  # noqa: S311 - jitter
 
-    async def _schema_version(self, connection: Connection) -> int:
-        """The schema's version (0 if new); refuses schemas this code cannot read."""
+    async def _migrate_once(self, connection: Connection) -> None:
+        """One attempt: every missing step in one transaction, rolled back whole if a DDL
+        statement's table lock is not granted within the lock timeout."""
+        name, prefix = self._options.schema, self._options.table_prefix
+        async with connection.transaction():
+            # Another process may be migrating the same schema: one waits for the other (an
+            # advisory lock, which no reader of the tables waits for).
+            await connection.execute(schema.LOCK_MIGRATION, (schema.migration_lock_key(name),))
+            await connection.execute(schema.MIGRATION_LOCK_TIMEOUT)
+            state = await self._schema_state(connection)
+            if state.version == schema.SCHEMA_VERSION:
+                return  # migrated by the process we waited for
+            if not state.exists:
+                await connection.execute(schema.render(schema.CREATE_SCHEMA, name, prefix))
+            await connection.execute(schema.render(schema.CREATE_SCHEMA_VERSION, name, prefix))
+            for step in schema.MIGRATIONS[state.version :]:
+                for statement in step:
+                    await connection.execute(schema.render(statement, name, prefix))
+            await connection.execute(
+                schema.render(schema.RECORD_VERSION, name, prefix), (schema.SCHEMA_VERSION,)
+            )
+
+    def _require_migration_privileges(self, state: SchemaState) -> None:
+        """Creating our tables needs CREATE on the schema (its owner has it), and creating the
+        schema needs CREATE on the database; refuse naming the one missing, before any DDL."""
         name = self._options.schema
+        if not state.exists and not state.may_create_schemas:
+            raise StorageConfigurationError(
+                f"{self._describe}: role {state.role!r} lacks CREATE on database {state.database!r}, "
+                f"needed to create schema {name!r}; create the schema for it (CREATE SCHEMA {name} "
+                f"AUTHORIZATION {state.role}) or grant CREATE on the database"
+            )
+        if state.exists and not state.may_create_in_schema:
+            raise StorageConfigurationError(
+                f"{self._describe}: role {state.role!r} lacks CREATE on schema {name!r}, needed to "
+                f"{'create' if state.version == 0 else 'migrate'} the storage's tables (schema "
+                f"version {state.version} -> {schema.SCHEMA_VERSION}); grant it (GRANT CREATE ON "
+                f"SCHEMA {name} TO {state.role}) or open the store once as the schema's owner"
+            )
+
+    async def _schema_state(self, connection: Connection) -> SchemaState:
+        """The schema's version (0 if new) and the role's privileges on it; refuses a schema this
+        code cannot read, and one the role may not use."""
+        name, prefix = self._options.schema, self._options.table_prefix
+        version_table, *tables = schema.object_names(prefix)
         cursor = await connection.execute(
             schema.SELECT_STATE,
-            {
-                "version_table": f"{schema.quoted(name)}.schema_version",
-                "schema": name,
-                "tables": list(schema.OWN_TABLES),
-            },
+            {"version_table": f"{schema.quoted(name)}.{version_table}", "schema": name, "tables": tables},
         )
         row = await cursor.fetchone()
         assert row is not None
-        has_version_table, existing_tables = row
+        exists, usage, create, create_schemas, role, database, has_version_table, existing = row
+        state = SchemaState(bool(exists), bool(create), bool(create_schemas), str(role), str(database), 0)
+        if exists and not usage:
+            raise StorageConfigurationError(
+                f"{self._describe}: role {state.role!r} lacks USAGE on schema {name!r}; grant it "
+                f"(GRANT USAGE ON SCHEMA {name} TO {state.role}) or use a schema the role owns"
+            )
         if not has_version_table:
-            if existing_tables:
+            if existing:
                 raise StorageConfigurationError(
-                    f"{self._describe}: schema {name!r} has tables ({existing_tables}) but no "
-                    "schema_version table; it was not created by this storage, use another schema"
+                    f"{self._describe}: schema {name!r} has tables ({existing}) but no "
+                    f"{version_table} table; it was not created by this storage, use another "
+                    "schema or table_prefix"
                 )
-            return 0
-        cursor = await connection.execute(schema.render(schema.SELECT_VERSION, name))
+            return state
+        cursor = await connection.execute(schema.render(schema.SELECT_VERSION, name, prefix))
         version_row = await cursor.fetchone()
         version = int(version_row[0]) if version_row else 0
         if version > schema.SCHEMA_VERSION:
@@ -246,7 +310,41 @@ class PostgresClient:
                 f"{self._describe} has schema version {version}, newer than version "
                 f"{schema.SCHEMA_VERSION} known to this code; upgrade checkpoint-storages to open it"
             )
-        return version
+        return dataclasses.replace(state, version=version)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SchemaState:
+    """What opening a store needs to know of its schema: whether it exists, what the connected
+    role may do, and the version of the storage's tables in it (0: none yet)."""
+
+    exists: bool
+    may_create_in_schema: bool
+    may_create_schemas: bool
+    role: str
+    database: str
+    version: int
+
+
+def missing_privilege(exc: psycopg.Error) -> str:
+    """What a permission error (SQLSTATE 42501) says the role lacks, in GRANT's words where the
+    server's message names the object: a table's or function's privileges, a schema's USAGE."""
+    message = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    found = _PERMISSION_DENIED.search(message)
+    if found is None:  # "must be owner of table ...", a row-level policy, a server in another language
+        return f"a privilege (the server said: {message})"
+    kind, name = found.group(1), found.group(2)
+    return f"{_PRIVILEGES_BY_KIND[kind]} on {kind} {name}"
+
+
+_PERMISSION_DENIED = re.compile(r"permission denied for (table|schema|function|database|sequence) (\S+)")
+_PRIVILEGES_BY_KIND = {
+    "table": "SELECT, INSERT, UPDATE and DELETE",
+    "schema": "USAGE",
+    "function": "EXECUTE",
+    "database": "CREATE",
+    "sequence": "USAGE",
+}
 
 
 async def _fetch_as_stored(
@@ -275,4 +373,4 @@ def _finish_connections(pool: AsyncConnectionPool[Any]) -> None:
         pool._closed = True  # what close() sets first; keeps __del__ from warning
 
 
-__all__ = ["PostgresClient"]
+__all__ = ["PostgresClient", "SchemaState", "missing_privilege"]

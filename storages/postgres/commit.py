@@ -106,14 +106,14 @@ def save_one_arguments(
 class PostgresCommits:
     """The writes of one storage handle, on its client and schema."""
 
-    def __init__(self, client: PostgresClient, schema_name: str) -> None:
+    def __init__(self, client: PostgresClient, schema_name: str, table_prefix: str = "") -> None:
+        def r(template: str) -> str:
+            return render(template, schema_name, table_prefix)
+
         self._client = client
-        self._save = render(_SAVE, schema_name)
-        self._save_one = render(_SAVE_ONE, schema_name)
-        self._remove = render(_REMOVE, schema_name)
-        self._overwrite = render(_OVERWRITE, schema_name)
-        self._prune = render(_PRUNE, schema_name)
-        self._delete_workflow = render(_DELETE_WORKFLOW, schema_name)
+        self._save, self._save_one, self._remove = r(_SAVE), r(_SAVE_ONE), r(_REMOVE)
+        self._overwrite, self._prune, self._delete_workflow = r(_OVERWRITE), r(_PRUNE), r(_DELETE_WORKFLOW)
+        self._raced_constraints = (table_prefix + PRIMARY_KEY, table_prefix + SEQUENCE_INDEX)
 
     async def save(
         self, records: Sequence[CheckpointRecord], *, fenced: bool, expected_latest_id: CheckpointID | None
@@ -148,7 +148,7 @@ class PostgresCommits:
                 try:
                     cursor = await connection.execute(query, parameters)
                 except psycopg.Error as exc:
-                    if exc.sqlstate == RETRY_SQLSTATE or _lost_race(exc):
+                    if exc.sqlstate == RETRY_SQLSTATE or _lost_race(exc, self._raced_constraints):
                         continue
                     if exc.sqlstate == CONFLICT_SQLSTATE:
                         raise nested_id_conflict(records, _conflicting_id(records, exc)) from None
@@ -197,14 +197,12 @@ class PostgresCommits:
         return int(rows[0][0])
 
 
-def _lost_race(exc: psycopg.Error) -> bool:
+def _lost_race(exc: psycopg.Error, raced_constraints: tuple[str, ...]) -> bool:
     """A unique violation that a repeated call resolves: the id stored concurrently (save_one's
-    probe came first), or a sequence read from a stale snapshot (outside READ COMMITTED)."""
+    probe came first: the primary key), or a sequence read from a stale snapshot (outside READ
+    COMMITTED: the sequence index); both named after the table prefix."""
     diagnostic: Any = exc.diag
-    return isinstance(exc, psycopg.errors.UniqueViolation) and diagnostic.constraint_name in (
-        PRIMARY_KEY,
-        SEQUENCE_INDEX,
-    )
+    return isinstance(exc, psycopg.errors.UniqueViolation) and diagnostic.constraint_name in raced_constraints
 
 
 def _conflicting_id(records: Sequence[CheckpointRecord], exc: psycopg.Error) -> CheckpointID:

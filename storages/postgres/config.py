@@ -20,13 +20,21 @@ DEFAULT_POOL_TIMEOUT = 30.0
 DEFAULT_RETRIES = 4
 """Retries of an operation whose connection was lost, with exponential backoff between them."""
 
-URL_OPTIONS: tuple[str, ...] = ("schema", "pool_size", "pool_timeout", "retries")
+URL_OPTIONS: tuple[str, ...] = ("schema", "table_prefix", "pool_size", "pool_timeout", "retries")
 """Query options ``postgresql://`` takes besides the common ones and libpq's own (``sslmode``,
 ``connect_timeout``, ``application_name``, ...), which go to the driver."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 """Lower-case unquoted SQL identifiers only: the name is spliced into SQL text (as an identifier,
 quoted), so anything that could need escaping, or fold differently unquoted, is refused."""
+RESERVED_SCHEMAS = ("information_schema", "pg_*")
+"""Schemas PostgreSQL keeps for itself: ``pg_catalog``, ``pg_toast``, ``pg_temp`` and any other
+``pg_`` name are refused by the server at first use (``CREATE SCHEMA``); ``information_schema``
+is not, and a superuser's tables would land among the system views."""
+MAX_TABLE_PREFIX = 31
+"""The longest table prefix: 63 (PostgreSQL's identifier limit) minus the longest name it
+precedes (``checkpoints_by_kind_and_sequence``, 32 characters)."""
+_TABLE_PREFIX = re.compile(rf"[a-z_][a-z0-9_]{{0,{MAX_TABLE_PREFIX - 1}}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +42,9 @@ class PostgresOptions:
     """What a storage needs besides its connection: where its tables live and its pool bounds."""
 
     schema: str = DEFAULT_SCHEMA
+    table_prefix: str = ""
+    """Put before the name of every table, index and function of the storage, so several stores
+    share one schema (the kit's runs in a schema the role owns: docs/conformance.md)."""
     pool_size: int = DEFAULT_POOL_SIZE
     pool_timeout: float = DEFAULT_POOL_TIMEOUT
     retries: int = DEFAULT_RETRIES
@@ -43,6 +54,18 @@ class PostgresOptions:
             raise StorageConfigurationError(
                 f"PostgreSQL schema must be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 "
                 f"characters), got {self.schema!r}"
+            )
+        if self.schema == "information_schema" or self.schema.startswith("pg_"):
+            raise StorageConfigurationError(
+                f"PostgreSQL schema {self.schema!r} is reserved by PostgreSQL (information_schema "
+                "and every pg_* name); name a schema of your own"
+            )
+        if not isinstance(self.table_prefix, str) or (
+            self.table_prefix and not _TABLE_PREFIX.fullmatch(self.table_prefix)
+        ):
+            raise StorageConfigurationError(
+                f"PostgreSQL table_prefix must be a lower-case identifier ([a-z_][a-z0-9_]*, at most "
+                f"{MAX_TABLE_PREFIX} characters), got {self.table_prefix!r}"
             )
         if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or self.pool_size < 1:
             raise StorageConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
@@ -71,18 +94,36 @@ def url_options(url: str) -> dict[str, str]:
         raise StorageConfigurationError(
             f"Not a PostgreSQL URL: {redact_url(str(url))!r}; expected postgresql://user@host:port/db"
         )
-    return parse_url_options(url, urlsplit(url).query, (*URL_OPTIONS, *_libpq_options()), what="PostgreSQL")
+    known = (*URL_OPTIONS, *_libpq_options())
+    options = parse_url_options(url, urlsplit(url).query, known, what="PostgreSQL")
+    empty = sorted(name for name, value in options.items() if value == "")
+    if empty:
+        # An empty value would silently mean the default (``?schema=`` the default schema, libpq's
+        # ``sslmode=`` its default): a half-written URL is refused, not guessed at.
+        raise StorageConfigurationError(
+            f"PostgreSQL URL {redact_url(url)!r}: option{'s' if len(empty) > 1 else ''} "
+            f"{', '.join(repr(name) for name in empty)} given without a value; give one or leave "
+            "the option out"
+        )
+    return options
 
 
 def options_from_url(url: str, overrides: Mapping[str, object]) -> PostgresOptions:
     """Our options from the URL's query, a keyword in ``overrides`` (not None) winning."""
     query = url_options(url)
     values: dict[str, object] = {}
-    for name, convert in (("schema", str), ("pool_size", int), ("pool_timeout", float), ("retries", int)):
+    conversions = (
+        ("schema", str),
+        ("table_prefix", str),
+        ("pool_size", int),
+        ("pool_timeout", float),
+        ("retries", int),
+    )
+    for name, convert in conversions:
         given = overrides.get(name)
         if given is not None:
             values[name] = given
-        elif query.get(name, "") != "":
+        elif name in query:
             try:
                 values[name] = convert(query[name])
             except ValueError:
@@ -114,13 +155,19 @@ def driver_conninfo(url: str) -> str:
     return conninfo
 
 
-def describe_url(url: str, schema: str) -> str:
-    """``postgresql://user@host:port/db (schema 'x')``: never the password, nor any query value."""
+def describe_url(url: str, schema: str, table_prefix: str = "") -> str:
+    """``postgresql://user@host:port/db (schema 'x')``: never the password, nor any query value
+    but the schema and table prefix."""
     parts = urlsplit(url)
     user = f"{parts.username}@" if parts.username else ""
     host = parts.hostname or "localhost"
     port = f":{parts.port}" if parts.port else ""
-    return f"postgresql://{user}{host}{port}{parts.path} (schema {schema!r})"
+    return f"postgresql://{user}{host}{port}{parts.path} ({describe_namespace(schema, table_prefix)})"
+
+
+def describe_namespace(schema: str, table_prefix: str) -> str:
+    """``schema 'x'``, or ``schema 'x', table prefix 'p'``."""
+    return f"schema {schema!r}" + (f", table prefix {table_prefix!r}" if table_prefix else "")
 
 
 def _libpq_options() -> tuple[str, ...]:
@@ -139,9 +186,12 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_RETRIES",
     "DEFAULT_SCHEMA",
+    "MAX_TABLE_PREFIX",
+    "RESERVED_SCHEMAS",
     "SCHEMES",
     "URL_OPTIONS",
     "PostgresOptions",
+    "describe_namespace",
     "describe_url",
     "driver_conninfo",
     "is_postgres_url",

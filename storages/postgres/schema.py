@@ -2,8 +2,10 @@
 :data:`MIGRATIONS` were applied, and opening a storage applies the missing ones in one
 transaction under an advisory lock, so processes opening one schema at once migrate it once.
 
-Every statement is a template: ``{s}`` is the storage's schema name, a lower-case identifier
-checked by :class:`~storages.postgres.config.PostgresOptions` and quoted here.
+Every statement is a template: ``{s}.name`` is the storage's object ``name`` in its schema,
+after its table prefix (``"schema".prefixname``); ``{p}`` is the table prefix alone (index
+names, which live in their table's schema); any other ``{s}`` is the quoted schema name. Both
+are lower-case identifiers checked by :class:`~storages.postgres.config.PostgresOptions`.
 
 Sequences (version 2): a save takes a transaction-level advisory lock per workflow it writes
 (keyed by the schema and the workflow name, held until commit), then gives each row one more than
@@ -36,6 +38,7 @@ Indexes, each justified by the statements that use it:
 from __future__ import annotations
 
 import hashlib
+import re
 
 CONFLICT_SQLSTATE = "CSCNF"
 """Raised by ``save_family`` when a nested record's id is already stored: nothing is written."""
@@ -146,7 +149,7 @@ $$
 
 # The advisory lock of one workflow of this schema: a signed 64-bit key. Another application's
 # advisory locks on the same key (or two names with one hash) only make saves wait, never wrong.
-_WORKFLOW_LOCK = "hashtextextended('checkpoint-storages:{s}:' || {name}, 0)"
+_WORKFLOW_LOCK = "hashtextextended('checkpoint-storages:{s}:{p}' || {name}, 0)"
 
 # One past the largest sequence of either kind, and at least the high-water mark deletions
 # left; read in one statement (one snapshot, taken after the lock). ORDER BY ... LIMIT 1, not
@@ -360,29 +363,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             position integer NOT NULL
         )
         """,
-        "CREATE UNIQUE INDEX checkpoints_by_sequence ON {s}.checkpoints (workflow_name, sequence)",
+        "CREATE UNIQUE INDEX {p}checkpoints_by_sequence ON {s}.checkpoints (workflow_name, sequence)",
         """
-        CREATE INDEX checkpoints_top_by_sequence ON {s}.checkpoints (workflow_name, sequence)
+        CREATE INDEX {p}checkpoints_top_by_sequence ON {s}.checkpoints (workflow_name, sequence)
         WHERE NOT nested
         """,
         """
-        CREATE INDEX checkpoints_top_by_signature
+        CREATE INDEX {p}checkpoints_top_by_signature
         ON {s}.checkpoints (workflow_name, graph_signature_hash, sequence) WHERE NOT nested
         """,
         """
-        CREATE INDEX checkpoints_by_container ON {s}.checkpoints (container_id, position)
+        CREATE INDEX {p}checkpoints_by_container ON {s}.checkpoints (container_id, position)
         WHERE container_id IS NOT NULL
         """,
-        "CREATE INDEX checkpoints_by_root ON {s}.checkpoints (root_id) WHERE root_id IS NOT NULL",
+        "CREATE INDEX {p}checkpoints_by_root ON {s}.checkpoints (root_id) WHERE root_id IS NOT NULL",
         "CREATE TABLE {s}.tombstones (checkpoint_id text PRIMARY KEY, workflow_name text NOT NULL)",
-        "CREATE INDEX tombstones_by_workflow ON {s}.tombstones (workflow_name)",
+        "CREATE INDEX {p}tombstones_by_workflow ON {s}.tombstones (workflow_name)",
         _SAVE_FAMILY,
     ),
     # 2: sequences from the index under a per-workflow advisory lock, not from a counter row each
     # save rewrites; the counters become high-water marks kept by a delete trigger; one unique
     # (workflow_name, nested, sequence) index instead of two; save_one for single checkpoints.
     (
-        "CREATE UNIQUE INDEX " + SEQUENCE_INDEX + " ON {s}.checkpoints (workflow_name, nested, sequence)",
+        "CREATE UNIQUE INDEX {p}" + SEQUENCE_INDEX + " ON {s}.checkpoints (workflow_name, nested, sequence)",
         "DROP INDEX {s}.checkpoints_by_sequence",
         "DROP INDEX {s}.checkpoints_top_by_sequence",
         _constants(_KEEP_HIGH_WATER),
@@ -403,18 +406,31 @@ SCHEMA_VERSION = len(MIGRATIONS)
 OWN_TABLES = ("workflows", "checkpoints", "tombstones")
 
 CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {s}"
+"""Run only when the schema does not exist (checked in pg_namespace first): PostgreSQL checks
+CREATE on the database before it looks whether the schema exists, so a role that owns its schema
+but may not create schemas could never start if this ran every time."""
 CREATE_SCHEMA_VERSION = """
     CREATE TABLE IF NOT EXISTS {s}.schema_version (
         singleton integer PRIMARY KEY CHECK (singleton = 1),
         version integer NOT NULL
     )
 """
-# One query: is there a version table, its version, and which of our tables exist without it.
+# One query, readable by any role that may connect: does the schema exist, may this role use and
+# create in it, may it create schemas, is there a version table, and which of our tables exist
+# without it. to_regclass needs USAGE on the schema (it raises otherwise), hence the CASE; tables
+# from pg_class, not information_schema, which hides tables the role has no privilege on.
 SELECT_STATE = """
     SELECT
-        to_regclass(%(version_table)s) IS NOT NULL,
-        (SELECT string_agg(table_name, ', ' ORDER BY table_name) FROM information_schema.tables
-         WHERE table_schema = %(schema)s AND table_name = ANY(%(tables)s))
+        n.oid IS NOT NULL,
+        coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
+        coalesce(has_schema_privilege(n.oid, 'CREATE'), false),
+        has_database_privilege(current_database(), 'CREATE'),
+        current_user::text,
+        current_database()::text,
+        CASE WHEN has_schema_privilege(n.oid, 'USAGE') THEN to_regclass(%(version_table)s) IS NOT NULL END,
+        (SELECT string_agg(c.relname::text, ', ' ORDER BY c.relname) FROM pg_class AS c
+         WHERE c.relnamespace = n.oid AND c.relname = ANY(%(tables)s::text[]))
+    FROM (SELECT 1) AS one LEFT JOIN pg_namespace AS n ON n.nspname = %(schema)s
 """
 SELECT_VERSION = "SELECT version FROM {s}.schema_version"
 RECORD_VERSION = """
@@ -422,19 +438,36 @@ RECORD_VERSION = """
     ON CONFLICT (singleton) DO UPDATE SET version = excluded.version
 """
 LOCK_MIGRATION = "SELECT pg_advisory_xact_lock(%s)"
+MIGRATION_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
+"""Set after the migration lock is granted: each DDL statement waits at most 100 ms for a table
+lock. A DDL statement waiting for its lock makes every later reader of that table wait behind
+it, so a migration behind one long reader would stall all reads; it gives up instead, rolls
+back and tries again after a backoff (client.py)."""
 
 
 def quoted(schema: str) -> str:
     return '"' + schema + '"'
 
 
-def render(template: str, schema: str) -> str:
-    """``template`` with ``{s}`` replaced by the quoted schema name (no other braces are touched)."""
-    return template.replace("{s}", quoted(schema))
+_OBJECT = re.compile(r"\{s\}\.(?=[a-z_])")
+
+
+def render(template: str, schema: str, table_prefix: str = "") -> str:
+    """``template`` with ``{s}.name`` replaced by ``"schema".<table_prefix>name``, ``{p}`` by the
+    table prefix and any other ``{s}`` by the quoted schema name (no other braces are touched)."""
+    qualified = _OBJECT.sub(lambda _: quoted(schema) + "." + table_prefix, template)
+    return qualified.replace("{p}", table_prefix).replace("{s}", quoted(schema))
+
+
+def object_names(table_prefix: str) -> tuple[str, ...]:
+    """Our tables' names in the schema, the version table's first."""
+    return tuple(table_prefix + name for name in ("schema_version", *OWN_TABLES))
 
 
 def migration_lock_key(schema: str) -> int:
-    """The advisory lock (a signed 64-bit key) that serialises migrations of one schema."""
+    """The advisory lock (a signed 64-bit key) that serialises migrations of one schema, whatever
+    their table prefix: two stores creating one schema at once would otherwise race in
+    ``CREATE SCHEMA IF NOT EXISTS`` (it is not safe against a concurrent create)."""
     digest = hashlib.blake2b(f"checkpoint-storages:{schema}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
@@ -447,5 +480,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEQUENCE_INDEX",
     "migration_lock_key",
+    "object_names",
     "render",
 ]

@@ -35,7 +35,14 @@ from ..errors import StorageConfigurationError
 from ..integrity import IntegrityKeyInput
 from .client import Connection, PostgresClient
 from .commit import PostgresCommits
-from .config import PostgresOptions, describe_url, driver_conninfo, is_postgres_url, options_from_url
+from .config import (
+    PostgresOptions,
+    describe_namespace,
+    describe_url,
+    driver_conninfo,
+    is_postgres_url,
+    options_from_url,
+)
 from .schema import render
 
 _COLUMNS = "checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash"
@@ -124,7 +131,8 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
     one per handle) or ``pool`` (a ``psycopg_pool.AsyncConnectionPool`` whose connections are in
     autocommit) or ``connection`` (an ``AsyncConnection`` in autocommit); given ones are never
     closed by the storage. The schema (``checkpoint_storages`` unless told) is created and
-    migrated on first use.
+    migrated on first use; ``table_prefix`` names its tables ``<prefix>checkpoints``, ..., so
+    several stores share one schema.
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -150,6 +158,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
         pool: AsyncConnectionPool[Any] | None = None,
         connection: Connection | None = None,
         schema: str | None = None,
+        table_prefix: str | None = None,
         pool_size: int | None = None,
         pool_timeout: float | None = None,
         retries: int | None = None,
@@ -170,6 +179,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
             )
         overrides = {
             "schema": schema,
+            "table_prefix": table_prefix,
             "pool_size": pool_size,
             "pool_timeout": pool_timeout,
             "retries": retries,
@@ -182,17 +192,18 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
                 )
             self._options = options_from_url(url, overrides)
             conninfo = driver_conninfo(url)
-            self._describe = describe_url(url, self._options.schema)
+            self._describe = describe_url(url, self._options.schema, self._options.table_prefix)
         else:
             self._options = PostgresOptions(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
             kind = "pool" if pool is not None else "connection"
-            self._describe = f"postgresql {kind} (schema {self._options.schema!r})"
+            namespace = describe_namespace(self._options.schema, self._options.table_prefix)
+            self._describe = f"postgresql {kind} ({namespace})"
         self._url = url
         self._client = PostgresClient(
             conninfo, self._options, self._describe, pool=pool, connection=connection
         )
-        self._commits = PostgresCommits(self._client, self._options.schema)
-        self._sql = _Queries(self._options.schema)
+        self._commits = PostgresCommits(self._client, self._options.schema, self._options.table_prefix)
+        self._sql = _Queries(self._options.schema, self._options.table_prefix)
 
     @classmethod
     def from_url(
@@ -201,13 +212,14 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
         *,
         codec: CheckpointCodec | None = None,
         schema: str | None = None,
+        table_prefix: str | None = None,
         pool_size: int | None = None,
         pool_timeout: float | None = None,
         retries: int | None = None,
     ) -> Self:
         """``postgresql://user:password@host:port/db?schema=...&pool_size=...`` (or ``postgres://``);
-        ``pool_timeout`` and ``retries`` too, and libpq's own options (``sslmode=...``). A keyword
-        wins over the URL."""
+        ``table_prefix``, ``pool_timeout`` and ``retries`` too, and libpq's own options
+        (``sslmode=...``). A keyword wins over the URL."""
         from ..urls import allowance_options
         from .config import url_options
 
@@ -215,6 +227,7 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
         return cls(
             url,
             schema=schema,
+            table_prefix=table_prefix,
             pool_size=pool_size,
             pool_timeout=pool_timeout,
             retries=retries,
@@ -225,6 +238,10 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
     @property
     def schema(self) -> str:
         return self._options.schema
+
+    @property
+    def table_prefix(self) -> str:
+        return self._options.table_prefix
 
     @property
     def options(self) -> PostgresOptions:
@@ -366,9 +383,9 @@ class PostgresCheckpointStorage(BaseCheckpointStorage):
 class _Queries:
     """Every read statement, rendered once for one schema."""
 
-    def __init__(self, schema_name: str) -> None:
+    def __init__(self, schema_name: str, table_prefix: str) -> None:
         def r(template: str) -> str:
-            return render(template, schema_name)
+            return render(template, schema_name, table_prefix)
 
         self.load, self.latest, self.latest_with_signature = r(_LOAD), r(_LATEST), r(_LATEST_WITH_SIGNATURE)
         self.get, self.nested_bodies, self.children = r(_GET), r(_NESTED_BODIES), r(_CHILDREN)

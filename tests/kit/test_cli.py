@@ -626,3 +626,12 @@ def test_url_runs_write_under_a_run_prefix_of_their_own() -> None:
     assert with_run_prefix("s3://bucket/base/?region=x", "ck-run-1") == "s3://bucket/base/ck-run-1?region=x"
     assert with_run_prefix("s3://bucket", "ck-run-1") == "s3://bucket/ck-run-1"
     assert with_run_prefix("sqlite:///x.db", "ck-run-1") == "sqlite:///x.db"
+    # PostgreSQL: tables of the run's own inside the given schema, which may be all a role owns.
+    assert (
+        with_run_prefix("postgresql://h/db?schema=app", "ck-run-1")
+        == "postgresql://h/db?schema=app&table_prefix=ck_run_1_"
+    )
+    assert (
+        with_run_prefix("postgresql://h/db?table_prefix=t_", "ck-run-1")
+        == "postgresql://h/db?table_prefix=t_ck_run_1_"
+    )
