@@ -21,7 +21,6 @@ from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStora
 from ..verify import require_capabilities
 from .peek import BodyFields, peek_body_fields
 
-
 _NONE: list[CheckpointID] = []
 """The children of a checkpoint without any (shared, never modified)."""
 

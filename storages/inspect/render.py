@@ -120,7 +120,7 @@ def _label(entry: LineageEntry, fields: BodyFields | None, workflow_name: str) -
         # Nested in a checkpoint outside this tree (a sub-workflow's record seen from its own name).
         label.append(f"  nested in {printable(info.container_id)}", style="magenta")
     previous_id = None if info.previous_checkpoint_id is None else printable(info.previous_checkpoint_id)
-    if entry.start is LineageStart.ROOT and not nested:
+    if entry.start is LineageStart.ROOT and not entry.first_of_run:
         label.append("  root", style="green")
     elif entry.start is LineageStart.PRUNED:
         label.append(f"  after pruned {previous_id}", style="yellow")

@@ -195,7 +195,9 @@ async def langgraph_fields(
                 value = f"<cannot be decoded: {type(exc).__name__}>"
             writes.append((write.task_id, write.channel, value))
             if write.channel == "__interrupt__":
-                interrupts.append(value)
+                # LangGraph writes a list of Interrupt objects: what was asked is each one's value.
+                asked = value if isinstance(value, (list, tuple)) else [value]
+                interrupts.extend(getattr(interrupt, "value", interrupt) for interrupt in asked)
     shown.append(("interrupts", interrupts))
     shown.append(("pending_writes", writes))
     return shown
