@@ -11,12 +11,16 @@
   ``inspect URL --checkpoint ID``: one checkpoint's fields.
   Exit status 0, 1 when the checkpoint shown cannot be loaded, 2 for a usage or connection error
   (an unknown workflow or checkpoint included).
+  ``inspect URL THREAD`` / ``--thread THREAD``: a LangGraph thread, subgraphs under their parent.
+  ``--html OUT`` writes the lineage as a self-contained HTML graph instead.
+* ``checkpoint-storages diff URL ID_A ID_B``: what changed between two checkpoints, path by path.
 * ``checkpoint-storages backends``: the registered backends (built-in and third-party, with what
   each needs installed) and any entry point that was refused; exit status 1 when one was.
 
-``--allow-type module:qualname`` (repeatable) lets the codec decode values of that type, as the
-application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
-(intact data, not damage). ``verify --structure-only`` constructs no value at all, so it checks
+``--allowed-modules`` / ``--allowed-checkpoint-types`` (the storage URL's options) and
+``--allow-type module:qualname`` let the codec decode what the application's codec does; without
+them such checkpoints are reported as ``type_not_allowed`` (intact data, not damage): a warning,
+exit 0, unless ``--strict``. ``verify --structure-only`` constructs no value at all, so it checks
 an application's store from a process that cannot import the application's types.
 The commands only read: a SQLite URL naming a file that does not exist is an error, not a new
 empty store.
