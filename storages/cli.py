@@ -11,6 +11,9 @@
   ``inspect URL --checkpoint ID``: one checkpoint's fields.
   Exit status 0, 1 when the checkpoint shown cannot be loaded, 2 for a usage or connection error
   (an unknown workflow or checkpoint included).
+  ``inspect URL THREAD`` / ``--thread THREAD``: a LangGraph thread, subgraphs under their parent.
+  ``--html OUT`` writes the lineage as a self-contained HTML graph instead.
+* ``checkpoint-storages diff URL ID_A ID_B``: what changed between two checkpoints, path by path.
 * ``checkpoint-storages copy SRC_URL DST_URL [--workflow NAME ...] [--dry-run]``: copy checkpoints
   with their order, nested records, tombstones and pending writes (storages.copying), then verify
   the destination; ``import-maf DIR DST_URL``: import a MAF FileCheckpointStorage directory
@@ -19,9 +22,10 @@
 * ``checkpoint-storages backends``: the registered backends (built-in and third-party, with what
   each needs installed) and any entry point that was refused; exit status 1 when one was.
 
-``--allow-type module:qualname`` (repeatable) lets the codec decode values of that type, as the
-application's own codec does; without it such checkpoints are reported as ``type_not_allowed``
-(intact data, not damage). ``verify --structure-only`` constructs no value at all, so it checks
+``--allowed-modules`` / ``--allowed-checkpoint-types`` (the storage URL's options) and
+``--allow-type module:qualname`` let the codec decode what the application's codec does; without
+them such checkpoints are reported as ``type_not_allowed`` (intact data, not damage): a warning,
+exit 0, unless ``--strict``. ``verify --structure-only`` constructs no value at all, so it checks
 an application's store from a process that cannot import the application's types.
 verify and inspect only read: a SQLite URL naming a file that does not exist is an error, not a
 new empty store (for copy, only as the source).
@@ -49,13 +53,21 @@ from .copy_render import render_copy
 from .copying import CopyProgress, CopyReport, copy_store
 from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
 from .inspect import (
+    LineageTree,
     build_lineage,
+    build_thread_lineage,
     describe_checkpoint,
     list_workflow_summaries,
     render_checkpoint,
-    render_lineage,
+    render_lineage_line,
+    render_lineage_title,
     render_workflows,
+    stream_lineage,
+    thread_workflows,
 )
+from .inspect.diff import diff_checkpoints
+from .inspect.html import write_diff_html, write_lineage_html
+from .inspect.render import render_diff
 from .maf_import import import_maf_directory
 from .memory import InMemoryCheckpointStorage
 from .redaction import redact_text, redact_url
@@ -99,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not Path(args.directory).is_dir():
                 raise UsageError(f"{args.directory}: no such directory")
             status = asyncio.run(_import_maf(args, console))
+        elif args.command == "diff":
+            status = asyncio.run(_diff(args, console))
         else:
             status = asyncio.run(_inspect(args, console))
         # What is still buffered is written here, so a closed pipe is caught below rather than
@@ -141,13 +155,17 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
             )
     if args.workflow is not None and report.records_checked == 0 and report.ok:
         raise UsageError(f"no records of workflow {args.workflow!r} in {report.storage}")
+    refused = len(report.of_kind(FindingKind.TYPE_NOT_ALLOWED))
+    failing = len(report.findings) - (0 if args.strict else refused)
     if args.json:
-        print(json_dumps(report.to_dict()))
+        print(json_dumps({**report.to_dict(), "strict": args.strict, "failed": failing > 0}))
     else:
         if report.findings:
             console.print(findings_table(report))
         console.print(verdict(report))
-    return EXIT_OK if report.ok else EXIT_FOUND
+    if refused and not args.json:
+        _warn_refused(console, args, refused)
+    return EXIT_FOUND if failing else EXIT_OK
 
 
 def _anchors(given: list[str] | None) -> dict[str, str]:
@@ -165,9 +183,10 @@ def findings_table(report: VerifyReport) -> Table:
     count = len(report.findings)
     title = plain(f"{printable(report.storage)}: {count} finding{'' if count == 1 else 's'}")
     table = Table(title=title, title_justify="left")
-    table.add_column("Kind", no_wrap=True, style="bold red")
-    table.add_column("Checkpoints")
-    table.add_column("Message", ratio=1)
+    # Every column folds rather than cuts, so an 80-column log keeps each one readable.
+    table.add_column("Kind", style="bold red", overflow="fold", min_width=10)
+    table.add_column("Checkpoints", overflow="fold", min_width=11)
+    table.add_column("Message", ratio=1, overflow="fold", min_width=20)
     for finding in report.findings:
         ids = Text("\n".join(printable(checkpoint_id) for checkpoint_id in finding.checkpoint_ids))
         table.add_row(plain(finding.kind.value), ids, plain(finding.message))
@@ -187,8 +206,20 @@ def verdict(report: VerifyReport) -> Text:
 
 
 async def _inspect(args: argparse.Namespace, console: Console) -> int:
-    if args.checkpoint is not None and args.workflow is not None:
-        raise UsageError("give a WORKFLOW or --checkpoint ID, not both")
+    chosen = [
+        name
+        for name, given in (
+            ("a WORKFLOW", args.workflow),
+            ("--checkpoint", args.checkpoint),
+            ("--thread", args.thread),
+        )
+        if given is not None
+    ]
+    if len(chosen) > 1:
+        raise UsageError(
+            f"give one of a WORKFLOW, --checkpoint ID or --thread THREAD, "
+            f"not both {chosen[0]} and {chosen[1]}"
+        )
     async with _open(args) as storage:
         if args.checkpoint is not None:
             try:
@@ -196,13 +227,20 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
             except CheckpointNotFoundError as exc:
                 raise UsageError(f"{exc} in {describe_storage(storage)}") from exc
             _show(console, args.json, render_checkpoint(view), view.to_dict())
+            if view.refused_type is not None:
+                _warn_refused(console, args, 1)
+                return EXIT_FOUND if args.strict else EXIT_OK
             return EXIT_OK if view.error is None else EXIT_FOUND
-        if args.workflow is not None:
-            tree = await build_lineage(storage, args.workflow)
-            if not tree.roots:
-                raise UsageError(f"no records of workflow {args.workflow!r} in {describe_storage(storage)}")
-            _show(console, args.json, render_lineage(tree), tree.to_dict())
+        if args.workflow is not None or args.thread is not None:
+            tree = await _lineage(storage, args.workflow, args.thread)
+            if args.html is not None:
+                await write_lineage_html(storage, tree, Path(args.html), title=describe_storage(storage))
+                console.print(plain(f"wrote {args.html}"))
+                return EXIT_OK
+            await _print_lineage(console, args.json, storage, tree)
             return EXIT_OK
+        if args.html is not None:
+            raise UsageError("--html draws one workflow or thread: give a WORKFLOW or --thread THREAD")
         summaries = await list_workflow_summaries(storage)
         _show(
             console,
@@ -211,6 +249,65 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
             {"workflows": [summary.to_dict() for summary in summaries]},
         )
         return EXIT_OK
+
+
+async def _lineage(storage: BaseCheckpointStorage, workflow: str | None, thread: str | None) -> LineageTree:
+    """The tree of a workflow or of a LangGraph thread; a WORKFLOW that names no workflow but a
+    LangGraph thread draws the thread."""
+    if workflow is not None:
+        tree = await build_lineage(storage, workflow)
+        if tree.roots:
+            return tree
+        thread = workflow
+    assert thread is not None
+    if await thread_workflows(storage, thread):
+        return await build_thread_lineage(storage, thread)
+    what = f"workflow {workflow!r}" if workflow is not None else f"LangGraph thread {thread!r}"
+    raise UsageError(f"no records of {what} in {describe_storage(storage)}")
+
+
+async def _print_lineage(
+    console: Console, as_json: bool, storage: BaseCheckpointStorage, tree: LineageTree
+) -> None:
+    """Line by line as each is read: memory holds the index, never the output."""
+    lines = stream_lineage(storage, tree)
+    if as_json:
+        header = json_dumps(tree.header())
+        print(header[: header.rindex("}")].rstrip() + ',\n  "nodes": [')
+        separator = ""
+        async for line in lines:
+            print(separator + "    " + json_dumps(line.to_dict()).replace("\n", "\n    "), end="")
+            separator = ",\n"
+        print("\n  ]\n}")
+        return
+    console.print(render_lineage_title(tree))
+    async for line in lines:
+        console.print(render_lineage_line(line, tree.workflow_name))
+
+
+def _warn_refused(console: Console, args: argparse.Namespace, count: int) -> None:
+    """A refused type is intact data judged by another policy than the application's: a warning."""
+    noun = "checkpoint holds" if count == 1 else "checkpoints hold"
+    message = (
+        f"warning: {count} {noun} a type this codec does not allow (the data is intact); judge "
+        "the store with the application's policy: --allowed-modules / --allowed-checkpoint-types "
+        "as in its storage URL" + ("" if args.strict else ", or --strict to fail on it")
+    )
+    terminal_console(stderr=True).print(plain(message, style="yellow"))
+
+
+async def _diff(args: argparse.Namespace, console: Console) -> int:
+    async with _open(args) as storage:
+        try:
+            diff = await diff_checkpoints(storage, args.old, args.new)
+        except CheckpointNotFoundError as exc:
+            raise UsageError(f"{exc} in {describe_storage(storage)}") from exc
+        if args.html is not None:
+            write_diff_html(diff, Path(args.html), title=describe_storage(storage))
+            console.print(plain(f"wrote {args.html}"))
+            return EXIT_OK
+    _show(console, args.json, render_diff(diff), diff.to_dict())
+    return EXIT_OK
 
 
 def _show(console: Console, as_json: bool, renderable: RenderableType, data: object) -> None:
@@ -232,7 +329,7 @@ def _backends(args: argparse.Namespace, console: Console) -> int:
     else:
         table = Table(title="Storage backends", title_justify="left")
         for column in ("Backend", "Schemes", "Installed", "Origin", "Summary"):
-            table.add_column(column, overflow="fold")
+            table.add_column(column, overflow="fold", min_width=min(len(column), 9))
         for row in rows:
             installed = (
                 Text("yes", style="green") if row["missing"] is None else plain(row["missing"], "yellow")
@@ -347,7 +444,11 @@ def _copy_progress(console: Console, command: str, *, quiet: bool) -> Iterator[C
 
 
 def _open(args: argparse.Namespace) -> BaseCheckpointStorage:
-    codec = CheckpointCodec(allowed_types=args.allow_type or ())
+    # The application's own policy, given as its storage URL gives it (comma-separated lists).
+    codec = CheckpointCodec(
+        allowed_types=[*(args.allow_type or ()), *_comma_list(args.allowed_checkpoint_types)],
+        allowed_modules=_comma_list(args.allowed_modules),
+    )
     storage = open_storage(args.url, codec=codec)
     # The commands only read; opening a SQLite URL that names no file would create an empty store.
     path = getattr(storage, "path", None)
@@ -357,6 +458,10 @@ def _open(args: argparse.Namespace) -> BaseCheckpointStorage:
     # does, so a file on read-only media, or in a directory this user may not write, is read.
     read_only_handle = getattr(storage, "read_only_handle", None)
     return read_only_handle() if callable(read_only_handle) else storage
+
+
+def _comma_list(given: list[str] | None) -> list[str]:
+    return [item.strip() for value in given or () for item in value.split(",") if item.strip()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -455,8 +560,31 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect_parser.add_argument("url", metavar="URL", help="storage URL")
     inspect_parser.add_argument("workflow", nargs="?", metavar="WORKFLOW", help="draw this workflow's tree")
-    inspect_parser.add_argument("--checkpoint", metavar="ID", help="show this checkpoint's fields")
+    inspect_parser.add_argument(
+        "--checkpoint", metavar="ID", help="show this checkpoint's fields (a stored id, or LangGraph's own)"
+    )
+    inspect_parser.add_argument(
+        "--thread",
+        metavar="THREAD",
+        help="draw a LangGraph thread: every namespace, subgraphs under their parent",
+    )
+    inspect_parser.add_argument(
+        "--html", metavar="OUT", help="write the lineage as a self-contained HTML page to OUT"
+    )
     _common_options(inspect_parser, json_help="print the data as JSON instead of drawing it")
+
+    diff_parser = commands.add_parser(
+        "diff",
+        help="what changed between two checkpoints (state, messages, pending events, metadata)",
+        description="Load two checkpoints and list every path whose value differs, old -> new. "
+        "LangGraph checkpoints are compared through LangGraph's serializer when it is installed.",
+        epilog="Exit status: 0 shown, 2 usage or connection error (an unknown id included).",
+    )
+    diff_parser.add_argument("url", metavar="URL", help="storage URL")
+    diff_parser.add_argument("old", metavar="ID_A", help="the checkpoint compared from")
+    diff_parser.add_argument("new", metavar="ID_B", help="the checkpoint compared to")
+    diff_parser.add_argument("--html", metavar="OUT", help="write the diff as a self-contained HTML page")
+    _common_options(diff_parser, json_help="print the changes as JSON")
     return parser
 
 
@@ -467,6 +595,23 @@ def _common_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:
         action="append",
         metavar="MODULE:QUALNAME",
         help="a type the application's codec allows (repeatable), so its checkpoints decode",
+    )
+    parser.add_argument(
+        "--allowed-checkpoint-types",
+        action="append",
+        metavar="MOD:CLS,...",
+        help="the allowed_checkpoint_types of the application's storage URL (comma-separated)",
+    )
+    parser.add_argument(
+        "--allowed-modules",
+        action="append",
+        metavar="MODULE,...",
+        help="the allowed_modules of the application's storage URL (comma-separated)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) on a type the codec does not allow; without it that is a warning",
     )
 
 

@@ -22,10 +22,13 @@ pytestmark = pytest.mark.sqlite
 SIG_A = "a1b2c3d4e5f6" * 4
 SIG_B = "f0e1d2c3b4a5" * 4
 SIG_SUB = "5ub5ub5ub5ub"
+STAMP = "2026-01-02T03:04:05.123456+00:00"
+SHOWN = "2026-01-02 03:04:05Z"
 
 
 def cp(workflow: str, checkpoint_id: str, previous: str | None = None, **fields: Any) -> WorkflowCheckpoint:
     fields.setdefault("graph_signature_hash", SIG_A)
+    fields.setdefault("timestamp", STAMP)
     return WorkflowCheckpoint(
         workflow_name=workflow, checkpoint_id=checkpoint_id, previous_checkpoint_id=previous, **fields
     )
@@ -61,7 +64,7 @@ async def _seed_forked_nested_run(url: str) -> None:
 @pytest.fixture
 def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A SQLite file holding a forked run with nested records and a pruned workflow."""
-    monkeypatch.setenv("COLUMNS", "100")  # rich's width when not on a terminal
+    monkeypatch.setenv("COLUMNS", "120")  # rich's width when not on a terminal
     address = f"sqlite:///{tmp_path}/ck.db"
     asyncio.run(_seed_forked_nested_run(address))
     return address
@@ -90,17 +93,17 @@ def test_inspect_draws_the_tree_of_a_forked_nested_run(url: str, capsys: pytest.
     assert (status, err) == (0, "")
     assert lines(out) == [
         "workflow run  (6 checkpoints, 3 nested)",
-        "├── r1  #1  sig a1b2c3d4…  root",
-        "└── r2  #2  sig a1b2c3d4…",
-        "    ├── nested s1  #1  sig 5ub5ub5u…  workflow sub",
-        "    │   └── nested i1  #1  sig f0e1d2c3…  workflow inner",
+        f"├── r1  #1  {SHOWN}  iter 0  sig a1b2c3d4…  root",
+        f"└── r2  #2  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"    ├── nested s1  #1  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub",
+        f"    │   └── nested i1  #1  {SHOWN}  iter 0  sig f0e1d2c3…  workflow inner",
         "    ├── branch 1 of 2",
-        "    │   ├── r3  #3  sig a1b2c3d4…",
-        "    │   └── r4  #4  sig a1b2c3d4…",
+        f"    │   ├── r3  #3  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"    │   └── r4  #4  {SHOWN}  iter 0  sig a1b2c3d4…",
         "    └── branch 2 of 2",
-        "        ├── r3b  #5  sig a1b2c3d4…",
-        "        └── r4b  #6  sig a1b2c3d4…  latest",
-        "            └── nested s2  #2  sig 5ub5ub5u…  workflow sub  previous s1",
+        f"        ├── r3b  #5  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"        └── r4b  #6  {SHOWN}  iter 7  sig a1b2c3d4…  latest",
+        f"            └── nested s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub  previous s1",
     ]
 
 
@@ -114,23 +117,26 @@ def test_inspect_tree_as_json_and_after_a_prune(url: str, capsys: pytest.Capture
     assert status == 0
     tree = json.loads(out)
     assert (tree["workflow_name"], tree["checkpoints"], tree["nested"], tree["pruned"]) == ("run", 7, 3, 0)
-    (root,) = tree["roots"]
-    assert (root["checkpoint_id"], root["start"], root["latest"]) == ("r1", "root", False)
-    (r2,) = root["children"]
-    assert [child["checkpoint_id"] for child in r2["children"]] == ["r3", "r3b"]
-    assert [nested["checkpoint_id"] for nested in r2["nested"]] == ["s1"]
-    assert r2["nested"][0]["nested"][0]["checkpoint_id"] == "i1"
-    (r4b,) = r2["children"][1]["children"]
-    (r5b,) = r4b["children"]
-    assert (r4b["signature_changed"], r5b["signature_changed"], r5b["latest"]) == (False, True, True)
+    # A flat list in drawing order, each node naming what it hangs under: nothing nested to build.
+    nodes = {node["checkpoint_id"]: node for node in tree["nodes"] if "checkpoint_id" in node}
+    assert [node.get("checkpoint_id", node.get("heading")) for node in tree["nodes"]] == [
+        "r1", "r2", "s1", "i1", "branch 1 of 2", "r3", "r4", "branch 2 of 2", "r3b", "r4b", "s2", "r5b",
+    ]  # fmt: skip
+    assert (nodes["r1"]["start"], nodes["r1"]["latest"], nodes["r1"]["parent_id"]) == ("root", False, None)
+    assert [(nodes[i]["parent_id"], nodes[i]["relation"]) for i in ("r3", "r3b", "s1", "i1")] == [
+        ("r2", "child"), ("r2", "child"), ("r2", "nested"), ("s1", "nested"),
+    ]  # fmt: skip
+    assert (nodes["r4b"]["timestamp"], nodes["r4b"]["iteration_count"]) == (STAMP, 7)
+    assert (nodes["r4b"]["signature_changed"], nodes["r5b"]["signature_changed"]) == (False, True)
+    assert nodes["r5b"]["latest"]
     status, out, _ = run(["inspect", url, "run"], capsys)
-    assert "r5b  #7  sig f0e1d2c3…  signature changed  latest" in out
+    assert f"r5b  #7  {SHOWN}  iter 0  sig f0e1d2c3…  signature changed  latest" in out
 
     status, out, _ = run(["inspect", url, "old"], capsys)
     assert status == 0
     assert lines(out) == [
         "workflow old  (1 checkpoint, 0 nested, 2 pruned)",
-        "└── o3  #3  sig a1b2c3d4…  after pruned o2  latest",
+        f"└── o3  #3  {SHOWN}  iter 0  sig a1b2c3d4…  after pruned o2  latest",
     ]
 
 
@@ -326,26 +332,27 @@ def test_inspect_draws_a_broken_run_one_line_of_descent_each(
     assert lines(out) == [
         "workflow run  (7 checkpoints, 1 nested)",
         "├── line 1 of 4",
-        "│   └── r1  #1  sig a1b2c3d4…  root",
+        f"│   └── r1  #1  {SHOWN}  iter 0  sig a1b2c3d4…  root",
         "├── line 2 of 4",
-        "│   ├── r3  #3  sig a1b2c3d4…  previous r2 missing",
-        "│   └── r4  #4  sig a1b2c3d4…",
+        "│   ├── r3  #3  body unreadable: body is 7 bytes, shorter than its header  sig a1b2c3d4…  "
+        "previous r2 missing",
+        f"│   └── r4  #4  {SHOWN}  iter 0  sig a1b2c3d4…",
         "├── line 3 of 4",
-        "│   ├── r3b  #5  sig a1b2c3d4…  previous r2 missing",
-        "│   ├── r4b  #6  sig a1b2c3d4…",
-        "│   │   └── nested s2  #2  sig 5ub5ub5u…  workflow sub  previous s1",
-        "│   └── r5b  #8  sig f0e1d2c3…  signature changed  latest",
+        f"│   ├── r3b  #5  {SHOWN}  iter 0  sig a1b2c3d4…  previous r2 missing",
+        f"│   ├── r4b  #6  {SHOWN}  iter 7  sig a1b2c3d4…",
+        f"│   │   └── nested s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub  previous s1",
+        f"│   └── r5b  #8  {SHOWN}  iter 0  sig f0e1d2c3…  signature changed  latest",
         "└── line 4 of 4",
-        "    └── r5  #7  sig a1b2c3d4…  previous never-saved missing",
+        f"    └── r5  #7  {SHOWN}  iter 0  sig a1b2c3d4…  previous never-saved missing",
     ]
     status, out, _ = run(["inspect", url, "loop"], capsys)
     assert lines(out)[1:] == [
-        "├── la  #1  sig a1b2c3d4…  cycle: previous lb",
-        "└── lb  #2  sig a1b2c3d4…  latest",
+        f"├── la  #1  {SHOWN}  iter 0  sig a1b2c3d4…  cycle: previous lb",
+        f"└── lb  #2  {SHOWN}  iter 0  sig a1b2c3d4…  latest",
     ]
     status, out, _ = run(["inspect", url, "sub"], capsys)
     assert lines(out)[1:] == [
-        "├── s1  #1  sig 5ub5ub5u…  nested in r2  root",
-        "│   └── nested i1  #1  sig f0e1d2c3…  workflow inner",
-        "└── s2  #2  sig 5ub5ub5u…  nested in r4b",
+        f"├── s1  #1  {SHOWN}  iter 0  sig 5ub5ub5u…  nested in r2  root",
+        f"│   └── nested i1  #1  {SHOWN}  iter 0  sig f0e1d2c3…  workflow inner",
+        f"└── s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  nested in r4b",
     ]

@@ -15,7 +15,6 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -143,22 +142,12 @@ def test_control_characters_in_the_index_are_shown_escaped(
     status, out, err = _run(["inspect", url, "run", "--json"], capsys)
     assert (status, err) == (0, "")
     assert not any(character in out for character in "\x1b\x07\x9b\u202e")
-    assert HOSTILE_NAME in {node["checkpoint_id"] for node in _nodes(json.loads(out)["roots"])}
+    assert HOSTILE_NAME in {node.get("checkpoint_id") for node in json.loads(out)["nodes"]}
     # Naming a hostile id on the command line is refused with the id shown escaped.
     status, out, err = _run(["inspect", url, "--checkpoint", HOSTILE_NAME], capsys)
     assert (status, out) == (2, "")
     assert printable(HOSTILE_NAME) in err
     assert TITLE_ESCAPE not in err
-
-
-def _nodes(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    pending = list(roots)
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        pending += node["children"] + node["nested"]
-    return found
 
 
 @sqlite_mark

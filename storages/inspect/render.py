@@ -4,101 +4,138 @@ string is shown as data, never as markup)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from ..terminal import plain, printable
 from ..verify import abbreviate_signature
-from .views import CheckpointView, LineageNode, LineageStart, LineageTree, WorkflowSummary
+from .diff import CheckpointDiff
+from .lineage import LineageEntry, LineageLine, LineageStart, LineageTree, Relation
+from .peek import BodyFields
+from .threads import langgraph_place, shown_id
+from .views import CheckpointView, WorkflowSummary
 
 
 def render_workflows(summaries: list[WorkflowSummary], storage_name: str) -> Table:
     title = plain(f"{storage_name}: {len(summaries)} workflow{'' if len(summaries) == 1 else 's'}")
     table = Table(title=title, title_justify="left")
-    table.add_column("Workflow", no_wrap=True)
-    table.add_column("Checkpoints", justify="right")
-    table.add_column("Nested", justify="right")
-    table.add_column("Pruned", justify="right")
-    table.add_column("Signatures", justify="right")
-    table.add_column("Latest", no_wrap=True)
+    # Folded, never cut: at 80 columns every count and id stays whole on its own lines.
+    table.add_column("Workflow", overflow="fold", min_width=10, ratio=2)
+    for header in ("Checkpoints", "Nested", "Pruned", "Signatures"):
+        table.add_column(header, justify="right", overflow="fold", min_width=6)
+    table.add_column("Latest", overflow="fold", min_width=8, ratio=1)
     for summary in summaries:
+        name = summary.workflow_name
+        if summary.thread_id is not None:
+            name = f"thread {summary.thread_id}" + (
+                f" ns {summary.checkpoint_ns}" if summary.checkpoint_ns else ""
+            )
+        latest = summary.latest_id
+        if latest is not None:
+            latest = shown_id(latest, summary.workflow_name)
         table.add_row(
-            plain(summary.workflow_name),
+            plain(name),
             str(summary.checkpoints),
             str(summary.nested),
             str(summary.pruned),
             str(summary.signatures),
-            plain(summary.latest_id or "-"),
+            plain(latest or "-"),
         )
     return table
 
 
-def render_lineage(tree: LineageTree) -> Tree:
-    """The tree as a rich renderable: straight runs at one level, forks and nesting indented."""
-    counts = f"{tree.checkpoints} checkpoint{'' if tree.checkpoints == 1 else 's'}, {tree.nested} nested"
+def render_lineage_title(tree: LineageTree) -> Text:
+    counts = (
+        f"{tree.checkpoints} checkpoint{'' if tree.checkpoints == 1 else 's'}, {tree.nested_count} nested"
+    )
     if tree.pruned:
         counts += f", {tree.pruned} pruned"
-    rendered = Tree(
-        Text.assemble(("workflow ", "dim"), (printable(tree.workflow_name), "bold"), f"  ({counts})")
-    )
-    if len(tree.roots) == 1:
-        _render_run(rendered, tree.roots[0], tree.workflow_name)
-        return rendered
-    # Several starts: one entry per line of descent, so a level never holds two runs.
-    for number, root in enumerate(tree.roots, 1):
-        line = rendered.add(Text(f"line {number} of {len(tree.roots)}", style="dim"))
-        _render_run(line, root, tree.workflow_name)
+    thread = langgraph_place(tree.workflow_name)
+    if thread is not None:
+        name = f"thread {printable(thread[0])}" + (f" ns {printable(thread[1])}" if thread[1] else "")
+        return Text.assemble(("langgraph ", "dim"), (name, "bold"), f"  ({counts})")
+    return Text.assemble(("workflow ", "dim"), (printable(tree.workflow_name), "bold"), f"  ({counts})")
+
+
+def render_lineage_line(line: LineageLine, workflow_name: str) -> Text:
+    """One line of the drawn tree: its guides and a checkpoint's label, or a heading."""
+    entry = line.entry
+    text = Text(entry.guides, style="dim")
+    if entry.info is None:
+        text.append(printable(entry.heading), style="dim")
+        return text
+    text.append_text(_label(entry, line.fields, workflow_name))
+    return text
+
+
+def render_lineage(tree: LineageTree) -> Text:
+    """The whole tree from the index alone (no timestamps), for a small tree in Python."""
+    rendered = render_lineage_title(tree)
+    for entry in tree.entries():
+        rendered.append("\n")
+        rendered.append_text(render_lineage_line(LineageLine(entry, None), tree.workflow_name))
     return rendered
 
 
-def _render_run(parent: Tree, node: LineageNode, workflow_name: str, *, nested: bool = False) -> None:
-    current: LineageNode | None = node
-    while current is not None:
-        branch = parent.add(_label(current, workflow_name, nested=nested))
-        nested = False  # only the run's first node sits under a container
-        for inner in current.nested:
-            _render_run(branch, inner, workflow_name, nested=True)
-        children = current.children
-        if len(children) == 1:
-            current = children[0]
-            continue
-        for number, child in enumerate(children, 1):
-            fork = branch.add(Text(f"branch {number} of {len(children)}", style="dim"))
-            _render_run(fork, child, workflow_name)
-        current = None
+def short_timestamp(timestamp: str) -> str:
+    """An ISO timestamp to the second, in UTC when it says its zone; anything else as stored."""
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return timestamp
+    if moment.tzinfo is None:
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _label(node: LineageNode, workflow_name: str, *, nested: bool) -> Text:
-    info = node.info
+def _label(entry: LineageEntry, fields: BodyFields | None, workflow_name: str) -> Text:
+    info = entry.info
+    assert info is not None
+    nested = entry.first_of_run and entry.relation is Relation.NESTED
     label = Text()
     if nested:
         label.append("nested ", style="magenta")
-    label.append(printable(info.checkpoint_id), style="bold")
+    elif entry.first_of_run and entry.relation is Relation.SUBGRAPH:
+        label.append("subgraph ", style="magenta")
+    place = langgraph_place(info.workflow_name)
+    label.append(printable(shown_id(info.checkpoint_id, info.workflow_name)), style="bold")
     label.append(f"  #{info.sequence}", style="dim")
-    label.append(f"  sig {printable(abbreviate_signature(info.graph_signature_hash))}")
+    if fields is not None:
+        if fields.timestamp is not None:
+            label.append(f"  {printable(short_timestamp(fields.timestamp))}", style="cyan")
+        if fields.iteration_count is not None:
+            label.append(f"  iter {fields.iteration_count}")
+        if fields.error is not None:
+            label.append(f"  body unreadable: {printable(fields.error)}", style="bold red")
+    if place is None:
+        label.append(f"  sig {printable(abbreviate_signature(info.graph_signature_hash))}")
     if info.workflow_name != workflow_name:
-        label.append(f"  workflow {printable(info.workflow_name)}", style="dim")
-    if not nested and info.container_id is not None:
+        if place is not None:
+            label.append(f"  ns {printable(place[1])}", style="dim")
+        else:
+            label.append(f"  workflow {printable(info.workflow_name)}", style="dim")
+    if not nested and entry.relation is not Relation.NESTED and info.container_id is not None:
         # Nested in a checkpoint outside this tree (a sub-workflow's record seen from its own name).
         label.append(f"  nested in {printable(info.container_id)}", style="magenta")
     previous_id = None if info.previous_checkpoint_id is None else printable(info.previous_checkpoint_id)
-    if node.start is LineageStart.ROOT and not nested:
+    if entry.start is LineageStart.ROOT and not entry.first_of_run:
         label.append("  root", style="green")
-    elif node.start is LineageStart.PRUNED:
+    elif entry.start is LineageStart.PRUNED:
         label.append(f"  after pruned {previous_id}", style="yellow")
-    elif node.start is LineageStart.MISSING:
+    elif entry.start is LineageStart.MISSING:
         label.append(f"  previous {previous_id} missing", style="bold red")
-    elif node.start is LineageStart.ELSEWHERE:
-        elsewhere = printable(node.previous_workflow)
+    elif entry.start is LineageStart.ELSEWHERE:
+        elsewhere = printable(entry.previous_workflow)
         label.append(f"  after {previous_id} (workflow {elsewhere})", style="cyan")
-    elif node.start is LineageStart.CYCLE:
+    elif entry.start is LineageStart.CYCLE:
         label.append(f"  cycle: previous {previous_id}", style="bold red")
     elif nested and previous_id is not None:
         label.append(f"  previous {previous_id}", style="dim")
-    if node.signature_changed:
+    if entry.signature_changed:
         label.append("  signature changed", style="yellow")
-    if node.latest:
+    if entry.latest:
         label.append("  latest", style="bold green")
     return label
 
@@ -107,8 +144,8 @@ def render_checkpoint(view: CheckpointView) -> Table:
     info = view.info
     title = plain(f"checkpoint {printable(info.checkpoint_id)}")
     table = Table(title=title, title_justify="left", show_header=False)
-    table.add_column("Field", style="bold", no_wrap=True)
-    table.add_column("Value")
+    table.add_column("Field", style="bold", overflow="fold", min_width=12)
+    table.add_column("Value", overflow="fold", min_width=20, ratio=1)
     previous = info.previous_checkpoint_id
     rows: list[tuple[str, Text]] = [
         ("checkpoint_id", plain(info.checkpoint_id)),
@@ -131,6 +168,33 @@ def render_checkpoint(view: CheckpointView) -> Table:
     rows.extend((name, plain(value)) for name, value in view.fields)
     if view.error is not None:
         rows.append(("body", plain(f"cannot be loaded: {view.error}", style="bold red")))
+    if view.refused_type is not None:
+        rows.append(
+            ("body", plain(f"intact, but refused by this codec: {view.refused_type}", style="yellow"))
+        )
     for name, value in rows:
         table.add_row(plain(name), value)
+    return table
+
+
+def render_diff(diff: CheckpointDiff) -> Table:
+    """What changed, one path per row: ``+`` added, ``-`` removed, ``~`` changed (old -> new)."""
+    count = len(diff.changes) + diff.omitted
+    title = plain(f"{diff.old_id} -> {diff.new_id}: {count} change{'' if count == 1 else 's'}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("", overflow="fold", min_width=1, max_width=1)
+    table.add_column("Path", overflow="fold", min_width=12, ratio=1)
+    table.add_column("Old", overflow="fold", min_width=12, ratio=2)
+    table.add_column("New", overflow="fold", min_width=12, ratio=2)
+    marks = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
+    for change in diff.changes:
+        mark, style = marks[change.kind.value]
+        table.add_row(
+            Text(mark, style=style),
+            plain(change.path),
+            plain("" if change.old is None else change.old),
+            plain("" if change.new is None else change.new),
+        )
+    if diff.omitted:
+        table.add_row("…", plain(f"{diff.omitted} more changes not listed"), "", "")
     return table

@@ -4,98 +4,18 @@ built from the index (see the package's docstring); :mod:`storages.inspect.rende
 from __future__ import annotations
 
 import dataclasses
-import enum
 import reprlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import CheckpointCorruptedError, CheckpointNotFoundError
+from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointTypeNotAllowedError
 from ..verify import require_capabilities
+from .threads import langgraph_fields, langgraph_place, resolve_checkpoint_id
 
 VALUE_WIDTH = 100
 """Longest abbreviated value shown in the one-checkpoint view, in characters."""
-
-
-class LineageStart(str, enum.Enum):
-    """Why a checkpoint starts a line of the tree instead of hanging under its previous one."""
-
-    ROOT = "root"
-    """Its previous id is None."""
-    PRUNED = "pruned"
-    """Its previous checkpoint was pruned (a tombstone marks it)."""
-    MISSING = "missing"
-    """Its previous id resolves to nothing: a dangling link."""
-    ELSEWHERE = "elsewhere"
-    """Its previous checkpoint is stored, outside this workflow's tree."""
-    CYCLE = "cycle"
-    """Its previous links form a cycle; the tree breaks the cycle here."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(slots=True)
-class LineageNode:
-    info: CheckpointInfo
-    children: list[LineageNode] = field(default_factory=list)
-    """Checkpoints whose previous id is this one, oldest first."""
-    nested: list[LineageNode] = field(default_factory=list)
-    """Records nested in this one, oldest first."""
-    start: LineageStart | None = None
-    """Set on the first checkpoint of each line of the tree."""
-    previous_workflow: str | None = None
-    """For ELSEWHERE: the workflow the previous checkpoint belongs to."""
-    latest: bool = False
-    """The workflow's latest top-level checkpoint (what get_latest returns)."""
-    signature_changed: bool = False
-    """Its graph signature differs from its previous checkpoint's."""
-
-    @property
-    def checkpoint_id(self) -> CheckpointID:
-        return self.info.checkpoint_id
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **dataclasses.asdict(self.info),
-            "start": None if self.start is None else self.start.value,
-            "latest": self.latest,
-            "signature_changed": self.signature_changed,
-            "nested": [node.to_dict() for node in self.nested],
-            "children": [node.to_dict() for node in self.children],
-        }
-
-
-@dataclass(slots=True)
-class LineageTree:
-    workflow_name: str
-    roots: list[LineageNode]
-    checkpoints: int
-    """Top-level checkpoints of the workflow."""
-    nested: int
-    """Nested records in the tree, of any workflow name."""
-    pruned: int
-    """Tombstones of the workflow (checkpoints pruned from it)."""
-
-    def walk(self) -> list[LineageNode]:
-        """Every node, depth first, containers before their nested records."""
-        found: list[LineageNode] = []
-        pending = list(reversed(self.roots))
-        while pending:
-            node = pending.pop()
-            found.append(node)
-            pending.extend(reversed([*node.nested, *node.children]))
-        return found
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "workflow_name": self.workflow_name,
-            "checkpoints": self.checkpoints,
-            "nested": self.nested,
-            "pruned": self.pruned,
-            "roots": [node.to_dict() for node in self.roots],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +27,16 @@ class WorkflowSummary:
     latest_id: CheckpointID | None
     signatures: int
     """Distinct graph signatures among its records."""
+    thread_id: str | None = None
+    """For a LangGraph workflow: its thread."""
+    checkpoint_ns: str | None = None
+    """For a LangGraph workflow: its namespace ("" for the root graph)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "workflow_name": self.workflow_name,
+            "thread_id": self.thread_id,
+            "checkpoint_ns": self.checkpoint_ns,
             "checkpoints": self.checkpoints,
             "nested": self.nested,
             "pruned": self.pruned,
@@ -132,6 +58,8 @@ class CheckpointView:
     """Decoded fields other than the index ones, values abbreviated; empty if it cannot be loaded."""
     error: str | None
     """Why the body could not be loaded, if it could not."""
+    refused_type: str | None = None
+    """The body is intact but names a type the codec does not allow (the message says which)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +68,7 @@ class CheckpointView:
             "nested_ids": list(self.nested_ids),
             "fields": dict(self.fields),
             "error": self.error,
+            "refused_type": self.refused_type,
         }
 
 
@@ -156,6 +85,7 @@ async def list_workflow_summaries(storage: CheckpointStorage) -> list[WorkflowSu
     for name in sorted(by_workflow):
         records = by_workflow[name]
         top = [info for info in records if not info.nested]
+        place = langgraph_place(name)
         summaries.append(
             WorkflowSummary(
                 workflow_name=name,
@@ -164,112 +94,20 @@ async def list_workflow_summaries(storage: CheckpointStorage) -> list[WorkflowSu
                 pruned=len(await storage.list_tombstones(workflow_name=name)),
                 latest_id=max(top, key=lambda info: info.sequence).checkpoint_id if top else None,
                 signatures=len({info.graph_signature_hash for info in records}),
+                thread_id=None if place is None else place[0],
+                checkpoint_ns=None if place is None else place[1],
             )
         )
     return summaries
 
 
-async def build_lineage(storage: CheckpointStorage, workflow_name: str) -> LineageTree:
-    """The lineage tree of ``workflow_name``: its records and every record nested in them.
+async def describe_checkpoint(storage: CheckpointStorage, checkpoint_id: CheckpointID) -> CheckpointView:
+    """One checkpoint's index entry, neighbours and fields; raises CheckpointNotFoundError.
 
-    A workflow with no stored record gives a tree without roots.
+    ``checkpoint_id`` may be LangGraph's own id of a LangGraph checkpoint (unique in the store).
     """
     require_capabilities(storage, "inspect", (Capability.INSPECT,))
-    # The whole index: records nested in this workflow's checkpoints usually carry the
-    # sub-workflow's own name, and a previous id may lead into another workflow.
-    everything = {info.checkpoint_id: info for info in await storage.list_records()}
-    members = {i: info for i, info in everything.items() if info.workflow_name == workflow_name}
-    by_container: dict[CheckpointID, list[CheckpointInfo]] = defaultdict(list)
-    for info in everything.values():
-        if info.container_id is not None:
-            by_container[info.container_id].append(info)
-    pending = list(members)
-    while pending:  # bring in what is nested in members, at any depth, whatever its name
-        for nested in by_container.get(pending.pop(), ()):
-            if nested.checkpoint_id not in members:
-                members[nested.checkpoint_id] = nested
-                pending.append(nested.checkpoint_id)
-    # Every workflow's tombstones: a record nested under another name is tombstoned under the
-    # name of the workflow that was pruned.
-    tombstones = frozenset(await storage.list_tombstones())
-    pruned = len(await storage.list_tombstones(workflow_name=workflow_name))
-    return _assemble(workflow_name, members, everything, tombstones, pruned)
-
-
-def _assemble(
-    workflow_name: str,
-    members: dict[CheckpointID, CheckpointInfo],
-    everything: dict[CheckpointID, CheckpointInfo],
-    tombstones: frozenset[CheckpointID],
-    pruned: int,
-) -> LineageTree:
-    order = sorted(members.values(), key=lambda info: (info.workflow_name != workflow_name, info.sequence))
-    nodes = {info.checkpoint_id: LineageNode(info) for info in order}
-    # Where each node hangs: under its container if that is in the tree, else under its previous.
-    parent: dict[CheckpointID, tuple[CheckpointID, bool]] = {}
-    for info in order:
-        node = nodes[info.checkpoint_id]
-        previous_id = info.previous_checkpoint_id
-        previous = members.get(previous_id) if previous_id is not None else None
-        if previous is not None and previous.graph_signature_hash != info.graph_signature_hash:
-            node.signature_changed = True
-        if info.container_id is not None and info.container_id in members:
-            parent[info.checkpoint_id] = (info.container_id, True)
-        elif previous_id is None:
-            node.start = LineageStart.ROOT
-        elif previous is not None:
-            parent[info.checkpoint_id] = (previous_id, False)
-        elif previous_id in everything:
-            node.start = LineageStart.ELSEWHERE
-            node.previous_workflow = everything[previous_id].workflow_name
-        else:
-            node.start = LineageStart.PRUNED if previous_id in tombstones else LineageStart.MISSING
-    # A record reachable from no start lies on (or leads into) a cycle: start the tree at one
-    # record of that cycle, found by following parents until one repeats, and try again.
-    reached = _reachable(nodes, parent)
-    for info in order:
-        while info.checkpoint_id not in reached:
-            seen: set[CheckpointID] = set()
-            current = info.checkpoint_id
-            while current not in seen:
-                seen.add(current)
-                current = parent[current][0]
-            del parent[current]
-            nodes[current].start = LineageStart.CYCLE
-            reached = _reachable(nodes, parent)
-    for child_id, (parent_id, is_nested) in parent.items():
-        (nodes[parent_id].nested if is_nested else nodes[parent_id].children).append(nodes[child_id])
-    top = [info for info in order if info.workflow_name == workflow_name and not info.nested]
-    if top:
-        nodes[max(top, key=lambda info: info.sequence).checkpoint_id].latest = True
-    return LineageTree(
-        workflow_name=workflow_name,
-        roots=[nodes[info.checkpoint_id] for info in order if nodes[info.checkpoint_id].start is not None],
-        checkpoints=len(top),
-        nested=sum(1 for info in order if info.nested),
-        pruned=pruned,
-    )
-
-
-def _reachable(
-    nodes: dict[CheckpointID, LineageNode], parent: dict[CheckpointID, tuple[CheckpointID, bool]]
-) -> set[CheckpointID]:
-    below: dict[CheckpointID, list[CheckpointID]] = defaultdict(list)
-    for child_id, (parent_id, _) in parent.items():
-        below[parent_id].append(child_id)
-    pending = [i for i, node in nodes.items() if node.start is not None]
-    reached = set(pending)
-    while pending:
-        for child_id in below.get(pending.pop(), ()):
-            if child_id not in reached:
-                reached.add(child_id)
-                pending.append(child_id)
-    return reached
-
-
-async def describe_checkpoint(storage: CheckpointStorage, checkpoint_id: CheckpointID) -> CheckpointView:
-    """One checkpoint's index entry, neighbours and fields; raises CheckpointNotFoundError."""
-    require_capabilities(storage, "inspect", (Capability.INSPECT,))
+    checkpoint_id = await resolve_checkpoint_id(storage, checkpoint_id)
     info = await storage.checkpoint_info(checkpoint_id)
     if info is None:
         raise CheckpointNotFoundError(checkpoint_id)
@@ -286,18 +124,25 @@ async def describe_checkpoint(storage: CheckpointStorage, checkpoint_id: Checkpo
     if Capability.NESTED in getattr(storage, "capabilities", frozenset()):
         nested_ids = await storage.list_nested(checkpoint_id)
     error: str | None = None
+    refused: str | None = None
     shown: list[tuple[str, str]] = []
     try:
         checkpoint = await storage.load(checkpoint_id)
+    except CheckpointTypeNotAllowedError as exc:
+        refused = exc.message
     except CheckpointCorruptedError as exc:
         error = exc.reason
     else:
         for name in ("timestamp", "iteration_count", "version"):
             shown.append((name, abbreviate_value(getattr(checkpoint, name))))
-        for name in ("messages", "state", "pending_request_info_events", "metadata"):
-            value = getattr(checkpoint, name)
+        decoded = await langgraph_fields(storage, info, checkpoint)
+        names = ("messages", "state", "pending_request_info_events", "metadata")
+        # A LangGraph record's own fields are empty or serialized bytes: its decoded ones instead.
+        for name, value in decoded or [(name, getattr(checkpoint, name)) for name in names]:
             shown.append((name, _count(value) + abbreviate_value(value)))
-    return CheckpointView(info, previous_status, container, tuple(nested_ids), tuple(shown), error)
+    return CheckpointView(
+        info, previous_status, container, tuple(nested_ids), tuple(shown), error, refused_type=refused
+    )
 
 
 class _ShortRepr(reprlib.Repr):
@@ -332,17 +177,11 @@ def _count(value: Any) -> str:
     return f"{len(value)} key{'' if len(value) == 1 else 's'}: "
 
 
-# ---------------------------------------------------------------------- rendering
-
-
 __all__ = [
+    "VALUE_WIDTH",
     "CheckpointView",
-    "LineageNode",
-    "LineageStart",
-    "LineageTree",
     "WorkflowSummary",
     "abbreviate_value",
-    "build_lineage",
     "describe_checkpoint",
     "list_workflow_summaries",
 ]
