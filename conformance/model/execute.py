@@ -272,8 +272,11 @@ class Judging:
     aliases: bool = True
 
 
-def judge(op: Op, expect: Expect, seen: Observation, judging: Judging) -> str:
-    """Why ``seen`` is not what ``expect`` allows ('' when it is)."""
+def judge(
+    op: Op, expect: Expect, seen: Observation, judging: Judging, model: ContractModel | None = None
+) -> str:
+    """Why ``seen`` is not what ``expect`` allows ('' when it is). ``families`` (id -> the top-level
+    id saved with it, from ``model``) lets listings order one save's records among themselves."""
     if seen.error is not None:
         exc = seen.error
         if expect.not_found and is_not_found(exc):
@@ -283,10 +286,40 @@ def judge(op: Op, expect: Expect, seen: Observation, judging: Judging) -> str:
         return f"raised {type(exc).__name__}: {_clip(str(exc))}; the contract says {describe(expect)}"
     if not expect.values:
         return f"returned {_clip(_show(seen.value))}; the contract says {describe(expect)}"
+    if expect.values and (op.kind == "list_records" or op.params.get("include_nested")):
+        families = model.families() if model is not None else {}
+        seen = Observation(_in_family_order(op, seen.value, families), None)
+        expect = Expect(values=tuple(_in_family_order(op, want, families) for want in expect.values))
     problems = [_compare(op, want, seen.value, judging) for want in expect.values]
     if any(not problem for problem in problems):
         return ""
     return problems[0]
+
+
+def _in_family_order(op: Op, listed: Any, families: dict[str, str]) -> Any:
+    """``listed`` with each run of consecutive records of one family sorted by id: two listings
+    that differ only in the order one save's records take among themselves become equal."""
+    if not isinstance(listed, list):
+        return listed
+    if op.kind == "list_records" and listed and not isinstance(listed[0], str):
+        listed = [info.checkpoint_id for info in sorted(listed, key=lambda info: info.sequence)]
+    by_id = {_ident(item): item for item in listed}
+    return [by_id[i] for i in _runs_sorted([_ident(item) for item in listed], families)]
+
+
+def _ident(item: Any) -> str:
+    return str(item.checkpoint_id if isinstance(item, Draft) or hasattr(item, "state") else item)
+
+
+def _runs_sorted(ids: list[str], families: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    run: list[str] = []
+    for checkpoint_id in ids:
+        if run and families.get(checkpoint_id, checkpoint_id) != families.get(run[-1], run[-1]):
+            out += sorted(run)
+            run = []
+        run.append(checkpoint_id)
+    return out + sorted(run)
 
 
 def describe(expect: Expect) -> str:
@@ -362,7 +395,7 @@ def _compare(op: Op, want: Any, got: Any, judging: Judging) -> str:
     if kind == "list_checkpoints":
         return _checkpoints(want, got, judging, what)
     if kind in ("list_checkpoint_ids", "list_nested"):
-        return "" if got == want else f"{what}: returned {_clip(repr(got))}, expected {_clip(repr(want))}"
+        return "" if got == want else f"{what}: {_list_difference(got, want)}"
     if kind == "delete":
         return "" if got is want or got == want else f"{what}: returned {got!r}, expected {want!r}"
     if kind == "walk":
@@ -386,7 +419,7 @@ def _compare(op: Op, want: Any, got: Any, judging: Judging) -> str:
             else f"{what}: (workflow, previous, signature, container) is {seen!r}, expected {want!r}"
         )
     if kind == "list_records":
-        ids = [info.checkpoint_id for info in sorted(got, key=lambda info: info.sequence)]
+        ids = got  # ids in sequence order (see _in_family_order)
         return (
             ""
             if ids == want
@@ -419,6 +452,19 @@ def _compare(op: Op, want: Any, got: Any, judging: Judging) -> str:
     if kind == "reopen":
         return ""
     raise ValueError(kind)
+
+
+def _list_difference(got: Any, want: Sequence[Any]) -> str:
+    """Where two listings part: the first differing position, with a few entries either side."""
+    if not isinstance(got, list):
+        return f"returned a {type(got).__name__}, not a list"
+    position = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    start = max(position - 2, 0)
+    return (
+        f"returned {len(got)} ids, expected {len(want)}; they part at position {position}: "
+        f"returned ...{_clip(repr(got[start : position + 3]))}, "
+        f"expected ...{_clip(repr(want[start : position + 3]))}"
+    )
 
 
 def _walk(op: Op, want: Walk, got: Any, judging: Judging) -> str:

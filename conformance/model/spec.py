@@ -349,6 +349,12 @@ class ContractModel:
     def list_checkpoint_ids(self, workflow: str, signature: str | None, include_nested: bool) -> Expect:
         return Expect.value([r.checkpoint_id for r in self.listed(workflow, signature, include_nested)])
 
+    def families(self) -> dict[str, str]:
+        """Each stored id's family (the top-level id it was saved with). A family is one atomic
+        commit: where several of its records share a workflow, their order among themselves is
+        the backend's (Redis Cluster numbers the nested ones first), their place is not."""
+        return {checkpoint_id: record.root for checkpoint_id, record in self.records.items()}
+
     def delete(self, checkpoint_id: str) -> Expect:
         record = self.records.get(checkpoint_id)
         if record is None:
