@@ -77,8 +77,15 @@ async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Stor
     root = store.storage()
     # Injected faults retry with backoff, and the 300-step walk is one GET per step: on a loaded
     # machine that outlasts the default 30 s, so this target gets twice the time per clause.
+    # The model family with an operations budget (no time cap): the whole programs, the 1,030-long
+    # history included, which the default run on S3 cuts short.
     target = StorageTarget(
-        name="s3", factory=root.new_handle, faults=store.faults, timeout_factor=2.0, reopen=store.storage
+        name="s3",
+        factory=root.new_handle,
+        faults=store.faults,
+        timeout_factor=2.0,
+        reopen=store.storage,
+        model_budget="1200",
     )
     try:
         (backend,) = (await avalidate(target)).backends

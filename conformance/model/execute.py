@@ -458,7 +458,9 @@ def _list_difference(got: Any, want: Sequence[Any]) -> str:
     """Where two listings part: the first differing position, with a few entries either side."""
     if not isinstance(got, list):
         return f"returned a {type(got).__name__}, not a list"
-    position = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    position = next(
+        (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want))
+    )
     start = max(position - 2, 0)
     return (
         f"returned {len(got)} ids, expected {len(want)}; they part at position {position}: "

@@ -978,6 +978,12 @@ class Generator:
                 yield self._applied(
                     Op("save", 0, {"draft": self._draft(bystander, None), "mutate_after": False})
                 )
+            if index % 128 == 127:
+                # Checked along the way too, so a run cut short by its time budget (a slow
+                # store's default run) still compares the listing and latest it reached.
+                listing = {"workflow": workflow, "signature": None, "include_nested": False}
+                yield self._applied(Op("list_checkpoint_ids", 0, listing))
+                yield self._applied(Op("get_latest", 0, {**listing, "mutate_after": False}))
         assert previous is not None
         yield self._applied(
             Op("list_checkpoint_ids", 0, {"workflow": workflow, "signature": None, "include_nested": False})

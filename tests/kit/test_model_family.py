@@ -578,7 +578,7 @@ def test_linearizability_refuses_two_winners_of_one_fence() -> None:
 
 def test_budget_parsing() -> None:
     assert parse_budget(None).operations == 1200
-    assert parse_budget(None).seconds == 20.0
+    assert parse_budget(None).seconds == 12.0
     assert parse_budget("900").operations == 900
     assert parse_budget("20s").seconds == 20.0
     with pytest.raises(ValueError, match="--model-budget"):
