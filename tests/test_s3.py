@@ -704,9 +704,12 @@ async def test_put_parameters_are_sent_with_every_write(in_process: S3Store) -> 
 async def test_a_missing_bucket_says_how_to_fix_it_and_create_bucket_creates_it() -> None:
     client = make_client(server_endpoint())
     try:
-        async with S3CheckpointStorage("ckpt-missing-bucket", client=client) as storage:
+        missing = S3CheckpointStorage("ckpt-missing-bucket", client=client)
+        # Said when the handle opens (its probe is the first request), and again at every use.
+        for _ in range(2):
             with pytest.raises(StorageConfigurationError, match="create_bucket=true"):
-                await storage.save(checkpoint())
+                await missing.save(checkpoint())
+        await missing.aclose()
         async with S3CheckpointStorage("ckpt-created-bucket", client=client, create_bucket=True) as storage:
             await storage.save(saved := checkpoint())
             assert (await storage.load(saved.checkpoint_id)).checkpoint_id == saved.checkpoint_id
