@@ -8,9 +8,10 @@
 * :class:`RequestCounter` counts the HTTP requests a client sends, by operation.
 
 moto checks a conditional write's precondition and then stores the object in two steps that
-another thread can interleave, where S3 decides atomically. :func:`make_conditional_writes_atomic`
-serialises moto's PutObject handler so two racing create-only writes cannot both win, which is
-what real S3 guarantees and what the storage relies on.
+another thread can interleave, where S3 decides atomically; and its listings walk a copy of the
+bucket's key names and look each one up again, so a key deleted in between raises KeyError inside
+moto (an InternalError over HTTP) where S3 just lists. :func:`make_moto_s3_atomic` answers one S3
+request at a time, which is what real S3 guarantees and what the storage relies on.
 """
 
 from __future__ import annotations
@@ -30,24 +31,27 @@ DEFAULT_REGION = "us-east-1"
 _bucket_lock = threading.RLock()
 
 
-def make_conditional_writes_atomic() -> None:
-    """Serialise moto's handlers that change or walk a bucket's keys (idempotent): a PutObject's
-    precondition check and write then happen as one step, as on S3, and a listing never walks
-    the key map while another request changes it (moto's own map is not safe for that: a key
-    deleted mid-walk raised KeyError inside ListObjectsV2, failing a concurrent save)."""
+def make_moto_s3_atomic() -> None:
+    """Serialise every S3 request moto answers, in this process and in a server it runs
+    (idempotent): a PutObject's precondition check and write become one step, as on S3, and no
+    listing walks the key map while another request changes it.
+
+    Both entry points are wrapped (``bucket_response``, ``key_response``), not single handlers: a
+    lock on PutObject, DeleteObject and the listings alone still let a DeleteObjects (a POST on the
+    bucket) delete keys under a listing's walk, which raised ``KeyError: '<prefix>/r/<id>'`` in
+    ``fencing.one_winner_per_head``, whose losing writers delete the records they claimed."""
     from moto.s3.responses import S3Response
 
-    for name in ("put_object", "delete_object", "list_objects", "list_objects_v2"):
-        original = getattr(S3Response, name, None)
-        if original is None or getattr(original, "_checkpoint_atomic", False):
-            continue
-        setattr(S3Response, name, _serialised(original))
+    for name in ("bucket_response", "key_response"):
+        original = getattr(S3Response, name)
+        if not getattr(original, "_checkpoint_atomic", False):
+            setattr(S3Response, name, _serialised(original))
 
 
-def _serialised(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def serialised(self: Any) -> Any:
+def _serialised(handler: Callable[..., Any]) -> Callable[..., Any]:
+    def serialised(self: Any, *args: Any, **kwargs: Any) -> Any:
         with _bucket_lock:
-            return handler(self)
+            return handler(self, *args, **kwargs)
 
     serialised._checkpoint_atomic = True  # type: ignore[attr-defined]
     return serialised
@@ -71,7 +75,7 @@ def start_in_process(bucket: str) -> tuple[Any, Callable[[], None]]:
     (clients made outside it would reach real AWS) and the function that stops the mock."""
     from moto import mock_aws
 
-    make_conditional_writes_atomic()
+    make_moto_s3_atomic()
     mock = mock_aws()
     mock.start()
     try:
@@ -88,7 +92,7 @@ def start_server() -> tuple[str, Callable[[], None]]:
     the function that stops it."""
     from moto.server import ThreadedMotoServer
 
-    make_conditional_writes_atomic()
+    make_moto_s3_atomic()
     # werkzeug logs every request at INFO; thousands of lines per kit run hide real output.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -268,7 +272,7 @@ __all__ = [
     "RequestCounter",
     "S3FaultInjector",
     "make_client",
-    "make_conditional_writes_atomic",
+    "make_moto_s3_atomic",
     "serve",
     "start_in_process",
     "start_server",

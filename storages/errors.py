@@ -269,6 +269,23 @@ class EvictionPolicyError(StorageConfigurationError):
         self.node = node
 
 
+class ConditionalWritesNotEnforcedError(StorageConfigurationError):
+    """An S3-compatible store accepted a conditional write it should have refused (``If-None-Match:
+    *`` on an existing object, or ``If-Match`` with a wrong ETag): it, or a proxy in front of it,
+    ignores the conditions, so concurrent saves would overwrite each other without an error."""
+
+    def __init__(self, storage: str, ignored: str, opt_out: str) -> None:
+        super().__init__(
+            f"{storage}: the store does not enforce conditional writes: {ignored}. On such a store "
+            "(older MinIO, some gateways, a proxy that drops the headers) a save can overwrite "
+            "another checkpoint and two writers can both win, without an error. Use a store that "
+            f"enforces If-None-Match and If-Match (see docs/s3.md), or pass {opt_out} if exactly "
+            "one writer ever uses this prefix (fencing is then unavailable)"
+        )
+        self.storage = storage
+        self.ignored = ignored
+
+
 class MissingDependencyError(CheckpointStorageError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
@@ -316,6 +333,7 @@ __all__ = [
     "CheckpointStorageError",
     "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
+    "ConditionalWritesNotEnforcedError",
     "EvictionPolicyError",
     "GraphSignatureMismatchError",
     "InvalidCheckpointError",

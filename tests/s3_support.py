@@ -3,19 +3,22 @@
 The server starts once per test process (on first use) and every store gets a prefix of its own,
 so tests never see each other's objects and nothing needs resetting. Both kinds of store share
 one client per store with a fault injector and a request counter attached.
+
+:class:`HeaderDroppingProxy` puts a store that ignores conditional writes in front of that server.
 """
 
 from __future__ import annotations
 
 import atexit
+import http.client
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-from moto.core.botocore_stubber import BotocoreStubber
+from urllib.parse import urlsplit
 
 from conformance.s3_moto import RequestCounter, S3FaultInjector, make_client, start_in_process, start_server
 from storages.s3 import S3CheckpointStorage
@@ -35,21 +38,6 @@ def server_endpoint() -> str:
             atexit.register(stop)
             _server_endpoint = endpoint
         return _server_endpoint
-
-
-# moto's in-process backend is not thread-safe: a listing that runs while another thread deletes
-# a key can fail with a KeyError from moto's own dict, which no S3 server returns. The storage
-# sends requests from its worker threads, so in-process requests are answered one at a time.
-_IN_PROCESS_LOCK = threading.RLock()
-_answer = BotocoreStubber.__call__
-
-
-def _answer_one_at_a_time(self: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
-    with _IN_PROCESS_LOCK:
-        return _answer(self, *args, **kwargs)
-
-
-BotocoreStubber.__call__ = _answer_one_at_a_time  # type: ignore[method-assign]
 
 
 @dataclass
@@ -113,3 +101,68 @@ def store_maker(*, server: bool) -> Callable[[Any], Any]:
                 await root.aclose()
 
     return fresh_store
+
+
+DROPPED_HEADERS = frozenset({"if-none-match", "if-match"})
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "expect", "host", "content-length"})
+
+
+class HeaderDroppingProxy:
+    """A threaded HTTP proxy on a free loopback port that forwards every request to ``upstream``
+    without its ``If-None-Match`` and ``If-Match`` headers: together, what an S3-compatible store
+    that ignores conditional writes looks like to a client (the older MinIO, gateways and proxies
+    docs/s3.md names). botocore signs those headers, so a signature-checking store behind a real
+    proxy would refuse the requests instead; moto does not check signatures, so the requests
+    arrive as a store that ignores the conditions receives them."""
+
+    def __init__(self, upstream: str) -> None:
+        target = urlsplit(upstream)
+        upstream_address = (str(target.hostname), int(target.port or 80))
+
+        class Forwarder(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, and answers botocore's Expect: 100-continue
+
+            def forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {
+                    name: value
+                    for name, value in self.headers.items()
+                    if name.lower() not in DROPPED_HEADERS | _HOP_BY_HOP
+                }
+                connection = http.client.HTTPConnection(*upstream_address, timeout=60)
+                try:
+                    connection.request(self.command, self.path, body=body, headers=headers)
+                    response = connection.getresponse()
+                    content = response.read()
+                    self.send_response(response.status, response.reason)
+                    for name, value in response.getheaders():
+                        if name.lower() not in _HOP_BY_HOP:
+                            self.send_header(name, value)
+                    size = response.getheader("Content-Length") if self.command == "HEAD" else None
+                    self.send_header("Content-Length", size or str(len(content)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(content)
+                finally:
+                    connection.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Forwarder)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="dropping-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

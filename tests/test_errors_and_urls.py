@@ -26,6 +26,7 @@ from storages import (
     CheckpointStorageError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
+    ConditionalWritesNotEnforcedError,
     EvictionPolicyError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
@@ -65,6 +66,9 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     StorageUnavailableError("save", "connection refused"),
     StorageClosedError("memory://", "load"),
     StorageConfigurationError("bad url"),
+    ConditionalWritesNotEnforcedError(
+        "s3://b/p/ at http://127.0.0.1:9000", "If-None-Match was ignored", "unsafe_single_writer=True"
+    ),
     EvictionPolicyError("redis://h:6379/0", "allkeys-lru", None, "any key", "allow_evicting_policy=True"),
     MissingDependencyError("sqlite:// storage", "sqlite", "aiosqlite"),
     BackendRegistrationError(

@@ -9,26 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from s3_support import BUCKET, S3Store, s3_store, server_endpoint
+from s3_support import BUCKET, HeaderDroppingProxy, S3Store, s3_store, server_endpoint
 
 from conformance import Outcome, StorageTarget, avalidate
 from conformance.builtin import BUILTIN_BACKENDS, builtin_target
 from conformance.cli import main as conformance_main
 from conformance.faults import SimulatedCrash
-from conformance.s3_moto import make_client
+from conformance.s3_moto import FAKE_CREDENTIALS, make_client, start_in_process
 from storages import open_storage
-from storages.contract import WorkflowCheckpoint
+from storages.contract import Capability, WorkflowCheckpoint
 from storages.errors import (
     CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    ConditionalWritesNotEnforcedError,
     StorageConfigurationError,
     StorageUnavailableError,
+    UnsupportedOperationError,
 )
 from storages.s3 import S3CheckpointStorage, escape_component, unescape_component
 
@@ -325,6 +328,209 @@ def test_racing_create_only_writes_on_one_key_exactly_one_wins(store: S3Store) -
         assert sorted(outcomes) == ["PreconditionFailed"] * 7 + ["won"]
 
 
+# ---------------------------------------------------------------------- stores that ignore conditions
+
+
+@pytest.fixture
+def dropping_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A store that ignores If-None-Match and If-Match: the moto server behind a proxy that drops
+    them. Credentials in the environment, so storages built from a URL reach it too."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_CREDENTIALS["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_CREDENTIALS["aws_secret_access_key"])
+    proxy = HeaderDroppingProxy(server_endpoint())
+    make_client(proxy.endpoint).create_bucket(Bucket=BUCKET)
+    try:
+        yield proxy.endpoint
+    finally:
+        proxy.close()
+
+
+def keys_under(prefix: str, client: Any = None) -> list[str]:
+    client = client or make_client(server_endpoint())
+    response = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return [item["Key"] for item in response.get("Contents", [])]
+
+
+def test_the_proxy_really_makes_conditional_writes_succeed(dropping_proxy: str) -> None:
+    """What the tests below stand on: through the proxy, a create-only write over an existing
+    object and a compare-and-swap with a wrong ETag both overwrite."""
+    client, key = make_client(dropping_proxy), f"proxy-{uuid.uuid4().hex}"
+    client.put_object(Bucket=BUCKET, Key=key, Body=b"1", IfNoneMatch="*")
+    client.put_object(Bucket=BUCKET, Key=key, Body=b"2", IfNoneMatch="*")
+    client.put_object(Bucket=BUCKET, Key=key, Body=b"3", IfMatch='"not-its-etag"')
+    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"3"
+    client.delete_object(Bucket=BUCKET, Key=key)
+
+
+async def test_a_store_that_ignores_conditional_writes_is_refused_at_open(dropping_proxy: str) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    url = f"s3://{BUCKET}/{prefix}?endpoint_url={dropping_proxy}&region=us-east-1"
+    for storage in (
+        S3CheckpointStorage(BUCKET, prefix, client=make_client(dropping_proxy)),
+        open_storage(url),
+    ):
+        for attempt in range(2):  # refused at every open: a refusal is not remembered
+            with pytest.raises(ConditionalWritesNotEnforcedError) as raised:
+                await storage.save(checkpoint("wf"))
+            message = str(raised.value)
+            assert isinstance(raised.value, StorageConfigurationError)
+            assert f"s3://{BUCKET}/{prefix}/ at {dropping_proxy}" in message, message
+            assert "If-None-Match" in message, message
+            assert "docs/s3.md" in message, message
+            assert "unsafe_single_writer=true" in message, message
+            assert FAKE_CREDENTIALS["aws_secret_access_key"] not in message, attempt
+        await storage.aclose()
+    # The probe cleaned up after itself and nothing was saved.
+    assert keys_under(f"{prefix}/") == []
+
+
+async def test_a_store_that_ignores_only_if_match_is_refused_too(store: S3Store) -> None:
+    """A store that enforces create-only writes but not compare-and-swap (If-Match dropped by a
+    botocore hook on this client, before signing) is refused, naming If-Match."""
+
+    def drop_if_match(params: dict[str, Any], **_: Any) -> None:
+        params.pop("IfMatch", None)
+
+    store.client.meta.events.register("provide-client-params.s3.PutObject", drop_if_match)
+    try:
+        with pytest.raises(ConditionalWritesNotEnforcedError, match="If-Match") as raised:
+            async with store.storage():
+                pass
+        assert raised.value.ignored.startswith("a compare-and-swap (If-Match) with a wrong ETag"), (
+            raised.value
+        )
+    finally:
+        store.client.meta.events.unregister("provide-client-params.s3.PutObject", drop_if_match)
+    async with store.storage() as storage:  # the same store with the hook gone: accepted
+        await storage.save(checkpoint("wf"))
+
+
+async def test_the_single_writer_opt_out_opens_says_so_and_keeps_ids_create_only(
+    dropping_proxy: str,
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    url = f"s3://{BUCKET}/{prefix}?endpoint_url={dropping_proxy}&region=us-east-1&unsafe_single_writer=true"
+    async with open_storage(url) as storage:
+        assert isinstance(storage, S3CheckpointStorage)
+        assert Capability.FENCING not in storage.capabilities
+        assert Capability.FENCING in S3CheckpointStorage.capabilities  # the class keeps it
+        assert storage.describe() == f"s3://{BUCKET}/{prefix}/ (unsafe_single_writer)"
+        first = checkpoint("wf", state={"n": 1})
+        await storage.save(first)
+        # The store would overwrite; the storage reads first, so the id is still create-only.
+        with pytest.raises(CheckpointConflictError):
+            await storage.save(
+                WorkflowCheckpoint("wf", "sig", checkpoint_id=first.checkpoint_id, state={"n": 2})
+            )
+        assert await storage.save(first) == first.checkpoint_id  # same content: idempotent
+        assert (await storage.load(first.checkpoint_id)).state == {"n": 1}
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [first.checkpoint_id]
+        second = checkpoint("wf", previous=first)
+        with pytest.raises(UnsupportedOperationError):
+            await storage.save(second, expected_latest_id=first.checkpoint_id)
+        async with storage.new_handle() as other:
+            assert Capability.FENCING not in other.capabilities
+            await other.save(second)
+        assert (await storage.get_latest(workflow_name="wf")).checkpoint_id == second.checkpoint_id
+    assert not any("/probe/" in key for key in keys_under(f"{prefix}/"))  # no probe was sent
+
+
+@pytest.mark.parametrize("value", ["", "maybe"])
+def test_the_opt_out_is_never_implied(value: str) -> None:
+    with pytest.raises(StorageConfigurationError, match="unsafe_single_writer"):
+        S3CheckpointStorage.from_url(f"s3://{BUCKET}/p?unsafe_single_writer={value}")
+    with pytest.raises(StorageConfigurationError, match="unsafe_single_writer"):
+        S3CheckpointStorage(BUCKET, "p", unsafe_single_writer=1)  # type: ignore[arg-type]
+
+
+async def test_the_probe_costs_five_requests_once_per_store(store: S3Store) -> None:
+    store.requests.reset()
+    async with store.storage() as first:
+        assert store.requests.snapshot() == {"PutObject": 4, "DeleteObjects": 1}
+        store.requests.reset()
+        async with first.new_handle() as second, store.storage() as third:
+            await second.save(checkpoint("wf"))
+            await third.get_latest(workflow_name="wf")
+        # No probe: the handles share the verdict; the save and the read cost what they always do.
+        assert store.requests.snapshot() == {"GetObject": 2, "ListObjectsV2": 2, "PutObject": 2}
+    assert keys_under(f"{store.prefix}/probe/", store.client) == []
+
+
+async def test_the_opt_out_sends_no_probe_and_one_head_per_conditional_write(in_process: S3Store) -> None:
+    in_process.requests.reset()
+    async with in_process.storage(unsafe_single_writer=True) as storage:
+        await storage.get_latest(workflow_name="wf")
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 1}  # nothing at open
+        in_process.requests.reset()
+        await storage.save(checkpoint("wf"))
+    assert in_process.requests.snapshot() == {
+        "GetObject": 1,
+        "ListObjectsV2": 1,
+        "HeadObject": 2,
+        "PutObject": 2,
+    }
+
+
+@pytest.mark.slow
+async def test_the_whole_kit_passes_with_the_opt_out_fencing_not_applicable(store: S3Store) -> None:
+    root = store.storage(unsafe_single_writer=True)
+    target = StorageTarget(name="s3-single-writer", factory=root.new_handle, timeout_factor=2.0)
+    try:
+        (backend,) = (await avalidate(target, clauses=["contract", "fencing", "concurrency"])).backends
+    finally:
+        await root.aclose()
+    assert not backend.error, backend.error
+    assert backend.failures == [], [(r.clause_id, r.message) for r in backend.failures]
+    outcomes = {r.clause_id: r.outcome for r in backend.results}
+    fencing = {clause: outcome for clause, outcome in outcomes.items() if clause.startswith("fencing.")}
+    assert fencing, outcomes
+    assert set(fencing.values()) == {Outcome.SKIPPED}
+    assert Outcome.PASSED in outcomes.values()
+
+
+# ---------------------------------------------------------------------- moto's own races
+
+
+def test_moto_never_walks_its_key_map_while_a_delete_changes_it() -> None:
+    """Issue 27, item 10: moto's listing copies the bucket's key names, then looks each one up
+    again; a DeleteObjects in between raised KeyError inside moto (seen as a failed save in
+    fencing.one_winner_per_head). Here the delete is sent exactly inside that window: with every
+    moto S3 request answered one at a time, it waits until the listing is done."""
+    from moto.s3.utils import _VersionedKeyStore
+
+    client, stop = start_in_process("ckpt-moto-race")
+    walking, deleted = threading.Event(), threading.Event()
+    lister = threading.get_ident()
+    copy = _VersionedKeyStore._self_iterable
+
+    def copy_then_wait(self: Any) -> Any:
+        names = copy(self)
+        if threading.get_ident() == lister and not walking.is_set():
+            walking.set()
+            # Unserialised, the delete lands here; serialised it cannot start until the listing ends.
+            deleted_during_walk.append(deleted.wait(timeout=3))
+        return names
+
+    def delete() -> None:
+        walking.wait()
+        client.delete_objects(Bucket="ckpt-moto-race", Delete={"Objects": [{"Key": "p/r/doomed"}]})
+        deleted.set()
+
+    deleted_during_walk: list[bool] = []
+    try:
+        client.put_object(Bucket="ckpt-moto-race", Key="p/r/doomed", Body=b"")
+        deleter = threading.Thread(target=delete)
+        deleter.start()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_VersionedKeyStore, "_self_iterable", copy_then_wait)
+            listed = client.list_objects_v2(Bucket="ckpt-moto-race", Prefix="p/w/")
+        deleter.join()
+    finally:
+        stop()
+    assert deleted_during_walk == [False]
+    assert listed.get("KeyCount") == 0
+
+
 # ---------------------------------------------------------------------- injected errors
 
 
@@ -358,11 +564,12 @@ async def test_an_unreachable_endpoint_is_a_typed_error() -> None:
     storage = S3CheckpointStorage(
         "ckpt-none", endpoint_url="http://127.0.0.1:9", region="us-east-1", max_attempts=1
     )
-    async with storage:
-        with pytest.raises(StorageUnavailableError) as raised:
-            await storage.get_latest(workflow_name="wf")
-    assert raised.value.operation == "get_latest"
+    # The first operation opens the handle, whose conditional-write probe is the first request.
+    with pytest.raises(StorageUnavailableError) as raised:
+        await storage.get_latest(workflow_name="wf")
+    assert raised.value.operation == "open"
     assert "ckpt-none" in str(raised.value)
+    await storage.aclose()
 
 
 # ---------------------------------------------------------------------- requests per operation
@@ -510,9 +717,12 @@ async def test_put_parameters_are_sent_with_every_write(in_process: S3Store) -> 
 async def test_a_missing_bucket_says_how_to_fix_it_and_create_bucket_creates_it() -> None:
     client = make_client(server_endpoint())
     try:
-        async with S3CheckpointStorage("ckpt-missing-bucket", client=client) as storage:
+        missing = S3CheckpointStorage("ckpt-missing-bucket", client=client)
+        # Said when the handle opens (its probe is the first request), and again at every use.
+        for _ in range(2):
             with pytest.raises(StorageConfigurationError, match="create_bucket=true"):
-                await storage.save(checkpoint())
+                await missing.save(checkpoint())
+        await missing.aclose()
         async with S3CheckpointStorage("ckpt-created-bucket", client=client, create_bucket=True) as storage:
             await storage.save(saved := checkpoint())
             assert (await storage.load(saved.checkpoint_id)).checkpoint_id == saved.checkpoint_id

@@ -11,6 +11,13 @@ not thread-safe); an injected client is shared by every handle and never closed 
 does not explain are retried by :meth:`S3Client.create`, ``conflict_retries`` times with jittered
 backoff; other conditional writes surface :class:`PreconditionFailed` / :class:`ConditionalConflict`
 / :class:`MissingKey` to the commit protocol, which decides.
+
+Everything rests on the store enforcing those conditions. Some S3-compatible stores (older
+MinIO, gateways, a proxy that drops the headers) ignore them and overwrite, so :meth:`S3Client.open`
+probes the store once (per store and process, remembered in :data:`ENFORCING_STORES`) and refuses
+one that ignores them with :class:`~storages.errors.ConditionalWritesNotEnforcedError`. The
+``unsafe_single_writer`` opt-out skips the probe and checks each condition by reading the key
+first, one conditional write at a time in this process: correct for one writing process only.
 """
 
 from __future__ import annotations
@@ -19,12 +26,20 @@ import asyncio
 import contextlib
 import functools
 import random
+import threading
+import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
-from ..redaction import chainable
+from ..errors import (
+    ConditionalWritesNotEnforcedError,
+    StorageClosedError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+)
+from ..redaction import chainable, redact_url
 from .config import S3Settings
 
 T = TypeVar("T")
@@ -34,6 +49,12 @@ LIST_PAGE = 1000
 DELETE_BATCH = 1000
 """Keys per DeleteObjects request (S3's maximum)."""
 CREATE_ONLY: Mapping[str, str] = {"IfNoneMatch": "*"}
+PROBE_DIRECTORY = "probe/"
+"""Under the prefix, where the conditional-write probe writes (and deletes) one object; no save
+writes there (records are under ``r/``, the rest under ``w/`` and ``x/``)."""
+WRONG_ETAG = '"00000000000000000000000000000000"'
+"""An ETag the probe object cannot have (its body's MD5 is another)."""
+OPT_OUT = "unsafe_single_writer=True (URL option unsafe_single_writer=true)"
 
 
 class PreconditionFailed(Exception):
@@ -52,6 +73,42 @@ CONDITION_FAILED = (PreconditionFailed, ConditionalConflict, MissingKey)
 """A compare-and-swap that did not happen: re-read and decide again."""
 
 
+class EnforcingStores:
+    """Stores whose probe found conditional writes enforced, so the probe runs once per store in a
+    process, not once per handle: built clients by the settings that reach the store, injected
+    clients (shared by every handle) by the client object, held weakly. Refusals are not kept: a
+    store fixed since is accepted at the next open."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_settings: set[tuple[str | None, ...]] = set()
+        self._by_client: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+    def __contains__(self, settings: S3Settings) -> bool:
+        with self._lock:
+            if settings.client is None:
+                return self._store_of(settings) in self._by_settings
+            return (settings.bucket, settings.prefix) in self._by_client.get(settings.client, ())
+
+    def add(self, settings: S3Settings) -> None:
+        with self._lock:
+            if settings.client is None:
+                self._by_settings.add(self._store_of(settings))
+            else:
+                self._by_client.setdefault(settings.client, set()).add((settings.bucket, settings.prefix))
+
+    @staticmethod
+    def _store_of(settings: S3Settings) -> tuple[str | None, ...]:
+        return (settings.endpoint_url, settings.region, settings.checksum, settings.bucket, settings.prefix)
+
+
+ENFORCING_STORES = EnforcingStores()
+
+_EMULATED_CONDITIONS = threading.Lock()
+"""unsafe_single_writer: one read-then-write at a time in this process, so that two saves of one
+process cannot both pass a check before either writes."""
+
+
 class S3Client:
     """One handle's requests: every method but :meth:`open` raises StorageClosedError once the
     handle is closed, and every failure past the retries raises a typed error naming the
@@ -66,12 +123,19 @@ class S3Client:
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(self._settings.max_workers, thread_name_prefix="s3-checkpoints")
-        if self._settings.client is not None:
-            self._client = self._settings.client
-        else:
-            self._client = await self.run("open", self._settings.bucket, self._build_client)
-        if self._settings.create_bucket:
-            await self.run("open", self._settings.bucket, self._ensure_bucket)
+        try:
+            if self._settings.client is not None:
+                self._client = self._settings.client
+            else:
+                self._client = await self.run("open", self._settings.bucket, self._build_client)
+            if self._settings.create_bucket:
+                await self.run("open", self._settings.bucket, self._ensure_bucket)
+            if not self._settings.unsafe_single_writer and self._settings not in ENFORCING_STORES:
+                await self.verify_conditional_writes()
+                ENFORCING_STORES.add(self._settings)
+        except BaseException:
+            await self.close()  # a failed open holds no threads or connections; the next one retries
+            raise
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
@@ -91,9 +155,10 @@ class S3Client:
     async def exists(self, operation: str, key: str) -> bool:
         return await self.run(operation, key, self._head_object, key)
 
-    async def put(self, operation: str, key: str, data: bytes, condition: Mapping[str, str] = {}) -> None:
-        """One PutObject; a failed condition raises one of :data:`CONDITION_FAILED`."""
-        await self.run(operation, key, self._put, key, data, condition)
+    async def put(self, operation: str, key: str, data: bytes, condition: Mapping[str, str] = {}) -> str:
+        """One PutObject, returning the new ETag; a failed condition raises one of
+        :data:`CONDITION_FAILED`."""
+        return await self.run(operation, key, self._put, key, data, condition)
 
     async def create(self, operation: str, key: str, data: bytes) -> bool:
         """Create-only write: True if created, False if the key already exists."""
@@ -114,6 +179,64 @@ class S3Client:
             f"{self._settings.describe()}: conditional write of {key} still conflicted after "
             f"{retries} retries",
         )
+
+    async def verify_conditional_writes(self) -> None:
+        """The probe: on one new object under :data:`PROBE_DIRECTORY`, a create-only write must
+        succeed, a second one and an ``If-Match`` with a wrong ETag must be refused (412 or 409),
+        and an ``If-Match`` with the ETag the store returned must succeed. 4 PutObject (the middle
+        two concurrent) and 1 DeleteObjects, in 4 round trips. Raises
+        ConditionalWritesNotEnforcedError naming what the store did instead."""
+        key = f"{self._settings.prefix}{PROBE_DIRECTORY}{uuid.uuid4().hex}"
+        try:
+            failure = await self._probe(key)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.delete_keys("open", [key])
+            raise
+        await self.delete_keys("open", [key])
+        if failure is not None:
+            raise ConditionalWritesNotEnforcedError(self.store_name(), failure, OPT_OUT)
+
+    async def _probe(self, key: str) -> str | None:
+        """What the store got wrong, or None."""
+        body = b"conditional-write probe of checkpoint-storages (see docs/s3.md); safe to delete"
+        etag = await self._put_retrying(key, body, CREATE_ONLY)
+        if etag is None:
+            return f"a create-only write (If-None-Match: *) of the new object {key} was refused"
+
+        async def refused(condition: Mapping[str, str]) -> bool:
+            try:
+                await self.put("open", key, body, condition)
+            except CONDITION_FAILED:
+                return True
+            return False
+
+        recreate, wrong_etag = await gather([refused(CREATE_ONLY), refused({"IfMatch": WRONG_ETAG})])
+        if not recreate:
+            return f"a create-only write (If-None-Match: *) over the existing object {key} succeeded"
+        if not wrong_etag:
+            return f"a compare-and-swap (If-Match) with a wrong ETag on {key} succeeded"
+        if await self._put_retrying(key, body, {"IfMatch": etag}) is None:
+            return f"a compare-and-swap (If-Match) with the ETag the store returned for {key} was refused"
+        return None
+
+    async def _put_retrying(self, key: str, data: bytes, condition: Mapping[str, str]) -> str | None:
+        """A conditional write that should succeed: its ETag, or None if refused every time (a 409,
+        or a 412 injected by a test, is retried like :meth:`create` does)."""
+        for attempt in range(self._settings.conflict_retries + 1):
+            try:
+                return await self.put("open", key, data, condition)
+            except CONDITION_FAILED:
+                await backoff(attempt)
+        return None
+
+    def store_name(self) -> str:
+        """The store as errors name it: bucket, prefix and endpoint, never credentials."""
+        endpoint = self._settings.endpoint_url
+        if endpoint is None and self._client is not None:
+            endpoint = str(getattr(self._client.meta, "endpoint_url", "") or "") or None
+        where = self._settings.describe()
+        return where if endpoint is None else f"{where} at {redact_url(endpoint)}"
 
     async def list_page(
         self, operation: str, prefix: str, start_after: str | None = None, max_keys: int = LIST_PAGE
@@ -214,11 +337,18 @@ class S3Client:
             if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise
 
-    def _put(self, key: str, data: bytes, condition: Mapping[str, str]) -> None:
+    def _put(self, key: str, data: bytes, condition: Mapping[str, str]) -> str:
+        if condition and self._settings.unsafe_single_writer:
+            with _EMULATED_CONDITIONS:
+                self._check_condition_by_reading(key, condition)
+                return self._put_object(key, data, condition)
+        return self._put_object(key, data, condition)
+
+    def _put_object(self, key: str, data: bytes, condition: Mapping[str, str]) -> str:
         from botocore.exceptions import ClientError
 
         try:
-            self._client.put_object(
+            response = self._client.put_object(
                 Bucket=self._settings.bucket, Key=key, Body=data, **condition, **self._settings.put_parameters
             )
         except ClientError as exc:
@@ -230,6 +360,27 @@ class S3Client:
             if condition and (status == 404 or code == "NoSuchKey"):
                 raise MissingKey(key) from exc
             raise
+        return str(response.get("ETag", ""))
+
+    def _check_condition_by_reading(self, key: str, condition: Mapping[str, str]) -> None:
+        """unsafe_single_writer: the store may ignore the condition, so one HEAD checks it first
+        (the headers are still sent: a store that enforces them still decides)."""
+        from botocore.exceptions import ClientError
+
+        etag: str | None
+        try:
+            etag = str(self._client.head_object(Bucket=self._settings.bucket, Key=key).get("ETag", ""))
+        except ClientError as exc:
+            if _status(exc) != 404 and _code(exc) not in ("404", "NoSuchKey", "NotFound"):
+                raise
+            etag = None
+        if condition.get("IfNoneMatch") == "*" and etag is not None:
+            raise PreconditionFailed(key)
+        expected = condition.get("IfMatch")
+        if expected is not None and etag is None:
+            raise MissingKey(key)
+        if expected is not None and etag != expected:
+            raise PreconditionFailed(key)
 
     def _get_object(self, key: str) -> tuple[bytes, str] | None:
         from botocore.exceptions import ClientError
@@ -309,7 +460,11 @@ def _status(exc: BaseException) -> int:
 
 __all__ = [
     "CONDITION_FAILED",
+    "ENFORCING_STORES",
+    "OPT_OUT",
+    "PROBE_DIRECTORY",
     "ConditionalConflict",
+    "EnforcingStores",
     "MissingKey",
     "PreconditionFailed",
     "S3Client",

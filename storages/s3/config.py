@@ -26,6 +26,7 @@ URL_OPTIONS: tuple[str, ...] = (
     "conflict_retries",
     "sse",
     "sse_kms_key_id",
+    "unsafe_single_writer",
 )
 """Query options ``s3://`` takes besides the common ones (see ``storages.urls``)."""
 DEFAULT_MAX_WORKERS = 16
@@ -60,6 +61,9 @@ class S3Settings:
     max_workers: int = DEFAULT_MAX_WORKERS
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     conflict_retries: int = DEFAULT_CONFLICT_RETRIES
+    unsafe_single_writer: bool = False
+    """Skip the check that the store enforces conditional writes, emulate them by reading first
+    (safe for one writer only) and withdraw fencing; see docs/s3.md."""
 
     def __post_init__(self) -> None:
         check_bucket_name(self.bucket)
@@ -76,9 +80,14 @@ class S3Settings:
             raise StorageConfigurationError(
                 f"checksum must be 'when_supported' or 'when_required', got {self.checksum!r}"
             )
+        if not isinstance(self.unsafe_single_writer, bool):
+            raise StorageConfigurationError(
+                f"unsafe_single_writer must be a bool, got {self.unsafe_single_writer!r}"
+            )
 
     def describe(self) -> str:
-        return f"{URL_SCHEME}://{self.bucket}/{self.prefix}"
+        where = f"{URL_SCHEME}://{self.bucket}/{self.prefix}"
+        return f"{where} (unsafe_single_writer)" if self.unsafe_single_writer else where
 
 
 def check_bucket_name(bucket: object) -> None:
@@ -111,10 +120,11 @@ def parse_url(url: str, options: Mapping[str, Any]) -> tuple[str, str, dict[str,
     for name, value in parsed.items():
         if name in ("endpoint_url", "region", "checksum"):
             settings[name] = value or None
-        elif name == "create_bucket":
-            if value.lower() not in _BOOLEANS:
+        elif name in ("create_bucket", "unsafe_single_writer"):
+            # The opt-out is never implied: an empty value is refused, not read as false.
+            if value.lower() not in _BOOLEANS or (name == "unsafe_single_writer" and not value):
                 raise StorageConfigurationError(
-                    f"create_bucket in {redact_url(url)!r} must be true or false, got {value!r}"
+                    f"{name} in {redact_url(url)!r} must be true or false, got {value!r}"
                 )
             settings[name] = _BOOLEANS[value.lower()]
         elif name in ("max_workers", "max_attempts", "conflict_retries"):

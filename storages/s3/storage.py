@@ -31,7 +31,14 @@ from .layout import KeyLayout, OrderEntry, signature_tag, unescape_component
 
 
 class S3CheckpointStorage(BaseCheckpointStorage):
-    """Checkpoints in an S3 bucket under a prefix. Handles on one bucket/prefix share one store."""
+    """Checkpoints in an S3 bucket under a prefix. Handles on one bucket/prefix share one store.
+
+    The first handle to open on a store checks that it enforces conditional writes (docs/s3.md)
+    and refuses one that does not with
+    :class:`~storages.errors.ConditionalWritesNotEnforcedError`. ``unsafe_single_writer=True``
+    skips that check, emulates the conditions by reading first (correct for one writing process
+    only) and withdraws the ``fencing`` capability; ``describe()`` says so.
+    """
 
     capabilities = frozenset(
         {
@@ -63,6 +70,7 @@ class S3CheckpointStorage(BaseCheckpointStorage):
         max_workers: int = DEFAULT_MAX_WORKERS,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+        unsafe_single_writer: bool = False,
         codec: CheckpointCodec | None = None,
         allowed_checkpoint_types: Iterable[TypeRef] = (),
         allowed_modules: Iterable[str] = (),
@@ -86,7 +94,11 @@ class S3CheckpointStorage(BaseCheckpointStorage):
             max_workers=max_workers,
             max_attempts=max_attempts,
             conflict_retries=conflict_retries,
+            unsafe_single_writer=unsafe_single_writer,
         )
+        if self._settings.unsafe_single_writer:
+            # Fencing needs a compare-and-swap the store decides; a read-then-write is not one.
+            self.capabilities = type(self).capabilities - {Capability.FENCING}  # type: ignore[misc]
         self._keys = KeyLayout(self._settings.prefix)
         self._client = S3Client(self._settings)
         self._protocol = CommitProtocol(self._settings, self._client, self._keys)
@@ -94,7 +106,8 @@ class S3CheckpointStorage(BaseCheckpointStorage):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
         """``s3://bucket/prefix?endpoint_url=...&region=...&create_bucket=true&checksum=when_required
-        &sse=aws:kms&sse_kms_key_id=...``; keywords (``client=``, ``put_parameters=``) win."""
+        &sse=aws:kms&sse_kms_key_id=...&unsafe_single_writer=true``; keywords (``client=``,
+        ``put_parameters=``) win."""
         bucket, prefix, settings = parse_url(url, options)
         return cls(bucket, prefix, **settings)
 
