@@ -91,7 +91,10 @@ the part of those programs that fits in 12 s: memory, SQLite and Redis run them 
 embedded S3 (moto over HTTP, ~50 ms a call) a prefix, so the default kit run stays within a
 quarter of its former time. `--model-budget 5000` (operations, no time cap: everything, on any
 store; CI does this) or `--model-budget 60s` sizes it (`model_seed` / `model_budget` on the
-pytest base class and `StorageTarget`). A storage with a
+pytest base class and `StorageTarget`). Its cost, measured with `checkpoint-conformance` (no URL)
+run for the commit before the family and for the one that added it side by side on this 2-core
+machine while other work ran: 151 s before, 181 s after (+20%); the family took 0.9 s on memory,
+2.6 s on SQLite, 3.7 s on fakeredis and 17.7 s on the embedded S3. A storage with a
 `ttl` longer than a model clause may run is modelled as keeping everything (nothing it saves can
 expire in time); with a shorter one the family does not apply (the `expiry` family checks expiry).
 
