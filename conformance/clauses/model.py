@@ -154,7 +154,8 @@ async def _shrunk(
         if found is None:
             return None
         # Report the program as it was drawn (the original names): same shape, same indexes.
-        return Failure(found.index, candidate[found.index], found.problem, found.observations)
+        problem = found.problem.replace(fresh, tag)
+        return Failure(found.index, candidate[found.index], problem, found.observations)
 
     return await shrink(ops, failure, replay, SHRINK_ATTEMPTS)
 
