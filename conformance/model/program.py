@@ -51,6 +51,8 @@ _WORKFLOW_SUFFIXES = (
 )
 _CHILD_SUFFIXES = ("child", "Child", "child ", "flow")
 _SIGNATURES = ("sig-a", "sig-b", "SIG-A", "sig-a ", "sig-ü/日本🙂")
+_LARGE_VALUES = (bytes(range(256)) * 800, "é" * 70_000, list(range(20_000)), bytearray(b"\x00") * 70_000)
+"""Values past 64 KiB: where a column type, a frame or a page size changes."""
 _WRITES = frozenset(
     {"save", "save_fenced", "delete", "prune", "delete_workflow", "put_writes", "delete_writes"}
 )
@@ -180,9 +182,7 @@ class Generator:
             self._embed(fields, draft_depth)
         if rng.random() < 0.04:
             # A large value: a body past the sizes where columns, frames and pages change.
-            fields["state"]["large"] = rng.choice(
-                (bytes(range(256)) * 800, "é" * 70_000, list(range(20_000)))
-            )
+            fields["state"]["large"] = rng.choice(_LARGE_VALUES)
         return fields
 
     def _embed(self, fields: dict[str, Any], depth: int) -> None:
@@ -553,7 +553,7 @@ class Generator:
     def _probes(self) -> list[Any]:
         """Short scenarios aimed at where features meet, drawn among the generated calls."""
         s = self.settings
-        probes: list[Any] = [self._resave_probe]
+        probes: list[Any] = [self._resave_probe, self._large_value_probe]
         if s.has(Capability.NESTED):
             probes.append(self._nested_probe)
         if s.handles > 1:
@@ -573,6 +573,28 @@ class Generator:
         draft = self._draft(workflow, self.model.latest_id(workflow))
         self.saved.append(draft)
         return Op("save", self._handle(), {"draft": draft, "mutate_after": False})
+
+    def _large_value_probe(self) -> list[Op]:
+        """A checkpoint holding a large value (past the sizes where columns, frames and pages
+        change) in a field of its own, read back by id and as the latest."""
+        rng = self.rng
+        workflow = rng.choice(self.workflows)
+        draft = self._draft(workflow, self.model.latest_id(workflow))
+        field = rng.choice(("state", "metadata", "pending_request_info_events"))
+        getattr(draft, field)["large"] = rng.choice(_LARGE_VALUES)
+        self.saved.append(draft)
+        read = {"checkpoint_id": draft.checkpoint_id, "signature": None, "mutate_after": False}
+        return [
+            self._applied(Op("save", self._handle(), {"draft": draft, "mutate_after": False})),
+            self._applied(Op("load", self._handle(), read)),
+            self._applied(
+                Op(
+                    "get_latest",
+                    self._handle(),
+                    {"workflow": workflow, "signature": None, "mutate_after": False},
+                )
+            ),
+        ]
 
     def _resave_probe(self) -> list[Op]:
         """An older checkpoint saved again, equal: nothing moves (latest, order)."""
@@ -711,7 +733,7 @@ class Generator:
         rng = self.rng
         workflow = rng.choice(self.workflows)
         ops = [self._applied(Op("prune", 0, {"workflow": workflow, "keep_last": rng.choice((1, 2))}))]
-        if rng.random() < 0.3:
+        if rng.random() < 0.5:
             ops.append(self._applied(Op("delete_workflow", self._handle(), {"workflow": workflow})))
             ops += [self._applied(self._draw_save(workflow)) for _ in range(2)]
         survivors = self.model.top_level(workflow)
