@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from storages.contract import AncestryEnd
+from storages.contract import CHECKPOINT_FIELDS, AncestryEnd
 from storages.errors import (
     CheckpointConflictError,
     GraphSignatureMismatchError,
@@ -26,19 +26,7 @@ from storages.errors import (
     StaleWriterError,
 )
 
-FIELDS: tuple[str, ...] = (
-    "workflow_name",
-    "graph_signature_hash",
-    "checkpoint_id",
-    "previous_checkpoint_id",
-    "timestamp",
-    "messages",
-    "state",
-    "pending_request_info_events",
-    "iteration_count",
-    "metadata",
-    "version",
-)
+FIELDS: tuple[str, ...] = CHECKPOINT_FIELDS
 """MAF's 11 checkpoint fields, in order (the order a body meets embedded checkpoints in)."""
 
 VALUE_FIELDS = ("messages", "state", "pending_request_info_events", "metadata")
