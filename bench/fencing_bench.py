@@ -27,7 +27,7 @@ from typing import Any
 from bench.measure import AsyncCase, Budget, Measurement, ratio, time_async
 from bench.subjects import _temp_dir
 from bench.workload import numbered, template
-from storages import BaseCheckpointStorage, WorkflowCheckpoint
+from storages import CheckpointStore, WorkflowCheckpoint
 
 BACKENDS = ("memory", "sqlite", "redis", "s3")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -52,7 +52,7 @@ class _Chain:
         return items
 
 
-def cases(storage: BaseCheckpointStorage, run: str) -> dict[str, AsyncCase]:
+def cases(storage: CheckpointStore, run: str) -> dict[str, AsyncCase]:
     """The plain and the fenced save, each on a workflow of its own."""
     plain = _Chain(dataclasses.replace(template(WorkflowCheckpoint), workflow_name=f"{run}-plain"), "plain")
     fenced = _Chain(
@@ -69,7 +69,7 @@ def cases(storage: BaseCheckpointStorage, run: str) -> dict[str, AsyncCase]:
 
 
 @asynccontextmanager
-async def _open(backend: str, redis_url: str) -> AsyncIterator[BaseCheckpointStorage]:
+async def _open(backend: str, redis_url: str) -> AsyncIterator[CheckpointStore]:
     if backend == "memory":
         from storages.memory import InMemoryCheckpointStorage
 

@@ -49,7 +49,7 @@ if __package__ in (None, ""):  # run as ``python bench/integrity_bench.py``
 from bench.measure import Budget, time_sync
 from bench.subjects import _temp_dir
 from bench.workload import numbered, template
-from storages import BaseCheckpointStorage, CheckpointCodec, WorkflowCheckpoint
+from storages import CheckpointStore, CheckpointCodec, WorkflowCheckpoint
 from storages.integrity import IntegrityKeys, Link, open_sealed, record_mac, seal_header
 
 BENCH_KEY = IntegrityKeys(b"bench-integrity-key-0123456789ab")
@@ -142,7 +142,7 @@ async def _time_pair(backend: str, operation: str, pair: _Pair, budget: Budget) 
 
 
 @asynccontextmanager
-async def _storages(backend: str) -> AsyncIterator[dict[str, BaseCheckpointStorage]]:
+async def _storages(backend: str) -> AsyncIterator[dict[str, CheckpointStore]]:
     """A handle without a key and one with a key, both new handles on one store of ``backend``:
     they write the same file (SQLite) through a connection of their own each, so the only
     difference between them is the key."""
@@ -150,7 +150,7 @@ async def _storages(backend: str) -> AsyncIterator[dict[str, BaseCheckpointStora
     if backend == "memory":
         from storages.memory import InMemoryCheckpointStorage
 
-        root: BaseCheckpointStorage = InMemoryCheckpointStorage()
+        root: CheckpointStore = InMemoryCheckpointStorage()
     else:
         from storages.sqlite import SQLiteCheckpointStorage
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from storages.base import BaseCheckpointStorage
+from storages.engine import CheckpointStore
 from storages.errors import CheckpointStorageError, MissingDependencyError
 from storages.registry import BUILTIN_BACKENDS as BUILTIN_SPECS
 from storages.registry import RegisteredBackend, load_reference, registry
@@ -39,9 +39,9 @@ class _EmbeddedTarget:
     def __init__(self, backend: BuiltinBackend) -> None:
         self._backend = backend
         self._embedded: Embedded | None = None
-        self._root: BaseCheckpointStorage | None = None
+        self._root: CheckpointStore | None = None
 
-    async def open(self) -> BaseCheckpointStorage:
+    async def open(self) -> CheckpointStore:
         from storages.urls import open_storage
 
         if self._root is None:
@@ -54,7 +54,7 @@ class _EmbeddedTarget:
                 self._root = open_storage(self._embedded.url, **self._embedded.options)
         return self._root.new_handle()
 
-    def rebuild(self) -> BaseCheckpointStorage:
+    def rebuild(self) -> CheckpointStore:
         """A new root storage on the running embedded store, built from its settings."""
         from storages.urls import open_storage
 

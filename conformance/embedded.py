@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from storages.base import BaseCheckpointStorage
+from storages.engine import CheckpointStore
 from storages.errors import MissingDependencyError
 from storages.registry import registry
 
@@ -34,7 +34,7 @@ class Embedded:
     url: str
     options: Mapping[str, Any] = field(default_factory=dict)
     stop: Callable[[], None] | None = None
-    open: Callable[[], BaseCheckpointStorage] | None = None
+    open: Callable[[], CheckpointStore] | None = None
     """Builds the root storage when a URL cannot say how (an injected in-process client)."""
     process_opener: str | None = None
     """How another process opens the same store (see StorageTarget.process_opener)."""

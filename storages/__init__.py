@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import maf as _maf  # noqa: F401  (registers MAF's codec plug-in before any codec is made)
-from .base import BaseCheckpointStorage, CheckpointRecord, StoredBody
 from .codec import CheckpointCodec
+from .engine import CheckpointStore
 from .contract import (
     MAX_ID_LENGTH,
     AncestryEnd,
@@ -88,7 +88,7 @@ __all__ = [
     "BackendEntryPointError",
     "BackendRegistrationError",
     "BackendSpec",
-    "BaseCheckpointStorage",
+    "CheckpointStore",
     "Capability",
     "CheckpointCodec",
     "CheckpointConflictError",
@@ -97,7 +97,6 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointLike",
     "CheckpointNotFoundError",
-    "CheckpointRecord",
     "CheckpointStorage",
     "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
@@ -121,7 +120,6 @@ __all__ = [
     "StorageClosedError",
     "StorageConfigurationError",
     "StorageUnavailableError",
-    "StoredBody",
     "UnserializableValueError",
     "UnsupportedOperationError",
     "WorkflowCheckpoint",

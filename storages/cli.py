@@ -47,7 +47,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import installed_version
-from .base import BaseCheckpointStorage
+from .engine import CheckpointStore
 from .codec import CheckpointCodec
 from .copy_render import render_copy
 from .copying import CopyProgress, CopyReport, copy_store
@@ -251,7 +251,7 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
 
 
-async def _lineage(storage: BaseCheckpointStorage, workflow: str | None, thread: str | None) -> LineageTree:
+async def _lineage(storage: CheckpointStore, workflow: str | None, thread: str | None) -> LineageTree:
     """The tree of a workflow or of a LangGraph thread; a WORKFLOW that names no workflow but a
     LangGraph thread draws the thread."""
     if workflow is not None:
@@ -267,7 +267,7 @@ async def _lineage(storage: BaseCheckpointStorage, workflow: str | None, thread:
 
 
 async def _print_lineage(
-    console: Console, as_json: bool, storage: BaseCheckpointStorage, tree: LineageTree
+    console: Console, as_json: bool, storage: CheckpointStore, tree: LineageTree
 ) -> None:
     """Line by line as each is read: memory holds the index, never the output."""
     lines = stream_lineage(storage, tree)
@@ -406,7 +406,7 @@ def _show_copy(console: Console, args: argparse.Namespace, report: CopyReport, v
     return EXIT_OK if report.ok else EXIT_FOUND
 
 
-def _open_destination(args: argparse.Namespace) -> tuple[BaseCheckpointStorage, bool]:
+def _open_destination(args: argparse.Namespace) -> tuple[CheckpointStore, bool]:
     """The destination, and whether it is an empty stand-in for a SQLite file a dry run must not
     create (the copy would start from an empty store)."""
     codec = CheckpointCodec(allowed_types=args.allow_type or ())
@@ -443,7 +443,7 @@ def _copy_progress(console: Console, command: str, *, quiet: bool) -> Iterator[C
 # ---------------------------------------------------------------------- shared
 
 
-def _open(args: argparse.Namespace) -> BaseCheckpointStorage:
+def _open(args: argparse.Namespace) -> CheckpointStore:
     # The application's own policy, given as its storage URL gives it (comma-separated lists).
     codec = CheckpointCodec(
         allowed_types=[*(args.allow_type or ()), *_comma_list(args.allowed_checkpoint_types)],

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import BackendEntryPointError, BackendRegistrationError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from .base import BaseCheckpointStorage
+    from .engine import CheckpointStore
 
 ENTRY_POINT_GROUP = "checkpoint_storages.backends"
 """The entry-point group third-party backends register in; each entry point names a BackendSpec."""
@@ -49,7 +49,7 @@ class BackendSpec:
         name: the backend's name (lower case; the entry point's name for a third-party backend).
         schemes: the URL schemes it opens, e.g. ``("redis", "rediss")``.
         factory: ``"module:attr"`` naming a class (or object) whose ``from_url(url, *, codec=...,
-            **options)`` builds the storage, a :class:`~storages.base.BaseCheckpointStorage`.
+            **options)`` builds the storage, a :class:`~storages.engine.CheckpointStore`.
         extra: the pip extra that installs its dependencies, e.g. ``"sqlite"`` for
             ``checkpoint-storages[sqlite]`` (a third-party backend's extra is of its own distribution).
         requires: import names that must be importable before the factory is imported; a missing
@@ -152,15 +152,15 @@ class RegisteredBackend:
             )
         return factory
 
-    def open(self, url: str, scheme: str | None = None, **options: Any) -> BaseCheckpointStorage:
+    def open(self, url: str, scheme: str | None = None, **options: Any) -> CheckpointStore:
         """``factory.from_url(url, **options)``, checked to be a storage."""
-        from .base import BaseCheckpointStorage
+        from .engine import CheckpointStore
 
         storage = self.factory(scheme).from_url(url, **options)
-        if not isinstance(storage, BaseCheckpointStorage):
+        if not isinstance(storage, CheckpointStore):
             raise BackendRegistrationError(
                 f"backend {self.spec.name!r} ({self.origin}): {self.spec.factory}.from_url returned "
-                f"{type(storage).__name__}, not a storages.BaseCheckpointStorage",
+                f"{type(storage).__name__}, not a storages.CheckpointStore",
                 backend=self.spec.name,
             )
         return storage

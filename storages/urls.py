@@ -33,7 +33,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, TypedDict
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from .base import BaseCheckpointStorage
+from .engine import CheckpointStore
 from .errors import StorageConfigurationError
 from .integrity import IntegrityKeys, key_from_env
 from .redaction import redact_url
@@ -87,7 +87,7 @@ def supported_schemes() -> list[str]:
     return registry().schemes()
 
 
-def open_storage(url: str, **options: Any) -> BaseCheckpointStorage:
+def open_storage(url: str, **options: Any) -> CheckpointStore:
     """Build a storage from ``url``; ``options`` go to the backend (e.g. ``codec=``), except
     ``integrity_key=``, which every scheme takes (as the URL option ``integrity_key_env``).
 

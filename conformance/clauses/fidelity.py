@@ -18,7 +18,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from storages.base import BaseCheckpointStorage
+from storages.engine import CheckpointStore
 from storages.contract import CHECKPOINT_FIELDS, Capability
 from storages.errors import UnserializableValueError
 
@@ -515,7 +515,7 @@ async def unencodable_rejected(ctx: ClauseContext) -> None:
         )
     except Exception as exc:
         # Our engine's codec names the value's path; a storage of another design may raise anything.
-        if isinstance(ctx.storage, BaseCheckpointStorage):
+        if isinstance(ctx.storage, CheckpointStore):
             fail(
                 f"save() of checkpoint {checkpoint_id!r} raised {type(exc).__name__}: {exc}, "
                 "not UnserializableValueError"

@@ -4,7 +4,7 @@ then calls the capability's primitives (engine/primitives.py's table)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..contract import AncestryWalk, Capability, CheckpointID, CheckpointInfo, validate_identifier
 from ..errors import (
@@ -15,10 +15,10 @@ from ..errors import (
     InvalidCheckpointIdError,
 )
 from ..integrity import Seal, TamperKind
+from ..records import StoredBody, body_digest, listed_ids
+from .parts import HandleParts
 from .receipts import PruneReceipts, is_receipts_log_name, receipts_log_name
-from .records import StoredBody, body_digest, listed_ids
-from .sealing import SealedRecords
-from .walk import DEFAULT_MAX_DEPTH, LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
+from .walk import LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
 from .writes import PendingWritesLog, is_writes_log_name, writes_log_name
 
 
@@ -49,159 +49,172 @@ def listed_workflow_name(name: object) -> str:
         raise InvalidCheckpointIdError("workflow_name", name, f"{exc.reason}: {why}") from None
 
 
-class ExtensionOperations(PendingWritesLog, PruneReceipts, SealedRecords):
-    """walk_ancestry ... write_raw_body, on top of the primitives."""
+class Extensions:
+    """walk_ancestry ... write_raw_body, on top of the backend's primitives. The storage checks
+    nothing before it calls these: each validates its own arguments."""
 
-    if TYPE_CHECKING:
+    __slots__ = ("_parts", "_receipts", "_writes")
 
-        def _require(self, capability: Capability, operation: str) -> None: ...
+    def __init__(self, parts: HandleParts, receipts: PruneReceipts, writes: PendingWritesLog) -> None:
+        self._parts = parts
+        self._receipts = receipts
+        self._writes = writes
 
-    async def walk_ancestry(
-        self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
-    ) -> AncestryWalk[Any]:
+    async def walk_ancestry(self, checkpoint_id: CheckpointID, max_depth: int) -> AncestryWalk[Any]:
         """Checkpoints from ``checkpoint_id`` back to its root, newest first.
 
         The result's ``end`` says why the walk stopped; it never loops and never skips a record.
         """
-        self._require(Capability.ANCESTRY, "walk_ancestry")
+        self._parts.require(Capability.ANCESTRY, "walk_ancestry")
         validate_identifier(checkpoint_id, "checkpoint_id")
         check_max_depth(max_depth)
-        await self._ready("walk_ancestry")
-        records = await self._walk(checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=True)
+        await self._parts.ready("walk_ancestry")
+        records = await self._parts.backend.walk(
+            checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=True
+        )
         ids = assemble_walk(checkpoint_id, records, max_depth)
         seals: dict[CheckpointID, Seal | None] = {}
-        if self._integrity is not None:
-            records, seals = self._opened_walk(records)
+        sealer = self._parts.sealer
+        if sealer is not None:
+            records, seals = sealer.open_walk(records)
         items: list[Any] = []
         for item_id in ids.items:
             body = records.bodies.get(item_id)
             if body is None:
                 raise CheckpointCorruptedError(item_id, "the ancestry walk reached it but read no body")
-            item = self._decode(StoredBody(item_id, body), None, records.bodies)
+            item = self._parts.reader.decode(StoredBody(item_id, body), None, records.bodies)
             indexed_previous = records.links[item_id]
             if item.previous_checkpoint_id != indexed_previous:
                 reason = (
                     f"indexed with previous id {indexed_previous!r} but its body says "
                     f"{item.previous_checkpoint_id!r}"
                 )
-                if self._integrity is not None:
+                if sealer is not None:
                     raise CheckpointTamperedError(item_id, TamperKind.INDEX_MISMATCH, reason)
                 raise CheckpointCorruptedError(item_id, reason)
             items.append(item)
-        if self._integrity is not None:
+        if sealer is not None:
             check_walk_chain(ids, records.links, seals)
-            ids = await self._vouched_walk(ids, seals)
+            ids = await self._receipts.vouched_walk(ids, seals)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(
-        self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
+        self, checkpoint_id: CheckpointID, max_depth: int
     ) -> AncestryWalk[CheckpointID]:
         """Ids from ``checkpoint_id`` back to its root, newest first; decodes no bodies."""
-        self._require(Capability.ANCESTRY, "walk_ancestry_ids")
+        self._parts.require(Capability.ANCESTRY, "walk_ancestry_ids")
         validate_identifier(checkpoint_id, "checkpoint_id")
         check_max_depth(max_depth)
-        await self._ready("walk_ancestry_ids")
-        records = await self._walk(checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=False)
+        await self._parts.ready("walk_ancestry_ids")
+        records = await self._parts.backend.walk(
+            checkpoint_id, min(max_depth, LARGEST_BACKEND_INT), with_bodies=False
+        )
         walk = assemble_walk(checkpoint_id, records, max_depth)
         listed_ids(list(walk.items), f"the ancestry of {checkpoint_id!r}")
         return walk
 
     async def list_nested(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
         """Ids of the checkpoints embedded directly in ``checkpoint_id``, in the order met."""
-        self._require(Capability.NESTED, "list_nested")
+        self._parts.require(Capability.NESTED, "list_nested")
         validate_identifier(checkpoint_id, "checkpoint_id")
-        await self._ready("list_nested")
-        nested = await self._nested_ids(checkpoint_id)
+        await self._parts.ready("list_nested")
+        nested = await self._parts.backend.nested_ids(checkpoint_id)
         if nested is None:
             raise CheckpointNotFoundError(checkpoint_id)
         return listed_ids(nested, f"the nested index of {checkpoint_id!r}")
 
-    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         """Delete all but the newest ``keep_last`` checkpoints of a workflow (with their nested
         records), leaving a tombstone for each deleted id; returns how many were deleted. A keyed
         handle first signs a receipt for each (engine/receipts.py), so that its tombstones are
         told from forged ones."""
-        self._require(Capability.PRUNE, "prune")
+        self._parts.require(Capability.PRUNE, "prune")
         validate_identifier(workflow_name, "workflow_name")
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
             raise InvalidCheckpointError(
                 f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
             )
-        await self._ready("prune")
+        await self._parts.ready("prune")
         self._forget_chain()
-        pruned = await self._receipted_prune(workflow_name, min(keep_last, LARGEST_BACKEND_INT))
-        if Capability.PENDING_WRITES in self.capabilities:
-            await self._drop_writes_of_pruned(workflow_name)
+        pruned = await self._receipts.receipted_prune(workflow_name, min(keep_last, LARGEST_BACKEND_INT))
+        if Capability.PENDING_WRITES in self._parts.capabilities:
+            await self._writes.drop_writes_of_pruned(workflow_name)
         return pruned
 
-    async def delete_workflow(self, *, workflow_name: str) -> int:
+    async def delete_workflow(self, workflow_name: str) -> int:
         """Delete every checkpoint of a workflow, their nested records and the workflow's
         tombstones; returns how many checkpoints were deleted."""
-        self._require(Capability.PRUNE, "delete_workflow")
+        self._parts.require(Capability.PRUNE, "delete_workflow")
         validate_identifier(workflow_name, "workflow_name")
-        await self._ready("delete_workflow")
+        await self._parts.ready("delete_workflow")
         self._forget_chain()
-        if Capability.PENDING_WRITES in self.capabilities:
+        backend = self._parts.backend
+        if Capability.PENDING_WRITES in self._parts.capabilities:
             # Writes first: an interrupted delete leaves checkpoints without writes (their tasks
             # run again), never writes that a reused id would pick up.
-            await self._delete_workflow(writes_log_name(workflow_name))
-        deleted = await self._delete_workflow(workflow_name)
-        await self._delete_workflow(
+            await backend.delete_workflow(writes_log_name(workflow_name))
+        deleted = await backend.delete_workflow(workflow_name)
+        await backend.delete_workflow(
             receipts_log_name(workflow_name)
         )  # after: no tombstone outlives its receipt
         return deleted
 
     async def list_workflows(self) -> list[str]:
         """Names of every workflow with a stored checkpoint, sorted."""
-        self._require(Capability.LIST_WORKFLOWS, "list_workflows")
-        await self._ready("list_workflows")
-        names = [listed_workflow_name(name) for name in await self._workflow_names()]
+        self._parts.require(Capability.LIST_WORKFLOWS, "list_workflows")
+        await self._parts.ready("list_workflows")
+        names = [listed_workflow_name(name) for name in await self._parts.backend.workflow_names()]
         return sorted(name for name in names if not is_internal_workflow_name(name))
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         """The index entry of one stored record (nested ones too), or None."""
-        self._require(Capability.INSPECT, "checkpoint_info")
+        self._parts.require(Capability.INSPECT, "checkpoint_info")
         validate_identifier(checkpoint_id, "checkpoint_id")
-        await self._ready("checkpoint_info")
-        return await self._info(checkpoint_id)
+        await self._parts.ready("checkpoint_info")
+        return await self._parts.backend.info(checkpoint_id)
 
-    async def list_records(self, *, workflow_name: str | None = None) -> list[CheckpointInfo]:
+    async def list_records(self, workflow_name: str | None) -> list[CheckpointInfo]:
         """Index entries of every stored record (or one workflow's), nested ones included, in
         workflow then sequence order. Decodes no bodies."""
-        self._require(Capability.INSPECT, "list_records")
+        self._parts.require(Capability.INSPECT, "list_records")
         if workflow_name is not None:
             validate_identifier(workflow_name, "workflow_name")
-        await self._ready("list_records")
+        await self._parts.ready("list_records")
         records = [
             info
-            for info in await self._records(workflow_name)
+            for info in await self._parts.backend.records(workflow_name)
             if not is_internal_workflow_name(info.workflow_name)
         ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
 
-    async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
+    async def list_tombstones(self, workflow_name: str | None) -> list[CheckpointID]:
         """Ids pruned from the storage (or from one workflow), sorted."""
-        self._require(Capability.INSPECT, "list_tombstones")
+        self._parts.require(Capability.INSPECT, "list_tombstones")
         if workflow_name is not None:
             validate_identifier(workflow_name, "workflow_name")
-        await self._ready("list_tombstones")
-        return sorted(await self._tombstones(workflow_name))
+        await self._parts.ready("list_tombstones")
+        return sorted(await self._parts.backend.tombstones(workflow_name))
 
     async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None:
         """The stored bytes of a checkpoint, or None; for verify tooling and the kit."""
-        self._require(Capability.RAW_ACCESS, "read_raw_body")
+        self._parts.require(Capability.RAW_ACCESS, "read_raw_body")
         validate_identifier(checkpoint_id, "checkpoint_id")
-        await self._ready("read_raw_body")
-        return await self._get(checkpoint_id)
+        await self._parts.ready("read_raw_body")
+        stored = await self._parts.backend.load(checkpoint_id)
+        return None if stored is None else stored.body
 
     async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None:
         """Overwrite the stored bytes of an existing checkpoint, bypassing the codec.
 
         For repair tools and for the kit's corruption clauses; never needed in normal use.
         """
-        self._require(Capability.RAW_ACCESS, "write_raw_body")
+        self._parts.require(Capability.RAW_ACCESS, "write_raw_body")
         validate_identifier(checkpoint_id, "checkpoint_id")
-        await self._ready("write_raw_body")
+        await self._parts.ready("write_raw_body")
         raw = bytes(body)
-        if not await self._overwrite_body(checkpoint_id, raw, body_digest(raw)):
+        if not await self._parts.backend.overwrite_body(checkpoint_id, raw, body_digest(raw)):
             raise CheckpointNotFoundError(checkpoint_id)
+
+    def _forget_chain(self) -> None:
+        if self._parts.sealer is not None:
+            self._parts.sealer.forget()

@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
+from ..codec import CheckpointCodec
 from ..codec.codec import decode_sealed
 from ..contract import AncestryEnd, AncestryWalk, Capability, CheckpointID, WorkflowCheckpoint
-from ..errors import CheckpointCorruptedError, CheckpointTamperedError
+from ..errors import CheckpointCorruptedError, CheckpointTamperedError, StorageConfigurationError
 from ..integrity import Link, Seal, TamperKind, is_sealed, parse_seal
-from .primitives import StoragePrimitives
-from .records import CheckpointRecord, StoredBody
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from ..codec import CheckpointCodec
-    from ..integrity import IntegrityKeyProvider
+from ..records import CheckpointRecord, StoredBody
+from .parts import HandleParts
+from .sealing import Sealer
 
 _RECEIPTS_LOG_PREFIX = "\x1fpruned\x1f"
 """Starts the name of a workflow's receipt log. A control character can never start a workflow
@@ -58,66 +53,59 @@ def receipt_id(pruned_id: CheckpointID, mac: bytes) -> CheckpointID:
     return f"\x1fp\x1f{hashlib.blake2b(key, digest_size=16).hexdigest()}"
 
 
-class PruneReceipts(StoragePrimitives):
+class PruneReceipts:
     """A keyed prune's receipts, and the check a walk or verify makes of a tombstone."""
 
-    if TYPE_CHECKING:
-        _codec: CheckpointCodec
-        _integrity: IntegrityKeyProvider | None
+    __slots__ = ("_parts",)
 
-        async def _signed(
-            self, records: list[CheckpointRecord]
-        ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]: ...
-
-        def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]: ...
-
-        def _required_integrity(self, operation: str) -> IntegrityKeyProvider: ...
+    def __init__(self, parts: HandleParts) -> None:
+        self._parts = parts
 
     async def prune_receipt_stored(self, pruned_id: CheckpointID, signed_after: bytes) -> bool:
         """Whether anything is stored where the receipt for pruning ``pruned_id`` (with MAC
         ``signed_after``) would be, authentic or not: under a TTL, verify excuses a missing
         receipt as expired, never one that is there and does not vouch for the tombstone."""
-        return await self._get(receipt_id(pruned_id, signed_after)) is not None
+        return await self._parts.backend.load(receipt_id(pruned_id, signed_after)) is not None
 
     async def check_prune_receipt(self, pruned_id: CheckpointID, signed_after: bytes) -> None:
         """Raise CheckpointTamperedError (``unreceipted_tombstone``) unless this storage's key
         signed a receipt for pruning the record stored under ``pruned_id`` with MAC
         ``signed_after`` (the MAC its successor's seal holds). Needs a key."""
-        self._required_integrity("check_prune_receipt")
+        sealer = self._sealer("check_prune_receipt")
         checkpoint_id = receipt_id(pruned_id, signed_after)
-        raw = await self._get(checkpoint_id)
-        if raw is None:
+        stored = await self._parts.backend.load(checkpoint_id)
+        if stored is None:
             raise _unreceipted(pruned_id, "no prune signed a receipt for it")
         try:
-            opened, seal = self._opened_body(StoredBody(checkpoint_id, raw))
+            opened, seal = sealer.open(StoredBody(checkpoint_id, stored.body))
             if seal is None:
                 raise _unreceipted(pruned_id, "its receipt is not signed")
-            receipt = decode_sealed(self._codec, opened.body, checkpoint_id=checkpoint_id)
+            receipt = decode_sealed(self._parts.codec, opened.body, checkpoint_id=checkpoint_id)
         except CheckpointCorruptedError as exc:  # a CheckpointTamperedError too
             raise _unreceipted(pruned_id, f"its receipt is not authentic ({exc.reason})") from None
         state = receipt.state if isinstance(receipt.state, dict) else {}
         if state.get("pruned_id") != pruned_id or state.get("mac") != signed_after.hex():
             raise _unreceipted(pruned_id, "its receipt is for another record")
 
-    async def _receipted_prune(self, workflow_name: str, keep_last: int) -> int:
-        """``_prune``, on a keyed handle preceded by a receipt for every record it will prune.
-
-        Receipts come first: a prune that fails after them leaves receipts for records the
+    async def receipted_prune(self, workflow_name: str, keep_last: int) -> int:
+        """The backend's prune, on a keyed handle preceded by a receipt for every record it will
+        prune. Receipts come first: a prune that fails after them leaves receipts for records the
         application asked to prune, never tombstones that look forged."""
-        if self._integrity is None:
-            return await self._prune(workflow_name, keep_last)
-        stored = await self._list(workflow_name, None)
+        backend = self._parts.backend
+        if self._parts.sealer is None:
+            return await backend.prune(workflow_name, keep_last)
+        stored = await backend.list_bodies(workflow_name, None)
         doomed = len(stored) - min(keep_last, len(stored))
         await self._write_receipts(workflow_name, stored[:doomed], with_nested=True)
-        pruned = await self._prune(workflow_name, keep_last)
+        pruned = await backend.prune(workflow_name, keep_last)
         if pruned > doomed:
             # Saves landed between the listing and the prune, which then went further back.
-            survivors = set(await self._list_ids(workflow_name, None))
+            survivors = set(await backend.list_ids(workflow_name, None))
             further = [item for item in stored[doomed:] if item.checkpoint_id not in survivors]
             await self._write_receipts(workflow_name, further, with_nested=False)
         return pruned
 
-    async def _vouched_walk(
+    async def vouched_walk(
         self, walk: AncestryWalk[CheckpointID], seals: Mapping[CheckpointID, Seal | None]
     ) -> AncestryWalk[CheckpointID]:
         """A walk that the index says ends at a pruned record ends ``missing`` unless a receipt
@@ -137,28 +125,37 @@ class PruneReceipts(StoragePrimitives):
         self, workflow_name: str, stored: Sequence[StoredBody], *, with_nested: bool
     ) -> None:
         bodies = {item.checkpoint_id: item.body for item in stored}
-        if with_nested and Capability.NESTED in self.capabilities:
+        if with_nested and Capability.NESTED in self._parts.capabilities:
             containers = [key for key, raw in bodies.items() if self._holds_nested_refs(key, raw)]
             if containers:
-                bodies.update(await self._nested_bodies(containers))
+                bodies.update(await self._parts.backend.nested_bodies(containers))
         records = [
-            _receipt(self._codec, workflow_name, pruned_id, seal)
+            _receipt(self._parts.codec, workflow_name, pruned_id, seal)
             for pruned_id, raw in bodies.items()
             if (seal := _seal_or_none(pruned_id, raw)) is not None
         ]
         if not records:
             return
-        signed, _ = await self._signed(records)
+        signed = await self._sealer("prune").seal_records(records)
         for start in range(0, len(signed), _WRITES_AT_ONCE):
             # An id already stored is this very receipt (its id names the record and its MAC).
             await asyncio.gather(
-                *(self._insert(record) for record in signed[start : start + _WRITES_AT_ONCE])
+                *(self._parts.backend.insert((record,)) for record in signed[start : start + _WRITES_AT_ONCE])
             )
+
+    def _sealer(self, operation: str) -> Sealer:
+        sealer = self._parts.sealer
+        if sealer is None:
+            raise StorageConfigurationError(
+                f"{self._parts.backend.describe()}: {operation} needs an integrity key (integrity_key= "
+                "or the URL option integrity_key_env=NAME)"
+            )
+        return sealer
 
     def _holds_nested_refs(self, checkpoint_id: CheckpointID, raw: bytes) -> bool:
         try:
             body = raw[parse_seal(checkpoint_id, raw)[2] :] if is_sealed(raw) else raw
-            return bool(self._codec.has_nested_refs(body))
+            return bool(self._parts.codec.has_nested_refs(body))
         except CheckpointCorruptedError:
             return False
 
@@ -200,7 +197,6 @@ def _receipt(
         previous_checkpoint_id=None,
         graph_signature_hash=pruned_id,
         body=body,
-        digest="",  # the seal's MAC gives it (sealed_digest)
     )
 
 

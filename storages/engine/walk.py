@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from ..contract import AncestryEnd, AncestryWalk, CheckpointID
 from ..errors import CheckpointNotFoundError, CheckpointTamperedError, InvalidCheckpointError
 from ..integrity import Link, Seal, TamperKind
-from .records import WalkRecords
+from ..records import WalkRecords
 
 DEFAULT_MAX_DEPTH = 100_000
 """Ancestry walks stop here unless asked otherwise; deeper chains report DEPTH_LIMIT."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ormsgpack
 
@@ -20,45 +20,18 @@ from ..contract import (
     validate_identifier,
 )
 from ..errors import CheckpointCorruptedError
-from .primitives import StoragePrimitives
-from .records import CheckpointRecord, StoredBody, body_digest
+from ..records import CheckpointRecord, body_digest
+from .parts import HandleParts
 from .validation import checked_writes
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
-    from ..codec import CheckpointCodec
-    from ..integrity import IntegrityKeyProvider, Seal
-
-
-class PendingWritesLog(StoragePrimitives):
+class PendingWritesLog:
     """put_writes / list_writes / delete_writes, and what prune and delete_workflow owe the log."""
 
-    if TYPE_CHECKING:
-        _codec: CheckpointCodec
-        _integrity: IntegrityKeyProvider | None
+    __slots__ = ("_parts",)
 
-        async def _signed(
-            self, records: list[CheckpointRecord]
-        ) -> tuple[list[CheckpointRecord], Mapping[CheckpointID, tuple[bytes, int]]]: ...
-
-        def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]: ...
-
-        def _plain_digest(self, body: bytes) -> str: ...
-
-        async def _ready(self, operation: str) -> None: ...
-
-        def _is_ready(self, operation: str) -> bool: ...
-
-        def _require(self, capability: Capability, operation: str) -> None: ...
-
-        def _decode(
-            self,
-            stored: StoredBody,
-            workflow_name: str | None = None,
-            nested: Mapping[CheckpointID, bytes] | None = None,
-            graph_signature_hash: str | None = None,
-        ) -> Any: ...
+    def __init__(self, parts: HandleParts) -> None:
+        self._parts = parts
 
     async def put_writes(
         self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
@@ -68,8 +41,8 @@ class PendingWritesLog(StoragePrimitives):
         Per (task_id, index), the first write stored is kept, except at a negative index (a
         special channel), where the latest replaces it; repeating a call changes nothing.
         """
-        if Capability.PENDING_WRITES not in self.capabilities:
-            self._require(Capability.PENDING_WRITES, "put_writes")
+        if Capability.PENDING_WRITES not in self._parts.capabilities:
+            self._parts.require(Capability.PENDING_WRITES, "put_writes")
         # validate_identifier decides whatever is not plainly valid (validation.check_fields).
         if not (
             type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
@@ -85,8 +58,7 @@ class PendingWritesLog(StoragePrimitives):
         plain_rows = _plain_rows(batch, check=True) if batch else None
         if plain_rows is None:
             batch = checked_writes(batch)
-        if not self._is_ready("put_writes"):
-            await self._ready("put_writes")
+        await self._parts.ready("put_writes")
         if not batch:
             return
         # One record per call is what makes the call atomic on every backend: each primitive
@@ -98,22 +70,23 @@ class PendingWritesLog(StoragePrimitives):
             rows = _batch_rows(batch)
             draft = _writes_batch(log, checkpoint_id, "", batch, rows)
             batch_id = _writes_batch_id(
-                log, checkpoint_id, "body:" + body_digest(self._codec.encode_checkpoint(draft))
+                log, checkpoint_id, "body:" + body_digest(self._parts.codec.encode_checkpoint(draft))
             )
-            body = self._codec.encode_checkpoint_fields(
+            body = self._parts.codec.encode_checkpoint_fields(
                 WorkflowCheckpoint, _writes_batch_fields(log, checkpoint_id, batch_id, rows)
             )
-            record = CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
+            record = CheckpointRecord(batch_id, log, None, checkpoint_id, body)
         else:
             record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
         # An existing id means this very batch is stored already (or an equal one encoded
         # differently): the reading rule makes either harmless, so there is nothing to compare.
         # A keyed handle signs it like any record (a root: no chain link, no round trip).
-        if self._integrity is not None:
-            (record,), _ = await self._signed([record])
-        await self._insert(record)
+        sealer = self._parts.sealer
+        if sealer is not None:
+            (record,) = await sealer.seal_records([record])
+        await self._parts.backend.insert((record,))
 
-    async def _put_task_writes(
+    async def put_task_writes(
         self,
         checkpoint_id: CheckpointID,
         task_id: str,
@@ -129,14 +102,14 @@ class PendingWritesLog(StoragePrimitives):
         plain_rows = _plain_task_rows(task_id, task_path, writes)
         if (
             plain_rows is None
-            or Capability.PENDING_WRITES not in self.capabilities
+            or Capability.PENDING_WRITES not in self._parts.capabilities
             or not (
                 type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
             )
             or not (
                 type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
             )
-            or not self._is_ready("put_writes")
+            or not self._parts.lifecycle.is_ready()
         ):
             batch = [
                 PendingWrite(task_id, index, channel, value, task_path) for index, channel, value in writes
@@ -144,9 +117,10 @@ class PendingWritesLog(StoragePrimitives):
             await self.put_writes(checkpoint_id, batch, workflow_name=workflow_name)
             return
         record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
-        if self._integrity is not None:
-            (record,), _ = await self._signed([record])
-        await self._insert(record)
+        sealer = self._parts.sealer
+        if sealer is not None:
+            (record,) = await sealer.seal_records([record])
+        await self._parts.backend.insert((record,))
 
     def _plain_batch_record(
         self, checkpoint_id: CheckpointID, workflow_name: str, packed: bytes, rows: list[list[Any]]
@@ -156,20 +130,20 @@ class PendingWritesLog(StoragePrimitives):
         batch_id = _plain_batch_id(log, checkpoint_id, packed)
         # A plain batch's exact types are checked: its bin values are all bytes. The fields, not
         # a WorkflowCheckpoint built to be read back: the same body.
-        body = self._codec.encode_checkpoint_fields(
+        body = self._parts.codec.encode_checkpoint_fields(
             WorkflowCheckpoint,
             _writes_batch_fields(log, checkpoint_id, batch_id, rows),
             bin_from_bytes_only=True,
         )
         # Positional (a keyword call costs a third more): the batch's id, the log, no previous
         # id, the owner in the graph-signature column, the body and its digest.
-        return CheckpointRecord(batch_id, log, None, checkpoint_id, body, self._plain_digest(body))
+        return CheckpointRecord(batch_id, log, None, checkpoint_id, body)
 
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
         """The writes stored against a checkpoint, one per (task_id, index), in the order their
         (task_id, index) was first stored."""
-        if Capability.PENDING_WRITES not in self.capabilities:
-            self._require(Capability.PENDING_WRITES, "list_writes")
+        if Capability.PENDING_WRITES not in self._parts.capabilities:
+            self._parts.require(Capability.PENDING_WRITES, "list_writes")
         if not (
             type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
         ):
@@ -178,62 +152,63 @@ class PendingWritesLog(StoragePrimitives):
             type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
         ):
             validate_identifier(workflow_name, "workflow_name")
-        if not self._is_ready("list_writes"):
-            await self._ready("list_writes")
+        await self._parts.ready("list_writes")
         log = writes_log_name(workflow_name)
+        sealer = self._parts.sealer
         merged: dict[tuple[str, int], PendingWrite] = {}
-        for stored in await self._list(log, checkpoint_id):
-            if self._integrity is not None:
-                stored = self._opened_body(stored)[0]
-            _merge(merged, _batch_writes(self._decode(stored, log, None, checkpoint_id)))
+        for stored in await self._parts.backend.list_bodies(log, checkpoint_id):
+            if sealer is not None:
+                stored = sealer.open(stored)[0]
+            _merge(merged, _batch_writes(self._parts.reader.decode(stored, log, None, checkpoint_id)))
         return list(merged.values())
 
     async def list_workflow_writes(self, *, workflow_name: str) -> dict[CheckpointID, list[PendingWrite]]:
         """Every checkpoint's writes in a workflow, read at once: checkpoint id -> what
         :meth:`list_writes` returns for it (checkpoints without writes are absent). One read of
         the workflow's log instead of one per checkpoint, for a caller listing a whole history."""
-        if Capability.PENDING_WRITES not in self.capabilities:
-            self._require(Capability.PENDING_WRITES, "list_workflow_writes")
+        if Capability.PENDING_WRITES not in self._parts.capabilities:
+            self._parts.require(Capability.PENDING_WRITES, "list_workflow_writes")
         if not (
             type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
         ):
             validate_identifier(workflow_name, "workflow_name")
-        if not self._is_ready("list_workflow_writes"):
-            await self._ready("list_workflow_writes")
+        await self._parts.ready("list_workflow_writes")
         log = writes_log_name(workflow_name)
+        sealer = self._parts.sealer
         merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
-        for stored in await self._list(log, None):
-            if self._integrity is not None:
-                stored = self._opened_body(stored)[0]
+        for stored in await self._parts.backend.list_bodies(log, None):
+            if sealer is not None:
+                stored = sealer.open(stored)[0]
             # The owner the body names; _decode checks it against the index entry where there is one.
-            batch = self._decode(stored, log)
+            batch = self._parts.reader.decode(stored, log)
             _merge(merged.setdefault(batch.graph_signature_hash, {}), _batch_writes(batch))
         return {owner: list(writes.values()) for owner, writes in merged.items()}
 
     async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
         """Delete every write stored against a checkpoint; returns how many batches were deleted."""
-        self._require(Capability.PENDING_WRITES, "delete_writes")
+        self._parts.require(Capability.PENDING_WRITES, "delete_writes")
         validate_identifier(checkpoint_id, "checkpoint_id")
         validate_identifier(workflow_name, "workflow_name")
-        await self._ready("delete_writes")
+        await self._parts.ready("delete_writes")
         removed = 0
-        for batch_id in await self._list_ids(writes_log_name(workflow_name), checkpoint_id):
-            removed += await self._remove(batch_id)
+        for batch_id in await self._parts.backend.list_ids(writes_log_name(workflow_name), checkpoint_id):
+            removed += await self._parts.backend.remove(batch_id)
         return removed
 
-    async def _drop_writes_of_pruned(self, workflow_name: str) -> None:
+    async def drop_writes_of_pruned(self, workflow_name: str) -> None:
         # The log is read before the survivors: a checkpoint saved meanwhile is a survivor, and
         # a batch stored meanwhile is not in the snapshot, so neither loses its writes.
         log = writes_log_name(workflow_name)
-        batches = await self._list(log, None)
+        batches = await self._parts.backend.list_bodies(log, None)
         if not batches:
             return
-        survivors = set(await self._list_ids(workflow_name, None))
+        survivors = set(await self._parts.backend.list_ids(workflow_name, None))
+        sealer = self._parts.sealer
         for stored in batches:
-            opened = stored if self._integrity is None else self._opened_body(stored)[0]
-            owner = self._decode(opened, log).graph_signature_hash
+            opened = stored if sealer is None else sealer.open(stored)[0]
+            owner = self._parts.reader.decode(opened, log).graph_signature_hash
             if owner not in survivors:
-                await self._remove(stored.checkpoint_id)
+                await self._parts.backend.remove(stored.checkpoint_id)
 
 
 _MAX = MAX_ID_LENGTH

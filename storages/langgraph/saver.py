@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..base import BaseCheckpointStorage
+from ..engine import CheckpointStore
 from ..contract import CHECKPOINT_VERSION, Capability, PendingWrite, WorkflowCheckpoint
 from ..engine.writes import PendingWritesLog
 from ..errors import (
@@ -71,7 +71,7 @@ class StorageSaver(SyncMethods):
     ones on the loop the saver was last used from, and only from another thread.
     """
 
-    def __init__(self, storage: BaseCheckpointStorage, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, storage: CheckpointStore, *, serde: SerializerProtocol | None = None) -> None:
         if Capability.PENDING_WRITES not in storage.capabilities:
             raise UnsupportedOperationError(
                 storage.describe(), "StorageSaver (LangGraph pending writes)", Capability.PENDING_WRITES.value

@@ -1,4 +1,4 @@
-"""In-memory storage: encoded bodies in process memory.
+"""The in-memory backend: encoded bodies in process memory.
 
 Bodies are stored encoded, so every read builds a fresh object (copy isolation) and a checkpoint
 that cannot be encoded fails at save time, exactly as on a persistent backend. Latest is O(1):
@@ -10,29 +10,23 @@ every primitive takes it once, which makes each one atomic.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
-from .base import (
-    BaseCheckpointStorage,
+from ..backend import (
+    Backend,
+    CheckedIds,
     CheckpointRecord,
     FenceCheck,
+    InsertResult,
     StoredBody,
     WalkRecords,
-    body_digest,
     nested_id_conflict,
 )
-from .codec import CheckpointCodec, TypeRef
-from .contract import Capability, CheckpointID, CheckpointInfo
-from .errors import NestedCheckpointDeletionError, StorageConfigurationError
-from .integrity import IntegrityKeyInput
-from .redaction import redact_url
-
-URL_OPTIONS: tuple[str, ...] = ()
-"""Query options ``memory://`` takes besides the common ones (see ``storages.urls``)."""
+from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..errors import NestedCheckpointDeletionError
 
 
 @dataclass(slots=True)
@@ -42,6 +36,9 @@ class _Entry:
     children: list[CheckpointID] = field(default_factory=list)
     stored: StoredBody | None = None
     """What reads return, once built (see _stored); reset when the body is overwritten."""
+    saved_digest: str | None = None
+    """After raw access overwrote the body: the digest of the body that was saved, which a
+    re-save is compared with."""
 
 
 @dataclass(slots=True)
@@ -57,7 +54,9 @@ class _Workflow:
 
 
 @dataclass(slots=True)
-class _MemoryStore:
+class MemoryStore:
+    """The maps every handle on one in-memory store shares."""
+
     lock: threading.Lock = field(default_factory=threading.Lock)
     by_id: dict[CheckpointID, _Entry] = field(default_factory=dict)
     workflows: dict[str, _Workflow] = field(default_factory=dict)
@@ -65,7 +64,7 @@ class _MemoryStore:
     """Pruned id -> the workflow it was pruned from."""
 
 
-class InMemoryCheckpointStorage(BaseCheckpointStorage):
+class MemoryBackend(Backend):
     """Checkpoints in this process's memory. Handles from :meth:`new_handle` share one store."""
 
     capabilities = frozenset(
@@ -82,68 +81,20 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             Capability.FENCING,
         }
     )
-    _index_holds_checked_ids = True  # only this process's checked saves put ids in the store
 
-    def __init__(
-        self,
-        *,
-        codec: CheckpointCodec | None = None,
-        allowed_checkpoint_types: Iterable[TypeRef] = (),
-        allowed_modules: Iterable[str] = (),
-        integrity_key: IntegrityKeyInput | None = None,
-        _store: _MemoryStore | None = None,
-    ) -> None:
-        super().__init__(
-            codec=codec,
-            allowed_checkpoint_types=allowed_checkpoint_types,
-            allowed_modules=allowed_modules,
-            integrity_key=integrity_key,
-        )
-        self._store = _store if _store is not None else _MemoryStore()
-
-    @classmethod
-    def from_url(cls, url: str, *, codec: CheckpointCodec | None = None) -> Self:
-        """``memory://``: a fresh store of its own; it names no host and no path."""
-        from .urls import allowance_options, parse_url_options
-
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme.lower() != "memory":
-            raise StorageConfigurationError(f"Not a memory URL: {url!r}; expected memory://")
-        if parts.netloc or parts.path or parts.fragment:
-            raise StorageConfigurationError(
-                f"memory URL {redact_url(url)!r} names a host or path; an in-memory store is this "
-                "process's memory: use memory:// (handles share a store through new_handle())"
-            )
-        options = parse_url_options(url, parts.query, URL_OPTIONS, what="memory")
-        return cls(
-            codec=codec,
-            **allowance_options(options),
-        )
-
-    _reads_held_bytes = True
-    # Reads hand out the bytes objects the store holds (never copies), so a keyed handle reading
-    # a record again skips a second MAC over the same immutable object (engine/sealing.py).
+    def __init__(self, store: MemoryStore | None = None) -> None:
+        """``store``: share another backend's maps (what new_handle does); None: a fresh store."""
+        self._store = store if store is not None else MemoryStore()
 
     def describe(self) -> str:
         return "memory://"
 
-    @classmethod
-    def _default_codec(cls) -> CheckpointCodec:
-        # The bytes never leave this process: a type met at save is trusted for this store's reads,
-        # as MAF's own in-memory storage keeps any object.
-        return CheckpointCodec(trust_saved_types=True)
-
-    def _handle_overrides(self) -> Mapping[str, object]:
-        return {"_store": self._store}  # new_handle(): every handle shares this process's store
-
-    def _plain_digest(self, body: bytes) -> str:
-        # Unkeyed records are kept without a digest: an idempotent re-save is recognised by
-        # comparing bodies (_digest_to_compare), which costs a fraction of hashing every save.
-        return ""
+    def new_handle(self) -> Self:
+        return type(self)(self._store)  # every handle shares this process's store
 
     # ------------------------------------------------------------------ writes
 
-    async def _insert_fenced(
+    async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         store = self._store
@@ -152,24 +103,23 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             latest = None if workflow is None else next(reversed(workflow.entries), None)
             existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
-                return FenceCheck(latest, _digest_to_compare(existing.record, records[0]))
+                return FenceCheck(latest, _compared(existing, records[0]))
             if latest != expected_latest_id:
                 return FenceCheck(latest, None)
             self._write_family(records)
         return None
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        # One record (every save without embedded checkpoints, every write batch): no family to
-        # check, and no second coroutine, which the default's forwarding to _insert_family costs.
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         store = self._store
+        record = records[0]
         checkpoint_id = record.checkpoint_id
         with store.lock:
             existing = store.by_id.get(checkpoint_id)
             if existing is not None:
-                return _digest_to_compare(existing.record, record)
-            if record.container_id is not None:
-                self._add(record)  # a nested record (a caller's own family of one): _add links it
-                return None
+                return _compared(existing, record)
+            if len(records) > 1 or record.container_id is not None:
+                self._write_family(records)
+                return InsertResult.INSERTED
             # _add's work for a top-level record, in line: every save and write batch comes here.
             workflow = store.workflows.get(record.workflow_name)
             if workflow is None:
@@ -178,16 +128,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             workflow.next_sequence += 1
             workflow.entries[checkpoint_id] = entry
             store.by_id[checkpoint_id] = entry
-        return None
-
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        store = self._store
-        with store.lock:
-            existing = store.by_id.get(records[0].checkpoint_id)
-            if existing is not None:
-                return _digest_to_compare(existing.record, records[0])
-            self._write_family(records)
-        return None
+        return InsertResult.INSERTED
 
     def _write_family(self, records: Sequence[CheckpointRecord]) -> None:
         """Insert a family whose top id is absent (lock held); a taken nested id writes nothing."""
@@ -211,7 +152,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         if record.container_id is not None:
             store.by_id[record.container_id].children.append(record.checkpoint_id)
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         store = self._store
         with store.lock:
             entry = store.by_id.get(checkpoint_id)
@@ -224,7 +165,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
             # still get a higher sequence than anything saved before.
         return True
 
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         store = self._store
         with store.lock:
             entry = store.by_id.get(checkpoint_id)
@@ -238,15 +179,17 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 old.previous_checkpoint_id,
                 old.graph_signature_hash,
                 body,
-                old.digest or body_digest(old.body),
+                "",
                 old.container_id,
                 old.root_id,
                 old.position,
             )
+            if entry.saved_digest is None:
+                entry.saved_digest = old.digest  # a keyed record's is its MAC's
             entry.stored = None
         return True
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         store = self._store
         with store.lock:
             workflow = store.workflows.get(workflow_name)
@@ -259,7 +202,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                     store.tombstones[dropped] = workflow_name
         return len(doomed)
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
+    async def delete_workflow(self, workflow_name: str) -> int:
         store = self._store
         with store.lock:
             workflow = store.workflows.get(workflow_name)
@@ -272,15 +215,11 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
 
     # ------------------------------------------------------------------ reads
 
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        entry = self._store.by_id.get(checkpoint_id)
-        return None if entry is None else entry.record.body
-
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         entry = self._store.by_id.get(checkpoint_id)
         return None if entry is None else _stored(entry)
 
-    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+    async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         store = self._store
         with store.lock:
             return {
@@ -290,7 +229,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 for entry in self._descendants(container)
             }
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         if workflow_name not in self._store.workflows:
             return None  # one atomic look, as the lock's would be: nothing to iterate over
         with self._store.lock:
@@ -302,26 +241,26 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                     return _stored(entry)
         return None
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         return [
             _stored(entry) for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
         ]
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         if graph_signature_hash is None and not include_nested:
             with self._store.lock:  # the keys are the ids, in commit order: one C copy
                 workflow = self._store.workflows.get(workflow_name)
-                return [] if workflow is None else list(workflow.entries)
-        return [
+                return CheckedIds() if workflow is None else CheckedIds(workflow.entries)
+        return CheckedIds(
             entry.record.checkpoint_id
             for entry in self._entries(workflow_name, graph_signature_hash, include_nested)
-        ]
+        )
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         store = self._store
         links: dict[CheckpointID, CheckpointID | None] = {}
         bodies: dict[CheckpointID, bytes] = {}
@@ -341,21 +280,21 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 current = entry.record.previous_checkpoint_id
         return WalkRecords(links, bodies, frozenset(tombstones))
 
-    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+    async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         with self._store.lock:
             entry = self._store.by_id.get(checkpoint_id)
             return None if entry is None else list(entry.children)
 
-    async def _workflow_names(self) -> list[str]:
+    async def workflow_names(self) -> list[str]:
         with self._store.lock:
             return [name for name, workflow in self._store.workflows.items() if workflow]
 
-    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+    async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         with self._store.lock:
             entry = self._store.by_id.get(checkpoint_id)
             return None if entry is None else entry.record.info(entry.sequence)
 
-    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+    async def records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         with self._store.lock:
             return [
                 entry.record.info(entry.sequence)
@@ -363,7 +302,7 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
                 if workflow_name is None or entry.record.workflow_name == workflow_name
             ]
 
-    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+    async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         with self._store.lock:
             return [
                 pruned
@@ -413,19 +352,14 @@ class InMemoryCheckpointStorage(BaseCheckpointStorage):
         return dropped
 
 
-_DIFFERENT = "different"
-"""Equal to no digest (digests are hex): the bodies differ."""
-
-
-def _digest_to_compare(stored: CheckpointRecord, incoming: CheckpointRecord) -> str:
-    """What the engine compares with ``incoming.digest`` for an id already stored: the stored
-    digest of keyed records; for unkeyed ones (stored without a digest), ``incoming.digest`` when
-    the bodies are equal, else a value no digest equals. A body overwritten through raw access
-    is compared by the digest of what was saved."""
-    if incoming.digest:
-        return stored.digest
-    same = stored.digest == body_digest(incoming.body) if stored.digest else stored.body == incoming.body
-    return incoming.digest if same else _DIFFERENT
+def _compared(stored: _Entry, incoming: CheckpointRecord) -> InsertResult:
+    """Whether an id already stored holds ``incoming``'s body: compared byte for byte (a keyed
+    body's seal holds its MAC), or by the digest of what was saved once raw access overwrote it."""
+    if stored.saved_digest is not None:
+        same = stored.saved_digest == incoming.digest
+    else:
+        same = stored.record.body == incoming.body
+    return InsertResult.SAME_BODY if same else InsertResult.DIFFERENT_BODY
 
 
 def _stored(entry: _Entry) -> StoredBody:
@@ -438,4 +372,4 @@ def _stored(entry: _Entry) -> StoredBody:
     return stored
 
 
-__all__ = ["InMemoryCheckpointStorage"]
+__all__ = ["MemoryBackend", "MemoryStore"]

@@ -4,33 +4,43 @@ the index (a body read back is hostile until it agrees with what it was found un
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from ..contract import MAX_ID_LENGTH, CheckpointID, CheckpointInfo, validate_identifier
-from ..errors import CheckpointConflictError, CheckpointCorruptedError, InvalidCheckpointIdError
+from .contract import MAX_ID_LENGTH, CheckpointID, CheckpointInfo, validate_identifier
+from .errors import CheckpointConflictError, CheckpointCorruptedError, InvalidCheckpointIdError
 
 
-@dataclass(frozen=True, slots=True, init=False)
 class CheckpointRecord:
     """What a backend stores for one checkpoint: the encoded body plus the index fields read from
-    it, so listing, ordering and filtering never decode bodies."""
+    it, so listing, ordering and filtering never decode bodies. Immutable."""
+
+    __slots__ = (
+        "_digest",
+        "body",
+        "checkpoint_id",
+        "container_id",
+        "graph_signature_hash",
+        "position",
+        "previous_checkpoint_id",
+        "root_id",
+        "workflow_name",
+    )
 
     checkpoint_id: CheckpointID
     workflow_name: str
     previous_checkpoint_id: CheckpointID | None
     graph_signature_hash: str
     body: bytes
-    digest: str
-    """Hex digest of ``body``; an idempotent re-save is recognised by it without fetching bodies."""
-    container_id: CheckpointID | None = None
+    container_id: CheckpointID | None
     """For a nested record: the checkpoint whose body refers to it."""
-    root_id: CheckpointID | None = None
+    root_id: CheckpointID | None
     """For a nested record: the top-level checkpoint it was saved with (its container's root)."""
-    position: int = 0
+    position: int
     """Place in its save: 0 for the checkpoint saved, then 1, 2, ... for nested records in the
     order they were met; list_nested returns a container's children in this order."""
 
@@ -41,34 +51,62 @@ class CheckpointRecord:
         previous_checkpoint_id: CheckpointID | None,
         graph_signature_hash: str,
         body: bytes,
-        digest: str,
+        digest: str = "",
         container_id: CheckpointID | None = None,
         root_id: CheckpointID | None = None,
         position: int = 0,
     ) -> None:
-        # The dataclass's own __init__ of a frozen class sets each field through
-        # object.__setattr__; the slots' own setters cost 40% less, and every save and write
-        # batch builds a record (the class stays frozen: assigning a field still raises).
-        (
-            set_checkpoint_id,
-            set_workflow_name,
-            set_previous_checkpoint_id,
-            set_graph_signature_hash,
-            set_body,
-            set_digest,
-            set_container_id,
-            set_root_id,
-            set_position,
-        ) = _RECORD_SETTERS
-        set_checkpoint_id(self, checkpoint_id)
-        set_workflow_name(self, workflow_name)
-        set_previous_checkpoint_id(self, previous_checkpoint_id)
-        set_graph_signature_hash(self, graph_signature_hash)
-        set_body(self, body)
-        set_digest(self, digest)
-        set_container_id(self, container_id)
-        set_root_id(self, root_id)
-        set_position(self, position)
+        # The slots' own setters: __setattr__ refuses every assignment after this one, and every
+        # save and write batch builds a record.
+        _set_id(self, checkpoint_id)
+        _set_workflow(self, workflow_name)
+        _set_previous(self, previous_checkpoint_id)
+        _set_signature(self, graph_signature_hash)
+        _set_body(self, body)
+        _set_digest(self, digest)
+        _set_container(self, container_id)
+        _set_root(self, root_id)
+        _set_position(self, position)
+
+    @property
+    def digest(self) -> str:
+        """Hex digest of ``body`` (a keyed save's is taken from its MAC). Computed on first use: a
+        backend that compares stored bytes never pays for it."""
+        digest: str = _get_digest(self)
+        if not digest:
+            digest = body_digest(self.body)
+            _set_digest(self, digest)
+        return digest
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"CheckpointRecord is immutable: cannot assign {name!r}")
+
+    def __repr__(self) -> str:
+        return (
+            f"CheckpointRecord({self.checkpoint_id!r}, workflow={self.workflow_name!r}, "
+            f"previous={self.previous_checkpoint_id!r}, container={self.container_id!r}, "
+            f"position={self.position}, {len(self.body)} bytes)"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CheckpointRecord:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.checkpoint_id,
+            self.workflow_name,
+            self.previous_checkpoint_id,
+            self.graph_signature_hash,
+            self.body,
+            self.container_id,
+            self.root_id,
+            self.position,
+        )
 
     @property
     def nested(self) -> bool:
@@ -91,10 +129,37 @@ class CheckpointRecord:
         )
 
 
-_RECORD_SETTERS: tuple[Callable[[CheckpointRecord, Any], None], ...] = tuple(
-    vars(CheckpointRecord)[field.name].__set__ for field in fields(CheckpointRecord)
-)
-"""The slot setters of CheckpointRecord's fields, in field order (what its __init__ sets)."""
+_slot = vars(CheckpointRecord)
+_set_id = _slot["checkpoint_id"].__set__
+_set_workflow = _slot["workflow_name"].__set__
+_set_previous = _slot["previous_checkpoint_id"].__set__
+_set_signature = _slot["graph_signature_hash"].__set__
+_set_body = _slot["body"].__set__
+_set_digest = _slot["_digest"].__set__
+_set_container = _slot["container_id"].__set__
+_set_root = _slot["root_id"].__set__
+_set_position = _slot["position"].__set__
+_get_digest: Callable[[CheckpointRecord], str] = vars(CheckpointRecord)["_digest"].__get__
+
+
+class InsertResult(enum.Enum):
+    """What a backend's insert found under the checkpoint's id."""
+
+    INSERTED = "inserted"
+    """The id was free: every record is stored now."""
+    SAME_BODY = "same body"
+    """The id is stored with the same body (bytes or digest): nothing was written."""
+    DIFFERENT_BODY = "different body"
+    """The id is stored with another body: nothing was written; the engine compares decoded
+    contents (equal content may encode differently) before calling it a conflict."""
+
+    @classmethod
+    def of_stored_digest(cls, stored_digest: str | None, record: CheckpointRecord) -> InsertResult:
+        """The result for a backend that keeps digests: ``stored_digest`` is what it holds under
+        the record's id (None: nothing was stored there, so the insert happened)."""
+        if stored_digest is None:
+            return cls.INSERTED
+        return cls.SAME_BODY if stored_digest == record.digest else cls.DIFFERENT_BODY
 
 
 RecordDraft = tuple[
@@ -124,7 +189,7 @@ class StoredBody:
     body: bytes
     nested: Mapping[CheckpointID, bytes] | None = None
     """Bodies of the records nested in it, when the backend read them in the same round trip;
-    None means they are fetched with ``_nested_bodies`` if the body refers to any."""
+    None means they are fetched with ``Backend.nested_bodies`` if the body refers to any."""
     entry: IndexEntry | None = None
     """The index entry the body was found under, when the backend read it in the same round trip."""
 
@@ -148,8 +213,8 @@ class FenceCheck:
 
     latest_id: CheckpointID | None
     """The workflow's latest top-level checkpoint (commit order), or None if it has none."""
-    existing_digest: str | None
-    """The digest stored under the checkpoint's id when that id already exists, else None (the
+    existing: InsertResult | None
+    """SAME_BODY or DIFFERENT_BODY when the checkpoint's id is already stored, else None (the
     insert was refused because ``latest_id`` is not the expected one)."""
 
 
@@ -160,7 +225,7 @@ def body_digest(body: bytes) -> str:
 def nested_id_conflict(
     records: Sequence[CheckpointRecord], checkpoint_id: CheckpointID
 ) -> CheckpointConflictError:
-    """The error ``_insert_family`` raises when a nested record's id is already stored (the whole
+    """The error ``Backend.insert`` raises when a nested record's id is already stored (the whole
     family is then left unwritten): names the id and the container it was embedded in."""
     container = next((r.container_id for r in records if r.checkpoint_id == checkpoint_id), None)
     return CheckpointConflictError(

@@ -1,0 +1,545 @@
+"""The contract, implemented once: :class:`CheckpointStore` is a storage over the backend it holds.
+
+It validates, encodes through the codec, gates operations by capability, reports corruption and
+keeps the lifecycle; the backend (storages/backend.py) stores and reads. Its parts: the codec, a
+sealer only when it has a key (sealing.py), the reader (reading.py), and the collaborators for
+pending writes, prune receipts and the operations beyond MAF's six (extensions.py).
+docs/backends.md is the guide to writing a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, Generic
+
+from typing_extensions import Self, TypeVar
+
+from ..backend import Backend, CheckedIds, check_backend
+from ..codec import CheckpointCodec, TypeRef
+from ..codec.codec import decode_sealed, takes_sealed
+from ..contract import (
+    MAX_ID_LENGTH,
+    UNFENCED,
+    AncestryWalk,
+    Capability,
+    CheckpointID,
+    CheckpointInfo,
+    PendingWrite,
+    Unfenced,
+    validate_identifier,
+)
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointNotFoundError,
+    CheckpointTamperedError,
+    GraphSignatureMismatchError,
+    InvalidCheckpointError,
+    StaleWriterError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+)
+from ..fencing import FencedStorage
+from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, TamperKind, anchor_token, as_provider
+from ..records import CheckpointRecord, InsertResult, StoredBody, listed_ids
+from .encoding import plain_records, record_drafts
+from .extensions import Extensions
+from .lifecycle import Lifecycle
+from .parts import HandleParts
+from .reading import Reader, ReadRaced
+from .receipts import PruneReceipts
+from .sealing import Chain, Sealer, unsealed_own
+from .validation import as_list
+from .walk import DEFAULT_MAX_DEPTH
+from .writes import PendingWritesLog
+
+READ_RACE_RETRIES = 8
+"""Times get_latest and list_checkpoints read again when a container they read was deleted before
+its nested records were read (the backend read them in a second round trip)."""
+
+_NO_CHAIN: Final[Chain] = MappingProxyType({})
+
+BackendT = TypeVar("BackendT", bound=Backend, default=Backend)
+
+
+class CheckpointStore(Generic[BackendT]):
+    """A checkpoint storage: the contract (storages/contract.py) over a :class:`Backend`.
+
+    ``allowed_checkpoint_types`` ("module:qualname" strings or classes, as MAF's
+    FileCheckpointStorage takes them) and ``allowed_modules`` extend the codec's allow-list (a
+    given ``codec`` is extended in place); see storages/allowlist.py. ``integrity_key`` (bytes or
+    a key provider) makes the storage sign every record and verify every read; see
+    docs/integrity.md. A backend's own storage class (SQLiteCheckpointStorage, ...) only builds
+    its backend and passes it here.
+    """
+
+    def __init__(
+        self,
+        backend: BackendT,
+        *,
+        codec: CheckpointCodec | None = None,
+        allowed_checkpoint_types: Iterable[TypeRef] = (),
+        allowed_modules: Iterable[str] = (),
+        integrity_key: IntegrityKeyInput | None = None,
+    ) -> None:
+        check_backend(backend)
+        if codec is None:
+            codec = CheckpointCodec()
+        try:
+            codec.allow(types=as_list(allowed_checkpoint_types), modules=as_list(allowed_modules))
+        except (ValueError, TypeError) as exc:
+            raise StorageConfigurationError(f"{type(self).__name__}: {exc}") from None
+        self.backend: BackendT = backend
+        """The backend this storage holds (its own settings: prefix, path, ...)."""
+        self._codec = codec
+        self._lifecycle = Lifecycle(backend)
+        self._assemble(None if integrity_key is None else as_provider(integrity_key))
+
+    def _assemble(self, provider: IntegrityKeyProvider | None) -> None:
+        """Build the parts every operation shares (again when the key changes before first use)."""
+        backend = self.backend
+        sealer = None if provider is None else Sealer(provider, backend)
+        self._sealer = sealer
+        self._sealed_frames = sealer is not None and takes_sealed(self._codec)
+        """A keyed save frames bodies for their seal (no CRC): the codec can."""
+        self._capabilities = frozenset(backend.capabilities)
+        self._nested = Capability.NESTED in self._capabilities
+        self._reader = Reader(backend, self._codec, sealer)
+        parts = HandleParts(backend, self._codec, self._lifecycle, self._reader, sealer, self._capabilities)
+        self._parts = parts
+        self._receipts = PruneReceipts(parts)
+        self._writes = PendingWritesLog(parts)
+        self._extensions = Extensions(parts, self._receipts, self._writes)
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What this storage supports (its backend's declaration)."""
+        return self._capabilities
+
+    @property
+    def codec(self) -> CheckpointCodec:
+        return self._codec
+
+    def describe(self) -> str:
+        """A short human name for messages and reports, e.g. ``sqlite:///path.db``."""
+        return self.backend.describe()
+
+    def __repr__(self) -> str:
+        return f"<{self.describe()}>"
+
+    # ------------------------------------------------------------------ MAF's six methods
+
+    async def save(
+        self, checkpoint: Any, *, expected_latest_id: CheckpointID | Unfenced | None = UNFENCED
+    ) -> CheckpointID:
+        """Store a snapshot of ``checkpoint`` and return its id.
+
+        Saving an id that exists is a no-op when the content is equal and raises
+        CheckpointConflictError when it differs.
+
+        With ``expected_latest_id`` (capability ``fencing``), the checkpoint is stored only if the
+        workflow's latest is that id (None: the workflow has no checkpoint yet), checked
+        atomically with the write; otherwise StaleWriterError names the expected and the actual
+        latest and nothing is stored. A repeated fenced save of a checkpoint that is already the
+        latest returns its id, so a retry after an ambiguous failure is harmless.
+        """
+        if expected_latest_id is not UNFENCED:
+            self._parts.require(Capability.FENCING, "save(expected_latest_id=...)")
+            if expected_latest_id is not None:
+                validate_identifier(expected_latest_id, "expected_latest_id")
+        if not self._lifecycle.is_ready():
+            await self._lifecycle.ensure("save")
+        drafts = record_drafts(self._codec, checkpoint, nested=self._nested, sealed=self._sealed_frames)
+        sealer = self._sealer
+        if sealer is None:
+            records, chain = plain_records(drafts), _NO_CHAIN
+        else:
+            records, chain = await sealer.seal(drafts)
+        if expected_latest_id is not UNFENCED:
+            return await self._insert_fenced(records, chain, expected_latest_id)
+        result = await self.backend.insert(records)
+        if result is InsertResult.INSERTED:
+            if chain:
+                sealer.remember(chain)  # type: ignore[union-attr]  # a chain comes from the sealer
+        elif result is InsertResult.DIFFERENT_BODY or not await self._same_nested_bodies(records):
+            await self._check_same_content(records)
+        return records[0].checkpoint_id
+
+    async def _insert_fenced(
+        self, records: list[CheckpointRecord], chain: Chain, expected_latest_id: CheckpointID | None
+    ) -> CheckpointID:
+        top = records[0]
+        check = await self.backend.insert_fenced(records, expected_latest_id)
+        if check is None:
+            if chain and self._sealer is not None:
+                self._sealer.remember(chain)
+            return top.checkpoint_id
+        if check.existing is None:
+            raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
+        if check.existing is InsertResult.DIFFERENT_BODY or not await self._same_nested_bodies(records):
+            await self._check_same_content(records)
+        if check.latest_id == top.checkpoint_id:
+            return top.checkpoint_id  # a retry of a save that succeeded: it is the latest
+        raise StaleWriterError(
+            top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id, already_stored=True
+        )
+
+    async def load(
+        self,
+        checkpoint_id: CheckpointID,
+        *,
+        expected_graph_signature_hash: str | None = None,
+        anchor: str | None = None,
+    ) -> Any:
+        """Return the checkpoint stored under ``checkpoint_id``.
+
+        Raises CheckpointNotFoundError if there is none, CheckpointCorruptedError if its body
+        cannot be decoded, GraphSignatureMismatchError if ``expected_graph_signature_hash`` is
+        given and differs. With an ``anchor`` (from head_anchor), CheckpointTamperedError if the
+        store went back before it.
+        """
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        parsed = (
+            None
+            if anchor is None
+            else self._required_sealer("reading with an anchor").parsed_anchor(anchor, None)
+        )
+        if not self._lifecycle.is_ready():
+            await self._lifecycle.ensure("load")
+        stored = await self.backend.load(checkpoint_id)
+        if stored is None:
+            raise CheckpointNotFoundError(checkpoint_id)
+        try:
+            (checkpoint,) = await self._reader.decode_all([stored])
+        except ReadRaced:
+            raise CheckpointNotFoundError(checkpoint_id) from None  # deleted while being read
+        if parsed is not None:
+            await self._required_sealer("load").check_anchor_head_stored(parsed, stored)
+        if (
+            expected_graph_signature_hash is not None
+            and checkpoint.graph_signature_hash != expected_graph_signature_hash
+        ):
+            raise GraphSignatureMismatchError(
+                checkpoint_id, expected_graph_signature_hash, checkpoint.graph_signature_hash
+            )
+        return checkpoint
+
+    async def list_checkpoints(
+        self,
+        *,
+        workflow_name: str,
+        graph_signature_hash: str | None = None,
+        include_nested: bool = False,
+    ) -> list[Any]:
+        """Every checkpoint of ``workflow_name``, oldest first (commit order).
+
+        Nested records of that workflow name are left out unless ``include_nested`` is true.
+        """
+        self._check_listing("list_checkpoints", workflow_name, graph_signature_hash, include_nested)
+        if not self._lifecycle.is_ready():
+            await self._lifecycle.ensure("list_checkpoints")
+        for _ in range(READ_RACE_RETRIES):
+            stored = await self.backend.list_bodies(
+                workflow_name, graph_signature_hash, include_nested=include_nested
+            )
+            try:
+                return await self._reader.decode_all(stored, workflow_name, graph_signature_hash)
+            except ReadRaced:
+                continue  # a container was deleted while being read: read the listing again
+        raise StorageUnavailableError("list_checkpoints", f"workflow {workflow_name!r} kept changing")
+
+    async def list_checkpoint_ids(
+        self,
+        *,
+        workflow_name: str,
+        graph_signature_hash: str | None = None,
+        include_nested: bool = False,
+    ) -> list[CheckpointID]:
+        """Ids of every checkpoint of ``workflow_name``, oldest first; decodes no bodies."""
+        self._check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
+        if not self._lifecycle.is_ready():
+            await self._lifecycle.ensure("list_checkpoint_ids")
+        ids = await self.backend.list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
+        if type(ids) is CheckedIds:
+            return list(ids)
+        return listed_ids(ids, f"the index of workflow {workflow_name!r}")
+
+    async def delete(self, checkpoint_id: CheckpointID) -> bool:
+        """Delete one checkpoint and the checkpoints nested in it; True if it existed.
+
+        A nested record raises NestedCheckpointDeletionError: it goes with its container.
+        """
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        await self._parts.ready("delete")
+        if self._sealer is not None:
+            self._sealer.forget()  # a deleted id may be saved again with other content
+        return await self.backend.remove(checkpoint_id)
+
+    async def get_latest(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, anchor: str | None = None
+    ) -> Any | None:
+        """The checkpoint of ``workflow_name`` saved last (commit order), or None.
+
+        With an ``anchor`` (from head_anchor), raises CheckpointTamperedError if the store went back
+        before it: the anchored checkpoint is no longer the newest nor an ancestor of the newest.
+        """
+        self._check_listing("get_latest", workflow_name, graph_signature_hash, False)
+        sealer = None if anchor is None else self._required_sealer("reading with an anchor")
+        parsed = None if sealer is None or anchor is None else sealer.parsed_anchor(anchor, workflow_name)
+        if not self._lifecycle.is_ready():
+            await self._lifecycle.ensure("get_latest")
+        backend = self.backend
+        for _ in range(READ_RACE_RETRIES):
+            stored = await backend.latest(workflow_name, graph_signature_hash)
+            if sealer is not None and parsed is not None:
+                head = stored if graph_signature_hash is None else await backend.latest(workflow_name, None)
+                await sealer.check_anchor_latest(parsed, head)
+            if stored is None:
+                return None
+            try:
+                (checkpoint,) = await self._reader.decode_all([stored], workflow_name, graph_signature_hash)
+            except ReadRaced:
+                continue  # the latest was deleted while being read: the one before it is latest now
+            return checkpoint
+        raise StorageUnavailableError("get_latest", f"workflow {workflow_name!r} kept changing")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def new_handle(self) -> Self:
+        """An independent handle on the same store with the same settings, codec and keys (close
+        it separately). Works on a closed handle too: it reuses settings, not connections."""
+        handle = object.__new__(type(self))
+        CheckpointStore.__init__(handle, self.backend.new_handle(), codec=self._codec)
+        handle._assemble(None if self._sealer is None else self._sealer.provider)
+        return handle
+
+    def fenced(self) -> FencedStorage:
+        """A per-run handle on this storage that fences every save continuing a checkpoint; pass
+        it to a runner that cannot give ``expected_latest_id`` itself (MAF's ``checkpoint_storage``).
+        See :class:`~storages.fencing.FencedStorage`."""
+        return FencedStorage(self)
+
+    async def aclose(self) -> None:
+        """Release connections; idempotent. Later operations raise StorageClosedError."""
+        await self._lifecycle.close()
+
+    async def __aenter__(self) -> Self:
+        await self._lifecycle.ensure("open")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ integrity
+
+    @property
+    def integrity_enabled(self) -> bool:
+        """True when this handle signs what it saves and verifies what it reads."""
+        return self._sealer is not None
+
+    def with_integrity_key(self, integrity_key: IntegrityKeyInput | None) -> Self:
+        """A new handle on the same store that signs and verifies with ``integrity_key`` (None: a
+        handle without a key, which reads and writes plain bodies as a storage without one does)."""
+        handle = self.new_handle()
+        handle.configure_integrity(integrity_key)
+        return handle
+
+    def configure_integrity(self, integrity_key: IntegrityKeyInput | None) -> None:
+        """Set this handle's keys before its first use (open_storage does, from URL options)."""
+        if self._lifecycle.connected:
+            raise StorageConfigurationError(f"{self.describe()}: set the integrity key before first use")
+        self._assemble(None if integrity_key is None else as_provider(integrity_key))
+
+    async def head_anchor(self, *, workflow_name: str) -> str:
+        """A signed token naming the newest checkpoint of ``workflow_name`` (or that it has none).
+
+        Keep it outside the store and pass it to get_latest/load/verify: they then refuse a store
+        that went back before it (a truncated history, a restored old snapshot).
+        """
+        validate_identifier(workflow_name, "workflow_name")
+        sealer = self._required_sealer("head_anchor")
+        await self._parts.ready("head_anchor")
+        stored = await self.backend.latest(workflow_name, None)
+        key_id, key = sealer.provider.signing_key()
+        if stored is None:
+            return anchor_token(key_id, key, workflow_name, None, 0, b"")
+        await self._reader.decode_all([stored], workflow_name)  # the anchored record must verify
+        seal = sealer.open(stored)[1]
+        if seal is None:
+            raise CheckpointTamperedError(
+                stored.checkpoint_id, TamperKind.UNSIGNED, "an unsigned record cannot be anchored"
+            )
+        return anchor_token(key_id, key, workflow_name, stored.checkpoint_id, seal.height, seal.mac)
+
+    def open_sealed(self, checkpoint_id: CheckpointID, raw: bytes) -> tuple[Seal | None, bytes]:
+        """Verify stored bytes as a read does and return their seal and codec body (for verify).
+
+        Raises CheckpointTamperedError; an unsigned body returns no seal in migration mode only,
+        after its frame is checked (CheckpointCorruptedError if damaged). Either body decodes
+        with ``sealed=True``.
+        """
+        stored, seal = self._required_sealer("open_sealed").open(StoredBody(checkpoint_id, raw))
+        return seal, stored.body
+
+    async def prune_receipt_stored(self, pruned_id: CheckpointID, signed_after: bytes) -> bool:
+        """Whether anything is stored where the receipt for pruning ``pruned_id`` would be
+        (see PruneReceipts.prune_receipt_stored)."""
+        return await self._receipts.prune_receipt_stored(pruned_id, signed_after)
+
+    async def check_prune_receipt(self, pruned_id: CheckpointID, signed_after: bytes) -> None:
+        """CheckpointTamperedError unless this key signed a receipt for pruning ``pruned_id``
+        (see PruneReceipts.check_prune_receipt)."""
+        await self._receipts.check_prune_receipt(pruned_id, signed_after)
+
+    def _required_sealer(self, operation: str) -> Sealer:
+        if self._sealer is None:
+            raise StorageConfigurationError(
+                f"{self.describe()}: {operation} needs an integrity key (integrity_key= or the URL "
+                "option integrity_key_env=NAME)"
+            )
+        return self._sealer
+
+    # ------------------------------------------------------------------ beyond MAF's six
+
+    async def walk_ancestry(
+        self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
+    ) -> AncestryWalk[Any]:
+        """Checkpoints from ``checkpoint_id`` back to its root, newest first; the result's ``end``
+        says why the walk stopped. It never loops and never skips a record."""
+        return await self._extensions.walk_ancestry(checkpoint_id, max_depth)
+
+    async def walk_ancestry_ids(
+        self, checkpoint_id: CheckpointID, *, max_depth: int = DEFAULT_MAX_DEPTH
+    ) -> AncestryWalk[CheckpointID]:
+        """Ids from ``checkpoint_id`` back to its root, newest first; decodes no bodies."""
+        return await self._extensions.walk_ancestry_ids(checkpoint_id, max_depth)
+
+    async def list_nested(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
+        """Ids of the checkpoints embedded directly in ``checkpoint_id``, in the order met."""
+        return await self._extensions.list_nested(checkpoint_id)
+
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        """Delete all but the newest ``keep_last`` checkpoints of a workflow (with their nested
+        records), leaving a tombstone for each; returns how many were deleted."""
+        return await self._extensions.prune(workflow_name, keep_last)
+
+    async def delete_workflow(self, *, workflow_name: str) -> int:
+        """Delete every checkpoint of a workflow, their nested records and the workflow's
+        tombstones; returns how many checkpoints were deleted."""
+        return await self._extensions.delete_workflow(workflow_name)
+
+    async def list_workflows(self) -> list[str]:
+        """Names of every workflow with a stored checkpoint, sorted."""
+        return await self._extensions.list_workflows()
+
+    async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        """The index entry of one stored record (nested ones too), or None."""
+        return await self._extensions.checkpoint_info(checkpoint_id)
+
+    async def list_records(self, *, workflow_name: str | None = None) -> list[CheckpointInfo]:
+        """Index entries of every stored record (or one workflow's), nested ones included, in
+        workflow then sequence order. Decodes no bodies."""
+        return await self._extensions.list_records(workflow_name)
+
+    async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
+        """Ids pruned from the storage (or from one workflow), sorted."""
+        return await self._extensions.list_tombstones(workflow_name)
+
+    async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None:
+        """The stored bytes of a checkpoint, or None; for verify tooling and the kit."""
+        return await self._extensions.read_raw_body(checkpoint_id)
+
+    async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None:
+        """Overwrite the stored bytes of an existing checkpoint, bypassing the codec (repair
+        tools and the kit's corruption clauses; never needed in normal use)."""
+        await self._extensions.write_raw_body(checkpoint_id, body)
+
+    async def put_writes(
+        self, checkpoint_id: CheckpointID, writes: Sequence[PendingWrite], *, workflow_name: str
+    ) -> None:
+        """Store writes made against checkpoint ``checkpoint_id`` of ``workflow_name``, all or
+        none. Per (task_id, index) the first write stored is kept, except at a negative index (a
+        special channel), where the latest replaces it; repeating a call changes nothing."""
+        await self._writes.put_writes(checkpoint_id, writes, workflow_name=workflow_name)
+
+    async def put_task_writes(
+        self,
+        checkpoint_id: CheckpointID,
+        task_id: str,
+        task_path: str,
+        writes: list[tuple[int, str, Any]],
+        workflow_name: str,
+    ) -> None:
+        """:meth:`put_writes` of one task's ``(index, channel, value)`` writes, without building
+        the PendingWrites (LangGraph's StorageSaver makes every call this way)."""
+        await self._writes.put_task_writes(checkpoint_id, task_id, task_path, writes, workflow_name)
+
+    async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
+        """The writes stored against a checkpoint, one per (task_id, index), in the order their
+        (task_id, index) was first stored."""
+        return await self._writes.list_writes(checkpoint_id, workflow_name=workflow_name)
+
+    async def list_workflow_writes(self, *, workflow_name: str) -> dict[CheckpointID, list[PendingWrite]]:
+        """Every checkpoint's writes in a workflow, read at once (checkpoint id -> its writes)."""
+        return await self._writes.list_workflow_writes(workflow_name=workflow_name)
+
+    async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
+        """Delete every write stored against a checkpoint; returns how many batches were deleted."""
+        return await self._writes.delete_writes(checkpoint_id, workflow_name=workflow_name)
+
+    # ------------------------------------------------------------------ shared checks
+
+    def _check_listing(
+        self, operation: str, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
+    ) -> None:
+        if not (
+            type(workflow_name) is str
+            and 0 < len(workflow_name) <= MAX_ID_LENGTH
+            and workflow_name.isprintable()
+        ):
+            validate_identifier(workflow_name, "workflow_name")  # decides what is not plainly valid
+        if graph_signature_hash is not None:
+            self._parts.require(Capability.SIGNATURE_FILTER, f"{operation}(graph_signature_hash=...)")
+            if not isinstance(graph_signature_hash, str):
+                raise InvalidCheckpointError(
+                    f"graph_signature_hash must be a str, not {type(graph_signature_hash).__name__}",
+                    field="graph_signature_hash",
+                )
+        if include_nested:
+            self._parts.require(Capability.NESTED, f"{operation}(include_nested=True)")
+
+    async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
+        """True unless the incoming nested records differ from the stored ones byte for byte."""
+        # A container's body holds only its children's ids, so an equal container body says
+        # nothing about the children: a changed child under the same id must still conflict.
+        if len(records) == 1:
+            return True
+        stored = await self.backend.nested_bodies([records[0].checkpoint_id])
+        return all(stored.get(record.checkpoint_id) == record.body for record in records[1:])
+
+    async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
+        # Bodies differ; equal content may still encode differently (set order varies between
+        # processes), so compare decoded values before calling it a conflict.
+        top = records[0]
+        stored = await self.backend.load(top.checkpoint_id)
+        if stored is None:
+            # Deleted between the insert attempt and now; the caller may simply retry.
+            raise CheckpointConflictError(top.checkpoint_id)
+        try:
+            (existing,) = await self._reader.decode_all([stored])
+        except ReadRaced:
+            raise CheckpointConflictError(top.checkpoint_id) from None
+        incoming_nested: Mapping[CheckpointID, bytes] | None = {
+            record.checkpoint_id: unsealed_own(record.body) for record in records[1:]
+        } or None
+        top_body = unsealed_own(top.body)
+        if self._sealed_frames:  # this handle's own records, built just now: framed for the seal
+            incoming = decode_sealed(
+                self._codec, top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
+            )
+        else:
+            incoming = self._codec.decode_checkpoint(
+                top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
+            )
+        if type(existing) is not type(incoming) or existing != incoming:
+            raise CheckpointConflictError(top.checkpoint_id)
