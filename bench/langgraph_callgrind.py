@@ -40,7 +40,7 @@ STORAGE_PHASES = ("storage.save", "storage.put_writes")
 """StorageSaver's side only: the storage calls its aput and aput_writes make, made directly with
 the very arguments StorageSaver built (captured beforehand), so what StorageSaver adds over the
 storage call is the difference between ``aput`` and ``storage.save`` (and between the writes). On
-an engine storage, the writes' call is put_writes's field-wise twin ``_put_task_writes``."""
+an engine storage, the writes' call is put_writes's field-wise twin ``put_task_writes``."""
 SIDES = ("ours", "native")
 _TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 
@@ -89,11 +89,11 @@ def _inner(backend: str, side: str, reps: int, supersteps: int, directory: Path)
             batches.append(arguments)
 
         # StorageSaver hands an engine storage's put_writes the task's writes as fields.
-        storage.save, storage.put_writes, storage._put_task_writes = save, put_writes, put_task_writes
+        storage.save, storage.put_writes, storage.put_task_writes = save, put_writes, put_task_writes
         try:
             await put_all(thread_id, ("aput", "aput_writes"))
         finally:
-            del storage.save, storage.put_writes, storage._put_task_writes
+            del storage.save, storage.put_writes, storage.put_task_writes
         return saves, batches
 
     try:
@@ -122,7 +122,7 @@ def _inner(backend: str, side: str, reps: int, supersteps: int, directory: Path)
                                     checkpoint_id, writes, workflow_name=workflow_name
                                 )
                             else:
-                                await saver.storage._put_task_writes(*batch)
+                                await saver.storage.put_task_writes(*batch)
             elif operation in ("aget_tuple_latest", "alist"):
                 for thread_id in stored:
                     await read(operation, thread_id)

@@ -37,7 +37,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from storages.base import CheckpointRecord, body_digest
+from storages.backend import CheckpointRecord, body_digest
 from storages.codec import CheckpointCodec
 from storages.contract import WorkflowCheckpoint
 from storages.redis import RedisCheckpointStorage, delete_prefix

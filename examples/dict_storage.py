@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody, WalkRecords
+from storages.backend import CheckpointRecord, StoredBody, WalkRecords
 from storages.contract import Capability, CheckpointID
+from storages.engine import CheckpointStore
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Tables:
     """workflow name -> last sequence handed out (kept after deletes: latest stays commit order)."""
 
 
-class DictCheckpointStorage(BaseCheckpointStorage):
+class DictCheckpointStorage(CheckpointStore):
     """Checkpoints in process memory, in a handful of primitives."""
 
     capabilities = frozenset(
@@ -69,33 +70,33 @@ class DictCheckpointStorage(BaseCheckpointStorage):
             found = self._tables.records.get(checkpoint_id)
         return None if found is None else found[1].body
 
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         # Optional: returning the index entry lets the engine check the body against it.
         with self._tables.lock:
             found = self._tables.records.get(checkpoint_id)
         return None if found is None else _stored(found[1])
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._rows(workflow_name, graph_signature_hash)
         return _stored(rows[-1]) if rows else None
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         return [_stored(record) for record in self._rows(workflow_name, graph_signature_hash)]
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         return [record.checkpoint_id for record in self._rows(workflow_name, graph_signature_hash)]
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         with self._tables.lock:
             return self._tables.records.pop(checkpoint_id, None) is not None
 
     # ---------------------------------------------------------------- one per capability
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         links: dict[CheckpointID, CheckpointID | None] = {}
         bodies: dict[CheckpointID, bytes] = {}
         with self._tables.lock:  # one atomic read, as one recursive query would be
@@ -111,11 +112,11 @@ class DictCheckpointStorage(BaseCheckpointStorage):
                 current = record.previous_checkpoint_id
         return WalkRecords(links, bodies, frozenset())
 
-    async def _workflow_names(self) -> list[str]:
+    async def workflow_names(self) -> list[str]:
         with self._tables.lock:
             return sorted({record.workflow_name for _, record in self._tables.records.values()})
 
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         tables = self._tables
         with tables.lock:
             found = tables.records.get(checkpoint_id)

@@ -78,6 +78,9 @@ class CheckpointRecord:
             _set_digest(self, digest)
         return digest
 
+    def __reduce__(self) -> tuple[type[CheckpointRecord], tuple[object, ...]]:
+        return (CheckpointRecord, (*self._fields()[:5], _get_digest(self), *self._fields()[5:]))
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"CheckpointRecord is immutable: cannot assign {name!r}")
 

@@ -20,10 +20,10 @@ import pytest
 import redis_servers
 import s3_support
 
-from storages import BaseCheckpointStorage, open_storage
+from storages import CheckpointStore, open_storage
 from storages.registry import registry
 
-StorageMaker = Callable[[], BaseCheckpointStorage]
+StorageMaker = Callable[[], CheckpointStore]
 """Returns a new, unopened handle on one fresh store; every call reaches the same store."""
 
 
@@ -96,7 +96,7 @@ async def storage_maker(request: pytest.FixtureRequest, tmp_path: Path) -> Async
 
 
 @pytest.fixture
-async def storage(storage_maker: StorageMaker) -> AsyncIterator[BaseCheckpointStorage]:
+async def storage(storage_maker: StorageMaker) -> AsyncIterator[CheckpointStore]:
     """An open storage on a fresh store of each backend, closed after the test."""
     async with storage_maker() as opened:
         yield opened

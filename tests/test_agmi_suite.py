@@ -1,7 +1,7 @@
 """The independent tamper suite, agent-memory-integrity (``agmi``), run against our keyed storages.
 
 tests/test_tamper_harness.py re-implements agmi's nine at-rest edits; this module runs agmi's own
-attacks instead, through one adapter over ``BaseCheckpointStorage``. The adapter's application
+attacks instead, through one adapter over ``CheckpointStore``. The adapter's application
 side writes through a keyed storage and keeps each workflow's head anchor in the adapter object,
 outside the store; its attacker side edits the store through the backend's own raw access with
 no key. Every attack must come back "safe": agmi's word for "the tool detected the edit".
@@ -21,8 +21,8 @@ from conftest import StorageMaker
 
 from storages import (
     AncestryEnd,
-    BaseCheckpointStorage,
     CheckpointInfo,
+    CheckpointStore,
     CheckpointTamperedError,
     IntegrityKeys,
     WorkflowCheckpoint,
@@ -58,9 +58,9 @@ class CheckpointStorageAdapter(MemoryAdapter):
         self._anchored = anchored
         # The adapter's own loop: agmi's hooks are synchronous, the storages are not.
         self._loop = asyncio.new_event_loop()
-        self._handles: list[BaseCheckpointStorage] = []
-        self._keyed: BaseCheckpointStorage | None = None
-        self._attacker: BaseCheckpointStorage | None = None
+        self._handles: list[CheckpointStore] = []
+        self._keyed: CheckpointStore | None = None
+        self._attacker: CheckpointStore | None = None
         self._workflow = ""
         self._other_workflow = ""
         self._written_order: dict[str, int] = {}
@@ -74,12 +74,12 @@ class CheckpointStorageAdapter(MemoryAdapter):
         return self._loop.run_until_complete(work)
 
     @property
-    def keyed(self) -> BaseCheckpointStorage:
+    def keyed(self) -> CheckpointStore:
         assert self._keyed is not None, "setup() first"
         return self._keyed
 
     @property
-    def attacker(self) -> BaseCheckpointStorage:
+    def attacker(self) -> CheckpointStore:
         """The same store without the key: what someone with write access to it holds."""
         assert self._attacker is not None, "setup() first"
         return self._attacker
@@ -143,7 +143,7 @@ class CheckpointStorageAdapter(MemoryAdapter):
 
     # ------------------------------------------------------------------ the attacker's raw access
 
-    async def _records(self, workflow: str) -> list[Record]:
+    async def records(self, workflow: str) -> list[Record]:
         infos = await self.attacker.list_records(workflow_name=workflow)
         unknown = len(self._written_order)
         infos.sort(key=lambda info: self._written_order.get(info.checkpoint_id, unknown + info.sequence))

@@ -25,10 +25,10 @@ import pytest
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 
 from storages import (
-    BaseCheckpointStorage,
     CheckpointCodec,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    CheckpointStore,
     CheckpointTypeNotAllowedError,
     MissingDependencyError,
     UnserializableValueError,
@@ -824,7 +824,7 @@ def test_string_registered_class_that_needs_hooks_fails_at_encode() -> None:
     assert caught.value.path == "checkpoint.state['m']"
 
 
-async def test_unregistered_value_stores_nothing(storage: BaseCheckpointStorage) -> None:
+async def test_unregistered_value_stores_nothing(storage: CheckpointStore) -> None:
     cp = WorkflowCheckpoint(
         workflow_name="wf", graph_signature_hash="sig", state={"a": [0, {"b": Unregistered()}]}
     )

@@ -1,4 +1,4 @@
-"""The storage contract as every built-in backend implements it (through BaseCheckpointStorage)."""
+"""The storage contract as every built-in backend implements it (through CheckpointStore)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from storages import (
-    BaseCheckpointStorage,
     Capability,
     CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    CheckpointStore,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
@@ -33,7 +33,7 @@ def checkpoint(checkpoint_id: str, workflow_name: str = "wf", **fields: Any) -> 
     return WorkflowCheckpoint(workflow_name=workflow_name, checkpoint_id=checkpoint_id, **fields)
 
 
-async def save_all(storage: BaseCheckpointStorage, *checkpoints: WorkflowCheckpoint) -> None:
+async def save_all(storage: CheckpointStore, *checkpoints: WorkflowCheckpoint) -> None:
     for cp in checkpoints:
         assert await storage.save(cp) == cp.checkpoint_id
 
@@ -42,7 +42,7 @@ async def save_all(storage: BaseCheckpointStorage, *checkpoints: WorkflowCheckpo
 
 
 async def test_save_snapshots_and_reads_return_fresh_copies(
-    storage: BaseCheckpointStorage, same_types: SameTypes
+    storage: CheckpointStore, same_types: SameTypes
 ) -> None:
     cp = checkpoint("c1", state={"items": [1, 2], "nested": {"set": {1}}}, messages={"e": [("m", 1)]})
     await storage.save(cp)
@@ -68,7 +68,7 @@ async def test_save_snapshots_and_reads_return_fresh_copies(
     assert same_types(latest, expected)
 
 
-async def test_load_returns_the_class_that_was_saved(storage: BaseCheckpointStorage) -> None:
+async def test_load_returns_the_class_that_was_saved(storage: CheckpointStore) -> None:
     await storage.save(checkpoint("c1"))
     assert type(await storage.load("c1")) is WorkflowCheckpoint
 
@@ -76,7 +76,7 @@ async def test_load_returns_the_class_that_was_saved(storage: BaseCheckpointStor
 # ---------------------------------------------------------------------------- immutability
 
 
-async def test_resaving_equal_content_is_a_no_op(storage: BaseCheckpointStorage) -> None:
+async def test_resaving_equal_content_is_a_no_op(storage: CheckpointStore) -> None:
     first, second = checkpoint("a", state={"k": 1}), checkpoint("b")
     await save_all(storage, first, second)
     again = checkpoint("a", state={"k": 1}, timestamp=first.timestamp)
@@ -89,7 +89,7 @@ async def test_resaving_equal_content_is_a_no_op(storage: BaseCheckpointStorage)
 
 
 async def test_different_content_under_an_existing_id_conflicts_and_keeps_the_original(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
 ) -> None:
     original = checkpoint("a", state={"k": 1})
     await storage.save(original)
@@ -117,7 +117,7 @@ def colliding_sets() -> tuple[set[int], set[int]]:
     return first, second
 
 
-async def test_equal_content_encoded_differently_is_not_a_conflict(storage: BaseCheckpointStorage) -> None:
+async def test_equal_content_encoded_differently_is_not_a_conflict(storage: CheckpointStore) -> None:
     first_set, second_set = colliding_sets()
     first = checkpoint("a", state={"s": first_set})
     second = checkpoint("a", state={"s": second_set}, timestamp=first.timestamp)
@@ -129,7 +129,7 @@ async def test_equal_content_encoded_differently_is_not_a_conflict(storage: Base
 
 
 async def test_an_id_can_be_saved_again_after_delete_and_becomes_latest(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
 ) -> None:
     await save_all(storage, checkpoint("a"), checkpoint("b"))
     assert await storage.delete("a") is True
@@ -182,7 +182,7 @@ INVALID_FIELDS: list[tuple[str, Any, type[Exception]]] = [
     ids=[f"{name}={value!r}"[:40] for name, value, _ in INVALID_FIELDS],
 )
 async def test_invalid_fields_are_refused_by_name_and_store_nothing(
-    storage: BaseCheckpointStorage, field: str, bad: Any, error: type[Exception]
+    storage: CheckpointStore, field: str, bad: Any, error: type[Exception]
 ) -> None:
     cp = checkpoint("valid-id")
     setattr(cp, field, bad)
@@ -201,7 +201,7 @@ async def test_invalid_fields_are_refused_by_name_and_store_nothing(
 
 @pytest.mark.parametrize("missing", CHECKPOINT_FIELDS)
 async def test_objects_missing_a_checkpoint_field_are_refused_by_name(
-    storage: BaseCheckpointStorage, missing: str
+    storage: CheckpointStore, missing: str
 ) -> None:
     fields = {name: getattr(checkpoint("valid-id"), name) for name in CHECKPOINT_FIELDS if name != missing}
     with pytest.raises(InvalidCheckpointError, match=repr(missing)) as caught:
@@ -211,7 +211,7 @@ async def test_objects_missing_a_checkpoint_field_are_refused_by_name(
 
 
 @pytest.mark.parametrize("bad_id", ["", 5, None, "a\x07b", "z" * 257])
-async def test_reads_and_deletes_validate_the_id(storage: BaseCheckpointStorage, bad_id: Any) -> None:
+async def test_reads_and_deletes_validate_the_id(storage: CheckpointStore, bad_id: Any) -> None:
     for operation in (storage.load, storage.delete):
         with pytest.raises(InvalidCheckpointIdError) as caught:
             await operation(bad_id)
@@ -241,7 +241,7 @@ async def test_reads_and_deletes_validate_the_id(storage: BaseCheckpointStorage,
     ],
 )
 async def test_hostile_but_valid_ids_and_names_are_stored_safely(
-    storage: BaseCheckpointStorage, hostile: str
+    storage: CheckpointStore, hostile: str
 ) -> None:
     await save_all(
         storage, checkpoint(hostile, workflow_name=hostile), checkpoint("plain", workflow_name=hostile)
@@ -256,7 +256,7 @@ async def test_hostile_but_valid_ids_and_names_are_stored_safely(
 # ---------------------------------------------------------------------------- reads, deletes, order
 
 
-async def test_missing_checkpoints(storage: BaseCheckpointStorage) -> None:
+async def test_missing_checkpoints(storage: CheckpointStore) -> None:
     with pytest.raises(CheckpointNotFoundError) as caught:
         await storage.load("nope")
     assert isinstance(caught.value, LookupError)
@@ -267,7 +267,7 @@ async def test_missing_checkpoints(storage: BaseCheckpointStorage) -> None:
     assert await storage.list_checkpoint_ids(workflow_name="nobody") == []
 
 
-async def test_delete_removes_exactly_one(storage: BaseCheckpointStorage) -> None:
+async def test_delete_removes_exactly_one(storage: CheckpointStore) -> None:
     await save_all(storage, checkpoint("a"), checkpoint("b"), checkpoint("c", workflow_name="other"))
     assert await storage.delete("a") is True
     assert await storage.delete("a") is False
@@ -278,7 +278,7 @@ async def test_delete_removes_exactly_one(storage: BaseCheckpointStorage) -> Non
 
 
 async def test_lists_are_oldest_first_in_commit_order_never_timestamp_order(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
 ) -> None:
     # Ids sort against commit order and timestamps run backwards: only commit order gives c, a, b.
     saves = [
@@ -304,7 +304,7 @@ async def test_lists_are_oldest_first_in_commit_order_never_timestamp_order(
     assert await storage.list_checkpoint_ids(workflow_name="wf") == ["a", "b"]
 
 
-async def test_signature_filter_selects_latest_and_lists_per_graph(storage: BaseCheckpointStorage) -> None:
+async def test_signature_filter_selects_latest_and_lists_per_graph(storage: CheckpointStore) -> None:
     await save_all(
         storage,
         checkpoint("a", graph_signature_hash="g1"),
@@ -331,7 +331,7 @@ async def test_signature_filter_selects_latest_and_lists_per_graph(storage: Base
         await storage.get_latest(workflow_name="wf", graph_signature_hash=5)  # type: ignore[arg-type]
 
 
-async def test_load_checks_an_expected_graph_signature(storage: BaseCheckpointStorage) -> None:
+async def test_load_checks_an_expected_graph_signature(storage: CheckpointStore) -> None:
     await storage.save(checkpoint("a", graph_signature_hash="g1"))
     assert (await storage.load("a", expected_graph_signature_hash="g1")).checkpoint_id == "a"
     with pytest.raises(GraphSignatureMismatchError) as caught:
@@ -343,7 +343,7 @@ async def test_load_checks_an_expected_graph_signature(storage: BaseCheckpointSt
 
 
 async def test_undecodable_bodies_raise_corrupted_from_every_decoding_read(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
 ) -> None:
     if Capability.RAW_ACCESS not in storage.capabilities:
         with pytest.raises(UnsupportedOperationError):
@@ -367,7 +367,7 @@ async def test_undecodable_bodies_raise_corrupted_from_every_decoding_read(
         await storage.get_latest(workflow_name="wf")
 
 
-async def test_a_body_that_belongs_to_another_checkpoint_is_corrupted(storage: BaseCheckpointStorage) -> None:
+async def test_a_body_that_belongs_to_another_checkpoint_is_corrupted(storage: CheckpointStore) -> None:
     if Capability.RAW_ACCESS not in storage.capabilities:
         with pytest.raises(UnsupportedOperationError):
             await storage.write_raw_body("a", b"")
@@ -394,7 +394,7 @@ async def test_a_body_that_belongs_to_another_checkpoint_is_corrupted(storage: B
 # ---------------------------------------------------------------------------- lifecycle
 
 
-def every_operation(storage: BaseCheckpointStorage) -> dict[str, Callable[[], Awaitable[Any]]]:
+def every_operation(storage: CheckpointStore) -> dict[str, Callable[[], Awaitable[Any]]]:
     operations: dict[str, Callable[[], Awaitable[Any]]] = {
         "save": lambda: storage.save(checkpoint("late")),
         "load": lambda: storage.load("a"),
@@ -410,7 +410,7 @@ def every_operation(storage: BaseCheckpointStorage) -> dict[str, Callable[[], Aw
     return operations
 
 
-async def test_every_operation_after_aclose_raises_closed(storage: BaseCheckpointStorage) -> None:
+async def test_every_operation_after_aclose_raises_closed(storage: CheckpointStore) -> None:
     await storage.save(checkpoint("a"))
     await storage.aclose()
     for name, operation in every_operation(storage).items():
@@ -439,7 +439,7 @@ async def test_async_context_manager_opens_and_closes(storage_url: str) -> None:
         await storage.load("a")
 
 
-async def test_new_handle_works_after_close_and_shares_when_declared(storage: BaseCheckpointStorage) -> None:
+async def test_new_handle_works_after_close_and_shares_when_declared(storage: CheckpointStore) -> None:
     await storage.save(checkpoint("a"))
     await storage.aclose()
     async with storage.new_handle() as handle:
@@ -455,7 +455,7 @@ async def test_new_handle_works_after_close_and_shares_when_declared(storage: Ba
             assert shared_ids == ["b"]
 
 
-async def test_handles_are_closed_independently(storage: BaseCheckpointStorage) -> None:
+async def test_handles_are_closed_independently(storage: CheckpointStore) -> None:
     other = storage.new_handle()
     await other.save(checkpoint("a"))
     await other.aclose()
@@ -465,7 +465,7 @@ async def test_handles_are_closed_independently(storage: BaseCheckpointStorage) 
 # ---------------------------------------------------------------------------- capabilities
 
 
-async def test_capabilities_are_declared_as_a_frozenset_of_capability(storage: BaseCheckpointStorage) -> None:
+async def test_capabilities_are_declared_as_a_frozenset_of_capability(storage: CheckpointStore) -> None:
     declared = storage.capabilities
     assert isinstance(declared, frozenset)
     assert declared
@@ -487,7 +487,7 @@ def test_memory_declares_exactly_what_it_implements() -> None:
     }
 
 
-GATED: list[tuple[str, Capability, Callable[[BaseCheckpointStorage], Awaitable[Any]]]] = [
+GATED: list[tuple[str, Capability, Callable[[CheckpointStore], Awaitable[Any]]]] = [
     ("walk_ancestry", Capability.ANCESTRY, lambda s: s.walk_ancestry("a")),
     ("walk_ancestry_ids", Capability.ANCESTRY, lambda s: s.walk_ancestry_ids("a")),
     ("list_nested", Capability.NESTED, lambda s: s.list_nested("a")),
@@ -529,10 +529,10 @@ GATED: list[tuple[str, Capability, Callable[[BaseCheckpointStorage], Awaitable[A
 
 @pytest.mark.parametrize(("operation", "capability", "call"), GATED, ids=[name for name, *_ in GATED])
 async def test_extensions_work_when_declared_and_raise_unsupported_when_not(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
     operation: str,
     capability: Capability,
-    call: Callable[[BaseCheckpointStorage], Awaitable[Any]],
+    call: Callable[[CheckpointStore], Awaitable[Any]],
 ) -> None:
     await storage.save(checkpoint("a"))
     if capability in storage.capabilities:
@@ -553,7 +553,7 @@ class BareMemoryStorage(InMemoryCheckpointStorage):
 
 @pytest.mark.parametrize(("operation", "capability", "call"), GATED, ids=[name for name, *_ in GATED])
 async def test_a_backend_declaring_nothing_refuses_every_extension(
-    operation: str, capability: Capability, call: Callable[[BaseCheckpointStorage], Awaitable[Any]]
+    operation: str, capability: Capability, call: Callable[[CheckpointStore], Awaitable[Any]]
 ) -> None:
     async with BareMemoryStorage() as storage:
         await storage.save(checkpoint("a"))
@@ -563,7 +563,7 @@ async def test_a_backend_declaring_nothing_refuses_every_extension(
         assert (await storage.load("a")).checkpoint_id == "a"  # MAF's six methods still work
 
 
-async def test_list_workflows_names_each_workflow_with_a_checkpoint(storage: BaseCheckpointStorage) -> None:
+async def test_list_workflows_names_each_workflow_with_a_checkpoint(storage: CheckpointStore) -> None:
     if Capability.LIST_WORKFLOWS not in storage.capabilities:
         with pytest.raises(UnsupportedOperationError):
             await storage.list_workflows()

@@ -27,7 +27,7 @@ from copy_support import (
 )
 from maf_workflows import allow_user_types
 
-from storages import BaseCheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
+from storages import CheckpointStore, InMemoryCheckpointStorage, WorkflowCheckpoint
 from storages.cli import main
 from storages.contract import PendingWrite
 from storages.copying import PLACEHOLDER_SIGNATURE, copy_store
@@ -42,7 +42,7 @@ async def fresh(backend: str, directory: Path) -> AsyncIterator[StorageMaker]:
         yield maker
 
 
-def _allowed(storage: BaseCheckpointStorage) -> BaseCheckpointStorage:
+def _allowed(storage: CheckpointStore) -> CheckpointStore:
     allow_user_types(storage)
     return storage
 
@@ -80,7 +80,7 @@ async def test_a_maf_store_reads_the_same_after_a_copy() -> None:
 class Skipping:
     """A destination that silently skips one kind of write: a broken copy the comparison must see."""
 
-    def __init__(self, inner: BaseCheckpointStorage, skipped: str) -> None:
+    def __init__(self, inner: CheckpointStore, skipped: str) -> None:
         self.inner = inner
         self.skipped = skipped
 

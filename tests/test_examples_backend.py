@@ -30,7 +30,7 @@ def test_the_worked_example_passes_every_applicable_clause() -> None:
 
 @pytest.mark.memory
 def test_the_example_declares_only_what_it_implements() -> None:
-    from storages.base import implemented_capabilities
+    from storages.backend import implemented_capabilities
 
     declared_operations = {
         c for c in DictCheckpointStorage.capabilities if c.value not in ("shared", "signature_filter")

@@ -19,9 +19,9 @@ from conftest import BACKENDS, StorageMaker
 from conformance import Outcome, StorageTarget, validate
 from conformance.faults import SimulatedCrash
 from storages import (
-    BaseCheckpointStorage,
     CheckpointConflictError,
     CheckpointNotFoundError,
+    CheckpointStore,
     FencedStorage,
     InvalidCheckpointIdError,
     SQLiteCheckpointStorage,
@@ -55,7 +55,7 @@ async def latest_id(storage: Any, workflow_name: str = "wf") -> str | None:
     return None if latest is None else latest.checkpoint_id
 
 
-async def is_stored(storage: BaseCheckpointStorage, checkpoint_id: str) -> bool:
+async def is_stored(storage: CheckpointStore, checkpoint_id: str) -> bool:
     try:
         await storage.load(checkpoint_id)
     except CheckpointNotFoundError:
@@ -66,7 +66,7 @@ async def is_stored(storage: BaseCheckpointStorage, checkpoint_id: str) -> bool:
 # ---------------------------------------------------------------------------- save(expected_latest_id=...)
 
 
-async def test_a_fenced_save_stores_on_the_expected_latest_only(storage: BaseCheckpointStorage) -> None:
+async def test_a_fenced_save_stores_on_the_expected_latest_only(storage: CheckpointStore) -> None:
     first = checkpoint()
     assert await storage.save(first, expected_latest_id=None) == first.checkpoint_id
     second = after(first)
@@ -88,7 +88,7 @@ async def test_a_fenced_save_stores_on_the_expected_latest_only(storage: BaseChe
     ]
 
 
-async def test_the_fence_looks_at_one_workflow_only(storage: BaseCheckpointStorage) -> None:
+async def test_the_fence_looks_at_one_workflow_only(storage: CheckpointStore) -> None:
     await storage.save(checkpoint("other"))
     first = checkpoint("wf")
     await storage.save(first, expected_latest_id=None)  # "other" has a checkpoint; "wf" had none
@@ -137,7 +137,7 @@ async def test_a_retried_fenced_save_returns_its_id(storage_maker: StorageMaker)
         ]
 
 
-async def test_a_retry_after_the_workflow_moved_on_is_refused(storage: BaseCheckpointStorage) -> None:
+async def test_a_retry_after_the_workflow_moved_on_is_refused(storage: CheckpointStore) -> None:
     first = checkpoint()
     await storage.save(first, expected_latest_id=None)
     second = after(first)
@@ -151,7 +151,7 @@ async def test_a_retry_after_the_workflow_moved_on_is_refused(storage: BaseCheck
     assert not isinstance(conflict.value, StaleWriterError)  # different content: the immutability error
 
 
-async def test_a_refused_save_stores_none_of_its_nested_records(storage: BaseCheckpointStorage) -> None:
+async def test_a_refused_save_stores_none_of_its_nested_records(storage: CheckpointStore) -> None:
     first = checkpoint()
     await storage.save(first)
     await storage.save(after(first))
@@ -168,7 +168,7 @@ async def test_a_refused_save_stores_none_of_its_nested_records(storage: BaseChe
     assert (await storage.load(fresh.checkpoint_id)).state == fresh.state
 
 
-async def test_a_bad_expected_latest_id_names_the_field(storage: BaseCheckpointStorage) -> None:
+async def test_a_bad_expected_latest_id_names_the_field(storage: CheckpointStore) -> None:
     with pytest.raises(InvalidCheckpointIdError, match="expected_latest_id") as caught:
         await storage.save(checkpoint(), expected_latest_id="")
     assert caught.value.field == "expected_latest_id"
@@ -208,7 +208,7 @@ async def test_the_fenced_handle_lets_the_fork_win_and_refuses_the_stale_run(
         assert await latest_id(run_a) == (await run_b.get_latest(workflow_name="wf")).checkpoint_id
 
 
-async def test_one_fenced_handle_shared_by_both_runs_fences_as_well(storage: BaseCheckpointStorage) -> None:
+async def test_one_fenced_handle_shared_by_both_runs_fences_as_well(storage: CheckpointStore) -> None:
     """MAF's Workflow keeps one storage for all its runs, as in the seed's race."""
     shared = storage.fenced()
     first = checkpoint()
@@ -274,7 +274,7 @@ async def test_a_stale_run_that_had_itself_resumed_is_refused_at_its_first_save(
 
 
 async def test_a_sub_workflow_resuming_from_its_embedded_checkpoint_is_a_fork(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
 ) -> None:
     shared = storage.fenced()
     child = [checkpoint("child")]
@@ -290,7 +290,7 @@ async def test_a_sub_workflow_resuming_from_its_embedded_checkpoint_is_a_fork(
     assert await latest_id(storage, "child") == resumed_child.checkpoint_id
 
 
-async def test_a_fresh_run_on_a_used_workflow_name_starts_a_branch(storage: BaseCheckpointStorage) -> None:
+async def test_a_fresh_run_on_a_used_workflow_name_starts_a_branch(storage: CheckpointStore) -> None:
     await storage.save(checkpoint())
     fresh_run = storage.fenced()
     entry = checkpoint()

@@ -26,13 +26,13 @@ import psycopg
 import pytest
 import redis_servers
 from s3_support import BUCKET, S3Store, s3_store
+from storages.engine.records import listed_ids
 
 from storages import (
     CheckpointCorruptedError,
     InvalidCheckpointIdError,
     WorkflowCheckpoint,
 )
-from storages.engine.records import listed_ids
 from storages.postgres import PostgresCheckpointStorage
 from storages.postgres.config import DEFAULT_SCHEMA
 from storages.redis import RedisCheckpointStorage
@@ -746,7 +746,7 @@ async def test_a_memory_subclass_listing_ids_of_its_own_gets_them_checked() -> N
     from storages.memory import InMemoryCheckpointStorage
 
     class OwnListing(InMemoryCheckpointStorage):
-        async def _list_ids(
+        async def list_ids(
             self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
         ) -> list[str]:
             return ["a", "b\x07"]

@@ -351,7 +351,7 @@ async def test_a_cold_handle_will_not_chain_onto_a_predecessor_that_fails(storag
 
 
 async def test_pending_writes_are_signed_and_an_edited_batch_is_refused() -> None:
-    from storages.base import writes_log_name
+    from storages.backend import writes_log_name
     from storages.contract import PendingWrite
 
     async with InMemoryCheckpointStorage(integrity_key=KEY) as storage:

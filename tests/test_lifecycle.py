@@ -261,7 +261,7 @@ async def test_first_operations_started_together_open_the_storage_once() -> None
     class CountsOpens(InMemoryCheckpointStorage):
         opens = 0
 
-        async def _open(self) -> None:
+        async def open(self, operation: str) -> None:
             type(self).opens += 1
             await asyncio.sleep(0.01)  # still opening while the other callers arrive
 

@@ -12,7 +12,7 @@ import pytest
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 from agent_framework import WorkflowCheckpointException
 
-from storages import BaseCheckpointStorage, MafCheckpointStorage, WorkflowCheckpoint, open_storage
+from storages import CheckpointStore, MafCheckpointStorage, WorkflowCheckpoint, open_storage
 
 SameTypes = Callable[[Any, Any], bool]
 
@@ -45,7 +45,7 @@ def test_maf_checkpoint_has_the_fields_our_contract_names() -> None:
 
 
 async def test_maf_checkpoints_load_back_as_mafs_class(
-    storage: BaseCheckpointStorage, same_types: SameTypes
+    storage: CheckpointStore, same_types: SameTypes
 ) -> None:
     root = maf_checkpoint("root")
     child = maf_checkpoint("child", previous="root")
@@ -68,7 +68,7 @@ async def test_maf_checkpoints_load_back_as_mafs_class(
 
 
 async def test_maf_sub_workflow_checkpoints_stay_mafs_class(
-    storage: BaseCheckpointStorage, same_types: SameTypes
+    storage: CheckpointStore, same_types: SameTypes
 ) -> None:
     inner = maf_checkpoint("inner")
     outer = maf_checkpoint("outer")
@@ -80,7 +80,7 @@ async def test_maf_sub_workflow_checkpoints_stay_mafs_class(
     assert same_types(loaded, outer)
 
 
-async def test_maf_and_our_checkpoints_share_a_storage(storage: BaseCheckpointStorage) -> None:
+async def test_maf_and_our_checkpoints_share_a_storage(storage: CheckpointStore) -> None:
     await storage.save(maf_checkpoint("maf"))
     await storage.save(
         WorkflowCheckpoint(workflow_name="maf-wf", graph_signature_hash="s", checkpoint_id="ours")
@@ -92,7 +92,7 @@ async def test_maf_and_our_checkpoints_share_a_storage(storage: BaseCheckpointSt
     ]
 
 
-async def test_maf_resave_semantics(storage: BaseCheckpointStorage) -> None:
+async def test_maf_resave_semantics(storage: CheckpointStore) -> None:
     original = maf_checkpoint("c")
     await storage.save(original)
     assert await storage.save(dataclasses.replace(original)) == "c"
@@ -105,12 +105,12 @@ async def test_maf_resave_semantics(storage: BaseCheckpointStorage) -> None:
     assert type(await storage.load("c")) is MafWorkflowCheckpoint
 
 
-async def test_missing_checkpoint_raises_mafs_exception(storage: BaseCheckpointStorage) -> None:
+async def test_missing_checkpoint_raises_mafs_exception(storage: CheckpointStore) -> None:
     with pytest.raises(WorkflowCheckpointException):
         await storage.load("never-saved")
 
 
-async def test_storages_satisfy_mafs_protocol(storage: BaseCheckpointStorage) -> None:
+async def test_storages_satisfy_mafs_protocol(storage: CheckpointStore) -> None:
     assert isinstance(storage, MafCheckpointStorage)
 
 

@@ -24,8 +24,8 @@ from conftest import StorageMaker
 from conformance import Outcome, StorageTarget, avalidate, select_clauses
 from conformance.maf_profile import MafRunnerProfile
 from storages import (
-    BaseCheckpointStorage,
     CheckpointCodec,
+    CheckpointStore,
     CheckpointTypeNotAllowedError,
     InMemoryCheckpointStorage,
     UnserializableValueError,
@@ -43,7 +43,7 @@ def unique(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
 
 
-async def chain(storage: BaseCheckpointStorage, newest: str) -> list[Any]:
+async def chain(storage: CheckpointStore, newest: str) -> list[Any]:
     """Checkpoints from ``newest`` back to its root by load(); fails on a dangling link."""
     checkpoints: list[Any] = []
     current: str | None = newest
@@ -55,7 +55,7 @@ async def chain(storage: BaseCheckpointStorage, newest: str) -> list[Any]:
     return checkpoints
 
 
-async def assert_walk_reaches_root(storage: BaseCheckpointStorage, newest: str) -> None:
+async def assert_walk_reaches_root(storage: CheckpointStore, newest: str) -> None:
     by_load = [checkpoint.checkpoint_id for checkpoint in await chain(storage, newest)]
     if Capability.ANCESTRY in storage.capabilities:
         walk = await storage.walk_ancestry_ids(newest)

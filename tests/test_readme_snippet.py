@@ -64,7 +64,7 @@ def test_a_broken_backend_fails_through_the_same_snippet(tmp_path: Path) -> None
     (tmp_path / "my_backend.py").write_text(
         "from examples.dict_storage import DictCheckpointStorage\n\n\n"
         "class MyStorage(DictCheckpointStorage):\n"
-        "    async def _latest(self, workflow_name, graph_signature_hash):\n"
+        "    async def latest(self, workflow_name, graph_signature_hash):\n"
         "        rows = self._rows(workflow_name, graph_signature_hash)\n"
         "        return None if not rows else (await self._list(workflow_name, graph_signature_hash))[0]\n",
         encoding="utf-8",

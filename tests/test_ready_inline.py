@@ -9,10 +9,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from storages.engine.primitives import current_operation
 
 from storages import InMemoryCheckpointStorage, WorkflowCheckpoint
 from storages.contract import PendingWrite
-from storages.engine.primitives import current_operation
 from storages.errors import StorageClosedError, StorageUnavailableError
 
 pytestmark = pytest.mark.memory
@@ -41,7 +41,7 @@ class DriverFailure(Exception):
 class FailingLatest(InMemoryCheckpointStorage):
     driver_errors = (DriverFailure,)
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> Any:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> Any:
         raise DriverFailure(current_operation("none"))
 
     async def _insert(self, record: Any) -> str | None:
@@ -112,7 +112,7 @@ def test_a_handle_used_from_a_new_loop_follows_it() -> None:
     followed: list[asyncio.AbstractEventLoop] = []
 
     class Following(InMemoryCheckpointStorage):
-        async def _follow_loop(self) -> None:
+        async def follow_loop(self) -> None:
             followed.append(asyncio.get_running_loop())
 
     storage = Following()

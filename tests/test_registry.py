@@ -208,7 +208,7 @@ def test_a_missing_dependency_names_the_third_party_distribution(installed: Any)
 def test_a_factory_that_builds_no_storage_is_a_typed_error(installed: Any) -> None:
     installed(entry_point("badfactory", "BAD_FACTORY"))
     with pytest.raises(
-        BackendRegistrationError, match=r"from_url returned str, not a storages\.BaseCheckpointStorage"
+        BackendRegistrationError, match=r"from_url returned str, not a storages\.CheckpointStore"
     ):
         open_storage("badfactory://")
 

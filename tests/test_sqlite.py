@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from storages.base import body_digest
 
 from storages import (
     AncestryEnd,
@@ -30,7 +31,6 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.base import body_digest
 from storages.sqlite import (
     MIGRATIONS,
     SCHEMA_VERSION,

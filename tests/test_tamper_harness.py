@@ -19,7 +19,7 @@ from conftest import StorageMaker
 
 from storages import (
     AncestryEnd,
-    BaseCheckpointStorage,
+    CheckpointStore,
     CheckpointTamperedError,
     IntegrityKeys,
     WorkflowCheckpoint,
@@ -33,9 +33,9 @@ OTHER_KEY = IntegrityKeys(b"someone-else-0123456789abcdefghi")
 
 @dataclass
 class Scene:
-    storage: BaseCheckpointStorage
+    storage: CheckpointStore
     """Keyed."""
-    attacker: BaseCheckpointStorage
+    attacker: CheckpointStore
     """The same store, no key."""
     workflow: str
     chain: list[WorkflowCheckpoint]
@@ -45,7 +45,7 @@ class Scene:
         return [c.checkpoint_id for c in self.chain]
 
 
-async def raw(storage: BaseCheckpointStorage, checkpoint_id: str) -> bytes:
+async def raw(storage: CheckpointStore, checkpoint_id: str) -> bytes:
     body = await storage.read_raw_body(checkpoint_id)
     assert body is not None, checkpoint_id
     return body

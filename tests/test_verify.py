@@ -15,8 +15,8 @@ import pytest
 from conftest import backend_url
 
 from storages import (
-    BaseCheckpointStorage,
     Capability,
+    CheckpointStore,
     CheckpointTypeNotAllowedError,
     InMemoryCheckpointStorage,
     UnsupportedOperationError,
@@ -36,7 +36,7 @@ SEEDABLE_BACKENDS = [
 
 
 @pytest.fixture(params=SEEDABLE_BACKENDS)
-async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BaseCheckpointStorage]:
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[CheckpointStore]:
     """Overrides the shared fixture: an open, empty storage of each backend defects can be seeded in."""
     async with open_storage(backend_url(request.param, tmp_path)) as opened:
         yield opened
@@ -69,7 +69,7 @@ def assert_messages_name_their_ids(report: VerifyReport) -> None:
             assert repr(checkpoint_id) in finding.message or checkpoint_id in finding.message, finding
 
 
-def remove_behind_the_back(storage: BaseCheckpointStorage, checkpoint_id: str) -> None:
+def remove_behind_the_back(storage: CheckpointStore, checkpoint_id: str) -> None:
     """Delete one record (and only it) bypassing the storage, which never leaves a nested record
     without its container or a container without its nested records on its own."""
     if isinstance(storage, InMemoryCheckpointStorage):
@@ -88,7 +88,7 @@ def remove_behind_the_back(storage: BaseCheckpointStorage, checkpoint_id: str) -
     connection.close()
 
 
-async def save_clean_history(storage: BaseCheckpointStorage) -> int:
+async def save_clean_history(storage: CheckpointStore) -> int:
     """A run with a fork, nested records two levels deep and a pruned workflow; returns how many
     records remain stored."""
     await storage.save(cp("run", "r1"))
@@ -106,7 +106,7 @@ async def save_clean_history(storage: BaseCheckpointStorage) -> int:
     return 5 + 3 + 2 * 2
 
 
-async def test_a_clean_storage_has_no_findings(storage: BaseCheckpointStorage) -> None:
+async def test_a_clean_storage_has_no_findings(storage: CheckpointStore) -> None:
     stored = await save_clean_history(storage)
 
     report = await verify(storage)
@@ -122,7 +122,7 @@ async def test_a_clean_storage_has_no_findings(storage: BaseCheckpointStorage) -
         assert (await verify(storage, workflow_name=workflow)).findings == []
 
 
-async def test_every_seeded_defect_is_found_naming_its_ids(storage: BaseCheckpointStorage) -> None:
+async def test_every_seeded_defect_is_found_naming_its_ids(storage: CheckpointStore) -> None:
     await save_clean_history(storage)
     # Dangling link: the previous id was never saved.
     await storage.save(cp("dangling", "d1", "never-saved"))
@@ -168,7 +168,7 @@ async def test_every_seeded_defect_is_found_naming_its_ids(storage: BaseCheckpoi
     )
 
 
-async def test_a_deleted_ancestor_dangles_where_a_pruned_one_does_not(storage: BaseCheckpointStorage) -> None:
+async def test_a_deleted_ancestor_dangles_where_a_pruned_one_does_not(storage: CheckpointStore) -> None:
     for workflow in ("pruned", "deleted"):
         await storage.save(cp(workflow, f"{workflow}1"))
         await storage.save(cp(workflow, f"{workflow}2", f"{workflow}1"))
@@ -181,7 +181,7 @@ async def test_a_deleted_ancestor_dangles_where_a_pruned_one_does_not(storage: B
 
 
 async def test_broken_nested_records_and_bodies_that_disagree_with_the_index(
-    storage: BaseCheckpointStorage,
+    storage: CheckpointStore,
 ) -> None:
     codec = storage.codec
     # A nested record whose body is corrupt: it cannot be decoded, nor can its container.
@@ -217,7 +217,7 @@ async def test_broken_nested_records_and_bodies_that_disagree_with_the_index(
     assert "previous_checkpoint_id is 'c3' in the body but 'c4' in the index" in messages[("c5",)]
 
 
-async def test_one_workflow_is_scanned_with_the_records_nested_in_it(storage: BaseCheckpointStorage) -> None:
+async def test_one_workflow_is_scanned_with_the_records_nested_in_it(storage: CheckpointStore) -> None:
     await storage.save(cp("mine", "m1", state={"sub": sub("m1-sub")}))
     await storage.save(cp("mine", "m2", "m1", graph_signature_hash=SIG_B))
     await storage.write_raw_body("m1-sub", b"not a checkpoint body")
@@ -237,7 +237,7 @@ async def test_one_workflow_is_scanned_with_the_records_nested_in_it(storage: Ba
     assert (await verify(storage, workflow_name="nobody")).records_checked == 0
 
 
-async def test_progress_reports_every_record(storage: BaseCheckpointStorage) -> None:
+async def test_progress_reports_every_record(storage: CheckpointStore) -> None:
     stored = await save_clean_history(storage)
     calls: list[tuple[int, int]] = []
 

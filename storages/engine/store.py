@@ -59,7 +59,7 @@ its nested records were read (the backend read them in a second round trip)."""
 
 _NO_CHAIN: Final[Chain] = MappingProxyType({})
 
-BackendT = TypeVar("BackendT", bound=Backend, default=Backend)
+BackendT = TypeVar("BackendT", bound=Backend, default=Backend, covariant=True)
 
 
 class CheckpointStore(Generic[BackendT]):
@@ -89,15 +89,14 @@ class CheckpointStore(Generic[BackendT]):
             codec.allow(types=as_list(allowed_checkpoint_types), modules=as_list(allowed_modules))
         except (ValueError, TypeError) as exc:
             raise StorageConfigurationError(f"{type(self).__name__}: {exc}") from None
-        self.backend: BackendT = backend
-        """The backend this storage holds (its own settings: prefix, path, ...)."""
+        self._backend = backend
         self._codec = codec
         self._lifecycle = Lifecycle(backend)
         self._assemble(None if integrity_key is None else as_provider(integrity_key))
 
     def _assemble(self, provider: IntegrityKeyProvider | None) -> None:
         """Build the parts every operation shares (again when the key changes before first use)."""
-        backend = self.backend
+        backend = self._backend
         sealer = None if provider is None else Sealer(provider, backend)
         self._sealer = sealer
         self._sealed_frames = sealer is not None and takes_sealed(self._codec)
@@ -112,6 +111,11 @@ class CheckpointStore(Generic[BackendT]):
         self._extensions = Extensions(parts, self._receipts, self._writes)
 
     @property
+    def backend(self) -> BackendT:
+        """The backend this storage holds (its own settings: prefix, path, ...)."""
+        return self._backend
+
+    @property
     def capabilities(self) -> frozenset[Capability]:
         """What this storage supports (its backend's declaration)."""
         return self._capabilities
@@ -122,7 +126,7 @@ class CheckpointStore(Generic[BackendT]):
 
     def describe(self) -> str:
         """A short human name for messages and reports, e.g. ``sqlite:///path.db``."""
-        return self.backend.describe()
+        return self._backend.describe()
 
     def __repr__(self) -> str:
         return f"<{self.describe()}>"
@@ -157,7 +161,7 @@ class CheckpointStore(Generic[BackendT]):
             records, chain = await sealer.seal(drafts)
         if expected_latest_id is not UNFENCED:
             return await self._insert_fenced(records, chain, expected_latest_id)
-        result = await self.backend.insert(records)
+        result = await self._backend.insert(records)
         if result is InsertResult.INSERTED:
             if chain:
                 sealer.remember(chain)  # type: ignore[union-attr]  # a chain comes from the sealer
@@ -169,7 +173,7 @@ class CheckpointStore(Generic[BackendT]):
         self, records: list[CheckpointRecord], chain: Chain, expected_latest_id: CheckpointID | None
     ) -> CheckpointID:
         top = records[0]
-        check = await self.backend.insert_fenced(records, expected_latest_id)
+        check = await self._backend.insert_fenced(records, expected_latest_id)
         if check is None:
             if chain and self._sealer is not None:
                 self._sealer.remember(chain)
@@ -206,7 +210,7 @@ class CheckpointStore(Generic[BackendT]):
         )
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("load")
-        stored = await self.backend.load(checkpoint_id)
+        stored = await self._backend.load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
         try:
@@ -239,7 +243,7 @@ class CheckpointStore(Generic[BackendT]):
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("list_checkpoints")
         for _ in range(READ_RACE_RETRIES):
-            stored = await self.backend.list_bodies(
+            stored = await self._backend.list_bodies(
                 workflow_name, graph_signature_hash, include_nested=include_nested
             )
             try:
@@ -259,7 +263,7 @@ class CheckpointStore(Generic[BackendT]):
         self._check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("list_checkpoint_ids")
-        ids = await self.backend.list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
+        ids = await self._backend.list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
         if type(ids) is CheckedIds:
             return list(ids)
         return listed_ids(ids, f"the index of workflow {workflow_name!r}")
@@ -273,7 +277,7 @@ class CheckpointStore(Generic[BackendT]):
         await self._parts.ready("delete")
         if self._sealer is not None:
             self._sealer.forget()  # a deleted id may be saved again with other content
-        return await self.backend.remove(checkpoint_id)
+        return await self._backend.remove(checkpoint_id)
 
     async def get_latest(
         self, *, workflow_name: str, graph_signature_hash: str | None = None, anchor: str | None = None
@@ -288,7 +292,7 @@ class CheckpointStore(Generic[BackendT]):
         parsed = None if sealer is None or anchor is None else sealer.parsed_anchor(anchor, workflow_name)
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("get_latest")
-        backend = self.backend
+        backend = self._backend
         for _ in range(READ_RACE_RETRIES):
             stored = await backend.latest(workflow_name, graph_signature_hash)
             if sealer is not None and parsed is not None:
@@ -309,7 +313,7 @@ class CheckpointStore(Generic[BackendT]):
         """An independent handle on the same store with the same settings, codec and keys (close
         it separately). Works on a closed handle too: it reuses settings, not connections."""
         handle = object.__new__(type(self))
-        CheckpointStore.__init__(handle, self.backend.new_handle(), codec=self._codec)
+        CheckpointStore.__init__(handle, self._backend.new_handle(), codec=self._codec)
         handle._assemble(None if self._sealer is None else self._sealer.provider)
         return handle
 
@@ -359,7 +363,7 @@ class CheckpointStore(Generic[BackendT]):
         validate_identifier(workflow_name, "workflow_name")
         sealer = self._required_sealer("head_anchor")
         await self._parts.ready("head_anchor")
-        stored = await self.backend.latest(workflow_name, None)
+        stored = await self._backend.latest(workflow_name, None)
         key_id, key = sealer.provider.signing_key()
         if stored is None:
             return anchor_token(key_id, key, workflow_name, None, 0, b"")
@@ -514,14 +518,14 @@ class CheckpointStore(Generic[BackendT]):
         # nothing about the children: a changed child under the same id must still conflict.
         if len(records) == 1:
             return True
-        stored = await self.backend.nested_bodies([records[0].checkpoint_id])
+        stored = await self._backend.nested_bodies([records[0].checkpoint_id])
         return all(stored.get(record.checkpoint_id) == record.body for record in records[1:])
 
     async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         # Bodies differ; equal content may still encode differently (set order varies between
         # processes), so compare decoded values before calling it a conflict.
         top = records[0]
-        stored = await self.backend.load(top.checkpoint_id)
+        stored = await self._backend.load(top.checkpoint_id)
         if stored is None:
             # Deleted between the insert attempt and now; the caller may simply retry.
             raise CheckpointConflictError(top.checkpoint_id)

@@ -30,9 +30,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..engine import CheckpointStore
 from ..contract import CHECKPOINT_VERSION, Capability, PendingWrite, WorkflowCheckpoint
-from ..engine.writes import PendingWritesLog
+from ..engine import CheckpointStore
 from ..errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -80,7 +79,7 @@ class StorageSaver(SyncMethods):
         self.storage = storage
         # A backend (or a test double, or a wrapper forwarding attributes) with a put_writes of
         # its own gets every batch through it.
-        self._task_writes = getattr(type(storage), "put_writes", None) is PendingWritesLog.put_writes
+        self._task_writes = getattr(type(storage), "put_writes", None) is CheckpointStore.put_writes
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -243,7 +242,7 @@ class StorageSaver(SyncMethods):
         if self._task_writes:
             # The engine's own put_writes: handed the task's writes as fields, it stores the batch
             # put_writes would, without a PendingWrite built per write (a tenth of this call).
-            await self.storage._put_task_writes(
+            await self.storage.put_task_writes(
                 stored_id,
                 task_id,
                 task_path,

@@ -1,6 +1,6 @@
-"""A small, correct storage for the kit's own tests, built on BaseCheckpointStorage's primitives.
+"""A small, correct storage for the kit's own tests, built on CheckpointStore's primitives.
 
-Mutants (deliberately broken storages) subclass :class:`DoubleStorage` and override one primitive
+Mutants (deliberately broken storages) subclass :class:`DoubleBackend` and override one primitive
 each, the way an independent backend author would get it wrong; they never reach into the
 built-in backends. The double keeps every record in a :class:`DoubleState` that its handles share
 through a :class:`Backing`: process memory (``MemoryBacking``), or a file rewritten after every
@@ -19,16 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Self
+
 from conformance import StorageTarget
-from storages.base import (
-    BaseCheckpointStorage,
+from storages.backend import (
+    Backend,
     CheckpointRecord,
     FenceCheck,
+    InsertResult,
     StoredBody,
     WalkRecords,
     nested_id_conflict,
 )
 from storages.contract import Capability, CheckpointID, CheckpointInfo
+from storages.engine import CheckpointStore
 from storages.errors import NestedCheckpointDeletionError
 
 OPERATIONS = frozenset(
@@ -126,22 +130,19 @@ class FileBacking(Backing):
         os.replace(temporary, self.path)
 
 
-class DoubleStorage(BaseCheckpointStorage):
-    """A correct storage with every operation capability but ``ttl``; in memory unless given a
+class DoubleBackend(Backend):
+    """A correct backend with every operation capability but ``ttl``; in memory unless given a
     :class:`FileBacking` (then also durable)."""
 
     capabilities = OPERATIONS | {Capability.SHARED}
 
     def __init__(self, backing: Backing | None = None) -> None:
-        super().__init__()
         self.backing = backing if backing is not None else MemoryBacking()
         if isinstance(self.backing, FileBacking):
             self.capabilities = type(self).capabilities | {Capability.DURABLE}  # type: ignore[misc]
 
-    def _handle_overrides(self) -> Mapping[str, object]:
-        # The engine's new_handle() rebuilds the double from its constructor arguments; the
-        # backing made when none was given must be shared, not made again.
-        return {"backing": self.backing}
+    def new_handle(self) -> Self:
+        return type(self)(self.backing)  # every handle shares the backing
 
     # One state read (and at most one write) per primitive: each is one round trip.
 
@@ -160,15 +161,13 @@ class DoubleStorage(BaseCheckpointStorage):
         state.sequences[workflow_name] = state.sequences.get(workflow_name, 0) + 1
         return state.sequences[workflow_name]
 
-    # _insert is the engine's default: _insert_family of one record.
-
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         state = self._read()
         existing = state.rows.get(self._key(records[0].checkpoint_id))
         if existing is not None:
-            return existing.record.digest
+            return InsertResult.of_stored_digest(existing.record.digest, records[0])
         self._write_family(state, records)
-        return None
+        return InsertResult.INSERTED
 
     def _write_family(self, state: DoubleState, records: Sequence[CheckpointRecord]) -> None:
         """Insert a family whose top id is absent; a taken nested id writes nothing."""
@@ -180,7 +179,7 @@ class DoubleStorage(BaseCheckpointStorage):
             state.rows[self._key(record.checkpoint_id)] = row
         self._commit(state)
 
-    async def _insert_fenced(
+    async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         # Implemented for FencingDouble; the double itself does not declare ``fencing``.
@@ -188,7 +187,7 @@ class DoubleStorage(BaseCheckpointStorage):
         latest = self.latest_id(state, records[0].workflow_name)
         existing = self.stored_digest(state, records[0].checkpoint_id)
         if existing is not None:
-            return FenceCheck(latest, existing)
+            return FenceCheck(latest, InsertResult.of_stored_digest(existing, records[0]))
         if latest != expected_latest_id:
             return FenceCheck(latest, None)
         self._write_family(state, records)
@@ -204,12 +203,7 @@ class DoubleStorage(BaseCheckpointStorage):
         row = state.rows.get(self._key(checkpoint_id))
         return None if row is None else row.record.digest
 
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        state = self._read()
-        row = state.rows.get(self._key(checkpoint_id))
-        return state.unindexed.get(self._key(checkpoint_id)) if row is None else row.record.body
-
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         # With the index entry, as a backend reading body and index in one round trip returns it.
         state = self._read()
         row = state.rows.get(self._key(checkpoint_id))
@@ -218,7 +212,7 @@ class DoubleStorage(BaseCheckpointStorage):
             return None if body is None else StoredBody(checkpoint_id, body)
         return _stored(row)
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         for row in reversed(self._read().top_level(workflow_name)):
             if graph_signature_hash in (None, row.record.graph_signature_hash):
                 return _stored(row)
@@ -237,12 +231,12 @@ class DoubleStorage(BaseCheckpointStorage):
             key=lambda row: row.sequence,
         )
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         return [_stored(r) for r in self._rows(workflow_name, graph_signature_hash, include_nested)]
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         rows = self._rows(workflow_name, graph_signature_hash, include_nested)
@@ -254,7 +248,7 @@ class DoubleStorage(BaseCheckpointStorage):
             del state.rows[self._key(checkpoint_id)]
         return dropped
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         state = self._read()
         row = state.rows.get(self._key(checkpoint_id))
         if row is None:
@@ -265,7 +259,7 @@ class DoubleStorage(BaseCheckpointStorage):
         self._commit(state)
         return True
 
-    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+    async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         state = self._read()
         return {
             member.record.checkpoint_id: member.record.body
@@ -274,7 +268,7 @@ class DoubleStorage(BaseCheckpointStorage):
             for member in state.family(row)[1:]
         }
 
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         state = self._read()
         row = state.rows.get(self._key(checkpoint_id))
         if row is None:
@@ -294,10 +288,10 @@ class DoubleStorage(BaseCheckpointStorage):
         self._commit(state)
         return True
 
-    async def _workflow_names(self) -> list[str]:
+    async def workflow_names(self) -> list[str]:
         return sorted({r.record.workflow_name for r in self._read().rows.values() if not r.record.nested})
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         state = self._read()
         links: dict[CheckpointID, CheckpointID | None] = {}
         bodies: dict[CheckpointID, bytes] = {}
@@ -315,13 +309,13 @@ class DoubleStorage(BaseCheckpointStorage):
             current = row.record.previous_checkpoint_id
         return WalkRecords(links, bodies, frozenset(tombstones))
 
-    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+    async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         state = self._read()
         if self._key(checkpoint_id) not in state.rows:
             return None
         return [row.record.checkpoint_id for row in state.children(checkpoint_id)]
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         rows = state.top_level(workflow_name)
         doomed = rows[: max(0, len(rows) - keep_last)]
@@ -331,7 +325,7 @@ class DoubleStorage(BaseCheckpointStorage):
         self._commit(state)
         return len(doomed)
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
+    async def delete_workflow(self, workflow_name: str) -> int:
         state = self._read()
         rows = state.top_level(workflow_name)
         for row in rows:
@@ -341,18 +335,18 @@ class DoubleStorage(BaseCheckpointStorage):
         self._commit(state)
         return len(rows)
 
-    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+    async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         row = self._read().rows.get(self._key(checkpoint_id))
         return None if row is None else row.record.info(row.sequence)
 
-    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+    async def records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         return [
             row.record.info(row.sequence)
             for row in self._read().rows.values()
             if workflow_name in (None, row.record.workflow_name)
         ]
 
-    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+    async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         return [i for i, name in self._read().tombstones.items() if workflow_name in (None, name)]
 
 
@@ -360,23 +354,28 @@ def _stored(row: Row) -> StoredBody:
     return StoredBody(row.record.checkpoint_id, row.record.body, entry=row.record.index_entry())
 
 
+def storage_of(backend: Backend) -> CheckpointStore[Any]:
+    """The storage an author builds over a backend: the engine holding it."""
+    return CheckpointStore(backend)
+
+
 def round_trips(storage: Any) -> int:
     """The kit's ``round_trips`` hook for a double: primitive calls so far on its store."""
-    backing: Backing = storage.backing
+    backing: Backing = storage.backend.backing
     return backing.round_trips
 
 
-def double_target(storage_class: type[DoubleStorage] = DoubleStorage, **target: Any) -> StorageTarget:
+def double_target(backend_class: type[DoubleBackend] = DoubleBackend, **target: Any) -> StorageTarget:
     """A target whose handles share one in-memory double store, with the round-trip counter."""
-    root = storage_class()
+    root = storage_of(backend_class())
     target.setdefault("round_trips", round_trips)
-    return StorageTarget(name=storage_class.__name__, factory=root.new_handle, **target)
+    return StorageTarget(name=backend_class.__name__, factory=root.new_handle, **target)
 
 
-class FencingDouble(DoubleStorage):
+class FencingDouble(DoubleBackend):
     """The double declaring ``fencing`` too: the base of the fencing family's mutants."""
 
-    capabilities = DoubleStorage.capabilities | {Capability.FENCING}
+    capabilities = DoubleBackend.capabilities | {Capability.FENCING}
 
 
 class WriteBehindBacking(FileBacking):
@@ -397,40 +396,40 @@ class WriteBehindBacking(FileBacking):
             super().write(self._pending)
 
 
-class WriteBehindStorage(DoubleStorage):
+class WriteBehindStorage(DoubleBackend):
     """Declares durable and survives aclose(), but persists only at aclose()."""
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         if isinstance(self.backing, WriteBehindBacking):
             self.backing.flush()
 
 
-class ProcessMemoryStorage(DoubleStorage):
+class ProcessMemoryStorage(DoubleBackend):
     """Declares durable, and its handles share one store, but the store lives in process memory."""
 
-    capabilities = DoubleStorage.capabilities | {Capability.DURABLE}
+    capabilities = DoubleBackend.capabilities | {Capability.DURABLE}
 
 
 PATH_VARIABLE = "KIT_DOUBLE_PATH"
 """Where the process openers below find the double's file (child processes inherit it)."""
 
 
-def open_file_double() -> DoubleStorage:
-    return DoubleStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))
+def open_file_double() -> CheckpointStore[Any]:
+    return storage_of(DoubleBackend(FileBacking(Path(os.environ[PATH_VARIABLE]))))
 
 
-def open_write_behind() -> WriteBehindStorage:
-    return WriteBehindStorage(WriteBehindBacking(Path(os.environ[PATH_VARIABLE])))
+def open_write_behind() -> CheckpointStore[Any]:
+    return storage_of(WriteBehindStorage(WriteBehindBacking(Path(os.environ[PATH_VARIABLE]))))
 
 
-def open_process_memory() -> ProcessMemoryStorage:
-    return ProcessMemoryStorage()
+def open_process_memory() -> CheckpointStore[Any]:
+    return storage_of(ProcessMemoryStorage())
 
 
-class ExpiringStorage(DoubleStorage):
+class ExpiringStorage(DoubleBackend):
     """Declares ``ttl``: a record is gone from every read once its time to live has passed."""
 
-    capabilities = DoubleStorage.capabilities | {Capability.TTL}
+    capabilities = DoubleBackend.capabilities | {Capability.TTL}
     ttl: float = 0.6
 
     def _expired(self, row: Row, now: float) -> bool:
@@ -448,7 +447,7 @@ _PROCESS_SEQUENCE = itertools.count(1)
 """One counter for the whole process, kept nowhere else."""
 
 
-class ProcessSequenceStorage(DoubleStorage):
+class ProcessSequenceStorage(DoubleBackend):
     """Persists records, but numbers them from a counter in process memory: every handle of this
     process agrees, and another process starts again from 1."""
 
@@ -456,14 +455,14 @@ class ProcessSequenceStorage(DoubleStorage):
         return next(_PROCESS_SEQUENCE)
 
 
-def open_process_sequence() -> ProcessSequenceStorage:
-    return ProcessSequenceStorage(FileBacking(Path(os.environ[PATH_VARIABLE])))
+def open_process_sequence() -> CheckpointStore[Any]:
+    return storage_of(ProcessSequenceStorage(FileBacking(Path(os.environ[PATH_VARIABLE]))))
 
 
 _DELETED_IN_THIS_PROCESS: set[CheckpointID] = set()
 
 
-class ProcessLocalDeletes(DoubleStorage):
+class ProcessLocalDeletes(DoubleBackend):
     """Persists saves, but remembers deletes in process memory: this process's handles agree."""
 
     def _read(self) -> DoubleState:
@@ -472,12 +471,12 @@ class ProcessLocalDeletes(DoubleStorage):
             del state.rows[checkpoint_id]
         return state
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         if checkpoint_id not in self._read().rows:
             return False
         _DELETED_IN_THIS_PROCESS.add(checkpoint_id)
         return True
 
 
-def open_process_local_deletes() -> ProcessLocalDeletes:
-    return ProcessLocalDeletes(FileBacking(Path(os.environ[PATH_VARIABLE])))
+def open_process_local_deletes() -> CheckpointStore[Any]:
+    return storage_of(ProcessLocalDeletes(FileBacking(Path(os.environ[PATH_VARIABLE]))))

@@ -5,11 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import BackendReport, StorageTarget, select_clauses, validate
+from storages.backend import Backend
+from storages.engine import CheckpointStore
 
 
 def run_family(family: str, subject: Any, **target: Any) -> BackendReport:
     """Every clause of ``family`` against ``subject`` (a StorageTarget, or a factory such as a
-    storage class, with ``target`` as further StorageTarget fields)."""
+    storage class, or a backend class the engine is put over, with ``target`` as further
+    StorageTarget fields)."""
+    if isinstance(subject, type) and issubclass(subject, Backend):
+        backend_class = subject
+
+        def subject() -> CheckpointStore[Any]:
+            return CheckpointStore(backend_class())
+
+        subject.__name__ = backend_class.__name__
     if not isinstance(subject, StorageTarget):
         name = getattr(subject, "__name__", type(subject).__name__)
         subject = StorageTarget(name=name, factory=subject, **target)

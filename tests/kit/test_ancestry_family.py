@@ -10,14 +10,14 @@ import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages import open_storage
-from storages.base import DEFAULT_MAX_DEPTH, WalkRecords
+from storages.backend import DEFAULT_MAX_DEPTH, WalkRecords
 from storages.contract import AncestryEnd, AncestryWalk, Capability, CheckpointID
 from storages.errors import CheckpointNotFoundError
 from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "ancestry"
@@ -55,7 +55,7 @@ def _id_of(item: object) -> CheckpointID:
     return str(getattr(item, "checkpoint_id", item))
 
 
-class MissingLinkIsRoot(DoubleStorage):
+class MissingLinkIsRoot(DoubleBackend):
     """Reports a walk that stops at a dangling previous id as reaching the root."""
 
     async def walk_ancestry(
@@ -75,7 +75,7 @@ def _missing_as_root(walk: AncestryWalk[T]) -> AncestryWalk[T]:
     return AncestryWalk(walk.items, AncestryEnd.ROOT, _id_of(walk.items[-1]))
 
 
-class LoopsOnCycles(DoubleStorage):
+class LoopsOnCycles(DoubleBackend):
     """Follows previous ids with no memory of where it has been: a cycle goes round until max_depth."""
 
     async def walk_ancestry(
@@ -100,11 +100,11 @@ def _round_and_round(walk: AncestryWalk[T], max_depth: int) -> AncestryWalk[T]:
     return AncestryWalk(items, AncestryEnd.DEPTH_LIMIT, _id_of(items[-1]))
 
 
-class WalkSkipsNested(DoubleStorage):
+class WalkSkipsNested(DoubleBackend):
     """Walks only top-level records, as a walk over the workflow's own rows would."""
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
-        records = await super()._walk(checkpoint_id, max_depth, with_bodies=with_bodies)
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        records = await super().walk(checkpoint_id, max_depth, with_bodies=with_bodies)
         top_level = {}
         for walked, previous in records.links.items():
             info = await self._info(walked)
@@ -113,7 +113,7 @@ class WalkSkipsNested(DoubleStorage):
         return WalkRecords(top_level, records.bodies, records.tombstones)
 
 
-class IgnoresMaxDepth(DoubleStorage):
+class IgnoresMaxDepth(DoubleBackend):
     """Accepts max_depth and walks to the end regardless."""
 
     async def walk_ancestry(
@@ -127,7 +127,7 @@ class IgnoresMaxDepth(DoubleStorage):
         return await super().walk_ancestry_ids(checkpoint_id)
 
 
-class WalkOldestFirst(DoubleStorage):
+class WalkOldestFirst(DoubleBackend):
     """walk_ancestry returns its checkpoints root first (walk_ancestry_ids is right)."""
 
     async def walk_ancestry(
@@ -137,7 +137,7 @@ class WalkOldestFirst(DoubleStorage):
         return AncestryWalk(walk.items[::-1], walk.end, walk.end_id)
 
 
-class UnknownStartIsEmptyWalk(DoubleStorage):
+class UnknownStartIsEmptyWalk(DoubleBackend):
     """Answers a walk from an unknown id with an empty walk instead of raising not-found."""
 
     async def walk_ancestry(
@@ -157,14 +157,14 @@ class UnknownStartIsEmptyWalk(DoubleStorage):
             return AncestryWalk((), AncestryEnd.MISSING, checkpoint_id)
 
 
-class WalkCappedAt100(DoubleStorage):
+class WalkCappedAt100(DoubleBackend):
     """Reads at most 100 records per walk, as a recursive query with a fixed LIMIT 100 would."""
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
-        return await super()._walk(checkpoint_id, min(max_depth, 100), with_bodies=with_bodies)
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        return await super().walk(checkpoint_id, min(max_depth, 100), with_bodies=with_bodies)
 
 
-class MaxDepthAsInt64(DoubleStorage):
+class MaxDepthAsInt64(DoubleBackend):
     """Hands max_depth to a database as a 64-bit integer, unchecked: a larger one overflows."""
 
     async def walk_ancestry(
@@ -198,8 +198,8 @@ def _expected_outcomes(capabilities: frozenset[Capability]) -> dict[str, Outcome
 
 def test_the_double_passes_every_ancestry_clause() -> None:
     # The mutants above each break one step of this correct storage's walk.
-    backend = run_family(DoubleStorage)
-    assert {r.clause_id: r.outcome for r in backend.results} == _expected_outcomes(DoubleStorage.capabilities)
+    backend = run_family(DoubleBackend)
+    assert {r.clause_id: r.outcome for r in backend.results} == _expected_outcomes(DoubleBackend.capabilities)
 
 
 def test_in_memory_storage_passes_every_ancestry_clause() -> None:

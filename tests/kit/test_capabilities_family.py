@@ -92,8 +92,8 @@ class UndeclaredInspect(InMemoryCheckpointStorage):
 class HollowInspect(InMemoryCheckpointStorage):
     """Declares inspect but describes every record as top-level with no previous id."""
 
-    async def _info(self, checkpoint_id: str) -> CheckpointInfo | None:
-        info = await super()._info(checkpoint_id)
+    async def info(self, checkpoint_id: str) -> CheckpointInfo | None:
+        info = await super().info(checkpoint_id)
         return None if info is None else dataclasses.replace(info, previous_checkpoint_id=None)
 
 

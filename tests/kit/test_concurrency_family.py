@@ -12,12 +12,13 @@ from typing import Any, ClassVar
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import Capability, CheckpointID
+from storages.engine import CheckpointStore
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import failed
 
 FAMILY = "concurrency"
@@ -39,7 +40,7 @@ class _Table:
     next_sequence: int = 1
 
 
-class RacyStorage(BaseCheckpointStorage):
+class RacyStorage(CheckpointStore):
     """Checks for the id, reads the next sequence, then awaits before writing: a check-then-act race."""
 
     capabilities = frozenset({Capability.SHARED})
@@ -72,20 +73,20 @@ class RacyStorage(BaseCheckpointStorage):
         row = self._find(checkpoint_id)
         return None if row is None else row.record.body
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._rows(workflow_name)
         if not rows:
             return None
         newest = max(rows, key=lambda row: row.sequence)  # the first of any tied rows
         return StoredBody(newest.record.checkpoint_id, newest.record.body)
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
         return [StoredBody(row.record.checkpoint_id, row.record.body) for row in self._rows(workflow_name)]
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
         return [row.record.checkpoint_id for row in self._rows(workflow_name)]
 
-    async def _remove(self, checkpoint_id: str) -> bool:
+    async def remove(self, checkpoint_id: str) -> bool:
         row = self._find(checkpoint_id)
         if row is None:
             return False
@@ -93,14 +94,14 @@ class RacyStorage(BaseCheckpointStorage):
         return True
 
 
-class NotReallyShared(DoubleStorage):
+class NotReallyShared(DoubleBackend):
     """Declares shared, but each new handle opens a store of its own."""
 
     def new_handle(self) -> Self:
         return type(self)()
 
 
-class TornWrites(DoubleStorage):
+class TornWrites(DoubleBackend):
     """Writes a body in two steps with an await between, so a reader can see the first half."""
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
@@ -119,21 +120,23 @@ class TornWrites(DoubleStorage):
         return existing
 
 
-class OrdersById(DoubleStorage):
+class OrdersById(DoubleBackend):
     """Lists and picks latest by checkpoint id instead of commit order."""
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
-        return sorted(await super()._list_ids(workflow_name, graph_signature_hash))
+    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+        return sorted(await super().list_ids(workflow_name, graph_signature_hash))
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
-        return sorted(await super()._list(workflow_name, graph_signature_hash), key=lambda s: s.checkpoint_id)
+    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+        return sorted(
+            await super().list_bodies(workflow_name, graph_signature_hash), key=lambda s: s.checkpoint_id
+        )
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         listed = await self._list(workflow_name, graph_signature_hash)
         return listed[-1] if listed else None
 
 
-class SleepsOnTheLoop(DoubleStorage):
+class SleepsOnTheLoop(DoubleBackend):
     """Waits synchronously in every save, as a storage calling a blocking client would."""
 
     async def _insert(self, record: CheckpointRecord) -> str | None:
@@ -141,10 +144,10 @@ class SleepsOnTheLoop(DoubleStorage):
         return await super()._insert(record)
 
 
-class BlockingReads(DoubleStorage):
+class BlockingReads(DoubleBackend):
     """Reads through a lock another thread holds for a moment: a synchronous wait in load."""
 
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         lock, held = threading.Lock(), threading.Event()
 
         def hold() -> None:
@@ -158,10 +161,10 @@ class BlockingReads(DoubleStorage):
         with lock:  # waits on the loop's thread until the holder lets go
             pass
         holder.join()
-        return await super()._load(checkpoint_id)
+        return await super().load(checkpoint_id)
 
 
-class LockLeftHeldOnCancel(DoubleStorage):
+class LockLeftHeldOnCancel(DoubleBackend):
     """Takes a write lock and releases it only on the way out of a save that was not cancelled."""
 
     _locks: ClassVar[dict[int, asyncio.Lock]] = {}
@@ -175,15 +178,15 @@ class LockLeftHeldOnCancel(DoubleStorage):
         return existing
 
 
-class CrossedReplies(DoubleStorage):
+class CrossedReplies(DoubleBackend):
     """Sends each load on one shared wire and takes the next reply off it, as a client that
     neither waits for nor drops a cancelled call's reply: the next load gets that reply."""
 
     _wires: ClassVar[dict[int, asyncio.Queue[StoredBody | None]]] = {}
 
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         wire = self._wires.setdefault(id(self.backing), asyncio.Queue())
-        answer = await super()._load(checkpoint_id)
+        answer = await super().load(checkpoint_id)
         asyncio.get_running_loop().call_later(0.0002, wire.put_nowait, answer)
         return await wire.get()
 

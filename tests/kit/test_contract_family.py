@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
-from storages.base import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "contract"
@@ -26,25 +26,25 @@ def run_family(subject: Any, **target: Any) -> BackendReport:
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class OverwritesOnConflict(DoubleStorage):
+class OverwritesOnConflict(DoubleBackend):
     """Saving an existing id with new content replaces the stored body (last writer wins)."""
 
     async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         await self._overwrite_body(records[0].checkpoint_id, records[0].body, records[0].digest)
 
 
-class ConflictIsValueError(DoubleStorage):
+class ConflictIsValueError(DoubleBackend):
     """Refuses a conflicting save, but with a ValueError MAF's runner does not catch."""
 
     async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         raise ValueError(f"{records[0].checkpoint_id} exists")
 
 
-class UniquePerWorkflow(DoubleStorage):
+class UniquePerWorkflow(DoubleBackend):
     """Checks an id for conflicts within its workflow only (a unique key on workflow and id), so
     the same id saved under another workflow replaces the stored one."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         state = self._read()
         existing = state.rows.get(self._key(records[0].checkpoint_id))
         if existing is not None and existing.record.workflow_name == records[0].workflow_name:
@@ -54,24 +54,24 @@ class UniquePerWorkflow(DoubleStorage):
         return None
 
 
-class DeleteAlwaysTrue(DoubleStorage):
+class DeleteAlwaysTrue(DoubleBackend):
     """delete() reports success for ids it never stored."""
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
-        await super()._remove(checkpoint_id)
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        await super().remove(checkpoint_id)
         return True
 
 
-class ListsNewestFirst(DoubleStorage):
+class ListsNewestFirst(DoubleBackend):
     """list_checkpoints() returns newest first while list_checkpoint_ids() returns oldest first."""
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[StoredBody]:
-        return list(reversed(await super()._list(workflow_name, graph_signature_hash)))
+        return list(reversed(await super().list_bodies(workflow_name, graph_signature_hash)))
 
 
-class StaleLatestAfterDelete(DoubleStorage):
+class StaleLatestAfterDelete(DoubleBackend):
     """Keeps a 'latest' pointer per workflow that save() updates and delete() forgets."""
 
     def __init__(self, **options: Any) -> None:
@@ -84,7 +84,7 @@ class StaleLatestAfterDelete(DoubleStorage):
             self._latest_pointer[record.workflow_name] = StoredBody(record.checkpoint_id, record.body)
         return existing
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         return self._latest_pointer.get(workflow_name)
 
 

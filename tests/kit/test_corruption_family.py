@@ -10,13 +10,13 @@ import pytest
 
 from conformance import BackendReport, Outcome, all_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
-from storages.base import StoredBody
+from storages.backend import StoredBody
 from storages.contract import Capability, WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import failed
 
 FAMILY = "corruption"
@@ -35,7 +35,7 @@ LOAD_CLAUSES = {
 }
 
 
-class SkipsUndecodable(DoubleStorage):
+class SkipsUndecodable(DoubleBackend):
     """get_latest and list_checkpoints skip bodies they cannot decode (MAF #8181)."""
 
     async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
@@ -56,7 +56,7 @@ class SkipsUndecodable(DoubleStorage):
         return decodable
 
 
-class LoadReturnsDefault(DoubleStorage):
+class LoadReturnsDefault(DoubleBackend):
     """load() hands back an empty checkpoint when the body cannot be decoded."""
 
     async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:
@@ -68,7 +68,7 @@ class LoadReturnsDefault(DoubleStorage):
             )
 
 
-class TrustsAnyBody(DoubleStorage):
+class TrustsAnyBody(DoubleBackend):
     """Decodes whatever body sits under an id without checking it belongs to that id."""
 
     def _decode(
@@ -81,7 +81,7 @@ class TrustsAnyBody(DoubleStorage):
         return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
 
 
-class ChecksOnlyIdAndWorkflowAskedFor(DoubleStorage):
+class ChecksOnlyIdAndWorkflowAskedFor(DoubleBackend):
     """Checks a decoded body's id, and its workflow when a listing asked for one, but believes
     the body over the record's index entry (the engine before the hardening)."""
 
@@ -102,7 +102,7 @@ class ChecksOnlyIdAndWorkflowAskedFor(DoubleStorage):
         return checkpoint
 
 
-class HidesDamagedIds(DoubleStorage):
+class HidesDamagedIds(DoubleBackend):
     """list_checkpoint_ids drops ids whose bodies do not decode."""
 
     async def list_checkpoint_ids(self, *, workflow_name: str, **_: Any) -> list[str]:
@@ -116,7 +116,7 @@ class HidesDamagedIds(DoubleStorage):
         return ids
 
 
-class NamesTheWrongId(DoubleStorage):
+class NamesTheWrongId(DoubleBackend):
     """Reports corruption, but of some other checkpoint than the damaged one."""
 
     async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:

@@ -11,30 +11,30 @@ from typing import Any
 import pytest
 
 from conformance import Outcome
-from storages.base import CheckpointRecord, WalkRecords
+from storages.backend import CheckpointRecord, WalkRecords
 from storages.contract import CheckpointID
 from storages.errors import CheckpointConflictError
 
 from . import support
-from .double import DoubleState, DoubleStorage, Row, double_target
+from .double import DoubleBackend, DoubleState, Row, double_target
 from .support import caught_only_by
 
 
-class ConflictsOnDifferentBytes(DoubleStorage):
+class ConflictsOnDifferentBytes(DoubleBackend):
     """Calls a re-save a conflict whenever the encoded bytes differ, without comparing content."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        existing = await super()._insert_family(records)
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+        existing = await super().insert(records)
         if existing is not None and existing != records[0].digest:
             raise CheckpointConflictError(records[0].checkpoint_id, "the stored bytes differ")
         return existing
 
 
-class ConflictsOnDifferentNestedBytes(DoubleStorage):
+class ConflictsOnDifferentNestedBytes(DoubleBackend):
     """Compares the container by content but its embedded records byte for byte."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        existing = await super()._insert_family(records)
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+        existing = await super().insert(records)
         if existing is not None and len(records) > 1:
             stored = await self._nested_bodies([records[0].checkpoint_id])
             if any(stored.get(r.checkpoint_id) != r.body for r in records[1:]):
@@ -42,14 +42,14 @@ class ConflictsOnDifferentNestedBytes(DoubleStorage):
         return existing
 
 
-class TruncatesKeys(DoubleStorage):
+class TruncatesKeys(DoubleBackend):
     """Stores records under the first 240 characters of their id (a fixed-width key column)."""
 
     def _key(self, checkpoint_id: CheckpointID) -> str:
         return checkpoint_id[:240]
 
 
-class TruncatesWorkflowNames(DoubleStorage):
+class TruncatesWorkflowNames(DoubleBackend):
     """Indexes workflows by the first 240 characters of their name."""
 
     def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
@@ -62,10 +62,10 @@ class TruncatesWorkflowNames(DoubleStorage):
         ]
 
 
-class WalkStopsAtWorkflowName(DoubleStorage):
+class WalkStopsAtWorkflowName(DoubleBackend):
     """Walks only through top-level records of the starting checkpoint's workflow (and nested ones)."""
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         state = self._read()
         start = state.rows.get(checkpoint_id)
         home = None if start is None else start.record.workflow_name
@@ -88,21 +88,21 @@ class WalkStopsAtWorkflowName(DoubleStorage):
         return WalkRecords(links, bodies, frozenset(tombstones))
 
 
-class TombstonesSeenOnlyInOwnWorkflow(DoubleStorage):
+class TombstonesSeenOnlyInOwnWorkflow(DoubleBackend):
     """Looks tombstones up in the starting checkpoint's workflow only (a key per workflow)."""
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
-        walk = await super()._walk(checkpoint_id, max_depth, with_bodies=with_bodies)
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        walk = await super().walk(checkpoint_id, max_depth, with_bodies=with_bodies)
         state = self._read()
         home = state.rows[checkpoint_id].record.workflow_name if checkpoint_id in state.rows else None
         seen = frozenset(t for t in walk.tombstones if state.tombstones.get(t) == home)
         return WalkRecords(walk.links, walk.bodies, seen)
 
 
-class RepairsDanglingLinks(DoubleStorage):
+class RepairsDanglingLinks(DoubleBackend):
     """Indexes a previous id that resolves to nothing as the workflow's latest checkpoint instead."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         top = records[0]
         state = self._read()
         previous = top.previous_checkpoint_id
@@ -110,10 +110,10 @@ class RepairsDanglingLinks(DoubleStorage):
             mine = state.top_level(top.workflow_name)
             if mine:
                 top = dataclasses.replace(top, previous_checkpoint_id=mine[-1].record.checkpoint_id)
-        return await super()._insert_family([top, *records[1:]])
+        return await super().insert([top, *records[1:]])
 
 
-class GraftsLinksOntoLatest(DoubleStorage):
+class GraftsLinksOntoLatest(DoubleBackend):
     """Rewrites a previous id that names no top-level checkpoint to the workflow's latest: after a
     parent restore, the child's fork is grafted onto the abandoned branch (and still resolves)."""
 
@@ -132,11 +132,11 @@ def _embedded_elsewhere(state: DoubleState, workflow_name: str) -> list[Row]:
     return [r for r in state.rows.values() if r.record.workflow_name == workflow_name and r.record.nested]
 
 
-class PruneTakesEmbeddedRecords(DoubleStorage):
+class PruneTakesEmbeddedRecords(DoubleBackend):
     """Prunes every record of the name, the ones embedded in other workflows' checkpoints too."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        count = await super()._prune(workflow_name, keep_last)
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        count = await super().prune(workflow_name, keep_last)
         state = self._read()
         for row in _embedded_elsewhere(state, workflow_name):
             del state.rows[row.record.checkpoint_id]
@@ -145,11 +145,11 @@ class PruneTakesEmbeddedRecords(DoubleStorage):
         return count
 
 
-class PruneRanksEmbeddedRecords(DoubleStorage):
+class PruneRanksEmbeddedRecords(DoubleBackend):
     """Ranks every record of the name, embedded ones too, when choosing the newest keep_last; then
     deletes the top-level records outside them."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         ranked = sorted(
             (r for r in state.rows.values() if r.record.workflow_name == workflow_name),
@@ -164,11 +164,11 @@ class PruneRanksEmbeddedRecords(DoubleStorage):
         return len(doomed)
 
 
-class DeleteWorkflowTakesEmbeddedRecords(DoubleStorage):
+class DeleteWorkflowTakesEmbeddedRecords(DoubleBackend):
     """delete_workflow() removes every record of the name, embedded ones included."""
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
-        count = await super()._delete_workflow(workflow_name)
+    async def delete_workflow(self, workflow_name: str) -> int:
+        count = await super().delete_workflow(workflow_name)
         state = self._read()
         for row in _embedded_elsewhere(state, workflow_name):
             del state.rows[row.record.checkpoint_id]
@@ -227,7 +227,7 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
         ),
     ],
 )
-def test_double_mutants_are_caught(mutant: type[DoubleStorage], clause_id: str, says: str) -> None:
+def test_double_mutants_are_caught(mutant: type[DoubleBackend], clause_id: str, says: str) -> None:
     family = clause_id.partition(".")[0]
     caught_only_by(support.run_family(family, double_target(mutant)), clause_id, says)
 

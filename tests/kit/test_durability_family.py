@@ -10,8 +10,9 @@ from typing import Any
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, all_clauses
-from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import Capability
+from storages.engine import CheckpointStore
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
@@ -45,7 +46,7 @@ class _Disk:
     next_sequence: int = 1
 
 
-class RowStorage(BaseCheckpointStorage):
+class RowStorage(CheckpointStore):
     """A correct durable store: rows with a per-store sequence, shared by every handle."""
 
     capabilities = frozenset({Capability.DURABLE, Capability.SHARED})
@@ -87,20 +88,20 @@ class RowStorage(BaseCheckpointStorage):
         row = self._find(checkpoint_id)
         return None if row is None else row.record.body
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._workflow(workflow_name, graph_signature_hash)
         return StoredBody(rows[-1].record.checkpoint_id, rows[-1].record.body) if rows else None
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
         return [
             StoredBody(r.record.checkpoint_id, r.record.body)
             for r in self._workflow(workflow_name, graph_signature_hash)
         ]
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
         return [r.record.checkpoint_id for r in self._workflow(workflow_name, graph_signature_hash)]
 
-    async def _remove(self, checkpoint_id: str) -> bool:
+    async def remove(self, checkpoint_id: str) -> bool:
         row = self._find(checkpoint_id)
         if row is None:
             return False
@@ -138,7 +139,7 @@ class DeletesInMemoryOnly(RowStorage):
     def _visible(self) -> list[_Row]:
         return [row for row in super()._visible() if row.record.checkpoint_id not in self._hidden]
 
-    async def _remove(self, checkpoint_id: str) -> bool:
+    async def remove(self, checkpoint_id: str) -> bool:
         if self._find(checkpoint_id) is None:
             return False
         self._hidden.add(checkpoint_id)

@@ -17,7 +17,7 @@ CLAUSE = "durability.across_processes"
 
 
 def _target(
-    opener: Callable[[], double.DoubleStorage], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    opener: Callable[[], double.DoubleBackend], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> StorageTarget:
     monkeypatch.setenv(double.PATH_VARIABLE, str(tmp_path / "store.pickle"))
     root = opener()
@@ -49,7 +49,7 @@ def test_without_a_process_opener_the_clause_is_skipped_and_says_why() -> None:
     ],
 )
 def test_stores_that_only_look_durable_are_caught(
-    opener: Callable[[], double.DoubleStorage], says: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    opener: Callable[[], double.DoubleBackend], says: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     backend = support.run_family("durability", _target(opener, monkeypatch, tmp_path))
     if opener is double.open_process_memory:

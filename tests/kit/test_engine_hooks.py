@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from storages.engine.primitives import StoragePrimitives
 
-from storages.base import (
+from storages.backend import (
     CAPABILITY_PRIMITIVES,
     CORE_PRIMITIVES,
-    BaseCheckpointStorage,
     CheckpointRecord,
     MissingPrimitiveError,
     StoredBody,
@@ -23,7 +23,7 @@ from storages.base import (
     nested_id_conflict,
 )
 from storages.contract import Capability, CheckpointID, WorkflowCheckpoint
-from storages.engine.primitives import StoragePrimitives
+from storages.engine import CheckpointStore
 from storages.errors import (
     CheckpointConflictError,
     CheckpointCorruptedError,
@@ -33,10 +33,10 @@ from storages.errors import (
 from storages.integrity import IntegrityKeys
 from storages.memory import InMemoryCheckpointStorage
 
-from .double import OPERATIONS, DoubleStorage
+from .double import OPERATIONS, DoubleBackend
 
 
-class CoreOnly(BaseCheckpointStorage):
+class CoreOnly(CheckpointStore):
     """The smallest storage: the core primitives over a dict, no capability declared."""
 
     def __init__(
@@ -57,17 +57,17 @@ class CoreOnly(BaseCheckpointStorage):
         record = self.rows.get(checkpoint_id)
         return None if record is None else record.body
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         ids = await self._list_ids(workflow_name, graph_signature_hash)
         return None if not ids else StoredBody(ids[-1], self.rows[ids[-1]].body)
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         ids = await self._list_ids(workflow_name, graph_signature_hash)
         return [StoredBody(i, self.rows[i].body) for i in ids]
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         return [
@@ -76,7 +76,7 @@ class CoreOnly(BaseCheckpointStorage):
             if r.workflow_name == workflow_name and graph_signature_hash in (None, r.graph_signature_hash)
         ]
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         return self.rows.pop(checkpoint_id, None) is not None
 
 
@@ -150,31 +150,29 @@ def test_declaring_a_capability_without_its_primitives_fails_at_class_creation()
 def test_a_storage_that_cannot_save_fails_at_class_creation() -> None:
     with pytest.raises(TypeError, match="implements neither _insert nor _insert_family"):
 
-        class CannotSave(BaseCheckpointStorage):
+        class CannotSave(CheckpointStore):
             async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
                 return None
 
-            async def _latest(
-                self, workflow_name: str, graph_signature_hash: str | None
-            ) -> StoredBody | None:
+            async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
                 return None
 
-            async def _list(
+            async def list_bodies(
                 self, workflow_name: str, graph_signature_hash: str | None, **_: Any
             ) -> list[StoredBody]:
                 return []
 
-            async def _list_ids(
+            async def list_ids(
                 self, workflow_name: str, graph_signature_hash: str | None, **_: Any
             ) -> list[str]:
                 return []
 
-            async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+            async def remove(self, checkpoint_id: CheckpointID) -> bool:
                 return False
 
 
 def test_an_abstract_intermediate_class_may_declare_what_its_subclasses_implement() -> None:
-    class Family(BaseCheckpointStorage):  # core primitives still abstract: not checked yet
+    class Family(CheckpointStore):  # core primitives still abstract: not checked yet
         capabilities = frozenset({Capability.ANCESTRY})
 
     with pytest.raises(TypeError, match="'ancestry' needs _walk"):
@@ -185,12 +183,12 @@ def test_an_abstract_intermediate_class_may_declare_what_its_subclasses_implemen
 
 def test_whole_classes_pass_and_their_capabilities_are_derivable() -> None:
     assert implemented_capabilities(CoreOnly) == frozenset()
-    assert implemented_capabilities(DoubleStorage) >= OPERATIONS - {Capability.SIGNATURE_FILTER}
+    assert implemented_capabilities(DoubleBackend) >= OPERATIONS - {Capability.SIGNATURE_FILTER}
 
     class WithWalk(CoreOnly):
         capabilities = frozenset({Capability.ANCESTRY, Capability.SIGNATURE_FILTER})
 
-        async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> Any:
+        async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> Any:
             raise AssertionError("not called")
 
     assert Capability.ANCESTRY in implemented_capabilities(WithWalk)
@@ -222,7 +220,7 @@ async def test_open_is_named_and_a_credential_in_the_driver_message_is_not_chain
     class LeakyOpen(CoreOnly):
         driver_errors = (DriverError,)
 
-        async def _open(self) -> None:
+        async def open(self, operation: str) -> None:
             raise DriverError("cannot reach redis://user:hunter2@db:6379/0")
 
     with pytest.raises(StorageUnavailableError, match=r"^open failed: ") as caught:
@@ -283,9 +281,9 @@ async def test_the_default_insert_forwards_to_insert_family() -> None:
     families: list[Sequence[CheckpointRecord]] = []
 
     class FamilyOnly(CoreOnly):
-        _insert = BaseCheckpointStorage._insert
+        _insert = CheckpointStore._insert
 
-        async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+        async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
             families.append(records)
             return await CoreOnly._insert(self, records[0])
 

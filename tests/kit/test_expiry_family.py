@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget
-from storages.base import CheckpointRecord
+from storages.backend import CheckpointRecord
 
 from . import support
 from .double import ExpiringStorage, Row, double_target
@@ -49,12 +49,12 @@ class SeenIdsOutliveTtl(ExpiringStorage):
 
     seen: ClassVar[dict[str, str]] = {}
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         known = self.seen.get(records[0].checkpoint_id)
         if known is not None:
             return known
         self.seen[records[0].checkpoint_id] = records[0].digest
-        return await super()._insert_family(records)
+        return await super().insert(records)
 
 
 class LongTtl(ExpiringStorage):

@@ -15,13 +15,13 @@ from typing import Any
 
 from conformance import BackendReport, Outcome, StorageTarget
 from conformance.faults import Fault, FaultInjector
-from storages.base import CheckpointRecord
+from storages.backend import CheckpointRecord
 from storages.contract import Capability, CheckpointID
 from storages.errors import StorageUnavailableError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import Backing, DoubleStorage
+from .double import Backing, DoubleBackend
 from .support import failed
 
 RESTART = "faults.server_restart_keeps_acknowledged"
@@ -42,7 +42,7 @@ class _Server:
     acknowledged: list[CheckpointID] = field(default_factory=list)
 
 
-class CutMemory(DoubleStorage):
+class CutMemory(DoubleBackend):
     """Correct: a cut save reached the server, so it lands whole, then the client sees the cut
     as a typed error."""
 
@@ -53,9 +53,9 @@ class CutMemory(DoubleStorage):
     def _handle_overrides(self) -> Mapping[str, object]:
         return {**super()._handle_overrides(), "server": self.server}
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         if not self.server.cut_armed:
-            existing = await super()._insert_family(records)
+            existing = await super().insert(records)
             if existing is None:
                 self.server.acknowledged.append(records[0].checkpoint_id)
             return existing
@@ -64,7 +64,7 @@ class CutMemory(DoubleStorage):
         return await self._cut(records)
 
     async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await super()._insert_family(records)
+        await super().insert(records)
         raise StorageUnavailableError("save", "connection reset by peer (injected)")
 
 
@@ -72,7 +72,7 @@ class HalfWrittenOnCut(CutMemory):
     """Writes the checkpoint but not its nested records when the connection drops."""
 
     async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await DoubleStorage._insert_family(self, records[:1])
+        await DoubleBackend._insert_family(self, records[:1])
         raise StorageUnavailableError("save", "connection reset by peer (injected)")
 
 
@@ -80,7 +80,7 @@ class UntypedErrorOnCut(CutMemory):
     """Lets the socket error escape instead of a storage error."""
 
     async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await DoubleStorage._insert_family(self, records)
+        await DoubleBackend._insert_family(self, records)
         raise ConnectionResetError("connection reset by peer")
 
 
@@ -117,7 +117,7 @@ def target(storage_class: type[CutMemory], **injector: Any) -> StorageTarget:
     return StorageTarget(
         name=storage_class.__name__,
         factory=root.new_handle,
-        capabilities=DoubleStorage.capabilities | {Capability.DURABLE},
+        capabilities=DoubleBackend.capabilities | {Capability.DURABLE},
         faults=MemoryServerInjector(root, **injector),
     )
 

@@ -14,13 +14,13 @@ from typing import ClassVar
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from conformance.faults import Fault, FaultInjector, SimulatedCrash
-from storages.base import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
 from storages.errors import StorageUnavailableError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import Backing, DoubleStorage
+from .double import Backing, DoubleBackend
 from .support import failed
 
 TRANSIENT_RETRIED = "faults.transient_errors_retried"
@@ -68,7 +68,7 @@ class MemoryHttpInjector(FaultInjector):
             self.crash_armed = False
 
 
-class RequestingMemory(DoubleStorage):
+class RequestingMemory(DoubleBackend):
     """Correct: each primitive retries injected faults up to BUDGET times, then raises a typed
     error; a crash strikes after the (atomic, whole) write."""
 
@@ -101,38 +101,38 @@ class RequestingMemory(DoubleStorage):
     def exhausted(self, operation: str) -> Exception:
         return StorageUnavailableError(operation, "memory:// request failed past the retry budget")
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         if not self.request("save", conditional=True):
             return None  # believed the write landed
         if self.injector.crash_armed:
             self.injector.crash_armed = False
             self.injector.injected += 1
             return await self.crash(records)
-        return await super()._insert_family(records)
+        return await super().insert(records)
 
     async def crash(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await super()._insert_family(records)
+        await super().insert(records)
         raise SimulatedCrash("injected after the write")
 
     async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
         self.request("load")
         return await super()._get(checkpoint_id)
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         self.request("get_latest")
-        return await super()._latest(workflow_name, graph_signature_hash)
+        return await super().latest(workflow_name, graph_signature_hash)
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         self.request("list_checkpoints")
-        return await super()._list(workflow_name, graph_signature_hash, include_nested=include_nested)
+        return await super().list_bodies(workflow_name, graph_signature_hash, include_nested=include_nested)
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         self.request("list_checkpoint_ids")
-        return await super()._list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
+        return await super().list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
 
 
 class GivesUpAtOnce(RequestingMemory):

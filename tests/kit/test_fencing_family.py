@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome
-from storages.base import CheckpointRecord, FenceCheck
+from storages.backend import CheckpointRecord, FenceCheck
 from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
@@ -43,7 +43,7 @@ class _Fence(FencingDouble):
 class ChecksThenWrites(_Fence):
     """Reads the latest, awaits (a round trip), then writes: two writers both pass the check."""
 
-    async def _insert_fenced(
+    async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         latest = self._latest_id(records[0].workflow_name)
@@ -64,7 +64,7 @@ class ComparesWithCachedLatest(_Fence):
         super().__init__(backing)
         self._cached: dict[str, CheckpointID | None] = {}
 
-    async def _insert_fenced(
+    async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         top = records[0]
@@ -84,25 +84,25 @@ class ComparesWithCachedLatest(_Fence):
 class RetryLooksStale(_Fence):
     """Checks the expected latest before looking for the id, so a retried save is refused."""
 
-    async def _insert_fenced(
+    async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         latest = self._latest_id(records[0].workflow_name)
         if latest != expected_latest_id:
             return FenceCheck(latest, None)
-        return await super()._insert_fenced(records, expected_latest_id)
+        return await super().insert_fenced(records, expected_latest_id)
 
 
 class NoneMeansUnfenced(_Fence):
     """Treats expected_latest_id=None as "do not check" instead of "no checkpoint yet"."""
 
-    async def _insert_fenced(
+    async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         if expected_latest_id is None:
             digest = await self._insert_family(records)
             return None if digest is None else FenceCheck(records[0].checkpoint_id, digest)
-        return await super()._insert_fenced(records, expected_latest_id)
+        return await super().insert_fenced(records, expected_latest_id)
 
 
 class WithoutFencing(FencingDouble):

@@ -7,12 +7,12 @@ import json
 from typing import Any
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.base import CheckpointRecord
+from storages.backend import CheckpointRecord
 from storages.errors import UnserializableValueError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "fidelity"
@@ -30,7 +30,7 @@ def _tuples_to_lists(value: Any) -> Any:
     return value
 
 
-class TuplesBecomeLists(DoubleStorage):
+class TuplesBecomeLists(DoubleBackend):
     """Stores tuples as lists, as any JSON-shaped codec does."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -47,7 +47,7 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-class JsonState(DoubleStorage):
+class JsonState(DoubleBackend):
     """Passes state through JSON (keys as str, other values as their repr), like a naive JSON backend."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -55,7 +55,7 @@ class JsonState(DoubleStorage):
         return await super().save(dataclasses.replace(checkpoint, state=state))
 
 
-class AcceptsUnencodable(DoubleStorage):
+class AcceptsUnencodable(DoubleBackend):
     """Stores the repr of values it cannot encode instead of refusing the save."""
 
     def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
@@ -66,7 +66,7 @@ class AcceptsUnencodable(DoubleStorage):
             return super()._records_for(dataclasses.replace(checkpoint, state=state))
 
 
-class StripsSignature(DoubleStorage):
+class StripsSignature(DoubleBackend):
     """Trims whitespace off graph signatures, as a backend normalising keys might."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -74,14 +74,14 @@ class StripsSignature(DoubleStorage):
         return await super().save(dataclasses.replace(checkpoint, graph_signature_hash=signature))
 
 
-class DropsMetadata(DoubleStorage):
+class DropsMetadata(DoubleBackend):
     """Forgets metadata, as a backend storing only the fields it indexes might."""
 
     async def save(self, checkpoint: Any) -> str:
         return await super().save(dataclasses.replace(checkpoint, metadata={}))
 
 
-class CapsEachValue(DoubleStorage):
+class CapsEachValue(DoubleBackend):
     """Keeps the first 64 KiB of each top-level str value, as a store with a text column per value
     might: the body it writes still decodes."""
 

@@ -12,13 +12,14 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
-from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
+from storages.engine import CheckpointStore
 from storages.errors import InvalidCheckpointIdError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import failed
 
 FAMILY = "identifiers"
@@ -38,7 +39,7 @@ INVALID_INPUT_CLAUSES = {
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class _CleansIdentifiers(DoubleStorage):
+class _CleansIdentifiers(DoubleBackend):
     """Passes every id and workflow name through ``clean`` before the real storage sees it."""
 
     @staticmethod
@@ -85,7 +86,7 @@ class StripsControlCharacters(_CleansIdentifiers):
         return "".join(ch for ch in value if unicodedata.category(ch) not in ("Cc", "Cs"))
 
 
-class RefusesPathCharacters(DoubleStorage):
+class RefusesPathCharacters(DoubleBackend):
     """Refuses ids containing path syntax, as a file storage guarding against traversal does."""
 
     async def save(self, checkpoint: Any) -> CheckpointID:
@@ -101,7 +102,7 @@ def _folded(value: str) -> str:
     return unicodedata.normalize("NFKC", value).casefold().replace("/", "_").replace("\\", "_").strip()
 
 
-class FoldsKeys(BaseCheckpointStorage):
+class FoldsKeys(CheckpointStore):
     """Keys ids and workflow names by a folded form, so look-alikes share one slot."""
 
     def __init__(self, records: dict[str, CheckpointRecord] | None = None) -> None:
@@ -127,17 +128,17 @@ class FoldsKeys(BaseCheckpointStorage):
         record = self._records.get(_folded(checkpoint_id))
         return None if record is None else record.body
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         records = self._in(workflow_name)
         return StoredBody(records[-1].checkpoint_id, records[-1].body) if records else None
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
         return [StoredBody(r.checkpoint_id, r.body) for r in self._in(workflow_name)]
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
         return [r.checkpoint_id for r in self._in(workflow_name)]
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         return self._records.pop(_folded(checkpoint_id), None) is not None
 
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
-from storages.base import StoredBody
+from storages.backend import StoredBody
 from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import failed
 
 FAMILY = "isolation"
@@ -36,7 +36,7 @@ READ_CLAUSES = {
 # keeps decoded objects around, as a storage that "optimises" reads would.
 
 
-class ServesTheSavedObject(DoubleStorage):
+class ServesTheSavedObject(DoubleBackend):
     """Stores the encoded body, but answers reads with the very object the caller saved."""
 
     def __init__(self, **options: Any) -> None:
@@ -54,7 +54,7 @@ class ServesTheSavedObject(DoubleStorage):
         return super()._decode(stored, *args)
 
 
-class CachesDecodedObjects(DoubleStorage):
+class CachesDecodedObjects(DoubleBackend):
     """Decodes each body once and hands the same object to every later read."""
 
     def __init__(self, **options: Any) -> None:

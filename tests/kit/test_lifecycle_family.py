@@ -14,24 +14,24 @@ from conformance import BackendReport, Outcome
 from storages.errors import StorageClosedError
 
 from . import support
-from .double import Backing, DoubleStorage, double_target
+from .double import Backing, DoubleBackend, double_target
 from .support import caught_only_by
 
 FAMILY = "lifecycle"
 
 
-def run_family(storage_class: type[DoubleStorage]) -> BackendReport:
+def run_family(storage_class: type[DoubleBackend]) -> BackendReport:
     return support.run_family(FAMILY, double_target(storage_class))
 
 
-class ReconnectsAfterClose(DoubleStorage):
+class ReconnectsAfterClose(DoubleBackend):
     """aclose() drops the connection, and the next operation quietly connects again."""
 
     async def aclose(self) -> None:
         self._opened = False
 
 
-class UnusedHandleIgnoresClose(DoubleStorage):
+class UnusedHandleIgnoresClose(DoubleBackend):
     """aclose() of a handle that never connected does nothing, so the handle still works later."""
 
     async def aclose(self) -> None:
@@ -39,7 +39,7 @@ class UnusedHandleIgnoresClose(DoubleStorage):
             await super().aclose()
 
 
-class SecondCloseRaises(DoubleStorage):
+class SecondCloseRaises(DoubleBackend):
     """Closes once; a second aclose() raises."""
 
     def __init__(self, backing: Backing | None = None) -> None:
@@ -57,7 +57,7 @@ class _Pool:
     closed = False
 
 
-class ClosingClosesSiblings(DoubleStorage):
+class ClosingClosesSiblings(DoubleBackend):
     """Handles made by new_handle() share a connection pool, and aclose() of any one closes it."""
 
     def __init__(self, backing: Backing | None = None, pool: _Pool | None = None) -> None:
@@ -72,17 +72,17 @@ class ClosingClosesSiblings(DoubleStorage):
             raise StorageClosedError(self.describe(), "read")
         return super()._read()
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         self._pool.closed = True
 
 
 _RELEASE = threading.Event()
 
 
-class LeaksAThreadPerHandle(DoubleStorage):
+class LeaksAThreadPerHandle(DoubleBackend):
     """Starts a connection thread on first use and never stops it (aiosqlite without close)."""
 
-    async def _open(self) -> None:
+    async def open(self, operation: str) -> None:
         threading.Thread(target=_RELEASE.wait, name="leaked-connection", daemon=True).start()
 
 
@@ -94,7 +94,7 @@ def _release_leaked_threads() -> Iterator[None]:
 
 
 def test_a_correct_double_passes_every_lifecycle_clause() -> None:
-    backend = run_family(DoubleStorage)
+    backend = run_family(DoubleBackend)
     assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
 
 
@@ -108,5 +108,5 @@ def test_a_correct_double_passes_every_lifecycle_clause() -> None:
         (LeaksAThreadPerHandle, "lifecycle.no_thread_left_per_handle", "new: leaked-connection"),
     ],
 )
-def test_lifecycle_mutants_are_caught(mutant: type[DoubleStorage], clause_id: str, says: str) -> None:
+def test_lifecycle_mutants_are_caught(mutant: type[DoubleBackend], clause_id: str, says: str) -> None:
     caught_only_by(run_family(mutant), clause_id, says)

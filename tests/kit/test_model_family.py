@@ -1,7 +1,7 @@
 """The model family passes correct storages and catches broken ones on every axis it generates.
 
 Each mutant is one realistic defect, written as an outside author would write it: on the public
-author API (a DoubleStorage subclass overriding one primitive) or as a delegating wrapper around a
+author API (a DoubleBackend subclass overriding one primitive) or as a delegating wrapper around a
 correct storage (read caches, sanitisers, a side table). None is caught by design of a clause that
 names it: the family's generated programs find them. Each test names the axis of issue 26 it covers.
 """
@@ -27,12 +27,12 @@ from conformance.model.execute import Observation, Subject
 from conformance.model.ops import Op
 from conformance.model.program import Generator, Settings, retag
 from conformance.model.spec import ContractModel
-from storages.base import CheckpointRecord
+from storages.backend import CheckpointRecord
 from storages.contract import Capability, CheckpointID, PendingWrite, WorkflowCheckpoint
 from storages.errors import StaleWriterError
 from storages.memory import InMemoryCheckpointStorage
 
-from .double import DoubleState, DoubleStorage, FileBacking, Row, double_target
+from .double import DoubleBackend, DoubleState, FileBacking, Row, double_target
 
 FAMILY = "model"
 pytestmark = pytest.mark.memory
@@ -343,7 +343,7 @@ class SoftDeletesInProcess(Wrapper):
 # ---------------------------------------------------------------------- author-API mutants
 
 
-class CaseInsensitiveNames(DoubleStorage):
+class CaseInsensitiveNames(DoubleBackend):
     """Axis: bystander names differing by case. Workflow names compare case-insensitively (a SQL
     collation's default), so listing 'Flow' shows 'flow' too."""
 
@@ -361,7 +361,7 @@ class CaseInsensitiveNames(DoubleStorage):
         )
 
 
-class NormalisesIds(DoubleStorage):
+class NormalisesIds(DoubleBackend):
     """Axis: Unicode normalisation. Ids are keyed in NFC (a file system's way), so an NFD id and
     its NFC twin are one record."""
 
@@ -369,14 +369,14 @@ class NormalisesIds(DoubleStorage):
         return unicodedata.normalize("NFC", checkpoint_id)
 
 
-class StripsTrailingSpace(DoubleStorage):
+class StripsTrailingSpace(DoubleBackend):
     """Axis: trailing spaces. Ids are keyed without trailing spaces (a CHAR column's padding)."""
 
     def _key(self, checkpoint_id: CheckpointID) -> str:
         return checkpoint_id.rstrip(" ")
 
 
-class PrefixMatchesWorkflows(DoubleStorage):
+class PrefixMatchesWorkflows(DoubleBackend):
     """Axis: names sharing a prefix. A listing scans the workflow name as a key prefix, so 'flo'
     lists 'flow' and 'flow:1' too."""
 
@@ -394,14 +394,14 @@ class PrefixMatchesWorkflows(DoubleStorage):
         )
 
 
-class NestedInContainerSequence(DoubleStorage):
+class NestedInContainerSequence(DoubleBackend):
     """Axis: nested numbering (a backend author's real mistake). Nested records are numbered in
     the container's workflow sequence instead of their own."""
 
     def _write_family(self, state: DoubleState, records: Sequence[CheckpointRecord]) -> None:
         for record in records[1:]:
             if self._key(record.checkpoint_id) in state.rows:
-                from storages.base import nested_id_conflict
+                from storages.backend import nested_id_conflict
 
                 raise nested_id_conflict(records, record.checkpoint_id)
         top = records[0].workflow_name
@@ -410,11 +410,11 @@ class NestedInContainerSequence(DoubleStorage):
         self._commit(state)
 
 
-class TwoLevelsOfNesting(DoubleStorage):
+class TwoLevelsOfNesting(DoubleBackend):
     """Axis: a third level of nesting. The nested bodies read with a container are its children
     and grandchildren only (two joins, not a recursive query)."""
 
-    async def _nested_bodies(self, ids: Sequence[CheckpointID]) -> dict[CheckpointID, bytes]:
+    async def nested_bodies(self, ids: Sequence[CheckpointID]) -> dict[CheckpointID, bytes]:
         state = self._read()
         found: dict[CheckpointID, bytes] = {}
         level = list(ids)
@@ -457,11 +457,11 @@ def test_the_family_catches_a_mutant_on_each_axis(axis: str, make: Any) -> None:
 def test_a_store_rebuilt_from_its_settings_is_an_axis(tmp_path: Path) -> None:
     """Axis: a store reopened from its configuration (not new_handle(), which shares memory)."""
     path = tmp_path / "store.pickle"
-    root = SoftDeletesInProcess(DoubleStorage(FileBacking(path)))
+    root = SoftDeletesInProcess(DoubleBackend(FileBacking(path)))
     target = StorageTarget(
         name="SoftDeletesInProcess",
         factory=root.new_handle,
-        reopen=lambda: SoftDeletesInProcess(DoubleStorage(FileBacking(path))),
+        reopen=lambda: SoftDeletesInProcess(DoubleBackend(FileBacking(path))),
     )
     assert_caught(run_model(target))
 
@@ -483,9 +483,9 @@ def test_correct_storages_pass(make: Any) -> None:
 
 def test_a_durable_store_rebuilt_from_its_settings_passes(tmp_path: Path) -> None:
     path = tmp_path / "store.pickle"
-    root = DoubleStorage(FileBacking(path))
+    root = DoubleBackend(FileBacking(path))
     target = StorageTarget(
-        name="file double", factory=root.new_handle, reopen=lambda: DoubleStorage(FileBacking(path))
+        name="file double", factory=root.new_handle, reopen=lambda: DoubleBackend(FileBacking(path))
     )
     assert failures(run_model(target)) == {}
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, select_clauses, target_from_url
-from storages.base import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointInfo
 from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "nested"
@@ -46,7 +46,7 @@ def _as_dicts(value: Any) -> Any:
     return value
 
 
-class NestedDecodedAsDicts(DoubleStorage):
+class NestedDecodedAsDicts(DoubleBackend):
     """A decoder hook that hands embedded checkpoints back as their to_dict() mappings."""
 
     def _decode(self, stored: StoredBody, *args: Any) -> Any:
@@ -56,17 +56,17 @@ class NestedDecodedAsDicts(DoubleStorage):
         return checkpoint
 
 
-class InlineOnly(DoubleStorage):
+class InlineOnly(DoubleBackend):
     """Claims ``nested`` but encodes embedded checkpoints inline, recording nothing nested."""
 
     def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
         return [self._record_for(checkpoint)]
 
 
-class DeleteLeavesOrphans(DoubleStorage):
+class DeleteLeavesOrphans(DoubleBackend):
     """delete() removes the container's record only; its nested records stay behind."""
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         state = self._read()
         row = state.rows.get(self._key(checkpoint_id))
         if row is None:
@@ -78,32 +78,32 @@ class DeleteLeavesOrphans(DoubleStorage):
         return True
 
 
-class ListsNestedWithoutFlag(DoubleStorage):
+class ListsNestedWithoutFlag(DoubleBackend):
     """list_checkpoint_ids() includes nested records whether or not include_nested is set."""
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
-        return await super()._list_ids(workflow_name, graph_signature_hash, include_nested=True)
+        return await super().list_ids(workflow_name, graph_signature_hash, include_nested=True)
 
 
-class NonAtomicFamilyInsert(DoubleStorage):
+class NonAtomicFamilyInsert(DoubleBackend):
     """Writes the checkpoint, then its nested records one by one, stopping at a conflict."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        existing = await super()._insert_family(records[:1])
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+        existing = await super().insert(records[:1])
         if existing is not None:
             return existing
         for record in records[1:]:
-            if await super()._insert_family((record,)) is not None:
+            if await super().insert((record,)) is not None:
                 raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint's id is taken")
         return None
 
 
-class NestedDeletable(DoubleStorage):
+class NestedDeletable(DoubleBackend):
     """delete() of a nested record deletes it (and what it holds) instead of refusing."""
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         state = self._read()
         row = state.rows.get(self._key(checkpoint_id))
         if row is None:
@@ -113,21 +113,21 @@ class NestedDeletable(DoubleStorage):
         return True
 
 
-class ContainerIsRoot(DoubleStorage):
+class ContainerIsRoot(DoubleBackend):
     """checkpoint_info() names the top-level checkpoint a record was saved with as its container."""
 
-    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
-        info = await super()._info(checkpoint_id)
+    async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        info = await super().info(checkpoint_id)
         row = self._read().rows.get(self._key(checkpoint_id))
         if info is None or row is None or not row.record.nested:
             return info
         return dataclasses.replace(info, container_id=row.record.root_id)
 
 
-class ListNestedAllDescendants(DoubleStorage):
+class ListNestedAllDescendants(DoubleBackend):
     """list_nested() names every record below a checkpoint, grandchildren too."""
 
-    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+    async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         state = self._read()
         row = state.rows.get(self._key(checkpoint_id))
         if row is None:
@@ -135,7 +135,7 @@ class ListNestedAllDescendants(DoubleStorage):
         return [member.record.checkpoint_id for member in state.family(row)[1:]]
 
 
-class ResaveComparesContainerOnly(DoubleStorage):
+class ResaveComparesContainerOnly(DoubleBackend):
     """Treats a re-save as a no-op when the container's own body matches, ignoring its children."""
 
     async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
@@ -147,7 +147,7 @@ class ResaveComparesContainerOnly(DoubleStorage):
 
 def test_the_double_passes_every_nested_clause() -> None:
     # The mutants below each break one primitive of this correct storage.
-    _all_passed(run_family(DoubleStorage))
+    _all_passed(run_family(DoubleBackend))
 
 
 def test_in_memory_storage_passes_every_nested_clause() -> None:

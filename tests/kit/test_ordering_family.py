@@ -11,12 +11,13 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
-from storages.base import BaseCheckpointStorage, CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import Capability, CheckpointID
+from storages.engine import CheckpointStore
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "ordering"
@@ -38,28 +39,28 @@ LATEST_CLAUSES = {
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class LatestByTimestamp(DoubleStorage):
+class LatestByTimestamp(DoubleBackend):
     """get_latest() picks the greatest timestamp, first saved on ties: MAF's in-memory rule."""
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         stored = await self._list(workflow_name, graph_signature_hash)
         if not stored:
             return None
         return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
 
 
-class ListsInIdOrder(DoubleStorage):
+class ListsInIdOrder(DoubleBackend):
     """Lists in lexicographic id order, as an object store's key listing returns them."""
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
-        stored = await super()._list(workflow_name, graph_signature_hash)
+    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
+        stored = await super().list_bodies(workflow_name, graph_signature_hash)
         return sorted(stored, key=lambda item: item.checkpoint_id)
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
-        return sorted(await super()._list_ids(workflow_name, graph_signature_hash))
+    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+        return sorted(await super().list_ids(workflow_name, graph_signature_hash))
 
 
-class OneLatestPointerPerStore(DoubleStorage):
+class OneLatestPointerPerStore(DoubleBackend):
     """Remembers the last save of the whole store (not per workflow) and serves it as latest."""
 
     def __init__(self, **options: Any) -> None:
@@ -87,7 +88,7 @@ class _Row:
     sequence: int
 
 
-class SequenceFromCount(BaseCheckpointStorage):
+class SequenceFromCount(CheckpointStore):
     """Numbers each save by how many checkpoints its workflow holds, so numbers repeat after a
     delete; latest is the highest number, the earliest stored winning a tie."""
 
@@ -117,20 +118,20 @@ class SequenceFromCount(BaseCheckpointStorage):
         row = self._rows.get(checkpoint_id)
         return None if row is None else row.record.body
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._workflow(workflow_name)
         if not rows:
             return None
         top = max(rows, key=lambda row: row.sequence)
         return StoredBody(top.record.checkpoint_id, top.record.body)
 
-    async def _list(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
         return [StoredBody(row.record.checkpoint_id, row.record.body) for row in self._ordered(workflow_name)]
 
-    async def _list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
         return [row.record.checkpoint_id for row in self._ordered(workflow_name)]
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         return self._rows.pop(checkpoint_id, None) is not None
 
 

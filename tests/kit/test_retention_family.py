@@ -11,14 +11,14 @@ import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages import open_storage
-from storages.base import StoredBody
+from storages.backend import StoredBody
 from storages.contract import Capability, CheckpointID
 from storages.errors import InvalidCheckpointError
 from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "retention"
@@ -36,12 +36,12 @@ DURABLE_ONLY = {"retention.tombstones_survive_reopen"}
 # Each breaks one primitive of the test double (tests/kit/double.py), as a backend's own code would.
 
 
-class PruneWithoutTombstones(DoubleStorage):
+class PruneWithoutTombstones(DoubleBackend):
     """Prunes the right checkpoints but leaves no tombstones behind."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         before = set(self._read().tombstones)
-        count = await super()._prune(workflow_name, keep_last)
+        count = await super().prune(workflow_name, keep_last)
         state = self._read()
         for pruned in set(state.tombstones) - before:
             del state.tombstones[pruned]
@@ -49,10 +49,10 @@ class PruneWithoutTombstones(DoubleStorage):
         return count
 
 
-class PrunesByTimestamp(DoubleStorage):
+class PrunesByTimestamp(DoubleBackend):
     """Keeps the checkpoints with the newest timestamps rather than the last ones committed."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         rows = state.top_level(workflow_name)
         decoded = await self._decode_all([StoredBody(r.record.checkpoint_id, r.record.body) for r in rows])
@@ -66,10 +66,10 @@ class PrunesByTimestamp(DoubleStorage):
         return len(doomed)
 
 
-class PruneLeavesNestedOrphans(DoubleStorage):
+class PruneLeavesNestedOrphans(DoubleBackend):
     """Prunes top-level records only; the checkpoints embedded in them stay behind."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         rows = state.top_level(workflow_name)
         doomed = rows[: max(0, len(rows) - keep_last)]
@@ -81,10 +81,10 @@ class PruneLeavesNestedOrphans(DoubleStorage):
         return len(doomed)
 
 
-class PruneSliceKeepsAllAtZero(DoubleStorage):
+class PruneSliceKeepsAllAtZero(DoubleBackend):
     """Slices ``rows[:-keep_last]``, and ``[:-0]`` is empty: keep_last=0 deletes nothing."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         doomed = state.top_level(workflow_name)[:-keep_last]
         for row in doomed:
@@ -94,7 +94,7 @@ class PruneSliceKeepsAllAtZero(DoubleStorage):
         return len(doomed)
 
 
-class LaxKeepLast(DoubleStorage):
+class LaxKeepLast(DoubleBackend):
     """Checks only that keep_last is not negative, so True counts as 1 and 1.5 gets through."""
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
@@ -104,13 +104,13 @@ class LaxKeepLast(DoubleStorage):
         return await self._prune(workflow_name, int(keep_last))
 
 
-class KeepLastAsInt64(DoubleStorage):
+class KeepLastAsInt64(DoubleBackend):
     """Hands keep_last to a database as a 64-bit integer, unchecked: a larger one overflows."""
 
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
         if keep_last > 2**63 - 1:
             raise OverflowError("Python int too large to convert to SQLite INTEGER")
-        return await super()._prune(workflow_name, keep_last)
+        return await super().prune(workflow_name, keep_last)
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
         # The base clamps keep_last before _prune; this storage checks it as the base does and
@@ -123,33 +123,33 @@ class KeepLastAsInt64(DoubleStorage):
         return await self._prune(workflow_name, keep_last)
 
 
-class DeleteWorkflowByPrefix(DoubleStorage):
+class DeleteWorkflowByPrefix(DoubleBackend):
     """Deletes every workflow whose name starts with the given one, as ``LIKE 'wf1%'`` would."""
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
+    async def delete_workflow(self, workflow_name: str) -> int:
         names = {r.record.workflow_name for r in self._read().rows.values()}
         deleted = 0
         for name in sorted(n for n in names if n.startswith(workflow_name)):
-            deleted += await super()._delete_workflow(name)
+            deleted += await super().delete_workflow(name)
         return deleted
 
 
-class DeleteWorkflowKeepsTombstones(DoubleStorage):
+class DeleteWorkflowKeepsTombstones(DoubleBackend):
     """Deletes the workflow's checkpoints but leaves its tombstones."""
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
+    async def delete_workflow(self, workflow_name: str) -> int:
         kept = {pruned: name for pruned, name in self._read().tombstones.items() if name == workflow_name}
-        deleted = await super()._delete_workflow(workflow_name)
+        deleted = await super().delete_workflow(workflow_name)
         state = self._read()
         state.tombstones.update(kept)
         self._commit(state)
         return deleted
 
 
-class DeleteWorkflowLeavesNested(DoubleStorage):
+class DeleteWorkflowLeavesNested(DoubleBackend):
     """Deletes the workflow's top-level records and tombstones, but not what is embedded in them."""
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
+    async def delete_workflow(self, workflow_name: str) -> int:
         state = self._read()
         doomed = state.top_level(workflow_name)
         for row in doomed:
@@ -160,11 +160,11 @@ class DeleteWorkflowLeavesNested(DoubleStorage):
         return len(doomed)
 
 
-class DeleteWorkflowForgetsSequence(DoubleStorage):
+class DeleteWorkflowForgetsSequence(DoubleBackend):
     """Drops the workflow's sequence counter with its checkpoints, so numbering starts again at 1."""
 
-    async def _delete_workflow(self, workflow_name: str) -> int:
-        deleted = await super()._delete_workflow(workflow_name)
+    async def delete_workflow(self, workflow_name: str) -> int:
+        deleted = await super().delete_workflow(workflow_name)
         state = self._read()
         if not any(r.record.workflow_name == workflow_name for r in state.rows.values()):
             state.sequences.pop(workflow_name, None)
@@ -172,12 +172,12 @@ class DeleteWorkflowForgetsSequence(DoubleStorage):
         return deleted
 
 
-class DeleteLeavesTombstone(DoubleStorage):
+class DeleteLeavesTombstone(DoubleBackend):
     """Tombstones an id on a plain delete, so a deliberate break looks like a prune."""
 
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
         info = await self._info(checkpoint_id)
-        removed = await super()._remove(checkpoint_id)
+        removed = await super().remove(checkpoint_id)
         if removed and info is not None:
             state = self._read()
             state.tombstones[checkpoint_id] = info.workflow_name
@@ -197,9 +197,9 @@ def _expected_outcomes(capabilities: frozenset[Capability]) -> dict[str, Outcome
 
 def test_the_double_passes_every_retention_clause() -> None:
     # The mutants above each break one primitive of this correct storage.
-    backend = run_family(DoubleStorage)
+    backend = run_family(DoubleBackend)
     outcomes = {r.clause_id: r.outcome for r in backend.results}
-    assert outcomes == _expected_outcomes(DoubleStorage.capabilities)
+    assert outcomes == _expected_outcomes(DoubleBackend.capabilities)
 
 
 def test_in_memory_storage_passes_every_retention_clause() -> None:

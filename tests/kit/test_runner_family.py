@@ -23,13 +23,13 @@ from conformance import (
     target_from_url,
 )
 from conformance.scenario import ChildResume
-from storages.base import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import AncestryEnd, Capability
 from storages.errors import GraphSignatureMismatchError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import failed
 from .test_fencing_family import ComparesWithCachedLatest, WithoutFencing
 
@@ -110,7 +110,7 @@ class RejectsAfterRunning(SkipsSignatureCheck):
 # ---------------------------------------------------------------- storage mutants, under the reference driver
 
 
-class InlinesEmbeddedButDeclaresNested(DoubleStorage):
+class InlinesEmbeddedButDeclaresNested(DoubleBackend):
     """Declares ``nested`` but keeps embedded checkpoints inline in their container's body, so their
     ids resolve to nothing (a backend that forgot to write the nested records)."""
 
@@ -118,17 +118,17 @@ class InlinesEmbeddedButDeclaresNested(DoubleStorage):
         return [self._record_for(checkpoint)]
 
 
-class WithoutNested(DoubleStorage):
+class WithoutNested(DoubleBackend):
     """Honestly declares no ``nested``: embedded checkpoints stay inline, as in MAF's own storages."""
 
     capabilities = InMemoryCheckpointStorage.capabilities - {Capability.NESTED}
 
 
-class LatestByIteration(DoubleStorage):
+class LatestByIteration(DoubleBackend):
     """get_latest() returns the checkpoint with the highest iteration_count ("furthest progress"),
     the newest commit on ties: right for a single straight run, wrong after a fork."""
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         stored = await self._list(workflow_name, graph_signature_hash)
         if not stored:
             return None

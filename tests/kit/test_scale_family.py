@@ -10,24 +10,24 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome
-from storages.base import CheckpointRecord, StoredBody, WalkRecords
+from storages.backend import CheckpointRecord, StoredBody, WalkRecords
 from storages.contract import CheckpointID
 
 from . import support
-from .double import DoubleState, DoubleStorage, double_target
+from .double import DoubleBackend, DoubleState, double_target
 from .support import caught_only_by
 
 FAMILY = "scale"
 
 
-def run_family(storage_class: type[DoubleStorage], **target: Any) -> BackendReport:
+def run_family(storage_class: type[DoubleBackend], **target: Any) -> BackendReport:
     return support.run_family(FAMILY, double_target(storage_class, **target))
 
 
-class LatestReadsEveryBody(DoubleStorage):
+class LatestReadsEveryBody(DoubleBackend):
     """Finds the latest by reading each checkpoint of the workflow in turn (one request each)."""
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         found = None
         for checkpoint_id in await self._list_ids(workflow_name, graph_signature_hash):
             body = await self._get(checkpoint_id)
@@ -36,13 +36,13 @@ class LatestReadsEveryBody(DoubleStorage):
         return found
 
 
-class FilteredLatestReadsEveryBody(DoubleStorage):
+class FilteredLatestReadsEveryBody(DoubleBackend):
     """Answers get_latest(graph_signature_hash=...) by reading bodies newest first until one matches,
     and reads them all before choosing."""
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         if graph_signature_hash is None:
-            return await super()._latest(workflow_name, None)
+            return await super().latest(workflow_name, None)
         matching = None
         for checkpoint_id in await self._list_ids(workflow_name, None):
             body = await self._get(checkpoint_id)
@@ -54,7 +54,7 @@ class FilteredLatestReadsEveryBody(DoubleStorage):
         return matching
 
 
-class LatestDecodesEverything(DoubleStorage):
+class LatestDecodesEverything(DoubleBackend):
     """get_latest() is the last of list_checkpoints(): one request, but every body decoded."""
 
     async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
@@ -62,10 +62,10 @@ class LatestDecodesEverything(DoubleStorage):
         return listed[-1] if listed else None
 
 
-class WalksHopByHop(DoubleStorage):
+class WalksHopByHop(DoubleBackend):
     """Walks by fetching one record per hop."""
 
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         links: dict[CheckpointID, CheckpointID | None] = {}
         bodies: dict[CheckpointID, bytes] = {}
         current: CheckpointID | None = checkpoint_id
@@ -79,7 +79,7 @@ class WalksHopByHop(DoubleStorage):
         return WalkRecords(links, bodies, frozenset())
 
 
-class KeepsTheNewestThousand(DoubleStorage):
+class KeepsTheNewestThousand(DoubleBackend):
     """Drops the oldest records once it holds 1,000, as an LRU cache or a capped list would."""
 
     def _write_family(self, state: DoubleState, records: Sequence[CheckpointRecord]) -> None:
@@ -90,9 +90,9 @@ class KeepsTheNewestThousand(DoubleStorage):
 
 
 def test_a_constant_cost_double_passes_counted_and_timed() -> None:
-    counted = run_family(DoubleStorage)
+    counted = run_family(DoubleBackend)
     assert all(r.outcome is Outcome.PASSED for r in counted.results), counted.failures
-    timed = run_family(DoubleStorage, round_trips=None)
+    timed = run_family(DoubleBackend, round_trips=None)
     assert timed.result("scale.latest_is_constant_cost").outcome is Outcome.PASSED
     walk = timed.result("scale.walk_is_one_round_trip")
     assert walk.outcome is Outcome.SKIPPED
@@ -120,6 +120,6 @@ def test_a_constant_cost_double_passes_counted_and_timed() -> None:
     ],
 )
 def test_scale_mutants_are_caught(
-    mutant: type[DoubleStorage], target: dict[str, Any], clause_id: str, says: str
+    mutant: type[DoubleBackend], target: dict[str, Any], clause_id: str, says: str
 ) -> None:
     caught_only_by(run_family(mutant, **target), clause_id, says)

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, select_clauses, target_from_url
-from storages.base import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, StoredBody
 from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleStorage
+from .double import DoubleBackend
 from .support import caught_only_by, failed
 
 FAMILY = "signature"
@@ -41,7 +41,7 @@ def _fold(signature: str) -> str:
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class NormalisesSignature(DoubleStorage):
+class NormalisesSignature(DoubleBackend):
     """Stores every checkpoint with its signature trimmed and lower-cased, as a "canonical" hash."""
 
     async def save(self, checkpoint: Any) -> CheckpointID:
@@ -50,44 +50,44 @@ class NormalisesSignature(DoubleStorage):
         return await super().save(rewritten)
 
 
-class CaseInsensitiveSignatureIndex(DoubleStorage):
+class CaseInsensitiveSignatureIndex(DoubleBackend):
     """Indexes signatures folded (a case-insensitive, trailing-space-insensitive collation); bodies
     keep the exact hash, but filters and checkpoint_info see the folded one."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         folded = [dataclasses.replace(r, graph_signature_hash=_fold(r.graph_signature_hash)) for r in records]
-        return await super()._insert_family(folded)
+        return await super().insert(folded)
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         query = None if graph_signature_hash is None else _fold(graph_signature_hash)
-        return await super()._latest(workflow_name, query)
+        return await super().latest(workflow_name, query)
 
-    async def _list(
+    async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         query = None if graph_signature_hash is None else _fold(graph_signature_hash)
-        return await super()._list(workflow_name, query, include_nested=include_nested)
+        return await super().list_bodies(workflow_name, query, include_nested=include_nested)
 
-    async def _list_ids(
+    async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         query = None if graph_signature_hash is None else _fold(graph_signature_hash)
-        return await super()._list_ids(workflow_name, query, include_nested=include_nested)
+        return await super().list_ids(workflow_name, query, include_nested=include_nested)
 
 
-class SignatureLatestByTimestamp(DoubleStorage):
+class SignatureLatestByTimestamp(DoubleBackend):
     """get_latest(graph_signature_hash=h) picks h's checkpoint with the greatest timestamp."""
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         if graph_signature_hash is None:
-            return await super()._latest(workflow_name, None)
+            return await super().latest(workflow_name, None)
         stored = await self._list(workflow_name, graph_signature_hash)
         if not stored:
             return None
         return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
 
 
-class IgnoresExpectedSignature(DoubleStorage):
+class IgnoresExpectedSignature(DoubleBackend):
     """load() accepts expected_graph_signature_hash and never checks it."""
 
     async def load(
@@ -96,19 +96,19 @@ class IgnoresExpectedSignature(DoubleStorage):
         return await super().load(checkpoint_id)
 
 
-class SignatureFilterIgnored(DoubleStorage):
+class SignatureFilterIgnored(DoubleBackend):
     """get_latest(graph_signature_hash=h) returns the workflow's latest, whatever its signature."""
 
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        return await super()._latest(workflow_name, None)
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        return await super().latest(workflow_name, None)
 
 
-class NestedIndexedWithContainerSignature(DoubleStorage):
+class NestedIndexedWithContainerSignature(DoubleBackend):
     """Indexes nested records under their top-level checkpoint's signature instead of their own."""
 
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         top = records[0].graph_signature_hash
-        return await super()._insert_family(
+        return await super().insert(
             [records[0], *(dataclasses.replace(r, graph_signature_hash=top) for r in records[1:])]
         )
 

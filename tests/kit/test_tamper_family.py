@@ -13,7 +13,7 @@ import pytest
 
 from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
-from storages.base import StoredBody
+from storages.backend import StoredBody
 from storages.contract import Capability
 from storages.integrity import Link, Seal, is_sealed, record_mac, split_sealed
 from storages.memory import InMemoryCheckpointStorage

@@ -11,7 +11,7 @@ import pytest
 
 from conformance import Outcome, StorageTarget, select_clauses
 from storages import open_storage
-from storages.base import writes_log_name
+from storages.backend import writes_log_name
 from storages.contract import Capability, PendingWrite
 from storages.memory import InMemoryCheckpointStorage
 
