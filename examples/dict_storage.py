@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storages.backend import CheckpointRecord, StoredBody, WalkRecords
+from storages.backend import CheckpointRecord, StoredBody, WalkRecords, InsertResult
 from storages.contract import Capability, CheckpointID
 from storages.engine import CheckpointStore
 
@@ -54,7 +54,8 @@ class DictCheckpointStorage(CheckpointStore):
 
     # ---------------------------------------------------------------- core primitives
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         tables = self._tables
         with tables.lock:
             existing = tables.records.get(record.checkpoint_id)

@@ -78,6 +78,23 @@ class CheckpointRecord:
             _set_digest(self, digest)
         return digest
 
+    def replaced(self, **changes: Any) -> CheckpointRecord:
+        """A copy with ``changes`` (field names as the constructor takes them); a new body gets
+        its own digest unless one is given."""
+        fields: dict[str, Any] = {
+            "checkpoint_id": self.checkpoint_id,
+            "workflow_name": self.workflow_name,
+            "previous_checkpoint_id": self.previous_checkpoint_id,
+            "graph_signature_hash": self.graph_signature_hash,
+            "body": self.body,
+            "digest": "" if "body" in changes else _get_digest(self),
+            "container_id": self.container_id,
+            "root_id": self.root_id,
+            "position": self.position,
+        }
+        fields.update(changes)
+        return CheckpointRecord(**fields)
+
     def __reduce__(self) -> tuple[type[CheckpointRecord], tuple[object, ...]]:
         return (CheckpointRecord, (*self._fields()[:5], _get_digest(self), *self._fields()[5:]))
 

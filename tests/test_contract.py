@@ -24,6 +24,7 @@ from storages import (
     open_storage,
 )
 from storages.contract import CHECKPOINT_FIELDS
+from storages.memory import MemoryBackend
 
 SameTypes = Callable[[Any, Any], bool]
 
@@ -473,7 +474,7 @@ async def test_capabilities_are_declared_as_a_frozenset_of_capability(storage: C
 
 
 def test_memory_declares_exactly_what_it_implements() -> None:
-    assert InMemoryCheckpointStorage.capabilities == {
+    assert MemoryBackend.capabilities == {
         Capability.SIGNATURE_FILTER,
         Capability.ANCESTRY,
         Capability.NESTED,

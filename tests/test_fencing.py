@@ -30,7 +30,7 @@ from storages import (
     WorkflowCheckpoint,
 )
 from storages.contract import Capability
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 from storages.s3 import S3CheckpointStorage
 
 WORKER = Path(__file__).with_name("sqlite_worker.py")
@@ -302,7 +302,7 @@ async def test_a_fresh_run_on_a_used_workflow_name_starts_a_branch(storage: Chec
 @pytest.mark.memory
 def test_a_storage_without_fencing_cannot_be_fenced() -> None:
     class Unfenced(InMemoryCheckpointStorage):
-        capabilities = InMemoryCheckpointStorage.capabilities - {Capability.FENCING}
+        capabilities = MemoryBackend.capabilities - {Capability.FENCING}
 
     with pytest.raises(UnsupportedOperationError, match="fenced"):
         FencedStorage(Unfenced())

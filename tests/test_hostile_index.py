@@ -26,7 +26,6 @@ import psycopg
 import pytest
 import redis_servers
 from s3_support import BUCKET, S3Store, s3_store
-from storages.engine.records import listed_ids
 
 from storages import (
     CheckpointCorruptedError,
@@ -35,6 +34,7 @@ from storages import (
 )
 from storages.postgres import PostgresCheckpointStorage
 from storages.postgres.config import DEFAULT_SCHEMA
+from storages.records import listed_ids
 from storages.redis import RedisCheckpointStorage
 from storages.s3 import S3CheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
@@ -741,17 +741,19 @@ def test_a_listing_of_ids_saves_can_write_is_returned_as_it_is() -> None:
 
 
 async def test_a_memory_subclass_listing_ids_of_its_own_gets_them_checked() -> None:
-    # The memory storage skips the listing check (only its own checked saves write its index);
-    # a subclass that lists ids its own way is checked as any backend is.
-    from storages.memory import InMemoryCheckpointStorage
+    # The memory backend's listing is a CheckedIds (only its own checked saves write its index),
+    # which the engine does not check again; a subclass that lists ids its own way is checked as
+    # any backend is.
+    from storages.backend import CheckedIds
+    from storages.engine import CheckpointStore
+    from storages.memory import MemoryBackend
 
-    class OwnListing(InMemoryCheckpointStorage):
+    class OwnListing(MemoryBackend):
         async def list_ids(
             self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
         ) -> list[str]:
             return ["a", "b\x07"]
 
-    assert InMemoryCheckpointStorage._index_holds_checked_ids
-    assert not OwnListing._index_holds_checked_ids
+    assert type(await MemoryBackend().list_ids("wf", None)) is CheckedIds
     with pytest.raises(CheckpointCorruptedError, match="the index of workflow 'wf' lists it"):
-        await OwnListing().list_checkpoint_ids(workflow_name="wf")
+        await CheckpointStore(OwnListing()).list_checkpoint_ids(workflow_name="wf")

@@ -16,6 +16,7 @@ import pytest
 
 from storages import Capability, InMemoryCheckpointStorage, WorkflowCheckpoint, open_storage
 from storages.cli import main
+from storages.memory import MemoryBackend
 
 pytestmark = pytest.mark.sqlite
 
@@ -290,7 +291,7 @@ def test_verify_exits_1_and_names_every_defect(url: str, capsys: pytest.CaptureF
 
 
 class WithoutRawAccess(InMemoryCheckpointStorage):
-    capabilities = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    capabilities = MemoryBackend.capabilities - {Capability.RAW_ACCESS}
 
 
 def test_verify_on_a_storage_without_raw_access_exits_2(

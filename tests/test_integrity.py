@@ -351,8 +351,8 @@ async def test_a_cold_handle_will_not_chain_onto_a_predecessor_that_fails(storag
 
 
 async def test_pending_writes_are_signed_and_an_edited_batch_is_refused() -> None:
-    from storages.backend import writes_log_name
     from storages.contract import PendingWrite
+    from storages.engine import writes_log_name
 
     async with InMemoryCheckpointStorage(integrity_key=KEY) as storage:
         (owner,) = await save_chain(storage, "wf", 1)

@@ -16,7 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
 from storages.langgraph import StorageSaver, escape_part, stored_id_for, workflow_for
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 from storages.verify import verify
 
 pytestmark = [pytest.mark.langgraph, pytest.mark.memory]
@@ -152,7 +152,7 @@ async def test_over_long_thread_ids_are_refused_naming_the_field() -> None:
 
 def test_a_storage_without_pending_writes_is_refused_when_the_saver_is_built() -> None:
     class NoWrites(InMemoryCheckpointStorage):
-        capabilities = InMemoryCheckpointStorage.capabilities - {Capability.PENDING_WRITES}
+        capabilities = MemoryBackend.capabilities - {Capability.PENDING_WRITES}
 
     with pytest.raises(UnsupportedOperationError, match="pending_writes"):
         StorageSaver(NoWrites())

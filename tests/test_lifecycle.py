@@ -255,17 +255,18 @@ def test_a_storage_built_from_a_url_follows_each_new_loop(redis_prefix: str) -> 
 
 
 async def test_first_operations_started_together_open_the_storage_once() -> None:
+    from storages.engine import CheckpointStore
     from storages.errors import CheckpointNotFoundError
-    from storages.memory import InMemoryCheckpointStorage
+    from storages.memory import MemoryBackend
 
-    class CountsOpens(InMemoryCheckpointStorage):
+    class CountsOpens(MemoryBackend):
         opens = 0
 
         async def open(self, operation: str) -> None:
             type(self).opens += 1
             await asyncio.sleep(0.01)  # still opening while the other callers arrive
 
-    storage = CountsOpens()
+    storage = CheckpointStore(CountsOpens())
     results = await asyncio.gather(*(storage.load(f"absent-{n}") for n in range(8)), return_exceptions=True)
     assert CountsOpens.opens == 1
     assert all(isinstance(result, CheckpointNotFoundError) for result in results), results

@@ -12,9 +12,9 @@ import pytest
 from conformance.pytest_plugin import CheckpointStorageConformance
 from conformance.selection import all_clauses, applicable_clauses
 from storages.contract import OPERATION_CAPABILITIES, Capability
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
-DECLARED = InMemoryCheckpointStorage.capabilities
+DECLARED = MemoryBackend.capabilities
 
 UNCOUNTED = {"scale.walk_is_one_round_trip": "process memory has no round trips for the kit to count"}
 """Applicable by capability, but the target gives the kit no way to check it."""

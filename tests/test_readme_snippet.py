@@ -66,7 +66,7 @@ def test_a_broken_backend_fails_through_the_same_snippet(tmp_path: Path) -> None
         "class MyStorage(DictCheckpointStorage):\n"
         "    async def latest(self, workflow_name, graph_signature_hash):\n"
         "        rows = self._rows(workflow_name, graph_signature_hash)\n"
-        "        return None if not rows else (await self._list(workflow_name, graph_signature_hash))[0]\n",
+        "        return None if not rows else (await self.list_bodies(workflow_name, graph_signature_hash))[0]\n",
         encoding="utf-8",
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = strict\n", encoding="utf-8")

@@ -9,10 +9,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from storages.engine.primitives import current_operation
 
 from storages import InMemoryCheckpointStorage, WorkflowCheckpoint
 from storages.contract import PendingWrite
+from storages.engine.primitives import current_operation
 from storages.errors import StorageClosedError, StorageUnavailableError
 
 pytestmark = pytest.mark.memory

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storages.base import body_digest
 
 from storages import (
     AncestryEnd,
@@ -31,6 +30,7 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
+from storages.base import body_digest
 from storages.sqlite import (
     MIGRATIONS,
     SCHEMA_VERSION,

@@ -25,6 +25,7 @@ from storages import (
 )
 from storages.cli import main
 from storages.codec import CheckpointCodec
+from storages.memory import MemoryBackend
 from storages.sqlite import SQLiteCheckpointStorage
 from storages.verify import FindingKind, VerifyReport, verify
 
@@ -249,11 +250,11 @@ async def test_progress_reports_every_record(storage: CheckpointStore) -> None:
 
 
 class WithoutInspect(InMemoryCheckpointStorage):
-    capabilities = InMemoryCheckpointStorage.capabilities - {Capability.INSPECT}
+    capabilities = MemoryBackend.capabilities - {Capability.INSPECT}
 
 
 class WithoutRawAccess(InMemoryCheckpointStorage):
-    capabilities = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    capabilities = MemoryBackend.capabilities - {Capability.RAW_ACCESS}
 
 
 @pytest.mark.parametrize(

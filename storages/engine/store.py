@@ -121,6 +121,11 @@ class CheckpointStore(Generic[BackendT]):
         return self._capabilities
 
     @property
+    def ttl(self) -> float | None:
+        """Seconds a checkpoint lives after its save (capability ``ttl``), or None."""
+        return self._backend.ttl
+
+    @property
     def codec(self) -> CheckpointCodec:
         return self._codec
 

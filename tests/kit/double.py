@@ -17,7 +17,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from typing_extensions import Self
 
@@ -31,9 +31,17 @@ from storages.backend import (
     WalkRecords,
     nested_id_conflict,
 )
-from storages.contract import Capability, CheckpointID, CheckpointInfo
+from storages.codec import CheckpointCodec
+from storages.codec.types import EncodedCheckpoint
+from storages.contract import AncestryWalk, Capability, CheckpointID, CheckpointInfo
 from storages.engine import CheckpointStore
-from storages.errors import NestedCheckpointDeletionError
+from storages.errors import (
+    CheckpointNotFoundError,
+    GraphSignatureMismatchError,
+    NestedCheckpointDeletionError,
+)
+
+_CODEC = CheckpointCodec()
 
 OPERATIONS = frozenset(
     {
@@ -143,6 +151,14 @@ class DoubleBackend(Backend):
 
     def new_handle(self) -> Self:
         return type(self)(self.backing)  # every handle shares the backing
+
+    async def decode(self, stored: StoredBody) -> Any:
+        """The checkpoint a body holds, decoded as an author's backend would (for mutants that
+        order or filter by what is inside a body)."""
+        nested = await self.nested_bodies([stored.checkpoint_id])
+        return _CODEC.decode_checkpoint(
+            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested or None
+        )
 
     # One state read (and at most one write) per primitive: each is one round trip.
 
@@ -354,6 +370,16 @@ def _stored(row: Row) -> StoredBody:
     return StoredBody(row.record.checkpoint_id, row.record.body, entry=row.record.index_entry())
 
 
+class DoubleStorage(CheckpointStore[DoubleBackend]):
+    """The double behind the engine. Mutants of the public API (a storage overriding ``load``,
+    ``walk_ancestry``, ...) subclass this; mutants of a primitive subclass :class:`DoubleBackend`."""
+
+    backend_class: ClassVar[type[DoubleBackend]] = DoubleBackend
+
+    def __init__(self, backing: Backing | None = None) -> None:
+        super().__init__(self.backend_class(backing))
+
+
 def storage_of(backend: Backend) -> CheckpointStore[Any]:
     """The storage an author builds over a backend: the engine holding it."""
     return CheckpointStore(backend)
@@ -365,17 +391,26 @@ def round_trips(storage: Any) -> int:
     return backing.round_trips
 
 
-def double_target(backend_class: type[DoubleBackend] = DoubleBackend, **target: Any) -> StorageTarget:
-    """A target whose handles share one in-memory double store, with the round-trip counter."""
-    root = storage_of(backend_class())
+def double_target(
+    subject: type[DoubleBackend] | type[DoubleStorage] = DoubleBackend, **target: Any
+) -> StorageTarget:
+    """A target whose handles share one in-memory double store, with the round-trip counter:
+    ``subject`` is a backend class (put behind the engine) or a DoubleStorage class."""
+    root = subject() if issubclass(subject, DoubleStorage) else storage_of(subject())
     target.setdefault("round_trips", round_trips)
-    return StorageTarget(name=backend_class.__name__, factory=root.new_handle, **target)
+    return StorageTarget(name=subject.__name__, factory=root.new_handle, **target)
 
 
 class FencingDouble(DoubleBackend):
     """The double declaring ``fencing`` too: the base of the fencing family's mutants."""
 
     capabilities = DoubleBackend.capabilities | {Capability.FENCING}
+
+
+class FencingStorage(DoubleStorage):
+    """The fencing double behind the engine: the base of the fencing family's public-API mutants."""
+
+    backend_class = FencingDouble
 
 
 class WriteBehindBacking(FileBacking):
@@ -480,3 +515,98 @@ class ProcessLocalDeletes(DoubleBackend):
 
 def open_process_local_deletes() -> CheckpointStore[Any]:
     return storage_of(ProcessLocalDeletes(FileBacking(Path(os.environ[PATH_VARIABLE]))))
+
+
+class ReadsThrough(DoubleStorage):
+    """A storage whose reads hand each checkpoint through :meth:`returned` (unchanged here): the
+    base of mutants that return something other than what the engine decoded."""
+
+    def returned(self, checkpoint: Any) -> Any:
+        return checkpoint
+
+    async def load(self, checkpoint_id: CheckpointID, **options: Any) -> Any:
+        return self.returned(await super().load(checkpoint_id, **options))
+
+    async def get_latest(self, **options: Any) -> Any:
+        checkpoint = await super().get_latest(**options)
+        return None if checkpoint is None else self.returned(checkpoint)
+
+    async def list_checkpoints(self, **options: Any) -> list[Any]:
+        return [self.returned(checkpoint) for checkpoint in await super().list_checkpoints(**options)]
+
+    async def walk_ancestry(self, checkpoint_id: CheckpointID, **options: Any) -> AncestryWalk[Any]:
+        walk = await super().walk_ancestry(checkpoint_id, **options)
+        return AncestryWalk(tuple(self.returned(item) for item in walk.items), walk.end, walk.end_id)
+
+
+class DecodesItself(DoubleStorage):
+    """A storage that decodes what its backend returns by itself (a seal verified where it has a
+    key), checking only what :meth:`check` checks (nothing here): the base of mutants whose reads
+    believe bodies the engine would refuse."""
+
+    def check(
+        self, stored: StoredBody, checkpoint: Any, workflow_name: str | None, signature: str | None
+    ) -> None:
+        """Raise CheckpointCorruptedError for a body this storage refuses."""
+
+    async def _decoded(
+        self, stored: StoredBody, workflow_name: str | None = None, signature: str | None = None
+    ) -> Any:
+        nested = stored.nested
+        if nested is None:
+            nested = await self.backend.nested_bodies([stored.checkpoint_id])
+        body, sealed = stored.body, self.integrity_enabled
+        if sealed:
+            body = self.open_sealed(stored.checkpoint_id, body)[1]
+            nested = {key: self.open_sealed(key, raw)[1] for key, raw in nested.items()}
+        checkpoint = (
+            self.codec.decode_checkpoint(
+                body, checkpoint_id=stored.checkpoint_id, nested=nested or None, sealed=True
+            )
+            if sealed
+            else self.codec.decode_checkpoint(body, checkpoint_id=stored.checkpoint_id, nested=nested or None)
+        )
+        self.check(stored, checkpoint, workflow_name, signature)
+        return checkpoint
+
+    async def load(
+        self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None, **_: Any
+    ) -> Any:
+        stored = await self.backend.load(checkpoint_id)
+        if stored is None:
+            raise CheckpointNotFoundError(checkpoint_id)
+        checkpoint = await self._decoded(stored)
+        if expected_graph_signature_hash not in (None, checkpoint.graph_signature_hash):
+            raise GraphSignatureMismatchError(
+                checkpoint_id, expected_graph_signature_hash, checkpoint.graph_signature_hash
+            )
+        return checkpoint
+
+    async def get_latest(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, **_: Any
+    ) -> Any:
+        stored = await self.backend.latest(workflow_name, graph_signature_hash)
+        return None if stored is None else await self._decoded(stored, workflow_name, graph_signature_hash)
+
+    async def list_checkpoints(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, include_nested: bool = False
+    ) -> list[Any]:
+        listed = await self.backend.list_bodies(
+            workflow_name, graph_signature_hash, include_nested=include_nested
+        )
+        return [await self._decoded(stored, workflow_name, graph_signature_hash) for stored in listed]
+
+
+class InlineCodec(CheckpointCodec):
+    """Encodes a checkpoint's tree as one body, embedded checkpoints inline (as if the backend had
+    forgotten to write the nested records)."""
+
+    def encode_checkpoint_tree(self, checkpoint: Any, *, sealed: bool = False) -> list[EncodedCheckpoint]:
+        return [EncodedCheckpoint(checkpoint, self.encode_checkpoint(checkpoint, sealed=sealed), None)]
+
+
+class InlineStorage(DoubleStorage):
+    """Declares ``nested`` but keeps embedded checkpoints inline in their container's body."""
+
+    def __init__(self, backing: Backing | None = None) -> None:
+        CheckpointStore.__init__(self, self.backend_class(backing), codec=InlineCodec())

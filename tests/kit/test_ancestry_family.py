@@ -10,14 +10,15 @@ import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages import open_storage
-from storages.backend import DEFAULT_MAX_DEPTH, WalkRecords
+from storages.backend import WalkRecords
 from storages.contract import AncestryEnd, AncestryWalk, Capability, CheckpointID
+from storages.engine import DEFAULT_MAX_DEPTH
 from storages.errors import CheckpointNotFoundError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "ancestry"
@@ -55,7 +56,7 @@ def _id_of(item: object) -> CheckpointID:
     return str(getattr(item, "checkpoint_id", item))
 
 
-class MissingLinkIsRoot(DoubleBackend):
+class MissingLinkIsRoot(DoubleStorage):
     """Reports a walk that stops at a dangling previous id as reaching the root."""
 
     async def walk_ancestry(
@@ -75,7 +76,7 @@ def _missing_as_root(walk: AncestryWalk[T]) -> AncestryWalk[T]:
     return AncestryWalk(walk.items, AncestryEnd.ROOT, _id_of(walk.items[-1]))
 
 
-class LoopsOnCycles(DoubleBackend):
+class LoopsOnCycles(DoubleStorage):
     """Follows previous ids with no memory of where it has been: a cycle goes round until max_depth."""
 
     async def walk_ancestry(
@@ -107,13 +108,13 @@ class WalkSkipsNested(DoubleBackend):
         records = await super().walk(checkpoint_id, max_depth, with_bodies=with_bodies)
         top_level = {}
         for walked, previous in records.links.items():
-            info = await self._info(walked)
+            info = await self.info(walked)
             if info is not None and not info.nested:
                 top_level[walked] = previous
         return WalkRecords(top_level, records.bodies, records.tombstones)
 
 
-class IgnoresMaxDepth(DoubleBackend):
+class IgnoresMaxDepth(DoubleStorage):
     """Accepts max_depth and walks to the end regardless."""
 
     async def walk_ancestry(
@@ -127,7 +128,7 @@ class IgnoresMaxDepth(DoubleBackend):
         return await super().walk_ancestry_ids(checkpoint_id)
 
 
-class WalkOldestFirst(DoubleBackend):
+class WalkOldestFirst(DoubleStorage):
     """walk_ancestry returns its checkpoints root first (walk_ancestry_ids is right)."""
 
     async def walk_ancestry(
@@ -137,7 +138,7 @@ class WalkOldestFirst(DoubleBackend):
         return AncestryWalk(walk.items[::-1], walk.end, walk.end_id)
 
 
-class UnknownStartIsEmptyWalk(DoubleBackend):
+class UnknownStartIsEmptyWalk(DoubleStorage):
     """Answers a walk from an unknown id with an empty walk instead of raising not-found."""
 
     async def walk_ancestry(
@@ -164,7 +165,7 @@ class WalkCappedAt100(DoubleBackend):
         return await super().walk(checkpoint_id, min(max_depth, 100), with_bodies=with_bodies)
 
 
-class MaxDepthAsInt64(DoubleBackend):
+class MaxDepthAsInt64(DoubleStorage):
     """Hands max_depth to a database as a 64-bit integer, unchecked: a larger one overflows."""
 
     async def walk_ancestry(
@@ -205,7 +206,7 @@ def test_the_double_passes_every_ancestry_clause() -> None:
 def test_in_memory_storage_passes_every_ancestry_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     outcomes = {r.clause_id: r.outcome for r in backend.results}
-    assert outcomes == _expected_outcomes(InMemoryCheckpointStorage.capabilities)
+    assert outcomes == _expected_outcomes(MemoryBackend.capabilities)
     assert {i for i, outcome in outcomes.items() if outcome is Outcome.SKIPPED} == DURABLE_ONLY
     assert len(outcomes) >= 11
 

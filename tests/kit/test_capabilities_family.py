@@ -10,7 +10,8 @@ import pytest
 
 from conformance import BackendReport, Outcome, all_clauses
 from storages.contract import OPERATION_CAPABILITIES, AncestryEnd, AncestryWalk, Capability, CheckpointInfo
-from storages.memory import InMemoryCheckpointStorage
+from storages.engine import CheckpointStore
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .support import caught_only_by, failed
@@ -22,7 +23,7 @@ def run_family(subject: Any, **target: Any) -> BackendReport:
     return support.run_family(FAMILY, subject, **target)
 
 
-MEMORY_CAPABILITIES = InMemoryCheckpointStorage.capabilities
+MEMORY_CAPABILITIES = MemoryBackend.capabilities
 
 
 class HollowExtensions(InMemoryCheckpointStorage):
@@ -86,15 +87,19 @@ class UndeclaredInspect(InMemoryCheckpointStorage):
     capabilities = MEMORY_CAPABILITIES - {Capability.INSPECT}
 
     async def checkpoint_info(self, checkpoint_id: str) -> CheckpointInfo | None:
-        return await self._info(checkpoint_id)
+        return await self.info(checkpoint_id)
 
 
-class HollowInspect(InMemoryCheckpointStorage):
+class HollowInspectBackend(MemoryBackend):
     """Declares inspect but describes every record as top-level with no previous id."""
 
     async def info(self, checkpoint_id: str) -> CheckpointInfo | None:
         info = await super().info(checkpoint_id)
         return None if info is None else dataclasses.replace(info, previous_checkpoint_id=None)
+
+
+def HollowInspect() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(HollowInspectBackend())
 
 
 class UndeclaredTtl(InMemoryCheckpointStorage):

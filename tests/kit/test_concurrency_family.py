@@ -12,10 +12,9 @@ from typing import Any, ClassVar
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody
 from storages.contract import Capability, CheckpointID
-from storages.engine import CheckpointStore
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .double import DoubleBackend
@@ -40,13 +39,12 @@ class _Table:
     next_sequence: int = 1
 
 
-class RacyStorage(CheckpointStore):
+class RacyStorage(Backend):
     """Checks for the id, reads the next sequence, then awaits before writing: a check-then-act race."""
 
     capabilities = frozenset({Capability.SHARED})
 
     def __init__(self, table: _Table | None = None) -> None:
-        super().__init__()
         self._table = table if table is not None else _Table()
 
     def new_handle(self) -> Self:
@@ -59,19 +57,20 @@ class RacyStorage(CheckpointStore):
     def _find(self, checkpoint_id: str) -> _Row | None:
         return next((row for row in self._rows() if row.record.checkpoint_id == checkpoint_id), None)
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         existing = self._find(record.checkpoint_id)
         if existing is not None:
-            return existing.record.digest
+            return InsertResult.of_stored_digest(existing.record.digest, record)
         sequence = self._table.next_sequence
         await asyncio.sleep(0)  # e.g. a round trip to the database between the read and the write
         self._table.next_sequence = sequence + 1
         self._table.rows.append(_Row(sequence, record))
-        return None
+        return InsertResult.INSERTED
 
-    async def _get(self, checkpoint_id: str) -> bytes | None:
+    async def load(self, checkpoint_id: str) -> StoredBody | None:
         row = self._find(checkpoint_id)
-        return None if row is None else row.record.body
+        return None if row is None else StoredBody(checkpoint_id, row.record.body)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._rows(workflow_name)
@@ -80,10 +79,14 @@ class RacyStorage(CheckpointStore):
         newest = max(rows, key=lambda row: row.sequence)  # the first of any tied rows
         return StoredBody(newest.record.checkpoint_id, newest.record.body)
 
-    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
         return [StoredBody(row.record.checkpoint_id, row.record.body) for row in self._rows(workflow_name)]
 
-    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[str]:
         return [row.record.checkpoint_id for row in self._rows(workflow_name)]
 
     async def remove(self, checkpoint_id: str) -> bool:
@@ -104,44 +107,42 @@ class NotReallyShared(DoubleBackend):
 class TornWrites(DoubleBackend):
     """Writes a body in two steps with an await between, so a reader can see the first half."""
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        half = CheckpointRecord(
-            record.checkpoint_id,
-            record.workflow_name,
-            record.previous_checkpoint_id,
-            record.graph_signature_hash,
-            record.body[: len(record.body) // 2],
-            record.digest,
-        )
-        existing = await super()._insert(half)
-        if existing is None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
+        half = record.replaced(body=record.body[: len(record.body) // 2], digest=record.digest)
+        result = await super().insert([half, *records[1:]])
+        if result is InsertResult.INSERTED:
             await asyncio.sleep(0)
-            await self._overwrite_body(record.checkpoint_id, record.body, record.digest)
-        return existing
+            await self.overwrite_body(record.checkpoint_id, record.body, record.digest)
+        return result
 
 
 class OrdersById(DoubleBackend):
     """Lists and picks latest by checkpoint id instead of commit order."""
 
-    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[str]:
         return sorted(await super().list_ids(workflow_name, graph_signature_hash))
 
-    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
         return sorted(
             await super().list_bodies(workflow_name, graph_signature_hash), key=lambda s: s.checkpoint_id
         )
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        listed = await self._list(workflow_name, graph_signature_hash)
+        listed = await self.list_bodies(workflow_name, graph_signature_hash)
         return listed[-1] if listed else None
 
 
 class SleepsOnTheLoop(DoubleBackend):
     """Waits synchronously in every save, as a storage calling a blocking client would."""
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         time.sleep(0.002)  # noqa: ASYNC251 - the defect under test
-        return await super()._insert(record)
+        return await super().insert(records)
 
 
 class BlockingReads(DoubleBackend):
@@ -169,13 +170,13 @@ class LockLeftHeldOnCancel(DoubleBackend):
 
     _locks: ClassVar[dict[int, asyncio.Lock]] = {}
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         lock = self._locks.setdefault(id(self.backing), asyncio.Lock())
         await lock.acquire()
         await asyncio.sleep(0)  # the write, on a server
-        existing = await super()._insert(record)
+        result = await super().insert(records)
         lock.release()  # not in a finally: a cancelled save leaves it held
-        return existing
+        return result
 
 
 class CrossedReplies(DoubleBackend):
@@ -198,7 +199,7 @@ def test_in_memory_storage_passes_every_concurrency_clause() -> None:
 
 
 def test_two_handle_clauses_need_shared() -> None:
-    not_shared = InMemoryCheckpointStorage.capabilities - {Capability.SHARED}
+    not_shared = MemoryBackend.capabilities - {Capability.SHARED}
     backend = run_family(InMemoryCheckpointStorage, capabilities=not_shared)
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
     assert skipped == {"concurrency.shared_handles_interleave", "concurrency.shared_identical_saves"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,10 @@ from conformance.clauses.tamper import KIT_KEY
 from storages.backend import StoredBody
 from storages.contract import Capability, WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import DoubleBackend
+from .double import DecodesItself, DoubleStorage
 from .support import failed
 
 FAMILY = "corruption"
@@ -35,7 +34,7 @@ LOAD_CLAUSES = {
 }
 
 
-class SkipsUndecodable(DoubleBackend):
+class SkipsUndecodable(DoubleStorage):
     """get_latest and list_checkpoints skip bodies they cannot decode (MAF #8181)."""
 
     async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
@@ -56,7 +55,7 @@ class SkipsUndecodable(DoubleBackend):
         return decodable
 
 
-class LoadReturnsDefault(DoubleBackend):
+class LoadReturnsDefault(DoubleStorage):
     """load() hands back an empty checkpoint when the body cannot be decoded."""
 
     async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:
@@ -68,41 +67,24 @@ class LoadReturnsDefault(DoubleBackend):
             )
 
 
-class TrustsAnyBody(DoubleBackend):
+class TrustsAnyBody(DecodesItself):
     """Decodes whatever body sits under an id without checking it belongs to that id."""
 
-    def _decode(
-        self,
-        stored: StoredBody,
-        workflow_name: str | None = None,
-        nested: Mapping[str, bytes] | None = None,
-        graph_signature_hash: str | None = None,
-    ) -> Any:
-        return self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id, nested=nested)
 
-
-class ChecksOnlyIdAndWorkflowAskedFor(DoubleBackend):
+class ChecksOnlyIdAndWorkflowAskedFor(DecodesItself):
     """Checks a decoded body's id, and its workflow when a listing asked for one, but believes
     the body over the record's index entry (the engine before the hardening)."""
 
-    def _decode(
-        self,
-        stored: StoredBody,
-        workflow_name: str | None = None,
-        nested: Mapping[str, bytes] | None = None,
-        graph_signature_hash: str | None = None,
-    ) -> Any:
-        checkpoint = self.codec.decode_checkpoint(
-            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
-        )
+    def check(
+        self, stored: StoredBody, checkpoint: Any, workflow_name: str | None, signature: str | None
+    ) -> None:
         if checkpoint.checkpoint_id != stored.checkpoint_id or (
             workflow_name is not None and checkpoint.workflow_name != workflow_name
         ):
             raise CheckpointCorruptedError(stored.checkpoint_id, "not the record it is stored as")
-        return checkpoint
 
 
-class HidesDamagedIds(DoubleBackend):
+class HidesDamagedIds(DoubleStorage):
     """list_checkpoint_ids drops ids whose bodies do not decode."""
 
     async def list_checkpoint_ids(self, *, workflow_name: str, **_: Any) -> list[str]:
@@ -116,7 +98,7 @@ class HidesDamagedIds(DoubleBackend):
         return ids
 
 
-class NamesTheWrongId(DoubleBackend):
+class NamesTheWrongId(DoubleStorage):
     """Reports corruption, but of some other checkpoint than the damaged one."""
 
     async def load(self, checkpoint_id: str, *, expected_graph_signature_hash: str | None = None) -> Any:
@@ -154,7 +136,7 @@ def test_a_sqlite_url_with_a_key_passes_every_corruption_clause(
 
 
 def test_corruption_clauses_need_raw_access() -> None:
-    without_raw = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    without_raw = MemoryBackend.capabilities - {Capability.RAW_ACCESS}
     backend = run_family(InMemoryCheckpointStorage, capabilities=without_raw)
     assert all(r.outcome is Outcome.SKIPPED for r in backend.results)
 

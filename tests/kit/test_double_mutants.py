@@ -11,35 +11,35 @@ from typing import Any
 import pytest
 
 from conformance import Outcome
-from storages.backend import CheckpointRecord, WalkRecords
+from storages.backend import CheckpointRecord, InsertResult, WalkRecords
 from storages.contract import CheckpointID
 from storages.errors import CheckpointConflictError
 
 from . import support
-from .double import DoubleBackend, DoubleState, Row, double_target
+from .double import DoubleBackend, DoubleState, DoubleStorage, Row, double_target
 from .support import caught_only_by
 
 
 class ConflictsOnDifferentBytes(DoubleBackend):
     """Calls a re-save a conflict whenever the encoded bytes differ, without comparing content."""
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
-        existing = await super().insert(records)
-        if existing is not None and existing != records[0].digest:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        result = await super().insert(records)
+        if result is InsertResult.DIFFERENT_BODY:
             raise CheckpointConflictError(records[0].checkpoint_id, "the stored bytes differ")
-        return existing
+        return result
 
 
 class ConflictsOnDifferentNestedBytes(DoubleBackend):
     """Compares the container by content but its embedded records byte for byte."""
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
-        existing = await super().insert(records)
-        if existing is not None and len(records) > 1:
-            stored = await self._nested_bodies([records[0].checkpoint_id])
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        result = await super().insert(records)
+        if result is not InsertResult.INSERTED and len(records) > 1:
+            stored = await self.nested_bodies([records[0].checkpoint_id])
             if any(stored.get(r.checkpoint_id) != r.body for r in records[1:]):
                 raise CheckpointConflictError(records[0].checkpoint_id, "an embedded record's bytes differ")
-        return existing
+        return result
 
 
 class TruncatesKeys(DoubleBackend):
@@ -102,18 +102,18 @@ class TombstonesSeenOnlyInOwnWorkflow(DoubleBackend):
 class RepairsDanglingLinks(DoubleBackend):
     """Indexes a previous id that resolves to nothing as the workflow's latest checkpoint instead."""
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         top = records[0]
         state = self._read()
         previous = top.previous_checkpoint_id
         if previous is not None and previous not in state.rows and top.checkpoint_id not in state.rows:
             mine = state.top_level(top.workflow_name)
             if mine:
-                top = dataclasses.replace(top, previous_checkpoint_id=mine[-1].record.checkpoint_id)
+                top = top.replaced(previous_checkpoint_id=mine[-1].record.checkpoint_id)
         return await super().insert([top, *records[1:]])
 
 
-class GraftsLinksOntoLatest(DoubleBackend):
+class GraftsLinksOntoLatest(DoubleStorage):
     """Rewrites a previous id that names no top-level checkpoint to the workflow's latest: after a
     parent restore, the child's fork is grafted onto the abandoned branch (and still resolves)."""
 

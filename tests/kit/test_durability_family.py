@@ -10,10 +10,10 @@ from typing import Any
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, all_clauses
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody
 from storages.contract import Capability
 from storages.engine import CheckpointStore
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .support import caught_only_by, failed
@@ -24,10 +24,16 @@ FAMILY = "durability"
 def run_family(storage_class: Any, *, rebuildable: bool = True, **target: Any) -> BackendReport:
     """The family against a store of ``storage_class``; the kit rebuilds it from its "settings"
     (a new object on the same disk, as a restarted process would open the same file)."""
-    root = storage_class()
-    disk = getattr(root, "_disk", None)
-    if rebuildable:
-        target["reopen"] = (lambda: storage_class(disk)) if disk is not None else storage_class
+    if isinstance(storage_class, type) and issubclass(storage_class, RowStorage):
+        backend_class = storage_class
+        backend = backend_class()
+        root: Any = CheckpointStore(backend)
+        if rebuildable:
+            target["reopen"] = lambda: CheckpointStore(backend_class(backend.disk))
+    else:
+        root = storage_class()
+        if rebuildable:
+            target["reopen"] = storage_class
     subject = StorageTarget(name=storage_class.__name__, factory=root.new_handle, **target)
     return support.run_family(FAMILY, subject)
 
@@ -46,25 +52,24 @@ class _Disk:
     next_sequence: int = 1
 
 
-class RowStorage(CheckpointStore):
+class RowStorage(Backend):
     """A correct durable store: rows with a per-store sequence, shared by every handle."""
 
     capabilities = frozenset({Capability.DURABLE, Capability.SHARED})
 
     def __init__(self, disk: _Disk | None = None) -> None:
-        super().__init__()
-        self._disk = disk if disk is not None else _Disk()
+        self.disk = disk if disk is not None else _Disk()
 
     def new_handle(self) -> Self:
-        return type(self)(self._disk)
+        return type(self)(self.disk)
 
     def _allocate_sequence(self) -> int:
-        sequence = self._disk.next_sequence
-        self._disk.next_sequence += 1
+        sequence = self.disk.next_sequence
+        self.disk.next_sequence += 1
         return sequence
 
     def _visible(self) -> list[_Row]:
-        return sorted(self._disk.rows, key=lambda row: row.sequence)
+        return sorted(self.disk.rows, key=lambda row: row.sequence)
 
     def _find(self, checkpoint_id: str) -> _Row | None:
         return next((row for row in self._visible() if row.record.checkpoint_id == checkpoint_id), None)
@@ -77,35 +82,40 @@ class RowStorage(CheckpointStore):
             and (signature is None or row.record.graph_signature_hash == signature)
         ]
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         existing = self._find(record.checkpoint_id)
         if existing is not None:
-            return existing.record.digest
-        self._disk.rows.append(_Row(self._allocate_sequence(), record))
-        return None
+            return InsertResult.of_stored_digest(existing.record.digest, record)
+        self.disk.rows.append(_Row(self._allocate_sequence(), record))
+        return InsertResult.INSERTED
 
-    async def _get(self, checkpoint_id: str) -> bytes | None:
+    async def load(self, checkpoint_id: str) -> StoredBody | None:
         row = self._find(checkpoint_id)
-        return None if row is None else row.record.body
+        return None if row is None else StoredBody(checkpoint_id, row.record.body)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._workflow(workflow_name, graph_signature_hash)
         return StoredBody(rows[-1].record.checkpoint_id, rows[-1].record.body) if rows else None
 
-    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
         return [
             StoredBody(r.record.checkpoint_id, r.record.body)
             for r in self._workflow(workflow_name, graph_signature_hash)
         ]
 
-    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[str]:
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[str]:
         return [r.record.checkpoint_id for r in self._workflow(workflow_name, graph_signature_hash)]
 
     async def remove(self, checkpoint_id: str) -> bool:
         row = self._find(checkpoint_id)
         if row is None:
             return False
-        self._disk.rows.remove(row)
+        self.disk.rows.remove(row)
         return True
 
 
@@ -153,11 +163,12 @@ class ForgetsWhatExists(RowStorage):
         super().__init__(disk)
         self._known: dict[str, str] = {}
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         if record.checkpoint_id in self._known:
             return self._known[record.checkpoint_id]
         self._known[record.checkpoint_id] = record.digest
-        self._disk.rows.append(_Row(self._allocate_sequence(), record))
+        self.disk.rows.append(_Row(self._allocate_sequence(), record))
         return None
 
 
@@ -175,7 +186,7 @@ def test_in_memory_storage_skips_every_durability_clause() -> None:
 def test_durable_is_unverified_without_a_way_to_rebuild_the_store() -> None:
     # Handles of one in-memory store share its memory: new_handle() proves nothing about a store
     # that outlives its process, so without reopen or process_opener the declaration is unverified.
-    declared = InMemoryCheckpointStorage.capabilities | {Capability.DURABLE}
+    declared = MemoryBackend.capabilities | {Capability.DURABLE}
     backend = run_family(InMemoryCheckpointStorage, rebuildable=False, capabilities=declared)
     assert {r.outcome for r in backend.results} == {Outcome.SKIPPED}
     assert all("unverified" in r.message for r in backend.results if r.clause_id != PROCESSES)
@@ -191,7 +202,7 @@ def test_durable_is_unverified_without_a_way_to_rebuild_the_store() -> None:
 
 def test_a_memory_store_declared_durable_fails_when_rebuilt() -> None:
     # Built anew from its settings, an in-memory store is empty: declaring durable is caught.
-    declared = InMemoryCheckpointStorage.capabilities | {Capability.DURABLE}
+    declared = MemoryBackend.capabilities | {Capability.DURABLE}
     backend = run_family(InMemoryCheckpointStorage, capabilities=declared)
     assert "durability.survives_reopen" in failed(backend)
 

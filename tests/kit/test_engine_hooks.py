@@ -9,12 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from storages.engine.primitives import StoragePrimitives
 
 from storages.backend import (
     CAPABILITY_PRIMITIVES,
     CORE_PRIMITIVES,
+    Backend,
     CheckpointRecord,
+    InsertResult,
     MissingPrimitiveError,
     StoredBody,
     body_digest,
@@ -24,6 +25,7 @@ from storages.backend import (
 )
 from storages.contract import Capability, CheckpointID, WorkflowCheckpoint
 from storages.engine import CheckpointStore
+from storages.engine.primitives import StoragePrimitives
 from storages.errors import (
     CheckpointConflictError,
     CheckpointCorruptedError,
@@ -36,7 +38,7 @@ from storages.memory import InMemoryCheckpointStorage
 from .double import OPERATIONS, DoubleBackend
 
 
-class CoreOnly(CheckpointStore):
+class CoreOnly(Backend):
     """The smallest storage: the core primitives over a dict, no capability declared."""
 
     def __init__(
@@ -46,25 +48,26 @@ class CoreOnly(CheckpointStore):
         self.rows = rows if rows is not None else {}
         self.label = label
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         existing = self.rows.get(record.checkpoint_id)
         if existing is not None:
-            return existing.digest
+            return InsertResult.of_stored_digest(existing.digest, record)
         self.rows[record.checkpoint_id] = record
-        return None
+        return InsertResult.INSERTED
 
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         record = self.rows.get(checkpoint_id)
-        return None if record is None else record.body
+        return None if record is None else StoredBody(checkpoint_id, record.body)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        ids = await self._list_ids(workflow_name, graph_signature_hash)
+        ids = await self.list_ids(workflow_name, graph_signature_hash)
         return None if not ids else StoredBody(ids[-1], self.rows[ids[-1]].body)
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
-        ids = await self._list_ids(workflow_name, graph_signature_hash)
+        ids = await self.list_ids(workflow_name, graph_signature_hash)
         return [StoredBody(i, self.rows[i].body) for i in ids]
 
     async def list_ids(
@@ -283,7 +286,7 @@ async def test_the_default_insert_forwards_to_insert_family() -> None:
     class FamilyOnly(CoreOnly):
         _insert = CheckpointStore._insert
 
-        async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+        async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
             families.append(records)
             return await CoreOnly._insert(self, records[0])
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget
-from storages.backend import CheckpointRecord
+from storages.backend import CheckpointRecord, InsertResult
 
 from . import support
 from .double import ExpiringStorage, Row, double_target
@@ -49,7 +49,7 @@ class SeenIdsOutliveTtl(ExpiringStorage):
 
     seen: ClassVar[dict[str, str]] = {}
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         known = self.seen.get(records[0].checkpoint_id)
         if known is not None:
             return known

@@ -8,20 +8,22 @@ in a connection error after the storage did whatever its mutant does with the re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import Self
+
 from conformance import BackendReport, Outcome, StorageTarget
 from conformance.faults import Fault, FaultInjector
-from storages.backend import CheckpointRecord
+from storages.backend import CheckpointRecord, InsertResult
 from storages.contract import Capability, CheckpointID
 from storages.errors import StorageUnavailableError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import Backing, DoubleBackend
+from .double import Backing, DoubleBackend, storage_of
 from .support import failed
 
 RESTART = "faults.server_restart_keeps_acknowledged"
@@ -50,20 +52,20 @@ class CutMemory(DoubleBackend):
         super().__init__(backing)
         self.server = server if server is not None else _Server()
 
-    def _handle_overrides(self) -> Mapping[str, object]:
-        return {**super()._handle_overrides(), "server": self.server}
+    def new_handle(self) -> Self:
+        return type(self)(self.backing, server=self.server)
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         if not self.server.cut_armed:
-            existing = await super().insert(records)
-            if existing is None:
+            result = await super().insert(records)
+            if result is InsertResult.INSERTED:
                 self.server.acknowledged.append(records[0].checkpoint_id)
-            return existing
+            return result
         self.server.cut_armed = False
         self.server.cuts += 1
         return await self._cut(records)
 
-    async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def _cut(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         await super().insert(records)
         raise StorageUnavailableError("save", "connection reset by peer (injected)")
 
@@ -71,24 +73,24 @@ class CutMemory(DoubleBackend):
 class HalfWrittenOnCut(CutMemory):
     """Writes the checkpoint but not its nested records when the connection drops."""
 
-    async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await DoubleBackend._insert_family(self, records[:1])
+    async def _cut(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        await DoubleBackend.insert(self, records[:1])
         raise StorageUnavailableError("save", "connection reset by peer (injected)")
 
 
 class UntypedErrorOnCut(CutMemory):
     """Lets the socket error escape instead of a storage error."""
 
-    async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        await DoubleBackend._insert_family(self, records)
+    async def _cut(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        await DoubleBackend.insert(self, records)
         raise ConnectionResetError("connection reset by peer")
 
 
 class AcknowledgesLostSave(CutMemory):
     """Swallows the cut and reports success although nothing was written."""
 
-    async def _cut(self, records: Sequence[CheckpointRecord]) -> str | None:
-        return None
+    async def _cut(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        return InsertResult.INSERTED
 
 
 class MemoryServerInjector(FaultInjector):
@@ -101,7 +103,7 @@ class MemoryServerInjector(FaultInjector):
     async def restart_server(self) -> None:
         if self.restart_loses_last_save and self.root.server.acknowledged:
             # As a server that acknowledged a write before it reached the disk.
-            await self.root._remove(self.root.server.acknowledged[-1])
+            await self.root.remove(self.root.server.acknowledged[-1])
 
     @asynccontextmanager
     async def cut_connection_during_save(self) -> AsyncIterator[None]:
@@ -112,11 +114,11 @@ class MemoryServerInjector(FaultInjector):
             self.root.server.cut_armed = False
 
 
-def target(storage_class: type[CutMemory], **injector: Any) -> StorageTarget:
-    root = storage_class()
+def target(backend_class: type[CutMemory], **injector: Any) -> StorageTarget:
+    root = backend_class()
     return StorageTarget(
-        name=storage_class.__name__,
-        factory=root.new_handle,
+        name=backend_class.__name__,
+        factory=storage_of(root).new_handle,
         capabilities=DoubleBackend.capabilities | {Capability.DURABLE},
         faults=MemoryServerInjector(root, **injector),
     )
@@ -127,7 +129,7 @@ def outcomes(backend: BackendReport) -> dict[str, Outcome]:
 
 
 def test_without_an_injector_the_server_fault_clauses_are_skipped() -> None:
-    backend = run_family(InMemoryCheckpointStorage, capabilities=InMemoryCheckpointStorage.capabilities | {
+    backend = run_family(InMemoryCheckpointStorage, capabilities=MemoryBackend.capabilities | {
         Capability.DURABLE
     })  # fmt: skip
     assert outcomes(backend) == {RESTART: Outcome.SKIPPED, CUT: Outcome.SKIPPED}

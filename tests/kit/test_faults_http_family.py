@@ -12,15 +12,17 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import ClassVar
 
+from typing_extensions import Self
+
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from conformance.faults import Fault, FaultInjector, SimulatedCrash
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, InsertResult, StoredBody
 from storages.contract import CheckpointID
 from storages.errors import StorageUnavailableError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import Backing, DoubleBackend
+from .double import Backing, DoubleBackend, storage_of
 from .support import failed
 
 TRANSIENT_RETRIED = "faults.transient_errors_retried"
@@ -78,6 +80,9 @@ class RequestingMemory(DoubleBackend):
         super().__init__(backing)
         self.injector = injector
 
+    def new_handle(self) -> Self:
+        return type(self)(self.injector, self.backing)
+
     def request(self, operation: str, *, conditional: bool = False) -> bool:
         """Play one request; True once it goes through. Raises past the budget."""
         injector = self.injector
@@ -101,22 +106,22 @@ class RequestingMemory(DoubleBackend):
     def exhausted(self, operation: str) -> Exception:
         return StorageUnavailableError(operation, "memory:// request failed past the retry budget")
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         if not self.request("save", conditional=True):
-            return None  # believed the write landed
+            return InsertResult.INSERTED  # believed the write landed
         if self.injector.crash_armed:
             self.injector.crash_armed = False
             self.injector.injected += 1
             return await self.crash(records)
         return await super().insert(records)
 
-    async def crash(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def crash(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         await super().insert(records)
         raise SimulatedCrash("injected after the write")
 
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         self.request("load")
-        return await super()._get(checkpoint_id)
+        return await super().load(checkpoint_id)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         self.request("get_latest")
@@ -158,7 +163,7 @@ class TrustsConflicts(RequestingMemory):
 class HalfWrittenOnCrash(RequestingMemory):
     """Dies after writing the body but before indexing it: loadable by id, never listed."""
 
-    async def crash(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def crash(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         state = self._read()
         state.unindexed[self._key(records[0].checkpoint_id)] = records[0].body
         self._commit(state)
@@ -168,7 +173,7 @@ class HalfWrittenOnCrash(RequestingMemory):
 class NestedFirstVisible(RequestingMemory):
     """Dies after storing the nested records (visible, loadable) but before their container."""
 
-    async def crash(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def crash(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         if len(records) > 1:
             state = self._read()
             for record in records[1:]:
@@ -179,7 +184,7 @@ class NestedFirstVisible(RequestingMemory):
 
 def run_family(storage_class: type[RequestingMemory]) -> BackendReport:
     injector = MemoryHttpInjector()
-    root = storage_class(injector)
+    root = storage_of(storage_class(injector))
     target = StorageTarget(name=storage_class.__name__, factory=root.new_handle, faults=injector)
     backend = support.run_family("faults", target)
     assert injector.injected > 0  # the clauses really injected faults into this subject

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome
-from storages.backend import CheckpointRecord, FenceCheck
+from storages.backend import CheckpointRecord, FenceCheck, InsertResult
 from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 from storages.sqlite import SQLiteCheckpointStorage
@@ -36,8 +36,9 @@ class _Fence(FencingDouble):
     def _latest_id(self, workflow_name: str) -> CheckpointID | None:
         return self.latest_id(self._read(), workflow_name)
 
-    def _existing_digest(self, checkpoint_id: CheckpointID) -> str | None:
-        return self.stored_digest(self._read(), checkpoint_id)
+    def _existing(self, record: CheckpointRecord) -> InsertResult | None:
+        stored = self.stored_digest(self._read(), record.checkpoint_id)
+        return None if stored is None else InsertResult.of_stored_digest(stored, record)
 
 
 class ChecksThenWrites(_Fence):
@@ -48,13 +49,13 @@ class ChecksThenWrites(_Fence):
     ) -> FenceCheck | None:
         latest = self._latest_id(records[0].workflow_name)
         await asyncio.sleep(0)
-        existing = self._existing_digest(records[0].checkpoint_id)
+        existing = self._existing(records[0])
         if existing is not None:
             return FenceCheck(latest, existing)
         if latest != expected_latest_id:
             return FenceCheck(latest, None)
-        digest = await self._insert_family(records)
-        return None if digest is None else FenceCheck(latest, digest)
+        result = await self.insert(records)
+        return None if result is InsertResult.INSERTED else FenceCheck(latest, result)
 
 
 class ComparesWithCachedLatest(_Fence):
@@ -62,7 +63,7 @@ class ComparesWithCachedLatest(_Fence):
 
     def __init__(self, backing: Backing | None = None) -> None:
         super().__init__(backing)
-        self._cached: dict[str, CheckpointID | None] = {}
+        self._cached: dict[str, CheckpointID | None] = {}  # per handle: new_handle starts afresh
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
@@ -71,12 +72,12 @@ class ComparesWithCachedLatest(_Fence):
         if top.workflow_name not in self._cached:
             self._cached[top.workflow_name] = self._latest_id(top.workflow_name)
         latest = self._cached[top.workflow_name]
-        existing = self._existing_digest(top.checkpoint_id)
+        existing = self._existing(top)
         if existing is not None:
             return FenceCheck(self._latest_id(top.workflow_name), existing)
         if latest != expected_latest_id:
             return FenceCheck(latest, None)
-        await self._insert_family(records)
+        await self.insert(records)
         self._cached[top.workflow_name] = top.checkpoint_id
         return None
 
@@ -100,7 +101,7 @@ class NoneMeansUnfenced(_Fence):
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
         if expected_latest_id is None:
-            digest = await self._insert_family(records)
+            digest = await self.insert(records)
             return None if digest is None else FenceCheck(records[0].checkpoint_id, digest)
         return await super().insert_fenced(records, expected_latest_id)
 

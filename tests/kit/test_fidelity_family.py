@@ -7,12 +7,11 @@ import json
 from typing import Any
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.backend import CheckpointRecord
 from storages.errors import UnserializableValueError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "fidelity"
@@ -30,7 +29,7 @@ def _tuples_to_lists(value: Any) -> Any:
     return value
 
 
-class TuplesBecomeLists(DoubleBackend):
+class TuplesBecomeLists(DoubleStorage):
     """Stores tuples as lists, as any JSON-shaped codec does."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -47,7 +46,7 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-class JsonState(DoubleBackend):
+class JsonState(DoubleStorage):
     """Passes state through JSON (keys as str, other values as their repr), like a naive JSON backend."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -55,18 +54,18 @@ class JsonState(DoubleBackend):
         return await super().save(dataclasses.replace(checkpoint, state=state))
 
 
-class AcceptsUnencodable(DoubleBackend):
+class AcceptsUnencodable(DoubleStorage):
     """Stores the repr of values it cannot encode instead of refusing the save."""
 
-    def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
+    async def save(self, checkpoint: Any, **options: Any) -> str:
         try:
-            return super()._records_for(checkpoint)
+            return await super().save(checkpoint, **options)
         except UnserializableValueError:
             state = json.loads(json.dumps(_jsonable(checkpoint.state)))
-            return super()._records_for(dataclasses.replace(checkpoint, state=state))
+            return await super().save(dataclasses.replace(checkpoint, state=state), **options)
 
 
-class StripsSignature(DoubleBackend):
+class StripsSignature(DoubleStorage):
     """Trims whitespace off graph signatures, as a backend normalising keys might."""
 
     async def save(self, checkpoint: Any) -> str:
@@ -74,14 +73,14 @@ class StripsSignature(DoubleBackend):
         return await super().save(dataclasses.replace(checkpoint, graph_signature_hash=signature))
 
 
-class DropsMetadata(DoubleBackend):
+class DropsMetadata(DoubleStorage):
     """Forgets metadata, as a backend storing only the fields it indexes might."""
 
     async def save(self, checkpoint: Any) -> str:
         return await super().save(dataclasses.replace(checkpoint, metadata={}))
 
 
-class CapsEachValue(DoubleBackend):
+class CapsEachValue(DoubleStorage):
     """Keeps the first 64 KiB of each top-level str value, as a store with a text column per value
     might: the body it writes still decodes."""
 

@@ -12,14 +12,13 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody
 from storages.contract import CheckpointID
-from storages.engine import CheckpointStore
 from storages.errors import InvalidCheckpointIdError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleStorage
 from .support import failed
 
 FAMILY = "identifiers"
@@ -39,7 +38,7 @@ INVALID_INPUT_CLAUSES = {
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class _CleansIdentifiers(DoubleBackend):
+class _CleansIdentifiers(DoubleStorage):
     """Passes every id and workflow name through ``clean`` before the real storage sees it."""
 
     @staticmethod
@@ -86,7 +85,7 @@ class StripsControlCharacters(_CleansIdentifiers):
         return "".join(ch for ch in value if unicodedata.category(ch) not in ("Cc", "Cs"))
 
 
-class RefusesPathCharacters(DoubleBackend):
+class RefusesPathCharacters(DoubleStorage):
     """Refuses ids containing path syntax, as a file storage guarding against traversal does."""
 
     async def save(self, checkpoint: Any) -> CheckpointID:
@@ -102,11 +101,10 @@ def _folded(value: str) -> str:
     return unicodedata.normalize("NFKC", value).casefold().replace("/", "_").replace("\\", "_").strip()
 
 
-class FoldsKeys(CheckpointStore):
+class FoldsKeys(Backend):
     """Keys ids and workflow names by a folded form, so look-alikes share one slot."""
 
     def __init__(self, records: dict[str, CheckpointRecord] | None = None) -> None:
-        super().__init__()
         # folded id -> record, in insertion (commit) order
         self._records: dict[str, CheckpointRecord] = {} if records is None else records
 
@@ -117,25 +115,30 @@ class FoldsKeys(CheckpointStore):
         key = _folded(workflow_name)
         return [r for r in self._records.values() if _folded(r.workflow_name) == key]
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         existing = self._records.get(_folded(record.checkpoint_id))
         if existing is not None:
-            return existing.digest
+            return InsertResult.of_stored_digest(existing.digest, record)
         self._records[_folded(record.checkpoint_id)] = record
-        return None
+        return InsertResult.INSERTED
 
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         record = self._records.get(_folded(checkpoint_id))
-        return None if record is None else record.body
+        return None if record is None else StoredBody(checkpoint_id, record.body)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         records = self._in(workflow_name)
         return StoredBody(records[-1].checkpoint_id, records[-1].body) if records else None
 
-    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
         return [StoredBody(r.checkpoint_id, r.body) for r in self._in(workflow_name)]
 
-    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
         return [r.checkpoint_id for r in self._in(workflow_name)]
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:

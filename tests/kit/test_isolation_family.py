@@ -8,12 +8,11 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
-from storages.backend import StoredBody
 from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import ReadsThrough
 from .support import failed
 
 FAMILY = "isolation"
@@ -36,42 +35,34 @@ READ_CLAUSES = {
 # keeps decoded objects around, as a storage that "optimises" reads would.
 
 
-class ServesTheSavedObject(DoubleBackend):
+class ServesTheSavedObject(ReadsThrough):
     """Stores the encoded body, but answers reads with the very object the caller saved."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._saved: dict[CheckpointID, Any] = {}
+    def saved(self) -> dict[CheckpointID, Any]:
+        return self.__dict__.setdefault("saved_objects", {})  # per handle
 
-    async def save(self, checkpoint: Any) -> CheckpointID:
-        checkpoint_id: CheckpointID = await super().save(checkpoint)
-        self._saved.setdefault(checkpoint_id, checkpoint)
+    async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
+        checkpoint_id: CheckpointID = await super().save(checkpoint, **options)
+        self.saved().setdefault(checkpoint_id, checkpoint)
         return checkpoint_id
 
-    def _decode(self, stored: StoredBody, *args: Any) -> Any:
-        if stored.checkpoint_id in self._saved:
-            return self._saved[stored.checkpoint_id]
-        return super()._decode(stored, *args)
+    def returned(self, checkpoint: Any) -> Any:
+        return self.saved().get(checkpoint.checkpoint_id, checkpoint)
 
 
-class CachesDecodedObjects(DoubleBackend):
+class CachesDecodedObjects(ReadsThrough):
     """Decodes each body once and hands the same object to every later read."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._decoded: dict[CheckpointID, Any] = {}
-
-    def _decode(self, stored: StoredBody, *args: Any) -> Any:
-        if stored.checkpoint_id not in self._decoded:
-            self._decoded[stored.checkpoint_id] = super()._decode(stored, *args)
-        return self._decoded[stored.checkpoint_id]
+    def returned(self, checkpoint: Any) -> Any:
+        decoded: dict[CheckpointID, Any] = self.__dict__.setdefault("decoded", {})  # per handle
+        return decoded.setdefault(checkpoint.checkpoint_id, checkpoint)
 
 
 class ShallowCopiesOfCache(CachesDecodedObjects):
     """Returns copy.copy of the cached object: a new checkpoint whose dicts are shared."""
 
-    def _decode(self, stored: StoredBody, *args: Any) -> Any:
-        return copy.copy(super()._decode(stored, *args))
+    def returned(self, checkpoint: Any) -> Any:
+        return copy.copy(super().returned(checkpoint))
 
 
 # ---------------------------------------------------------------- tests

@@ -15,7 +15,7 @@ from conformance.cli import main
 from storages.contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
 
 from . import support
-from .double import DoubleBackend, double_target
+from .double import DoubleStorage, double_target
 from .support import caught_only_by
 
 pytestmark = pytest.mark.maf
@@ -27,7 +27,7 @@ def _as_project_class(checkpoint: Any) -> Any:
     return WorkflowCheckpoint(**{name: getattr(checkpoint, name) for name in CHECKPOINT_FIELDS})
 
 
-class LoadsProjectClass(DoubleBackend):
+class LoadsProjectClass(DoubleStorage):
     """Gives back the project's WorkflowCheckpoint whatever class was saved (a from_dict of its own)."""
 
     async def load(self, checkpoint_id: str, **options: Any) -> Any:

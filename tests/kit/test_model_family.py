@@ -30,7 +30,7 @@ from conformance.model.spec import ContractModel
 from storages.backend import CheckpointRecord
 from storages.contract import Capability, CheckpointID, PendingWrite, WorkflowCheckpoint
 from storages.errors import StaleWriterError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from .double import DoubleBackend, DoubleState, FileBacking, Row, double_target
 
@@ -169,7 +169,7 @@ class _Sanitiser(Wrapper):
     async def save(self, checkpoint: Any, **options: Any) -> str:
         cleaned = type(checkpoint)(
             **{
-                name: self._walk(getattr(checkpoint, name))
+                name: self.walk(getattr(checkpoint, name))
                 if name in self.fields
                 else getattr(checkpoint, name)
                 for name in checkpoint.__dataclass_fields__
@@ -180,11 +180,11 @@ class _Sanitiser(Wrapper):
     def _walk(self, value: Any) -> Any:
         value = self.clean(value)
         if isinstance(value, dict):
-            return {key: self._walk(item) for key, item in value.items()}
+            return {key: self.walk(item) for key, item in value.items()}
         if isinstance(value, list):
-            return [self._walk(item) for item in value]
+            return [self.walk(item) for item in value]
         if isinstance(value, tuple):
-            return tuple(self._walk(item) for item in value)
+            return tuple(self.walk(item) for item in value)
         return value
 
 
@@ -521,7 +521,7 @@ def test_a_six_method_storage_passes() -> None:
 
 
 def test_the_same_seed_draws_the_same_program() -> None:
-    settings = Settings(InMemoryCheckpointStorage.capabilities, handles=2)
+    settings = Settings(MemoryBackend.capabilities, handles=2)
     first = Generator(settings, 5, "aaaaaa").program(80)
     second = Generator(settings, 5, "aaaaaa").program(80)
     assert [(op.kind, op.handle, repr(op.params)) for op in first] == [
@@ -532,7 +532,7 @@ def test_the_same_seed_draws_the_same_program() -> None:
 
 
 def test_retag_renames_every_string_and_keeps_aliases() -> None:
-    settings = Settings(InMemoryCheckpointStorage.capabilities)
+    settings = Settings(MemoryBackend.capabilities)
     ops = Generator(settings, 11, "q9q8q7").program(120)
     renamed = retag(ops, "q9q8q7", "zyxwvu")
     assert "q9q8q7" not in repr([op.params for op in renamed])

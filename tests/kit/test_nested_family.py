@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, select_clauses, target_from_url
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, InsertResult
 from storages.contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointInfo
 from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, DoubleStorage, InlineStorage, ReadsThrough
 from .support import caught_only_by, failed
 
 FAMILY = "nested"
@@ -46,21 +46,17 @@ def _as_dicts(value: Any) -> Any:
     return value
 
 
-class NestedDecodedAsDicts(DoubleBackend):
+class NestedDecodedAsDicts(ReadsThrough):
     """A decoder hook that hands embedded checkpoints back as their to_dict() mappings."""
 
-    def _decode(self, stored: StoredBody, *args: Any) -> Any:
-        checkpoint = super()._decode(stored, *args)
+    def returned(self, checkpoint: Any) -> Any:
         for name in ("messages", "state", "pending_request_info_events", "metadata"):
             setattr(checkpoint, name, _as_dicts(getattr(checkpoint, name)))
         return checkpoint
 
 
-class InlineOnly(DoubleBackend):
+class InlineOnly(InlineStorage):
     """Claims ``nested`` but encodes embedded checkpoints inline, recording nothing nested."""
-
-    def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
-        return [self._record_for(checkpoint)]
 
 
 class DeleteLeavesOrphans(DoubleBackend):
@@ -90,14 +86,14 @@ class ListsNestedWithoutFlag(DoubleBackend):
 class NonAtomicFamilyInsert(DoubleBackend):
     """Writes the checkpoint, then its nested records one by one, stopping at a conflict."""
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
-        existing = await super().insert(records[:1])
-        if existing is not None:
-            return existing
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        result = await super().insert(records[:1])
+        if result is not InsertResult.INSERTED:
+            return result
         for record in records[1:]:
-            if await super().insert((record,)) is not None:
+            if await super().insert((record,)) is not InsertResult.INSERTED:
                 raise CheckpointConflictError(record.checkpoint_id, "an embedded checkpoint's id is taken")
-        return None
+        return result
 
 
 class NestedDeletable(DoubleBackend):
@@ -135,11 +131,18 @@ class ListNestedAllDescendants(DoubleBackend):
         return [member.record.checkpoint_id for member in state.family(row)[1:]]
 
 
-class ResaveComparesContainerOnly(DoubleBackend):
+class ResaveComparesContainerOnly(DoubleStorage):
     """Treats a re-save as a no-op when the container's own body matches, ignoring its children."""
 
-    async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
-        return True
+    async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
+        try:
+            saved: CheckpointID = await super().save(checkpoint, **options)
+        except CheckpointConflictError:
+            container = self.codec.encode_checkpoint_tree(checkpoint)[0].body
+            if await self.read_raw_body(checkpoint.checkpoint_id) == container:
+                return checkpoint.checkpoint_id
+            raise
+        return saved
 
 
 # ---------------------------------------------------------------- tests

@@ -11,13 +11,13 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody
 from storages.contract import Capability, CheckpointID
-from storages.engine import CheckpointStore
-from storages.memory import InMemoryCheckpointStorage
+from storages.errors import CheckpointNotFoundError
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "ordering"
@@ -43,40 +43,43 @@ class LatestByTimestamp(DoubleBackend):
     """get_latest() picks the greatest timestamp, first saved on ties: MAF's in-memory rule."""
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        stored = await self._list(workflow_name, graph_signature_hash)
+        stored = await self.list_bodies(workflow_name, graph_signature_hash)
         if not stored:
             return None
-        return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
+        clocks = [datetime.fromisoformat((await self.decode(item)).timestamp) for item in stored]
+        return stored[clocks.index(max(clocks))]  # the first of the greatest
 
 
 class ListsInIdOrder(DoubleBackend):
     """Lists in lexicographic id order, as an object store's key listing returns them."""
 
-    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> list[StoredBody]:
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[StoredBody]:
         stored = await super().list_bodies(workflow_name, graph_signature_hash)
         return sorted(stored, key=lambda item: item.checkpoint_id)
 
-    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
         return sorted(await super().list_ids(workflow_name, graph_signature_hash))
 
 
-class OneLatestPointerPerStore(DoubleBackend):
+class OneLatestPointerPerStore(DoubleStorage):
     """Remembers the last save of the whole store (not per workflow) and serves it as latest."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._last_saved: StoredBody | None = None
-
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        existing = await super()._insert(record)
-        if existing is None:
-            self._last_saved = StoredBody(record.checkpoint_id, record.body)
-        return existing
+    async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
+        checkpoint_id: CheckpointID = await super().save(checkpoint, **options)
+        self.__dict__["last_saved"] = checkpoint_id  # per handle
+        return checkpoint_id
 
     async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any | None:
-        pointer = self._last_saved
-        if pointer is not None and await self._get(pointer.checkpoint_id) is not None:
-            return self._decode(pointer)
+        pointer = self.__dict__.get("last_saved")
+        if pointer is not None:
+            try:
+                return await self.load(pointer)
+            except CheckpointNotFoundError:
+                pass
         return await super().get_latest(
             workflow_name=workflow_name, graph_signature_hash=graph_signature_hash
         )
@@ -88,14 +91,13 @@ class _Row:
     sequence: int
 
 
-class SequenceFromCount(CheckpointStore):
+class SequenceFromCount(Backend):
     """Numbers each save by how many checkpoints its workflow holds, so numbers repeat after a
     delete; latest is the highest number, the earliest stored winning a tie."""
 
     capabilities = frozenset({Capability.SHARED})
 
     def __init__(self, rows: dict[CheckpointID, _Row] | None = None) -> None:
-        super().__init__()
         self._rows: dict[CheckpointID, _Row] = {} if rows is None else rows
 
     def new_handle(self) -> Self:
@@ -107,16 +109,17 @@ class SequenceFromCount(CheckpointStore):
     def _ordered(self, workflow_name: str) -> list[_Row]:
         return sorted(self._workflow(workflow_name), key=lambda row: row.sequence)
 
-    async def _insert(self, record: CheckpointRecord) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        record = records[0]
         existing = self._rows.get(record.checkpoint_id)
         if existing is not None:
-            return existing.record.digest
+            return InsertResult.of_stored_digest(existing.record.digest, record)
         self._rows[record.checkpoint_id] = _Row(record, len(self._workflow(record.workflow_name)))
-        return None
+        return InsertResult.INSERTED
 
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         row = self._rows.get(checkpoint_id)
-        return None if row is None else row.record.body
+        return None if row is None else StoredBody(checkpoint_id, row.record.body)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = self._workflow(workflow_name)
@@ -125,10 +128,14 @@ class SequenceFromCount(CheckpointStore):
         top = max(rows, key=lambda row: row.sequence)
         return StoredBody(top.record.checkpoint_id, top.record.body)
 
-    async def list_bodies(self, workflow_name: str, graph_signature_hash: str | None) -> Sequence[StoredBody]:
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
         return [StoredBody(row.record.checkpoint_id, row.record.body) for row in self._ordered(workflow_name)]
 
-    async def list_ids(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointID]:
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
         return [row.record.checkpoint_id for row in self._ordered(workflow_name)]
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
@@ -140,7 +147,7 @@ class SequenceFromCount(CheckpointStore):
 
 def test_in_memory_storage_passes_every_ordering_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
-    assert Capability.SHARED in InMemoryCheckpointStorage.capabilities  # so nothing is skipped
+    assert Capability.SHARED in MemoryBackend.capabilities  # so nothing is skipped
     assert {r.clause_id: r.outcome for r in backend.results} == {
         c.id: Outcome.PASSED for c in select_clauses([FAMILY])
     }

@@ -11,7 +11,7 @@ import pytest
 from conformance import ClauseResult, Outcome, all_clauses
 from conformance.pytest_plugin import report_outcome
 from storages.contract import Capability
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import MemoryBackend
 
 pytest_plugins = ["pytester"]
 
@@ -74,7 +74,7 @@ NEEDS_A_ROUND_TRIP_COUNTER = {"scale.walk_is_one_round_trip"}
 """Not applicable to a suite that sets no ``round_trips``, whatever its capabilities."""
 
 
-def runnable_on_memory(capabilities: frozenset[object] = InMemoryCheckpointStorage.capabilities) -> int:
+def runnable_on_memory(capabilities: frozenset[object] = MemoryBackend.capabilities) -> int:
     return sum(
         1
         for c in all_clauses()
@@ -164,10 +164,13 @@ def test_undeclared_capabilities_skip_the_clauses_that_need_them(pytester: pytes
     bare = """
     @pytest.fixture
     def storage(self):
-        class Bare(InMemoryCheckpointStorage):
+        from storages.engine import CheckpointStore
+        from storages.memory import MemoryBackend
+
+        class Bare(MemoryBackend):
             capabilities = frozenset()
 
-        return Bare()
+        return CheckpointStore(Bare())
 """
     pytester.makepyfile(memory_suite(bare))
     result = pytester.runpytest()

@@ -14,11 +14,11 @@ from storages import open_storage
 from storages.backend import StoredBody
 from storages.contract import Capability, CheckpointID
 from storages.errors import InvalidCheckpointError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 from storages.sqlite import SQLiteCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "retention"
@@ -55,7 +55,7 @@ class PrunesByTimestamp(DoubleBackend):
     async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         rows = state.top_level(workflow_name)
-        decoded = await self._decode_all([StoredBody(r.record.checkpoint_id, r.record.body) for r in rows])
+        decoded = [await self.decode(StoredBody(r.record.checkpoint_id, r.record.body)) for r in rows]
         clocks = {c.checkpoint_id: datetime.fromisoformat(c.timestamp) for c in decoded}
         by_clock = sorted(rows, key=lambda row: clocks[row.record.checkpoint_id])
         doomed = by_clock[: max(0, len(by_clock) - keep_last)]
@@ -94,17 +94,16 @@ class PruneSliceKeepsAllAtZero(DoubleBackend):
         return len(doomed)
 
 
-class LaxKeepLast(DoubleBackend):
+class LaxKeepLast(DoubleStorage):
     """Checks only that keep_last is not negative, so True counts as 1 and 1.5 gets through."""
 
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
         if keep_last < 0:
             raise InvalidCheckpointError(f"keep_last must be >= 0, got {keep_last!r}", field="keep_last")
-        await self._ready("prune")
-        return await self._prune(workflow_name, int(keep_last))
+        return await super().prune(workflow_name=workflow_name, keep_last=int(keep_last))
 
 
-class KeepLastAsInt64(DoubleBackend):
+class Int64Prune(DoubleBackend):
     """Hands keep_last to a database as a 64-bit integer, unchecked: a larger one overflows."""
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
@@ -112,15 +111,19 @@ class KeepLastAsInt64(DoubleBackend):
             raise OverflowError("Python int too large to convert to SQLite INTEGER")
         return await super().prune(workflow_name, keep_last)
 
+
+class KeepLastAsInt64(DoubleStorage):
+    """Checks keep_last as the engine does, then passes it to its backend as given (the engine
+    clamps it first)."""
+
+    backend_class = Int64Prune
+
     async def prune(self, *, workflow_name: str, keep_last: int) -> int:
-        # The base clamps keep_last before _prune; this storage checks it as the base does and
-        # then passes it through as given.
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
             raise InvalidCheckpointError(
                 f"keep_last must be an int >= 0, got {keep_last!r}", field="keep_last"
             )
-        await self._ready("prune")
-        return await self._prune(workflow_name, keep_last)
+        return await self.backend.prune(workflow_name, keep_last)
 
 
 class DeleteWorkflowByPrefix(DoubleBackend):
@@ -176,7 +179,7 @@ class DeleteLeavesTombstone(DoubleBackend):
     """Tombstones an id on a plain delete, so a deliberate break looks like a prune."""
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
-        info = await self._info(checkpoint_id)
+        info = await self.info(checkpoint_id)
         removed = await super().remove(checkpoint_id)
         if removed and info is not None:
             state = self._read()
@@ -205,7 +208,7 @@ def test_the_double_passes_every_retention_clause() -> None:
 def test_in_memory_storage_passes_every_retention_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     outcomes = {r.clause_id: r.outcome for r in backend.results}
-    assert outcomes == _expected_outcomes(InMemoryCheckpointStorage.capabilities)
+    assert outcomes == _expected_outcomes(MemoryBackend.capabilities)
     assert {i for i, outcome in outcomes.items() if outcome is Outcome.SKIPPED} == DURABLE_ONLY
     assert len(outcomes) >= 13
 

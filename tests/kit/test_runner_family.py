@@ -23,13 +23,13 @@ from conformance import (
     target_from_url,
 )
 from conformance.scenario import ChildResume
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import StoredBody
 from storages.contract import AncestryEnd, Capability
 from storages.errors import GraphSignatureMismatchError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, InlineStorage
 from .support import failed
 from .test_fencing_family import ComparesWithCachedLatest, WithoutFencing
 
@@ -110,18 +110,15 @@ class RejectsAfterRunning(SkipsSignatureCheck):
 # ---------------------------------------------------------------- storage mutants, under the reference driver
 
 
-class InlinesEmbeddedButDeclaresNested(DoubleBackend):
+class InlinesEmbeddedButDeclaresNested(InlineStorage):
     """Declares ``nested`` but keeps embedded checkpoints inline in their container's body, so their
     ids resolve to nothing (a backend that forgot to write the nested records)."""
-
-    def _records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
-        return [self._record_for(checkpoint)]
 
 
 class WithoutNested(DoubleBackend):
     """Honestly declares no ``nested``: embedded checkpoints stay inline, as in MAF's own storages."""
 
-    capabilities = InMemoryCheckpointStorage.capabilities - {Capability.NESTED}
+    capabilities = MemoryBackend.capabilities - {Capability.NESTED}
 
 
 class LatestByIteration(DoubleBackend):
@@ -129,10 +126,10 @@ class LatestByIteration(DoubleBackend):
     the newest commit on ties: right for a single straight run, wrong after a fork."""
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        stored = await self._list(workflow_name, graph_signature_hash)
+        stored = await self.list_bodies(workflow_name, graph_signature_hash)
         if not stored:
             return None
-        checkpoints = await self._decode_all(stored, workflow_name)
+        checkpoints = [await self.decode(item) for item in stored]
         ranked = [(checkpoint.iteration_count, index) for index, checkpoint in enumerate(checkpoints)]
         return stored[max(ranked)[1]]
 

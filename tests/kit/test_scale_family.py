@@ -14,7 +14,7 @@ from storages.backend import CheckpointRecord, StoredBody, WalkRecords
 from storages.contract import CheckpointID
 
 from . import support
-from .double import DoubleBackend, DoubleState, double_target
+from .double import DoubleBackend, DoubleState, DoubleStorage, double_target
 from .support import caught_only_by
 
 FAMILY = "scale"
@@ -29,10 +29,10 @@ class LatestReadsEveryBody(DoubleBackend):
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         found = None
-        for checkpoint_id in await self._list_ids(workflow_name, graph_signature_hash):
-            body = await self._get(checkpoint_id)
-            if body is not None:
-                found = StoredBody(checkpoint_id, body)
+        for checkpoint_id in await self.list_ids(workflow_name, graph_signature_hash):
+            stored = await self.load(checkpoint_id)
+            if stored is not None:
+                found = stored
         return found
 
 
@@ -44,17 +44,16 @@ class FilteredLatestReadsEveryBody(DoubleBackend):
         if graph_signature_hash is None:
             return await super().latest(workflow_name, None)
         matching = None
-        for checkpoint_id in await self._list_ids(workflow_name, None):
-            body = await self._get(checkpoint_id)
-            if body is None:
+        for checkpoint_id in await self.list_ids(workflow_name, None):
+            stored = await self.load(checkpoint_id)
+            if stored is None:
                 continue
-            read = self.codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, construct_types=False)
-            if read.graph_signature_hash == graph_signature_hash:
-                matching = StoredBody(checkpoint_id, body)
+            if (await self.decode(stored)).graph_signature_hash == graph_signature_hash:
+                matching = stored
         return matching
 
 
-class LatestDecodesEverything(DoubleBackend):
+class LatestDecodesEverything(DoubleStorage):
     """get_latest() is the last of list_checkpoints(): one request, but every body decoded."""
 
     async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:

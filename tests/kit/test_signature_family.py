@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -12,12 +11,12 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, select_clauses, target_from_url
-from storages.backend import CheckpointRecord, StoredBody
+from storages.backend import CheckpointRecord, InsertResult, StoredBody
 from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, DoubleStorage
 from .support import caught_only_by, failed
 
 FAMILY = "signature"
@@ -41,7 +40,7 @@ def _fold(signature: str) -> str:
 # ---------------------------------------------------------------- mutants, one defect each
 
 
-class NormalisesSignature(DoubleBackend):
+class NormalisesSignature(DoubleStorage):
     """Stores every checkpoint with its signature trimmed and lower-cased, as a "canonical" hash."""
 
     async def save(self, checkpoint: Any) -> CheckpointID:
@@ -54,8 +53,8 @@ class CaseInsensitiveSignatureIndex(DoubleBackend):
     """Indexes signatures folded (a case-insensitive, trailing-space-insensitive collation); bodies
     keep the exact hash, but filters and checkpoint_info see the folded one."""
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
-        folded = [dataclasses.replace(r, graph_signature_hash=_fold(r.graph_signature_hash)) for r in records]
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        folded = [r.replaced(graph_signature_hash=_fold(r.graph_signature_hash)) for r in records]
         return await super().insert(folded)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
@@ -81,13 +80,14 @@ class SignatureLatestByTimestamp(DoubleBackend):
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         if graph_signature_hash is None:
             return await super().latest(workflow_name, None)
-        stored = await self._list(workflow_name, graph_signature_hash)
+        stored = await self.list_bodies(workflow_name, graph_signature_hash)
         if not stored:
             return None
-        return max(stored, key=lambda item: datetime.fromisoformat(self._decode(item).timestamp))
+        clocks = [datetime.fromisoformat((await self.decode(item)).timestamp) for item in stored]
+        return stored[clocks.index(max(clocks))]  # the first of the greatest
 
 
-class IgnoresExpectedSignature(DoubleBackend):
+class IgnoresExpectedSignature(DoubleStorage):
     """load() accepts expected_graph_signature_hash and never checks it."""
 
     async def load(
@@ -106,10 +106,10 @@ class SignatureFilterIgnored(DoubleBackend):
 class NestedIndexedWithContainerSignature(DoubleBackend):
     """Indexes nested records under their top-level checkpoint's signature instead of their own."""
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         top = records[0].graph_signature_hash
         return await super().insert(
-            [records[0], *(dataclasses.replace(r, graph_signature_hash=top) for r in records[1:])]
+            [records[0], *(r.replaced(graph_signature_hash=top) for r in records[1:])]
         )
 
 

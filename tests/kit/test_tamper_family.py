@@ -16,7 +16,7 @@ from conformance.clauses.tamper import KIT_KEY
 from storages.backend import StoredBody
 from storages.contract import Capability
 from storages.integrity import Link, Seal, is_sealed, record_mac, split_sealed
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .support import caught_only_by, failed
@@ -177,7 +177,7 @@ def test_reading_unsigned_records_is_caught_by_the_forged_insert_clause() -> Non
 def test_the_family_keys_its_own_handles_and_needs_raw_access() -> None:
     keyless = support.run_family(FAMILY, InMemoryCheckpointStorage)
     assert {r.outcome for r in keyless.results} == {Outcome.PASSED}
-    without_raw_access = InMemoryCheckpointStorage.capabilities - {Capability.RAW_ACCESS}
+    without_raw_access = MemoryBackend.capabilities - {Capability.RAW_ACCESS}
     undeclared = support.run_family(FAMILY, InMemoryCheckpointStorage, capabilities=without_raw_access)
     assert {r.outcome for r in undeclared.results} == {Outcome.SKIPPED}
 
@@ -253,7 +253,7 @@ def test_a_prune_that_signs_no_receipts_is_caught_by_the_forged_prune_control() 
 # the walks and not verify's report (docs/integrity.md, "Under a TTL"); every other edit is still
 # refused, and the mutants whose walks trust what the key cannot vouch for are still caught.
 
-WITH_TTL = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+WITH_TTL = MemoryBackend.capabilities | {Capability.TTL}
 
 
 @pytest.mark.redis
@@ -295,7 +295,7 @@ class ExpiresEveryReceipt(InMemoryCheckpointStorage):
     """Declares a TTL and tells verify that no receipt is ever stored: verify then excuses every
     tombstone, even one whose receipt is there and signed with a key this storage does not trust."""
 
-    capabilities = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+    capabilities = MemoryBackend.capabilities | {Capability.TTL}
     ttl = 3600.0
 
     async def prune_receipt_stored(self, pruned_id: str, signed_after: bytes) -> bool:
@@ -315,5 +315,5 @@ class _WithTTL(InMemoryCheckpointStorage):
     """The in-memory storage declaring a TTL (none configured: nothing expires), so verify and
     the kit both treat it as a storage whose records may expire."""
 
-    capabilities = InMemoryCheckpointStorage.capabilities | {Capability.TTL}
+    capabilities = MemoryBackend.capabilities | {Capability.TTL}
     ttl = 3600.0

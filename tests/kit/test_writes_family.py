@@ -11,9 +11,9 @@ import pytest
 
 from conformance import Outcome, StorageTarget, select_clauses
 from storages import open_storage
-from storages.backend import writes_log_name
 from storages.contract import Capability, PendingWrite
-from storages.memory import InMemoryCheckpointStorage
+from storages.engine import writes_log_name
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .support import caught_only_by, failed
@@ -31,8 +31,8 @@ class AppendsEveryWrite(InMemoryCheckpointStorage):
     async def list_writes(self, checkpoint_id: str, *, workflow_name: str) -> list[PendingWrite]:
         log = writes_log_name(workflow_name)
         rows: list[PendingWrite] = []
-        for stored in await self._list(log, checkpoint_id):
-            batch = self._decode(stored, log, None, checkpoint_id)
+        for stored in await self.backend.list_bodies(log, checkpoint_id):
+            batch = self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id)
             rows.extend(PendingWrite(*row) for row in batch.state["writes"])
         return rows
 
@@ -79,14 +79,14 @@ class StoresWriteByWrite(InMemoryCheckpointStorage):
 class PruneKeepsAllWrites(InMemoryCheckpointStorage):
     """Prunes checkpoints but leaves their writes in the log."""
 
-    async def _drop_writes_of_pruned(self, workflow_name: str) -> None:
-        return None
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        return await self.backend.prune(workflow_name, keep_last)
 
 
 class UndeclaredWrites(InMemoryCheckpointStorage):
     """Keeps writes without declaring pending_writes."""
 
-    capabilities = InMemoryCheckpointStorage.capabilities - {Capability.PENDING_WRITES}
+    capabilities = MemoryBackend.capabilities - {Capability.PENDING_WRITES}
 
     async def put_writes(
         self, checkpoint_id: str, writes: Sequence[PendingWrite], *, workflow_name: str
@@ -150,8 +150,8 @@ class WholeWorkflowListsEveryWrite(InMemoryCheckpointStorage):
     async def list_workflow_writes(self, *, workflow_name: str) -> dict[str, list[PendingWrite]]:
         log = writes_log_name(workflow_name)
         whole: dict[str, list[PendingWrite]] = {}
-        for stored in await self._list(log, None):
-            batch = self._decode(stored, log)
+        for stored in await self.backend.list_bodies(log, None):
+            batch = self.codec.decode_checkpoint(stored.body, checkpoint_id=stored.checkpoint_id)
             whole.setdefault(batch.graph_signature_hash, []).extend(
                 PendingWrite(*row) for row in batch.state["writes"]
             )
