@@ -49,7 +49,7 @@ if __package__ in (None, ""):  # run as ``python bench/integrity_bench.py``
 from bench.measure import Budget, time_sync
 from bench.subjects import _temp_dir
 from bench.workload import numbered, template
-from storages import CheckpointStore, CheckpointCodec, WorkflowCheckpoint
+from storages import CheckpointCodec, CheckpointStore, WorkflowCheckpoint
 from storages.integrity import IntegrityKeys, Link, open_sealed, record_mac, seal_header
 
 BENCH_KEY = IntegrityKeys(b"bench-integrity-key-0123456789ab")

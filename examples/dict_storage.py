@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storages.backend import CheckpointRecord, StoredBody, WalkRecords, InsertResult
+from storages.backend import CheckpointRecord, InsertResult, StoredBody, WalkRecords
 from storages.contract import Capability, CheckpointID
 from storages.engine import CheckpointStore
 

@@ -18,8 +18,8 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from storages.engine import CheckpointStore
 from storages.contract import CHECKPOINT_FIELDS, Capability
+from storages.engine import CheckpointStore
 from storages.errors import UnserializableValueError
 
 from ..clause import clause, ensure, ensure_equal, fail

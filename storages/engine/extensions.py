@@ -4,6 +4,7 @@ then calls the capability's primitives (engine/primitives.py's table)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..contract import AncestryWalk, Capability, CheckpointID, CheckpointInfo, validate_identifier
@@ -53,12 +54,20 @@ class Extensions:
     """walk_ancestry ... write_raw_body, on top of the backend's primitives. The storage checks
     nothing before it calls these: each validates its own arguments."""
 
-    __slots__ = ("_parts", "_receipts", "_writes")
+    __slots__ = ("_check_receipt", "_parts", "_receipts", "_writes")
 
-    def __init__(self, parts: HandleParts, receipts: PruneReceipts, writes: PendingWritesLog) -> None:
+    def __init__(
+        self,
+        parts: HandleParts,
+        receipts: PruneReceipts,
+        writes: PendingWritesLog,
+        check_receipt: Callable[[CheckpointID, bytes], Awaitable[None]],
+    ) -> None:
         self._parts = parts
         self._receipts = receipts
         self._writes = writes
+        self._check_receipt = check_receipt
+        """The storage's own check_prune_receipt: a walk ending at a tombstone asks it."""
 
     async def walk_ancestry(self, checkpoint_id: CheckpointID, max_depth: int) -> AncestryWalk[Any]:
         """Checkpoints from ``checkpoint_id`` back to its root, newest first.
@@ -95,7 +104,7 @@ class Extensions:
             items.append(item)
         if sealer is not None:
             check_walk_chain(ids, records.links, seals)
-            ids = await self._receipts.vouched_walk(ids, seals)
+            ids = await self._receipts.vouched_walk(ids, seals, self._check_receipt)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(

@@ -27,7 +27,7 @@ from ..integrity import (
     parse_seal,
     read_anchor,
     record_mac,
-    seal_record,
+    seal_header,
     split_sealed,
     unknown_key,
 )
@@ -45,7 +45,12 @@ Chain = Mapping[CheckpointID, tuple[bytes, int]]
 
 class Sealer:
     """One keyed handle's seals: it signs what a save writes (chaining each record onto its
-    predecessor's MAC), verifies what a read returns, and checks anchors."""
+    predecessor's MAC), verifies what a read returns, and checks anchors.
+
+    :meth:`mac`, :meth:`link`, :meth:`verifying_key`, :meth:`open` and the anchor checks are
+    the steps a storage's ``sealer_type`` may replace: the kit's tamper mutants weaken one each
+    (tests/kit/test_tamper_family.py); no storage we ship does.
+    """
 
     __slots__ = ("_backend", "_chain_macs", "provider")
 
@@ -59,7 +64,6 @@ class Sealer:
         """Seal each draft (in order: a nested record may chain onto one sealed before it), and
         each one's (MAC, height), to :meth:`remember` once the save is stored."""
         key_id, key = self.provider.signing_key()
-        macs = self._chain_macs
         family: dict[CheckpointID, tuple[bytes, int]] = {}
         sealed: list[CheckpointRecord] = []
         for (
@@ -72,19 +76,10 @@ class Sealer:
             root_id,
             position,
         ) in drafts:
-            if previous_id is None:
-                link_kind, link, height = _ROOT_LINK
-            else:
-                # A remembered predecessor (nearly every save: a runner's next checkpoint follows
-                # the one it saved last) costs no round trip.
-                known = family.get(previous_id) or macs.get(previous_id)
-                if known is None:
-                    link_kind, link, height = await self._stored_link(previous_id)
-                else:
-                    link_kind, link, height = _PRESENT, known[0], known[1] + 1
-            raw, mac = seal_record(
-                key_id, key, checkpoint_id, link_kind, link, height, container_id, position, previous_id, body
-            )
+            link_kind, link, height = await self.link(previous_id, family)
+            header = seal_header(key_id, link_kind, link, height, container_id, position, previous_id)
+            mac = self.mac(key, checkpoint_id, header, body)
+            raw = b"".join((header, mac, body))  # one copy of the body
             sealed.append(
                 CheckpointRecord(
                     checkpoint_id,
@@ -118,12 +113,29 @@ class Sealer:
         )
         return sealed
 
-    async def _stored_link(self, previous_id: CheckpointID) -> tuple[Link, bytes, int]:
+    async def link(self, previous_id: CheckpointID | None, family: Chain) -> tuple[Link, bytes, int]:
+        """How a record whose body names ``previous_id`` chains onto its predecessor: the link
+        kind, the predecessor's MAC and this record's height. A remembered predecessor (nearly
+        every save: a runner's next checkpoint follows the one it saved last, or one of its own
+        family) costs no round trip."""
+        if previous_id is None:
+            return _ROOT_LINK
+        known = family.get(previous_id) or self._chain_macs.get(previous_id)
+        if known is not None:
+            return _PRESENT, known[0], known[1] + 1
         stored = await self._backend.load(previous_id)
         seal = None if stored is None else self.open(StoredBody(previous_id, stored.body))[1]
         if seal is None:
             return _ABSENT_LINK
         return _PRESENT, seal.mac, seal.height + 1
+
+    def mac(self, key: bytes, checkpoint_id: CheckpointID, header: bytes, body: bytes) -> bytes:
+        """The MAC a record is signed and checked with (storages.integrity.record_mac)."""
+        return record_mac(key, checkpoint_id, header, body)
+
+    def verifying_key(self, key_id: str) -> bytes | None:
+        """The key a seal naming ``key_id`` is checked with, or None if it is unknown."""
+        return self.provider.verifying_key(key_id)
 
     def remember(self, chain: Chain) -> None:
         macs = self._chain_macs
@@ -160,11 +172,11 @@ class Sealer:
                 "on IntegrityKeys is the migration mode for bodies written before the key)",
             )
         seal, header_end, body_start = parse_seal(checkpoint_id, raw)
-        key = self.provider.verifying_key(seal.key_id)
+        key = self.verifying_key(seal.key_id)
         if key is None:
             raise unknown_key(checkpoint_id, seal.key_id)
         body = raw[body_start:]
-        if not _compare_digest(record_mac(key, checkpoint_id, raw[:header_end], body), seal.mac):
+        if not _compare_digest(self.mac(key, checkpoint_id, raw[:header_end], body), seal.mac):
             raise mac_mismatch(checkpoint_id)
         macs = self._chain_macs  # remember, in line
         macs[checkpoint_id] = (seal.mac, seal.height)

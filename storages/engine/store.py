@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, Generic
+from typing import Any, ClassVar, Final, Generic
 
 from typing_extensions import Self, TypeVar
 
@@ -73,6 +73,10 @@ class CheckpointStore(Generic[BackendT]):
     its backend and passes it here.
     """
 
+    sealer_type: ClassVar[type[Sealer]] = Sealer
+    """What a keyed handle seals and verifies with. A test hook: the kit's tamper mutants weaken
+    one step of it each (docs/backends.md, "Test hooks"); a storage keeps the default."""
+
     def __init__(
         self,
         backend: BackendT,
@@ -97,7 +101,7 @@ class CheckpointStore(Generic[BackendT]):
     def _assemble(self, provider: IntegrityKeyProvider | None) -> None:
         """Build the parts every operation shares (again when the key changes before first use)."""
         backend = self._backend
-        sealer = None if provider is None else Sealer(provider, backend)
+        sealer = None if provider is None else self.sealer_type(provider, backend)
         self._sealer = sealer
         self._sealed_frames = sealer is not None and takes_sealed(self._codec)
         """A keyed save frames bodies for their seal (no CRC): the codec can."""
@@ -108,7 +112,7 @@ class CheckpointStore(Generic[BackendT]):
         self._parts = parts
         self._receipts = PruneReceipts(parts)
         self._writes = PendingWritesLog(parts)
-        self._extensions = Extensions(parts, self._receipts, self._writes)
+        self._extensions = Extensions(parts, self._receipts, self._writes, self.check_prune_receipt)
 
     @property
     def backend(self) -> BackendT:

@@ -570,8 +570,12 @@ class DecodesItself(DoubleStorage):
         return checkpoint
 
     async def load(
-        self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None, **_: Any
+        self, checkpoint_id: CheckpointID, *, expected_graph_signature_hash: str | None = None, **options: Any
     ) -> Any:
+        if options.get("anchor") is not None:  # anchored reads are the engine's
+            return await super().load(
+                checkpoint_id, expected_graph_signature_hash=expected_graph_signature_hash, **options
+            )
         stored = await self.backend.load(checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
@@ -583,8 +587,12 @@ class DecodesItself(DoubleStorage):
         return checkpoint
 
     async def get_latest(
-        self, *, workflow_name: str, graph_signature_hash: str | None = None, **_: Any
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, **options: Any
     ) -> Any:
+        if options.get("anchor") is not None:  # anchored reads are the engine's
+            return await super().get_latest(
+                workflow_name=workflow_name, graph_signature_hash=graph_signature_hash, **options
+            )
         stored = await self.backend.latest(workflow_name, graph_signature_hash)
         return None if stored is None else await self._decoded(stored, workflow_name, graph_signature_hash)
 

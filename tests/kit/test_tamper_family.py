@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -15,104 +14,120 @@ from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
 from storages.backend import StoredBody
 from storages.contract import Capability
-from storages.integrity import Link, Seal, is_sealed, record_mac, split_sealed
+from storages.engine.sealing import Sealer
+from storages.errors import CheckpointCorruptedError
+from storages.integrity import IntegrityKeys, Link, Seal, is_sealed, record_mac, split_sealed
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
+from .double import DecodesItself
 from .support import caught_only_by, failed
 
 FAMILY = "tamper"
 
 
+class BodyOnlyMac(Sealer):
+    def mac(self, key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
+        return hmac.new(key, body, hashlib.sha256).digest()
+
+
 class SignsNoContext(InMemoryCheckpointStorage):
     """MACs the body alone: the key id, chain link, height and id it is stored under are unsigned."""
 
-    def _integrity_mac(self, key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
-        return hmac.new(key, body, hashlib.sha256).digest()
+    sealer_type = BodyOnlyMac
+
+
+class ChainlessSealer(Sealer):
+    async def link(
+        self, previous_id: str | None, family: Mapping[str, tuple[bytes, int]]
+    ) -> tuple[Link, bytes, int]:
+        _, _, height = await super().link(previous_id, family)
+        return Link.ABSENT, b"", height
 
 
 class SignsNoChain(InMemoryCheckpointStorage):
     """Signs every record as the start of a chain: nothing ties it to its predecessor."""
 
-    async def _chain_link(
-        self, previous_id: str | None, family: Mapping[str, tuple[bytes, int]]
-    ) -> tuple[Link, bytes, int]:
-        _, _, height = await super()._chain_link(previous_id, family)
-        return Link.ABSENT, b"", height
+    sealer_type = ChainlessSealer
+
+
+class CurrentKeySealer(Sealer):
+    def verifying_key(self, key_id: str) -> bytes | None:
+        return self.provider.signing_key()[1]
 
 
 class IgnoresKeyIds(InMemoryCheckpointStorage):
     """Checks every record with the current signing key, whatever key id it was signed with."""
 
-    def _verifying_key(self, key_id: str) -> bytes | None:
-        assert self._integrity is not None
-        return self._integrity.signing_key()[1]
+    sealer_type = CurrentKeySealer
 
 
 class AcceptsUnsigned(InMemoryCheckpointStorage):
     """Always in migration mode: a body without a seal is read as if it were signed."""
 
     def configure_integrity(self, integrity_key: Any) -> None:
+        if isinstance(integrity_key, bytes):
+            integrity_key = IntegrityKeys(integrity_key)
+        if isinstance(integrity_key, IntegrityKeys):
+            integrity_key.accept_unsigned = True  # the handle's own keys (the kit makes them per handle)
         super().configure_integrity(integrity_key)
-        if self._integrity is not None:
-            self._integrity.accept_unsigned = True  # type: ignore[attr-defined]
+
+
+class MacTrustingSealer(Sealer):
+    def open(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
+        if not is_sealed(stored.body):
+            return super().open(stored)
+        seal, parts = split_sealed(stored.checkpoint_id, stored.body)
+        nested = stored.nested
+        if nested is not None:
+            nested = {key: split_sealed(key, body)[1].body for key, body in nested.items()}
+        self.remember({stored.checkpoint_id: (seal.mac, seal.height)})
+        return StoredBody(stored.checkpoint_id, parts.body, nested, stored.entry), seal
 
 
 class TrustsTheSealsMac(InMemoryCheckpointStorage):
     """Reads each record's seal but never recomputes its MAC: any well-formed seal passes."""
 
-    def _opened_body(self, stored: StoredBody) -> tuple[StoredBody, Seal | None]:
-        if not is_sealed(stored.body):
-            return super()._opened_body(stored)
-        seal, parts = split_sealed(stored.checkpoint_id, stored.body)
-        nested = stored.nested
-        if nested is not None:
-            nested = {key: split_sealed(key, body)[1].body for key, body in nested.items()}
-        self._remember(stored.checkpoint_id, seal.mac, seal.height)
-        return StoredBody(stored.checkpoint_id, parts.body, nested, stored.entry), seal
+    sealer_type = MacTrustingSealer
+
+
+class AnchorBlindSealer(Sealer):
+    async def check_anchor_latest(self, anchor: Any, head: StoredBody | None) -> None:
+        return None
+
+    async def check_anchor_head_stored(self, anchor: Any, loaded: StoredBody) -> None:
+        return None
 
 
 class IgnoresAnchors(InMemoryCheckpointStorage):
     """Takes anchor= on get_latest and load, and never checks the store against it."""
 
-    async def _check_anchor_latest(self, anchor: Any, head: StoredBody | None) -> None:
-        return None
-
-    async def _check_anchor_head_stored(self, anchor: Any, loaded: StoredBody) -> None:
-        return None
+    sealer_type = AnchorBlindSealer
 
 
-class ReadsWhateverBodyIsStored(InMemoryCheckpointStorage):
+class IdlessMac(Sealer):
+    def mac(self, key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
+        return record_mac(key, "", header, body)
+
+
+class ReadsWhateverBodyIsStored(DecodesItself):
     """MACs a record without the id it is stored under, and decodes a body without checking that
     it belongs to the id, workflow or index entry it was read by: swapped bodies read as valid."""
 
-    def _integrity_mac(self, key: bytes, checkpoint_id: str, header: bytes, body: bytes) -> bytes:
-        return record_mac(key, "", header, body)
-
-    def _decode(
-        self,
-        stored: StoredBody,
-        workflow_name: str | None = None,
-        nested: Mapping[str, bytes] | None = None,
-        graph_signature_hash: str | None = None,
-    ) -> Any:
-        return self.codec.decode_checkpoint(
-            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=True
-        )
+    sealer_type = IdlessMac
 
 
-class IgnoresTheIndexEntry(InMemoryCheckpointStorage):
+class IgnoresTheIndexEntry(DecodesItself):
     """Checks that a body is the record of its id, but not that it is the record of the workflow
     (or previous id, or signature) the index lists it under."""
 
-    def _decode(
-        self,
-        stored: StoredBody,
-        workflow_name: str | None = None,
-        nested: Mapping[str, bytes] | None = None,
-        graph_signature_hash: str | None = None,
-    ) -> Any:
-        return super()._decode(dataclasses.replace(stored, entry=None), None, nested, None)
+    def check(
+        self, stored: StoredBody, checkpoint: Any, workflow_name: str | None, signature: str | None
+    ) -> None:
+        if checkpoint.checkpoint_id != stored.checkpoint_id:
+            raise CheckpointCorruptedError(
+                stored.checkpoint_id, "the stored body belongs to another checkpoint"
+            )
 
 
 class TrustsBareTombstones(InMemoryCheckpointStorage):
@@ -125,15 +140,17 @@ class TrustsBareTombstones(InMemoryCheckpointStorage):
 class WritesNoReceipts(InMemoryCheckpointStorage):
     """Prunes without signing receipts: its own prunes then look forged."""
 
-    async def _write_receipts(self, workflow_name: str, stored: Any, *, with_nested: bool) -> None:
-        return None
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        return await self.backend.prune(workflow_name, keep_last)
 
 
-def keyed(storage_class: type[InMemoryCheckpointStorage]) -> Any:
+def keyed(storage_class: type[Any]) -> Any:
     """A factory of handles with the kit's key: a keyed handle declares the integrity capability."""
 
-    def factory() -> InMemoryCheckpointStorage:
-        return storage_class(integrity_key=KIT_KEY)
+    def factory() -> Any:
+        storage = storage_class()
+        storage.configure_integrity(KIT_KEY)
+        return storage
 
     factory.__name__ = storage_class.__name__
     return factory
