@@ -49,7 +49,8 @@ if __package__ in (None, ""):  # run as ``python bench/integrity_bench.py``
 from bench.measure import Budget, time_sync
 from bench.subjects import _temp_dir
 from bench.workload import numbered, template
-from storages import CheckpointCodec, CheckpointStore, WorkflowCheckpoint
+from storages import CheckpointStore, WorkflowCheckpoint
+from storages.codec import CheckpointCodec
 from storages.integrity import IntegrityKeys, Link, open_sealed, record_mac, seal_header
 
 BENCH_KEY = IntegrityKeys(b"bench-integrity-key-0123456789ab")

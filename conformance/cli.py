@@ -30,7 +30,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from storages import installed_version
+from storages.version import installed_version
 from storages.contract import Capability
 from storages.errors import MissingDependencyError, StorageConfigurationError
 from storages.redaction import redact_text

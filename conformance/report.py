@@ -232,7 +232,7 @@ class Report:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        from storages import installed_version
+        from storages.version import installed_version
 
         return {
             "format": REPORT_FORMAT,

@@ -9,32 +9,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import maf as _maf  # noqa: F401  (registers MAF's codec plug-in before any codec is made)
-from .codec import CheckpointCodec
-from .engine import CheckpointStore
 from .contract import (
-    MAX_ID_LENGTH,
     AncestryEnd,
     AncestryWalk,
     Capability,
-    CheckpointID,
     CheckpointInfo,
-    CheckpointLike,
     CheckpointStorage,
-    MafCheckpointStorage,
     WorkflowCheckpoint,
-    validate_identifier,
 )
+from .engine import CheckpointStore
 from .errors import (
-    BackendEntryPointError,
-    BackendRegistrationError,
     CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
-    ConditionalWritesNotEnforcedError,
-    EvictionPolicyError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
     InvalidCheckpointIdError,
@@ -48,9 +38,9 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .fencing import FencedStorage
-from .integrity import IntegrityKeyProvider, IntegrityKeys
+from .integrity import IntegrityKeys
 from .memory import InMemoryCheckpointStorage
-from .registry import BackendSpec, lazy_exports
+from .registry import lazy_exports
 from .urls import open_storage, supported_schemes
 
 if TYPE_CHECKING:  # precise types for the lazy exports below (at run time they come from the registry)
@@ -60,16 +50,6 @@ if TYPE_CHECKING:  # precise types for the lazy exports below (at run time they 
 
 _LAZY = lazy_exports()
 """Each built-in backend's storage class, imported on first access (storages.registry)."""
-
-
-def installed_version() -> str:
-    """This package's installed version, or "unknown" in a source tree never installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("checkpoint-storages")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def __getattr__(name: str) -> Any:
@@ -82,35 +62,24 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "MAX_ID_LENGTH",
     "AncestryEnd",
     "AncestryWalk",
-    "BackendEntryPointError",
-    "BackendRegistrationError",
-    "BackendSpec",
     "CheckpointStore",
     "Capability",
-    "CheckpointCodec",
     "CheckpointConflictError",
     "CheckpointCorruptedError",
-    "CheckpointID",
     "CheckpointInfo",
-    "CheckpointLike",
     "CheckpointNotFoundError",
     "CheckpointStorage",
     "CheckpointTamperedError",
     "CheckpointTypeNotAllowedError",
     "CheckpointStorageError",
-    "ConditionalWritesNotEnforcedError",
-    "EvictionPolicyError",
     "FencedStorage",
     "GraphSignatureMismatchError",
     "InMemoryCheckpointStorage",
-    "IntegrityKeyProvider",
     "IntegrityKeys",
     "InvalidCheckpointError",
     "InvalidCheckpointIdError",
-    "MafCheckpointStorage",
     "MissingDependencyError",
     "NestedCheckpointDeletionError",
     "RedisCheckpointStorage",
@@ -123,9 +92,7 @@ __all__ = [
     "UnserializableValueError",
     "UnsupportedOperationError",
     "WorkflowCheckpoint",
-    "installed_version",
     "open_storage",
     "supported_schemes",
-    "validate_identifier",
 ]
 __all__ += sorted(set(_LAZY) - set(__all__))  # a built-in backend added to the registry is exported

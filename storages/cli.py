@@ -46,11 +46,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from . import installed_version
-from .engine import CheckpointStore
 from .codec import CheckpointCodec
 from .copy_render import render_copy
 from .copying import CopyProgress, CopyReport, copy_store
+from .engine import CheckpointStore
 from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
 from .inspect import (
     LineageTree,
@@ -76,6 +75,7 @@ from .terminal import EXIT_BROKEN_PIPE, json_dumps, plain, printable, silence_st
 from .terminal import console as terminal_console
 from .urls import open_storage, supported_schemes
 from .verify import FindingKind, VerifyReport, describe_storage, verify
+from .version import installed_version
 
 PROG = "checkpoint-storages"
 

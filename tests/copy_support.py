@@ -18,14 +18,15 @@ from maf_workflows import (
 )
 
 from conformance._langgraph_graphs import build_tour, thread_config
-from storages import BaseCheckpointStorage, CheckpointCodec
+from storages import CheckpointStore
+from storages.codec import CheckpointCodec
 from storages.contract import CheckpointStorage, PendingWrite
 from storages.langgraph import StorageSaver
 
 MAF_WORKFLOWS = ("copy-loop", "copy-sub", "copy-pruned", "copy-two-sigs")
 
 
-async def write_maf_store(storage: BaseCheckpointStorage) -> None:
+async def write_maf_store(storage: CheckpointStore) -> None:
     """Real MAF runs: a loop forked from its third checkpoint, a parent with a sub-workflow
     (nested records) pruned to its last two, a loop pruned to its last three (tombstones), two
     graphs under one name (two signatures), and pending writes on two checkpoints."""
@@ -57,7 +58,7 @@ _CODEC.register(Question)
 LANGGRAPH_THREADS = ("copy-tour", "copy-travel")
 
 
-async def write_langgraph_store(storage: BaseCheckpointStorage) -> None:
+async def write_langgraph_store(storage: CheckpointStore) -> None:
     """Real LangGraph runs through StorageSaver: a graph with a subgraph interrupted and resumed
     (pending writes, subgraph namespaces), and a second thread forked by time travel."""
     saver = StorageSaver(storage)
@@ -71,7 +72,7 @@ async def write_langgraph_store(storage: BaseCheckpointStorage) -> None:
     await graph.ainvoke(None, thread_config(travel, before_ask.config["configurable"]["checkpoint_id"]))
 
 
-async def observe_langgraph(storage: BaseCheckpointStorage) -> list[Any]:
+async def observe_langgraph(storage: CheckpointStore) -> list[Any]:
     """What LangGraph reads of the threads: every tuple (config, checkpoint, metadata, parent,
     pending writes) of every namespace, and each thread's state with its subgraphs."""
     saver = StorageSaver(storage)
@@ -156,7 +157,7 @@ class FailingAfter:
 
     WRITES = frozenset({"save", "put_writes", "prune", "delete", "delete_workflow", "write_raw_body"})
 
-    def __init__(self, inner: BaseCheckpointStorage, writes: int) -> None:
+    def __init__(self, inner: CheckpointStore, writes: int) -> None:
         self.inner = inner
         self.left = writes
         self.calls: list[str] = []

@@ -32,7 +32,7 @@ from agent_framework import (
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from storages import BaseCheckpointStorage, open_storage
+from storages import CheckpointStore, open_storage
 
 
 class Stage(enum.Enum):
@@ -65,7 +65,7 @@ class Question:
 USER_TYPES: tuple[type[Any], ...] = (Tally, Question)
 
 
-def allow_user_types(storage: BaseCheckpointStorage) -> BaseCheckpointStorage:
+def allow_user_types(storage: CheckpointStore) -> CheckpointStore:
     """Register the user types with the storage's codec (every handle of a store shares it)."""
     for cls in USER_TYPES:
         storage.codec.register(cls)

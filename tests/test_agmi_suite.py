@@ -143,7 +143,7 @@ class CheckpointStorageAdapter(MemoryAdapter):
 
     # ------------------------------------------------------------------ the attacker's raw access
 
-    async def records(self, workflow: str) -> list[Record]:
+    async def _records(self, workflow: str) -> list[Record]:
         infos = await self.attacker.list_records(workflow_name=workflow)
         unknown = len(self._written_order)
         infos.sort(key=lambda info: self._written_order.get(info.checkpoint_id, unknown + info.sequence))

@@ -25,7 +25,6 @@ import pytest
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 
 from storages import (
-    CheckpointCodec,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStore,
@@ -34,6 +33,7 @@ from storages import (
     UnserializableValueError,
     WorkflowCheckpoint,
 )
+from storages.codec import CheckpointCodec
 from storages.codec import HEADER_SIZE
 
 SameTypes = Callable[[Any, Any], bool]

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storages import (
-    CheckpointCodec,
     CheckpointCorruptedError,
     InvalidCheckpointError,
     InvalidCheckpointIdError,
     WorkflowCheckpoint,
 )
+from storages.codec import CheckpointCodec
 from storages.codec.decoding import RECORD_VERSION
 from storages.codec.registry import NATIVE_CHECKPOINT_TAG
 from storages.contract import CHECKPOINT_FIELDS

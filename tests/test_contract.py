@@ -546,10 +546,14 @@ async def test_extensions_work_when_declared_and_raise_unsupported_when_not(
     assert operation.split("(")[0] in str(caught.value)
 
 
-class BareMemoryStorage(InMemoryCheckpointStorage):
-    """The in-memory engine with nothing beyond MAF's six methods declared."""
+class BareMemoryBackend(MemoryBackend):
+    """The in-memory backend with nothing beyond MAF's six methods declared."""
 
     capabilities = frozenset()
+
+
+def BareMemoryStorage() -> CheckpointStore[BareMemoryBackend]:  # noqa: N802 - named as a storage class
+    return CheckpointStore(BareMemoryBackend())
 
 
 @pytest.mark.parametrize(("operation", "capability", "call"), GATED, ids=[name for name, *_ in GATED])

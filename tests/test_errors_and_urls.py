@@ -17,17 +17,12 @@ from agent_framework import WorkflowCheckpointException
 import storages
 import storages.errors
 from storages import (
-    BackendEntryPointError,
-    BackendRegistrationError,
-    CheckpointCodec,
     CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
-    ConditionalWritesNotEnforcedError,
-    EvictionPolicyError,
     GraphSignatureMismatchError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
@@ -43,6 +38,13 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
     supported_schemes,
+)
+from storages.codec import CheckpointCodec
+from storages.errors import (
+    BackendEntryPointError,
+    BackendRegistrationError,
+    ConditionalWritesNotEnforcedError,
+    EvictionPolicyError,
 )
 
 # One instance of every error class, as the storages raise them.

@@ -7,7 +7,7 @@ import pytest
 
 from conformance import Outcome, StorageTarget, validate
 from conformance.selection import applicable_clauses
-from examples.dict_storage import DictCheckpointStorage
+from examples.dict_storage import DictBackend, DictCheckpointStorage
 
 NOT_COUNTED = {"scale.walk_is_one_round_trip"}
 """Needs a round-trip counter, which this target does not give."""
@@ -21,7 +21,7 @@ def test_the_worked_example_passes_every_applicable_clause() -> None:
     (backend,) = validate(StorageTarget("dict", root.new_handle)).backends
     assert not backend.error, backend.error
     assert not backend.failures, [(r.clause_id, r.message) for r in backend.failures]
-    applicable = {c.id for c in applicable_clauses(DictCheckpointStorage.capabilities)}
+    applicable = {c.id for c in applicable_clauses(DictBackend.capabilities)}
     outcomes = {r.clause_id: r.outcome for r in backend.results}
     passed = {clause_id for clause_id, outcome in outcomes.items() if outcome is Outcome.PASSED}
     assert passed == applicable - NOT_COUNTED - RUNNER_FINDINGS
@@ -33,6 +33,6 @@ def test_the_example_declares_only_what_it_implements() -> None:
     from storages.backend import implemented_capabilities
 
     declared_operations = {
-        c for c in DictCheckpointStorage.capabilities if c.value not in ("shared", "signature_filter")
+        c for c in DictBackend.capabilities if c.value not in ("shared", "signature_filter")
     }
-    assert declared_operations <= implemented_capabilities(DictCheckpointStorage)
+    assert declared_operations <= implemented_capabilities(DictBackend)

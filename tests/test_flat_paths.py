@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from storages.contract import PendingWrite, WorkflowCheckpoint
+from storages.engine.encoding import record_drafts
 from storages.engine.validation import FLAT_ITEMS, check_fields
 from storages.engine.writes import _plain_rows
 from storages.errors import InvalidCheckpointError
@@ -53,17 +54,18 @@ def test_anything_else_is_not_flat(state: dict[Any, Any], fields: dict[str, Any]
 
 
 def test_flat_bodies_are_the_long_paths_bodies() -> None:
-    # Each way a save builds its records (nested-capable, one record, keyed drafts) gives a flat
+    # Each way a save builds its records (nested-capable or not, keyed or not) gives a flat
     # checkpoint the body the codec's full encode gives it.
     storage = InMemoryCheckpointStorage()
     checkpoint = _checkpoint({"checkpoint": b"\xc4\xc5\xc6 bin markers", "type": "msgpack", "step": 3})
     codec = storage.codec
     expected = codec.encode_checkpoint_tree(checkpoint)[0].body
     assert expected == codec.encode_checkpoint(checkpoint)
-    (record,) = storage._records_for(checkpoint)
-    assert record.body == storage._record_for(checkpoint).body == expected
+    for nested in (True, False):
+        ((*_, body, _, _, _),) = record_drafts(codec, checkpoint, nested=nested, sealed=False)
+        assert body == expected
     # Keyed drafts are framed for their seal: the same body with the sealed flag and no CRC.
-    ((*_, body, _, _, _),) = storage._drafts_for(checkpoint)
+    ((*_, body, _, _, _),) = record_drafts(codec, checkpoint, nested=True, sealed=True)
     assert body == codec.encode_checkpoint(checkpoint, sealed=True)
     assert body == codec.encode_checkpoint_tree(checkpoint, sealed=True)[0].body
 

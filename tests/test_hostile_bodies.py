@@ -26,13 +26,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storages import (
-    CheckpointCodec,
     CheckpointCorruptedError,
     CheckpointTypeNotAllowedError,
     InMemoryCheckpointStorage,
     InvalidCheckpointError,
     WorkflowCheckpoint,
 )
+from storages.codec import CheckpointCodec
 from storages.codec import DEFAULT_MAX_COMPRESSION_RATIO, OpaqueValue
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -230,7 +230,8 @@ def test_keys_outside_the_exact_list_are_refused(key: str, code: int) -> None:
 _DECODE_IN_FRESH_PROCESS = textwrap.dedent(
     """
     import json, sys
-    from storages import CheckpointCodec, CheckpointCorruptedError, CheckpointTypeNotAllowedError
+    from storages import CheckpointCorruptedError, CheckpointTypeNotAllowedError
+    from storages.codec import CheckpointCodec
     preload, hex_bodies = json.loads(sys.stdin.read())
     for name in preload:
         __import__(name)

@@ -12,7 +12,8 @@ import pytest
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 from agent_framework import WorkflowCheckpointException
 
-from storages import CheckpointStore, MafCheckpointStorage, WorkflowCheckpoint, open_storage
+from storages import CheckpointStore, WorkflowCheckpoint, open_storage
+from storages.contract import MafCheckpointStorage
 
 SameTypes = Callable[[Any, Any], bool]
 

@@ -24,13 +24,13 @@ from conftest import StorageMaker
 from conformance import Outcome, StorageTarget, avalidate, select_clauses
 from conformance.maf_profile import MafRunnerProfile
 from storages import (
-    CheckpointCodec,
     CheckpointStore,
     CheckpointTypeNotAllowedError,
     InMemoryCheckpointStorage,
     UnserializableValueError,
     open_storage,
 )
+from storages.codec import CheckpointCodec
 from storages.contract import AncestryEnd, Capability
 
 pytestmark = pytest.mark.maf
@@ -355,7 +355,7 @@ async def test_an_unregistered_user_type_makes_maf_drop_checkpoints_with_a_warni
 def test_importing_storages_loads_no_maf_workflow_module() -> None:
     code = (
         "import sys, storages\n"
-        "storages.CheckpointCodec(); storages.InMemoryCheckpointStorage()\n"
+        "import storages.codec\nstorages.codec.CheckpointCodec(); storages.InMemoryCheckpointStorage()\n"
         "print(sorted(m for m in sys.modules if m.startswith('agent_framework._workflows')))"
     )
     done = subprocess.run(

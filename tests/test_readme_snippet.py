@@ -62,11 +62,15 @@ def test_a_broken_backend_fails_through_the_same_snippet(tmp_path: Path) -> None
     # green is the kit's verdict, not a collection that ran nothing.
     (tmp_path / "test_snippet.py").write_text(readme_snippet(), encoding="utf-8")
     (tmp_path / "my_backend.py").write_text(
-        "from examples.dict_storage import DictCheckpointStorage\n\n\n"
-        "class MyStorage(DictCheckpointStorage):\n"
+        "from examples.dict_storage import DictBackend\n"
+        "from storages.engine import CheckpointStore\n\n\n"
+        "class OldestAsLatest(DictBackend):\n"
         "    async def latest(self, workflow_name, graph_signature_hash):\n"
-        "        rows = self._rows(workflow_name, graph_signature_hash)\n"
-        "        return None if not rows else (await self.list_bodies(workflow_name, graph_signature_hash))[0]\n",
+        "        rows = await self.list_bodies(workflow_name, graph_signature_hash)\n"
+        "        return rows[0] if rows else None\n\n\n"
+        "class MyStorage(CheckpointStore):\n"
+        "    def __init__(self, **options):\n"
+        "        super().__init__(OldestAsLatest(), **options)\n",
         encoding="utf-8",
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = strict\n", encoding="utf-8")

@@ -20,9 +20,6 @@ from conformance.builtin import builtin_targets
 from conformance.embedded import Embedded, EmbeddedBackend
 from conformance.target import with_run_prefix
 from storages import (
-    BackendEntryPointError,
-    BackendRegistrationError,
-    BackendSpec,
     InMemoryCheckpointStorage,
     MissingDependencyError,
     StorageConfigurationError,
@@ -30,6 +27,8 @@ from storages import (
     open_storage,
     supported_schemes,
 )
+from storages.errors import BackendEntryPointError, BackendRegistrationError
+from storages.registry import BackendSpec
 from storages.registry import BUILTIN_BACKENDS, ENTRY_POINT_GROUP, BackendRegistry, registry
 
 

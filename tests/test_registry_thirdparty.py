@@ -73,7 +73,8 @@ def test_the_distributions_are_not_in_this_environment() -> None:
 
 OPEN_MINE = """
 import asyncio, json
-from storages import BackendEntryPointError, BackendRegistrationError, MissingDependencyError
+from storages import MissingDependencyError
+from storages.errors import BackendEntryPointError, BackendRegistrationError
 from storages import WorkflowCheckpoint, open_storage, supported_schemes
 
 async def main():

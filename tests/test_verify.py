@@ -74,9 +74,9 @@ def remove_behind_the_back(storage: CheckpointStore, checkpoint_id: str) -> None
     """Delete one record (and only it) bypassing the storage, which never leaves a nested record
     without its container or a container without its nested records on its own."""
     if isinstance(storage, InMemoryCheckpointStorage):
-        # The private store is the only way to break the memory backend's invariants; a test of
-        # the tool that looks for broken invariants needs exactly that.
-        store = storage._store
+        # The backend's maps (its documented test hook) are the only way to break the memory
+        # backend's invariants; a test of the tool that looks for broken invariants needs that.
+        store = storage.backend.store
         entry = store.by_id.pop(checkpoint_id)
         workflow = store.workflows[entry.record.workflow_name]
         (workflow.nested if entry.record.nested else workflow.entries).pop(checkpoint_id)

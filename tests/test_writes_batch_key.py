@@ -147,7 +147,7 @@ async def test_a_plain_batch_is_stored_once_and_read_back() -> None:
     await storage.put_writes(
         "owner", [PendingWrite("task", 1, "out", ["msgpack", b"\x02"])], workflow_name="w"
     )
-    log = await storage._list_ids(writes_log_name("w"), None)
+    log = await storage.backend.list_ids(writes_log_name("w"), None)
     assert len(log) == 3
     assert await storage.list_writes("owner", workflow_name="w") == [
         *batch,
@@ -160,10 +160,10 @@ async def test_task_writes_are_the_batch_put_writes_stores() -> None:
     # a retry through either entry point stores nothing new.
     storage = InMemoryCheckpointStorage()
     fields = [(0, "out", ["msgpack", b"\x01"]), (-1, "__error__", "e")]
-    await storage._put_task_writes("owner", "task", "path", fields, "w")
+    await storage.put_task_writes("owner", "task", "path", fields, "w")
     batch = [PendingWrite("task", index, channel, value, "path") for index, channel, value in fields]
     await storage.put_writes("owner", batch, workflow_name="w")
-    assert len(await storage._list_ids(writes_log_name("w"), None)) == 1
+    assert len(await storage.backend.list_ids(writes_log_name("w"), None)) == 1
     assert await storage.list_writes("owner", workflow_name="w") == batch
 
 
@@ -179,15 +179,15 @@ async def test_task_writes_are_the_batch_put_writes_stores() -> None:
 async def test_task_writes_refuse_what_put_writes_refuses(task_id: Any, fields: Any, error: type) -> None:
     storage = InMemoryCheckpointStorage()
     with pytest.raises(error):
-        await storage._put_task_writes("owner", task_id, "", fields, "w")
+        await storage.put_task_writes("owner", task_id, "", fields, "w")
     with pytest.raises(InvalidCheckpointIdError):
-        await storage._put_task_writes("bad\nowner", "task", "", [(0, "out", 1)], "w")
-    assert await storage._list_ids(writes_log_name("w"), None) == []
+        await storage.put_task_writes("bad\nowner", "task", "", [(0, "out", 1)], "w")
+    assert await storage.backend.list_ids(writes_log_name("w"), None) == []
 
 
 async def test_task_writes_that_are_not_plain_take_the_codecs_path() -> None:
     storage = InMemoryCheckpointStorage()
-    await storage._put_task_writes("owner", "task", "", [(0, "out", {"a": (1, 2)})], "w")
+    await storage.put_task_writes("owner", "task", "", [(0, "out", {"a": (1, 2)})], "w")
     (write,) = await storage.list_writes("owner", workflow_name="w")
     assert write.value == {"a": (1, 2)}
     assert type(write.value["a"]) is tuple

@@ -350,6 +350,11 @@ class CheckpointStore(Generic[BackendT]):
         """True when this handle signs what it saves and verifies what it reads."""
         return self._sealer is not None
 
+    @property
+    def integrity_keys(self) -> IntegrityKeyProvider | None:
+        """The keys this handle signs and verifies with (None without a key)."""
+        return None if self._sealer is None else self._sealer.provider
+
     def with_integrity_key(self, integrity_key: IntegrityKeyInput | None) -> Self:
         """A new handle on the same store that signs and verifies with ``integrity_key`` (None: a
         handle without a key, which reads and writes plain bodies as a storage without one does)."""

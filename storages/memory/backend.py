@@ -86,6 +86,12 @@ class MemoryBackend(Backend):
         """``store``: share another backend's maps (what new_handle does); None: a fresh store."""
         self._store = store if store is not None else MemoryStore()
 
+    @property
+    def store(self) -> MemoryStore:
+        """The maps every handle on this store shares. A test hook (docs/backends.md): tests that
+        must break the store's invariants behind its back reach them here."""
+        return self._store
+
     def describe(self) -> str:
         return "memory://"
 

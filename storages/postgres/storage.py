@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Self
 
 from ..base import (
-    BaseCheckpointStorage,
+    CheckpointStore,
     CheckpointRecord,
     FenceCheck,
     StoredBody,
@@ -123,7 +123,7 @@ _TOMBSTONES = "SELECT checkpoint_id FROM {s}.tombstones"
 _WORKFLOW_TOMBSTONES = _TOMBSTONES + " WHERE workflow_name = %s"
 
 
-class PostgresCheckpointStorage(BaseCheckpointStorage):
+class PostgresCheckpointStorage(CheckpointStore):
     """Checkpoints in a PostgreSQL schema. Handles on one schema, in any process on any host,
     share one store.
 

@@ -11,7 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
 from .. import urls
-from ..base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
+from ..base import CheckpointStore, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import StorageConfigurationError
@@ -40,7 +40,7 @@ _BASE_CAPABILITIES = frozenset(
 )
 
 
-class RedisCheckpointStorage(BaseCheckpointStorage):
+class RedisCheckpointStorage(CheckpointStore):
     """Checkpoints on a Redis server or cluster, under a key prefix.
 
     Give either ``client`` (a ``redis.asyncio.Redis`` or ``RedisCluster`` you own and close; it

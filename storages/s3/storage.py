@@ -2,7 +2,7 @@
 
 :mod:`.config` validates the options, :mod:`.client` sends the requests, :mod:`.commit` (and
 :mod:`.fence` for fenced saves) decides how writes become visible; this module wires them into
-:class:`~storages.base.BaseCheckpointStorage` and answers the reads. The key layout is in
+:class:`~storages.base.CheckpointStore` and answers the reads. The key layout is in
 :mod:`.layout`, the protocol and its crash points in :mod:`.commit`, figures in docs/s3.md.
 
 Reads: load is a GET of the record plus a HEAD of its order key (the visibility check: a record
@@ -18,7 +18,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from ..base import BaseCheckpointStorage, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
+from ..base import CheckpointStore, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
@@ -30,7 +30,7 @@ from .fence import insert_fenced
 from .layout import KeyLayout, OrderEntry, signature_tag, unescape_component
 
 
-class S3CheckpointStorage(BaseCheckpointStorage):
+class S3CheckpointStorage(CheckpointStore):
     """Checkpoints in an S3 bucket under a prefix. Handles on one bucket/prefix share one store.
 
     The first handle to open on a store checks that it enforces conditional writes (docs/s3.md)

@@ -1,4 +1,4 @@
-"""SQLiteCheckpointStorage: the primitives of BaseCheckpointStorage over one SQLite file.
+"""SQLiteCheckpointStorage: the primitives of CheckpointStore over one SQLite file.
 
 Nested records are rows of the same table with ``container_id`` (the checkpoint whose body refers
 to them) and ``root_id`` (the top-level checkpoint they were saved with); a save inserts the whole
@@ -24,7 +24,7 @@ import aiosqlite
 from typing_extensions import Self
 
 from ..base import (
-    BaseCheckpointStorage,
+    CheckpointStore,
     CheckpointRecord,
     FenceCheck,
     StoredBody,
@@ -55,7 +55,7 @@ from .config import (
 )
 
 
-class SQLiteCheckpointStorage(BaseCheckpointStorage):
+class SQLiteCheckpointStorage(CheckpointStore):
     """Checkpoints in a SQLite file. Handles on one file, in any process, share one store.
 
     Args:

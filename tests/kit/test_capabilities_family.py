@@ -118,7 +118,13 @@ class NegativeTtl(DeclaredTtl):
 
 
 class TtlWithoutAttribute(InMemoryCheckpointStorage):
+    """Declares ttl but has no ttl attribute to show (as a storage written without the engine)."""
+
     capabilities = MEMORY_CAPABILITIES | {Capability.TTL}
+
+    @property
+    def ttl(self) -> float | None:
+        raise AttributeError("ttl")
 
 
 class ListedCapabilities(InMemoryCheckpointStorage):

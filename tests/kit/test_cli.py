@@ -441,7 +441,7 @@ def test_validate_required_capabilities() -> None:
 def test_json_report_says_which_kit_storage_and_python_ran_and_when(tmp_path: Path) -> None:
     import platform
 
-    from storages import installed_version
+    from storages.version import installed_version
 
     json_path = tmp_path / "report.json"
     assert main(["memory://", "--clause", "contract", "--json", str(json_path)]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,7 @@ from .support import caught_only_by, failed
 CLAUSE = "durability.across_processes"
 
 
-def _target(
-    opener: Callable[[], double.DoubleBackend], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> StorageTarget:
+def _target(opener: Callable[[], Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> StorageTarget:
     monkeypatch.setenv(double.PATH_VARIABLE, str(tmp_path / "store.pickle"))
     root = opener()
     return StorageTarget(
@@ -32,7 +31,7 @@ def test_a_file_store_passes_across_processes(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_without_a_process_opener_the_clause_is_skipped_and_says_why() -> None:
-    root = double.ProcessMemoryStorage()
+    root = double.storage_of(double.ProcessMemoryStorage())
     backend = support.run_family("durability", StorageTarget(name="no-opener", factory=root.new_handle))
     result = backend.result(CLAUSE)
     assert result.outcome is Outcome.SKIPPED
