@@ -41,7 +41,7 @@ async def _ours_sqlite() -> _Subject:
     directory = _temp_dir("ancestry")
     storage = SQLiteCheckpointStorage(directory / "ancestry.db")
     await storage.__aenter__()
-    connection = storage._connection
+    connection = storage.backend.connection
     assert connection is not None
     count = [0]
     original = connection.execute_fetchall

@@ -79,7 +79,7 @@ async def measure(directory: Path) -> dict[str, dict[str, float]]:
     body = CheckpointCodec().encode_checkpoint(base)
     ours_path = directory / "ours.db"
     async with SQLiteCheckpointStorage(ours_path) as storage:
-        connection = storage._client.connection
+        connection = storage.backend.connection
         assert connection is not None
 
         async def ours(index: int) -> Any:

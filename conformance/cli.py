@@ -30,13 +30,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from storages.version import installed_version
 from storages.contract import Capability
 from storages.errors import MissingDependencyError, StorageConfigurationError
 from storages.redaction import redact_text
 from storages.terminal import EXIT_BROKEN_PIPE, silence_stdout
 from storages.terminal import console as terminal_console
 from storages.urls import supported_schemes
+from storages.version import installed_version
 
 from .builtin import builtin_targets, not_run_backends, unavailable_target
 from .clause import FAMILIES, Clause

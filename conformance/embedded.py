@@ -99,24 +99,17 @@ def _sqlite_temp_file() -> Embedded:
     return Embedded(
         url,
         stop=lambda: shutil.rmtree(directory, ignore_errors=True),
-        open=lambda: _counting_sqlite_class()(path),
+        open=lambda: _counting_sqlite(path),
         process_opener=url,
     )
 
 
-def _counting_sqlite_class() -> type[SQLiteCheckpointStorage]:
+def _counting_sqlite(path: Path) -> SQLiteCheckpointStorage:
+    """The shipped SQLite storage, reporting every statement it runs (its ``statement_trace``
+    test hook) for the scale clauses."""
     from storages.sqlite import SQLiteCheckpointStorage
 
-    class CountingSQLiteStorage(SQLiteCheckpointStorage):
-        """SQLite whose connection reports every statement it runs, for the scale clauses."""
-
-        async def _open(self) -> None:
-            await super()._open()
-            # The statement trace is sqlite3's own hook; the connection is ours to configure.
-            assert self._connection is not None
-            await self._connection.set_trace_callback(_SQLITE_STATEMENTS.add)
-
-    return CountingSQLiteStorage
+    return SQLiteCheckpointStorage(path, statement_trace=_SQLITE_STATEMENTS.add)
 
 
 def _redis_fakeredis() -> Embedded:

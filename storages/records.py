@@ -98,6 +98,12 @@ class CheckpointRecord:
     def __reduce__(self) -> tuple[type[CheckpointRecord], tuple[object, ...]]:
         return (CheckpointRecord, (*self._fields()[:5], _get_digest(self), *self._fields()[5:]))
 
+    @property
+    def known_digest(self) -> str:
+        """The digest given or already computed (a keyed save's MAC digest), else "": for a
+        backend that records a digest it never compares with, without computing one."""
+        return _get_digest(self)
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"CheckpointRecord is immutable: cannot assign {name!r}")
 

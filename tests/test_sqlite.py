@@ -21,7 +21,6 @@ import pytest
 
 from storages import (
     AncestryEnd,
-    CheckpointCodec,
     CheckpointConflictError,
     CheckpointCorruptedError,
     StorageClosedError,
@@ -30,15 +29,10 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.base import body_digest
-from storages.sqlite import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    SELECT_LATEST,
-    SELECT_LATEST_WITH_SIGNATURE,
-    WALK_IDS,
-    SQLiteCheckpointStorage,
-)
+from storages.backend import body_digest
+from storages.codec import CheckpointCodec
+from storages.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteCheckpointStorage
+from storages.sqlite.schema import SELECT_LATEST, SELECT_LATEST_WITH_SIGNATURE, WALK_IDS
 
 pytestmark = pytest.mark.sqlite
 
@@ -110,7 +104,7 @@ async def threads_after_closing(threads_before: set[threading.Thread]) -> set[th
 
 async def test_wal_mode_and_busy_timeout_are_set(db_path: Path) -> None:
     async with SQLiteCheckpointStorage(db_path, busy_timeout_ms=1234) as storage:
-        connection = storage._connection
+        connection = storage.backend.connection
         assert connection is not None
         assert list(await connection.execute_fetchall("PRAGMA journal_mode")) == [("wal",)]
         assert list(await connection.execute_fetchall("PRAGMA busy_timeout")) == [(1234,)]
@@ -118,8 +112,8 @@ async def test_wal_mode_and_busy_timeout_are_set(db_path: Path) -> None:
 
 
 async def test_default_busy_timeout_is_five_seconds(storage: SQLiteCheckpointStorage) -> None:
-    assert storage._connection is not None
-    assert list(await storage._connection.execute_fetchall("PRAGMA busy_timeout")) == [(5000,)]
+    assert storage.backend.connection is not None
+    assert list(await storage.backend.connection.execute_fetchall("PRAGMA busy_timeout")) == [(5000,)]
 
 
 async def test_parent_directories_are_created(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
@@ -716,7 +710,7 @@ async def test_an_ancestry_walk_of_any_depth_is_one_statement(
         await storage.save(saved)
         previous = saved.checkpoint_id
     assert previous is not None
-    counter = StatementCounter(storage._connection)
+    counter = StatementCounter(storage.backend.connection)
     walk = await (storage.walk_ancestry(previous) if with_bodies else storage.walk_ancestry_ids(previous))
     assert len(walk.items) == 300
     assert walk.end is AncestryEnd.ROOT
@@ -728,7 +722,7 @@ async def test_a_cycle_ends_the_recursive_query_without_the_depth_limit(
 ) -> None:
     await storage.save(checkpoint(checkpoint_id="a", previous_checkpoint_id="b"))
     await storage.save(checkpoint(checkpoint_id="b", previous_checkpoint_id="a"))
-    rows = await storage._connection.execute_fetchall(WALK_IDS, {"start": "a", "max_depth": 1_000_000})
+    rows = await storage.backend.connection.execute_fetchall(WALK_IDS, {"start": "a", "max_depth": 1_000_000})
     assert [row[0] for row in rows] == ["a", "b"]
     walk = await storage.walk_ancestry_ids("a")
     assert (walk.items, walk.end, walk.end_id) == (("a", "b"), AncestryEnd.CYCLE, "a")
@@ -752,8 +746,8 @@ async def test_prune_tombstones_the_whole_family_in_one_transaction(
 
 
 async def _synchronous_pragma(storage: SQLiteCheckpointStorage) -> int:
-    assert storage._connection is not None
-    rows = list(await storage._connection.execute_fetchall("PRAGMA synchronous"))
+    assert storage.backend.connection is not None
+    rows = list(await storage.backend.connection.execute_fetchall("PRAGMA synchronous"))
     return int(rows[0][0])
 
 
@@ -787,7 +781,7 @@ async def test_a_save_is_one_hand_off_to_the_connection_thread(db_path: Path) ->
 
     async with SQLiteCheckpointStorage(db_path) as storage:
         await storage.save(checkpoint())
-        connection = storage._connection
+        connection = storage.backend.connection
         assert isinstance(connection, aiosqlite.Connection)
         queued: list[object] = []
         real_queue = connection._tx  # the worker thread keeps reading this one
@@ -833,7 +827,7 @@ async def test_the_partial_nested_indexes_serve_every_lookup_of_nested_rows(db_p
 async def test_concurrent_saves_on_one_handle_commit_in_groups_each_refused_alone(db_path: Path) -> None:
     async with SQLiteCheckpointStorage(db_path) as storage:
         await storage.save(checkpoint())
-        connection = storage._connection
+        connection = storage.backend.connection
         assert connection is not None
         queued: list[object] = []
         real_queue = connection._tx
@@ -1053,8 +1047,8 @@ def test_inspect_and_verify_run_on_a_read_only_mount(db_path: Path) -> None:
 def _held_by_connection_thread(storage: SQLiteCheckpointStorage) -> list[object]:
     """What the connection's thread still holds of its last call: aiosqlite's worker keeps the
     function it ran, what it returned and the future it answered until its next call."""
-    assert storage._connection is not None
-    frame = sys._current_frames()[storage._connection._thread.ident or 0]
+    assert storage.backend.connection is not None
+    frame = sys._current_frames()[storage.backend.connection._thread.ident or 0]
     while frame.f_code.co_name != "_connection_worker_thread":
         assert frame.f_back is not None
         frame = frame.f_back

@@ -11,9 +11,9 @@ import pytest
 from conformance.pytest_plugin import CheckpointStorageConformance
 from conformance.selection import all_clauses, applicable_clauses
 from storages.contract import OPERATION_CAPABILITIES
-from storages.sqlite import SQLiteCheckpointStorage
+from storages.sqlite import SQLiteBackend, SQLiteCheckpointStorage
 
-DECLARED = SQLiteCheckpointStorage.capabilities
+DECLARED = SQLiteBackend.capabilities
 UNCOUNTED = {
     "scale.walk_is_one_round_trip": "this class gives the kit no statement counter",
     "scale.latest_is_constant_cost": "without a counter it times 2,000 saves, too slow per clause file",

@@ -68,7 +68,7 @@ async def test_cancelling_the_save_that_started_a_group_strands_no_queued_save(t
     async with SQLiteCheckpointStorage(path, busy_timeout_ms=10_000) as storage:
         await storage.list_workflows()
         first, second, third = checkpoint(), checkpoint(), checkpoint()
-        connection = storage._client.connection
+        connection = storage.backend.connection
         assert connection is not None
         handoffs = count_handoffs(connection)
         with write_lock_held(path):

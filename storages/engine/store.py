@@ -321,8 +321,14 @@ class CheckpointStore(Generic[BackendT]):
     def new_handle(self) -> Self:
         """An independent handle on the same store with the same settings, codec and keys (close
         it separately). Works on a closed handle too: it reuses settings, not connections."""
+        return self.over(self._backend.new_handle())
+
+    def over(self, backend: BackendT) -> Self:  # type: ignore[misc]  # BackendT is read-only here
+        """A handle of this storage's class over ``backend`` (another backend on the same store,
+        say a read-only one), with this handle's codec and keys. The storage class holds nothing
+        of its own: everything it needs is in the backend and the engine."""
         handle = object.__new__(type(self))
-        CheckpointStore.__init__(handle, self._backend.new_handle(), codec=self._codec)
+        CheckpointStore.__init__(handle, backend, codec=self._codec)
         handle._assemble(None if self._sealer is None else self._sealer.provider)
         return handle
 

@@ -2,8 +2,8 @@
 
 The parts: ``config`` (path, URL options, ``synchronous``), ``client`` (the aiosqlite connection
 and its thread), ``commit`` (every write as one ``BEGIN IMMEDIATE`` transaction run whole on that
-thread), ``schema`` (migrations, statements and why each index exists) and ``storage`` (the
-storage class over them).
+thread), ``schema`` (migrations, statements and why each index exists), ``backend`` (the primitives
+over them) and ``storage`` (the storage class over the backend).
 
 Close handles with ``aclose()`` or ``async with``: that checkpoints the WAL and ends the thread
 at a point the program chooses. A handle works from successive event loops (several
@@ -16,6 +16,7 @@ opening a file applies the missing ones in one transaction.
 
 from __future__ import annotations
 
+from .backend import SQLiteBackend
 from .config import (
     DEFAULT_BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
@@ -25,14 +26,7 @@ from .config import (
     path_from_url,
     url_options,
 )
-from .schema import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    SELECT_LATEST,
-    SELECT_LATEST_WITH_SIGNATURE,
-    WALK_IDS,
-    WALK_WITH_BODIES,
-)
+from .schema import MIGRATIONS, SCHEMA_VERSION
 from .storage import SQLiteCheckpointStorage
 
 __all__ = [
@@ -40,13 +34,10 @@ __all__ = [
     "DEFAULT_SYNCHRONOUS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "SELECT_LATEST",
-    "SELECT_LATEST_WITH_SIGNATURE",
     "SYNCHRONOUS_MODES",
     "URL_OPTIONS",
     "URL_PREFIX",
-    "WALK_IDS",
-    "WALK_WITH_BODIES",
+    "SQLiteBackend",
     "SQLiteCheckpointStorage",
     "path_from_url",
     "url_options",

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import aiosqlite
 import aiosqlite.core
 
-from ..base import CheckpointRecord
+from ..backend import CheckpointRecord, InsertResult
 from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
 from . import schema
 from .commit import Abandon, immediate_transaction, insert_families
@@ -51,8 +51,10 @@ class SQLiteClient:
         synchronous: Synchronous,
         describe: str,
         access: Access = "rw",
+        statement_trace: Callable[[str], object] | None = None,
     ) -> None:
         self._path = path
+        self._statement_trace = statement_trace
         self._access = access
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
@@ -108,6 +110,8 @@ class SQLiteClient:
                 "open", f"cannot stat {self._path} after opening it: {exc}"
             ) from exc
         self._identity = (opened.st_dev, opened.st_ino)
+        if self._statement_trace is not None:
+            await connection.set_trace_callback(self._statement_trace)
         self.connection = connection
         self.release_at_exit = weakref.finalize(owner, _release_abandoned, connection)
 
@@ -172,7 +176,7 @@ class SQLiteClient:
             raise
         return result
 
-    async def save(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def save(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         """Insert a family (see ``commit.insert_family``) by group commit: saves made while the
         previous group is on the thread queue up and commit together, in one transaction and
         one hand-off (``commit.insert_families``). A lone save is a group of one.
@@ -192,7 +196,7 @@ class SQLiteClient:
             self._committing = loop.create_future()
             self._commit_next_group(loop, connection)
         try:
-            result: str | None = await outcome
+            result: InsertResult = await outcome
         except asyncio.CancelledError:
             abandon.set()
             raise
@@ -211,7 +215,7 @@ class SQLiteClient:
         def commit_on_thread() -> None:
             committed = handed.pop()
             saves = [(records, abandon) for records, _, abandon in committed]
-            outcomes: list[str | BaseException | None] | BaseException
+            outcomes: list[InsertResult | BaseException] | BaseException
             try:
                 outcomes = insert_families(sqlite_connection, saves)
                 _check_still_at_path("save", path, identity)
@@ -227,7 +231,7 @@ class SQLiteClient:
         loop: asyncio.AbstractEventLoop,
         connection: aiosqlite.Connection,
         group: list[tuple[Sequence[CheckpointRecord], asyncio.Future[Any], Abandon]],
-        outcomes: list[str | BaseException | None] | BaseException,
+        outcomes: list[InsertResult | BaseException] | BaseException,
     ) -> None:
         """On the loop: answer every save of a committed (or failed) group, then start the next."""
         if isinstance(outcomes, BaseException):

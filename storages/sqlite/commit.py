@@ -16,12 +16,11 @@ that every deleting transaction records first, so sequences follow commit order 
 and never go back, even after the newest checkpoint is deleted; a save writes its rows only.
 
 An id already stored is recognised by its bytes: the transaction compares the stored body with
-the one being saved (``body = ?``, a memcmp in SQLite) and the insert answers the engine with
-what it compares to the record's digest: the record's own digest when the bytes are the same,
-else :data:`BODY_DIFFERS`, which no digest equals, so the engine compares decoded contents (equal
-content may encode differently). An unkeyed save therefore hashes nothing
-(``SQLiteCheckpointStorage._plain_digest``), and a row written by any earlier version, whatever
-its ``digest`` column holds (blake2b until now), compares by the bytes it holds.
+the one being saved (``body = ?``, a memcmp in SQLite) and the insert answers
+``InsertResult.SAME_BODY`` or ``DIFFERENT_BODY`` (then the engine compares decoded contents:
+equal content may encode differently). An unkeyed save therefore hashes nothing (the ``digest``
+column keeps ``record.known_digest``: a keyed save's MAC digest, else empty), and a row written
+by any earlier version, whatever its ``digest`` column holds, compares by the bytes it holds.
 """
 
 from __future__ import annotations
@@ -31,15 +30,14 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
+from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conflict
 from ..contract import CheckpointID
-from ..engine.records import stored_id
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
+from ..records import stored_id
 from . import schema
 
-BODY_DIFFERS: Final = "(the stored body differs)"
-"""What an insert returns for an id already stored with other bytes: not hex, so it equals no
-digest, and the engine goes on to compare decoded contents."""
+_COMPARED: Final = {1: InsertResult.SAME_BODY, 0: InsertResult.DIFFERENT_BODY}
+"""An id already stored, by SQLite's ``body = ?`` (1 or 0)."""
 
 
 class Abandoned(Exception):
@@ -88,16 +86,16 @@ def insert_family(
     connection: sqlite3.Connection,
     abandon: Abandon,
     records: Sequence[CheckpointRecord],
-) -> str | None:
-    """Insert a family whose top id is absent; else return what the engine compares with the top
-    record's digest (see the module's docstring)."""
+) -> InsertResult:
+    """Insert a family whose top id is absent; else say whether the stored body is the same
+    (see the module's docstring)."""
     with immediate_transaction(connection, abandon):
         return _insert_absent(connection, records)
 
 
 def insert_families(
     connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], Abandon]]
-) -> list[str | BaseException | None]:
+) -> list[InsertResult | BaseException]:
     """A group commit: the saves that queued up while the previous group was committing, in one
     transaction (one fsync for all of them), each family of several rows in a savepoint of its
     own (a family of one row is one statement, all or nothing by itself).
@@ -109,7 +107,7 @@ def insert_families(
     returns, so durability is exactly that of a save committed alone. A save abandoned before its
     turn is skipped; a group of one is rolled back if abandoned before COMMIT, as a lone save is.
     """
-    outcomes: list[str | BaseException | None] = []
+    outcomes: list[InsertResult | BaseException] = []
     lone_abandon = saves[0][1] if len(saves) == 1 else None
     with immediate_transaction(connection, lone_abandon):
         for records, abandon in saves:
@@ -129,7 +127,7 @@ def insert_families(
     return outcomes
 
 
-def _insert_lone(connection: sqlite3.Connection, record: CheckpointRecord) -> str | None:
+def _insert_lone(connection: sqlite3.Connection, record: CheckpointRecord) -> InsertResult:
     """A family of one row (a top-level checkpoint without nested records, the common save):
     one statement that reads its sequence and inserts, where :func:`_insert_absent` needs a probe
     and an insert, and no savepoint in a group (one row is all or nothing by itself). For an id
@@ -143,25 +141,25 @@ def _insert_lone(connection: sqlite3.Connection, record: CheckpointRecord) -> st
         record.workflow_name,
         record.previous_checkpoint_id,
         record.graph_signature_hash,
-        record.digest,
+        record.known_digest,
         body,
     )
     if connection.execute(schema.INSERT_LONE_CHECKPOINT, row).rowcount:
-        return None
+        return InsertResult.INSERTED
     (same,) = connection.execute(schema.SELECT_SAME_BODY, (record.checkpoint_id, body)).fetchone()
-    return record.digest if same else BODY_DIFFERS
+    return _COMPARED[same]
 
 
-def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> str | None:
+def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> InsertResult:
     top = records[0]
     same, next_sequence = connection.execute(
         schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE,
         {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
     ).fetchone()
     if same is not None:
-        return top.digest if same else BODY_DIFFERS
+        return _COMPARED[same]
     _write_family(connection, records, next_sequence)
-    return None
+    return InsertResult.INSERTED
 
 
 def insert_fenced(
@@ -180,7 +178,7 @@ def insert_fenced(
         ).fetchone()
         latest_id = None if latest is None else stored_id(latest)
         if same is not None:
-            return FenceCheck(latest_id, top.digest if same else BODY_DIFFERS)
+            return FenceCheck(latest_id, _COMPARED[same])
         if latest_id != expected_latest_id:
             return FenceCheck(latest_id, None)
         _write_family(connection, records, next_sequence)
@@ -213,7 +211,7 @@ def _row(record: CheckpointRecord, sequence: int) -> tuple[object, ...]:
         sequence,
         record.previous_checkpoint_id,
         record.graph_signature_hash,
-        record.digest,
+        record.known_digest,
         record.body,
         1 if record.nested else 0,
         record.container_id,

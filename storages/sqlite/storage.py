@@ -1,53 +1,22 @@
-"""SQLiteCheckpointStorage: the primitives of CheckpointStore over one SQLite file.
-
-Nested records are rows of the same table with ``container_id`` (the checkpoint whose body refers
-to them) and ``root_id`` (the top-level checkpoint they were saved with); a save inserts the whole
-family in its one transaction, and a delete removes every row whose root is the deleted id.
-Listing and latest read top-level rows only, through indexes that lead with ``nested``.
-
-The ancestry walk is one recursive CTE over the ``checkpoint_id`` primary key. It uses ``UNION``
-(not ``UNION ALL``) on (id, previous id) rows, so a cycle produces a repeated row that SQLite
-drops and the recursion ends by itself; ``LIMIT`` caps it at ``max_depth`` rows. The same
-statement returns the bodies of the walked rows and their nested rows, and whether a missing
-previous id is a tombstone: one round trip whatever the depth.
-"""
+"""``SQLiteCheckpointStorage``: the storage over a :class:`~storages.sqlite.backend.SQLiteBackend`."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
-import aiosqlite
 from typing_extensions import Self
 
-from ..base import (
-    CheckpointStore,
-    CheckpointRecord,
-    FenceCheck,
-    StoredBody,
-    WalkRecords,
-    info_from_index,
-)
 from ..codec import CheckpointCodec, TypeRef
-from ..contract import Capability, CheckpointID, CheckpointInfo
-from ..engine.handles import settings_of
-from ..engine.records import index_text, stored_body, stored_id, stored_ids, stored_row
+from ..engine import CheckpointStore
 from ..integrity import IntegrityKeyInput
-from . import commit, schema
-from .client import SQLiteClient
+from .backend import SQLiteBackend
 from .config import (
     DEFAULT_BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
-    URL_PREFIX,
     Synchronous,
     busy_timeout_from_url,
-    checked_access,
-    checked_busy_timeout,
-    checked_path,
-    checked_synchronous,
     flag_from_url,
     path_from_url,
     synchronous_from_url,
@@ -55,40 +24,15 @@ from .config import (
 )
 
 
-class SQLiteCheckpointStorage(CheckpointStore):
+class SQLiteCheckpointStorage(CheckpointStore[SQLiteBackend]):
     """Checkpoints in a SQLite file. Handles on one file, in any process, share one store.
 
-    Args:
-        path: the file (created with its directory if missing).
-        busy_timeout_ms: how long a write waits for another connection's write lock.
-        synchronous: ``"full"`` (default: every acknowledged save survives a power cut) or
-            ``"normal"`` (faster commits; a power cut or OS crash may roll back the newest
-            acknowledged saves, each whole; see ``storages.sqlite.config.SYNCHRONOUS_MODES``).
-        read_only: open the file with SQLite's ``mode=ro``: never created, migrated or
-            written; every write raises StorageConfigurationError.
-        immutable: open it with ``immutable=1`` (read-only too): no locks, no ``-wal`` or
-            ``-shm`` file, for read-only media; only while nothing writes the file.
-
-    One handle per process and file is the advice bench/run.py's concurrent-writers section
-    supports: tasks sharing a handle queue their transactions on its one thread, while separate
-    handles contend for the file's write lock through the busy handler's sleeps.
+    ``path``, ``busy_timeout_ms``, ``synchronous``, ``read_only`` and ``immutable`` are the
+    backend's (:class:`~storages.sqlite.backend.SQLiteBackend` says what each does);
+    ``statement_trace`` is its test hook. One handle per process and file is the advice
+    bench/run.py's concurrent-writers section supports: tasks sharing a handle queue their
+    transactions on its one thread, while separate handles contend for the file's write lock.
     """
-
-    capabilities = frozenset(
-        {
-            Capability.SIGNATURE_FILTER,
-            Capability.ANCESTRY,
-            Capability.NESTED,
-            Capability.PRUNE,
-            Capability.LIST_WORKFLOWS,
-            Capability.RAW_ACCESS,
-            Capability.INSPECT,
-            Capability.PENDING_WRITES,
-            Capability.SHARED,
-            Capability.DURABLE,
-            Capability.FENCING,
-        }
-    )
 
     def __init__(
         self,
@@ -102,24 +46,22 @@ class SQLiteCheckpointStorage(CheckpointStore):
         integrity_key: IntegrityKeyInput | None = None,
         read_only: bool = False,
         immutable: bool = False,
+        statement_trace: Callable[[str], object] | None = None,
     ) -> None:
+        backend = SQLiteBackend(
+            path,
+            busy_timeout_ms=busy_timeout_ms,
+            synchronous=synchronous,
+            read_only=read_only,
+            immutable=immutable,
+            statement_trace=statement_trace,
+        )
         super().__init__(
+            backend,
             codec=codec,
             allowed_checkpoint_types=allowed_checkpoint_types,
             allowed_modules=allowed_modules,
             integrity_key=integrity_key,
-        )
-        # Resolved now, so a later chdir changes neither this handle nor its new_handle()s.
-        self._path = checked_path(path)
-        self._busy_timeout_ms = checked_busy_timeout(busy_timeout_ms)
-        self._synchronous = checked_synchronous(synchronous)
-        self._access = checked_access(read_only, immutable)
-        self._client = SQLiteClient(
-            self._path,
-            busy_timeout_ms=self._busy_timeout_ms,
-            synchronous=self._synchronous,
-            describe=self.describe(),
-            access=self._access,
         )
 
     @classmethod
@@ -134,9 +76,9 @@ class SQLiteCheckpointStorage(CheckpointStore):
         """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``, optionally with
         ``?busy_timeout_ms=...``, ``?synchronous=normal``, ``?read_only=true`` and
         ``?immutable=true``; a keyword wins over the URL."""
-        options = url_options(url)
-        from ..urls import allowance_options
+        from ..urls import allowance_options  # urls opens storages: it comes after
 
+        options = url_options(url)
         return cls(
             path_from_url(url),
             codec=codec,
@@ -151,186 +93,22 @@ class SQLiteCheckpointStorage(CheckpointStore):
 
     @property
     def path(self) -> Path:
-        return self._path
+        return self.backend.path
 
     @property
     def busy_timeout_ms(self) -> int:
-        return self._busy_timeout_ms
+        return self.backend.busy_timeout_ms
 
     @property
     def synchronous(self) -> Synchronous:
-        return self._synchronous
+        return self.backend.synchronous
 
     @property
     def read_only(self) -> bool:
         """The handle only reads (``read_only`` or ``immutable``)."""
-        return self._access != "rw"
+        return self.backend.read_only
 
     def read_only_handle(self) -> Self:
         """A new handle on this file that only reads (``mode=ro``; ``immutable=1`` if this one
         is immutable), with this handle's codec and keys: what inspect and verify open."""
-        overrides = {"codec": self._codec, **self._handle_overrides(), "read_only": True}
-        args, kwargs = settings_of(self).rebuilt(overrides)
-        handle = type(self)(*args, **kwargs)
-        handle._integrity = self._integrity
-        return handle
-
-    def describe(self) -> str:
-        return URL_PREFIX + "/" + self._path.as_posix()
-
-    def _handle_overrides(self) -> Mapping[str, Any]:
-        # The path resolved once: a new handle opens this very file, and as this one may.
-        return {"path": self._path, "read_only": self.read_only, "immutable": self._access == "immutable"}
-
-    @property
-    def _connection(self) -> aiosqlite.Connection | None:
-        return self._client.connection
-
-    @property
-    def _release_at_exit(self) -> Any:
-        return self._client.release_at_exit
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def _open(self) -> None:
-        await self._client.open(self)
-
-    async def _follow_loop(self) -> None:
-        # The connection's thread answers each call on the loop that made it: nothing to move.
-        return None
-
-    async def _close(self) -> None:
-        await self._client.close()
-
-    # ------------------------------------------------------------------ primitives
-
-    def _plain_digest(self, body: bytes) -> str:
-        # Unkeyed records are stored without a digest: a re-save is recognised by comparing the
-        # stored bytes in its transaction (commit.py), which costs a fraction of hashing every
-        # save (blake2b was a sixth of a save's instructions on the loop's thread).
-        return ""
-
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        return await self._client.save(records)
-
-    async def _insert_fenced(
-        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
-    ) -> FenceCheck | None:
-        return await self._client.run("save", commit.insert_fenced, records, expected_latest_id)
-
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        rows = await self._client.fetchall("load", schema.SELECT_BODY, (checkpoint_id,))
-        return stored_body(checkpoint_id, rows[0][0]) if rows else None
-
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        rows = await self._client.fetchall("load", schema.SELECT_RECORD, (checkpoint_id,))
-        return _stored(rows[0]) if rows else None
-
-    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
-        ids = json.dumps(list(dict.fromkeys(checkpoint_ids)))
-        rows = await self._client.fetchall("load", schema.SELECT_NESTED_BODIES, (ids,))
-        return {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows}
-
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        query, parameters = _query_for(
-            schema.SELECT_LATEST, schema.SELECT_LATEST_WITH_SIGNATURE, workflow_name, graph_signature_hash
-        )
-        rows = await self._client.fetchall("get_latest", query, parameters)
-        return _stored(rows[0]) if rows else None
-
-    async def _list(
-        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
-    ) -> Sequence[StoredBody]:
-        unfiltered, by_signature = (
-            (schema.SELECT_ALL_BODIES, schema.SELECT_ALL_BODIES_WITH_SIGNATURE)
-            if include_nested
-            else (schema.SELECT_BODIES, schema.SELECT_BODIES_WITH_SIGNATURE)
-        )
-        query, parameters = _query_for(unfiltered, by_signature, workflow_name, graph_signature_hash)
-        rows = await self._client.fetchall("list_checkpoints", query, parameters)
-        return [_stored(row) for row in rows]
-
-    async def _list_ids(
-        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
-    ) -> list[CheckpointID]:
-        unfiltered, by_signature = (
-            (schema.SELECT_ALL_IDS, schema.SELECT_ALL_IDS_WITH_SIGNATURE)
-            if include_nested
-            else (schema.SELECT_IDS, schema.SELECT_IDS_WITH_SIGNATURE)
-        )
-        query, parameters = _query_for(unfiltered, by_signature, workflow_name, graph_signature_hash)
-        rows = await self._client.fetchall("list_checkpoint_ids", query, parameters)
-        return stored_ids(rows)
-
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
-        return await self._client.run("delete", commit.remove, checkpoint_id)
-
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
-        return await self._client.run("write_raw_body", commit.overwrite_body, checkpoint_id, body, digest)
-
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
-        parameters = {"start": checkpoint_id, "max_depth": max_depth}
-        query = schema.WALK_WITH_BODIES if with_bodies else schema.WALK_IDS
-        rows = await self._client.fetchall("walk_ancestry", query, parameters)
-        links: dict[CheckpointID, CheckpointID | None] = {}
-        bodies: dict[CheckpointID, bytes] = {}
-        tombstones: set[CheckpointID] = set()
-        for row in rows:
-            row_id = stored_id(row[0])
-            if with_bodies:
-                bodies[row_id] = stored_body(row_id, row[3])
-                if not row[4]:
-                    continue  # a row nested in a walked one: its body only
-            previous = None if row[1] is None else index_text(row[1], row_id, "previous id")
-            links[row_id] = previous
-            if row[2] and previous is not None:
-                tombstones.add(previous)
-        return WalkRecords(links, bodies, frozenset(tombstones))
-
-    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
-        rows = await self._client.fetchall("list_nested", schema.SELECT_CHILDREN, {"id": checkpoint_id})
-        exists, children = rows[0]
-        if not exists:
-            return None
-        return [index_text(child, checkpoint_id, "nested id") for child in json.loads(children)]
-
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        return await self._client.run("prune", commit.prune, workflow_name, keep_last)
-
-    async def _delete_workflow(self, workflow_name: str) -> int:
-        return await self._client.run("delete_workflow", commit.delete_workflow, workflow_name)
-
-    async def _workflow_names(self) -> list[str]:
-        rows = await self._client.fetchall("list_workflows", schema.SELECT_WORKFLOW_NAMES)
-        return [row[0] for row in rows]  # the engine checks each name (listed_workflow_name)
-
-    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
-        rows = await self._client.fetchall("checkpoint_info", schema.SELECT_INFO, (checkpoint_id,))
-        return info_from_index(*rows[0]) if rows else None
-
-    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
-        if workflow_name is None:
-            rows = await self._client.fetchall("list_records", schema.SELECT_ALL_INFO)
-        else:
-            rows = await self._client.fetchall("list_records", schema.SELECT_WORKFLOW_INFO, (workflow_name,))
-        return [info_from_index(*row) for row in rows]
-
-    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
-        if workflow_name is None:
-            rows = await self._client.fetchall("list_tombstones", schema.SELECT_TOMBSTONES)
-        else:
-            rows = await self._client.fetchall(
-                "list_tombstones", schema.SELECT_WORKFLOW_TOMBSTONES, (workflow_name,)
-            )
-        return stored_ids(rows)
-
-
-def _query_for(
-    unfiltered: str, by_signature: str, workflow_name: str, graph_signature_hash: str | None
-) -> tuple[str, tuple[str, ...]]:
-    if graph_signature_hash is None:
-        return unfiltered, (workflow_name,)
-    return by_signature, (workflow_name, graph_signature_hash)
-
-
-_stored = stored_row
+        return self.over(self.backend.new_handle(read_only=True))

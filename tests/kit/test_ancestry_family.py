@@ -15,7 +15,7 @@ from storages.contract import AncestryEnd, AncestryWalk, Capability, CheckpointI
 from storages.engine import DEFAULT_MAX_DEPTH
 from storages.errors import CheckpointNotFoundError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
-from storages.sqlite import SQLiteCheckpointStorage
+from storages.sqlite import SQLiteBackend, SQLiteCheckpointStorage
 
 from . import support
 from .double import DoubleBackend, DoubleStorage
@@ -215,7 +215,7 @@ def test_in_memory_storage_passes_every_ancestry_clause() -> None:
 def test_sqlite_storage_passes_every_ancestry_clause(tmp_path: Path) -> None:
     # Declared, so that no clause of the family is skipped on SQLite.
     needed = {Capability.ANCESTRY, Capability.NESTED, Capability.SHARED, Capability.DURABLE}
-    assert needed <= SQLiteCheckpointStorage.capabilities
+    assert needed <= SQLiteBackend.capabilities
     root = open_storage(f"sqlite:///{tmp_path}/ancestry.db")
     backend = run_family(
         StorageTarget(name="sqlite (temp file)", factory=root.new_handle, cleanup=root.aclose)

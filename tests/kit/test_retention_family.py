@@ -15,7 +15,7 @@ from storages.backend import StoredBody
 from storages.contract import Capability, CheckpointID
 from storages.errors import InvalidCheckpointError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
-from storages.sqlite import SQLiteCheckpointStorage
+from storages.sqlite import SQLiteBackend, SQLiteCheckpointStorage
 
 from . import support
 from .double import DoubleBackend, DoubleStorage
@@ -223,7 +223,7 @@ def test_sqlite_storage_passes_every_retention_clause(tmp_path: Path) -> None:
         Capability.INSPECT,
         Capability.DURABLE,
     }
-    assert needed <= SQLiteCheckpointStorage.capabilities
+    assert needed <= SQLiteBackend.capabilities
     root = open_storage(f"sqlite:///{tmp_path}/retention.db")
     backend = run_family(
         StorageTarget(name="sqlite (temp file)", factory=root.new_handle, cleanup=root.aclose)
