@@ -92,7 +92,7 @@ async def _open(backend: str, redis_url: str) -> AsyncIterator[CheckpointStore]:
             try:
                 yield storage
             finally:
-                client = storage._client
+                client = storage.backend.client
                 keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
                 if keys:
                     await client.delete(*keys)

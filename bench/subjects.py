@@ -183,7 +183,9 @@ async def _read_sqlite_settings() -> dict[str, str]:
     directory = _temp_dir("sqlite-probe")
     try:
         async with SQLiteCheckpointStorage(directory / "probe.db") as storage:
-            connection = storage.backend.connection  # the settings are per connection: read them where they live
+            connection = (
+                storage.backend.connection
+            )  # the settings are per connection: read them where they live
             assert connection is not None
             return {name: await _pragma(connection, name) for name in SQLITE_PRAGMAS}
     finally:

@@ -81,8 +81,10 @@ class Backend(abc.ABC):
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     """What this backend supports; see :class:`~storages.contract.Capability`."""
 
-    ttl: float | None = None
-    """Seconds a checkpoint lives after its save, on a backend declaring ``ttl``; else None."""
+    @property
+    def ttl(self) -> float | None:
+        """Seconds a checkpoint lives after its save, on a backend declaring ``ttl``; else None."""
+        return None
 
     def describe(self) -> str:
         """A short human name for messages and reports, e.g. ``sqlite:///path.db`` (no secrets)."""

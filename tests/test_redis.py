@@ -36,6 +36,8 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
+from storages.backend import CheckpointRecord
+from storages.engine.encoding import plain_records, record_drafts
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
 
 redis_mark = pytest.mark.redis
@@ -120,6 +122,11 @@ def _with_child(workflow_name: str, child: WorkflowCheckpoint, **fields: Any) ->
 
 
 # ---------------------------------------------------------------------- the kit, three ways
+
+
+def records_of(storage: RedisCheckpointStorage, checkpoint: WorkflowCheckpoint) -> list[CheckpointRecord]:
+    """The records a save of ``checkpoint`` hands the backend (unkeyed), built as the engine does."""
+    return plain_records(record_drafts(storage.codec, checkpoint, nested=True, sealed=False))
 
 
 @redis_mark
@@ -242,7 +249,7 @@ async def test_every_key_of_a_workflow_sits_in_its_own_slot(fake_storage: RedisC
         await fake_storage.save(first)
         await fake_storage.save(_with_child(name, child, previous_checkpoint_id=first.checkpoint_id))
         del second
-    client = fake_storage._client
+    client = fake_storage.backend.client
     stored = [key.decode() async for key in client.scan_iter(match=f"{keys.prefix}:*")]
     for name in HOSTILE_NAMES:
         tag = keys.tag(name)
@@ -315,25 +322,27 @@ async def test_url_settings_reach_the_client() -> None:
     storage = RedisCheckpointStorage.from_url(
         "rediss://user:secret@127.0.0.1:6380/5?prefix=p&ssl_cert_reqs=none&allow_evicting_policy=true"
     )
-    await storage._open()  # builds the client without connecting
-    kwargs = storage._client.get_connection_kwargs()
+    await storage.backend.open("open")  # builds the client without connecting
+    kwargs = storage.backend.client.get_connection_kwargs()
     assert (kwargs["username"], kwargs["password"], kwargs["db"], kwargs["port"]) == (
         "user",
         "secret",
         5,
         6380,
     )
-    assert storage._client.connection_pool.connection_class.__name__ == "SSLConnection"
+    assert storage.backend.client.connection_pool.connection_class.__name__ == "SSLConnection"
     assert kwargs["retry"].get_retries() == 3
-    await storage._client.aclose()
+    await storage.backend.client.aclose()
     sized = RedisCheckpointStorage.from_url("redis://127.0.0.1:6379/0?max_connections=7&wait_seconds=5")
-    await sized._open()
-    pool = sized._client.connection_pool
+    await sized.backend.open("open")
+    pool = sized.backend.client.connection_pool
     assert isinstance(pool, WaitingConnectionPool)
     assert (pool.max_connections, pool.wait_seconds) == (7, 5.0)
     await sized.aclose()
     with pytest.raises(StorageConfigurationError, match="could not convert string to float: 'soon'"):
-        await RedisCheckpointStorage.from_url("redis://127.0.0.1:6379/0?wait_seconds=soon")._open()
+        await RedisCheckpointStorage.from_url("redis://127.0.0.1:6379/0?wait_seconds=soon").backend.open(
+            "open"
+        )
 
 
 @pytest.mark.parametrize(
@@ -439,10 +448,10 @@ async def test_a_full_pool_fails_after_its_wait_and_frees_every_slot() -> None:
 async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointStorage) -> None:
     child = WorkflowCheckpoint("child", "sig")
     checkpoint = _with_child("wf", child)
-    records = real_storage._records_for(checkpoint)
-    assert await real_storage._insert_family(records) is None
+    records = records_of(real_storage, checkpoint)
+    assert await real_storage.backend.commits.insert_family(records) is None
     # The same request again, as redis-py sends it after an ambiguous connection failure.
-    assert await real_storage._insert_family(records) == records[0].digest
+    assert await real_storage.backend.commits.insert_family(records) == records[0].digest
     assert await real_storage.list_checkpoint_ids(workflow_name="wf") == [checkpoint.checkpoint_id]
     assert await real_storage.list_checkpoint_ids(workflow_name="child", include_nested=True) == [
         child.checkpoint_id
@@ -457,9 +466,9 @@ async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointSto
 
 @redis_mark
 async def test_a_retried_one_record_save_is_a_no_op(real_storage: RedisCheckpointStorage) -> None:
-    (record,) = real_storage._records_for(WorkflowCheckpoint("wf", "sig"))
-    assert await real_storage._insert(record) is None
-    assert await real_storage._insert(record) == record.digest
+    (record,) = records_of(real_storage, WorkflowCheckpoint("wf", "sig"))
+    assert await real_storage.backend.commits.insert(record) is None
+    assert await real_storage.backend.commits.insert(record) == record.digest
     after = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=record.checkpoint_id)
     await real_storage.save(after)
     info = await real_storage.checkpoint_info(after.checkpoint_id)
@@ -472,7 +481,7 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 ) -> None:
     # save_one is the fast path of save for one top-level record on plain Redis: it must leave
     # the same keys, values and TTLs, or reads written against one would misread the other.
-    client = real_storage._client
+    client = real_storage.backend.client
 
     async def dump(storage: RedisCheckpointStorage) -> dict[str, Any]:
         keys = sorted([key.decode() async for key in client.scan_iter(match=f"{storage.prefix}:*")])
@@ -497,8 +506,8 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 
     for ttl in ("", "3600"):
         fast, general = store("one", ttl), store("gen", ttl)
-        await fast._ready("save")
-        fast_path = fast._scripts["save_one"]
+        await fast.get_latest(workflow_name="opens-the-handle")
+        fast_path = fast.backend.scripts["save_one"]
         fast_saves: list[str] = []
 
         async def counted(
@@ -507,13 +516,13 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
             seen.append(str(args[4]))
             return await script(keys=keys, args=args)
 
-        fast._scripts["save_one"] = counted
+        fast.backend.scripts["save_one"] = counted
         try:
             chain = _chain("w:{x}%", 2)
             for checkpoint in chain:
                 await fast.save(checkpoint)
-                await general._ready("save")
-                assert await general._insert_family(general._records_for(checkpoint)) is None
+                await general.backend.open("save")
+                assert await general.backend.commits.insert_family(records_of(general, checkpoint)) is None
             assert fast_saves == [checkpoint.checkpoint_id for checkpoint in chain]  # the fast path ran
             written = await dump(fast)
             # per checkpoint a record and a pointer; counter, top, signature; the workflow index
@@ -530,7 +539,7 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 async def test_a_pointer_without_a_record_reads_as_not_found(real_storage: RedisCheckpointStorage) -> None:
     # What a crash between a cluster save's pointer claim and its script leaves behind.
     keys = real_storage.keys
-    await real_storage._client.set(keys.location("orphan"), "some-workflow")
+    await real_storage.backend.client.set(keys.location("orphan"), "some-workflow")
     with pytest.raises(CheckpointNotFoundError):
         await real_storage.load("orphan")
     assert await real_storage.checkpoint_info("orphan") is None
@@ -633,9 +642,9 @@ async def test_cluster_save_interrupted_after_its_cross_slot_half(
 ) -> None:
     child = WorkflowCheckpoint("child-wf", "sig", checkpoint_id="half-child")
     parent = _with_child("parent-wf", child, checkpoint_id="half-parent")
-    records = cluster_storage._records_for(parent)
+    records = records_of(cluster_storage, parent)
     # Pointers claimed, nested sequence taken and indexed, then the process died before the script.
-    existing, _ = await cluster_storage._span.before_save(records, "parent-wf")
+    existing, _ = await cluster_storage.backend.span.before_save(records, "parent-wf")
     assert existing is None
     for checkpoint_id in ("half-parent", "half-child"):
         with pytest.raises(CheckpointNotFoundError):
@@ -652,8 +661,8 @@ async def test_cluster_save_interrupted_after_its_cross_slot_half(
 @cluster_mark
 async def test_cluster_clients_are_cluster_clients(cluster_storage: RedisCheckpointStorage) -> None:
     await cluster_storage.save(WorkflowCheckpoint("wf", "sig"))
-    assert isinstance(cluster_storage._client, RedisCluster)
-    assert len(cluster_storage._client.get_primaries()) == 3
+    assert isinstance(cluster_storage.backend.client, RedisCluster)
+    assert len(cluster_storage.backend.client.get_primaries()) == 3
     assert cluster_storage.cluster
 
 
@@ -665,7 +674,7 @@ class _CountingClient:
 
     def __init__(self, storage: RedisCheckpointStorage) -> None:
         self.commands: list[str] = []
-        client = storage._client
+        client = storage.backend.client
         original = client.execute_command
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -673,7 +682,7 @@ class _CountingClient:
             return await original(*args, **kwargs)
 
         client.execute_command = counted
-        connection = storage._connection
+        connection = storage.backend.connection
         original_transaction = connection.transaction
 
         async def transaction(operation: str, commands: Any) -> Any:
@@ -685,7 +694,7 @@ class _CountingClient:
 
 
 async def _load_unseen(storage: RedisCheckpointStorage, checkpoint_id: str) -> WorkflowCheckpoint:
-    storage._reads.homes.clear()  # as a handle that neither saved nor read it
+    storage.backend.reads.homes.clear()  # as a handle that neither saved nor read it
     return await storage.load(checkpoint_id)
 
 
@@ -694,8 +703,8 @@ async def test_each_operation_is_one_round_trip_on_plain_redis(real_storage: Red
     child = WorkflowCheckpoint("child", "sig")
     parent, *rest = _chain("wf", 3)
     await real_storage.save(WorkflowCheckpoint("warm-up", "sig"))
-    for script in real_storage._scripts.values():  # as on a server that ran them before
-        await real_storage._client.script_load(script.script)
+    for script in real_storage.backend.scripts.values():  # as on a server that ran them before
+        await real_storage.backend.client.script_load(script.script)
     counter = _CountingClient(real_storage)
     with_child = _with_child("wf", child, previous_checkpoint_id=rest[-1].checkpoint_id)
     for checkpoint in [parent, *rest, with_child]:
@@ -777,9 +786,9 @@ async def _moved_and_deleted(storage: RedisCheckpointStorage) -> None:
         assert await other.delete("stays")
         again = WorkflowCheckpoint("second", "sig", checkpoint_id="stays", state={"v": 2})
         await other.save(again)
-        await storage._client.hset(
+        await storage.backend.client.hset(
             storage.keys.record("first", "stays"),
-            mapping={"b": storage._codec.encode_checkpoint(stays), "w": "first", "s": "sig", "d": "x"},
+            mapping={"b": storage.codec.encode_checkpoint(stays), "w": "first", "s": "sig", "d": "x"},
         )
         assert await storage.load("stays") == again
         # Deleted through another handle: missing here too, as on a handle that never saw it.
@@ -832,9 +841,9 @@ async def test_remembered_homes_are_bounded(
     chain = _chain("wf", 5)
     for checkpoint in chain:
         await real_storage.save(checkpoint)
-    assert list(real_storage._reads.homes) == [c.checkpoint_id for c in chain[2:]]
+    assert list(real_storage.backend.reads.homes) == [c.checkpoint_id for c in chain[2:]]
     assert await real_storage.load(chain[0].checkpoint_id) == chain[0]  # by the script
-    assert list(real_storage._reads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]
+    assert list(real_storage.backend.reads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]
 
 
 @redis_mark
@@ -853,7 +862,7 @@ async def test_a_remembered_id_deleted_elsewhere_is_not_found_in_one_round_trip(
         await real_storage.load(checkpoint.checkpoint_id)
     # No location pointer: the transaction's answer is the script's, so no script follows.
     assert counter.commands == ["MULTI GET HMGET EXISTS"]
-    assert checkpoint.checkpoint_id not in real_storage._reads.homes
+    assert checkpoint.checkpoint_id not in real_storage.backend.reads.homes
 
 
 async def _pointer_to_a_home_not_utf8(storage: RedisCheckpointStorage) -> None:
@@ -862,16 +871,16 @@ async def _pointer_to_a_home_not_utf8(storage: RedisCheckpointStorage) -> None:
     not remembered (it could not be named again)."""
     planted = WorkflowCheckpoint("wf", "sig", checkpoint_id="planted", state={"v": 1})
     prefix = storage.keys.prefix.encode()
-    await storage._client.set(storage.keys.location("planted"), b"\xff")
-    await storage._client.hset(
+    await storage.backend.client.set(storage.keys.location("planted"), b"\xff")
+    await storage.backend.client.hset(
         prefix + b":{\xff}:r:planted",
-        mapping={"b": storage._codec.encode_checkpoint(planted), "w": "wf", "s": "sig", "d": "x"},
+        mapping={"b": storage.codec.encode_checkpoint(planted), "w": "wf", "s": "sig", "d": "x"},
     )
     try:
         assert await storage.load("planted") == planted
-        assert "planted" not in storage._reads.homes
+        assert "planted" not in storage.backend.reads.homes
     finally:
-        await storage._client.delete(prefix + b":{\xff}:r:planted", storage.keys.location("planted"))
+        await storage.backend.client.delete(prefix + b":{\xff}:r:planted", storage.keys.location("planted"))
 
 
 @redis_mark
@@ -892,7 +901,7 @@ async def _index_fields_not_utf8(storage: RedisCheckpointStorage) -> None:
     remembered home, the transaction on plain Redis)."""
     checkpoint = WorkflowCheckpoint("wf", "sig", checkpoint_id="damaged", state={"v": 1})
     await storage.save(checkpoint)
-    await storage._client.hset(storage.keys.record("wf", "damaged"), "w", b"\xff")
+    await storage.backend.client.hset(storage.keys.record("wf", "damaged"), "w", b"\xff")
     fresh = storage.new_handle()
     try:
         for handle in (storage, fresh):

@@ -23,10 +23,10 @@ from redis.asyncio import Redis
 from storages import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
-    EvictionPolicyError,
     StorageConfigurationError,
     WorkflowCheckpoint,
 )
+from storages.errors import EvictionPolicyError
 from storages.redis import RedisCheckpointStorage
 from storages.redis import client as redis_storage
 
@@ -79,7 +79,7 @@ def _stores(**query: str) -> dict[str, Callable[[], Any]]:
 
 async def _lose(storage: RedisCheckpointStorage, workflow_name: str, checkpoint_id: str) -> None:
     """What eviction does to a record: its hash goes, the indexes keep the id."""
-    assert await storage._client.delete(storage.keys.record(workflow_name, checkpoint_id)) == 1
+    assert await storage.backend.client.delete(storage.keys.record(workflow_name, checkpoint_id)) == 1
 
 
 # ---------------------------------------------------------------------- reads after a loss
@@ -98,7 +98,7 @@ async def test_latest_never_falls_back_to_an_older_checkpoint(where: str) -> Non
                 await storage.get_latest(workflow_name="wf", graph_signature_hash=signature)
             assert caught.value.checkpoint_id == second.checkpoint_id
         # The read left the index alone: re-saving the lost checkpoint makes it whole again.
-        assert await storage._client.zscore(storage.keys.top("wf"), second.checkpoint_id) is not None
+        assert await storage.backend.client.zscore(storage.keys.top("wf"), second.checkpoint_id) is not None
         await storage.save(second)
         assert await storage.get_latest(workflow_name="wf") == second
         assert await storage.list_checkpoint_ids(workflow_name="wf") == [
@@ -210,8 +210,8 @@ async def test_no_read_writes_to_the_store() -> None:
             await storage.save(checkpoint)
         await storage.prune(workflow_name="wf", keep_last=3)
         await _lose(storage, "wf", parent.checkpoint_id)  # the newest: latest and listing meet it
-        await storage._client.set(storage.keys.location("orphan"), "wf")  # a pointer to nothing
-        before = await _keyspace(storage._client, storage.prefix)
+        await storage.backend.client.set(storage.keys.location("orphan"), "wf")  # a pointer to nothing
+        before = await _keyspace(storage.backend.client, storage.prefix)
         reads: list[Callable[[], Awaitable[object]]] = [
             lambda: storage.get_latest(workflow_name="wf"),
             lambda: storage.get_latest(workflow_name="wf", graph_signature_hash="sig"),
@@ -234,7 +234,7 @@ async def test_no_read_writes_to_the_store() -> None:
             # The lost newest record and the orphan pointer are reported, as they must be.
             with contextlib.suppress(CheckpointCorruptedError, CheckpointNotFoundError):
                 await read()
-            assert await _keyspace(storage._client, storage.prefix) == before
+            assert await _keyspace(storage.backend.client, storage.prefix) == before
 
 
 # ---------------------------------------------------------------------- the eviction policy
@@ -364,15 +364,15 @@ async def _evict_old_records(
             break
     else:
         pytest.fail("the server evicted nothing; the scenario did not happen")
-    counter = await storage._client.get(storage.keys.sequence("wf"))
-    indexed = await storage._client.zcard(storage.keys.top("wf"))
+    counter = await storage.backend.client.get(storage.keys.sequence("wf"))
+    indexed = await storage.backend.client.zcard(storage.keys.top("wf"))
     if counter is None or int(counter) < saves or indexed < saves:
         return None
     return old, newest
 
 
 async def _stored(storage: RedisCheckpointStorage, checkpoint: WorkflowCheckpoint) -> bool:
-    return bool(await storage._client.exists(storage.keys.record("wf", checkpoint.checkpoint_id)))
+    return bool(await storage.backend.client.exists(storage.keys.record("wf", checkpoint.checkpoint_id)))
 
 
 @redis_mark

@@ -18,12 +18,8 @@ import pytest
 import redis_servers
 from redis.asyncio import Redis
 
-from storages import (
-    CheckpointCorruptedError,
-    EvictionPolicyError,
-    StorageConfigurationError,
-    WorkflowCheckpoint,
-)
+from storages import CheckpointCorruptedError, StorageConfigurationError, WorkflowCheckpoint
+from storages.errors import EvictionPolicyError
 from storages.redis import RedisCheckpointStorage
 from storages.redis import client as redis_client
 
@@ -74,7 +70,7 @@ async def _bodiless_reads(storage: RedisCheckpointStorage) -> None:
     for checkpoint in (_checkpoint("a", None), _checkpoint("b", "a")):
         await storage.save(checkpoint)
     await storage.save(WorkflowCheckpoint("other", "sig", checkpoint_id="c", previous_checkpoint_id="b"))
-    await storage._client.hdel(storage.keys.record("wf", "b"), "b")
+    await storage.backend.client.hdel(storage.keys.record("wf", "b"), "b")
     fresh = storage.new_handle()
     try:
         # The handle that saved "b" remembers its home (the MULTI/EXEC load); a fresh one does not.
@@ -111,7 +107,7 @@ async def test_a_nested_record_without_its_body_is_corrupted(storage: RedisCheck
         "wf", "sig", checkpoint_id="b", state={"_executor_state": {"s": {"sub_workflow_checkpoint": child}}}
     )
     await storage.save(parent)
-    await storage._client.hdel(storage.keys.record("wf", "kid"), "b")
+    await storage.backend.client.hdel(storage.keys.record("wf", "kid"), "b")
     fresh = storage.new_handle()
     try:
         for read in (
@@ -249,7 +245,7 @@ def _no_scan(storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch) -
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("SCAN was used")
 
-    monkeypatch.setattr(storage._client, "scan_iter", refuse)
+    monkeypatch.setattr(storage.backend.client, "scan_iter", refuse)
 
 
 async def _index_lifecycle(storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -269,12 +265,12 @@ async def _index_lifecycle(storage: RedisCheckpointStorage, monkeypatch: pytest.
     assert await storage.list_tombstones() == ["o1"]
     await storage.delete("p")  # wf and sub have nothing left
     assert await storage.list_workflows() == ["other"]
-    assert await storage._client.zscore(storage.keys.workflows, "wf") is None
-    assert await storage._client.zscore(storage.keys.workflows, "sub") is None
+    assert await storage.backend.client.zscore(storage.keys.workflows, "wf") is None
+    assert await storage.backend.client.zscore(storage.keys.workflows, "sub") is None
     await storage.delete_workflow(workflow_name="other")
     assert await storage.list_workflows() == []
     assert await storage.list_tombstones() == []
-    assert await storage._client.zrange(storage.keys.workflows, 0, -1) == [b""]  # only the mark
+    assert await storage.backend.client.zrange(storage.keys.workflows, 0, -1) == [b""]  # only the mark
     await storage.save(WorkflowCheckpoint("other", "sig"))
     assert await storage.list_workflows() == ["other"]
 
@@ -297,18 +293,18 @@ async def _written_before_the_index(storage: RedisCheckpointStorage) -> None:
     for name in ("a", "b:{x}%", "c"):
         await storage.save(WorkflowCheckpoint(name, "sig"))
     await storage.prune(workflow_name="c", keep_last=0)  # c: tombstones only
-    await storage._client.delete(storage.keys.workflows)  # what an earlier version wrote
+    await storage.backend.client.delete(storage.keys.workflows)  # what an earlier version wrote
     fresh = storage.new_handle()
     try:
         # Still listed (by SCAN, once the index was read), and the read wrote nothing.
         assert await fresh.list_workflows() == ["a", "b:{x}%"]
         assert len(await fresh.list_tombstones()) == 1
-        assert await storage._client.exists(storage.keys.workflows) == 0
+        assert await storage.backend.client.exists(storage.keys.workflows) == 0
         # The next save completes the index: from then on no listing scans.
         await fresh.save(WorkflowCheckpoint("d", "sig"))
-        members = await storage._client.zrange(storage.keys.workflows, 0, -1)
+        members = await storage.backend.client.zrange(storage.keys.workflows, 0, -1)
         assert sorted(members) == [b"", b"a", b"b:{x}%", b"c", b"d"]
-        fresh._client.scan_iter = None  # any SCAN now fails
+        fresh.backend.client.scan_iter = None  # any SCAN now fails
         assert await fresh.list_workflows() == ["a", "b:{x}%", "d"]
     finally:
         await fresh.aclose()
@@ -334,7 +330,7 @@ async def test_a_cluster_index_entry_left_by_a_crash_is_not_listed(
 ) -> None:
     # The client adds a name before the save's script; a crash between leaves the name alone.
     await cluster_storage.save(WorkflowCheckpoint("real", "sig"))
-    await cluster_storage._client.zadd(cluster_storage.keys.workflows, {"crashed": float("inf")})
+    await cluster_storage.backend.client.zadd(cluster_storage.keys.workflows, {"crashed": float("inf")})
     assert await cluster_storage.list_workflows() == ["real"]
     assert await cluster_storage.list_records() != []
 
@@ -351,8 +347,8 @@ async def test_with_a_ttl_expired_workflows_leave_the_index() -> None:
         assert await storage.list_workflows() == []  # its keys expired: not listed
         await storage.save(WorkflowCheckpoint("new", "sig"))
         # The save dropped the expired name from the index, which lives as long as its newest name.
-        assert sorted(await storage._client.zrange(storage.keys.workflows, 0, -1)) == [b"", b"new"]
-        assert 0 < await storage._client.pttl(storage.keys.workflows) <= 300
+        assert sorted(await storage.backend.client.zrange(storage.keys.workflows, 0, -1)) == [b"", b"new"]
+        assert 0 < await storage.backend.client.pttl(storage.keys.workflows) <= 300
     finally:
         await storage.aclose()
         await redis_servers.wipe(redis_servers.redis_url(), prefix)
@@ -367,13 +363,13 @@ async def test_a_cluster_save_racing_a_removal_that_empties_its_workflow_stays_l
     # the workflow was empty, so the save lists it again.
     await cluster_storage.save(WorkflowCheckpoint("w", "sig", checkpoint_id="first"))
     remover = cluster_storage.new_handle()
-    span = cluster_storage._span
+    span = cluster_storage.backend.span
     listed = span._listed  # type: ignore[attr-defined]
 
     async def listed_then_emptied(names: list[str]) -> None:
         await listed(names)
         assert await remover.delete_workflow(workflow_name="w") == 1
-        assert await cluster_storage._client.zscore(cluster_storage.keys.workflows, "w") is None
+        assert await cluster_storage.backend.client.zscore(cluster_storage.keys.workflows, "w") is None
 
     monkeypatch.setattr(span, "_listed", listed_then_emptied)
     try:

@@ -20,6 +20,7 @@ and an ancestry walk are each exactly one round trip. The package's parts:
 docs/redis.md describes the layout, each operation and what it costs.
 """
 
+from .backend import RedisBackend
 from .client import WaitingConnectionPool, delete_prefix
 from .config import (
     CONNECTION_WAIT_SECONDS,
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "PAGE_SIZE",
     "RETRIES",
+    "RedisBackend",
     "RedisCheckpointStorage",
     "RedisKeys",
     "WaitingConnectionPool",

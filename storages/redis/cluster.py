@@ -27,9 +27,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import CheckpointRecord, nested_id_conflict
+from ..backend import CheckpointRecord, nested_id_conflict
 from ..contract import CheckpointID
-from ..engine.records import index_text
+from ..records import index_text
 from .commit import Located, SlotSpan
 from .keys import nested_member
 from .replies import text

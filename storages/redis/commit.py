@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
+from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conflict
 from ..contract import CheckpointID
-from ..engine.records import index_text
 from ..errors import NestedCheckpointDeletionError
+from ..records import index_text
 from .client import RedisConnection
 from .replies import optional_id, pairs, text
 from .scripts import (
@@ -168,14 +168,16 @@ class Commits:
                 client = self.connection.client
                 top = self.keys.top(records[0].workflow_name)
                 newest = await self.connection.call("save", client.zrevrange(top, 0, 0))
-                return FenceCheck(text(newest[0]) if newest else None, reply)
+                latest = text(newest[0]) if newest else None
+                return FenceCheck(latest, InsertResult.of_stored_digest(reply, records[0]))
         if reply is None:
             return None
         status = text(reply[0])
         if status == "stale":
             return FenceCheck(optional_id(reply[1]), None)
         if status == "exists":
-            return FenceCheck(optional_id(reply[2]), index_text(reply[1], records[0].checkpoint_id, "digest"))
+            stored = index_text(reply[1], records[0].checkpoint_id, "digest")
+            return FenceCheck(optional_id(reply[2]), InsertResult.of_stored_digest(stored, records[0]))
         if status == "conflict":
             raise nested_id_conflict(records, text(reply[1]))
         return None

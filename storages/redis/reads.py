@@ -14,10 +14,10 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ..base import IndexEntry, StoredBody, WalkRecords, info_from_index
+from ..backend import IndexEntry, StoredBody, WalkRecords, info_from_index
 from ..contract import CheckpointID, CheckpointInfo
-from ..engine.records import index_text
 from ..errors import CheckpointCorruptedError
+from ..records import index_text
 from .client import RedisConnection
 from .commit import SlotSpan
 from .keys import escape, split_member

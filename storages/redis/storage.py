@@ -1,61 +1,29 @@
-"""RedisCheckpointStorage: the contract's primitives wired onto the connection, the commit
-protocol and the reads (see docs/redis.md for the key layout and what each operation costs)."""
+"""``RedisCheckpointStorage``: the storage over a :class:`~storages.redis.backend.RedisBackend`."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
-from .. import urls
-from ..base import CheckpointStore, CheckpointRecord, FenceCheck, StoredBody, WalkRecords
 from ..codec import CheckpointCodec, TypeRef
-from ..contract import Capability, CheckpointID, CheckpointInfo
-from ..errors import StorageConfigurationError
+from ..engine import CheckpointStore
 from ..integrity import IntegrityKeyInput
-from .client import RedisConnection
-from .cluster import ClusterSlotSpan
-from .commit import Commits, SlotSpan
-from .config import DEFAULT_PREFIX, check_scheme, checked_settings, url_flag, url_options, url_ttl
+from .backend import RedisBackend
+from .config import DEFAULT_PREFIX, check_scheme, url_flag, url_options, url_ttl
 from .keys import RedisKeys
-from .reads import Reads
-
-_BASE_CAPABILITIES = frozenset(
-    {
-        Capability.SIGNATURE_FILTER,
-        Capability.ANCESTRY,
-        Capability.NESTED,
-        Capability.PRUNE,
-        Capability.LIST_WORKFLOWS,
-        Capability.RAW_ACCESS,
-        Capability.INSPECT,
-        Capability.PENDING_WRITES,
-        Capability.SHARED,
-        Capability.DURABLE,
-        Capability.FENCING,
-    }
-)
 
 
-class RedisCheckpointStorage(CheckpointStore):
+class RedisCheckpointStorage(CheckpointStore[RedisBackend]):
     """Checkpoints on a Redis server or cluster, under a key prefix.
 
-    Give either ``client`` (a ``redis.asyncio.Redis`` or ``RedisCluster`` you own and close; it
-    must not decode responses) or ``url`` (the storage builds and closes its own client; every
-    :meth:`new_handle` gets its own connection pool). ``ttl`` in seconds makes checkpoints expire.
-
-    On first use the storage reads the server's ``maxmemory-policy`` (every node's, on a cluster)
-    and refuses one that may evict its keys (``allkeys-*``; with ``ttl``, under which every key
-    has a TTL, also ``volatile-lru``, ``-lfu`` and ``-random``) with
-    :class:`~storages.errors.EvictionPolicyError`: such a server loses checkpoints silently.
-    ``allow_evicting_policy=True`` skips the check, for those who accept the risk (or know the
-    server cannot evict, as an in-process fake).
+    ``client`` or ``url``, ``prefix``, ``ttl``, ``client_options`` and ``allow_evicting_policy``
+    are the backend's (:class:`~storages.redis.backend.RedisBackend` says what each does,
+    including the eviction-policy check made on first use).
     """
-
-    capabilities: ClassVar[frozenset[Capability]] = _BASE_CAPABILITIES
 
     def __init__(
         self,
@@ -71,25 +39,21 @@ class RedisCheckpointStorage(CheckpointStore):
         integrity_key: IntegrityKeyInput | None = None,
         allow_evicting_policy: bool = False,
     ) -> None:
+        backend = RedisBackend(
+            client,
+            url=url,
+            prefix=prefix,
+            ttl=ttl,
+            client_options=client_options,
+            allow_evicting_policy=allow_evicting_policy,
+        )
         super().__init__(
+            backend,
             codec=codec,
             allowed_checkpoint_types=allowed_checkpoint_types,
             allowed_modules=allowed_modules,
             integrity_key=integrity_key,
         )
-        if (client is None) == (url is None):
-            raise StorageConfigurationError("RedisCheckpointStorage needs exactly one of client= or url=")
-        settings = checked_settings(prefix, ttl, allow_evicting_policy)
-        self._settings = settings
-        self._connection = RedisConnection(settings, client, url, client_options or {})
-        self._policy_checked = allow_evicting_policy
-        span = ClusterSlotSpan(self._connection) if self._connection.cluster else SlotSpan(self._connection)
-        self._span = span
-        self._commits = Commits(self._connection, span)
-        self._reads = Reads(self._connection, span)
-        if ttl is not None:
-            # An instance attribute: TTL is a per-storage setting, so is its capability.
-            self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
 
     @classmethod
     def from_url(cls, url: str, *, codec: CheckpointCodec | None = None, **client_options: Any) -> Self:
@@ -97,6 +61,8 @@ class RedisCheckpointStorage(CheckpointStore):
         add ``cluster=true`` for a Redis Cluster (any node as the seed) and
         ``allow_evicting_policy=true`` to accept a maxmemory-policy that may evict checkpoints.
         Other query options go to redis-py."""
+        from ..urls import allowance_options  # urls opens storages: it comes after
+
         options = url_options(check_scheme(url))
         return cls(
             url=url,
@@ -105,146 +71,22 @@ class RedisCheckpointStorage(CheckpointStore):
             codec=codec,
             client_options=client_options,
             allow_evicting_policy=url_flag(url, "allow_evicting_policy"),
-            **urls.allowance_options(options),
+            **allowance_options(options),
         )
 
     @property
     def prefix(self) -> str:
-        return self._settings.prefix
-
-    @property
-    def ttl(self) -> float | None:
-        """Seconds a checkpoint lives after its save, or None."""
-        return self._settings.ttl
+        return self.backend.prefix
 
     @property
     def allow_evicting_policy(self) -> bool:
         """Whether the eviction-policy check is skipped (see docs/redis.md)."""
-        return self._settings.allow_evicting_policy
+        return self.backend.allow_evicting_policy
 
     @property
     def cluster(self) -> bool:
-        return self._connection.cluster
+        return self.backend.cluster
 
     @property
     def keys(self) -> RedisKeys:
-        return self._connection.keys
-
-    @property
-    def _client(self) -> Any:
-        """The redis-py client in use (None before open and after close)."""
-        return self._connection.client
-
-    @property
-    def _scripts(self) -> dict[str, Any]:
-        """Script name -> redis-py Script, as registered on the client in use."""
-        return self._connection.scripts
-
-    def describe(self) -> str:
-        return self._connection.describe()
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def _open(self) -> None:
-        await self._connection.open(self)
-
-    async def _ready(self, operation: str) -> None:
-        await super()._ready(operation)
-        if not self._policy_checked:
-            # Here rather than in _open, so a server that cannot be reached fails the operation
-            # asked for, by name; a failed check is simply repeated by the next operation.
-            await self._connection.check_eviction_policy(operation)
-            self._policy_checked = True
-
-    async def _follow_loop(self) -> None:
-        self._connection.follow_loop(self)
-
-    async def _close(self) -> None:
-        await self._connection.close()
-
-    # ------------------------------------------------------------------ writes
-
-    async def _insert(self, record: CheckpointRecord) -> str | None:
-        stored = await self._commits.insert(record)
-        if stored is None:
-            self._reads.remember(record.checkpoint_id, record.workflow_name)
-        return stored
-
-    async def _insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
-        stored = await self._commits.insert_family(records)
-        if stored is None:
-            self._remember_family(records)
-        return stored
-
-    def _remember_family(self, records: Sequence[CheckpointRecord]) -> None:
-        # Every record of a family lives in the home of its top-level record. Records with
-        # others nested in them are left to the load script, which reads their bodies too.
-        home = records[0].workflow_name
-        containers = {record.container_id for record in records}
-        for record in records:
-            if record.checkpoint_id not in containers:
-                self._reads.remember(record.checkpoint_id, home)
-
-    async def _insert_fenced(
-        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
-    ) -> FenceCheck | None:
-        refused = await self._commits.insert_fenced(records, expected_latest_id)
-        if refused is None:
-            self._remember_family(records)
-        return refused
-
-    async def _remove(self, checkpoint_id: CheckpointID) -> bool:
-        self._reads.forget(checkpoint_id)
-        return await self._commits.remove(checkpoint_id)
-
-    async def _overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
-        return await self._commits.overwrite_body(checkpoint_id, body)
-
-    async def _prune(self, workflow_name: str, keep_last: int) -> int:
-        return await self._commits.prune(workflow_name, keep_last)
-
-    async def _delete_workflow(self, workflow_name: str) -> int:
-        return await self._commits.delete_workflow(workflow_name)
-
-    # ------------------------------------------------------------------ reads
-
-    async def _get(self, checkpoint_id: CheckpointID) -> bytes | None:
-        stored = await self._reads.load(checkpoint_id)
-        return None if stored is None else stored.body
-
-    async def _load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        return await self._reads.load(checkpoint_id)
-
-    async def _nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
-        return await self._reads.nested_bodies(checkpoint_ids)
-
-    async def _latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        return await self._reads.latest(workflow_name, graph_signature_hash)
-
-    async def _list(
-        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
-    ) -> Sequence[StoredBody]:
-        return await self._reads.list_bodies(workflow_name, graph_signature_hash, include_nested)
-
-    async def _list_ids(
-        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
-    ) -> list[CheckpointID]:
-        return await self._reads.list_ids(workflow_name, graph_signature_hash, include_nested)
-
-    async def _walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
-        return await self._reads.walk(checkpoint_id, max_depth, with_bodies=with_bodies)
-
-    async def _nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
-        return await self._reads.nested_ids(checkpoint_id)
-
-    async def _workflow_names(self) -> list[str]:
-        return await self._span.index.names("list_workflows", ("top",))
-
-    async def _info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
-        return await self._reads.info(checkpoint_id)
-
-    async def _records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
-        return await self._reads.records(workflow_name)
-
-    async def _tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
-        return await self._reads.tombstones(workflow_name)
+        return self.backend.keys

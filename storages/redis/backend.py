@@ -1,0 +1,251 @@
+"""The Redis backend: the primitives (storages/backend.py) wired onto the connection, the commit
+protocol and the reads (see docs/redis.md for the key layout and what each operation costs)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from typing_extensions import Self
+
+from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, StoredBody, WalkRecords
+from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..errors import StorageConfigurationError
+from .client import RedisConnection
+from .cluster import ClusterSlotSpan
+from .commit import Commits, SlotSpan
+from .config import DEFAULT_PREFIX, checked_settings
+from .keys import RedisKeys
+from .reads import Reads
+
+_BASE_CAPABILITIES = frozenset(
+    {
+        Capability.SIGNATURE_FILTER,
+        Capability.ANCESTRY,
+        Capability.NESTED,
+        Capability.PRUNE,
+        Capability.LIST_WORKFLOWS,
+        Capability.RAW_ACCESS,
+        Capability.INSPECT,
+        Capability.PENDING_WRITES,
+        Capability.SHARED,
+        Capability.DURABLE,
+        Capability.FENCING,
+    }
+)
+
+
+class RedisBackend(Backend):
+    """Checkpoints on a Redis server or cluster, under a key prefix.
+
+    Give either ``client`` (a ``redis.asyncio.Redis`` or ``RedisCluster`` you own and close; it
+    must not decode responses) or ``url`` (the backend builds and closes its own client; every
+    :meth:`new_handle` gets its own connection pool). ``ttl`` in seconds makes checkpoints expire.
+
+    On opening, the backend reads the server's ``maxmemory-policy`` (every node's, on a cluster)
+    and refuses one that may evict its keys (``allkeys-*``; with ``ttl``, under which every key
+    has a TTL, also ``volatile-lru``, ``-lfu`` and ``-random``) with
+    :class:`~storages.errors.EvictionPolicyError`: such a server loses checkpoints silently.
+    ``allow_evicting_policy=True`` skips the check, for those who accept the risk (or know the
+    server cannot evict, as an in-process fake).
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = _BASE_CAPABILITIES
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster | None = None,
+        *,
+        url: str | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: float | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        allow_evicting_policy: bool = False,
+    ) -> None:
+        if (client is None) == (url is None):
+            raise StorageConfigurationError("RedisCheckpointStorage needs exactly one of client= or url=")
+        settings = checked_settings(prefix, ttl, allow_evicting_policy)
+        self._settings = settings
+        self._given_client = client
+        self._client_options = dict(client_options or {})
+        self._connection = RedisConnection(settings, client, url, self._client_options)
+        self._policy_checked = allow_evicting_policy
+        span: SlotSpan | ClusterSlotSpan = (
+            ClusterSlotSpan(self._connection) if self._connection.cluster else SlotSpan(self._connection)
+        )
+        self._span = span
+        self._commits = Commits(self._connection, span)
+        self._reads = Reads(self._connection, span)
+        if ttl is not None:
+            # An instance attribute: TTL is a per-storage setting, so is its capability.
+            self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
+
+    def new_handle(self) -> Self:
+        """A backend on the same prefix: the given client again (its owner's), or a client of its
+        own from the URL."""
+        return type(self)(
+            self._given_client,
+            url=self._connection.url,
+            prefix=self.prefix,
+            ttl=self.ttl,
+            client_options=self._client_options,
+            allow_evicting_policy=self.allow_evicting_policy,
+        )
+
+    @property
+    def prefix(self) -> str:
+        return self._settings.prefix
+
+    @property
+    def ttl(self) -> float | None:
+        """Seconds a checkpoint lives after its save, or None."""
+        return self._settings.ttl
+
+    @property
+    def allow_evicting_policy(self) -> bool:
+        """Whether the eviction-policy check is skipped (see docs/redis.md)."""
+        return self._settings.allow_evicting_policy
+
+    @property
+    def cluster(self) -> bool:
+        return self._connection.cluster
+
+    @property
+    def keys(self) -> RedisKeys:
+        return self._connection.keys
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client in use (None before open and after close). A test hook
+        (docs/redis.md)."""
+        return self._connection.client
+
+    @property
+    def scripts(self) -> dict[str, Any]:
+        """Script name -> redis-py Script, as registered on the client in use. A test hook
+        (docs/redis.md)."""
+        return self._connection.scripts
+
+    @property
+    def connection(self) -> RedisConnection:
+        """The handle's connection (client, scripts, error translation). A test hook."""
+        return self._connection
+
+    @property
+    def commits(self) -> Commits:
+        """The commit protocol (its one-record and general saves). A test hook."""
+        return self._commits
+
+    @property
+    def reads(self) -> Reads:
+        """The reads and their per-handle cache of where records live. A test hook."""
+        return self._reads
+
+    @property
+    def span(self) -> SlotSpan | ClusterSlotSpan:
+        """How a save finds the slots its keys live in (one node, or a cluster). A test hook."""
+        return self._span
+
+    def describe(self) -> str:
+        return self._connection.describe()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self, operation: str) -> None:
+        await self._connection.open(self)
+        if not self._policy_checked:
+            # A failed check makes the open fail, so the next operation opens (and checks) again;
+            # the connection is kept, not opened twice.
+            await self._connection.check_eviction_policy(operation)
+            self._policy_checked = True
+
+    async def follow_loop(self) -> None:
+        self._connection.follow_loop(self)
+
+    async def close(self) -> None:
+        await self._connection.close()
+
+    # ------------------------------------------------------------------ writes
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        top = records[0]
+        if len(records) == 1 and top.container_id is None:
+            stored = await self._commits.insert(top)
+            if stored is None:
+                self._reads.remember(top.checkpoint_id, top.workflow_name)
+        else:
+            stored = await self._commits.insert_family(records)
+            if stored is None:
+                self._remember_family(records)
+        return InsertResult.of_stored_digest(stored, top)
+
+    def _remember_family(self, records: Sequence[CheckpointRecord]) -> None:
+        # Every record of a family lives in the home of its top-level record. Records with
+        # others nested in them are left to the load script, which reads their bodies too.
+        home = records[0].workflow_name
+        containers = {record.container_id for record in records}
+        for record in records:
+            if record.checkpoint_id not in containers:
+                self._reads.remember(record.checkpoint_id, home)
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        refused = await self._commits.insert_fenced(records, expected_latest_id)
+        if refused is None:
+            self._remember_family(records)
+        return refused
+
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        self._reads.forget(checkpoint_id)
+        return await self._commits.remove(checkpoint_id)
+
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        return await self._commits.overwrite_body(checkpoint_id, body)
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        return await self._commits.prune(workflow_name, keep_last)
+
+    async def delete_workflow(self, workflow_name: str) -> int:
+        return await self._commits.delete_workflow(workflow_name)
+
+    # ------------------------------------------------------------------ reads
+
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        return await self._reads.load(checkpoint_id)
+
+    async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        return await self._reads.nested_bodies(checkpoint_ids)
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        return await self._reads.latest(workflow_name, graph_signature_hash)
+
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        return await self._reads.list_bodies(workflow_name, graph_signature_hash, include_nested)
+
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        return await self._reads.list_ids(workflow_name, graph_signature_hash, include_nested)
+
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        return await self._reads.walk(checkpoint_id, max_depth, with_bodies=with_bodies)
+
+    async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        return await self._reads.nested_ids(checkpoint_id)
+
+    async def workflow_names(self) -> list[str]:
+        return await self._span.index.names("list_workflows", ("top",))
+
+    async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        return await self._reads.info(checkpoint_id)
+
+    async def records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        return await self._reads.records(workflow_name)
+
+    async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        return await self._reads.tombstones(workflow_name)
