@@ -33,8 +33,7 @@ from storages import (
     UnserializableValueError,
     WorkflowCheckpoint,
 )
-from storages.codec import CheckpointCodec
-from storages.codec import HEADER_SIZE
+from storages.codec import HEADER_SIZE, CheckpointCodec
 
 SameTypes = Callable[[Any, Any], bool]
 

@@ -15,7 +15,6 @@ from storages import (
     CheckpointNotFoundError,
     CheckpointStore,
     GraphSignatureMismatchError,
-    InMemoryCheckpointStorage,
     InvalidCheckpointError,
     InvalidCheckpointIdError,
     StorageClosedError,
@@ -552,7 +551,7 @@ class BareMemoryBackend(MemoryBackend):
     capabilities = frozenset()
 
 
-def BareMemoryStorage() -> CheckpointStore[BareMemoryBackend]:  # noqa: N802 - named as a storage class
+def BareMemoryStorage() -> CheckpointStore[BareMemoryBackend]:
     return CheckpointStore(BareMemoryBackend())
 
 

@@ -32,8 +32,7 @@ from storages import (
     InvalidCheckpointError,
     WorkflowCheckpoint,
 )
-from storages.codec import CheckpointCodec
-from storages.codec import DEFAULT_MAX_COMPRESSION_RATIO, OpaqueValue
+from storages.codec import DEFAULT_MAX_COMPRESSION_RATIO, CheckpointCodec, OpaqueValue
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _HEADER = struct.Struct(">2sBBI")

@@ -28,8 +28,7 @@ from storages import (
     supported_schemes,
 )
 from storages.errors import BackendEntryPointError, BackendRegistrationError
-from storages.registry import BackendSpec
-from storages.registry import BUILTIN_BACKENDS, ENTRY_POINT_GROUP, BackendRegistry, registry
+from storages.registry import BUILTIN_BACKENDS, ENTRY_POINT_GROUP, BackendRegistry, BackendSpec, registry
 
 
 class GoodStorage(InMemoryCheckpointStorage):

@@ -5,6 +5,7 @@ docs/postgres.md. Parts: ``config`` (URL and options), ``client`` (pool, retries
 
 from __future__ import annotations
 
+from .backend import PostgresBackend
 from .config import DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, URL_OPTIONS, PostgresOptions, url_options
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .storage import PostgresCheckpointStorage
@@ -15,6 +16,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "URL_OPTIONS",
+    "PostgresBackend",
     "PostgresCheckpointStorage",
     "PostgresOptions",
     "url_options",

@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from ..base import CheckpointRecord, FenceCheck, nested_id_conflict
+from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conflict
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
@@ -174,7 +174,11 @@ class PostgresCommits:
         inserted, existing, latest = await self.save(
             records, fenced=True, expected_latest_id=expected_latest_id
         )
-        return None if inserted else FenceCheck(latest, existing)
+        if inserted:
+            return None
+        return FenceCheck(
+            latest, None if existing is None else InsertResult.of_stored_digest(existing, records[0])
+        )
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
         rows = await self._client.fetch("delete", self._remove, {"id": checkpoint_id})

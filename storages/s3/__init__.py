@@ -15,6 +15,7 @@ docs/s3.md has the layout, the crash table and the requests (and price) of every
 
 from __future__ import annotations
 
+from .backend import S3Backend
 from .config import (
     DEFAULT_CONFLICT_RETRIES,
     DEFAULT_MAX_ATTEMPTS,
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_WORKERS",
     "URL_OPTIONS",
     "URL_SCHEME",
+    "S3Backend",
     "S3CheckpointStorage",
     "S3Settings",
     "escape_component",

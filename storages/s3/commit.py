@@ -40,7 +40,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..base import CheckpointRecord
+from ..backend import CheckpointRecord
 from ..contract import CheckpointID
 from ..errors import (
     CheckpointConflictError,

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ..base import CheckpointRecord, FenceCheck
+from ..backend import CheckpointRecord, FenceCheck, InsertResult
 from ..contract import CheckpointID
 from ..errors import StorageUnavailableError
 from .client import CONDITION_FAILED, CREATE_ONLY, backoff, gather
@@ -51,12 +51,17 @@ async def insert_fenced(
         if current == top.checkpoint_id:
             stored = await protocol.read(top.checkpoint_id, "save")
             if stored is not None:
-                return FenceCheck(current, stored.header.digest)
+                return FenceCheck(current, InsertResult.of_stored_digest(stored.header.digest, top))
             continue  # deleted since: check again
         if current != expected_latest_id:
             stored = await protocol.read(top.checkpoint_id, "save")
             visible = stored is not None and await protocol.visible(stored.header, "save")
-            return FenceCheck(current, stored.header.digest if stored is not None and visible else None)
+            existing = (
+                InsertResult.of_stored_digest(stored.header.digest, top)
+                if stored is not None and visible
+                else None
+            )
+            return FenceCheck(current, existing)
         headers, pointers = await protocol.headers_for(records, known={workflow: (view.mark, view.pointer)})
         if len(records) > 1:
             nested = await protocol.settle_nested(
@@ -72,7 +77,7 @@ async def insert_fenced(
             if stored is None:
                 continue
             if await protocol.visible(stored.header, "save") or stored.header.digest != top.digest:
-                return FenceCheck(current, stored.header.digest)
+                return FenceCheck(current, InsertResult.of_stored_digest(stored.header.digest, top))
             # An earlier attempt at this save that never committed: rewrite it with this
             # attempt's sequence, then commit it.
             try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from ..base import IndexEntry, StoredBody
+from ..backend import IndexEntry, StoredBody
 from ..contract import CheckpointID, CheckpointInfo
 from ..errors import CheckpointCorruptedError
 

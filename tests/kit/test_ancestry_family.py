@@ -15,7 +15,7 @@ from storages.contract import AncestryEnd, AncestryWalk, Capability, CheckpointI
 from storages.engine import DEFAULT_MAX_DEPTH
 from storages.errors import CheckpointNotFoundError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
-from storages.sqlite import SQLiteBackend, SQLiteCheckpointStorage
+from storages.sqlite import SQLiteBackend
 
 from . import support
 from .double import DoubleBackend, DoubleStorage

@@ -15,7 +15,7 @@ from storages.backend import StoredBody
 from storages.contract import Capability, CheckpointID
 from storages.errors import InvalidCheckpointError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
-from storages.sqlite import SQLiteBackend, SQLiteCheckpointStorage
+from storages.sqlite import SQLiteBackend
 
 from . import support
 from .double import DoubleBackend, DoubleStorage

@@ -1,0 +1,393 @@
+"""The PostgreSQL backend: one schema, shared safely by handles, processes and hosts (needs
+``psycopg`` and ``psycopg_pool``). The commit protocol is in commit.py, connections and retries
+in client.py, the tables in schema.py; this module wires them into the primitives
+(storages/backend.py).
+
+Reads are single statements, so each sees one snapshot: a load or latest returns the record and
+the bodies of everything nested in it in one round trip; latest is one descent of the index
+``(workflow_name, nested, sequence)`` (O(log n) whatever the history); an
+ancestry walk is one recursive CTE over the primary key. The walk uses ``UNION`` on (id,
+previous id) rows, so a cycle yields a repeated row that PostgreSQL drops and the recursion ends
+by itself, and ``LIMIT`` on the walked rows caps it at ``max_depth`` (PostgreSQL evaluates a
+recursive CTE only as far as its reader fetches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+from psycopg_pool import AsyncConnectionPool
+from typing_extensions import Self
+
+from ..backend import (
+    Backend,
+    CheckpointRecord,
+    FenceCheck,
+    InsertResult,
+    StoredBody,
+    WalkRecords,
+    info_from_index,
+)
+from ..contract import Capability, CheckpointID, CheckpointInfo
+from ..errors import StorageConfigurationError
+from ..records import index_text, stored_body, stored_id, stored_ids, stored_row
+from .client import Connection, PostgresClient
+from .commit import PostgresCommits
+from .config import (
+    PostgresOptions,
+    describe_namespace,
+    describe_url,
+    driver_conninfo,
+    is_postgres_url,
+    options_from_url,
+)
+from .schema import render
+
+_COLUMNS = "checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash"
+_FAMILY_OF_HEAD = """
+    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash, true FROM head
+    UNION ALL
+    SELECT n.checkpoint_id, n.body, NULL, NULL, NULL, false
+    FROM head JOIN {s}.checkpoints AS n ON n.root_id = head.family
+"""
+_LOAD = (
+    f"WITH head AS (SELECT {_COLUMNS}, coalesce(root_id, checkpoint_id) AS family "  # noqa: S608
+    "FROM {s}.checkpoints WHERE checkpoint_id = %(id)s)" + _FAMILY_OF_HEAD
+)
+_LATEST = (
+    f"WITH head AS (SELECT {_COLUMNS}, checkpoint_id AS family FROM {{s}}.checkpoints "  # noqa: S608
+    "WHERE workflow_name = %(workflow)s AND NOT nested ORDER BY sequence DESC LIMIT 1)" + _FAMILY_OF_HEAD
+)
+_LATEST_WITH_SIGNATURE = (
+    f"WITH head AS (SELECT {_COLUMNS}, checkpoint_id AS family FROM {{s}}.checkpoints "  # noqa: S608
+    "WHERE workflow_name = %(workflow)s AND NOT nested AND graph_signature_hash = %(signature)s "
+    "ORDER BY sequence DESC LIMIT 1)" + _FAMILY_OF_HEAD
+)
+_GET = "SELECT body FROM {s}.checkpoints WHERE checkpoint_id = %s"
+_NESTED_BODIES = """
+    SELECT n.checkpoint_id, n.body
+    FROM {s}.checkpoints AS c JOIN {s}.checkpoints AS n ON n.root_id = coalesce(c.root_id, c.checkpoint_id)
+    WHERE c.checkpoint_id = ANY(%s::text[])
+"""
+_TOP = " AND NOT nested"
+_BY_SIGNATURE = " AND graph_signature_hash = %(signature)s"
+_LIST = f"SELECT {_COLUMNS} FROM {{s}}.checkpoints WHERE workflow_name = %(workflow)s"  # noqa: S608
+_LIST_IDS = "SELECT checkpoint_id FROM {s}.checkpoints WHERE workflow_name = %(workflow)s"
+_CHILDREN = """
+    SELECT EXISTS (SELECT 1 FROM {s}.checkpoints WHERE checkpoint_id = %(id)s),
+        ARRAY(SELECT checkpoint_id FROM {s}.checkpoints WHERE container_id = %(id)s ORDER BY position)
+"""
+_WALK = """
+    WITH RECURSIVE walk (checkpoint_id, previous_checkpoint_id) AS (
+        SELECT checkpoint_id, previous_checkpoint_id FROM {s}.checkpoints WHERE checkpoint_id = %(start)s
+        UNION
+        SELECT c.checkpoint_id, c.previous_checkpoint_id
+        FROM walk JOIN {s}.checkpoints AS c ON c.checkpoint_id = walk.previous_checkpoint_id
+    ),
+    reached AS MATERIALIZED (SELECT checkpoint_id, previous_checkpoint_id FROM walk LIMIT %(max_depth)s)
+"""
+_WALK_IDS = (
+    _WALK  # noqa: S608 - constant SQL
+    + """
+    SELECT r.checkpoint_id, r.previous_checkpoint_id,
+        EXISTS (SELECT 1 FROM {s}.tombstones AS t WHERE t.checkpoint_id = r.previous_checkpoint_id),
+        NULL, true
+    FROM reached AS r
+"""
+)
+_WALK_WITH_BODIES = (
+    _WALK  # noqa: S608 - constant SQL
+    + """
+    SELECT r.checkpoint_id, r.previous_checkpoint_id,
+        EXISTS (SELECT 1 FROM {s}.tombstones AS t WHERE t.checkpoint_id = r.previous_checkpoint_id),
+        c.body, true
+    FROM reached AS r JOIN {s}.checkpoints AS c ON c.checkpoint_id = r.checkpoint_id
+    UNION ALL
+    SELECT n.checkpoint_id, NULL, false, n.body, false
+    FROM reached AS r
+    JOIN {s}.checkpoints AS c ON c.checkpoint_id = r.checkpoint_id
+    JOIN {s}.checkpoints AS n ON n.root_id = coalesce(c.root_id, c.checkpoint_id)
+"""
+)
+_WORKFLOW_NAMES = "SELECT DISTINCT workflow_name FROM {s}.checkpoints WHERE NOT nested"
+_ALL_INFO = """
+    SELECT checkpoint_id, workflow_name, previous_checkpoint_id, graph_signature_hash, container_id,
+        sequence, octet_length(body)
+    FROM {s}.checkpoints
+"""
+_INFO = _ALL_INFO + " WHERE checkpoint_id = %s"
+_WORKFLOW_INFO = _ALL_INFO + " WHERE workflow_name = %s"
+_TOMBSTONES = "SELECT checkpoint_id FROM {s}.tombstones"
+_WORKFLOW_TOMBSTONES = _TOMBSTONES + " WHERE workflow_name = %s"
+
+
+class PostgresBackend(Backend):
+    """Checkpoints in a PostgreSQL schema. Handles on one schema, in any process on any host,
+    share one store.
+
+    Give ``url`` (``postgresql://user:password@host:port/db``; the storage owns a bounded pool,
+    one per handle) or ``pool`` (a ``psycopg_pool.AsyncConnectionPool`` whose connections are in
+    autocommit) or ``connection`` (an ``AsyncConnection`` in autocommit); given ones are never
+    closed by the storage. The schema (``checkpoint_storages`` unless told) is created and
+    migrated on first use; ``table_prefix`` names its tables ``<prefix>checkpoints``, ..., so
+    several stores share one schema.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {
+            Capability.SIGNATURE_FILTER,
+            Capability.ANCESTRY,
+            Capability.NESTED,
+            Capability.PRUNE,
+            Capability.LIST_WORKFLOWS,
+            Capability.RAW_ACCESS,
+            Capability.INSPECT,
+            Capability.PENDING_WRITES,
+            Capability.SHARED,
+            Capability.DURABLE,
+            Capability.FENCING,
+        }
+    )
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        connection: Connection | None = None,
+        schema: str | None = None,
+        table_prefix: str | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float | None = None,
+        retries: int | None = None,
+    ) -> None:
+        if sum(given is not None for given in (url, pool, connection)) != 1:
+            raise StorageConfigurationError(
+                "PostgresCheckpointStorage needs exactly one of url=, pool= or connection="
+            )
+        overrides = {
+            "schema": schema,
+            "table_prefix": table_prefix,
+            "pool_size": pool_size,
+            "pool_timeout": pool_timeout,
+            "retries": retries,
+        }
+        conninfo: str | None = None
+        if url is not None:
+            if not is_postgres_url(url):
+                raise StorageConfigurationError(
+                    "Not a PostgreSQL URL; expected postgresql://user:password@host:port/db"
+                )
+            self._options = options_from_url(url, overrides)
+            conninfo = driver_conninfo(url)
+            self._describe = describe_url(url, self._options.schema, self._options.table_prefix)
+        else:
+            self._options = PostgresOptions(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+            kind = "pool" if pool is not None else "connection"
+            namespace = describe_namespace(self._options.schema, self._options.table_prefix)
+            self._describe = f"postgresql {kind} ({namespace})"
+        self._url = url
+        self._given = (pool, connection)
+        self._client = PostgresClient(
+            conninfo, self._options, self._describe, pool=pool, connection=connection
+        )
+        self._commits = PostgresCommits(self._client, self._options.schema, self._options.table_prefix)
+        self._sql = _Queries(self._options.schema, self._options.table_prefix)
+
+    def new_handle(self) -> Self:
+        """A backend on the same schema and tables: the given pool or connection again (its
+        owner's), or a pool of its own from the URL."""
+        pool, connection = self._given
+        options = self._options
+        return type(self)(
+            self._url,
+            pool=pool,
+            connection=connection,
+            schema=options.schema,
+            table_prefix=options.table_prefix,
+            pool_size=options.pool_size,
+            pool_timeout=options.pool_timeout,
+            retries=options.retries,
+        )
+
+    @property
+    def schema(self) -> str:
+        return self._options.schema
+
+    @property
+    def table_prefix(self) -> str:
+        return self._options.table_prefix
+
+    @property
+    def options(self) -> PostgresOptions:
+        return self._options
+
+    @property
+    def statements_sent(self) -> int:
+        """Statements (round trips) this handle has sent; the kit's ``scale`` clauses count them."""
+        return self._client.statements
+
+    def describe(self) -> str:
+        return self._describe
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self, operation: str) -> None:
+        await self._client.open(operation)
+
+    async def follow_loop(self) -> None:
+        await self._client.follow_loop()
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # ------------------------------------------------------------------ writes (commit.py)
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        return InsertResult.of_stored_digest(await self._commits.insert_family(records), records[0])
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        return await self._commits.insert_fenced(records, expected_latest_id)
+
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        return await self._commits.remove(checkpoint_id)
+
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        return await self._commits.overwrite_body(checkpoint_id, body, digest)
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        return await self._commits.prune(workflow_name, keep_last)
+
+    async def delete_workflow(self, workflow_name: str) -> int:
+        return await self._commits.delete_workflow(workflow_name)
+
+    # ------------------------------------------------------------------ reads
+
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        return _family(await self._client.fetch("load", self._sql.load, {"id": checkpoint_id}))
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        if graph_signature_hash is None:
+            query, parameters = self._sql.latest, {"workflow": workflow_name}
+        else:
+            query = self._sql.latest_with_signature
+            parameters = {"workflow": workflow_name, "signature": graph_signature_hash}
+        return _family(await self._client.fetch("get_latest", query, parameters))
+
+    async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
+        ids = list(dict.fromkeys(checkpoint_ids))
+        rows = await self._client.fetch("load", self._sql.nested_bodies, (ids,))
+        return {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows}
+
+    async def list_bodies(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> Sequence[StoredBody]:
+        query = self._sql.listing(self._sql.list, graph_signature_hash, include_nested)
+        rows = await self._client.fetch(
+            "list_checkpoints", query, {"workflow": workflow_name, "signature": graph_signature_hash}
+        )
+        return [_stored(row) for row in rows]
+
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        query = self._sql.listing(self._sql.list_ids, graph_signature_hash, include_nested)
+        rows = await self._client.fetch(
+            "list_checkpoint_ids", query, {"workflow": workflow_name, "signature": graph_signature_hash}
+        )
+        return stored_ids(rows)
+
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        query = self._sql.walk_with_bodies if with_bodies else self._sql.walk_ids
+        rows = await self._client.fetch(
+            "walk_ancestry", query, {"start": checkpoint_id, "max_depth": max_depth}
+        )
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        tombstones: set[CheckpointID] = set()
+        for stored_row_id, stored_previous, buried, body, walked in rows:
+            row_id = stored_id(stored_row_id)
+            if body is not None:
+                bodies[row_id] = stored_body(row_id, body)
+            if not walked:
+                continue  # a record nested in a walked one: its body only
+            previous = None if stored_previous is None else index_text(stored_previous, row_id, "previous id")
+            links[row_id] = previous
+            if buried and previous is not None:
+                tombstones.add(previous)
+        return WalkRecords(links, bodies, frozenset(tombstones))
+
+    async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
+        rows = await self._client.fetch("list_nested", self._sql.children, {"id": checkpoint_id})
+        exists, children = rows[0]
+        if not exists:
+            return None
+        return [index_text(child, checkpoint_id, "nested id") for child in children]
+
+    async def workflow_names(self) -> list[str]:
+        rows = await self._client.fetch("list_workflows", self._sql.workflow_names)
+        return [row[0] for row in rows]  # the engine checks each name (listed_workflow_name)
+
+    async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        rows = await self._client.fetch("checkpoint_info", self._sql.info, (checkpoint_id,))
+        return info_from_index(*rows[0]) if rows else None
+
+    async def records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
+        if workflow_name is None:
+            rows = await self._client.fetch("list_records", self._sql.all_info)
+        else:
+            rows = await self._client.fetch("list_records", self._sql.workflow_info, (workflow_name,))
+        return [info_from_index(*row) for row in rows]
+
+    async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
+        if workflow_name is None:
+            rows = await self._client.fetch("list_tombstones", self._sql.tombstones)
+        else:
+            rows = await self._client.fetch(
+                "list_tombstones", self._sql.workflow_tombstones, (workflow_name,)
+            )
+        return stored_ids(rows)
+
+
+class _Queries:
+    """Every read statement, rendered once for one schema."""
+
+    def __init__(self, schema_name: str, table_prefix: str) -> None:
+        def r(template: str) -> str:
+            return render(template, schema_name, table_prefix)
+
+        self.load, self.latest, self.latest_with_signature = r(_LOAD), r(_LATEST), r(_LATEST_WITH_SIGNATURE)
+        self.get, self.nested_bodies, self.children = r(_GET), r(_NESTED_BODIES), r(_CHILDREN)
+        self.list, self.list_ids = r(_LIST), r(_LIST_IDS)
+        self.walk_ids, self.walk_with_bodies = r(_WALK_IDS), r(_WALK_WITH_BODIES)
+        self.workflow_names, self.all_info, self.info = r(_WORKFLOW_NAMES), r(_ALL_INFO), r(_INFO)
+        self.workflow_info, self.tombstones = r(_WORKFLOW_INFO), r(_TOMBSTONES)
+        self.workflow_tombstones = r(_WORKFLOW_TOMBSTONES)
+
+    @staticmethod
+    def listing(base: str, graph_signature_hash: str | None, include_nested: bool) -> str:
+        return (
+            base
+            + ("" if include_nested else _TOP)
+            + ("" if graph_signature_hash is None else _BY_SIGNATURE)
+            + " ORDER BY sequence"
+        )
+
+
+_stored = stored_row
+
+
+def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
+    """The head row (flagged true) with the bodies of the rows nested in it, or None."""
+    head = next((row for row in rows if row[5]), None)
+    if head is None:
+        return None
+    nested = {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows if not row[5]}
+    stored = _stored(head)
+    return StoredBody(stored.checkpoint_id, stored.body, nested=nested, entry=stored.entry)
+
+
+__all__ = ["PostgresBackend"]
