@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storages.codec import CheckpointCodec
-from storages.codec.packing import NeedsExactPath
 from storages.contract import WorkflowCheckpoint
 from storages.errors import UnserializableValueError
 from tests.test_codec_properties import checkpoints, values
@@ -51,16 +50,7 @@ def test_committed_format_v1_bodies_decode_and_reencode_to_the_same_bytes(name: 
 
 
 def _both_payloads(codec: CheckpointCodec, checkpoint: Any) -> tuple[bytes | None, bytes]:
-    plain = codec._checkpoint_plain(checkpoint, "native")
-    try:
-        native: bytes | None = codec._native.pack_payload(plain)
-    except NeedsExactPath:
-        native = None
-    try:
-        exact = codec._exact.pack(plain)
-    except OverflowError:
-        exact = codec._boxing_packer().pack(plain)
-    return native, exact
+    return codec.payload_paths(checkpoint)
 
 
 @settings(max_examples=300, deadline=None)
@@ -194,7 +184,7 @@ def test_objects_remembered_by_id_are_never_confused_with_later_objects_at_that_
         moment = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=index)
         checkpoint = WorkflowCheckpoint("wf", "sig", state={"t": value, "d": moment})
         body = codec.encode_checkpoint(checkpoint)
-        assert body == codec._frame(codec._exact.pack(codec._checkpoint_plain(checkpoint, "native")))
+        assert body == codec.exact_body(checkpoint)
         decoded = codec.decode_checkpoint(body, checkpoint_id="x").state
         assert decoded == {"t": (index, str(index)), "d": moment}
         del value, moment, checkpoint
@@ -207,7 +197,7 @@ def test_a_remembered_tuple_still_encodes_exactly_as_the_exact_walk() -> None:
     checkpoint = WorkflowCheckpoint("wf", "sig", state={"a": shared, "b": nested, "c": [shared]})
     bodies = {codec.encode_checkpoint(checkpoint) for _ in range(3)}
     (body,) = bodies
-    assert body == codec._frame(codec._exact.pack(codec._checkpoint_plain(checkpoint, "native")))
+    assert body == codec.exact_body(checkpoint)
     assert codec.decode_checkpoint(body, checkpoint_id="x").state == {"a": shared, "b": nested, "c": [shared]}
 
 

@@ -360,7 +360,7 @@ async def test_an_s3_fenced_save_that_died_after_its_pointer_swap_is_finished_by
         async def die(*args: Any, **kwargs: Any) -> None:
             raise SimulatedCrash("died after the pointer swap, before the order key")
 
-        with patch.object(storage._protocol, "commit", die), pytest.raises(SimulatedCrash):
+        with patch.object(storage.backend.protocol, "commit", die), pytest.raises(SimulatedCrash):
             await storage.save(crashing, expected_latest_id=first.checkpoint_id)
         assert await latest_id(other) == first.checkpoint_id  # not committed yet: invisible
         rival = after(first)

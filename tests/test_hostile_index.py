@@ -153,7 +153,7 @@ REDIS_CASES: list[tuple[str, str, list[str], str, type[Exception]]] = [
 
 
 async def _plant(storage: RedisCheckpointStorage, what: str) -> None:
-    client, keys = storage._client, storage.keys
+    client, keys = storage.backend.client, storage.keys
     prefix = keys.prefix.encode()
     if what == "top":
         await client.zadd(keys.top("wf"), {b"\xff": 99})
@@ -182,7 +182,7 @@ async def _plant(storage: RedisCheckpointStorage, what: str) -> None:
 
 async def _dump(storage: RedisCheckpointStorage) -> dict[bytes, object]:
     """Every key of the storage's prefix with its value: a read must change none of them."""
-    client = storage._client
+    client = storage.backend.client
     found: dict[bytes, object] = {}
     async for key in client.scan_iter(match=storage.keys.prefix + ":*"):
         kind = await client.type(key)
@@ -502,7 +502,7 @@ async def test_postgres_values_that_are_not_text_are_reported(
 
 
 def _rewrite_header(store: S3Store, storage: S3CheckpointStorage, field: str, value: object) -> None:
-    key = storage._keys.record_key("b")
+    key = storage.backend.keys.record_key("b")
     raw = store.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
     head, _, body = raw.partition(b"\n")
     header = json.loads(head)
@@ -558,7 +558,7 @@ S3_CASES: list[
     (
         "an order key whose id is not UTF-8",
         lambda store, storage: _plant_key(
-            store, storage._keys.order_prefix("wf", False) + "0000000000000000001.x.%FF"
+            store, storage.backend.keys.order_prefix("wf", False) + "0000000000000000001.x.%FF"
         ),
         ["list_checkpoint_ids", "list_checkpoints", "get_latest", "list_records"],
         r"Checkpoint '%FF' is corrupted: an S3 key spells it, and its %XX bytes are not UTF-8 text",
@@ -567,7 +567,7 @@ S3_CASES: list[
     # Skipped before: a listing without it looked complete.
     (
         "an order key no save writes",
-        lambda store, storage: _plant_key(store, storage._keys.order_prefix("wf", False) + "0000.x.y"),
+        lambda store, storage: _plant_key(store, storage.backend.keys.order_prefix("wf", False) + "0000.x.y"),
         ["list_checkpoint_ids", "list_checkpoints", "get_latest", "list_records", "list_records(workflow)"],
         r"Checkpoint '0000.x.y' is corrupted: the S3 order key '.*/0000.x.y' is not one a save writes",
         CheckpointCorruptedError,
@@ -575,7 +575,7 @@ S3_CASES: list[
     (
         "an order key whose sequence is not ASCII digits",
         lambda store, storage: _plant_key(
-            store, storage._keys.order_prefix("wf", False) + "000000000000000000\u00b2.x.y"
+            store, storage.backend.keys.order_prefix("wf", False) + "000000000000000000\u00b2.x.y"
         ),
         ["list_checkpoint_ids", "list_records(workflow)"],
         r"is not one a save writes",
@@ -583,7 +583,9 @@ S3_CASES: list[
     ),
     (
         "a tombstone key that is not UTF-8",
-        lambda store, storage: _plant_key(store, storage._keys.tombstone_keys("wf", "x")[0][:-1] + "%FF"),
+        lambda store, storage: _plant_key(
+            store, storage.backend.keys.tombstone_keys("wf", "x")[0][:-1] + "%FF"
+        ),
         ["list_tombstones(workflow)"],
         r"Checkpoint '%FF' is corrupted: an S3 key spells it",
         CheckpointCorruptedError,
@@ -591,7 +593,7 @@ S3_CASES: list[
     (
         "a workflow key that is not UTF-8",
         lambda store, storage: _plant_key(
-            store, storage._keys.workflows_prefix() + "%FF/t/0000000000000000001.x.y"
+            store, storage.backend.keys.workflows_prefix() + "%FF/t/0000000000000000001.x.y"
         ),
         ["list_workflows"],
         r"Invalid workflow_name '%FF': is not UTF-8 text",
@@ -600,7 +602,7 @@ S3_CASES: list[
     (
         "a workflow key with a control character",
         lambda store, storage: _plant_key(
-            store, storage._keys.workflows_prefix() + "bad%01/t/0000000000000000001.x.y"
+            store, storage.backend.keys.workflows_prefix() + "bad%01/t/0000000000000000001.x.y"
         ),
         ["list_workflows"],
         r"Invalid workflow_name 'bad\\x01'.*control character.*from the store",
@@ -635,7 +637,7 @@ async def test_s3_folder_marker_in_an_order_prefix_is_not_a_record() -> None:
     go on without it, unlike any other key no save writes."""
     async with s3_store(server=False) as store, store.storage() as storage:
         await _save_two(storage)
-        _plant_key(store, storage._keys.order_prefix("wf", False))
+        _plant_key(store, storage.backend.keys.order_prefix("wf", False))
         assert await storage.list_checkpoint_ids(workflow_name="wf") == ["a", "b"]
         latest = await storage.get_latest(workflow_name="wf")
         assert latest is not None
@@ -670,7 +672,7 @@ async def _digest_not_utf8(storage: RedisCheckpointStorage) -> None:
     """Saving an id again compares digests: a stored digest that is not UTF-8 names the record."""
     checkpoint = WorkflowCheckpoint("wf", "sig", checkpoint_id="a", state={})
     await storage.save(checkpoint)
-    await storage._client.hset(storage.keys.record("wf", "a"), "d", b"\xff")
+    await storage.backend.client.hset(storage.keys.record("wf", "a"), "d", b"\xff")
     with pytest.raises(CheckpointCorruptedError, match=r"Checkpoint 'a' is corrupted: .* malformed digest"):
         await storage.save(checkpoint)
     with pytest.raises(CheckpointCorruptedError, match=r"Checkpoint 'a' is corrupted: .* malformed digest"):
@@ -702,7 +704,7 @@ async def test_cluster_location_pointer_that_is_not_text_is_reported(
 ) -> None:
     """On a cluster every read by id first follows the id's location pointer from the client."""
     await _save_two(cluster_redis)
-    await cluster_redis._client.set(cluster_redis.keys.location("b"), b"\xff")
+    await cluster_redis.backend.client.set(cluster_redis.keys.location("b"), b"\xff")
     for read in ("load", "checkpoint_info", "walk_ancestry_ids", "list_nested"):
         await _expect(
             cluster_redis,

@@ -189,8 +189,8 @@ async def test_a_storage_never_closed_lets_its_process_exit_quietly(
 async def test_a_collected_sqlite_handle_closes_its_connection_and_ends_its_thread(tmp_path: Path) -> None:
     storage = SQLiteCheckpointStorage(tmp_path / "t.db")
     await storage.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a"))
-    assert storage._connection is not None
-    thread = storage._connection._thread
+    assert storage.backend.connection is not None
+    thread = storage.backend.connection._thread
     assert thread.daemon  # cannot keep the interpreter alive
     del storage
     gc.collect()

@@ -364,14 +364,14 @@ async def test_a_cluster_save_racing_a_removal_that_empties_its_workflow_stays_l
     await cluster_storage.save(WorkflowCheckpoint("w", "sig", checkpoint_id="first"))
     remover = cluster_storage.new_handle()
     span = cluster_storage.backend.span
-    listed = span._listed  # type: ignore[attr-defined]
+    listed = span.list_workflows_of  # type: ignore[union-attr]
 
     async def listed_then_emptied(names: list[str]) -> None:
         await listed(names)
         assert await remover.delete_workflow(workflow_name="w") == 1
         assert await cluster_storage.backend.client.zscore(cluster_storage.keys.workflows, "w") is None
 
-    monkeypatch.setattr(span, "_listed", listed_then_emptied)
+    monkeypatch.setattr(span, "list_workflows_of", listed_then_emptied)
     try:
         await cluster_storage.save(WorkflowCheckpoint("w", "sig", checkpoint_id="second"))
     finally:

@@ -353,6 +353,25 @@ class CheckpointCodec(Decoding):
 
     # ------------------------------------------------------------------ framing
 
+    def payload_paths(self, checkpoint: Any) -> tuple[bytes | None, bytes]:
+        """A test hook (tests/test_codec_fast_path.py): the checkpoint's payload by the native
+        packer (None where it hands the value to the exact one) and by the exact packer, which a
+        save of plain values must agree on byte for byte."""
+        plain = self._checkpoint_plain(checkpoint, "native")
+        try:
+            native: bytes | None = self._native.pack_payload(plain)
+        except NeedsExactPath:
+            native = None
+        try:
+            exact = self._exact.pack(plain)
+        except OverflowError:
+            exact = self._boxing_packer().pack(plain)
+        return native, exact
+
+    def exact_body(self, checkpoint: Any) -> bytes:
+        """A test hook: the body the exact (reference) packer gives, which every save must equal."""
+        return self._frame(self._exact.pack(self._checkpoint_plain(checkpoint, "native")))
+
     def _frame(self, payload: bytes, *, nested_refs: bool = False, sealed: bool = False) -> bytes:
         if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
             if sealed:

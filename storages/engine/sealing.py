@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final
 
 from ..backend import Backend
@@ -22,6 +22,7 @@ from ..integrity import (
     Seal,
     TamperKind,
     accepts_unsigned,
+    anchor_token,
     is_sealed,
     mac_mismatch,
     parse_seal,
@@ -197,6 +198,22 @@ class Sealer:
             opened, seals[checkpoint_id] = self.open(StoredBody(checkpoint_id, raw))
             bodies[checkpoint_id] = opened.body
         return dataclasses.replace(records, bodies=bodies), seals
+
+    async def head_anchor(
+        self, workflow_name: str, verify: Callable[[list[StoredBody], str], Awaitable[object]]
+    ) -> str:
+        """The anchor token of ``workflow_name``'s newest record, which must verify."""
+        stored = await self._backend.latest(workflow_name, None)
+        key_id, key = self.provider.signing_key()
+        if stored is None:
+            return anchor_token(key_id, key, workflow_name, None, 0, b"")
+        await verify([stored], workflow_name)  # the anchored record must verify (and decode)
+        seal = self.open(stored)[1]
+        if seal is None:
+            raise CheckpointTamperedError(
+                stored.checkpoint_id, TamperKind.UNSIGNED, "an unsigned record cannot be anchored"
+            )
+        return anchor_token(key_id, key, workflow_name, stored.checkpoint_id, seal.height, seal.mac)
 
     def parsed_anchor(self, anchor: str, workflow_name: str | None) -> Anchor:
         parsed = read_anchor(anchor, self.provider)

@@ -9,7 +9,7 @@ docs/backends.md is the guide to writing a backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Generic
 
@@ -17,7 +17,7 @@ from typing_extensions import Self, TypeVar
 
 from ..backend import Backend, CheckedIds, check_backend
 from ..codec import CheckpointCodec, TypeRef
-from ..codec.codec import decode_sealed, takes_sealed
+from ..codec.codec import takes_sealed
 from ..contract import (
     MAX_ID_LENGTH,
     UNFENCED,
@@ -30,9 +30,7 @@ from ..contract import (
     validate_identifier,
 )
 from ..errors import (
-    CheckpointConflictError,
     CheckpointNotFoundError,
-    CheckpointTamperedError,
     GraphSignatureMismatchError,
     InvalidCheckpointError,
     StaleWriterError,
@@ -40,7 +38,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..fencing import FencedStorage
-from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, TamperKind, anchor_token, as_provider
+from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, as_provider
 from ..records import CheckpointRecord, InsertResult, StoredBody, listed_ids
 from .encoding import plain_records, record_drafts
 from .extensions import Extensions
@@ -48,7 +46,8 @@ from .lifecycle import Lifecycle
 from .parts import HandleParts
 from .reading import Reader, ReadRaced
 from .receipts import PruneReceipts
-from .sealing import Chain, Sealer, unsealed_own
+from .resaves import Resaves
+from .sealing import Chain, Sealer
 from .validation import as_list
 from .walk import DEFAULT_MAX_DEPTH
 from .writes import PendingWritesLog
@@ -112,6 +111,7 @@ class CheckpointStore(Generic[BackendT]):
         self._parts = parts
         self._receipts = PruneReceipts(parts)
         self._writes = PendingWritesLog(parts)
+        self._resaves = Resaves(backend, self._codec, self._reader, self._sealed_frames)
         self._extensions = Extensions(parts, self._receipts, self._writes, self.check_prune_receipt)
 
     @property
@@ -174,8 +174,8 @@ class CheckpointStore(Generic[BackendT]):
         if result is InsertResult.INSERTED:
             if chain:
                 sealer.remember(chain)  # type: ignore[union-attr]  # a chain comes from the sealer
-        elif result is InsertResult.DIFFERENT_BODY or not await self._same_nested_bodies(records):
-            await self._check_same_content(records)
+        elif result is InsertResult.DIFFERENT_BODY or len(records) > 1:
+            await self._resaves.check(records, result)
         return records[0].checkpoint_id
 
     async def _insert_fenced(
@@ -189,8 +189,7 @@ class CheckpointStore(Generic[BackendT]):
             return top.checkpoint_id
         if check.existing is None:
             raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
-        if check.existing is InsertResult.DIFFERENT_BODY or not await self._same_nested_bodies(records):
-            await self._check_same_content(records)
+        await self._resaves.check(records, check.existing)
         if check.latest_id == top.checkpoint_id:
             return top.checkpoint_id  # a retry of a save that succeeded: it is the latest
         raise StaleWriterError(
@@ -383,17 +382,7 @@ class CheckpointStore(Generic[BackendT]):
         validate_identifier(workflow_name, "workflow_name")
         sealer = self._required_sealer("head_anchor")
         await self._parts.ready("head_anchor")
-        stored = await self._backend.latest(workflow_name, None)
-        key_id, key = sealer.provider.signing_key()
-        if stored is None:
-            return anchor_token(key_id, key, workflow_name, None, 0, b"")
-        await self._reader.decode_all([stored], workflow_name)  # the anchored record must verify
-        seal = sealer.open(stored)[1]
-        if seal is None:
-            raise CheckpointTamperedError(
-                stored.checkpoint_id, TamperKind.UNSIGNED, "an unsigned record cannot be anchored"
-            )
-        return anchor_token(key_id, key, workflow_name, stored.checkpoint_id, seal.height, seal.mac)
+        return await sealer.head_anchor(workflow_name, self._reader.decode_all)
 
     def open_sealed(self, checkpoint_id: CheckpointID, raw: bytes) -> tuple[Seal | None, bytes]:
         """Verify stored bytes as a read does and return their seal and codec body (for verify).
@@ -531,39 +520,3 @@ class CheckpointStore(Generic[BackendT]):
                 )
         if include_nested:
             self._parts.require(Capability.NESTED, f"{operation}(include_nested=True)")
-
-    async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
-        """True unless the incoming nested records differ from the stored ones byte for byte."""
-        # A container's body holds only its children's ids, so an equal container body says
-        # nothing about the children: a changed child under the same id must still conflict.
-        if len(records) == 1:
-            return True
-        stored = await self._backend.nested_bodies([records[0].checkpoint_id])
-        return all(stored.get(record.checkpoint_id) == record.body for record in records[1:])
-
-    async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
-        # Bodies differ; equal content may still encode differently (set order varies between
-        # processes), so compare decoded values before calling it a conflict.
-        top = records[0]
-        stored = await self._backend.load(top.checkpoint_id)
-        if stored is None:
-            # Deleted between the insert attempt and now; the caller may simply retry.
-            raise CheckpointConflictError(top.checkpoint_id)
-        try:
-            (existing,) = await self._reader.decode_all([stored])
-        except ReadRaced:
-            raise CheckpointConflictError(top.checkpoint_id) from None
-        incoming_nested: Mapping[CheckpointID, bytes] | None = {
-            record.checkpoint_id: unsealed_own(record.body) for record in records[1:]
-        } or None
-        top_body = unsealed_own(top.body)
-        if self._sealed_frames:  # this handle's own records, built just now: framed for the seal
-            incoming = decode_sealed(
-                self._codec, top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
-            )
-        else:
-            incoming = self._codec.decode_checkpoint(
-                top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
-            )
-        if type(existing) is not type(incoming) or existing != incoming:
-            raise CheckpointConflictError(top.checkpoint_id)

@@ -60,13 +60,14 @@ class ClusterSlotSpan(SlotSpan):
         if len(records) > 1:
             claimed = await self._claim(records, home)
             if claimed[0] is None:
-                await self._listed([home, *(record.workflow_name for record in records[1:])])
+                await self.list_workflows_of([home, *(record.workflow_name for record in records[1:])])
             return claimed
         # A lone record: its name goes in the index while its pointer is claimed, not after.
-        claimed, _ = await asyncio.gather(self._claim(records, home), self._listed([home]))
+        claimed, _ = await asyncio.gather(self._claim(records, home), self.list_workflows_of([home]))
         return claimed
 
-    async def _listed(self, names: list[str]) -> None:
+    async def list_workflows_of(self, names: list[str]) -> None:
+        """Put ``names`` in the workflow index (a test hook patches it to race a delete)."""
         # Before the script, so a crash between leaves only a name whose workflow has nothing
         # (filtered out on read), never a stored workflow missing from the index.
         if not await self.index.add("save", names):

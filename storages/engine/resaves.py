@@ -1,0 +1,68 @@
+"""A save of an id already stored: a no-op when the content is equal, CheckpointConflictError
+when it differs. Bodies are compared first (the backend's insert said whether the top body is
+the same), then, for a different body, decoded contents: equal content may encode differently
+(set order varies between processes). A container's body holds only its children's ids, so its
+nested records are compared too: a changed child under the same id must still conflict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..backend import Backend
+from ..codec import CheckpointCodec
+from ..codec.codec import decode_sealed
+from ..contract import CheckpointID
+from ..errors import CheckpointConflictError
+from ..records import CheckpointRecord, InsertResult
+from .reading import Reader, ReadRaced
+from .sealing import unsealed_own
+
+
+class Resaves:
+    """Decides a save that found its id stored (a cold path: a retry, or a runner saving again)."""
+
+    __slots__ = ("_backend", "_codec", "_reader", "_sealed_frames")
+
+    def __init__(self, backend: Backend, codec: CheckpointCodec, reader: Reader, sealed_frames: bool) -> None:
+        self._backend = backend
+        self._codec = codec
+        self._reader = reader
+        self._sealed_frames = sealed_frames
+
+    async def check(self, records: Sequence[CheckpointRecord], stored: InsertResult) -> None:
+        """Raise CheckpointConflictError unless ``records`` hold what is stored under their id."""
+        if stored is InsertResult.SAME_BODY and await self._same_nested_bodies(records):
+            return
+        await self._check_same_content(records)
+
+    async def _same_nested_bodies(self, records: Sequence[CheckpointRecord]) -> bool:
+        """True unless the incoming nested records differ from the stored ones byte for byte."""
+        if len(records) == 1:
+            return True
+        stored = await self._backend.nested_bodies([records[0].checkpoint_id])
+        return all(stored.get(record.checkpoint_id) == record.body for record in records[1:])
+
+    async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
+        top = records[0]
+        stored = await self._backend.load(top.checkpoint_id)
+        if stored is None:
+            # Deleted between the insert attempt and now; the caller may simply retry.
+            raise CheckpointConflictError(top.checkpoint_id)
+        try:
+            (existing,) = await self._reader.decode_all([stored])
+        except ReadRaced:
+            raise CheckpointConflictError(top.checkpoint_id) from None
+        incoming_nested: Mapping[CheckpointID, bytes] | None = {
+            record.checkpoint_id: unsealed_own(record.body) for record in records[1:]
+        } or None
+        top_body = unsealed_own(top.body)
+        if self._sealed_frames:  # this handle's own records, built just now: framed for the seal
+            incoming = decode_sealed(
+                self._codec, top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
+            )
+        else:
+            incoming = self._codec.decode_checkpoint(
+                top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
+            )
+        if type(existing) is not type(incoming) or existing != incoming:
+            raise CheckpointConflictError(top.checkpoint_id)
