@@ -72,7 +72,7 @@ async def measure(url: str, saves: int) -> dict[str, dict[str, float]]:
             version_1, version_2 = render(_SAVE, "v1"), render(_SAVE_ONE, "v2")
             samples: dict[str, list[dict[str, int]]] = {subject: [] for subject in SUBJECTS}
             for index in range(WARM_UP + saves):
-                (r,) = storage._records_for(_checkpoint(index))
+                (r,) = storage.records_for(_checkpoint(index))
                 statements: dict[str, tuple[str, Any]] = {
                     "raw INSERT": (
                         "INSERT INTO raw VALUES (%s, %s, %s, %s)",

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import itertools
 import os
 import random
@@ -37,7 +36,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from storages.backend import CheckpointRecord, body_digest
+from storages.backend import CheckpointRecord, InsertResult, body_digest
 from storages.codec import CheckpointCodec
 from storages.contract import WorkflowCheckpoint
 from storages.redis import RedisCheckpointStorage, delete_prefix
@@ -142,17 +141,18 @@ def _save_halves(
     """A save split at its seam: encoding (no I/O) and writing bytes already encoded."""
 
     async def encode(checkpoint: Any) -> None:
-        storage._records_for(checkpoint)
+        storage.records_for(checkpoint)
 
     async def write(record: CheckpointRecord) -> None:
         # The digest is the storage's work on the bytes, so it is timed here, not in encode.
-        assert await storage._insert(dataclasses.replace(record, digest=body_digest(record.body))) is None
+        result = await storage.backend.insert([record.replaced(digest=body_digest(record.body))])
+        assert result is InsertResult.INSERTED
 
     def checkpoints(n: int) -> list[Any]:
         return [_checkpoint(next(counter), series) for _ in range(n)]
 
     def records(n: int) -> list[CheckpointRecord]:
-        return [storage._records_for(checkpoint)[0] for checkpoint in checkpoints(n)]
+        return [storage.records_for(checkpoint)[0] for checkpoint in checkpoints(n)]
 
     return {"ours/encode": AsyncCase(encode, checkpoints), "ours/write": AsyncCase(write, records)}
 

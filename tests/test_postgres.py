@@ -307,7 +307,7 @@ async def _save_as_version_1(
     base: str, schema: str, storage: PostgresCheckpointStorage, checkpoint: Any
 ) -> None:
     """What a save by code of version 1 wrote: version 1's save_family, its counter row."""
-    records = storage._records_for(checkpoint)
+    records = storage.records_for(checkpoint)
     fields = [
         [r.checkpoint_id for r in records],
         [r.workflow_name for r in records],
@@ -439,7 +439,7 @@ async def test_a_save_outside_read_committed_never_reuses_a_sequence(schema_url:
         first = WorkflowCheckpoint("wf", "sig")
         await storage.save(first)
         rival = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=first.checkpoint_id)
-        records = storage._records_for(rival)
+        records = storage.records_for(rival)
         (top,) = records
         async with (
             await psycopg.AsyncConnection.connect(base) as other,
@@ -480,7 +480,7 @@ async def test_an_id_stored_concurrently_under_another_workflow_is_a_conflict(sc
         schema = storage.schema
         mine = WorkflowCheckpoint("wf", "sig")
         theirs = WorkflowCheckpoint("other", "sig", checkpoint_id=mine.checkpoint_id)
-        (top,) = storage._records_for(theirs)
+        (top,) = storage.records_for(theirs)
         async with (
             await psycopg.AsyncConnection.connect(base) as other,
             await psycopg.AsyncConnection.connect(base, autocommit=True) as watcher,

@@ -315,6 +315,12 @@ class CheckpointStore(Generic[BackendT]):
             return checkpoint
         raise StorageUnavailableError("get_latest", f"workflow {workflow_name!r} kept changing")
 
+    def records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
+        """The records an unkeyed save of ``checkpoint`` hands the backend (the checkpoint, then
+        with ``nested`` each one embedded in it). A test and bench hook: tests drive a backend's
+        insert with exactly what a save sends."""
+        return plain_records(record_drafts(self._codec, checkpoint, nested=self._nested, sealed=False))
+
     # ------------------------------------------------------------------ lifecycle
 
     def new_handle(self) -> Self:
