@@ -480,7 +480,7 @@ FINDINGS: list[str] = [
     "scan of the joined ids: about two thirds of the call, timeit); 147 µs against MAF's 24 µs "
     "at 1,000 in one script (6.0x). After: the workflow's dict is keyed by id in commit order, "
     "so the listing is one C copy of its keys, and the check is skipped for the memory storage, "
-    "whose index holds only ids its own saves checked (`_index_holds_checked_ids`); 10.6 µs "
+    "whose index holds only ids its own saves checked (its `list_ids` returns a `CheckedIds`); 10.6 µs "
     "against 44.7 µs in the same script (0.24x). For the backends that read their index from "
     "outside, `listed_ids` now checks an ASCII listing with one `bytes.translate` (2.2x faster "
     "than the scan at 1,000 ids).",

@@ -204,7 +204,7 @@ async def test_a_collected_sqlite_handle_closes_its_connection_and_ends_its_thre
 async def test_a_closed_sqlite_handle_leaves_no_finalizer_behind(tmp_path: Path) -> None:
     storage = SQLiteCheckpointStorage(tmp_path / "t.db")
     await storage.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a"))
-    finalizer = storage._release_at_exit
+    finalizer = storage.backend.release_at_exit
     assert finalizer is not None
     assert finalizer.alive
     await storage.aclose()

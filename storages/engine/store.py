@@ -104,7 +104,11 @@ class CheckpointStore(Generic[BackendT]):
         self._sealer = sealer
         self._sealed_frames = sealer is not None and takes_sealed(self._codec)
         """A keyed save frames bodies for their seal (no CRC): the codec can."""
-        self._capabilities = frozenset(backend.capabilities)
+        # A storage class may narrow what its backend declares (``capabilities = ...`` on the
+        # class, say without fencing); else it declares what its backend does.
+        declared: object = type(self).capabilities
+        own = declared if isinstance(declared, (set, frozenset)) else backend.capabilities
+        self._capabilities = frozenset(own)
         self._nested = Capability.NESTED in self._capabilities
         self._reader = Reader(backend, self._codec, sealer)
         parts = HandleParts(backend, self._codec, self._lifecycle, self._reader, sealer, self._capabilities)
@@ -121,7 +125,7 @@ class CheckpointStore(Generic[BackendT]):
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        """What this storage supports (its backend's declaration)."""
+        """What this storage supports: its backend's declaration, or its class's own."""
         return self._capabilities
 
     @property

@@ -450,7 +450,7 @@ def test_json_report_says_which_kit_storage_and_python_ran_and_when(tmp_path: Pa
     assert report["python"].endswith(platform.python_version())
     assert report["started_at"] <= report["finished_at"]
     [backend] = report["backends"]
-    assert backend["storage_type"] == "storages.memory.InMemoryCheckpointStorage"
+    assert backend["storage_type"] == "storages.memory.storage.InMemoryCheckpointStorage"
     assert backend["storage_package"] == f"checkpoint-storages {installed_version()}"
     assert backend["started_at"]
     assert backend["finished_at"]

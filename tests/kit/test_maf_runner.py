@@ -181,8 +181,9 @@ def test_maf_s_runner_through_a_fenced_handle_keeps_the_successor_latest() -> No
 
 
 def test_maf_s_runner_without_fencing_reports_the_clobber() -> None:
+    from .double import storage_of
     from .test_fencing_family import WithoutFencing
 
-    backend = run_runner_family(WithoutFencing().new_handle, MafRunnerProfile())
+    backend = run_runner_family(storage_of(WithoutFencing()).new_handle, MafRunnerProfile())
     assert outcomes(backend)[STALE_RUN] is Outcome.FINDING
     assert message(backend, STALE_RUN).startswith("the storage does not declare 'fencing'")

@@ -32,7 +32,7 @@ from storages.contract import Capability, CheckpointID, PendingWrite, WorkflowCh
 from storages.errors import StaleWriterError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
-from .double import DoubleBackend, DoubleState, FileBacking, Row, double_target
+from .double import DoubleBackend, DoubleState, DoubleStorage, FileBacking, Row, double_target
 
 FAMILY = "model"
 pytestmark = pytest.mark.memory
@@ -457,11 +457,11 @@ def test_the_family_catches_a_mutant_on_each_axis(axis: str, make: Any) -> None:
 def test_a_store_rebuilt_from_its_settings_is_an_axis(tmp_path: Path) -> None:
     """Axis: a store reopened from its configuration (not new_handle(), which shares memory)."""
     path = tmp_path / "store.pickle"
-    root = SoftDeletesInProcess(DoubleBackend(FileBacking(path)))
+    root = SoftDeletesInProcess(DoubleStorage(FileBacking(path)))
     target = StorageTarget(
         name="SoftDeletesInProcess",
         factory=root.new_handle,
-        reopen=lambda: SoftDeletesInProcess(DoubleBackend(FileBacking(path))),
+        reopen=lambda: SoftDeletesInProcess(DoubleStorage(FileBacking(path))),
     )
     assert_caught(run_model(target))
 
@@ -483,9 +483,9 @@ def test_correct_storages_pass(make: Any) -> None:
 
 def test_a_durable_store_rebuilt_from_its_settings_passes(tmp_path: Path) -> None:
     path = tmp_path / "store.pickle"
-    root = DoubleBackend(FileBacking(path))
+    root = DoubleStorage(FileBacking(path))
     target = StorageTarget(
-        name="file double", factory=root.new_handle, reopen=lambda: DoubleBackend(FileBacking(path))
+        name="file double", factory=root.new_handle, reopen=lambda: DoubleStorage(FileBacking(path))
     )
     assert failures(run_model(target)) == {}
 
