@@ -278,8 +278,39 @@ async def test_an_evicting_policy_is_refused_at_first_use(
         with pytest.raises(EvictionPolicyError):
             async with RedisCheckpointStorage(client, prefix="injected") as injected:
                 await injected.list_workflows()
+        assert await client.ping()  # the caller's client is left open for the caller
     finally:
         await client.aclose()
+
+
+@redis_mark
+async def test_a_refused_open_leaves_no_client_connected(
+    private_server: redis_servers.RedisServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine counts a failed open as no open: aclose() does not close the backend, and the
+    # next operation opens again. So the client that open built must not outlive its failure.
+    await _set_policy(private_server.url, "allkeys-lru")
+    built: list[Any] = []
+    build = redis_storage.client_from_url
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        built.append(build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(redis_storage, "client_from_url", recorded)
+    url = redis_servers.with_query(private_server.url, prefix=redis_servers.fresh_prefix("evict"))
+    storage = RedisCheckpointStorage.from_url(url)
+    for _ in range(2):  # each operation opens again, and fails again
+        with pytest.raises(EvictionPolicyError):
+            await storage.list_workflows()
+    assert storage.backend.client is None
+    await storage.aclose()
+    assert len(built) == 2
+    for client in built:
+        pool = client.connection_pool
+        connections = [*pool._available_connections, *pool._in_use_connections]
+        assert connections  # the check connected: there was something to close
+        assert not any(connection.is_connected for connection in connections)
 
 
 @redis_mark

@@ -3,6 +3,7 @@ protocol and the reads (see docs/redis.md for the key layout and what each opera
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -154,12 +155,23 @@ class RedisBackend(Backend):
     # ------------------------------------------------------------------ lifecycle
 
     async def open(self, operation: str) -> None:
-        await self._connection.open(self)
-        if not self._policy_checked:
-            # A failed check makes the open fail, so the next operation opens (and checks) again;
-            # the connection is kept, not opened twice.
-            await self._connection.check_eviction_policy(operation)
-            self._policy_checked = True
+        """Connect (building the client from the URL) and check the eviction policy once.
+
+        A failed open (a refused policy, an unreachable cluster) closes the client it built: the
+        engine then counts the backend as never opened, so neither ``aclose()`` nor a collected
+        storage would close it, and the next operation opens again with a client of its own.
+        A given client is the caller's and stays as it is."""
+        try:
+            await self._connection.open(self)
+            if not self._policy_checked:
+                await self._connection.check_eviction_policy(operation)
+                self._policy_checked = True
+        except BaseException:
+            if self._connection.injected is None:
+                # The open's own error is the one to report, not a failure to close after it.
+                with contextlib.suppress(Exception):
+                    await self._connection.close()
+            raise
 
     async def follow_loop(self) -> None:
         self._connection.follow_loop(self)
