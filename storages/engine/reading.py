@@ -25,15 +25,16 @@ class ReadRaced(Exception):
 class Reader:
     """Decodes what a backend returned, for one handle."""
 
-    __slots__ = ("_backend", "_codec", "_nested", "_sealed_frames", "sealer")
+    __slots__ = ("_backend", "_codec", "_nested", "sealed_frames", "sealer")
 
     def __init__(self, backend: Backend, codec: CheckpointCodec, sealer: Sealer | None) -> None:
         self._backend = backend
         self._codec = codec
         self._nested = Capability.NESTED in backend.capabilities
         self.sealer = sealer
-        self._sealed_frames = sealer is not None and takes_sealed(codec)
-        """Bodies this handle reads were opened from a seal: decoded with ``sealed=True``."""
+        self.sealed_frames = sealer is not None and takes_sealed(codec)
+        """A keyed handle frames bodies for their seal and decodes them with ``sealed=True`` (the
+        codec can): what a save writes and a read expects."""
 
     async def decode_all(
         self,
@@ -93,7 +94,7 @@ class Reader:
     ) -> Any:
         """Decode one body; on a keyed handle ``stored`` (and ``nested``) must be opened: a
         verified seal's body, or an unsigned body whose frame the sealer checked."""
-        if self._sealed_frames:
+        if self.sealed_frames:
             checkpoint = self._codec.decode_checkpoint(
                 stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=True
             )

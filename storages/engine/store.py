@@ -17,7 +17,6 @@ from typing_extensions import Self, TypeVar
 
 from ..backend import Backend, CheckedIds, check_backend
 from ..codec import CheckpointCodec, TypeRef
-from ..codec.codec import takes_sealed
 from ..contract import (
     MAX_ID_LENGTH,
     UNFENCED,
@@ -102,8 +101,6 @@ class CheckpointStore(Generic[BackendT]):
         backend = self._backend
         sealer = None if provider is None else self.sealer_type(provider, backend)
         self._sealer = sealer
-        self._sealed_frames = sealer is not None and takes_sealed(self._codec)
-        """A keyed save frames bodies for their seal (no CRC): the codec can."""
         # A storage class may narrow what its backend declares (``capabilities = ...`` on the
         # class, say without fencing); else it declares what its backend does.
         declared: object = type(self).capabilities
@@ -111,6 +108,7 @@ class CheckpointStore(Generic[BackendT]):
         self._capabilities = frozenset(own)
         self._nested = Capability.NESTED in self._capabilities
         self._reader = Reader(backend, self._codec, sealer)
+        self._sealed_frames = self._reader.sealed_frames
         parts = HandleParts(backend, self._codec, self._lifecycle, self._reader, sealer, self._capabilities)
         self._parts = parts
         self._receipts = PruneReceipts(parts)
@@ -337,8 +335,7 @@ class CheckpointStore(Generic[BackendT]):
         say a read-only one), with this handle's codec and keys. The storage class holds nothing
         of its own: everything it needs is in the backend and the engine."""
         handle = object.__new__(type(self))
-        CheckpointStore.__init__(handle, backend, codec=self._codec)
-        handle._assemble(None if self._sealer is None else self._sealer.provider)
+        CheckpointStore.__init__(handle, backend, codec=self._codec, integrity_key=self.integrity_keys)
         return handle
 
     def fenced(self) -> FencedStorage:

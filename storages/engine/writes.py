@@ -58,7 +58,8 @@ class PendingWritesLog:
         plain_rows = _plain_rows(batch, check=True) if batch else None
         if plain_rows is None:
             batch = checked_writes(batch)
-        await self._parts.ready("put_writes")
+        if not self._parts.lifecycle.is_ready():  # in line: LangGraph calls these per step
+            await self._parts.lifecycle.ensure("put_writes")
         if not batch:
             return
         # One record per call is what makes the call atomic on every backend: each primitive
@@ -152,7 +153,8 @@ class PendingWritesLog:
             type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
         ):
             validate_identifier(workflow_name, "workflow_name")
-        await self._parts.ready("list_writes")
+        if not self._parts.lifecycle.is_ready():  # in line: LangGraph calls these per step
+            await self._parts.lifecycle.ensure("list_writes")
         log = writes_log_name(workflow_name)
         sealer = self._parts.sealer
         merged: dict[tuple[str, int], PendingWrite] = {}
@@ -172,7 +174,8 @@ class PendingWritesLog:
             type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
         ):
             validate_identifier(workflow_name, "workflow_name")
-        await self._parts.ready("list_workflow_writes")
+        if not self._parts.lifecycle.is_ready():  # in line: LangGraph calls these per step
+            await self._parts.lifecycle.ensure("list_workflow_writes")
         log = writes_log_name(workflow_name)
         sealer = self._parts.sealer
         merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
