@@ -10,9 +10,9 @@ from typing import Any
 
 from storages.contract import Capability
 
-from .clause import fail
 from .faults import FaultInjector
 from .target import StorageTarget
+from .verdicts import fail
 
 _counter = itertools.count()
 

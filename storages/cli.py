@@ -51,7 +51,7 @@ from .copy_render import render_copy
 from .copying import CopyProgress, CopyReport, copy_store
 from .engine import CheckpointStore
 from .errors import CheckpointNotFoundError, CheckpointStorageError, MissingDependencyError
-from .inspect import (
+from .inspection import (
     LineageTree,
     build_lineage,
     build_thread_lineage,
@@ -64,9 +64,9 @@ from .inspect import (
     stream_lineage,
     thread_workflows,
 )
-from .inspect.diff import diff_checkpoints
-from .inspect.html import write_diff_html, write_lineage_html
-from .inspect.render import render_diff
+from .inspection.diff import diff_checkpoints
+from .inspection.page import write_diff_html, write_lineage_html
+from .inspection.render import render_diff
 from .maf_import import import_maf_directory
 from .memory import InMemoryCheckpointStorage
 from .redaction import redact_text, redact_url

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from .allowlist import MAF_PLAIN_TYPES, MAF_SERIALIZED_TYPES, MAF_WORKFLOW_EVENT, resolve_exact_class
 from .codec.plugins import PluginHost, register_codec_plugin
-from .codec.types import Unencodable, type_key
+from .codec.vocabulary import Unencodable, type_key
 from .errors import MissingDependencyError
 
 _ENCODING_MODULE: Final = "agent_framework._workflows._checkpoint_encoding"

@@ -5,6 +5,7 @@ through public names, the author API or documented test hooks."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,28 @@ def test_the_private_access_scan_can_fail(tmp_path: Path) -> None:
         "async def test(storage):\n    storage.backend.client\n    return storage._client\n", encoding="utf-8"
     )
     assert _reaches(planted, {"_client"}) == ["test_planted.py:3: ._client"]
+
+
+def _shadowing(roots: list[Path]) -> list[str]:
+    """Modules and packages under ``roots`` named like a standard-library module."""
+    stdlib = set(sys.stdlib_module_names)
+    found = []
+    for root in roots:
+        for path in root.rglob("*"):
+            name = path.stem if path.suffix == ".py" else path.name if path.is_dir() else ""
+            if name in stdlib and name != "__init__":
+                found.append(str(path.relative_to(root.parent)))
+    return sorted(found)
+
+
+def test_no_module_shadows_a_standard_library_name() -> None:
+    # A module named like the standard library's (storages/inspect once) breaks tools that run a
+    # file from inside the package and confuses every reader of an import line.
+    assert _shadowing([ROOT / "storages", ROOT / "conformance"]) == []
+
+
+def test_the_shadowing_scan_can_fail(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "inspect").mkdir(parents=True)
+    (package / "json.py").write_text("", encoding="utf-8")
+    assert _shadowing([package]) == ["pkg/inspect", "pkg/json.py"]

@@ -1,10 +1,11 @@
 """No import cycles in storages/ or conformance/, read from the source with ast (nothing imported).
 
-Two graphs: imports a module runs when it is imported (module level, ``if TYPE_CHECKING:``
-blocks left out, since they never run), and those plus the imports inside functions (deferred
-imports). A cycle in the first breaks or half-initialises a module depending on which end is
-imported first; a cycle in the second is a design knot (two modules that each need the other).
-Both must be empty. An edge goes to the module named, not to its parent packages' ``__init__``.
+Three graphs: imports a module runs when it is imported (module level, ``if TYPE_CHECKING:``
+blocks left out, since they never run); those plus the imports inside functions (deferred
+imports); and those plus the ``if TYPE_CHECKING:`` imports (type-level). A cycle in the first
+breaks or half-initialises a module depending on which end is imported first; a cycle in the
+others is a design knot (two modules that each need the other, at run time or to be typed).
+All three must be empty. An edge goes to the module named, not to its parent packages' ``__init__``.
 """
 
 from __future__ import annotations
@@ -39,15 +40,16 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST, *, deferred: bool) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Import statements that run at import time, or (deferred) those inside functions too."""
+def _imports(tree: ast.AST, *, deferred: bool, typing: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements that run at import time, or (deferred) those inside functions too, or
+    (typing) those under ``if TYPE_CHECKING:`` too."""
     pending: list[tuple[ast.AST, bool]] = [(tree, False)]
     while pending:
         node, in_function = pending.pop()
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)) and (deferred or not in_function):
                 yield child
-            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            elif isinstance(child, ast.If) and _is_type_checking(child.test) and not typing:
                 pending.extend((grand, in_function) for grand in child.orelse)
             elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 pending.append((child, True))
@@ -74,7 +76,7 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, k
     return found
 
 
-def import_graph(*, deferred: bool) -> dict[str, set[str]]:
+def import_graph(*, deferred: bool, typing: bool = False) -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
     graph: dict[str, set[str]] = {}
@@ -82,7 +84,7 @@ def import_graph(*, deferred: bool) -> dict[str, set[str]]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         is_package = path.name == "__init__.py"
         edges: set[str] = set()
-        for node in _imports(tree, deferred=deferred):
+        for node in _imports(tree, deferred=deferred, typing=typing):
             edges |= _targets(module, is_package, node, known)
         graph[module] = edges - {module}
     return graph
@@ -127,16 +129,24 @@ def _named(component: frozenset[str]) -> str:
     return " <-> ".join(sorted(component))
 
 
-@pytest.mark.parametrize("deferred", [False, True], ids=["module-level", "with-deferred"])
-def test_no_import_cycles(deferred: bool) -> None:
-    found = {_named(component) for component in cycles(import_graph(deferred=deferred))}
+@pytest.mark.parametrize(
+    ("deferred", "typing"),
+    [(False, False), (True, False), (True, True)],
+    ids=["module-level", "with-deferred", "type-level"],
+)
+def test_no_import_cycles(deferred: bool, typing: bool) -> None:
+    found = {_named(component) for component in cycles(import_graph(deferred=deferred, typing=typing))}
     unexpected = sorted(found - set(KNOWN_CYCLES))
     assert not unexpected, "import cycles:\n" + "\n".join(unexpected)
 
 
 def test_known_cycles_are_still_there() -> None:
     # A fixed cycle must leave KNOWN_CYCLES, so the list never hides a new one with an old name.
-    graphs = [import_graph(deferred=deferred) for deferred in (False, True)]
+    graphs = [
+        import_graph(deferred=deferred, typing=typing)
+        for deferred in (False, True)
+        for typing in (False, True)
+    ]
     found = {_named(component) for graph in graphs for component in cycles(graph)}
     assert set(KNOWN_CYCLES) <= found, sorted(set(KNOWN_CYCLES) - found)
 
@@ -152,3 +162,9 @@ def test_the_graph_sees_relative_and_deferred_imports() -> None:
     assert "storages.contract" in eager["storages.records"]  # from .contract import ...
     assert "storages.urls" not in eager["storages.memory.storage"]  # imported inside from_url
     assert "storages.urls" in lazy["storages.memory.storage"]
+
+
+def test_the_type_level_graph_sees_type_checking_imports() -> None:
+    plain, typed = import_graph(deferred=True), import_graph(deferred=True, typing=True)
+    assert "conformance.context" not in plain["conformance.clause"]  # only under TYPE_CHECKING
+    assert "conformance.context" in typed["conformance.clause"]

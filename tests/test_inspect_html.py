@@ -16,8 +16,8 @@ from test_inspect_tools import _langgraph_store, _maf_store
 
 from storages import InMemoryCheckpointStorage, WorkflowCheckpoint
 from storages.cli import main
-from storages.inspect import build_lineage
-from storages.inspect.html import lineage_page_data, page
+from storages.inspection import build_lineage
+from storages.inspection.page import lineage_page_data, page
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")

@@ -20,8 +20,8 @@ import pytest
 
 from storages import InMemoryCheckpointStorage, WorkflowCheckpoint, open_storage
 from storages.cli import main
-from storages.inspect import LineageLine, build_lineage, stream_lineage
-from storages.inspect.diff import diff_checkpoints
+from storages.inspection import LineageLine, build_lineage, stream_lineage
+from storages.inspection.diff import diff_checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent
 SAME_MOMENT = "2026-01-02T03:04:05+00:00"

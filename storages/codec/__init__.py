@@ -33,7 +33,7 @@ from __future__ import annotations
 from .codec import CheckpointCodec
 from .frame import DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_PAYLOAD_BYTES, HEADER_SIZE
 from .plugins import CodecPlugin, register_codec_plugin
-from .types import EncodedCheckpoint, OpaqueValue, TypeRef, Unencodable, type_key
+from .vocabulary import EncodedCheckpoint, OpaqueValue, TypeRef, Unencodable, type_key
 
 __all__ = [
     "DEFAULT_MAX_COMPRESSION_RATIO",

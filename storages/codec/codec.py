@@ -24,7 +24,8 @@ from .decoding import OPAQUE, RECORD_VERSION, RESOLVER, Decoding
 from .locate import describe, is_unencodable_str, locate
 from .packing import ExactPacker, NativePacker, NeedsExactPath
 from .plugins import codec_plugins
-from .types import (
+from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
+from .vocabulary import (
     EXPECTED_FIELD_TYPES,
     ID_FIELDS,
     EncodedCheckpoint,
@@ -37,7 +38,6 @@ from .types import (
     refuse_field_types,
     type_key,
 )
-from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
 
 _TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
 _checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)

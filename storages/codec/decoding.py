@@ -21,19 +21,6 @@ from ..allowlist import TypeNotResolvable
 from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError
 from .registry import TypeRegistry
-from .types import (
-    EXPECTED_FIELD_TYPES,
-    UNSET,
-    NestedResolver,
-    OpaqueValue,
-    Registration,
-    TypeNotAllowed,
-    Undecodable,
-    check_checkpoint_field_types,
-    is_namedtuple,
-    kind_of_or_none,
-    validate_by_name,
-)
 from .values import (
     BUILTIN_DECODERS,
     EXT_BYTEARRAY,
@@ -48,6 +35,19 @@ from .values import (
     EXT_TUPLE,
     EXT_UUID,
     decode_datetime,
+)
+from .vocabulary import (
+    EXPECTED_FIELD_TYPES,
+    UNSET,
+    NestedResolver,
+    OpaqueValue,
+    Registration,
+    TypeNotAllowed,
+    Undecodable,
+    check_checkpoint_field_types,
+    is_namedtuple,
+    kind_of_or_none,
+    validate_by_name,
 )
 
 _DATETIMES: dict[bytes, Any] = {}

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .types import Undecodable
+from .vocabulary import Undecodable
 
 
 def describe(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .types import TypeRef
+from .vocabulary import TypeRef
 
 
 class PluginHost(Protocol):

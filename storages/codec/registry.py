@@ -14,7 +14,17 @@ from typing import Any
 from ..allowlist import TypeNotResolvable, module_allowed, normalise_modules, resolve_exact_class, split_key
 from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
 from .plugins import CodecPlugin
-from .types import (
+from .values import (
+    BUILTIN_REDUCERS,
+    EXT_CUSTOM,
+    EXT_DATACLASS,
+    EXT_ENUM,
+    EXT_NAMEDTUPLE,
+    EXT_PYDANTIC,
+    Packer,
+    Reducer,
+)
+from .vocabulary import (
     UNSET,
     CustomType,
     Registration,
@@ -25,16 +35,6 @@ from .types import (
     kind_of,
     type_key,
     unregistered_hint,
-)
-from .values import (
-    BUILTIN_REDUCERS,
-    EXT_CUSTOM,
-    EXT_DATACLASS,
-    EXT_ENUM,
-    EXT_NAMEDTUPLE,
-    EXT_PYDANTIC,
-    Packer,
-    Reducer,
 )
 
 NATIVE_CHECKPOINT_TAG = "native"

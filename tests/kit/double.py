@@ -32,7 +32,7 @@ from storages.backend import (
     nested_id_conflict,
 )
 from storages.codec import CheckpointCodec
-from storages.codec.types import EncodedCheckpoint
+from storages.codec.vocabulary import EncodedCheckpoint
 from storages.contract import AncestryWalk, Capability, CheckpointID, CheckpointInfo
 from storages.engine import CheckpointStore
 from storages.errors import (

@@ -1,4 +1,4 @@
-"""How ``checkpoint-storages inspect`` draws what :mod:`storages.inspect.views` builds: the
+"""How ``checkpoint-storages inspect`` draws what :mod:`storages.inspection.views` builds: the
 workflow table, the lineage tree and the one-checkpoint table (rich renderables; every stored
 string is shown as data, never as markup)."""
 

@@ -1,5 +1,5 @@
 """What ``inspect`` shows, as data: workflow summaries, lineage trees and one checkpoint's fields,
-built from the index (see the package's docstring); :mod:`storages.inspect.render` draws them."""
+built from the index (see the package's docstring); :mod:`storages.inspection.render` draws them."""
 
 from __future__ import annotations
 
