@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from storages.contract import Capability, WorkflowCheckpoint
 from storages.redaction import redact_url
@@ -118,39 +118,6 @@ def with_run_prefix(url: str, run_prefix: str) -> str:
     return scoped
 
 
-def prefix_redis_url(url: str, run_prefix: str) -> str:
-    """A Redis URL with ``prefix=<given or 'checkpoints'>:<run_prefix>``."""
-    from storages.redis import DEFAULT_PREFIX
-
-    parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    given = next((value for name, value in reversed(pairs) if name == "prefix"), "") or DEFAULT_PREFIX
-    pairs = [(name, value) for name, value in pairs if name != "prefix"]
-    pairs.append(("prefix", f"{given}:{run_prefix}"))
-    return urlunsplit(parts._replace(query=urlencode(pairs, safe=":")))
-
-
-def prefix_s3_url(url: str, run_prefix: str) -> str:
-    """An S3 URL whose key prefix (the URL's path) gets ``/<run_prefix>`` appended."""
-    parts = urlsplit(url)
-    path = parts.path.rstrip("/")
-    return urlunsplit(parts._replace(path=f"{path}/{run_prefix}"))
-
-
-def prefix_postgres_url(url: str, run_prefix: str) -> str:
-    """A PostgreSQL URL whose ``table_prefix`` option gets ``<run_prefix>_`` appended: tables of
-    the run's own inside the URL's schema (a table name takes no hyphens, so they become
-    underscores). The schema stays the one given, so the kit needs exactly the privileges the
-    storage needs there: a role that owns one schema and may create nothing else is certified in
-    it (docs/postgres.md)."""
-    parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    given = next((value for name, value in reversed(pairs) if name == "table_prefix"), "")
-    pairs = [(name, value) for name, value in pairs if name != "table_prefix"]
-    pairs.append(("table_prefix", f"{given}{run_prefix.replace('-', '_')}_"))
-    return urlunsplit(parts._replace(query=urlencode(pairs)))
-
-
 CHECKPOINT_CLASS_CHOICES = ("project", "maf", "both")
 """What ``--checkpoint-class`` accepts: the project's class, MAF's, or each target once with each."""
 
@@ -220,8 +187,6 @@ __all__ = [
     "StorageFactory",
     "StorageTarget",
     "new_run_prefix",
-    "prefix_redis_url",
-    "prefix_s3_url",
     "target_from_url",
     "with_checkpoint_class",
     "with_run_prefix",

@@ -304,7 +304,7 @@ BUILTIN_BACKENDS: tuple[BackendSpec, ...] = (
         extra="redis",
         requires=("redis",),
         embedded="conformance.embedded:REDIS_FAKEREDIS",
-        run_prefix="conformance.target:prefix_redis_url",
+        run_prefix="storages.redis.config:scoped_url",
         summary="a Redis server or Redis Cluster (redis-py); docs/redis.md",
     ),
     BackendSpec(
@@ -314,7 +314,7 @@ BUILTIN_BACKENDS: tuple[BackendSpec, ...] = (
         extra="s3",
         requires=("boto3",),
         embedded="conformance.embedded:S3_MOTO",
-        run_prefix="conformance.target:prefix_s3_url",
+        run_prefix="storages.s3.config:scoped_url",
         summary="objects in S3 or an S3-compatible store (boto3); docs/s3.md",
     ),
     BackendSpec(
@@ -324,7 +324,7 @@ BUILTIN_BACKENDS: tuple[BackendSpec, ...] = (
         extra="postgres",
         requires=("psycopg", "psycopg_pool"),
         server_url_env="CHECKPOINT_POSTGRESQL_URL",
-        run_prefix="conformance.target:prefix_postgres_url",
+        run_prefix="storages.postgres.config:scoped_url",
         summary="a PostgreSQL database (psycopg 3); docs/postgres.md",
     ),
 )

@@ -23,62 +23,29 @@ unknown scheme, or a scheme whose optional dependency is missing, raises a typed
 what to do; so does an option a scheme does not take (the error lists those it takes).
 
 Where options are declared: each backend module's ``URL_OPTIONS`` (the options of its scheme),
-plus :data:`COMMON_URL_OPTIONS` here (options every scheme takes). A backend's ``from_url``
-reads its query through :func:`parse_url_options`, which refuses anything else.
+plus ``COMMON_URL_OPTIONS`` (options every scheme takes). A backend's ``from_url`` reads its
+query through ``parse_url_options``, which refuses anything else; both live in
+:mod:`storages.query_options`, a library module backends import at module level (this module
+opens storages, so a backend importing it would be a cycle).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Any, TypedDict
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .engine import CheckpointStore
 from .errors import StorageConfigurationError
 from .integrity import IntegrityKeys, key_from_env
+from .query_options import (
+    COMMON_URL_OPTIONS,
+    INTEGRITY_OPTIONS,
+    AllowanceOptions,
+    allowance_options,
+    parse_url_options,
+)
 from .redaction import redact_url
 from .registry import registry
-
-
-class AllowanceOptions(TypedDict):
-    """The allow-list options of a URL, as the storage keywords of the same names (each a
-    comma-separated string; the storage splits it)."""
-
-    allowed_checkpoint_types: str
-    allowed_modules: str
-
-
-COMMON_URL_OPTIONS: tuple[str, ...] = tuple(AllowanceOptions.__annotations__)
-"""Query options every scheme takes, on top of its backend's own ``URL_OPTIONS``: the codec's
-allow-list (comma-separated ``module:qualname`` keys, comma-separated module names)."""
-
-
-def allowance_options(options: Mapping[str, str]) -> AllowanceOptions:
-    """The allow-list options among a URL's parsed ``options`` (empty where not given)."""
-    return AllowanceOptions(
-        allowed_checkpoint_types=options.get("allowed_checkpoint_types", ""),
-        allowed_modules=options.get("allowed_modules", ""),
-    )
-
-
-def parse_url_options(url: str, query: str, scheme_options: Collection[str], *, what: str) -> dict[str, str]:
-    """The options in ``query`` (a URL's query string; the last value of a name wins), refusing
-    any name outside ``scheme_options`` and :data:`COMMON_URL_OPTIONS`, so a misspelt option
-    fails when the storage is built instead of being ignored or failing at first use."""
-    valid = sorted({*scheme_options, *COMMON_URL_OPTIONS})
-    pairs = parse_qsl(query, keep_blank_values=True)
-    unknown = sorted({name for name, _ in pairs if name not in valid})
-    if unknown:
-        raise StorageConfigurationError(
-            f"{what} URL {redact_url(url)!r}: unknown option{'s' if len(unknown) > 1 else ''} "
-            f"{', '.join(repr(name) for name in unknown)}; valid options: "
-            + (", ".join(valid) if valid else "none")
-        )
-    return dict(pairs)
-
-
-INTEGRITY_OPTIONS = ("integrity_key_env", "integrity_verify_keys_env", "integrity_accept_unsigned")
-"""URL options every scheme takes: where the integrity keys are (handled here, not by the backend)."""
 
 
 def supported_schemes() -> list[str]:

@@ -325,9 +325,9 @@ def test_sqlite_takes_its_busy_timeout_from_the_url_unless_a_keyword_says_otherw
 def test_a_common_url_option_is_taken_by_every_scheme(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import storages.urls
+    import storages.query_options
 
-    monkeypatch.setattr(storages.urls, "COMMON_URL_OPTIONS", ("shared_option",))
+    monkeypatch.setattr(storages.query_options, "COMMON_URL_OPTIONS", ("shared_option",))
     open_storage(url.format(dir=tmp_path))
     if url.startswith("redis"):
         from storages.redis import _driver_url

@@ -160,8 +160,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_the_graph_sees_relative_and_deferred_imports() -> None:
     eager, lazy = import_graph(deferred=False), import_graph(deferred=True)
     assert "storages.contract" in eager["storages.records"]  # from .contract import ...
-    assert "storages.urls" not in eager["storages.memory.storage"]  # imported inside from_url
-    assert "storages.urls" in lazy["storages.memory.storage"]
+    assert "storages.engine" not in eager["storages.registry"]  # imported inside open()
+    assert "storages.engine" in lazy["storages.registry"]
 
 
 def test_the_type_level_graph_sees_type_checking_imports() -> None:

@@ -11,6 +11,7 @@ from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore
 from ..errors import StorageConfigurationError
 from ..integrity import IntegrityKeyInput
+from ..query_options import allowance_options, parse_url_options
 from ..redaction import redact_url
 from .backend import MemoryBackend
 
@@ -42,7 +43,6 @@ class InMemoryCheckpointStorage(CheckpointStore[MemoryBackend]):
     @classmethod
     def from_url(cls, url: str, *, codec: CheckpointCodec | None = None) -> Self:
         """``memory://``: a fresh store of its own; it names no host and no path."""
-        from ..urls import allowance_options, parse_url_options  # urls opens storages: it comes after
 
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme.lower() != "memory":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import StorageConfigurationError
+from ..query_options import is_common_option, parse_url_options
 from ..redaction import redact_url
 
 SCHEMES = ("postgresql", "postgres")
@@ -88,8 +89,6 @@ def is_postgres_url(url: object) -> bool:
 def url_options(url: str) -> dict[str, str]:
     """A PostgreSQL URL's query options; a name neither ours, common nor libpq's raises
     StorageConfigurationError listing the valid ones."""
-    from ..urls import parse_url_options
-
     if not is_postgres_url(url):
         raise StorageConfigurationError(
             f"Not a PostgreSQL URL: {redact_url(str(url))!r}; expected postgresql://user@host:port/db"
@@ -136,13 +135,11 @@ def options_from_url(url: str, overrides: Mapping[str, object]) -> PostgresOptio
 
 def driver_conninfo(url: str) -> str:
     """``url`` without our own and the common query options: what libpq connects with."""
-    from ..urls import COMMON_URL_OPTIONS
-
     parts = urlsplit(url)
     kept = [
         (name, value)
         for name, value in parse_qsl(parts.query, keep_blank_values=True)
-        if name not in URL_OPTIONS and name not in COMMON_URL_OPTIONS
+        if name not in URL_OPTIONS and not is_common_option(name)
     ]
     scheme = "postgresql"  # libpq takes both spellings; one keeps describe() stable
     conninfo = urlunsplit((scheme, parts.netloc, parts.path, urlencode(kept), ""))
@@ -182,7 +179,22 @@ def _libpq_options() -> tuple[str, ...]:
     )
 
 
+def scoped_url(url: str, run_prefix: str) -> str:
+    """The kit's run-prefix hook (``BackendSpec.run_prefix``): ``url`` whose ``table_prefix``
+    option gets ``<run_prefix>_`` appended: tables of the run's own inside the URL's schema (a
+    table name takes no hyphens, so they become underscores). The schema stays the one given, so
+    the kit needs exactly the privileges the storage needs there: a role that owns one schema and
+    may create nothing else is certified in it (docs/postgres.md)."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    given = next((value for name, value in reversed(pairs) if name == "table_prefix"), "")
+    pairs = [(name, value) for name, value in pairs if name != "table_prefix"]
+    pairs.append(("table_prefix", f"{given}{run_prefix.replace('-', '_')}_"))
+    return urlunsplit(parts._replace(query=urlencode(pairs)))
+
+
 __all__ = [
+    "scoped_url",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_RETRIES",
     "DEFAULT_SCHEMA",

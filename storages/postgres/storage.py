@@ -11,6 +11,7 @@ from typing_extensions import Self
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore
 from ..integrity import IntegrityKeyInput
+from ..query_options import allowance_options
 from .backend import PostgresBackend
 from .client import Connection
 from .config import PostgresOptions
@@ -74,7 +75,6 @@ class PostgresCheckpointStorage(CheckpointStore[PostgresBackend]):
         """``postgresql://user:password@host:port/db?schema=...&pool_size=...`` (or ``postgres://``);
         ``table_prefix``, ``pool_timeout`` and ``retries`` too, and libpq's own options
         (``sslmode=...``). A keyword wins over the URL."""
-        from ..urls import allowance_options  # urls opens storages: it comes after
         from .config import url_options
 
         options = url_options(url)

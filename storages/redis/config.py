@@ -9,8 +9,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 
-from .. import urls
 from ..errors import StorageConfigurationError
+from ..query_options import is_common_option, parse_url_options
 from ..redaction import redact_url
 
 DEFAULT_PREFIX = "checkpoints"
@@ -110,7 +110,7 @@ def url_options(url: str) -> dict[str, str]:
     """A Redis URL's query options, refusing names no part of the stack takes and values
     redis-py cannot parse, so both fail when the storage is built, not at its first command."""
     query = urlsplit(url).query
-    options = urls.parse_url_options(url, query, url_option_names(url), what="Redis")
+    options = parse_url_options(url, query, url_option_names(url), what="Redis")
     empty = sorted({name for name, value in parse_qsl(query, keep_blank_values=True) if not value})
     if empty:
         # An empty value would otherwise mean the default (``ttl=`` no TTL, ``prefix=`` the
@@ -138,7 +138,7 @@ def driver_url(url: str) -> str:
     query = [
         (k, v)
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        if k not in _OUR_OPTIONS and k not in urls.COMMON_URL_OPTIONS
+        if k not in _OUR_OPTIONS and not is_common_option(k)
     ]
     return urlunsplit(parts._replace(query=urlencode(query)))
 
@@ -161,3 +161,14 @@ def describe_url(url: str, prefix: str) -> str:
     host = parts.hostname or "localhost"
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{host}{port}{parts.path} (prefix {prefix!r})"
+
+
+def scoped_url(url: str, run_prefix: str) -> str:
+    """The kit's run-prefix hook (``BackendSpec.run_prefix``): ``url`` with
+    ``prefix=<given or DEFAULT_PREFIX>:<run_prefix>``, keys no other run uses."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    given = next((value for name, value in reversed(pairs) if name == "prefix"), "") or DEFAULT_PREFIX
+    pairs = [(name, value) for name, value in pairs if name != "prefix"]
+    pairs.append(("prefix", f"{given}:{run_prefix}"))
+    return urlunsplit(parts._replace(query=urlencode(pairs, safe=":")))

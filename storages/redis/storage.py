@@ -12,6 +12,7 @@ from typing_extensions import Self
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore
 from ..integrity import IntegrityKeyInput
+from ..query_options import allowance_options
 from .backend import RedisBackend
 from .config import DEFAULT_PREFIX, check_scheme, url_flag, url_options, url_ttl
 from .keys import RedisKeys
@@ -61,7 +62,6 @@ class RedisCheckpointStorage(CheckpointStore[RedisBackend]):
         add ``cluster=true`` for a Redis Cluster (any node as the seed) and
         ``allow_evicting_policy=true`` to accept a maxmemory-policy that may evict checkpoints.
         Other query options go to redis-py."""
-        from ..urls import allowance_options  # urls opens storages: it comes after
 
         options = url_options(check_scheme(url))
         return cls(

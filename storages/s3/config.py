@@ -10,9 +10,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import StorageConfigurationError
+from ..query_options import allowance_options, parse_url_options
 from ..redaction import redact_url
 
 URL_SCHEME = "s3"
@@ -101,8 +102,6 @@ def check_bucket_name(bucket: object) -> None:
 def url_options(url: str) -> dict[str, str]:
     """An S3 URL's query options; a name not in :data:`URL_OPTIONS` (or the common ones) raises
     StorageConfigurationError listing the valid ones."""
-    from ..urls import parse_url_options
-
     return parse_url_options(url, urlsplit(url).query, URL_OPTIONS, what="S3")
 
 
@@ -112,8 +111,6 @@ def parse_url(url: str, options: Mapping[str, Any]) -> tuple[str, str, dict[str,
     parts = urlsplit(url)
     if parts.scheme.lower() != URL_SCHEME or not parts.netloc:
         raise StorageConfigurationError(f"Not an S3 URL: {url!r}; expected s3://bucket/prefix")
-    from ..urls import allowance_options
-
     parsed = url_options(url)
     settings: dict[str, Any] = dict(allowance_options(parsed))
     put_parameters: dict[str, Any] = {}
@@ -142,7 +139,16 @@ def parse_url(url: str, options: Mapping[str, Any]) -> tuple[str, str, dict[str,
     return parts.netloc, unquote(parts.path), settings
 
 
+def scoped_url(url: str, run_prefix: str) -> str:
+    """The kit's run-prefix hook (``BackendSpec.run_prefix``): ``url`` whose key prefix (the
+    URL's path) gets ``/<run_prefix>`` appended."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    return urlunsplit(parts._replace(path=f"{path}/{run_prefix}"))
+
+
 __all__ = [
+    "scoped_url",
     "CHECKSUM_MODES",
     "DEFAULT_CONFLICT_RETRIES",
     "DEFAULT_MAX_ATTEMPTS",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ..errors import StorageConfigurationError
+from ..query_options import parse_url_options
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another connection's write lock before giving up."""
@@ -98,8 +99,6 @@ def path_from_url(url: str) -> Path:
 def url_options(url: str) -> dict[str, str]:
     """The options in a SQLite URL's query string; an option not in :data:`URL_OPTIONS` (or the
     common ones) raises StorageConfigurationError listing the valid ones."""
-    from ..urls import parse_url_options
-
     path_from_url(url)  # a malformed URL is reported as such first
     _, _, query = url[len(URL_PREFIX) :].partition("?")
     return parse_url_options(url, query, URL_OPTIONS, what="SQLite")

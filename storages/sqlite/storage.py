@@ -11,6 +11,7 @@ from typing_extensions import Self
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore
 from ..integrity import IntegrityKeyInput
+from ..query_options import allowance_options
 from .backend import SQLiteBackend
 from .config import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -76,7 +77,6 @@ class SQLiteCheckpointStorage(CheckpointStore[SQLiteBackend]):
         """``sqlite:///relative/to/cwd.db`` or ``sqlite:////absolute/path.db``, optionally with
         ``?busy_timeout_ms=...``, ``?synchronous=normal``, ``?read_only=true`` and
         ``?immutable=true``; a keyword wins over the URL."""
-        from ..urls import allowance_options  # urls opens storages: it comes after
 
         options = url_options(url)
         return cls(

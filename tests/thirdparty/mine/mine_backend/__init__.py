@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 from storages import InMemoryCheckpointStorage, StorageConfigurationError
 from storages.codec import CheckpointCodec
+from storages.query_options import allowance_options, parse_url_options
 from storages.registry import BackendSpec
-from storages.urls import allowance_options, parse_url_options
 
 BACKEND = BackendSpec(
     name="mine",
