@@ -169,37 +169,38 @@ async def replay(saver: Any, calls: Sequence[SaverCall]) -> Replayed:
 
 @contextlib.contextmanager
 def counting_round_trips() -> Iterator[list[int]]:
-    """Count the calls every aiosqlite connection hands to its worker thread meanwhile: each is
-    one round trip between the event loop and that thread (a statement, a fetch, a commit), a
-    cost that does not depend on the machine's load the way times do."""
+    """Count the calls every SQLite connection hands to its worker thread meanwhile: each is one
+    round trip between the event loop and that thread (a statement, a fetch, a commit), a cost
+    that does not depend on the machine's load the way times do. LangGraph's saver talks to
+    aiosqlite's thread (its ``_execute``, which every call goes through); ours to its own
+    (``ConnectionThread.hand``, likewise)."""
     import aiosqlite.core
+
+    from storages.sqlite.thread import ConnectionThread
 
     counter = [0]
     original = aiosqlite.core.Connection._execute
+    hand = ConnectionThread.hand
 
     async def counted(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
         counter[0] += 1
         return await original(self, fn, *args, **kwargs)
 
-    from storages.sqlite import client
-
-    hand_to_thread = client.hand_to_thread
-
-    def counted_hand_off(connection: Any, function: Any) -> None:  # our group commits
+    def counted_hand(self: ConnectionThread, function: Any) -> None:
         counter[0] += 1
-        hand_to_thread(connection, function)
+        hand(self, function)
 
     aiosqlite.core.Connection._execute = counted  # type: ignore[method-assign]
-    client.hand_to_thread = counted_hand_off
+    ConnectionThread.hand = counted_hand  # type: ignore[method-assign]
     try:
         yield counter
     finally:
         aiosqlite.core.Connection._execute = original  # type: ignore[method-assign]
-        client.hand_to_thread = hand_to_thread
+        ConnectionThread.hand = hand  # type: ignore[method-assign]
 
 
 async def round_trips(saver: Any, calls: Sequence[SaverCall]) -> dict[str, float]:
-    """aiosqlite worker round trips per call of each operation, over one replay of ``calls``."""
+    """SQLite worker-thread round trips per call of each operation, over one replay of ``calls``."""
     thread_id = f"trips-{uuid.uuid4().hex}"
     totals = dict.fromkeys(OPERATIONS, 0)
     counts = dict.fromkeys(OPERATIONS, 0)

@@ -19,6 +19,7 @@ import aiosqlite
 from storages import WorkflowCheckpoint
 from storages.codec import CheckpointCodec
 from storages.sqlite import SQLiteCheckpointStorage
+from storages.sqlite.thread import ConnectionThread
 
 from .workload import numbered, template
 
@@ -38,7 +39,8 @@ def _make(directory: Path) -> None:
 
 
 class _CountingQueue:
-    """Stands in for aiosqlite's queue on the loop's side (its thread keeps the real one)."""
+    """Stands in for aiosqlite's queue on the loop's side (its thread keeps the real one): how
+    the raw peer's hand-offs are counted, aiosqlite having no count of its own."""
 
     def __init__(self, queue: Any) -> None:
         self.queue = queue
@@ -49,15 +51,29 @@ class _CountingQueue:
         self.queue.put_nowait(item)
 
 
-def count_handoffs(connection: aiosqlite.Connection) -> _CountingQueue:
+class _CountedByThread:
+    """Our connection thread counts its hand-offs itself (ConnectionThread.handoffs)."""
+
+    def __init__(self, connection: ConnectionThread) -> None:
+        self.connection = connection
+        self.start = connection.handoffs
+
+    @property
+    def puts(self) -> int:
+        return self.connection.handoffs - self.start
+
+
+def count_handoffs(connection: ConnectionThread | aiosqlite.Connection) -> _CountingQueue | _CountedByThread:
     """Count the calls put on the connection's thread from now on."""
+    if isinstance(connection, ConnectionThread):
+        return _CountedByThread(connection)
     counting = _CountingQueue(connection._tx)
     connection._tx = counting  # type: ignore[assignment]
     return counting
 
 
 async def _per_save(
-    path: Path, connection: aiosqlite.Connection, save: Callable[[int], Awaitable[Any]]
+    path: Path, connection: ConnectionThread | aiosqlite.Connection, save: Callable[[int], Awaitable[Any]]
 ) -> dict[str, float]:
     (row,) = await connection.execute_fetchall("PRAGMA page_size")
     page_size = int(row[0])

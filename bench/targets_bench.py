@@ -385,3 +385,36 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
 def target_met(key: str, value: float) -> bool:
     bound = TARGETS[key][1]
     return value >= bound if key in FLOORS else value <= bound
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.targets_bench``: the memory and SQLite rows alone (the full table comes
+    from bench.run), each as ours ÷ peer and ours ÷ raw of one interleaved run, and the medians."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.targets_bench", description=main.__doc__)
+    parser.add_argument("--repeats", type=int, default=7, help="samples per operation (default 7)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as directory:
+        storage = asyncio.run(run_storage_targets(Budget(repeats=args.repeats), Path(directory)))
+
+    def us(key: str) -> float:
+        return storage[key].median * 1e6
+
+    rows = {
+        "sqlite save ÷ raw INSERT (FULL)": ratio(us("sqlite/ours-full"), us("sqlite/raw-full")),
+        "sqlite save ÷ raw INSERT (NORMAL)": ratio(us("sqlite/ours-normal"), us("sqlite/raw-normal")),
+        "sqlite save ÷ AsyncSqliteSaver.aput": ratio(us("sqlite/ours-full"), us("sqlite/asyncsqlitesaver")),
+        "memory save ÷ InMemorySaver.aput": ratio(us("memory/ours"), us("memory/inmemorysaver")),
+    }
+    for prefix in ("memory", "sqlite"):
+        for read in READS:
+            rows[f"{prefix} {read} ÷ peer"] = ratio(us(f"{prefix}/ours-{read}"), us(f"{prefix}/peer-{read}"))
+    for name, value in rows.items():
+        print(f"{name:45} {value:6.2f}x")
+    print(json.dumps({key: round(us(key), 1) for key in sorted(storage)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,7 @@ handles our errors exactly as it handles its own storages' errors.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from typing import Any
 
 from .redaction import redact_text
@@ -293,7 +294,12 @@ class MissingDependencyError(CheckpointStorageError, ImportError):
         self, feature: str, extra: str | None, module: str, *, distribution: str = "checkpoint-storages"
     ) -> None:
         requirement = distribution if extra is None else f"{distribution}[{extra}]"
-        super().__init__(f"{feature} needs the {module!r} package: pip install '{requirement}'")
+        if extra is None and module in sys.stdlib_module_names:
+            # sqlite3: no pip install brings it back, only a Python built with it.
+            message = f"{feature} needs the standard library's {module!r} module, which this Python lacks"
+        else:
+            message = f"{feature} needs the {module!r} package: pip install '{requirement}'"
+        super().__init__(message)
         self.feature = feature
         self.extra = extra
         self.module = module

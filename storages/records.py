@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import MAX_ID_LENGTH, CheckpointID, CheckpointInfo, validate_identifier
+from .contract import MAX_ID_LENGTH, CheckpointID, CheckpointInfo, WorkflowCheckpoint, validate_identifier
 from .errors import CheckpointConflictError, CheckpointCorruptedError, InvalidCheckpointIdError
 
 
@@ -242,6 +242,17 @@ class FenceCheck:
     existing: InsertResult | None
     """SAME_BODY or DIFFERENT_BODY when the checkpoint's id is already stored, else None (the
     insert was refused because ``latest_id`` is not the expected one)."""
+
+
+def filed_under(record: WorkflowCheckpoint | CheckpointRecord) -> str:
+    """The id an internal log's record (a pending-writes batch, a prune receipt) belongs to.
+
+    A log keeps it in the graph-signature column: every backend already indexes that column per
+    workflow (latest and listing by signature), so a log lists its records by owner with no column
+    or index of its own, and no caller's workflow is ever a log (a log's name starts with a
+    control character, which validate_identifier refuses). Read it through this name; a log record
+    is built with ``graph_signature_hash=<owner>`` and a ``filed_under`` comment."""
+    return record.graph_signature_hash
 
 
 def body_digest(body: bytes) -> str:

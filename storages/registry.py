@@ -292,10 +292,9 @@ BUILTIN_BACKENDS: tuple[BackendSpec, ...] = (
         "sqlite",
         ("sqlite",),
         "storages.sqlite:SQLiteCheckpointStorage",
-        extra="sqlite",
-        requires=("aiosqlite",),
+        requires=("sqlite3",),  # the standard library's, absent only from Pythons built without it
         embedded="conformance.embedded:SQLITE_TEMP_FILE",
-        summary="a SQLite file (aiosqlite)",
+        summary="a SQLite file (the standard library's sqlite3, on a thread per handle)",
     ),
     BackendSpec(
         "redis",

@@ -227,19 +227,32 @@ def test_non_urls_are_configuration_errors(not_a_url: Any) -> None:
         open_storage(not_a_url)
 
 
-def test_missing_aiosqlite_names_the_sqlite_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_python_without_sqlite3_is_told_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real_find_spec = importlib.util.find_spec
 
-    def without_aiosqlite(name: str, *args: Any, **kwargs: Any) -> Any:
-        return None if name == "aiosqlite" else real_find_spec(name, *args, **kwargs)
+    def without_sqlite3(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "sqlite3" else real_find_spec(name, *args, **kwargs)
 
-    monkeypatch.setattr(importlib.util, "find_spec", without_aiosqlite)
+    monkeypatch.setattr(importlib.util, "find_spec", without_sqlite3)
     with pytest.raises(MissingDependencyError) as caught:
         open_storage(f"sqlite:///{tmp_path}/t.db")
-    assert caught.value.extra == "sqlite"
-    assert caught.value.module == "aiosqlite"
-    assert "checkpoint-storages[sqlite]" in str(caught.value)
+    assert (caught.value.extra, caught.value.module) == (None, "sqlite3")
+    assert "standard library's 'sqlite3' module" in str(caught.value)
+    assert "pip install" not in str(caught.value)  # no package brings it back
     assert not (tmp_path / "t.db").exists()
+
+
+def test_missing_redis_names_the_redis_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def without_redis(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "redis" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_redis)
+    with pytest.raises(MissingDependencyError) as caught:
+        open_storage("redis://127.0.0.1:6379/0")
+    assert (caught.value.extra, caught.value.module) == ("redis", "redis")
+    assert "pip install 'checkpoint-storages[redis]'" in str(caught.value)
 
 
 # Every scheme's URL options are checked when the storage is built, not at its first use.
@@ -398,7 +411,7 @@ def test_importing_the_kit_loads_no_backend_and_touches_nothing(tmp_path: Path, 
 
 
 def test_the_sqlite_backend_loads_lazily_on_attribute_access(tmp_path: Path) -> None:
-    probe = "import sys, storages; storages.SQLiteCheckpointStorage; print('aiosqlite' in sys.modules)"
+    probe = "import sys, storages; storages.SQLiteCheckpointStorage; print('sqlite3' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
     )

@@ -190,7 +190,7 @@ async def test_a_collected_sqlite_handle_closes_its_connection_and_ends_its_thre
     storage = SQLiteCheckpointStorage(tmp_path / "t.db")
     await storage.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id="a"))
     assert storage.backend.connection is not None
-    thread = storage.backend.connection._thread
+    thread = storage.backend.connection.thread
     assert thread.daemon  # cannot keep the interpreter alive
     del storage
     gc.collect()

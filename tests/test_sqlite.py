@@ -6,12 +6,14 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import linecache
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -777,26 +779,15 @@ def test_an_unknown_synchronous_mode_is_refused_naming_the_option(db_path: Path)
 
 
 async def test_a_save_is_one_hand_off_to_the_connection_thread(db_path: Path) -> None:
-    import aiosqlite
-
     async with SQLiteCheckpointStorage(db_path) as storage:
         await storage.save(checkpoint())
         connection = storage.backend.connection
-        assert isinstance(connection, aiosqlite.Connection)
-        queued: list[object] = []
-        real_queue = connection._tx  # the worker thread keeps reading this one
-
-        class CountingQueue:
-            def put_nowait(self, item: object) -> None:
-                queued.append(item)
-                real_queue.put_nowait(item)
-
-        connection._tx = CountingQueue()  # type: ignore[assignment]
-        try:
-            await storage.save(checkpoint())
-        finally:
-            connection._tx = real_queue
-        assert len(queued) == 1
+        assert connection is not None
+        before = connection.handoffs
+        await storage.save(checkpoint())
+        assert connection.handoffs - before == 1
+        await storage.list_checkpoint_ids(workflow_name="wf")
+        assert connection.handoffs - before == 2  # the counter sees reads too: it can fail
 
 
 async def test_the_partial_nested_indexes_serve_every_lookup_of_nested_rows(db_path: Path) -> None:
@@ -829,30 +820,19 @@ async def test_concurrent_saves_on_one_handle_commit_in_groups_each_refused_alon
         await storage.save(checkpoint())
         connection = storage.backend.connection
         assert connection is not None
-        queued: list[object] = []
-        real_queue = connection._tx
-
-        class CountingQueue:
-            def put_nowait(self, item: object) -> None:
-                queued.append(item)
-                real_queue.put_nowait(item)
-
+        handoffs_before = connection.handoffs
         batch = [checkpoint() for _ in range(32)]
         nested_clash = WorkflowCheckpoint(
             "wf",
             "sig",
             state={"child": WorkflowCheckpoint("wf", "sig", checkpoint_id=batch[0].checkpoint_id)},
         )
-        connection._tx = CountingQueue()  # type: ignore[assignment]
-        try:
-            results = await asyncio.gather(
-                *(storage.save(item) for item in [*batch, nested_clash]), return_exceptions=True
-            )
-        finally:
-            connection._tx = real_queue
+        results = await asyncio.gather(
+            *(storage.save(item) for item in [*batch, nested_clash]), return_exceptions=True
+        )
         assert results[:32] == [item.checkpoint_id for item in batch]
         assert isinstance(results[32], CheckpointConflictError)
-        assert len(queued) < 32  # group commits: far fewer hand-offs than saves
+        assert connection.handoffs - handoffs_before < 32  # group commits: far fewer hand-offs than saves
         stored = await storage.list_checkpoint_ids(workflow_name="wf")
         assert stored[-32:] == [item.checkpoint_id for item in batch]
         assert nested_clash.checkpoint_id not in stored
@@ -1045,19 +1025,35 @@ def test_inspect_and_verify_run_on_a_read_only_mount(db_path: Path) -> None:
 
 
 def _held_by_connection_thread(storage: SQLiteCheckpointStorage) -> list[object]:
-    """What the connection's thread still holds of its last call: aiosqlite's worker keeps the
-    function it ran, what it returned and the future it answered until its next call."""
+    """What the connection's thread still holds of its last call while it waits for the next:
+    the locals of its serving loop, and what any function among them closes over (and what a
+    future among those answered)."""
     assert storage.backend.connection is not None
-    frame = sys._current_frames()[storage.backend.connection._thread.ident or 0]
-    while frame.f_code.co_name != "_connection_worker_thread":
-        assert frame.f_back is not None
-        frame = frame.f_back
-    held = frame.f_locals
-    future = held.get("future")
-    answered = future.result() if future is not None and future.done() and not future.exception() else None
-    function = held.get("function")
-    cells = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
-    return [held.get("result"), answered, *cells]
+    thread = storage.backend.connection.thread
+    # The answer reaches the loop just before the thread returns from the call: wait (a state,
+    # not a time) until the thread is back in its queue's get(), its innermost frame the loop's.
+    for _ in range(10_000):
+        frame = sys._current_frames()[thread.ident or 0]
+        if frame.f_code.co_name == "_serve" and "calls.get()" in linecache.getline(
+            frame.f_code.co_filename, frame.f_lineno
+        ):
+            break
+        time.sleep(0.001)
+    else:
+        raise AssertionError("the connection's thread never went back to waiting for a call")
+    held = list(frame.f_locals.values())
+    cells = [
+        cell.cell_contents
+        for value in held
+        if callable(value)
+        for cell in getattr(value, "__closure__", None) or ()
+    ]
+    answered = [
+        cell.result()
+        for cell in cells
+        if isinstance(cell, asyncio.Future) and cell.done() and not cell.cancelled() and not cell.exception()
+    ]
+    return [*held, *cells, *answered]
 
 
 async def test_the_connection_thread_keeps_nothing_of_a_read_or_a_save_for_its_next_call(

@@ -181,7 +181,7 @@ def _receipt(
     checkpoint_id = receipt_id(pruned_id, seal.mac)
     receipt = WorkflowCheckpoint(
         workflow_name=log,
-        graph_signature_hash=pruned_id,
+        graph_signature_hash=pruned_id,  # filed_under: the pruned record's id
         checkpoint_id=checkpoint_id,
         timestamp=_RECEIPT_TIMESTAMP,
         state={
@@ -198,7 +198,7 @@ def _receipt(
         checkpoint_id=checkpoint_id,
         workflow_name=log,
         previous_checkpoint_id=None,
-        graph_signature_hash=pruned_id,
+        graph_signature_hash=pruned_id,  # filed_under
         body=body,
     )
 

@@ -20,7 +20,7 @@ from ..contract import (
     validate_identifier,
 )
 from ..errors import CheckpointCorruptedError
-from ..records import CheckpointRecord, body_digest
+from ..records import CheckpointRecord, body_digest, filed_under
 from .parts import HandleParts
 from .validation import checked_writes
 
@@ -137,7 +137,7 @@ class PendingWritesLog:
             bin_from_bytes_only=True,
         )
         # Positional (a keyword call costs a third more): the batch's id, the log, no previous
-        # id, the owner in the graph-signature column, the body and its digest.
+        # id, the owner in the graph-signature column (filed_under), the body and its digest.
         return CheckpointRecord(batch_id, log, None, checkpoint_id, body)
 
     async def list_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> list[PendingWrite]:
@@ -184,7 +184,7 @@ class PendingWritesLog:
                 stored = sealer.open(stored)[0]
             # The owner the body names; _decode checks it against the index entry where there is one.
             batch = self._parts.reader.decode(stored, log)
-            _merge(merged.setdefault(batch.graph_signature_hash, {}), _batch_writes(batch))
+            _merge(merged.setdefault(filed_under(batch), {}), _batch_writes(batch))
         return {owner: list(writes.values()) for owner, writes in merged.items()}
 
     async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
@@ -209,7 +209,7 @@ class PendingWritesLog:
         sealer = self._parts.sealer
         for stored in batches:
             opened = stored if sealer is None else sealer.open(stored)[0]
-            owner = self._parts.reader.decode(opened, log).graph_signature_hash
+            owner = filed_under(self._parts.reader.decode(opened, log))
             if owner not in survivors:
                 await self._parts.backend.remove(stored.checkpoint_id)
 
@@ -374,8 +374,9 @@ def _writes_batch(
 def _writes_batch_fields(
     log: str, owner_id: CheckpointID, batch_id: CheckpointID, rows: list[list[Any]]
 ) -> tuple[Any, ...]:
-    """The batch record's field values, in field order: the log, the owner in the signature, no
-    previous id, no messages, the rows as state, no events, iteration 0, no metadata."""
+    """The batch record's field values, in field order: the log, the owner in the signature
+    (filed_under), no previous id, no messages, the rows as state, no events, iteration 0, no
+    metadata."""
     return (
         log,
         owner_id,

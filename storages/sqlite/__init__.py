@@ -1,7 +1,9 @@
-"""SQLite storage: one file, shared safely by handles, tasks and processes (needs ``aiosqlite``).
+"""SQLite storage: one file, shared safely by handles, tasks and processes (the standard library's
+``sqlite3``, nothing else).
 
-The parts: ``config`` (path, URL options, ``synchronous``), ``client`` (the aiosqlite connection
-and its thread), ``commit`` (every write as one ``BEGIN IMMEDIATE`` transaction run whole on that
+The parts: ``config`` (path, URL options, ``synchronous``), ``thread`` (a sqlite3 connection on
+a daemon thread of its own), ``client`` (opening, preparing and closing it, and every call's
+error translation), ``commit`` (every write as one ``BEGIN IMMEDIATE`` transaction run whole on that
 thread), ``schema`` (migrations, statements and why each index exists), ``backend`` (the primitives
 over them) and ``storage`` (the storage class over the backend).
 

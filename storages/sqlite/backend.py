@@ -128,7 +128,8 @@ class SQLiteBackend(Backend):
 
     @property
     def connection(self) -> Any:
-        """The aiosqlite connection while open, else None. A test hook (docs/sqlite.md)."""
+        """The :class:`~storages.sqlite.thread.ConnectionThread` while open, else None. A test
+        hook (docs/sqlite.md): ``execute_fetchall``, ``handoffs``, ``thread``."""
         return self._client.connection
 
     @property

@@ -1,4 +1,5 @@
-"""The connection: one aiosqlite connection (one thread) per handle, opened, prepared and closed.
+"""The connection: one sqlite3 connection on a thread of its own per handle, opened, prepared
+and closed (storages/sqlite/thread.py says why the thread is ours and not aiosqlite's).
 
 WAL journal mode, so readers never block the writer and the writer never blocks readers; the
 busy timeout bounds how long a write waits for another connection's lock; ``PRAGMA synchronous``
@@ -10,10 +11,9 @@ are made, so a handle needs no lock of its own. Saves on one handle commit in gr
 while a group is on the thread commit together in the next one (one transaction, one fsync), so
 many tasks sharing a handle save faster than one by one.
 
-A handle never closed still lets the process exit: its thread is a daemon (aiosqlite's is not,
-and would keep the interpreter alive forever), and when the handle is garbage-collected, or at
-interpreter exit, its connection is closed on that thread without touching any event loop (the
-loop that opened it is usually closed by then).
+A handle never closed still lets the process exit: its thread is a daemon, and when the handle is
+garbage-collected, or at interpreter exit, its connection is closed on that thread without
+touching any event loop (the loop that opened it is usually closed by then).
 """
 
 from __future__ import annotations
@@ -22,20 +22,17 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import threading
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-
-import aiosqlite
-import aiosqlite.core
 
 from ..backend import CheckpointRecord, InsertResult
 from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
 from . import schema
 from .commit import Abandon, immediate_transaction, insert_families
 from .config import Access, Synchronous
+from .thread import ConnectionClosed, ConnectionThread
 
 T = TypeVar("T")
 
@@ -59,7 +56,7 @@ class SQLiteClient:
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
         self._describe = describe
-        self.connection: aiosqlite.Connection | None = None
+        self.connection: ConnectionThread | None = None
         self.release_at_exit: weakref.finalize[Any, Any] | None = None
         self._queued_saves: list[tuple[Sequence[CheckpointRecord], asyncio.Future[Any], Abandon]] = []
         self._committing: asyncio.Future[None] | None = None  # done when no group is on the thread
@@ -76,23 +73,24 @@ class SQLiteClient:
                 raise StorageUnavailableError(
                     "open", f"cannot create the directory of {self._path}: {exc}"
                 ) from exc
-            pending = aiosqlite.connect(self._path, timeout=timeout, isolation_level=None)
+            target, uri = str(self._path), False
         else:
             # A URI, so SQLite itself refuses to create or write the file (nothing here could
             # forget to): mode=ro, and with immutable=1 no locks, -wal or -shm either.
             query = "mode=ro&immutable=1" if self._access == "immutable" else "mode=ro"
-            uri = f"{self._path.as_uri()}?{query}"
-            pending = aiosqlite.connect(uri, timeout=timeout, isolation_level=None, uri=True)
-        _run_as_daemon(pending)  # before awaiting it: awaiting starts the thread
+            target, uri = f"{self._path.as_uri()}?{query}", True
+
+        def connect() -> sqlite3.Connection:
+            # autocommit (isolation_level None): commit.py opens every transaction itself.
+            return sqlite3.connect(target, timeout=timeout, isolation_level=None, uri=uri)
+
+        connection = ConnectionThread(connect, name=f"sqlite {self._path.name}")
         try:
-            connection = await pending
-        except sqlite3.Error as exc:
-            raise self.translate("open", exc) from exc
-        try:
+            await connection.open()
             if self._access == "rw":
-                await _on_thread(connection, _prepare, self._describe, self._synchronous)
+                await connection.call(_prepare, self._describe, self._synchronous)
             else:
-                await _on_thread(connection, _check_readable, self._describe)
+                await connection.call(_check_readable, self._describe)
         except BaseException as exc:
             # A failed open must not leave the connection's thread behind.
             with contextlib.suppress(Exception):
@@ -113,7 +111,7 @@ class SQLiteClient:
         if self._statement_trace is not None:
             await connection.set_trace_callback(self._statement_trace)
         self.connection = connection
-        self.release_at_exit = weakref.finalize(owner, _release_abandoned, connection)
+        self.release_at_exit = weakref.finalize(owner, connection.release_abandoned)
 
     async def close(self) -> None:
         while self._committing is not None:  # saves already made are committed first
@@ -134,17 +132,17 @@ class SQLiteClient:
         connection = self._live(operation)
         try:
             try:
-                return _handed_over(await connection.execute_fetchall(sql, parameters))
+                return await connection.execute_fetchall(sql, parameters)
             except sqlite3.OperationalError as exc:
                 if not str(exc).startswith(_NOT_UTF8):
                     raise
             # A TEXT value that is not UTF-8 (none this storage writes: a damaged or hostile file)
             # fails the whole statement, naming neither its row nor a typed error. Read it again
             # with such values as NotText, for the storage to name the record they belong to.
-            return _handed_over(await _on_thread(connection, _fetch_marking_not_text, sql, parameters))
+            return await connection.call(_fetch_marking_not_text, sql, parameters)
         except sqlite3.Error as exc:
             raise self.translate(operation, exc) from exc
-        except ValueError as exc:  # aiosqlite: the connection was closed while this call waited
+        except ConnectionClosed as exc:  # closed while this call waited on the thread
             raise StorageClosedError(self._describe, operation) from exc
 
     async def run(self, operation: str, function: Callable[..., T], *args: Any) -> T:
@@ -155,8 +153,7 @@ class SQLiteClient:
         self._refuse_if_read_only(operation)
         abandon = Abandon()
         try:
-            result: T = await _on_thread(
-                connection,
+            result: T = await connection.call(
                 _write_kept_at_path,
                 operation,
                 self._path,
@@ -170,10 +167,8 @@ class SQLiteClient:
             raise
         except sqlite3.Error as exc:
             raise self.translate(operation, exc) from exc
-        except ValueError as exc:
-            if self.connection is None:
-                raise StorageClosedError(self._describe, operation) from exc
-            raise
+        except ConnectionClosed as exc:
+            raise StorageClosedError(self._describe, operation) from exc
         return result
 
     async def save(self, records: Sequence[CheckpointRecord]) -> InsertResult:
@@ -184,7 +179,7 @@ class SQLiteClient:
         No task runs the groups: a save that finds no group on the thread puts one there
         itself, and the thread's answer, a callback on the loop, settles every save of the group
         and puts the next group (the saves queued meanwhile) on the thread. So a save costs one
-        hand-off and one wake-up, as a raw aiosqlite call does, and a cancelled caller cannot
+        hand-off and one wake-up, as one raw statement on a thread does, and a cancelled caller cannot
         strand the others: nothing any caller awaits drives the commit."""
         connection = self._live("save")
         self._refuse_if_read_only("save")
@@ -202,13 +197,12 @@ class SQLiteClient:
             raise
         return result
 
-    def _commit_next_group(self, loop: asyncio.AbstractEventLoop, connection: aiosqlite.Connection) -> None:
+    def _commit_next_group(self, loop: asyncio.AbstractEventLoop, connection: ConnectionThread) -> None:
         """Put the queued saves on the connection's thread as one group commit."""
         group, self._queued_saves = self._queued_saves, []
-        if not connection._running or connection._connection is None:  # closed under us
+        if connection.stopped:  # closed under us
             self._settle_group(loop, connection, group, StorageClosedError(self._describe, "save"))
             return
-        sqlite_connection = connection._connection
         path, identity = self._path, self._identity
         handed = [group]  # emptied on the thread, which keeps this function until its next call
 
@@ -217,6 +211,9 @@ class SQLiteClient:
             saves = [(records, abandon) for records, _, abandon in committed]
             outcomes: list[InsertResult | BaseException] | BaseException
             try:
+                sqlite_connection = connection.connection
+                if sqlite_connection is None:
+                    raise StorageClosedError(self._describe, "save")
                 outcomes = insert_families(sqlite_connection, saves)
                 _check_still_at_path("save", path, identity)
             except BaseException as exc:  # answered on the loop, never lost on the thread
@@ -224,12 +221,12 @@ class SQLiteClient:
             with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
                 loop.call_soon_threadsafe(self._settle_group, loop, connection, committed, outcomes)
 
-        hand_to_thread(connection, commit_on_thread)
+        connection.hand(commit_on_thread)
 
     def _settle_group(
         self,
         loop: asyncio.AbstractEventLoop,
-        connection: aiosqlite.Connection,
+        connection: ConnectionThread,
         group: list[tuple[Sequence[CheckpointRecord], asyncio.Future[Any], Abandon]],
         outcomes: list[InsertResult | BaseException] | BaseException,
     ) -> None:
@@ -258,7 +255,7 @@ class SQLiteClient:
                 "open it without read_only or immutable to write"
             )
 
-    def _live(self, operation: str) -> aiosqlite.Connection:
+    def _live(self, operation: str) -> ConnectionThread:
         connection = self.connection
         if connection is None:
             raise StorageClosedError(self._describe, operation)
@@ -324,19 +321,6 @@ _NOT_UTF8 = "Could not decode to UTF-8"
 """How sqlite3 starts the OperationalError of a TEXT value that is not UTF-8."""
 
 
-def _handed_over(fetched: Any) -> list[Any]:
-    """The rows of a read, held by the caller alone.
-
-    aiosqlite's thread keeps what its last call returned (and the future it answered) until its
-    next call, so the rows a read returned were freed on the thread at the start of the next
-    call, whatever it was: after a list of 1,000 records, the save that followed spent a
-    millisecond there, holding the GIL while the loop waited for its answer. Emptying the list
-    the thread holds leaves it nothing to free."""
-    rows = list(fetched)
-    fetched.clear()
-    return rows
-
-
 class NotText(bytes):
     """A TEXT value read from the file that is not UTF-8: never a str, so every check of a
     column the storage reads as text refuses it, and never the bytes of a BLOB column."""
@@ -358,22 +342,6 @@ def _fetch_marking_not_text(connection: sqlite3.Connection, sql: str, parameters
         return connection.execute(sql, parameters).fetchall()
     finally:
         connection.text_factory = previous
-
-
-async def _on_thread(connection: aiosqlite.Connection, function: Callable[..., Any], *args: Any) -> Any:
-    """Run ``function(sqlite3_connection, *args)`` on the connection's thread (aiosqlite's own
-    queue, as its ``execute`` does; it has no public call for a function of ours)."""
-    execute: Callable[..., Awaitable[Any]] = connection._execute
-    return await execute(function, connection._conn, *args)
-
-
-def hand_to_thread(connection: aiosqlite.Connection, function: Callable[[], object]) -> None:
-    """Queue ``function()`` on the connection's thread without waiting for it: one hand-off.
-
-    aiosqlite's own queue, as ``_release_abandoned`` uses it, with no aiosqlite future: the
-    function reports back itself (a group commit's callback on the loop). Looked up at call
-    time, so bench/langgraph_workload.py can count these hand-offs with aiosqlite's own."""
-    connection._tx.put_nowait((None, function))
 
 
 def _prepare(connection: sqlite3.Connection, describe: str, synchronous: Synchronous) -> None:
@@ -436,43 +404,3 @@ def _error_name(exc: sqlite3.Error) -> str | None:
     # sqlite_errorname exists from Python 3.11; older versions fall back to the message.
     name = getattr(exc, "sqlite_errorname", None)
     return name if isinstance(name, str) else None
-
-
-def _run_as_daemon(connection: aiosqlite.Connection) -> None:
-    """Make a not yet started connection's thread a daemon, so it cannot keep the process alive."""
-    # aiosqlite >= 0.22 keeps its worker in ``_thread``; tests/test_lifecycle.py fails if a
-    # release moves it.
-    thread = connection._thread
-    if not isinstance(thread, threading.Thread):  # pragma: no cover - an aiosqlite we do not know
-        raise TypeError(f"aiosqlite {aiosqlite.__version__}: no worker thread where expected")
-    thread.daemon = True
-
-
-def _release_abandoned(connection: aiosqlite.Connection) -> None:
-    """Close a connection its handle never closed, when the handle is collected or the interpreter
-    exits. aiosqlite's own cleanup (``stop()``) answers on whatever loop is current, which may
-    be closed, and its thread then dies with a traceback; this answers on no loop at all."""
-    sqlite_connection = connection._connection
-    if sqlite_connection is None:
-        return
-    connection._connection = None  # aiosqlite's __del__ then has nothing left to do
-    connection._running = False
-
-    def close_and_stop() -> object:
-        sqlite_connection.close()
-        return aiosqlite.core._STOP_RUNNING_SENTINEL  # ends the worker's loop
-
-    connection._tx.put_nowait((None, close_and_stop))
-    thread = connection._thread
-    if threading.current_thread() is threading.main_thread() and not _loop_running():
-        # At exit (or collected outside any loop): let the close finish, checkpointing the WAL,
-        # rather than end the process under it; a few milliseconds unless the disk is stuck.
-        thread.join(timeout=2.0)
-
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

@@ -1,14 +1,14 @@
 """The commit protocol: every write is one ``BEGIN IMMEDIATE`` transaction, run whole on the
 connection's thread.
 
-Each function here takes the ``sqlite3.Connection`` and runs on aiosqlite's connection thread as
-one call (:meth:`SQLiteClient.run`), so a save costs one hand-off to that thread and back however
-many statements its transaction holds. ``BEGIN IMMEDIATE`` takes the write lock before reading
-anything, so a transaction never has to upgrade a read lock (which fails at once, whatever the
-busy timeout); waiting for the lock is bounded by ``busy_timeout_ms``. A transaction that fails
-anywhere, COMMIT included, is rolled back before the error leaves the thread, and a caller
-cancelled while it runs cannot interrupt it: the thread finishes the transaction either way, so
-a save is all of its family or nothing.
+Each function here takes the ``sqlite3.Connection`` and runs on the handle's connection thread
+(thread.py) as one call (:meth:`SQLiteClient.run`), so a save costs one hand-off to that thread
+and back however many statements its transaction holds. ``BEGIN IMMEDIATE`` takes the write lock
+before reading anything, so a transaction never has to upgrade a read lock (which fails at once,
+whatever the busy timeout); waiting for the lock is bounded by ``busy_timeout_ms``. A transaction
+that fails anywhere, COMMIT included, is rolled back before the error leaves the thread, and a
+caller cancelled while it runs cannot interrupt it: the thread finishes the transaction either
+way, so a save is all of its family or nothing.
 
 Each workflow's next sequence number is taken inside the transaction, one past the largest the
 workflow holds (read from an index) and past the high-water mark ``workflows.next_sequence``

@@ -330,16 +330,16 @@ def test_missing_dependency_is_reported_not_skipped(
 ) -> None:
     real_find_spec = importlib.util.find_spec
 
-    def without_aiosqlite(name: str, *args: Any, **kwargs: Any) -> Any:
-        return None if name == "aiosqlite" else real_find_spec(name, *args, **kwargs)
+    def without_redis(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "redis" else real_find_spec(name, *args, **kwargs)
 
-    monkeypatch.setattr(importlib.util, "find_spec", without_aiosqlite)
+    monkeypatch.setattr(importlib.util, "find_spec", without_redis)
     json_path = tmp_path / "report.json"
     assert main(["--clause", "contract", "--json", str(json_path)]) == 1
     backends = {b["backend"]: b for b in json.loads(json_path.read_text())["backends"]}
     assert backends["memory://"]["ok"] is True
-    assert "pip install 'checkpoint-storages[sqlite]'" in backends["sqlite (temp file)"]["error"]
-    assert "pip install 'checkpoint-storages[sqlite]'" in " ".join(capsys.readouterr().out.split())
+    assert "pip install 'checkpoint-storages[redis]'" in backends["redis (fakeredis)"]["error"]
+    assert "pip install 'checkpoint-storages[redis]'" in " ".join(capsys.readouterr().out.split())
 
 
 def test_missing_dependency_of_an_explicit_url_is_reported(
@@ -349,12 +349,12 @@ def test_missing_dependency_of_an_explicit_url_is_reported(
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == "aiosqlite" else real_find_spec(name, *a),
+        lambda name, *a: None if name == "redis" else real_find_spec(name, *a),
     )
     json_path = tmp_path / "report.json"
-    assert main([f"sqlite:///{tmp_path}/ck.db", "--json", str(json_path)]) == 1
+    assert main(["redis://127.0.0.1:6379/0", "--json", str(json_path)]) == 1
     [backend] = json.loads(json_path.read_text())["backends"]
-    assert "pip install 'checkpoint-storages[sqlite]'" in backend["error"]
+    assert "pip install 'checkpoint-storages[redis]'" in backend["error"]
 
 
 def test_console_script_is_installed_and_works(tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ def test_importing_the_plugin_has_no_side_effects() -> None:
         "import conformance.pytest_plugin\n"
         "registry = sys.modules['conformance.clause']._REGISTRY\n"
         "assert not registry, sorted(registry)\n"
-        "loaded = [m for m in ('conformance.clauses', 'storages.sqlite', 'aiosqlite') if m in sys.modules]\n"
+        "loaded = [m for m in ('conformance.clauses', 'storages.sqlite', 'sqlite3') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
         "assert threading.active_count() == 1, threading.enumerate()\n"
     )
