@@ -75,6 +75,13 @@ SUBJECTS: dict[str, tuple[str, str]] = {
 }
 
 
+def script_for(name: str, calls: int, tree: str = "") -> str:
+    """The program callgrind runs for subject ``name`` with ``calls`` calls."""
+    setup, call = SUBJECTS[name]
+    loop = f"for _ in range({calls}):\n    {call}\n"
+    return f"{_COMMON.format(tree=tree)}\n{setup}\n{loop}{_CLOSE}"
+
+
 def measure(calls: int, tree: str = "") -> dict[str, float]:
     """Instructions per call of each subject."""
     if shutil.which("valgrind") is None:

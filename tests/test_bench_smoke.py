@@ -98,3 +98,15 @@ def test_the_integrity_callgrind_programs_run_and_the_table_renders() -> None:
     )
     sqlite = {"sqlite_load/plain": 2000.0, "sqlite_load/keyed": 2100.0}
     assert "| sqlite | load | 2 k | 2 k | +5.0% |" in table(sqlite)
+
+
+@pytest.mark.sqlite
+def test_the_sqlite_callgrind_programs_run_and_exit() -> None:
+    import subprocess
+    import sys
+
+    from bench.callgrind_codec import REPO_ROOT
+    from bench.sqlite_callgrind import SUBJECTS, script_for
+
+    for subject in SUBJECTS:  # without valgrind; a program left hanging (a thread) times out
+        subprocess.run([sys.executable, "-c", script_for(subject, 2)], cwd=REPO_ROOT, check=True, timeout=120)
