@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .execute import Observation, Subject, apply, describe, judge
+from .execute import Observation, Subject, apply
+from .judge import describe, judge
 from .ops import Op
 from .spec import FIELDS, VALUE_FIELDS, ContractModel, Draft, Embedded, Write
 
