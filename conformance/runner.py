@@ -1,18 +1,7 @@
 """Running clauses against targets: ``validate()`` and ``avalidate()``.
 
-**The watchdog.** A clause's own timeout is ``asyncio.wait_for``, which only fires when the event
-loop gets control back: a storage that blocks the loop (``time.sleep`` in an async method, a
-spin) would hang the whole run. So :func:`avalidate_target` runs a target's clauses on an event
-loop of their own, on a daemon thread (:class:`_ClauseLoop`), and waits for each from the
-caller's loop with a deadline a little past the clause's timeout. When the deadline passes, the
-clause fails, the blocked thread is abandoned (a daemon, so it cannot keep the process alive at
-exit) and the next clauses run on a fresh loop with fresh handles from the target's factory; the
-handles of the abandoned clause are never closed. Threads a storage starts on that loop (a
-driver's connection thread) inherit its daemon flag; one started explicitly as a non-daemon
-would still hold up interpreter exit, so ``checkpoint-conformance`` ends the process without
-waiting once the reports are written (:func:`abandoned_loops`). The pytest plugin runs clauses in
-pytest's own loop, where the storage fixture lives, so only the cooperative timeout applies
-there (use pytest-timeout against a blocking storage).
+**The watchdog** (conformance/watchdog.py): a target's clauses run on an event loop of their own,
+on a daemon thread, so a storage that blocks the loop fails its clause instead of hanging the run.
 
 **Fail fast.** Before the first clause the kit opens one handle and makes one read; a storage
 whose backend cannot be reached (:class:`~storages.errors.StorageUnavailableError`, ``OSError``,
@@ -25,11 +14,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from storages.contract import Capability
@@ -41,6 +29,7 @@ from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report, now
 from .selection import select_clauses
 from .target import StorageFactory, StorageTarget
+from .watchdog import CLEANUP_TIMEOUT, ClauseLoop, abandoned_loops, watchdog_message
 
 ProgressCallback = Callable[[str, ClauseResult], None]
 T = TypeVar("T")
@@ -49,8 +38,6 @@ WATCHDOG_GRACE = 5.0
 """Seconds past a clause's timeout before the watchdog gives up on the clause's event loop."""
 CONNECTIVITY_TIMEOUT = 30.0
 """Seconds the one connectivity check before the first clause may take."""
-CLEANUP_TIMEOUT = 60.0
-"""Seconds the target's cleanup may take at the end of its run."""
 
 
 class ConformanceUsageError(RuntimeError):
@@ -190,80 +177,6 @@ def _is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, (StorageUnavailableError, OSError, asyncio.TimeoutError))
 
 
-# ---------------------------------------------------------------------- the watchdog
-
-_ABANDONED: list[threading.Thread] = []
-
-
-def abandoned_loops() -> list[threading.Thread]:
-    """Threads of clause loops the watchdog gave up on that are still blocked."""
-    return [thread for thread in _ABANDONED if thread.is_alive()]
-
-
-class _ClauseLoop:
-    """An event loop on a daemon thread of its own, where one target's clauses run."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name=f"conformance-clauses-{uuid.uuid4().hex[:6]}", daemon=True
-        )
-        self._thread.start()
-
-    async def call(self, awaitable: Awaitable[T], deadline: float) -> T:
-        """Await ``awaitable`` on this loop; raises asyncio.TimeoutError after ``deadline`` seconds."""
-        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop)
-        return await asyncio.wait_for(asyncio.wrap_future(future), deadline)
-
-    def responsive(self, within: float = 0.5) -> bool:
-        """Whether the loop runs a callback within ``within`` seconds (False: it is blocked)."""
-        answered = threading.Event()
-        self._loop.call_soon_threadsafe(answered.set)
-        return answered.wait(within)
-
-    def abandon(self) -> None:
-        """Give up on the loop: it stops if the blocking call ever returns; nobody waits for it."""
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        _ABANDONED.append(self._thread)
-
-    async def close(self) -> None:
-        """Cancel what is left on the loop, stop it and join its thread."""
-        try:
-            await self.call(_finish_loop(), CLEANUP_TIMEOUT)
-        except asyncio.TimeoutError:
-            self.abandon()
-            return
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        await asyncio.to_thread(self._thread.join)
-        self._loop.close()
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
-
-async def _finish_loop() -> None:
-    """What ``asyncio.run`` does before closing a loop: cancel tasks, end generators, executors."""
-    current = asyncio.current_task()
-    pending = [task for task in asyncio.all_tasks() if task is not current]
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    loop = asyncio.get_running_loop()
-    await loop.shutdown_asyncgens()
-    await loop.shutdown_default_executor()
-
-
-def _watchdog_message(deadline: float, blocked: bool) -> str:
-    if blocked:
-        return (
-            f"the event loop was blocked: the clause gave no sign of life for {deadline:g} s (a synchronous "
-            "call such as time.sleep or a busy loop in an async method?); the kit abandoned that loop's "
-            "thread and ran the next clauses on a fresh one"
-        )
-    return f"did not stop within {deadline:g} s, past its timeout (does it ignore cancellation?)"
-
-
 # ---------------------------------------------------------------------- targets and runs
 
 
@@ -347,7 +260,7 @@ async def avalidate_target(
     if required != target.required_capabilities:
         target = dataclasses.replace(target, required_capabilities=frozenset(required))
     started_at = now()
-    loop = _ClauseLoop()
+    loop = ClauseLoop()
     try:
         patience = CONNECTIVITY_TIMEOUT * target.timeout_factor
         try:
@@ -355,7 +268,7 @@ async def avalidate_target(
         except asyncio.TimeoutError:
             if not loop.responsive():
                 loop.abandon()
-                loop = _ClauseLoop()
+                loop = ClauseLoop()
             silence = f"could not reach the storage: no answer within {patience:g} s"
             probe = _Probe(error=silence, unreachable=True)
         report = BackendReport(
@@ -379,8 +292,8 @@ async def avalidate_target(
             except asyncio.TimeoutError:
                 blocked = not loop.responsive()
                 loop.abandon()
-                loop = _ClauseLoop()
-                result = _result(clause, Outcome.FAILED, started, _watchdog_message(deadline, blocked))
+                loop = ClauseLoop()
+                result = _result(clause, Outcome.FAILED, started, watchdog_message(deadline, blocked))
                 created = []  # unknown: the clause's context is stuck on the abandoned loop
             if created and target.remove_workflows:
                 # Watched on its own: a slow cleanup must not eat into the clause's deadline.
@@ -390,7 +303,7 @@ async def avalidate_target(
                     leftovers = tuple(created)
                     if not loop.responsive():
                         loop.abandon()
-                        loop = _ClauseLoop()
+                        loop = ClauseLoop()
                 result = dataclasses.replace(result, leftovers=leftovers)
             report.results.append(result)
             report.leftovers.extend(result.leftovers)
@@ -402,12 +315,12 @@ async def avalidate_target(
         await _finish_target(loop, target)
 
 
-async def _finish_target(loop: _ClauseLoop, target: StorageTarget) -> None:
+async def _finish_target(loop: ClauseLoop, target: StorageTarget) -> None:
     """Run the target's cleanup and close the clause loop; the run may end with a clause still
     blocking it (an interrupted run), so cleanup then goes to a fresh loop."""
     if not loop.responsive():
         loop.abandon()
-        loop = _ClauseLoop()
+        loop = ClauseLoop()
     try:
         if target.cleanup is not None:
             await loop.call(target.cleanup(), CLEANUP_TIMEOUT)
