@@ -1,13 +1,19 @@
-"""How ``checkpoint-storages copy`` and ``import-maf`` show their reports: a summary table
-(counts per workflow, bytes) that stays readable at 80 columns, the problems, and a verdict."""
+"""How ``checkpoint-storages copy`` and ``import-maf`` show their progress and their reports: a
+summary table (counts per workflow, bytes) that stays readable at 80 columns, the problems, and
+a verdict."""
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+import contextlib
+import sys
+from collections.abc import Iterator
+
+from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from .copying import CopyReport, WorkflowCopy
+from .copying import CopyProgress, CopyReport, WorkflowCopy
 from .terminal import plain
 
 _COLUMNS = ("Workflow", "Check-\npoints", "Nested", "Pruned", "Writes", "Written", "Present", "Bytes")
@@ -70,3 +76,27 @@ def copy_verdict(report: CopyReport) -> Text:
 
 
 __all__ = ["copy_verdict", "human_bytes", "render_copy"]
+
+
+@contextlib.contextmanager
+def copy_progress(console: Console, program: str, command: str, *, quiet: bool) -> Iterator[CopyProgress]:
+    """A bar on a terminal; piped, a line to stderr at every tenth of the way (``program command:
+    done/total``); none with --json."""
+    if console.is_terminal and not quiet:
+        with Progress(
+            TextColumn(f"[bold]{command}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=True,
+        ) as bar:  # fmt: skip
+            task = bar.add_task(command, total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+        return
+    shown = -1
+
+    def lines(done: int, total: int) -> None:
+        nonlocal shown
+        tenth = done * 10 // total if total else 10
+        if not quiet and tenth > shown and done:
+            shown = tenth
+            print(f"{program} {command}: {done}/{total} checkpoints", file=sys.stderr, flush=True)
+
+    yield lines
