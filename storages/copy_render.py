@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .copying import CopyProgress, CopyReport, WorkflowCopy
+from .copy_report import CopyProgress, CopyReport, WorkflowCopy
 from .terminal import plain
 
 _COLUMNS = ("Workflow", "Check-\npoints", "Nested", "Pruned", "Writes", "Written", "Present", "Bytes")

@@ -21,11 +21,7 @@ without duplicates, in the same order.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .contract import (
@@ -36,12 +32,19 @@ from .contract import (
     PendingWrite,
     WorkflowCheckpoint,
 )
-from .errors import CheckpointConflictError, CheckpointNotFoundError, UnsupportedOperationError
+from .copy_plan import (
+    CopyUnit,
+    commit_order,
+    needed_for,
+    require,
+    source_tombstones,
+    source_writes,
+    units_of,
+)
+from .copy_report import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
+from .errors import CheckpointConflictError, CheckpointNotFoundError
 from .verify import REQUIRED_CAPABILITIES as VERIFY_CAPABILITIES
-from .verify import VerifyReport, describe_storage, verify
-
-CopyProgress = Callable[[int, int], None]
-"""Called as ``progress(checkpoints_done, checkpoints_total)`` (top-level checkpoints)."""
+from .verify import describe_storage, verify
 
 PLACEHOLDER_SIGNATURE = "checkpoint-storages:tombstone"
 """The graph signature of a tombstone's placeholder, saved then pruned by a copy."""
@@ -54,114 +57,6 @@ SOURCE_CAPABILITIES = (Capability.INSPECT, Capability.LIST_WORKFLOWS)
 
 DESTINATION_CAPABILITIES = (Capability.INSPECT,)
 """A destination must say what it already holds, so a rerun can tell copied from conflicting."""
-
-
-@dataclass
-class WorkflowCopy:
-    """What a copy found and did for one workflow name (records counted by their own name)."""
-
-    workflow_name: str
-    checkpoints: int = 0
-    """Top-level checkpoints in the source."""
-    nested: int = 0
-    """Records of this name nested in other checkpoints (a sub-workflow's)."""
-    tombstones: int = 0
-    """Prune tombstones in the source."""
-    writes: int = 0
-    """Pending writes in the source, over all its checkpoints."""
-    written: int = 0
-    """Records (top-level and nested) this run stored in the destination (would store, dry run)."""
-    present: int = 0
-    """Records the destination already held with equal content."""
-    bytes: int = 0
-    """Stored body bytes of the workflow's records in the source."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "workflow_name": self.workflow_name,
-            "checkpoints": self.checkpoints,
-            "nested": self.nested,
-            "tombstones": self.tombstones,
-            "writes": self.writes,
-            "written": self.written,
-            "present": self.present,
-            "bytes": self.bytes,
-        }
-
-
-@dataclass(frozen=True)
-class CopyProblem:
-    """Something a copy could not do as asked; the message names the ids involved."""
-
-    kind: str
-    """``conflict`` (the destination holds the id with other content), ``orphaned_nested`` (a
-    source record nested in a container that is not stored), ``tombstone_not_recreated``."""
-    checkpoint_id: CheckpointID | None
-    workflow_name: str
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "checkpoint_id": self.checkpoint_id,
-            "workflow_name": self.workflow_name,
-            "message": self.message,
-        }
-
-
-@dataclass
-class CopyReport:
-    """The outcome of :func:`copy_store`."""
-
-    source: str
-    destination: str
-    dry_run: bool
-    workflows: list[WorkflowCopy] = field(default_factory=list)
-    problems: list[CopyProblem] = field(default_factory=list)
-    order_preserved: bool = True
-    """False when the source's sequences admit no single commit order (a damaged store): the
-    checkpoints were then copied workflow by workflow, each in its own order."""
-    verify_reports: list[VerifyReport] = field(default_factory=list)
-    """verify of the destination after the copy (one per workflow given, else one); empty on a dry
-    run, when verification was not asked for, or when the destination does not declare what
-    verify needs (``inspect`` and ``raw_access``)."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.order_preserved and all(r.ok for r in self.verify_reports)
-
-    @property
-    def conflicts(self) -> list[CopyProblem]:
-        return [problem for problem in self.problems if problem.kind == "conflict"]
-
-    def totals(self) -> WorkflowCopy:
-        total = WorkflowCopy("total")
-        for item in self.workflows:
-            for name in ("checkpoints", "nested", "tombstones", "writes", "written", "present", "bytes"):
-                setattr(total, name, getattr(total, name) + getattr(item, name))
-        return total
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "destination": self.destination,
-            "dry_run": self.dry_run,
-            "ok": self.ok,
-            "order_preserved": self.order_preserved,
-            "workflows": [item.to_dict() for item in self.workflows],
-            "totals": self.totals().to_dict(),
-            "problems": [problem.to_dict() for problem in self.problems],
-            "verify": [report.to_dict() for report in self.verify_reports],
-        }
-
-
-@dataclass
-class _Unit:
-    """A top-level checkpoint and the records nested in it: what one save stores."""
-
-    top: CheckpointInfo
-    family: list[CheckpointInfo]
-    """The top record first, then its nested records."""
 
 
 async def copy_store(
@@ -181,13 +76,13 @@ async def copy_store(
     copy with that error, so the order of what was copied stays the source's; fix it (e.g. allow
     the type) and run again.
     """
-    _require(source, SOURCE_CAPABILITIES)
-    _require(destination, DESTINATION_CAPABILITIES)
+    require(source, SOURCE_CAPABILITIES)
+    require(destination, DESTINATION_CAPABILITIES)
     report = CopyReport(describe_storage(source), describe_storage(destination), dry_run)
     wanted = None if workflows is None else set(workflows)
 
     records = await source.list_records()
-    units, orphans = _units(records)
+    units, orphans = units_of(records)
     if wanted is not None:
         units = [unit for unit in units if unit.top.workflow_name in wanted]
     names = sorted({r.workflow_name for unit in units for r in unit.family} | set(wanted or ()))
@@ -214,14 +109,14 @@ async def copy_store(
                 )
             )
 
-    ordered, report.order_preserved = _commit_order(units)
+    ordered, report.order_preserved = commit_order(units)
     present = {info.checkpoint_id: info for info in await destination.list_records()}
     live_ids = {record.checkpoint_id for record in records}
 
-    tombstones = await _source_tombstones(source, names, live_ids, stats, report)
-    writes = await _source_writes(source, names, units, stats)
+    tombstones = await source_tombstones(source, names, live_ids, stats, report)
+    writes = await source_writes(source, names, units, stats)
     if tombstones or any(writes.values()):
-        _require(destination, _needed_for(tombstones, writes))
+        require(destination, needed_for(tombstones, writes))
 
     placeholders = await _plant_placeholders(destination, tombstones, present, dry_run, report)
     total = len(ordered)
@@ -248,164 +143,6 @@ async def copy_store(
                     report.verify_reports.append(await verify(destination, workflow_name=name))
     report.workflows = [stats[name] for name in names]
     return report
-
-
-# ---------------------------------------------------------------------- planning
-
-
-def _require(storage: CheckpointStorage, capabilities: Iterable[Capability]) -> None:
-    for capability in capabilities:
-        if capability not in storage.capabilities:
-            raise UnsupportedOperationError(describe_storage(storage), "copy", capability.value)
-
-
-def _needed_for(tombstones: Mapping[str, list[CheckpointID]], writes: Mapping[str, Any]) -> list[Capability]:
-    needed = [Capability.PRUNE] if any(tombstones.values()) else []
-    if any(writes.values()):
-        needed.append(Capability.PENDING_WRITES)
-    return needed
-
-
-def _units(records: Sequence[CheckpointInfo]) -> tuple[list[_Unit], list[CheckpointInfo]]:
-    """The save units (a top-level record with its nested family) and nested records whose
-    container chain does not reach a stored top-level record."""
-    by_id = {record.checkpoint_id: record for record in records}
-    units: dict[CheckpointID, _Unit] = {}
-    for record in records:
-        if not record.nested:
-            units[record.checkpoint_id] = _Unit(record, [record])
-    orphans: list[CheckpointInfo] = []
-    for record in records:
-        if not record.nested:
-            continue
-        root = _root_of(record, by_id)
-        if root is None or root not in units:
-            orphans.append(record)
-        else:
-            units[root].family.append(record)
-    return list(units.values()), orphans
-
-
-def _root_of(record: CheckpointInfo, by_id: Mapping[CheckpointID, CheckpointInfo]) -> CheckpointID | None:
-    seen: set[CheckpointID] = set()
-    current = record
-    while current.container_id is not None:
-        if current.checkpoint_id in seen:  # a container loop: a damaged index
-            return None
-        seen.add(current.checkpoint_id)
-        container = by_id.get(current.container_id)
-        if container is None:
-            return None
-        current = container
-    return current.checkpoint_id
-
-
-def _commit_order(units: Sequence[_Unit]) -> tuple[list[_Unit], bool]:
-    """The units in an order that keeps every workflow's sequence order, and whether one exists.
-
-    Sequences are per workflow name, and a unit holds records of several names (a container and
-    its sub-workflow's records), so this is a topological sort: for each name, the unit of its
-    n-th record goes before the unit of its (n+1)-th. Ties go to the smaller sequence of the
-    top record, then the workflow name, so the order is deterministic.
-    """
-    unit_of: dict[CheckpointID, int] = {}
-    for index, unit in enumerate(units):
-        for record in unit.family:
-            unit_of[record.checkpoint_id] = index
-    by_name: dict[str, list[CheckpointInfo]] = defaultdict(list)
-    for unit in units:
-        for record in unit.family:
-            by_name[record.workflow_name].append(record)
-    successors: dict[int, set[int]] = defaultdict(set)
-    blockers = [0] * len(units)
-    for named in by_name.values():
-        named.sort(key=lambda record: record.sequence)
-        for earlier, later in itertools.pairwise(named):
-            a, b = unit_of[earlier.checkpoint_id], unit_of[later.checkpoint_id]
-            if a != b and b not in successors[a]:
-                successors[a].add(b)
-                blockers[b] += 1
-
-    def key(index: int) -> tuple[int, str, str]:
-        top = units[index].top
-        return (top.sequence, top.workflow_name, top.checkpoint_id)
-
-    ready = [(key(i), i) for i in range(len(units)) if blockers[i] == 0]
-    heapq.heapify(ready)
-    ordered: list[_Unit] = []
-    while ready:
-        _, index = heapq.heappop(ready)
-        ordered.append(units[index])
-        for after in successors[index]:
-            blockers[after] -= 1
-            if blockers[after] == 0:
-                heapq.heappush(ready, (key(after), after))
-    if len(ordered) == len(units):
-        return ordered, True
-    # Sequences that contradict each other: each workflow keeps its own order at least.
-    done = {id(unit) for unit in ordered}
-    rest = sorted(
-        (u for u in units if id(u) not in done), key=lambda u: (u.top.workflow_name, u.top.sequence)
-    )
-    return ordered + rest, False
-
-
-async def _source_tombstones(
-    source: CheckpointStorage,
-    names: Sequence[str],
-    live_ids: Collection[CheckpointID],
-    stats: Mapping[str, WorkflowCopy],
-    report: CopyReport,
-) -> dict[str, list[CheckpointID]]:
-    if Capability.PRUNE not in source.capabilities:
-        return {}
-    tombstones: dict[str, list[CheckpointID]] = {}
-    for name in names:
-        ids = await source.list_tombstones(workflow_name=name)
-        stats[name].tombstones = len(ids)
-        kept = []
-        for tombstone in ids:
-            if tombstone in live_ids:  # pruned, then saved again: the record is what reads find
-                report.problems.append(
-                    CopyProblem(
-                        "tombstone_not_recreated",
-                        tombstone,
-                        name,
-                        f"the tombstone of {tombstone!r} is not copied: the source also stores a "
-                        "checkpoint with that id, which is copied instead",
-                    )
-                )
-            else:
-                kept.append(tombstone)
-        if kept:
-            tombstones[name] = kept
-    return tombstones
-
-
-async def _source_writes(
-    source: CheckpointStorage, names: Sequence[str], units: Sequence[_Unit], stats: Mapping[str, WorkflowCopy]
-) -> dict[str, dict[CheckpointID, list[PendingWrite]]]:
-    """Every workflow's pending writes, ``{workflow: {checkpoint id: writes}}``."""
-    if Capability.PENDING_WRITES not in source.capabilities:
-        return {}
-    whole_workflow = getattr(source, "list_workflow_writes", None)
-    writes: dict[str, dict[CheckpointID, list[PendingWrite]]] = {}
-    ids_by_name: dict[str, list[CheckpointID]] = defaultdict(list)
-    for unit in units:
-        for record in unit.family:
-            ids_by_name[record.workflow_name].append(record.checkpoint_id)
-    for name in names:
-        if whole_workflow is not None:
-            found: dict[CheckpointID, list[PendingWrite]] = dict(await whole_workflow(workflow_name=name))
-        else:  # a storage without the whole-workflow read: one read per checkpoint
-            found = {}
-            for checkpoint_id in ids_by_name[name]:
-                if batch := await source.list_writes(checkpoint_id, workflow_name=name):
-                    found[checkpoint_id] = batch
-        stats[name].writes = sum(len(batch) for batch in found.values())
-        if found:
-            writes[name] = found
-    return writes
 
 
 # ---------------------------------------------------------------------- writing
@@ -469,7 +206,7 @@ async def _plant_placeholders(
 async def _copy_unit(
     source: CheckpointStorage,
     destination: CheckpointStorage,
-    unit: _Unit,
+    unit: CopyUnit,
     present: Mapping[CheckpointID, CheckpointInfo],
     stats: Mapping[str, WorkflowCopy],
     dry_run: bool,

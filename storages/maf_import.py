@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import Capability, CheckpointID, CheckpointStorage
-from .copying import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
+from .copy_report import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
 from .errors import CheckpointConflictError, MissingDependencyError, UnsupportedOperationError
 from .verify import describe_storage, verify
 
