@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import operator
 import zlib
 from collections.abc import Iterable, Mapping
@@ -15,19 +14,17 @@ from ..contract import CHECKPOINT_FIELDS
 from ..errors import (
     CheckpointCorruptedError,
     CheckpointTypeNotAllowedError,
-    InvalidCheckpointIdError,
     MissingDependencyError,
     UnserializableValueError,
 )
 from . import frame as framing
 from .decoding import OPAQUE, RECORD_VERSION, RESOLVER, Decoding
-from .locate import describe, is_unencodable_str, locate
+from .locate import describe, refusal
 from .packing import ExactPacker, NativePacker, NeedsExactPath
 from .plugins import codec_plugins
 from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
 from .vocabulary import (
     EXPECTED_FIELD_TYPES,
-    ID_FIELDS,
     EncodedCheckpoint,
     NestedResolver,
     TreeEncoding,
@@ -435,28 +432,8 @@ class CheckpointCodec(Decoding):
                 if tree is not None and mark is not None:
                     tree.rewind(mark)
                 return self._boxing_packer().pack(plain)
-        except Unencodable as exc:
-            target = exc.value
-            path = locate(root, lambda value: value is target)
-            raise UnserializableValueError(type_key(type(target)), path, exc.hint) from None
-        except UnicodeEncodeError:
-            path = locate(root, is_unencodable_str)
-            _, _, field = path.partition("checkpoint.")
-            if checkpoint_tag is not None and field in ID_FIELDS:
-                # An id the save would refuse by the same name (validate_identifier).
-                value = getattr(root, field)
-                raise InvalidCheckpointIdError(
-                    field, value, "contains a lone surrogate, which is not valid UTF-8"
-                ) from None
-            raise UnserializableValueError(
-                "builtins:str", path, "the string contains a lone surrogate, which is not valid UTF-8"
-            ) from None
-        except RecursionError:
-            raise UnserializableValueError(
-                type_key(type(root)),
-                "checkpoint" if checkpoint_tag is not None else "value",
-                "the value is nested too deeply or contains a reference cycle",
-            ) from None
+        except (Unencodable, UnicodeEncodeError, RecursionError) as exc:
+            raise refusal(exc, root, checkpoint=checkpoint_tag is not None) from None
 
     def _boxing_packer(self) -> ExactPacker:
         if self._boxing is None:
@@ -473,82 +450,4 @@ class CheckpointCodec(Decoding):
         tree = _TREE.get()
         if tree is None:
             return packer.ext(EXT_CHECKPOINT, packer.pack(self._checkpoint_plain(checkpoint, tag)))
-        return self._encode_nested_record(checkpoint, tag, tree, packer)
-
-    def _encode_nested_record(self, checkpoint: Any, tag: str, tree: TreeEncoding, packer: Packer) -> Any:
-        """Encode an embedded checkpoint as a body of its own; the container keeps its id."""
-        plain = self._checkpoint_plain(checkpoint, tag)  # refuses an id that is not a str
-        checkpoint_id = checkpoint.checkpoint_id
-        if checkpoint_id in tree.containers:
-            raise Unencodable(checkpoint, f"checkpoint {checkpoint_id!r} is embedded in itself")
-        container_id = tree.containers[-1]
-        index = len(tree.nodes)
-        references_before = tree.references
-        tree.nodes.append(None)
-        tree.containers.append(checkpoint_id)
-        try:
-            payload = packer.pack_payload(plain)
-        finally:
-            tree.containers.pop()
-        body = self._frame(payload, nested_refs=tree.references > references_before, sealed=tree.sealed)
-        first = tree.first_seen.get(checkpoint_id)
-        if first is None:
-            tree.first_seen[checkpoint_id] = index
-            tree.nodes[index] = EncodedCheckpoint(checkpoint, body, container_id)
-        else:
-            earlier = tree.nodes[first]
-            if earlier is not None and earlier.body != body:
-                raise Unencodable(
-                    checkpoint, f"another embedded checkpoint with id {checkpoint_id!r} has different content"
-                )
-            # The same checkpoint met again (aliasing): stored once, referred to twice.
-            del tree.nodes[index:]
-        tree.references += 1
-        return packer.ext(EXT_NESTED_REF, msgspec.msgpack.encode(checkpoint_id))
-
-
-_TAKES_SEALED: dict[type[Any], bool] = {}
-
-
-def takes_sealed(codec: CheckpointCodec) -> bool:
-    """True if ``codec`` reads and writes bodies framed for a seal (``sealed=``): its class keeps
-    this one's encode and decode methods, or its overrides take the keyword. A keyed storage whose
-    codec overrides one without it frames bodies with a CRC and decodes without the keyword, as
-    before the keyword existed (a body framed for a seal is then refused, by name)."""
-    cls = type(codec)
-    known = _TAKES_SEALED.get(cls)
-    if known is None:
-        known = _TAKES_SEALED[cls] = all(
-            _accepts_sealed(getattr(cls, name), getattr(CheckpointCodec, name))
-            for name in ("encode_checkpoint", "encode_checkpoint_tree", "decode_checkpoint")
-        )
-    return known
-
-
-def decode_sealed(
-    codec: CheckpointCodec,
-    body: bytes,
-    *,
-    checkpoint_id: str,
-    nested: Mapping[str, bytes] | None = None,
-    construct_types: bool = True,
-) -> Any:
-    """``codec.decode_checkpoint`` of a body whose seal was just verified (or, stored without
-    one, whose frame was checked): with ``sealed=True`` if the codec takes it."""
-    if takes_sealed(codec):
-        return codec.decode_checkpoint(
-            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types, sealed=True
-        )
-    return codec.decode_checkpoint(
-        body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
-    )
-
-
-def _accepts_sealed(method: Any, base: Any) -> bool:
-    if method is base:
-        return True
-    try:
-        parameters = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "sealed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        return tree.nest(checkpoint, self._checkpoint_plain(checkpoint, tag), packer, self._frame)

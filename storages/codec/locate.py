@@ -6,7 +6,8 @@ import enum
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .vocabulary import Undecodable
+from ..errors import InvalidCheckpointIdError, UnserializableValueError
+from .vocabulary import ID_FIELDS, Undecodable, Unencodable, type_key
 
 
 def describe(exc: BaseException) -> str:
@@ -65,3 +66,28 @@ def locate(root: Any, is_target: Callable[[Any], bool]) -> str:
             next_frontier.extend((path + step, child) for step, child in _children(value))
         frontier = next_frontier
     return root_name
+
+
+def refusal(exc: BaseException, root: Any, *, checkpoint: bool) -> Exception:
+    """The typed error an encode that failed with ``exc`` raises, naming where in ``root`` (a
+    checkpoint, or a value) the refused value sits."""
+    if isinstance(exc, Unencodable):
+        target = exc.value
+        path = locate(root, lambda value: value is target)
+        return UnserializableValueError(type_key(type(target)), path, exc.hint)
+    if isinstance(exc, UnicodeEncodeError):
+        path = locate(root, is_unencodable_str)
+        _, _, field = path.partition("checkpoint.")
+        if checkpoint and field in ID_FIELDS:
+            # An id the save would refuse by the same name (validate_identifier).
+            return InvalidCheckpointIdError(
+                field, getattr(root, field), "contains a lone surrogate, which is not valid UTF-8"
+            )
+        return UnserializableValueError(
+            "builtins:str", path, "the string contains a lone surrogate, which is not valid UTF-8"
+        )
+    return UnserializableValueError(
+        type_key(type(root)),
+        "checkpoint" if checkpoint else "value",
+        "the value is nested too deeply or contains a reference cycle",
+    )

@@ -8,10 +8,12 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import msgspec
+
 from ..allowlist import resolve_exact_class
 from ..contract import CHECKPOINT_FIELDS
 from ..errors import InvalidCheckpointError, InvalidCheckpointIdError
-from .values import EXT_DATACLASS, EXT_ENUM, EXT_NAMEDTUPLE, EXT_PYDANTIC
+from .values import EXT_DATACLASS, EXT_ENUM, EXT_NAMEDTUPLE, EXT_NESTED_REF, EXT_PYDANTIC, Packer
 
 TypeRef = type[Any] | str
 """A type given by class or by ``"module:qualname"``."""
@@ -125,6 +127,37 @@ class TreeEncoding:
         # mark (an exact walk that overflowed, redone boxing) must not see what it filled in.
         self.first_seen = dict(mark[2])
         self.references = mark[3]
+
+    def nest(self, checkpoint: Any, plain: list[Any], packer: Packer, frame: Callable[..., bytes]) -> Any:
+        """Encode an embedded checkpoint (``plain``: its record) as a body of its own, framed by
+        ``frame``; what its container keeps is a reference to its id."""
+        checkpoint_id = checkpoint.checkpoint_id
+        if checkpoint_id in self.containers:
+            raise Unencodable(checkpoint, f"checkpoint {checkpoint_id!r} is embedded in itself")
+        container_id = self.containers[-1]
+        index = len(self.nodes)
+        references_before = self.references
+        self.nodes.append(None)
+        self.containers.append(checkpoint_id)
+        try:
+            payload = packer.pack_payload(plain)
+        finally:
+            self.containers.pop()
+        body = frame(payload, nested_refs=self.references > references_before, sealed=self.sealed)
+        first = self.first_seen.get(checkpoint_id)
+        if first is None:
+            self.first_seen[checkpoint_id] = index
+            self.nodes[index] = EncodedCheckpoint(checkpoint, body, container_id)
+        else:
+            earlier = self.nodes[first]
+            if earlier is not None and earlier.body != body:
+                raise Unencodable(
+                    checkpoint, f"another embedded checkpoint with id {checkpoint_id!r} has different content"
+                )
+            # The same checkpoint met again (aliasing): stored once, referred to twice.
+            del self.nodes[index:]
+        self.references += 1
+        return packer.ext(EXT_NESTED_REF, msgspec.msgpack.encode(checkpoint_id))
 
 
 @dataclasses.dataclass(slots=True)

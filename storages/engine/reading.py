@@ -10,7 +10,7 @@ from typing import Any
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
-from ..codec.codec import takes_sealed
+from ..codec.sealed_calls import takes_sealed
 from ..contract import Capability, CheckpointID
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError
 from ..integrity import TamperKind

@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from ..codec import CheckpointCodec
-from ..codec.codec import decode_sealed
+from ..codec.sealed_calls import decode_sealed
 from ..contract import AncestryEnd, AncestryWalk, Capability, CheckpointID, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError, StorageConfigurationError
 from ..integrity import Link, Seal, TamperKind, is_sealed, parse_seal

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
-from ..codec.codec import decode_sealed
+from ..codec.sealed_calls import decode_sealed
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError
 from ..records import CheckpointRecord, InsertResult

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codec import CheckpointCodec
-from ..codec.codec import decode_sealed
+from ..codec.sealed_calls import decode_sealed
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ..errors import (
     CheckpointCorruptedError,
