@@ -5,7 +5,7 @@ signatures between them."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,13 +18,13 @@ from ..errors import (
     CheckpointTypeNotAllowedError,
 )
 from ..integrity import Link, Seal, TamperKind
+from .index_findings import cycles, decode_plain, descendants, names, signature_change
 from .report import (
     KIND_ORDER,
     Finding,
     FindingKind,
     VerifyProgress,
     VerifyReport,
-    abbreviate_signature,
     describe_storage,
 )
 
@@ -36,19 +36,6 @@ class _Family:
     members: list[CheckpointInfo] = field(default_factory=list)
     """Breadth first from the family's root: containers before what they contain."""
     bodies: dict[CheckpointID, bytes] = field(default_factory=dict)
-
-
-def _decode_plain(
-    codec: CheckpointCodec,
-    body: bytes,
-    *,
-    checkpoint_id: str,
-    nested: Mapping[str, bytes] | None = None,
-    construct_types: bool = True,
-) -> Any:
-    return codec.decode_checkpoint(
-        body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
-    )
 
 
 class Scan:
@@ -208,7 +195,7 @@ class Scan:
             nested = bodies if CheckpointCodec.has_nested_refs(body) else None
             # On a keyed storage the bodies are what open_sealed returned: verified, so decoded
             # as sealed (their CRCs are not computed again; bodies framed for a seal read).
-            decode = decode_sealed if self._open_sealed is not None else _decode_plain
+            decode = decode_sealed if self._open_sealed is not None else decode_plain
             if self._structure_only:
                 # Every value is read, none is constructed: app and MAF types come back opaque.
                 codec = self._codec if self._codec is not None else CheckpointCodec()
@@ -240,7 +227,7 @@ class Scan:
                     FindingKind.UNDECODABLE_BODY,
                     (checkpoint_id, *culprits),
                     f"checkpoint {checkpoint_id!r} cannot be loaded: the embedded "
-                    f"checkpoint{'s' if many else ''} {_names(culprits)} {'are' if many else 'is'} broken",
+                    f"checkpoint{'s' if many else ''} {names(culprits)} {'are' if many else 'is'} broken",
                     info.workflow_name,
                 )
             else:
@@ -267,15 +254,7 @@ class Scan:
             )
 
     def _descendants(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
-        """Records nested in this one at any depth, nearest first."""
-        found: dict[CheckpointID, None] = {}
-        pending = deque(self._refs.get(checkpoint_id, ()))
-        while pending:
-            current = pending.popleft()
-            if current not in found:
-                found[current] = None
-                pending.extend(self._refs.get(current, ()))
-        return list(found)
+        return descendants(self._refs, checkpoint_id)
 
     def _undecodable(self, info: CheckpointInfo, reason: str) -> None:
         self._broken.add(info.checkpoint_id)
@@ -422,40 +401,12 @@ class Scan:
         return any(finding.checkpoint_ids[0] == checkpoint_id for finding in self.report.findings)
 
     def _check_signature(self, info: CheckpointInfo, previous: CheckpointInfo) -> None:
-        if info.graph_signature_hash == previous.graph_signature_hash:
-            return
-        self._add(
-            FindingKind.SIGNATURE_CHANGE,
-            (info.checkpoint_id, previous.checkpoint_id),
-            f"checkpoint {info.checkpoint_id!r} has graph signature "
-            f"{abbreviate_signature(info.graph_signature_hash)!r} but its previous checkpoint "
-            f"{previous.checkpoint_id!r} has {abbreviate_signature(previous.graph_signature_hash)!r}",
-            info.workflow_name,
-        )
+        finding = signature_change(info, previous)
+        if finding is not None:
+            self.report.findings.append(finding)
 
     def _find_cycles(self) -> None:
-        # Each record has at most one previous id, so every cycle is found by walking from each
-        # record until the walk meets a record it has seen: on this walk (a cycle) or an earlier one.
-        done: set[CheckpointID] = set()
-        for start in self._scope:
-            path: list[CheckpointID] = []
-            on_path: dict[CheckpointID, int] = {}
-            current: CheckpointID | None = start
-            while current is not None and current in self._scope and current not in done:
-                if current in on_path:
-                    members = path[on_path[current] :]
-                    chain = " -> ".join([*members, current])
-                    self._add(
-                        FindingKind.CYCLE,
-                        tuple(members),
-                        f"previous links form a cycle of {_plural(members, 'checkpoint')}: {chain}",
-                        self._scope[members[0]].workflow_name,
-                    )
-                    break
-                on_path[current] = len(path)
-                path.append(current)
-                current = self._scope[current].previous_checkpoint_id
-            done.update(path)
+        self.report.findings.extend(cycles(self._scope))
 
     # ------------------------------------------------------------------ lookups
 
@@ -486,14 +437,6 @@ class Scan:
     def _advance(self) -> None:
         if self._progress is not None:
             self._progress(len(self._checked), len(self._scope))
-
-
-def _plural(items: list[CheckpointID], noun: str) -> str:
-    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
-
-
-def _names(ids: Iterable[CheckpointID]) -> str:
-    return ", ".join(repr(i) for i in ids)
 
 
 __all__ = ["Scan"]
