@@ -12,10 +12,10 @@ from ..backend import Backend
 from ..codec import CheckpointCodec
 from ..codec.sealed_calls import decode_sealed
 from ..contract import CheckpointID
-from ..errors import CheckpointConflictError
+from ..errors import CheckpointConflictError, StaleWriterError
 from ..records import CheckpointRecord, InsertResult
 from .reading import Reader, ReadRaced
-from .sealing import unsealed_own
+from .sealing import Chain, Sealer, unsealed_own
 
 
 class Resaves:
@@ -28,6 +28,30 @@ class Resaves:
         self._codec = codec
         self._reader = reader
         self._sealed_frames = sealed_frames
+
+    async def insert_fenced(
+        self,
+        records: list[CheckpointRecord],
+        expected_latest_id: CheckpointID | None,
+        chain: Chain,
+        sealer: Sealer | None,
+    ) -> CheckpointID:
+        """A fenced save (``save(expected_latest_id=...)``): stored only if the workflow's latest is
+        ``expected_latest_id``; a retry of a fenced save that succeeded returns its id."""
+        top = records[0]
+        check = await self._backend.insert_fenced(records, expected_latest_id)
+        if check is None:
+            if chain and sealer is not None:
+                sealer.remember(chain)
+            return top.checkpoint_id
+        if check.existing is None:
+            raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
+        await self.check(records, check.existing)
+        if check.latest_id == top.checkpoint_id:
+            return top.checkpoint_id  # a retry of a save that succeeded: it is the latest
+        raise StaleWriterError(
+            top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id, already_stored=True
+        )
 
     async def check(self, records: Sequence[CheckpointRecord], stored: InsertResult) -> None:
         """Raise CheckpointConflictError unless ``records`` hold what is stored under their id."""

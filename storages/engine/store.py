@@ -18,7 +18,6 @@ from typing_extensions import Self, TypeVar
 from ..backend import Backend, CheckedIds, check_backend
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import (
-    MAX_ID_LENGTH,
     UNFENCED,
     AncestryWalk,
     Capability,
@@ -31,8 +30,6 @@ from ..contract import (
 from ..errors import (
     CheckpointNotFoundError,
     GraphSignatureMismatchError,
-    InvalidCheckpointError,
-    StaleWriterError,
     StorageConfigurationError,
     StorageUnavailableError,
 )
@@ -171,7 +168,7 @@ class CheckpointStore(Generic[BackendT]):
         else:
             records, chain = await sealer.seal(drafts)
         if expected_latest_id is not UNFENCED:
-            return await self._insert_fenced(records, chain, expected_latest_id)
+            return await self._resaves.insert_fenced(records, expected_latest_id, chain, self._sealer)
         result = await self._backend.insert(records)
         if result is InsertResult.INSERTED:
             if chain:
@@ -179,24 +176,6 @@ class CheckpointStore(Generic[BackendT]):
         elif result is InsertResult.DIFFERENT_BODY or len(records) > 1:
             await self._resaves.check(records, result)
         return records[0].checkpoint_id
-
-    async def _insert_fenced(
-        self, records: list[CheckpointRecord], chain: Chain, expected_latest_id: CheckpointID | None
-    ) -> CheckpointID:
-        top = records[0]
-        check = await self._backend.insert_fenced(records, expected_latest_id)
-        if check is None:
-            if chain and self._sealer is not None:
-                self._sealer.remember(chain)
-            return top.checkpoint_id
-        if check.existing is None:
-            raise StaleWriterError(top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id)
-        await self._resaves.check(records, check.existing)
-        if check.latest_id == top.checkpoint_id:
-            return top.checkpoint_id  # a retry of a save that succeeded: it is the latest
-        raise StaleWriterError(
-            top.workflow_name, top.checkpoint_id, expected_latest_id, check.latest_id, already_stored=True
-        )
 
     async def load(
         self,
@@ -249,7 +228,7 @@ class CheckpointStore(Generic[BackendT]):
 
         Nested records of that workflow name are left out unless ``include_nested`` is true.
         """
-        self._check_listing("list_checkpoints", workflow_name, graph_signature_hash, include_nested)
+        self._parts.check_listing("list_checkpoints", workflow_name, graph_signature_hash, include_nested)
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("list_checkpoints")
         for _ in range(READ_RACE_RETRIES):
@@ -270,7 +249,7 @@ class CheckpointStore(Generic[BackendT]):
         include_nested: bool = False,
     ) -> list[CheckpointID]:
         """Ids of every checkpoint of ``workflow_name``, oldest first; decodes no bodies."""
-        self._check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
+        self._parts.check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("list_checkpoint_ids")
         ids = await self._backend.list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
@@ -297,7 +276,7 @@ class CheckpointStore(Generic[BackendT]):
         With an ``anchor`` (from head_anchor), raises CheckpointTamperedError if the store went back
         before it: the anchored checkpoint is no longer the newest nor an ancestor of the newest.
         """
-        self._check_listing("get_latest", workflow_name, graph_signature_hash, False)
+        self._parts.check_listing("get_latest", workflow_name, graph_signature_hash, False)
         sealer = None if anchor is None else self._required_sealer("reading with an anchor")
         parsed = None if sealer is None or anchor is None else sealer.parsed_anchor(anchor, workflow_name)
         if not self._lifecycle.is_ready():
@@ -506,24 +485,3 @@ class CheckpointStore(Generic[BackendT]):
     async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
         """Delete every write stored against a checkpoint; returns how many batches were deleted."""
         return await self._writes.delete_writes(checkpoint_id, workflow_name=workflow_name)
-
-    # ------------------------------------------------------------------ shared checks
-
-    def _check_listing(
-        self, operation: str, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
-    ) -> None:
-        if not (
-            type(workflow_name) is str
-            and 0 < len(workflow_name) <= MAX_ID_LENGTH
-            and workflow_name.isprintable()
-        ):
-            validate_identifier(workflow_name, "workflow_name")  # decides what is not plainly valid
-        if graph_signature_hash is not None:
-            self._parts.require(Capability.SIGNATURE_FILTER, f"{operation}(graph_signature_hash=...)")
-            if not isinstance(graph_signature_hash, str):
-                raise InvalidCheckpointError(
-                    f"graph_signature_hash must be a str, not {type(graph_signature_hash).__name__}",
-                    field="graph_signature_hash",
-                )
-        if include_nested:
-            self._parts.require(Capability.NESTED, f"{operation}(include_nested=True)")
