@@ -21,7 +21,7 @@ docs/redis.md describes the layout, each operation and what it costs.
 """
 
 from .backend import RedisBackend
-from .client import WaitingConnectionPool, delete_prefix
+from .client import delete_prefix
 from .config import (
     CONNECTION_WAIT_SECONDS,
     DEFAULT_PREFIX,
@@ -31,6 +31,7 @@ from .config import (
     url_options,
 )
 from .config import driver_url as _driver_url  # noqa: F401 - imported from here by tests
+from .driver import WaitingConnectionPool
 from .keys import RedisKeys, escape, unescape
 from .reads import PAGE_SIZE
 from .scripts import script_sha
