@@ -28,7 +28,8 @@ from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conf
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
-from .schema import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX, render
+from .save_functions import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX
+from .schema import render
 
 # %b: in binary. A body goes as it is (in text it would travel hex-encoded, twice its size, and a
 # text array of them is escaped on the client and parsed on the server); the rest are short.
