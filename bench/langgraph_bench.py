@@ -144,7 +144,8 @@ PAIRS: dict[str, tuple[SaverFactory, SaverFactory]] = {
 """Backend -> (StorageSaver over it, LangGraph's own saver for it)."""
 NATIVES = {"memory": "InMemorySaver", "sqlite": "AsyncSqliteSaver", "redis": "plainredis AsyncRedisSaver"}
 ROUND_TRIP_BACKENDS = frozenset({"sqlite"})
-"""Pairs whose savers both talk to aiosqlite's worker thread, so their round trips are counted."""
+"""Pairs whose savers both talk to a SQLite worker thread (aiosqlite's, ours), so their round trips
+are counted."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class PairResult:
     samples: dict[str, dict[str, list[float]]] = field(repr=False)
     """operation -> side ("ours", "theirs") -> per-run seconds, every sample."""
     round_trips: dict[str, dict[str, float]] | None = None
-    """side -> operation -> aiosqlite worker round trips per call (SQLite pairs only)."""
+    """side -> operation -> SQLite worker-thread round trips per call (SQLite pairs only)."""
 
     def operation(self, name: str) -> OperationResult:
         return next(result for result in self.operations if result.operation == name)
@@ -306,7 +307,7 @@ def markdown(results: list[PairResult], command: str, env: dict[str, Any]) -> st
         "saver calls one run makes (recorded once) once per saver on a fresh thread, timing each call, and "
         "reads the thread back. Figures are medians of per-run totals, divided by the calls per run; the "
         "ratio is ours / native (below 1: StorageSaver faster). Both SQLite savers use WAL with "
-        "synchronous=FULL; the last column counts the calls each hands to aiosqlite's worker thread (a "
+        "synchronous=FULL; the last column counts the calls each hands to its SQLite worker thread (a "
         "statement, a fetch, a commit) per operation, over one more replay: a figure the machine's load "
         "does not change.",
         "",

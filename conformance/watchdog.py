@@ -1,18 +1,18 @@
 """The watchdog: where a target's clauses run, so that a blocked event loop fails a clause.
 
-A clause's own timeout is ``asyncio.wait_for``, which only fires when the event
-loop gets control back: a storage that blocks the loop (``time.sleep`` in an async method, a
-spin) would hang the whole run. So :func:`conformance.runner.avalidate_target` runs a target's clauses on an event
-loop of their own, on a daemon thread (:class:`ClauseLoop`), and waits for each from the
-caller's loop with a deadline a little past the clause's timeout. When the deadline passes, the
-clause fails, the blocked thread is abandoned (a daemon, so it cannot keep the process alive at
-exit) and the next clauses run on a fresh loop with fresh handles from the target's factory; the
-handles of the abandoned clause are never closed. Threads a storage starts on that loop (a
-driver's connection thread) inherit its daemon flag; one started explicitly as a non-daemon
-would still hold up interpreter exit, so ``checkpoint-conformance`` ends the process without
-waiting once the reports are written (:func:`abandoned_loops`). The pytest plugin runs clauses in
-pytest's own loop, where the storage fixture lives, so only the cooperative timeout applies
-there (use pytest-timeout against a blocking storage).
+A clause's own timeout is ``asyncio.wait_for``, which only fires when the event loop gets control
+back: a storage that blocks the loop (``time.sleep`` in an async method, a spin) would hang the
+whole run. So :func:`conformance.runner.avalidate_target` runs a target's clauses on an event loop
+of their own, on a daemon thread (:class:`ClauseLoop`), and waits for each from the caller's loop
+with a deadline a little past the clause's timeout. When the deadline passes, the clause fails,
+the blocked thread is abandoned (a daemon, so it cannot keep the process alive at exit) and the
+next clauses run on a fresh loop with fresh handles from the target's factory; the handles of the
+abandoned clause are never closed. Threads a storage starts on that loop (a driver's connection
+thread) inherit its daemon flag; one started explicitly as a non-daemon would still hold up
+interpreter exit, so ``checkpoint-conformance`` ends the process without waiting once the reports
+are written (:func:`abandoned_loops`). The pytest plugin runs clauses in pytest's own loop, where
+the storage fixture lives, so only the cooperative timeout applies there (use pytest-timeout
+against a blocking storage).
 """
 
 from __future__ import annotations

@@ -12,12 +12,8 @@ does not explain are retried by :meth:`S3Client.create`, ``conflict_retries`` ti
 backoff; other conditional writes surface :class:`PreconditionFailed` / :class:`ConditionalConflict`
 / :class:`MissingKey` to the commit protocol, which decides.
 
-Everything rests on the store enforcing those conditions. Some S3-compatible stores (older
-MinIO, gateways, a proxy that drops the headers) ignore them and overwrite, so :meth:`S3Client.open`
-probes the store once (per store and process, remembered in :data:`ENFORCING_STORES`) and refuses
-one that ignores them with :class:`~storages.errors.ConditionalWritesNotEnforcedError`. The
-``unsafe_single_writer`` opt-out skips the probe and checks each condition by reading the key
-first, one conditional write at a time in this process: correct for one writing process only.
+Conditional writes (what a condition that failed raises, and which stores were found to
+enforce them) are in storages/s3/precondition.py.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ import functools
 import random
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -41,6 +36,18 @@ from ..errors import (
 )
 from ..redaction import chainable, redact_url
 from .config import S3Settings
+from .precondition import (
+    CONDITION_FAILED,
+    CREATE_ONLY,
+    ENFORCING_STORES,
+    OPT_OUT,
+    PROBE_DIRECTORY,
+    WRONG_ETAG,
+    ConditionalConflict,
+    EnforcingStores,
+    MissingKey,
+    PreconditionFailed,
+)
 
 T = TypeVar("T")
 
@@ -48,62 +55,6 @@ LIST_PAGE = 1000
 """Keys per ListObjectsV2 page (S3's maximum)."""
 DELETE_BATCH = 1000
 """Keys per DeleteObjects request (S3's maximum)."""
-CREATE_ONLY: Mapping[str, str] = {"IfNoneMatch": "*"}
-PROBE_DIRECTORY = "probe/"
-"""Under the prefix, where the conditional-write probe writes (and deletes) one object; no save
-writes there (records are under ``r/``, the rest under ``w/`` and ``x/``)."""
-WRONG_ETAG = '"00000000000000000000000000000000"'
-"""An ETag the probe object cannot have (its body's MD5 is another)."""
-OPT_OUT = "unsafe_single_writer=True (URL option unsafe_single_writer=true)"
-
-
-class PreconditionFailed(Exception):
-    """412: the conditional write's condition did not hold."""
-
-
-class ConditionalConflict(Exception):
-    """409 ConditionalRequestConflict: a concurrent conditional write on the same key."""
-
-
-class MissingKey(Exception):
-    """404 on a conditional write (IfMatch on a key that is gone)."""
-
-
-CONDITION_FAILED = (PreconditionFailed, ConditionalConflict, MissingKey)
-"""A compare-and-swap that did not happen: re-read and decide again."""
-
-
-class EnforcingStores:
-    """Stores whose probe found conditional writes enforced, so the probe runs once per store in a
-    process, not once per handle: built clients by the settings that reach the store, injected
-    clients (shared by every handle) by the client object, held weakly. Refusals are not kept: a
-    store fixed since is accepted at the next open."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_settings: set[tuple[str | None, ...]] = set()
-        self._by_client: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
-
-    def __contains__(self, settings: S3Settings) -> bool:
-        with self._lock:
-            if settings.client is None:
-                return self._store_of(settings) in self._by_settings
-            return (settings.bucket, settings.prefix) in self._by_client.get(settings.client, ())
-
-    def add(self, settings: S3Settings) -> None:
-        with self._lock:
-            if settings.client is None:
-                self._by_settings.add(self._store_of(settings))
-            else:
-                self._by_client.setdefault(settings.client, set()).add((settings.bucket, settings.prefix))
-
-    @staticmethod
-    def _store_of(settings: S3Settings) -> tuple[str | None, ...]:
-        return (settings.endpoint_url, settings.region, settings.checksum, settings.bucket, settings.prefix)
-
-
-ENFORCING_STORES = EnforcingStores()
-
 _EMULATED_CONDITIONS = threading.Lock()
 """unsafe_single_writer: one read-then-write at a time in this process, so that two saves of one
 process cannot both pass a check before either writes."""
@@ -459,6 +410,8 @@ def _status(exc: BaseException) -> int:
 
 
 __all__ = [
+    "CREATE_ONLY",
+    "WRONG_ETAG",
     "CONDITION_FAILED",
     "ENFORCING_STORES",
     "OPT_OUT",

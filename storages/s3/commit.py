@@ -48,7 +48,7 @@ from ..errors import (
     NestedCheckpointDeletionError,
     StorageUnavailableError,
 )
-from .client import CONDITION_FAILED, CREATE_ONLY, S3Client, backoff, gather
+from .client import S3Client, backoff, gather
 from .config import S3Settings
 from .layout import (
     HASHED,
@@ -62,6 +62,7 @@ from .layout import (
     frame,
     signature_tag,
 )
+from .precondition import CONDITION_FAILED, CREATE_ONLY
 
 UNREAD: object = object()
 """A pointer not read yet (None means read and absent)."""

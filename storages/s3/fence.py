@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from ..backend import CheckpointRecord, FenceCheck, InsertResult
 from ..contract import CheckpointID
 from ..errors import StorageUnavailableError
-from .client import CONDITION_FAILED, CREATE_ONLY, backoff, gather
+from .client import backoff, gather
 from .commit import CommitProtocol
 from .layout import OrderEntry, Pointer, frame
+from .precondition import CONDITION_FAILED, CREATE_ONLY
 
 LatestLookup = Callable[[str], Awaitable[CheckpointID | None]]
 """The full latest lookup (get_latest's), for a head whose record is gone."""
