@@ -326,6 +326,27 @@ async def run_concurrency_targets(saves_each: int, rounds: int, directory: Path)
     return samples
 
 
+def storage_ratios(storage: dict[str, Measurement]) -> dict[str, float]:
+    """The memory and SQLite targets (keys of :data:`TARGETS`) from one run_storage_targets."""
+
+    def us(key: str) -> float:
+        return float(storage[key].median_us)
+
+    measured = {
+        "memory_save_vs_inmemorysaver": ratio(us("memory/ours"), us("memory/inmemorysaver")),
+        "sqlite_save_vs_asyncsqlitesaver": ratio(us("sqlite/ours-full"), us("sqlite/asyncsqlitesaver")),
+        "sqlite_save_vs_raw_full": ratio(us("sqlite/ours-full"), us("sqlite/raw-full")),
+        "sqlite_save_vs_raw_normal": ratio(us("sqlite/ours-normal"), us("sqlite/raw-normal")),
+    }
+    for prefix in ("memory", "sqlite"):
+        peer = "inmemorysaver" if prefix == "memory" else "asyncsqlitesaver"
+        for read in READS:
+            measured[f"{prefix}_{read}_vs_{peer}"] = ratio(
+                us(f"{prefix}/ours-{read}"), us(f"{prefix}/peer-{read}")
+            )
+    return measured
+
+
 async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) -> dict[str, Any]:
     """Every target's measured ratio, with the medians it comes from (JSON-ready)."""
     import statistics
@@ -347,25 +368,10 @@ async def run_targets(budget: Budget, *, saves_each: int = 10, rounds: int = 5) 
     measured = {
         "codec_vs_msgspec": ratio(us(codec, "ours"), us(codec, "msgspec")),
         "codec_vs_jsonplus": ratio(us(codec, "ours"), us(codec, "jsonplus")),
-        "memory_save_vs_inmemorysaver": ratio(
-            us(storage, "memory/ours"), us(storage, "memory/inmemorysaver")
-        ),
-        "sqlite_save_vs_asyncsqlitesaver": ratio(
-            us(storage, "sqlite/ours-full"), us(storage, "sqlite/asyncsqlitesaver")
-        ),
-        "sqlite_save_vs_raw_full": ratio(us(storage, "sqlite/ours-full"), us(storage, "sqlite/raw-full")),
-        "sqlite_save_vs_raw_normal": ratio(
-            us(storage, "sqlite/ours-normal"), us(storage, "sqlite/raw-normal")
-        ),
+        **storage_ratios(storage),
         "sqlite_32_writers_vs_raw": ratio(throughput["ours-shared"], throughput["raw-shared"]),
         "s3_save_requests": float(s3_costs["rows"]["save"]["total"]),
     }
-    for prefix in ("memory", "sqlite"):
-        peer = "inmemorysaver" if prefix == "memory" else "asyncsqlitesaver"
-        for read in READS:
-            measured[f"{prefix}_{read}_vs_{peer}"] = ratio(
-                us(storage, f"{prefix}/ours-{read}"), us(storage, f"{prefix}/peer-{read}")
-            )
     return {
         "measured": measured,
         "medians_us": {f"codec/{key}": us(codec, key) for key in codec}
@@ -399,21 +405,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as directory:
         storage = asyncio.run(run_storage_targets(Budget(repeats=args.repeats), Path(directory)))
 
-    def us(key: str) -> float:
-        return storage[key].median * 1e6
-
-    rows = {
-        "sqlite save ÷ raw INSERT (FULL)": ratio(us("sqlite/ours-full"), us("sqlite/raw-full")),
-        "sqlite save ÷ raw INSERT (NORMAL)": ratio(us("sqlite/ours-normal"), us("sqlite/raw-normal")),
-        "sqlite save ÷ AsyncSqliteSaver.aput": ratio(us("sqlite/ours-full"), us("sqlite/asyncsqlitesaver")),
-        "memory save ÷ InMemorySaver.aput": ratio(us("memory/ours"), us("memory/inmemorysaver")),
-    }
-    for prefix in ("memory", "sqlite"):
-        for read in READS:
-            rows[f"{prefix} {read} ÷ peer"] = ratio(us(f"{prefix}/ours-{read}"), us(f"{prefix}/peer-{read}"))
-    for name, value in rows.items():
-        print(f"{name:45} {value:6.2f}x")
-    print(json.dumps({key: round(us(key), 1) for key in sorted(storage)}))
+    for key, value in storage_ratios(storage).items():
+        print(f"{TARGETS[key][0]:62} {value:6.2f}x")
+    print(json.dumps({key: round(float(storage[key].median_us), 1) for key in sorted(storage)}))
 
 
 if __name__ == "__main__":

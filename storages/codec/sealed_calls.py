@@ -44,6 +44,21 @@ def decode_sealed(
         return codec.decode_checkpoint(
             body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types, sealed=True
         )
+    return decode_plain(
+        codec, body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+    )
+
+
+def decode_plain(
+    codec: CheckpointCodec,
+    body: bytes,
+    *,
+    checkpoint_id: str,
+    nested: Mapping[str, bytes] | None = None,
+    construct_types: bool = True,
+) -> Any:
+    """``codec.decode_checkpoint`` of a body stored without a seal: :func:`decode_sealed`'s
+    counterpart, with the same signature, for a caller that chooses between the two."""
     return codec.decode_checkpoint(
         body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
     )
@@ -59,4 +74,4 @@ def _accepts_sealed(method: Any, base: Any) -> bool:
     return any(p.name == "sealed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
-__all__ = ["decode_sealed", "takes_sealed"]
+__all__ = ["decode_plain", "decode_sealed", "takes_sealed"]

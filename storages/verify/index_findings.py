@@ -9,24 +9,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from ..codec import CheckpointCodec
 from ..contract import CheckpointID, CheckpointInfo
 from .report import Finding, FindingKind, abbreviate_signature
-
-
-def decode_plain(
-    codec: CheckpointCodec,
-    body: bytes,
-    *,
-    checkpoint_id: str,
-    nested: Mapping[str, bytes] | None = None,
-    construct_types: bool = True,
-) -> Any:
-    return codec.decode_checkpoint(
-        body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
-    )
 
 
 def descendants(
@@ -96,4 +81,4 @@ def names(ids: Iterable[CheckpointID]) -> str:
     return ", ".join(repr(i) for i in ids)
 
 
-__all__ = ["cycles", "decode_plain", "descendants", "names", "plural", "signature_change"]
+__all__ = ["cycles", "descendants", "names", "plural", "signature_change"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codec import CheckpointCodec
-from ..codec.sealed_calls import decode_sealed
+from ..codec.sealed_calls import decode_plain, decode_sealed
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ..errors import (
     CheckpointCorruptedError,
@@ -18,7 +18,7 @@ from ..errors import (
     CheckpointTypeNotAllowedError,
 )
 from ..integrity import Link, Seal, TamperKind
-from .index_findings import cycles, decode_plain, descendants, names, signature_change
+from .index_findings import cycles, descendants, names, signature_change
 from .report import (
     KIND_ORDER,
     Finding,
