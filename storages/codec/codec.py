@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import operator
-import zlib
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import Any
@@ -259,7 +258,7 @@ class CheckpointCodec(Decoding):
         # The common body (bytes, no flags, intact) in line; any other takes unframe's checks.
         elif type(body) is bytes and len(body) >= _HEADER_SIZE and body.startswith(framing.PLAIN_PREFIX):
             payload = memoryview(body)[_HEADER_SIZE:]
-            if len(payload) > self._max_payload_bytes or zlib.crc32(payload) != _crc_of(body, 4)[0]:
+            if len(payload) > self._max_payload_bytes or framing.crc32(payload) != _crc_of(body, 4)[0]:
                 payload = None
         if payload is None:
             payload = self._unframe(body, checkpoint_id, sealed)
