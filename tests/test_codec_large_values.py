@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
-import sys
 import zlib
-from pathlib import Path
 
 import pytest
 
+from bench.tails_bench import fresh_process_encode_faults
 from storages.codec import CheckpointCodec
 from storages.codec import frame as framing
 from storages.contract import WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 64, 4097, 1 << 20])
@@ -46,22 +42,6 @@ def test_a_body_framed_with_zlibs_crc_reads_and_a_flipped_byte_does_not() -> Non
         codec.decode_checkpoint(damaged, checkpoint_id=checkpoint.checkpoint_id)
 
 
-FAULTS_PER_ENCODE = """
-import resource, sys
-from storages.codec import CheckpointCodec
-from storages.contract import WorkflowCheckpoint
-codec = CheckpointCodec()
-checkpoint = WorkflowCheckpoint(
-    workflow_name="w", graph_signature_hash="g", state={"blob": bytes(range(256)) * 4096}
-)
-codec.encode_checkpoint(checkpoint)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
-    codec.encode_checkpoint(checkpoint)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
-"""
-
-
 @pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
     reason="counts glibc's page faults (CI and this machine kind are glibc Linux)",
@@ -70,14 +50,5 @@ def test_a_repeated_one_megabyte_encode_reuses_its_buffer() -> None:
     """Without priming, each 1 MB encode faults in a fresh mapping of ormsgpack's buffer, one
     fault per 4 KiB page: about 250 to 640 per encode. Primed, the buffer comes from the heap
     and is reused: a few faults per encode."""
-    result = subprocess.run(
-        [sys.executable, "-c", FAULTS_PER_ENCODE],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
-    faults = float(result.stdout.strip())
+    faults = fresh_process_encode_faults(1 << 20, 20)
     assert faults < 64, f"{faults:.0f} page faults per 1 MB encode: its buffer is mapped afresh each time"
