@@ -213,6 +213,13 @@ class Backend(abc.ABC):
         """Ids pruned from the store (or from one workflow), any order."""
         raise MissingPrimitiveError(type(self), "tombstones")
 
+    async def records_after(self, after: CheckpointID | None, limit: int) -> Sequence[CheckpointInfo]:
+        """Optional: a page of the index for a streaming read. Up to ``limit`` entries of every
+        record (nested ones included) whose id sorts after ``after`` (from the first with None),
+        in the store's id order; fewer than ``limit`` only on the last page. Without it, a
+        streaming read is one ``records`` call."""
+        raise MissingPrimitiveError(type(self), "records_after")
+
 
 class CheckedIds(list[CheckpointID]):
     """A listing whose every id a save of this process checked (an in-process store's index):

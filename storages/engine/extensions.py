@@ -4,9 +4,10 @@ then calls the capability's primitives (engine/primitives.py's table)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from ..backend import implements
 from ..contract import AncestryWalk, Capability, CheckpointID, CheckpointInfo, validate_identifier
 from ..errors import (
     CheckpointCorruptedError,
@@ -195,6 +196,35 @@ class Extensions:
             if not is_internal_workflow_name(info.workflow_name)
         ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
+
+    async def iter_records(self, page_size: int) -> AsyncIterator[CheckpointInfo]:
+        """Index entries of every stored record, nested ones included, in no stated order, read
+        ``page_size`` at a time where the backend pages its index (``records_after``)."""
+        self._parts.require(Capability.INSPECT, "iter_records")
+        if type(page_size) is not int or page_size < 1:
+            raise InvalidCheckpointError(
+                f"page_size must be an int >= 1, got {page_size!r}", field="page_size"
+            )
+        await self._parts.ready("iter_records")
+        backend = self._parts.backend
+        if not implements(type(backend), "records_after"):
+            for info in await backend.records(None):
+                if not is_internal_workflow_name(info.workflow_name):
+                    yield info
+            return
+        after: CheckpointID | None = None
+        page_ends: set[CheckpointID] = set()
+        while True:
+            page = await backend.records_after(after, page_size)
+            for info in page:
+                if not is_internal_workflow_name(info.workflow_name):
+                    yield info
+            if len(page) < page_size:
+                return
+            after = page[-1].checkpoint_id
+            if after in page_ends:  # a page the read already had: it would never end
+                raise CheckpointCorruptedError(after, "the index's pages do not advance past this id")
+            page_ends.add(after)
 
     async def list_tombstones(self, workflow_name: str | None) -> list[CheckpointID]:
         """Ids pruned from the storage (or from one workflow), sorted."""

@@ -9,7 +9,7 @@ docs/backends.md is the guide to writing a backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Generic
 
@@ -439,6 +439,11 @@ class CheckpointStore(Generic[BackendT]):
         """Index entries of every stored record (or one workflow's), nested ones included, in
         workflow then sequence order. Decodes no bodies."""
         return await self._extensions.list_records(workflow_name)
+
+    def iter_records(self, *, page_size: int = 1_000) -> AsyncIterator[CheckpointInfo]:
+        """Index entries of every stored record, nested ones included, in no stated order,
+        read ``page_size`` at a time (SQLite, PostgreSQL; other backends read it whole)."""
+        return self._extensions.iter_records(page_size)
 
     async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
         """Ids pruned from the storage (or from one workflow), sorted."""

@@ -1,28 +1,30 @@
 """A workflow's lineage, built from the index and walked without recursion.
 
-:func:`build_lineage` reads the index once (``list_records``) and keeps, per record, only its
-index entry and the ids hanging under it; nothing per line of output. :meth:`LineageTree.entries`
-then yields the drawn lines one at a time, depth first, from an explicit stack whose size is the
-depth of forks and nesting (a run of checkpoints, each continuing from the one above, stays at one
-level), so a chain of 100,000 checkpoints is drawn with a stack of one frame.
-:func:`stream_lineage` adds what only a body holds (timestamp, iteration number) line by line.
+:func:`build_lineage` streams the index page by page into a :class:`LineageIndex` (a temporary
+SQLite file), which works out the tree there; nothing per record stays in memory.
+:meth:`LineageTree.entries` then yields the drawn lines one at a time, depth first, from an
+explicit stack whose size is the depth of forks and nesting (a run of checkpoints, each
+continuing from the one above, stays at one level), asking the index for one checkpoint and what
+hangs under it at a time: a chain of 100,000 checkpoints is drawn with a stack of one frame and
+flat memory. :func:`stream_lineage` adds what only a body holds (timestamp, iteration number)
+line by line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ..verify import require_capabilities
+from .lineage_index import LineageIndex
 from .peek import BodyFields, peek_body_fields
 
-_NONE: list[CheckpointID] = []
-"""The children of a checkpoint without any (shared, never modified)."""
+INDEX_PAGE: int = 1_000
+"""Index entries read per round trip when the storage streams its index (``iter_records``)."""
 
 
 class LineageStart(str, enum.Enum):
@@ -129,21 +131,16 @@ class _Frame:
     first: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class LineageTree:
-    """One workflow's records (and the records nested in them) with the links between them."""
+    """One workflow's records (and the records nested in them) with the links between them, on
+    disk (:class:`LineageIndex`): ask for a record, never hold them all."""
 
     workflow_name: str
-    records: dict[CheckpointID, CheckpointInfo]
-    """Every record in the tree, in drawing-independent order (workflow first, then sequence)."""
+    index: LineageIndex
     roots: list[CheckpointID]
-    children: dict[CheckpointID, list[CheckpointID]]
-    """Checkpoints whose previous id is this one and that hang under it, oldest first."""
-    nested: dict[CheckpointID, list[CheckpointID]]
-    """Records nested in this one, oldest first."""
-    starts: dict[CheckpointID, tuple[LineageStart, str | None]]
-    """Why each root starts a line (and, for ELSEWHERE, the previous checkpoint's workflow)."""
-    signature_changes: frozenset[CheckpointID]
+    """The checkpoints that start a line (a root, or after a pruned, missing or other workflow's
+    previous checkpoint, or where a cycle was broken), in order."""
     latest_id: CheckpointID | None
     checkpoints: int
     """Top-level checkpoints of the workflow."""
@@ -154,8 +151,19 @@ class LineageTree:
     subgraphs: dict[CheckpointID, list[CheckpointID]] = field(default_factory=dict)
     """LangGraph: the first checkpoint of each subgraph run started under a parent checkpoint."""
 
-    def __len__(self) -> int:
-        return len(self.records)
+    def record(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        """The index entry of a record in the tree, or None."""
+        return self.index.info(checkpoint_id)
+
+    def start_of(self, checkpoint_id: CheckpointID) -> LineageStart | None:
+        """Why a record starts a line, or None if it hangs under another."""
+        start = self.index.node(checkpoint_id)[1]
+        return None if start is None else LineageStart(start)
+
+    @property
+    def forks(self) -> int:
+        """Checkpoints with more than one child."""
+        return self.index.forks()
 
     def entries(self) -> Iterator[LineageEntry]:
         """The drawn lines, depth first, containers before their nested records; iterative."""
@@ -187,26 +195,26 @@ class LineageTree:
                 frame.first = segment.relation is not None and segment.relation is not Relation.CHILD
             checkpoint_id = frame.current
             assert checkpoint_id is not None
-            children = self.children.get(checkpoint_id, _NONE)
+            children, nested = self.index.below(checkpoint_id)
             continues = len(children) == 1
             last = not continues and frame.position == len(frame.segments)
-            start = self.starts.get(checkpoint_id)
+            info, start, start_workflow, signature_changed = self.index.node(checkpoint_id)
             yield LineageEntry(
                 _guide(frame.guides, last),
                 frame.level,
-                info=self.records[checkpoint_id],
+                info=info,
                 parent_id=frame.current_parent,
                 relation=frame.current_relation,
-                start=None if start is None else start[0],
-                previous_workflow=None if start is None else start[1],
+                start=None if start is None else LineageStart(start),
+                previous_workflow=start_workflow,
                 latest=checkpoint_id == self.latest_id,
-                signature_changed=checkpoint_id in self.signature_changes,
+                signature_changed=signature_changed,
                 first_of_run=frame.first,
             )
             frame.first = False
             below = [
                 _Segment(run_start=inner, relation=Relation.NESTED, parent_id=checkpoint_id)
-                for inner in self.nested.get(checkpoint_id, ())
+                for inner in nested
             ]
             below += [
                 _Segment(run_start=run, relation=Relation.SUBGRAPH, parent_id=checkpoint_id)
@@ -259,99 +267,59 @@ async def build_lineage(storage: CheckpointStorage, workflow_name: str) -> Linea
     require_capabilities(storage, "inspect", (Capability.INSPECT,))
     # The whole index: records nested in this workflow's checkpoints usually carry the
     # sub-workflow's own name, and a previous id may lead into another workflow.
-    everything = await storage.list_records()
-    by_container: dict[CheckpointID, list[CheckpointInfo]] = defaultdict(list)
-    members: dict[CheckpointID, CheckpointInfo] = {}
-    for info in everything:
-        if info.workflow_name == workflow_name:
-            members[info.checkpoint_id] = info
-        if info.container_id is not None:
-            by_container[info.container_id].append(info)
-    pending = list(members)
-    while pending:  # bring in what is nested in members, at any depth, whatever its name
-        for inner in by_container.get(pending.pop(), ()):
-            if inner.checkpoint_id not in members:
-                members[inner.checkpoint_id] = inner
-                pending.append(inner.checkpoint_id)
-    del by_container
-    elsewhere = {
-        info.checkpoint_id: info.workflow_name for info in everything if info.checkpoint_id not in members
-    }
-    del everything
+    index = LineageIndex()
+    async for page in index_pages(storage):
+        index.add(page, members=False)
+    index.take_workflow(workflow_name)
     # Every workflow's tombstones: a record nested under another name is tombstoned under the
     # name of the workflow that was pruned.
-    tombstones = frozenset(await storage.list_tombstones())
+    index.add_tombstones(await storage.list_tombstones())
     pruned = len(await storage.list_tombstones(workflow_name=workflow_name))
-    return assemble_lineage(workflow_name, members, elsewhere, tombstones, pruned)
+    return _tree(index, workflow_name, pruned)
+
+
+async def index_pages(storage: CheckpointStorage) -> AsyncIterator[list[CheckpointInfo]]:
+    """The storage's whole index in pages: streamed where the storage offers ``iter_records``
+    (every built-in storage), else its one ``list_records`` answer."""
+    stream = getattr(storage, "iter_records", None)
+    if stream is None:
+        yield await storage.list_records()
+        return
+    page: list[CheckpointInfo] = []
+    async for info in stream(page_size=INDEX_PAGE):
+        page.append(info)
+        if len(page) == INDEX_PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 def assemble_lineage(
     workflow_name: str,
-    members: dict[CheckpointID, CheckpointInfo],
-    elsewhere: dict[CheckpointID, str],
-    tombstones: frozenset[CheckpointID],
+    members: Mapping[CheckpointID, CheckpointInfo],
+    elsewhere: Mapping[CheckpointID, str],
+    tombstones: Iterable[CheckpointID],
     pruned: int,
 ) -> LineageTree:
     """The tree of ``members``; ``elsewhere`` names the workflow of every other stored record."""
-    order = sorted(members.values(), key=lambda info: (info.workflow_name != workflow_name, info.sequence))
-    records = {info.checkpoint_id: info for info in order}
-    children: dict[CheckpointID, list[CheckpointID]] = defaultdict(list)
-    nested: dict[CheckpointID, list[CheckpointID]] = defaultdict(list)
-    starts: dict[CheckpointID, tuple[LineageStart, str | None]] = {}
-    parent: dict[CheckpointID, CheckpointID] = {}
-    signature_changes: set[CheckpointID] = set()
-    for info in order:
-        checkpoint_id = info.checkpoint_id
-        previous_id = info.previous_checkpoint_id
-        previous = records.get(previous_id) if previous_id is not None else None
-        if previous is not None and previous.graph_signature_hash != info.graph_signature_hash:
-            signature_changes.add(checkpoint_id)
-        # Where each record hangs: under its container if that is in the tree, else its previous.
-        if info.container_id is not None and info.container_id in records:
-            parent[checkpoint_id] = info.container_id
-        elif previous_id is None:
-            starts[checkpoint_id] = (LineageStart.ROOT, None)
-        elif previous is not None:
-            parent[checkpoint_id] = previous_id
-        elif previous_id in elsewhere:
-            starts[checkpoint_id] = (LineageStart.ELSEWHERE, elsewhere[previous_id])
-        else:
-            start = LineageStart.PRUNED if previous_id in tombstones else LineageStart.MISSING
-            starts[checkpoint_id] = (start, None)
-    # A record reachable from no start lies on (or leads into) a cycle: follow parents from it
-    # until one repeats and start the tree there. Each step either reaches a record already
-    # known to be reachable or breaks a cycle, so the whole pass is linear.
-    reachable: set[CheckpointID] = set(starts)
-    for info in order:
-        path: list[CheckpointID] = []
-        on_path: set[CheckpointID] = set()
-        current = info.checkpoint_id
-        while current not in reachable and current not in on_path:
-            path.append(current)
-            on_path.add(current)
-            current = parent[current]
-        if current in on_path:
-            del parent[current]
-            starts[current] = (LineageStart.CYCLE, None)
-        reachable.update(path)
-    for info in order:
-        above = parent.get(info.checkpoint_id)
-        if above is None:
-            continue
-        (nested if info.container_id == above else children)[above].append(info.checkpoint_id)
-    top = [info for info in order if info.workflow_name == workflow_name and not info.nested]
-    latest = max(top, key=lambda info: info.sequence).checkpoint_id if top else None
+    index = LineageIndex()
+    index.add(members.values(), members=True)
+    index.add_elsewhere(elsewhere.items())
+    index.add_tombstones(tombstones)
+    return _tree(index, workflow_name, pruned)
+
+
+def _tree(index: LineageIndex, workflow_name: str, pruned: int) -> LineageTree:
+    index.assemble(workflow_name)
+    checkpoints, nested_count = index.counts(workflow_name)
     return LineageTree(
         workflow_name=workflow_name,
-        records=records,
-        roots=[info.checkpoint_id for info in order if info.checkpoint_id in starts],
-        children=dict(children),
-        nested=dict(nested),
-        starts=starts,
-        signature_changes=frozenset(signature_changes),
-        latest_id=latest,
-        checkpoints=len(top),
-        nested_count=sum(1 for info in order if info.nested),
+        index=index,
+        roots=index.roots(),
+        latest_id=index.latest(workflow_name),
+        checkpoints=checkpoints,
+        nested_count=nested_count,
         pruned=pruned,
     )
 
@@ -377,5 +345,6 @@ __all__ = [
     "Relation",
     "assemble_lineage",
     "build_lineage",
+    "index_pages",
     "stream_lineage",
 ]

@@ -70,7 +70,7 @@ async def lineage_page_data(storage: CheckpointStorage, tree: LineageTree, *, ti
         sections = await _sections(storage, info.checkpoint_id, cache)
         compared_with = info.previous_checkpoint_id if entry.relation is not Relation.NESTED else None
         diff = None
-        if sections is not None and compared_with is not None and compared_with in tree.records:
+        if sections is not None and compared_with is not None and tree.record(compared_with) is not None:
             previous = await _sections(storage, compared_with, cache)
             if previous is not None:
                 diff = diff_sections(compared_with, previous, info.checkpoint_id, sections)
@@ -105,13 +105,12 @@ async def lineage_page_data(storage: CheckpointStorage, tree: LineageTree, *, ti
         index[info.checkpoint_id] = len(nodes)
         nodes.append(node)
         row += 1
-    forks = sum(1 for children in tree.children.values() if len(children) > 1)
     return {
         "title": title,
         "workflow": tree.workflow_name,
         "rows": row,
         "nodes": nodes,
-        "forks": forks,
+        "forks": tree.forks,
         "checkpoints": tree.checkpoints,
         "nested": tree.nested_count,
         "pruned": tree.pruned,

@@ -102,7 +102,7 @@ async def build_thread_lineage(storage: CheckpointStorage, thread_id: str) -> Li
     for root in list(tree.roots):
         info = members[root]
         place = langgraph_place(info.workflow_name)
-        if place is None or not place[1] or tree.starts[root][0] is not LineageStart.ROOT:
+        if place is None or not place[1] or tree.start_of(root) is not LineageStart.ROOT:
             continue
         parent = await _parent_checkpoint(storage, serde, info, thread_id, place[1], members)
         if parent is not None:

@@ -117,6 +117,8 @@ _ALL_INFO = """
     FROM {s}.checkpoints
 """
 _INFO = _ALL_INFO + " WHERE checkpoint_id = %s"
+_INFO_FIRST_PAGE = _ALL_INFO + " ORDER BY checkpoint_id LIMIT %s"
+_INFO_PAGE_AFTER = _ALL_INFO + " WHERE checkpoint_id > %s ORDER BY checkpoint_id LIMIT %s"
 _WORKFLOW_INFO = _ALL_INFO + " WHERE workflow_name = %s"
 _TOMBSTONES = "SELECT checkpoint_id FROM {s}.tombstones"
 _WORKFLOW_TOMBSTONES = _TOMBSTONES + " WHERE workflow_name = %s"
@@ -342,6 +344,13 @@ class PostgresBackend(Backend):
             rows = await self._client.fetch("list_records", self._sql.workflow_info, (workflow_name,))
         return [info_from_index(*row) for row in rows]
 
+    async def records_after(self, after: CheckpointID | None, limit: int) -> Sequence[CheckpointInfo]:
+        if after is None:
+            rows = await self._client.fetch("iter_records", self._sql.info_first_page, (limit,))
+        else:
+            rows = await self._client.fetch("iter_records", self._sql.info_page_after, (after, limit))
+        return [info_from_index(*row) for row in rows]
+
     async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         if workflow_name is None:
             rows = await self._client.fetch("list_tombstones", self._sql.tombstones)
@@ -366,6 +375,7 @@ class _Queries:
         self.workflow_names, self.all_info, self.info = r(_WORKFLOW_NAMES), r(_ALL_INFO), r(_INFO)
         self.workflow_info, self.tombstones = r(_WORKFLOW_INFO), r(_TOMBSTONES)
         self.workflow_tombstones = r(_WORKFLOW_TOMBSTONES)
+        self.info_first_page, self.info_page_after = r(_INFO_FIRST_PAGE), r(_INFO_PAGE_AFTER)
 
     @staticmethod
     def listing(base: str, graph_signature_hash: str | None, include_nested: bool) -> str:

@@ -254,6 +254,13 @@ class SQLiteBackend(Backend):
             rows = await self._client.fetchall("list_records", schema.SELECT_WORKFLOW_INFO, (workflow_name,))
         return [info_from_index(*row) for row in rows]
 
+    async def records_after(self, after: CheckpointID | None, limit: int) -> Sequence[CheckpointInfo]:
+        if after is None:
+            rows = await self._client.fetchall("iter_records", schema.SELECT_INFO_FIRST_PAGE, (limit,))
+        else:
+            rows = await self._client.fetchall("iter_records", schema.SELECT_INFO_PAGE_AFTER, (after, limit))
+        return [info_from_index(*row) for row in rows]
+
     async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         if workflow_name is None:
             rows = await self._client.fetchall("list_tombstones", schema.SELECT_TOMBSTONES)

@@ -309,6 +309,8 @@ SELECT_ALL_INFO = """
     FROM checkpoints
 """
 SELECT_INFO = SELECT_ALL_INFO + " WHERE checkpoint_id = ?"
+SELECT_INFO_FIRST_PAGE = SELECT_ALL_INFO + " ORDER BY checkpoint_id LIMIT ?"
+SELECT_INFO_PAGE_AFTER = SELECT_ALL_INFO + " WHERE checkpoint_id > ? ORDER BY checkpoint_id LIMIT ?"
 SELECT_WORKFLOW_INFO = SELECT_ALL_INFO + " WHERE workflow_name = ?"
 SELECT_TOMBSTONES = "SELECT checkpoint_id FROM tombstones"
 SELECT_WORKFLOW_TOMBSTONES = "SELECT checkpoint_id FROM tombstones WHERE workflow_name = ?"
