@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -58,9 +58,6 @@ _SELECT_NODE: Final = (
     "FROM rec WHERE id = ?"
 )
 _SELECT_BELOW: Final = "SELECT id, relation FROM rec WHERE parent = ? ORDER BY ord"
-_SELECT_MEMBERS: Final = (
-    "SELECT id, workflow, previous, signature, container, seq, size FROM rec WHERE member = 1 ORDER BY ord"
-)
 
 
 class LineageIndex:
@@ -68,7 +65,10 @@ class LineageIndex:
 
     def __init__(self) -> None:
         directory = tempfile.TemporaryDirectory(prefix="checkpoint-lineage-")
-        self._db = sqlite3.connect(Path(directory.name) / "lineage.db", isolation_level=None)
+        # check_same_thread off: the finalizer may run on whichever thread collects the index.
+        self._db = sqlite3.connect(
+            Path(directory.name) / "lineage.db", isolation_level=None, check_same_thread=False
+        )
         # A scratch file nobody else opens and nobody needs after a crash.
         for pragma in ("journal_mode = OFF", "synchronous = OFF", "temp_store = FILE", "cache_size = -4096"):
             self._db.execute(f"PRAGMA {pragma}")
@@ -244,11 +244,6 @@ class LineageIndex:
         for below, relation in self._db.execute(_SELECT_BELOW, (checkpoint_id,)):
             (children if relation == CHILD else nested).append(below)
         return children, nested
-
-    def members(self) -> Iterator[CheckpointInfo]:
-        """Every member, in order (streamed)."""
-        for row in self._db.execute(_SELECT_MEMBERS):
-            yield CheckpointInfo(*row)
 
     def roots(self) -> list[CheckpointID]:
         rows = self._db.execute("SELECT id FROM rec WHERE member = 1 AND start IS NOT NULL ORDER BY ord")
