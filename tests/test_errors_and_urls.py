@@ -271,7 +271,10 @@ def test_an_unknown_url_option_fails_at_open_listing_the_valid_ones(scheme: str,
     template, listed = UNKNOWN_OPTION_URLS[scheme]
     with pytest.raises(StorageConfigurationError, match="unknown option 'bogus'; valid options: ") as caught:
         open_storage(template.format(dir=tmp_path))
-    assert listed in str(caught.value)
+    # Each name, not a run of them: the driver's own options change between its releases
+    # (redis-py 8.2 added retry_on_error between protocol and retry_on_timeout).
+    valid = str(caught.value).split("valid options: ", 1)[1].split(", ")
+    assert set(listed.split(", ")) <= set(valid), valid
     assert not (tmp_path / "t.db").exists()
 
 

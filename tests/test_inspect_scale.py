@@ -51,12 +51,11 @@ async def test_a_streamed_index_holds_every_record_once_in_pages(tmp_path: Path)
 async def test_postgres_streams_its_index_in_pages() -> None:
     import postgres_servers
 
-    async with postgres_servers.schema_store() as new_handle:
-        async with new_handle() as storage:
-            await _chain(storage, "a", 23)
-            await _chain(storage, "b", 5)
-            streamed = [info async for info in storage.iter_records(page_size=7)]
-            listed = await storage.list_records()
+    async with postgres_servers.schema_store() as new_handle, new_handle() as storage:
+        await _chain(storage, "a", 23)
+        await _chain(storage, "b", 5)
+        streamed = [info async for info in storage.iter_records(page_size=7)]
+        listed = await storage.list_records()
     assert sorted(streamed, key=lambda info: info.checkpoint_id) == sorted(
         listed, key=lambda info: info.checkpoint_id
     )

@@ -536,12 +536,17 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
 
 
 @redis_mark
-async def test_a_pointer_without_a_record_reads_as_not_found(real_storage: RedisCheckpointStorage) -> None:
-    # What a crash between a cluster save's pointer claim and its script leaves behind.
+async def test_a_pointer_without_a_record_is_a_lost_record_and_a_save_mends_it(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    # On plain Redis a save writes pointer and record in one script, and a delete removes both:
+    # a pointer alone (no TTL) means its record was deleted outside the storage or evicted. The
+    # id listing reads the index alone there, so a load must report it, not answer "not found".
     keys = real_storage.keys
     await real_storage.backend.client.set(keys.location("orphan"), "some-workflow")
-    with pytest.raises(CheckpointNotFoundError):
+    with pytest.raises(CheckpointCorruptedError, match="record is gone") as lost:
         await real_storage.load("orphan")
+    assert lost.value.checkpoint_id == "orphan"
     assert await real_storage.checkpoint_info("orphan") is None
     assert await real_storage.delete("orphan") is False
     checkpoint = WorkflowCheckpoint("other-workflow", "sig", checkpoint_id="orphan")

@@ -110,7 +110,9 @@ async def test_latest_never_falls_back_to_an_older_checkpoint(where: str) -> Non
 @redis_mark
 @pytest.mark.parametrize("where", ["real", "fake"])
 async def test_listing_reports_a_lost_checkpoint_instead_of_a_shorter_list(where: str) -> None:
-    async with _stores()[where]() as storage:
+    # Both stores here may lose records by design: the real one opts into an evicting policy,
+    # the fake one always does. Every listing then checks each entry.
+    async with _stores(allow_evicting_policy="true")[where]() as storage:
         chain = _chain("wf", 3)
         for checkpoint in chain:
             await storage.save(checkpoint)
@@ -130,13 +132,39 @@ async def test_listing_reports_a_lost_checkpoint_instead_of_a_shorter_list(where
 
 
 @redis_mark
+async def test_where_records_cannot_vanish_the_id_listing_reads_the_index_and_reads_report_a_loss() -> None:
+    # No TTL and no evicting policy: a record goes only if deleted behind the storage's back. The
+    # id listing is then one ZRANGE (docs/redis.md: checking every entry cost ten times that) and
+    # lists the id; every read that needs the record reports it, naming it.
+    async with _stores()["real"]() as storage:
+        chain = _chain("wf", 3)
+        for checkpoint in chain:
+            await storage.save(checkpoint)
+        await _lose(storage, "wf", chain[0].checkpoint_id)
+        ids = [checkpoint.checkpoint_id for checkpoint in chain]
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == ids
+        assert await storage.list_checkpoint_ids(workflow_name="wf", graph_signature_hash="sig") == ids
+        async with storage.new_handle() as cold:  # a handle that never saw the record
+            with pytest.raises(CheckpointCorruptedError) as loaded:
+                await cold.load(chain[0].checkpoint_id)
+            assert loaded.value.checkpoint_id == chain[0].checkpoint_id
+        with pytest.raises(CheckpointCorruptedError, match="does not skip lost checkpoints") as listed:
+            await storage.list_checkpoints(workflow_name="wf")
+        assert listed.value.checkpoint_id == chain[0].checkpoint_id
+        with pytest.raises(CheckpointCorruptedError) as nested:
+            await storage.list_checkpoint_ids(workflow_name="wf", include_nested=True)
+        assert nested.value.checkpoint_id == chain[0].checkpoint_id
+
+
+@redis_mark
 @pytest.mark.parametrize("where", ["real", "fake"])
 async def test_listing_checks_an_escaped_id_under_its_own_key(where: str) -> None:
     # The listing script builds the keys of ids that need no escaping by concatenation. The raw
     # text of "x%3Ay" is the escaped form of "x:y", so its record must still be looked for under
     # its own key: under the key its raw text names (x:y's record, listed under another graph
-    # signature, so not checked itself) the loss would hide.
-    async with _stores()[where]() as storage:
+    # signature, so not checked itself) the loss would hide. (A store that may evict: its id
+    # listing checks every entry.)
+    async with _stores(allow_evicting_policy="true")[where]() as storage:
         plain = [WorkflowCheckpoint("wf", "sig", checkpoint_id=f"plain-{index}") for index in range(450)]
         escaped = WorkflowCheckpoint("wf", "sig", checkpoint_id="x%3Ay")
         await storage.save(WorkflowCheckpoint("wf", "other", checkpoint_id="x:y"))

@@ -83,6 +83,17 @@ def body_pairs(flat: Sequence[Any], start: int = 0, where: str = ANYWHERE) -> di
     return pairs
 
 
+def lost_record(checkpoint_id: CheckpointID, home: str) -> CheckpointCorruptedError:
+    """An id whose location pointer is stored without its record: saves and deletes write and
+    remove both in one script, so without a TTL the record was lost (evicted, or deleted outside
+    the storage). Reported, never answered as "not found": a listing may still name the id."""
+    return CheckpointCorruptedError(
+        checkpoint_id,
+        f"its location pointer names workflow {home!r}, but its record is gone from the server: "
+        "evicted by its maxmemory-policy, or deleted outside this storage",
+    )
+
+
 def no_body(checkpoint_id: CheckpointID) -> CheckpointCorruptedError:
     """A record whose hash is stored (its index fields are there) without its body field: no
     save writes one, so the store was damaged; it is not a checkpoint that is not stored."""

@@ -1,6 +1,7 @@
 -- What decoding a checkpoint needs, flat: {body, workflow, previous or false, signature, home,
 -- then id, body, ... of every record nested in it}; false if it is not stored; a record stored
--- without its body (a damaged store) comes with body false, to be reported. The home lets the
+-- without its body (a damaged store) comes with body false, to be reported; {home} alone when
+-- the id's pointer is stored and its record is not (lost: evicted, or deleted behind our back). The home lets the
 -- client read the record again by a transaction of plain commands (reads.py). On plain Redis the
 -- route is the id's location pointer, so its name is not built again here.
 local found
@@ -10,7 +11,13 @@ local H, escaped = tag(found), esc(id)
 local key = H .. ':r:' .. escaped
 local out = redis.call('HMGET', key, 'b', 'w', 'p', 's')
 if not out[1] then
-  if redis.call('EXISTS', key) == 0 then return false end
+  if redis.call('EXISTS', key) == 0 then
+    -- The pointer outlived the record. On plain Redis saves and deletes write and remove both
+    -- in one script, so without a TTL (where either may expire first) the record was lost:
+    -- {home} reports it. (On a cluster the pointer is written in a step of its own.)
+    if INLINE and TTL == 0 then return {found} end
+    return false
+  end
   out[5] = found
   return out
 end
