@@ -926,3 +926,27 @@ async def test_index_fields_that_are_not_utf8_are_corruption_on_fakeredis(
     fake_storage: RedisCheckpointStorage,
 ) -> None:
     await _index_fields_not_utf8(fake_storage)
+
+
+@redis_mark
+@pytest.mark.parametrize(
+    ("planted", "message"),
+    [
+        (b"a\x07", r"lists it, and it contains a control character"),
+        (b"", r"lists it, and it must not be empty"),
+        (b"x" * 300, r"lists it, and it is 300 characters long; the limit is 256"),
+        (b"\xff", r"is corrupted"),
+    ],
+)
+async def test_the_id_listing_read_from_the_index_alone_still_checks_every_id(
+    real_storage: RedisCheckpointStorage, planted: bytes, message: str
+) -> None:
+    # The default store lists ids by ZRANGE alone; the engine still checks each against the
+    # identifier rules: an id no save could write is refused, a valid non-ASCII id is listed.
+    saved = [WorkflowCheckpoint("wf", "sig", checkpoint_id=name) for name in ("plain", "grüße-1")]
+    for checkpoint in saved:
+        await real_storage.save(checkpoint)
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == ["plain", "grüße-1"]
+    await real_storage.backend.client.zadd(real_storage.keys.top("wf"), {planted: 99})
+    with pytest.raises(CheckpointCorruptedError, match=message):
+        await real_storage.list_checkpoint_ids(workflow_name="wf")

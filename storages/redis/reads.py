@@ -194,10 +194,7 @@ class Reads:
             # Plain Redis only: on a cluster a load cannot tell a lost record from one whose
             # save is between its steps, so the listing checks.
             listed = await self.connection.call(operation, self.connection.client.zrange(index, 0, -1))
-            try:
-                return list(map(bytes.decode, listed))
-            except UnicodeDecodeError:
-                return decoded_ids(listed, _index_name(workflow_name, signature))
+            return decoded_ids(listed, _index_name(workflow_name, signature))
         call = ListIds(index=index, home=workflow_name, with_scores=include_nested)
         entries, lost, first_lost = await self.connection.run(operation, call)
         if not lost and not include_nested:
