@@ -275,7 +275,7 @@ async def build_lineage(storage: CheckpointStorage, workflow_name: str) -> Linea
     # name of the workflow that was pruned.
     index.add_tombstones(await storage.list_tombstones())
     pruned = len(await storage.list_tombstones(workflow_name=workflow_name))
-    return _tree(index, workflow_name, pruned)
+    return lineage_from_index(index, workflow_name, pruned)
 
 
 async def index_pages(storage: CheckpointStorage) -> AsyncIterator[list[CheckpointInfo]]:
@@ -307,10 +307,12 @@ def assemble_lineage(
     index.add(members.values(), members=True)
     index.add_elsewhere(elsewhere.items())
     index.add_tombstones(tombstones)
-    return _tree(index, workflow_name, pruned)
+    return lineage_from_index(index, workflow_name, pruned)
 
 
-def _tree(index: LineageIndex, workflow_name: str, pruned: int) -> LineageTree:
+def lineage_from_index(index: LineageIndex, workflow_name: str, pruned: int) -> LineageTree:
+    """The tree of the members of ``index`` (filled, not yet assembled), drawn for
+    ``workflow_name``."""
     index.assemble(workflow_name)
     checkpoints, nested_count = index.counts(workflow_name)
     return LineageTree(
@@ -346,5 +348,6 @@ __all__ = [
     "assemble_lineage",
     "build_lineage",
     "index_pages",
+    "lineage_from_index",
     "stream_lineage",
 ]

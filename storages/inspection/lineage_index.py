@@ -266,6 +266,13 @@ class LineageIndex:
         ).fetchone()
         return int(row[0]), int(row[1])
 
+    def top_level_members(self) -> int:
+        """Members that are not nested, of any workflow name."""
+        (count,) = self._db.execute(
+            "SELECT count(*) FROM rec WHERE member = 1 AND container IS NULL"
+        ).fetchone()
+        return int(count)
+
     def forks(self) -> int:
         """Checkpoints with more than one child."""
         (count,) = self._db.execute(

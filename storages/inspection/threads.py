@@ -13,7 +13,8 @@ from typing import Any
 
 from ..contract import CheckpointID, CheckpointInfo, CheckpointStorage
 from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointStorageError
-from .lineage import LineageStart, LineageTree, assemble_lineage
+from .lineage import LineageStart, LineageTree, index_pages, lineage_from_index
+from .lineage_index import LineageIndex
 
 WORKFLOW_PREFIX = "langgraph:"
 
@@ -63,7 +64,8 @@ async def resolve_checkpoint_id(storage: CheckpointStorage, given: str) -> Check
         return given
     candidates = [
         info.checkpoint_id
-        for info in await storage.list_records()
+        async for page in index_pages(storage)
+        for info in page
         if info.checkpoint_id.rpartition("@")[0] == given and langgraph_place(info.workflow_name) is not None
     ]
     if not candidates:
@@ -77,7 +79,8 @@ async def thread_workflows(storage: CheckpointStorage, thread_id: str) -> list[s
     """The workflow names of every namespace of a LangGraph thread, root namespace first."""
     names = {
         info.workflow_name
-        for info in await storage.list_records()
+        async for page in index_pages(storage)
+        for info in page
         if (place := langgraph_place(info.workflow_name)) is not None and place[0] == thread_id
     }
     return sorted(names, key=lambda name: (langgraph_place(name) or ("", ""))[1])
@@ -88,23 +91,25 @@ async def build_thread_lineage(storage: CheckpointStorage, thread_id: str) -> Li
     under the parent checkpoint named in its metadata (``parents``), when LangGraph's serializer
     can read it; a subgraph run whose parent is unknown starts a line of its own."""
     names = await thread_workflows(storage, thread_id)
-    records = [info for info in await storage.list_records() if info.workflow_name in names]
-    members = {info.checkpoint_id: info for info in records}
+    in_thread = frozenset(names)
     root_name = names[0] if names and langgraph_place(names[0]) == (thread_id, "") else None
     workflow_name = root_name or (names[0] if names else f"{WORKFLOW_PREFIX}{thread_id}:")
-    tombstones = frozenset(await storage.list_tombstones())
+    index = LineageIndex()
+    async for page in index_pages(storage):  # a page at a time: memory stays flat
+        index.add((info for info in page if info.workflow_name in in_thread), members=True)
+    index.add_tombstones(await storage.list_tombstones())
     pruned = sum([len(await storage.list_tombstones(workflow_name=name)) for name in names])
-    tree = assemble_lineage(workflow_name, members, {}, tombstones, pruned)
-    tree.checkpoints = sum(1 for info in records if not info.nested)
+    tree = lineage_from_index(index, workflow_name, pruned)
+    tree.checkpoints = index.top_level_members()
     serde = _serde()
     if serde is None:
         return tree
     for root in list(tree.roots):
-        info = members[root]
-        place = langgraph_place(info.workflow_name)
-        if place is None or not place[1] or tree.start_of(root) is not LineageStart.ROOT:
+        info = tree.record(root)
+        place = None if info is None else langgraph_place(info.workflow_name)
+        if info is None or place is None or not place[1] or tree.start_of(root) is not LineageStart.ROOT:
             continue
-        parent = await _parent_checkpoint(storage, serde, info, thread_id, place[1], members)
+        parent = await _parent_checkpoint(storage, serde, info, thread_id, place[1], tree)
         if parent is not None:
             tree.roots.remove(root)
             tree.subgraphs.setdefault(parent, []).append(root)
@@ -117,7 +122,7 @@ async def _parent_checkpoint(
     info: CheckpointInfo,
     thread_id: str,
     namespace: str,
-    members: dict[CheckpointID, CheckpointInfo],
+    tree: LineageTree,
 ) -> CheckpointID | None:
     """The stored id of the parent-graph checkpoint a subgraph run started from, if stored."""
     try:
@@ -136,7 +141,7 @@ async def _parent_checkpoint(
     from ..langgraph.mapping import stored_id_for, workflow_for
 
     stored_parent = stored_id_for(workflow_for(thread_id, parent_ns), parent_id)
-    return stored_parent if stored_parent in members else None
+    return stored_parent if tree.record(stored_parent) is not None else None
 
 
 @functools.cache
