@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from collections.abc import Set
 from typing import Any
 
@@ -311,7 +312,8 @@ async def raw_access(ctx: ClauseContext) -> None:
 
 @clause(
     "capabilities.inspect",
-    "Declared: checkpoint_info/list_records/list_tombstones describe stored records; undeclared: refused.",
+    "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered) describe "
+    "stored records; undeclared: refused.",
 )
 async def inspect(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
@@ -352,6 +354,32 @@ async def inspect(ctx: ClauseContext) -> None:
     ensure_equal(tombstones, [], f"list_tombstones of never-pruned workflow {workflow_name!r}")
     unknown = await ctx.storage.checkpoint_info(f"missing-{workflow_name}")
     ensure(unknown is None, f"checkpoint_info of an unknown id returned {_show(unknown)}, not None")
+    await _streamed_index_is_the_listing(ctx)
+
+
+STREAM_PAGE = 2
+"""A page size small enough that even a fresh store's records span several pages."""
+
+
+async def _streamed_index_is_the_listing(ctx: ClauseContext) -> None:
+    """A storage offering ``iter_records`` (the built-in ones; a backend pages it with
+    ``records_after``) streams every record list_records lists, each once, in pages."""
+    stream = getattr(ctx.storage, "iter_records", None)
+    if stream is None:
+        return
+    await ctx.save_chain(ctx.workflow_name("streamed"), 5)
+    streamed = [info.checkpoint_id async for info in stream(page_size=STREAM_PAGE)]
+    listed = [info.checkpoint_id for info in await ctx.storage.list_records()]
+    repeated = sorted(item for item, times in Counter(streamed).items() if times > 1)
+    ensure(not repeated, f"iter_records(page_size={STREAM_PAGE}) streamed {repeated[:3]} more than once")
+    missing = sorted(set(listed) - set(streamed))
+    ensure(
+        not missing,
+        f"iter_records(page_size={STREAM_PAGE}) left out {len(missing)} of the {len(listed)} records "
+        f"list_records lists (first {missing[:3]}): its pages skip records",
+    )
+    extra = sorted(set(streamed) - set(listed))
+    ensure(not extra, f"iter_records streamed {extra[:3]}, which list_records does not list")
 
 
 @clause(

@@ -102,6 +102,34 @@ def HollowInspect() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(HollowInspectBackend())
 
 
+class SkippingPagesBackend(MemoryBackend):
+    """Pages its index for a streaming read (records_after), resuming one record too far."""
+
+    async def records_after(self, after: str | None, limit: int) -> list[CheckpointInfo]:
+        ordered = sorted(await self.records(None), key=lambda info: info.checkpoint_id)
+        ids = [info.checkpoint_id for info in ordered]
+        start = 0 if after is None else ids.index(after) + 2  # + 1 resumes right after it
+        return ordered[start : start + limit]
+
+
+def SkippingPages() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(SkippingPagesBackend())
+
+
+class RepeatingPagesBackend(MemoryBackend):
+    """Pages its index for a streaming read, each page starting with the last one's last record."""
+
+    async def records_after(self, after: str | None, limit: int) -> list[CheckpointInfo]:
+        ordered = sorted(await self.records(None), key=lambda info: info.checkpoint_id)
+        ids = [info.checkpoint_id for info in ordered]
+        start = 0 if after is None else ids.index(after)  # resumes at it, not after it
+        return ordered[start : start + limit]
+
+
+def RepeatingPages() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(RepeatingPagesBackend())
+
+
 class UndeclaredTtl(InMemoryCheckpointStorage):
     """Expires checkpoints after a minute without declaring ttl."""
 
@@ -210,6 +238,14 @@ def test_undeclared_operations_that_return_quietly_are_caught() -> None:
 def test_inspect_describing_the_wrong_previous_id_is_caught() -> None:
     backend = run_family(HollowInspect)
     caught_only_by(backend, "capabilities.inspect", "previous id")
+
+
+def test_a_streamed_index_that_skips_records_is_caught() -> None:
+    caught_only_by(run_family(SkippingPages), "capabilities.inspect", "skip records")
+
+
+def test_a_streamed_index_that_repeats_records_is_caught() -> None:
+    caught_only_by(run_family(RepeatingPages), "capabilities.inspect", "more than once")
 
 
 def test_the_targets_declaration_is_what_counts() -> None:
