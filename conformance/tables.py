@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -44,6 +46,11 @@ def family_line(backend: str, family: str, results: Sequence[ClauseResult], seco
     return Text(f"{backend} {family}: {passed}/{len(results)} passed{tail} ({seconds:.1f} s)")
 
 
+CLAUSE_COLUMN = 44
+"""The Clause column's widest: the longest clause ids fit whole, and at 80 columns the Outcome,
+ms and Message headers still do (a longer id folds onto a second line)."""
+
+
 def backend_report(
     backend: BackendReport, *, quiet: bool = False, verbose: bool = False
 ) -> list[Table | Text]:
@@ -58,11 +65,13 @@ def backend_report(
             package = f" ({backend.storage_package})" if backend.storage_package else ""
             rendered.append(Text(f"storage: {backend.storage_type}{package}", style="dim"))
         table = Table(expand=True)
-        table.add_column("Clause", no_wrap=True)
-        table.add_column("Outcome", no_wrap=True)
-        table.add_column("ms", justify="right", no_wrap=True)
+        # At 80 columns (piped, CI logs) a long clause id folds onto a second line rather than
+        # squeezing the other columns: every header stays whole.
+        table.add_column("Clause", overflow="fold", max_width=CLAUSE_COLUMN)
+        table.add_column("Outcome", no_wrap=True, min_width=len("Outcome"))
+        table.add_column("ms", justify="right", no_wrap=True, min_width=5)
         # One line per clause keeps the table scannable; failures are spelled out in full below it.
-        table.add_column("Message", no_wrap=True, overflow="ellipsis", ratio=1)
+        table.add_column("Message", no_wrap=True, overflow="ellipsis", ratio=1, min_width=len("Message"))
         for result in shown:
             table.add_row(
                 result.clause_id,
@@ -121,17 +130,45 @@ def _applies(backend: BackendReport) -> Text:
     return Text(f"{applied} of {total}", style=style)
 
 
-def catalogue_table(clauses: Sequence[Clause]) -> Table:
+def catalogue_table(clauses: Sequence[Clause]) -> Catalogue:
     """The clause catalogue: id, family, guarantee, required capabilities."""
-    table = Table(title=f"{len(clauses)} clauses", title_justify="left")
-    table.add_column("Clause", no_wrap=True)
-    table.add_column("Family", no_wrap=True)
-    table.add_column("Guarantee")
-    table.add_column("Requires")
-    for clause in clauses:
-        requires = ", ".join(sorted(c.value for c in clause.requires)) or "-"
-        table.add_row(clause.id, clause.family, Text(clause.guarantee), requires)
-    return table
+    return Catalogue(clauses)
+
+
+class Catalogue:
+    """The clause catalogue, laid out for the console it is printed on: a table where ids and
+    guarantees fit side by side, else (80 columns: piped output, CI logs) each clause's id over
+    its guarantee, so no column is cut and no id is broken."""
+
+    TABLE_GUARANTEE = 40
+    """Columns the table must leave the guarantee besides the widest id, family and requires."""
+
+    def __init__(self, clauses: Sequence[Clause]) -> None:
+        self.clauses = clauses
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        title = f"{len(self.clauses)} clauses"
+        rows = [(clause.id, clause.family, clause.guarantee, _requires(clause)) for clause in self.clauses]
+        widest = max((len(row[0]) + len(row[1]) + len(row[3]) for row in rows), default=0)
+        if options.max_width >= widest + 13 + self.TABLE_GUARANTEE:  # 13: borders and padding
+            table = Table(title=title, title_justify="left")
+            table.add_column("Clause", no_wrap=True)
+            table.add_column("Family", no_wrap=True)
+            table.add_column("Guarantee")
+            table.add_column("Requires")
+            for clause_id, family, guarantee, requires in rows:
+                table.add_row(clause_id, family, Text(guarantee), requires)
+            yield table
+            return
+        yield Text(title, style="italic")
+        for clause_id, _, guarantee, requires in rows:
+            needs = "" if requires == "-" else f"  requires {requires}"
+            yield Text.assemble((clause_id, "bold"), (needs, "dim"))
+            yield Padding(Text(guarantee), (0, 0, 0, 4))
+
+
+def _requires(clause: Clause) -> str:
+    return ", ".join(sorted(capability.value for capability in clause.requires)) or "-"
 
 
 def _backend_line(backend: BackendReport) -> Text:

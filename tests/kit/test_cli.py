@@ -289,6 +289,23 @@ def test_list_prints_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert f"{len(all_clauses())} clauses" in out
 
 
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_list_keeps_every_id_and_guarantee_at_any_width(
+    columns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # At 80 columns (piped, CI logs) a table of whole ids left the guarantees no room at all.
+    monkeypatch.setenv("COLUMNS", columns)
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= int(columns)
+    flowing = " ".join(" ".join(line.strip("│ ").split()) for line in lines)
+    for clause in all_clauses():
+        assert any(clause.id in line for line in lines), clause.id  # whole, on one line
+        assert " ".join(clause.guarantee.split()[:3]) in flowing, clause.guarantee
+    assert ("Guarantee" in out) is (columns == "200")  # the table only where it fits
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("checkpoint-conformance ")
@@ -509,9 +526,17 @@ def test_piped_output_fits_in_80_columns(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["--clause", "contract", "--clause", "durability"]) == 0
+    # concurrency's ids are among the longest (concurrency.cancelled_calls_leave_no_trace).
+    assert main(["memory://", "--clause", "contract", "--clause", "concurrency"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
+    headers = [line for line in lines if line.startswith("┃ Clause")]
+    assert headers, lines
+    for header in headers:  # every header whole: folded ids, not cut columns
+        assert all(name in header for name in ("Clause", "Outcome", "ms", "Message")), header
+        assert "…" not in header, header
+    longest = max((c.id for c in all_clauses() if c.family == "concurrency"), key=len)
+    assert any(f"│ {longest} " in line for line in lines), longest  # whole, on one line
     contract = sum(1 for c in all_clauses() if c.family == "contract")
     assert any(line.startswith(f"memory:// contract: {contract}/{contract} passed") for line in lines)
 
