@@ -77,7 +77,10 @@ def close_abandoned(client: Any) -> None:
         if isinstance(client, RedisCluster):
             nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
             connections = [connection for node in nodes for connection in node._connections]
-            client._initialize = True  # what aclose() sets first
+            # What aclose() sets first: _initialize (redis-py < 8.2), and no default node (8.2
+            # tells a closed client by it, and warns "Unclosed RedisCluster client" otherwise).
+            client._initialize = True
+            client.nodes_manager.default_node = None  # type: ignore[assignment,unused-ignore]
         else:
             pool = client.connection_pool
             connections = [*pool._available_connections, *pool._in_use_connections]
