@@ -582,6 +582,18 @@ FINDINGS: list[str] = [
     "(2.10x; the issue measured 11.7x, the last full run 7.17x). What is left is Python's: the "
     "engine's check of every listed id against the identifier rules (a join, a translate and a "
     "`max` of lengths, 0.4 ms at 10,000) and decoding each id.",
+    "- **S3 save against two raw `put_object`.** Not changed in this issue, and its floor is the "
+    'protocol\'s (docs/s3.md, "How a save works"): a save is three round trips (a GET of the '
+    "pointer and a LIST of the order head, concurrent; the record's create-only PUT; the order "
+    "key's create-only PUT, the commit point) where the floor is two PUTs in two. Each step is "
+    "needed: the LIST, so that a crash right after another writer's commit point cannot let the "
+    "next save number below it; the record PUT keyed by the id, so of two writers racing on one "
+    "id exactly one wins; the order PUT keyed by the sequence, so the order is a listing. The "
+    "sequence must be known before the record is written (the record's header holds it, and a "
+    "load checks the order key it names), so the first two steps cannot overlap. By round trips "
+    "alone that is 1.5x; the LIST and the conditional PUTs cost moto (the benchmark's server) more "
+    "than a plain PUT, which is the rest of the measured 2.7x. Not met; `python -m bench.s3_bench` "
+    "measures it.",
     "- **SQLite save of a 1 MB payload.** Not reproduced with a 1 MB `bytes` value: one "
     "hand-off, the body written once; the row above stays within its bound.",
     "- **Integrity key on a memory save.** Not reachable with this MAC on this machine, and left: "
