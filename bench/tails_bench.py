@@ -34,9 +34,11 @@ import dataclasses
 import gc
 import itertools
 import json
+import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -361,9 +363,6 @@ def fresh_process_encode_faults(size: int = 1 << 20, encodes: int = 20) -> float
     """Minor page faults per encode of a ``size``-byte ``bytes`` value, repeated in a fresh
     interpreter (nothing has primed its allocator): about one per 4 KiB page when every encode
     maps its buffer afresh, a few when the buffer is reused. Counted, so load cannot move it."""
-    import os
-    import subprocess
-
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS_ENCODES, str(size), str(encodes)],

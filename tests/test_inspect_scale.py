@@ -32,17 +32,22 @@ async def _chain(storage: CheckpointStore, workflow: str, length: int) -> list[C
     return ids
 
 
+async def _streams_28_records_in_pages_of_7(storage: CheckpointStore) -> None:
+    """Two workflows (28 records) streamed 7 at a time: list_records' entries, each once."""
+    await _chain(storage, "a", 23)
+    await _chain(storage, "b", 5)
+    streamed = [info async for info in storage.iter_records(page_size=7)]
+    listed = await storage.list_records()
+    assert sorted(streamed, key=lambda info: info.checkpoint_id) == sorted(
+        listed, key=lambda info: info.checkpoint_id
+    )
+    assert len({info.checkpoint_id for info in streamed}) == 28
+
+
 @pytest.mark.sqlite
 async def test_a_streamed_index_holds_every_record_once_in_pages(tmp_path: Path) -> None:
     async with SQLiteCheckpointStorage(tmp_path / "s.db") as storage:
-        await _chain(storage, "a", 23)
-        await _chain(storage, "b", 5)
-        streamed = [info async for info in storage.iter_records(page_size=7)]
-        listed = await storage.list_records()
-        assert sorted(streamed, key=lambda info: info.checkpoint_id) == sorted(
-            listed, key=lambda info: info.checkpoint_id
-        )
-        assert len({info.checkpoint_id for info in streamed}) == 28
+        await _streams_28_records_in_pages_of_7(storage)
         with pytest.raises(InvalidCheckpointError, match="page_size"):
             [info async for info in storage.iter_records(page_size=0)]
 
@@ -52,14 +57,7 @@ async def test_postgres_streams_its_index_in_pages() -> None:
     import postgres_servers
 
     async with postgres_servers.schema_store() as new_handle, new_handle() as storage:
-        await _chain(storage, "a", 23)
-        await _chain(storage, "b", 5)
-        streamed = [info async for info in storage.iter_records(page_size=7)]
-        listed = await storage.list_records()
-    assert sorted(streamed, key=lambda info: info.checkpoint_id) == sorted(
-        listed, key=lambda info: info.checkpoint_id
-    )
-    assert len({info.checkpoint_id for info in streamed}) == 28
+        await _streams_28_records_in_pages_of_7(storage)
 
 
 async def test_a_storage_that_does_not_page_its_index_is_read_whole() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,21 +295,6 @@ async def index_pages(storage: CheckpointStorage) -> AsyncIterator[list[Checkpoi
         yield page
 
 
-def assemble_lineage(
-    workflow_name: str,
-    members: Mapping[CheckpointID, CheckpointInfo],
-    elsewhere: Mapping[CheckpointID, str],
-    tombstones: Iterable[CheckpointID],
-    pruned: int,
-) -> LineageTree:
-    """The tree of ``members``; ``elsewhere`` names the workflow of every other stored record."""
-    index = LineageIndex()
-    index.add(members.values(), members=True)
-    index.add_elsewhere(elsewhere.items())
-    index.add_tombstones(tombstones)
-    return lineage_from_index(index, workflow_name, pruned)
-
-
 def lineage_from_index(index: LineageIndex, workflow_name: str, pruned: int) -> LineageTree:
     """The tree of the members of ``index`` (filled, not yet assembled), drawn for
     ``workflow_name``."""
@@ -345,7 +330,6 @@ __all__ = [
     "LineageStart",
     "LineageTree",
     "Relation",
-    "assemble_lineage",
     "build_lineage",
     "index_pages",
     "lineage_from_index",

@@ -102,13 +102,6 @@ class LineageIndex:
             ),
         )
 
-    def add_elsewhere(self, records: Iterable[tuple[CheckpointID, str]]) -> None:
-        """Records outside the tree, known by id and workflow only."""
-        self._db.executemany(
-            "INSERT OR IGNORE INTO rec (id, workflow, signature, seq, size) VALUES (?, ?, '', 0, 0)",
-            records,
-        )
-
     def add_tombstones(self, checkpoint_ids: Iterable[CheckpointID]) -> None:
         rows = ((item,) for item in checkpoint_ids)
         self._db.executemany("INSERT OR IGNORE INTO tomb (id) VALUES (?)", rows)
@@ -132,7 +125,7 @@ class LineageIndex:
 
     def assemble(self, workflow_name: str) -> None:
         """Order the members, hang each under its container or previous, or say why it starts a
-        line; break cycles. The same rules as an in-memory tree (lineage.assemble_lineage)."""
+        line; break cycles."""
         db = self._db
         db.execute(
             """

@@ -102,28 +102,29 @@ def HollowInspect() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(HollowInspectBackend())
 
 
-class SkippingPagesBackend(MemoryBackend):
-    """Pages its index for a streaming read (records_after), resuming one record too far."""
+class MisPagingBackend(MemoryBackend):
+    """Pages its index for a streaming read (records_after), each page resuming ``resume``
+    records past the last page's last id, where 1 would be right."""
+
+    resume = 1
 
     async def records_after(self, after: str | None, limit: int) -> list[CheckpointInfo]:
         ordered = sorted(await self.records(None), key=lambda info: info.checkpoint_id)
         ids = [info.checkpoint_id for info in ordered]
-        start = 0 if after is None else ids.index(after) + 2  # + 1 resumes right after it
+        start = 0 if after is None else ids.index(after) + self.resume
         return ordered[start : start + limit]
+
+
+class SkippingPagesBackend(MisPagingBackend):
+    resume = 2  # one record too far
 
 
 def SkippingPages() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(SkippingPagesBackend())
 
 
-class RepeatingPagesBackend(MemoryBackend):
-    """Pages its index for a streaming read, each page starting with the last one's last record."""
-
-    async def records_after(self, after: str | None, limit: int) -> list[CheckpointInfo]:
-        ordered = sorted(await self.records(None), key=lambda info: info.checkpoint_id)
-        ids = [info.checkpoint_id for info in ordered]
-        start = 0 if after is None else ids.index(after)  # resumes at it, not after it
-        return ordered[start : start + limit]
+class RepeatingPagesBackend(MisPagingBackend):
+    resume = 0  # at the last page's last record, not after it
 
 
 def RepeatingPages() -> CheckpointStore[MemoryBackend]:
