@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import xxhash
 
 from storages import (
     Capability,
@@ -22,6 +24,7 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
+from storages.backend import InsertResult, body_digest
 from storages.contract import CHECKPOINT_FIELDS
 from storages.memory import MemoryBackend
 
@@ -126,6 +129,33 @@ async def test_equal_content_encoded_differently_is_not_a_conflict(storage: Chec
     assert await storage.save(second) == "a"
     assert await storage.list_checkpoint_ids(workflow_name="wf") == ["a"]
     assert (await storage.load("a")).state == {"s": {1, 9}}
+
+
+async def test_a_record_whose_digest_an_earlier_release_wrote_is_re_saved_without_a_conflict(
+    storage: CheckpointStore,
+) -> None:
+    # Releases before XXH3 kept a BLAKE2b digest beside each unkeyed body. A re-save of the same
+    # checkpoint then finds a digest that does not match its own: the decoded comparison must
+    # settle it as the re-save it is, and other content under the id must still conflict.
+    original = checkpoint("a", state={"k": 1})
+    (record,) = storage.records_for(original)
+    legacy = hashlib.blake2b(record.body, digest_size=16).hexdigest()
+    assert legacy != body_digest(record.body)
+    assert await storage.backend.insert([record.replaced(digest=legacy)]) is InsertResult.INSERTED
+    assert await storage.save(original) == "a"
+    assert await storage.load("a") == original
+    with pytest.raises(CheckpointConflictError):
+        await storage.save(checkpoint("a", state={"k": 2}, timestamp=original.timestamp))
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == ["a"]
+
+
+def test_the_body_digest_is_xxh3_128_of_the_body_bytes() -> None:
+    # Pinned: digests kept by one release are compared by the next, so a change of algorithm
+    # must be deliberate (it turns every re-save of an older record into a decoded comparison).
+    assert body_digest(b"checkpoint-storages") == xxhash.xxh3_128_hexdigest(b"checkpoint-storages")
+    assert body_digest(b"checkpoint-storages") == "71177a38c861d44fae17e7e8bd71ed3e"
+    assert body_digest(memoryview(b"xcheckpoint-storages")[1:]) == body_digest(b"checkpoint-storages")
+    assert body_digest(b"a") != body_digest(b"b")
 
 
 async def test_an_id_can_be_saved_again_after_delete_and_becomes_latest(
