@@ -740,6 +740,93 @@ async def test_each_operation_is_one_round_trip_on_plain_redis(real_storage: Red
     assert counter.commands == ["EVALSHA"]
 
 
+def _large(checkpoint_id: str, size: int, workflow_name: str = "wf") -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(
+        workflow_name, "sig", checkpoint_id=checkpoint_id, state={"blob": bytes(range(256)) * (size // 256)}
+    )
+
+
+@redis_mark
+async def test_a_large_body_is_read_by_a_transaction_not_through_lua(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    # The script only locates a body over the inline limit (a copy into Lua and one out cost the
+    # server about 2 ms a megabyte); one MULTI of plain commands reads it.
+    from storages.redis.reads import INLINE_BODY_LIMIT
+
+    small, large = _large("small", INLINE_BODY_LIMIT - 1024), _large("large", 4 * INLINE_BODY_LIMIT)
+    child = WorkflowCheckpoint("child", "sig", state={"blob": b"x" * (2 * INLINE_BODY_LIMIT)})
+    large_with_child = _with_child("wf", child, checkpoint_id="large-with-child")
+    large_with_child.state["blob"] = b"y" * (2 * INLINE_BODY_LIMIT)
+    for checkpoint in (small, large, large_with_child):
+        await real_storage.save(checkpoint)
+    counter = _CountingClient(real_storage)
+    for checkpoint, commands in (
+        (small, ["EVALSHA"]),
+        (large, ["EVALSHA", "MULTI GET HMGET EXISTS"]),
+        (large_with_child, ["EVALSHA"]),  # nested bodies come with the script's walk
+    ):
+        counter.commands.clear()
+        assert await _load_unseen(real_storage, checkpoint.checkpoint_id) == checkpoint
+        assert counter.commands == commands, checkpoint.checkpoint_id
+    await _load_unseen(real_storage, "large")
+    counter.commands.clear()
+    assert await real_storage.load("large") == large  # remembered now: the transaction alone
+    assert counter.commands == ["MULTI GET HMGET EXISTS"]
+
+
+@redis_mark
+async def test_a_large_body_that_moves_between_script_and_transaction_is_read_by_the_script(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    from storages.redis.reads import INLINE_BODY_LIMIT
+
+    moved = _large("moving", 4 * INLINE_BODY_LIMIT, workflow_name="elsewhere")
+    await real_storage.save(_large("moving", 4 * INLINE_BODY_LIMIT))
+    await real_storage.save(_large("going", 4 * INLINE_BODY_LIMIT))
+    other = real_storage.new_handle()
+    connection = real_storage.backend.connection
+    original = connection.transaction
+    changes = {"moving": lambda: _move(other, moved), "going": lambda: other.delete("going")}
+
+    async def change_first(operation: str, commands: Any) -> Any:
+        checkpoint_id = commands[-1][1].rsplit(":", 1)[-1]  # the children key names the id
+        change = changes.pop(checkpoint_id, None)
+        if change is not None:
+            await change()
+        return await original(operation, commands)
+
+    connection.transaction = change_first  # type: ignore[method-assign]
+    counter = _CountingClient(real_storage)
+    try:
+        assert await _load_unseen(real_storage, "moving") == moved  # deleted, saved elsewhere
+        assert counter.commands == ["EVALSHA", "MULTI GET HMGET EXISTS", "EVALSHA"]
+        counter.commands.clear()
+        with pytest.raises(CheckpointNotFoundError):
+            await _load_unseen(real_storage, "going")  # no pointer any more: not stored
+        assert counter.commands == ["EVALSHA", "MULTI GET HMGET EXISTS"]
+    finally:
+        await other.aclose()
+
+
+async def _move(storage: RedisCheckpointStorage, checkpoint: WorkflowCheckpoint) -> None:
+    assert await storage.delete(checkpoint.checkpoint_id)
+    await storage.save(checkpoint)
+
+
+@cluster_mark
+async def test_a_large_body_is_loaded_whole_on_a_cluster(cluster_storage: RedisCheckpointStorage) -> None:
+    from storages.redis.reads import INLINE_BODY_LIMIT
+
+    large = _large("large", 4 * INLINE_BODY_LIMIT)
+    await cluster_storage.save(large)
+    other = cluster_storage.new_handle()
+    try:
+        assert await other.load("large") == large
+    finally:
+        await other.aclose()
+
+
 @redis_mark
 async def test_listing_reads_page_by_page(
     fake_storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch

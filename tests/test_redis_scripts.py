@@ -96,16 +96,26 @@ def test_save_one_encodes_as_the_generic_walk_does(changes: dict[str, object]) -
 
 @pytest.mark.parametrize("home", [None, "wf"])
 def test_load_encodes_as_the_generic_walk_does(home: str | None) -> None:
-    call = Load(route="p:{id}:loc", id="id", given_home=home)
+    call = Load(route="p:{id}:loc", id="id", given_home=home, inline_limit=65536)
     assert call.encode() == ScriptCall.encode(call)
 
 
 @pytest.mark.parametrize(
     ("changes", "says"),
-    [({"id": b"id"}, "id: expected text"), ({"given_home": 4.5}, "given_home: expected optional")],
+    [
+        ({"id": b"id"}, "id: expected text"),
+        ({"given_home": 4.5}, "given_home: expected optional"),
+        ({"inline_limit": "65536"}, "inline_limit: expected int"),
+    ],
 )
 def test_load_refuses_an_argument_of_the_wrong_type(changes: dict[str, object], says: str) -> None:
-    fields: dict[str, object] = {"route": "p:{id}:loc", "id": "id", "given_home": None, **changes}
+    fields: dict[str, object] = {
+        "route": "p:{id}:loc",
+        "id": "id",
+        "given_home": None,
+        "inline_limit": 0,
+        **changes,
+    }
     with pytest.raises(TypeError, match=says):
         Load(**fields).encode()  # type: ignore[arg-type]
 

@@ -10,6 +10,7 @@ checkpoint or a shorter list.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,12 @@ from .scripts import Fetch, Latest, ListIds, Load, Page, Read, Walk
 REMEMBERED_HOMES = 16_384
 """Ids whose home a handle remembers for load's transaction (about 100 bytes each); the oldest
 noted is dropped first. A load of an id not remembered runs the load script."""
+
+INLINE_BODY_LIMIT = 64 * 1024
+"""The largest body the load script returns itself on plain Redis. A larger one (with nothing
+nested) the script only locates, and one transaction of plain commands reads it: moving a body
+into Lua and back costs the server about 2 ms a megabyte, a second round trip far less
+(docs/redis.md, "load")."""
 
 PAGE_SIZE = 500
 """list_checkpoints reads bodies in pages of this many, one script call per page (a page of
@@ -71,13 +78,27 @@ class Reads:
                     self.forget(checkpoint_id)
                     return None
             # Plain Redis: the script follows the pointer, so no locate step (and no coroutine).
-            call = Load(route=self.keys.location(checkpoint_id), id=checkpoint_id, given_home=None)
+            call = Load(
+                route=self.keys.location(checkpoint_id),
+                id=checkpoint_id,
+                given_home=None,
+                inline_limit=INLINE_BODY_LIMIT,
+            )
         else:
             located = await self.span.locate("load", checkpoint_id)
             if located is None:
                 return None
-            call = Load(route=located.route, id=checkpoint_id, given_home=located.given_home)
+            call = Load(route=located.route, id=checkpoint_id, given_home=located.given_home, inline_limit=0)
         reply = await self.connection.run("load", call)
+        if reply is not None and len(reply) == 2:
+            # {home, size}: a large body with nothing nested, read without Lua; if that cannot
+            # answer, the script does, whatever the body's size.
+            stored = await self._load_located(checkpoint_id, reply[0])
+            if isinstance(stored, StoredBody):
+                return stored
+            if stored is _NOT_STORED:
+                return None
+            reply = await self.connection.run("load", dataclasses.replace(call, inline_limit=0))
         if reply is None:
             self.forget(checkpoint_id)
             return None
@@ -95,6 +116,23 @@ class Reads:
         return StoredBody(
             checkpoint_id, body, nested, _index_entry(checkpoint_id, workflow_name, previous_id, signature)
         )
+
+    async def _load_located(self, checkpoint_id: CheckpointID, pointer: Any) -> StoredBody | object | None:
+        """A large body the load script located at ``pointer`` (its home), read by
+        :meth:`_load_at`'s transaction; None when the script must answer after all: the record
+        moved or went between the two, or the pointer is not a name this storage writes."""
+        if type(pointer) is not bytes:
+            return None
+        try:
+            home = pointer.decode()
+        except UnicodeDecodeError:
+            return None
+        stored = await self._load_at(checkpoint_id, home)
+        if isinstance(stored, StoredBody):
+            self.remember(checkpoint_id, home)
+        elif stored is _NOT_STORED:
+            self.forget(checkpoint_id)
+        return stored
 
     async def _load_at(self, checkpoint_id: CheckpointID, home: str) -> StoredBody | object | None:
         """The record from ``home`` by one MULTI/EXEC of plain commands, which costs the server

@@ -106,13 +106,21 @@ class Load(ScriptCall):
     route: Key
     id: str
     given_home: str | None
+    inline_limit: int
+    """The largest body the script returns (plain Redis); a larger one with nothing nested
+    comes back as ``{home, size}``, for the client to read without Lua. 0: any size."""
 
     def encode(self) -> tuple[list[str], list[Encoded]]:
-        # Every load encodes these three: what the generic encode gives for them, without its
+        # Every load encodes these four: what the generic encode gives for them, without its
         # walk over the fields; any other type takes that walk, which refuses it.
-        route, checkpoint_id, home = self.route, self.id, self.given_home
-        if type(route) is str and type(checkpoint_id) is str and (home is None or type(home) is str):
-            return [route], [checkpoint_id, "" if home is None else home]
+        route, checkpoint_id, home, limit = self.route, self.id, self.given_home, self.inline_limit
+        if (
+            type(route) is str
+            and type(checkpoint_id) is str
+            and (home is None or type(home) is str)
+            and type(limit) is int
+        ):
+            return [route], [checkpoint_id, "" if home is None else home, str(limit)]
         return ScriptCall.encode(self)
 
 
