@@ -29,8 +29,10 @@ from conformance.target import target_from_url
 from storages import (
     AncestryEnd,
     Capability,
+    CheckpointConflictError,
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    StaleWriterError,
     StorageConfigurationError,
     StorageUnavailableError,
     WorkflowCheckpoint,
@@ -484,28 +486,10 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
     client = real_storage.backend.client
 
     async def dump(storage: RedisCheckpointStorage) -> dict[str, Any]:
-        keys = sorted([key.decode() async for key in client.scan_iter(match=f"{storage.prefix}:*")])
-        dumped: dict[str, Any] = {}
-        for key in keys:
-            kind = (await client.type(key)).decode()
-            if kind == "hash":
-                value: Any = await client.hgetall(key)
-            elif kind == "zset":
-                value = await client.zrange(key, 0, -1, withscores=True)
-                if key == storage.keys.workflows:  # scored with when it expires: the save's time
-                    value = [(member, score == float("inf")) for member, score in value]
-            else:
-                value = await client.get(key)
-            dumped[key[len(storage.prefix) :]] = (kind, value, await client.pttl(key) > 0)
-        return dumped
-
-    def store(label: str, ttl: str) -> RedisCheckpointStorage:
-        prefix = redis_servers.fresh_prefix(label)
-        options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
-        return RedisCheckpointStorage.from_url(redis_servers.with_query(redis_servers.redis_url(), **options))
+        return await _dump(client, storage)
 
     for ttl in ("", "3600"):
-        fast, general = store("one", ttl), store("gen", ttl)
+        fast, general = _store_with_ttl("one", ttl), _store_with_ttl("gen", ttl)
         await fast.get_latest(workflow_name="opens-the-handle")
         fast_path = fast.backend.scripts["save_one"]
         fast_saves: list[str] = []
@@ -533,6 +517,135 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
             for storage in (fast, general):
                 await storage.aclose()
                 await redis_servers.delete_prefix(client, storage.prefix)
+
+
+async def _dump(client: Redis, storage: RedisCheckpointStorage) -> dict[str, Any]:
+    """Every key of ``storage``'s prefix: its kind, value and whether it has a TTL."""
+    keys = sorted([key.decode() async for key in client.scan_iter(match=f"{storage.prefix}:*")])
+    dumped: dict[str, Any] = {}
+    for key in keys:
+        kind = (await client.type(key)).decode()
+        if kind == "hash":
+            value: Any = await client.hgetall(key)
+        elif kind == "zset":
+            value = await client.zrange(key, 0, -1, withscores=True)
+            if key == storage.keys.workflows:  # scored with when it expires: the save's time
+                value = [(member, score == float("inf")) for member, score in value]
+        else:
+            value = await client.get(key)
+        dumped[key[len(storage.prefix) :]] = (kind, value, await client.pttl(key) > 0)
+    return dumped
+
+
+def _store_with_ttl(label: str, ttl: str) -> RedisCheckpointStorage:
+    prefix = redis_servers.fresh_prefix(label)
+    options = {"prefix": prefix, **({"ttl": ttl} if ttl else {})}  # "": no TTL
+    return RedisCheckpointStorage.from_url(redis_servers.with_query(redis_servers.redis_url(), **options))
+
+
+async def _stage_keys(storage: RedisCheckpointStorage) -> list[bytes]:
+    return [key async for key in storage.backend.client.scan_iter(match=f"{storage.prefix}:*:stage:*")]
+
+
+@redis_mark
+async def test_a_large_body_is_saved_by_a_transaction_and_leaves_what_the_general_save_leaves(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    # A body this large is written to a stage key by the transaction and renamed into place by
+    # save_one, never copied through Lua; keys, values and TTLs must be the general save's.
+    from storages.redis.commit import STAGED_BODY_MIN
+
+    client = real_storage.backend.client
+    for ttl in ("", "3600"):
+        staged, general = _store_with_ttl("stg", ttl), _store_with_ttl("gen", ttl)
+        await staged.get_latest(workflow_name="opens-the-handle")
+        counter = _CountingClient(staged)
+        try:
+            first = _large("big-1", STAGED_BODY_MIN + 1024, workflow_name="w:{x}%")
+            chain = [first, _large("big-2", 2 * STAGED_BODY_MIN, workflow_name="w:{x}%")]
+            chain[1] = WorkflowCheckpoint(
+                "w:{x}%", "sig", checkpoint_id="big-2", previous_checkpoint_id="big-1", state=chain[1].state
+            )
+            for checkpoint in chain:
+                counter.commands.clear()
+                await staged.save(checkpoint)
+                # (then, after a new workflow's first save, the workflow index is completed)
+                assert counter.commands[0] == "MULTI HSET PEXPIRE EVALSHA", checkpoint.checkpoint_id
+                assert "EVALSHA" not in counter.commands[:2], checkpoint.checkpoint_id
+                await general.backend.open("save")
+                assert await general.backend.commits.insert_family(records_of(general, checkpoint)) is None
+            written = await _dump(client, staged)
+            assert len(written) == 8  # no stage left; with no TTL, the stage's own did not stay
+            assert written == await _dump(client, general)
+            assert await _load_unseen(staged, "big-2") == chain[1]
+        finally:
+            for storage in (staged, general):
+                await storage.aclose()
+                await redis_servers.delete_prefix(client, storage.prefix)
+
+
+@redis_mark
+async def test_a_staged_body_that_is_not_written_leaves_nothing_behind(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    from storages.redis.commit import STAGED_BODY_MIN
+
+    big = _large("big", 2 * STAGED_BODY_MIN)
+    await real_storage.save(big)
+    assert await real_storage.save(big) == "big"  # the same body again: nothing written
+    with pytest.raises(CheckpointConflictError):
+        await real_storage.save(_large("big", 3 * STAGED_BODY_MIN))
+    await real_storage.save(WorkflowCheckpoint("elsewhere", "sig", checkpoint_id="taken"))
+    with pytest.raises(CheckpointConflictError):  # stored under another workflow
+        await real_storage.save(_large("taken", 2 * STAGED_BODY_MIN))
+    with pytest.raises(StaleWriterError):
+        await real_storage.save(_large("next", 2 * STAGED_BODY_MIN), expected_latest_id="not-the-latest")
+    assert await _stage_keys(real_storage) == []
+    assert await _load_unseen(real_storage, "big") == big
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == ["big"]
+
+
+@redis_mark
+async def test_a_staged_save_whose_transaction_breaks_is_saved_the_plain_way(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    from storages.redis.commit import STAGED_BODY_MIN
+
+    connection = real_storage.backend.connection
+    original = connection.transaction
+
+    async def body_only(operation: str, commands: Any) -> Any:
+        await original(operation, commands[:2])  # the stage written, the script never run
+        return None
+
+    async def reply_lost(operation: str, commands: Any) -> Any:
+        await original(operation, commands)  # everything ran; the reply never came
+        return None
+
+    saved = []
+    for name, broken in (("body-only", body_only), ("reply-lost", reply_lost)):
+        checkpoint = _large(name, 2 * STAGED_BODY_MIN)
+        connection.transaction = broken  # type: ignore[method-assign]
+        try:
+            assert await real_storage.save(checkpoint) == name
+        finally:
+            connection.transaction = original  # type: ignore[method-assign]
+        saved.append(checkpoint)
+    assert await _stage_keys(real_storage) == []
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == ["body-only", "reply-lost"]
+    for checkpoint in saved:
+        assert await _load_unseen(real_storage, checkpoint.checkpoint_id) == checkpoint
+
+
+@redis_mark
+async def test_a_large_body_round_trips_where_no_transaction_can_be_had(
+    fake_storage: RedisCheckpointStorage,
+) -> None:
+    from storages.redis.commit import STAGED_BODY_MIN
+
+    big = _large("big", 2 * STAGED_BODY_MIN)
+    await fake_storage.save(big)
+    assert await _load_unseen(fake_storage, "big") == big
 
 
 @redis_mark

@@ -47,7 +47,9 @@ def _save_one(**changes: object) -> SaveOne:
 def test_a_call_encodes_its_keys_and_typed_arguments_in_declaration_order() -> None:
     keys, args = _save_one().encode()
     assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s"]
-    assert args == ["wf", "id", b"\x00body", "d", "s", "", "1", "before"]
+    assert args == ["wf", "id", b"\x00body", "d", "s", "", "1", "before", ""]
+    _, staged = _save_one(body=b"", stage="p:{wf}:stage:id").encode()
+    assert staged == ["wf", "id", b"", "d", "s", "", "1", "before", "p:{wf}:stage:id"]
 
 
 def test_the_lua_binding_names_each_input_where_the_encoder_puts_it() -> None:
@@ -58,6 +60,7 @@ def test_the_lua_binding_names_each_input_where_the_encoder_puts_it() -> None:
     assert "local workflow = ARGV[4]" in lines
     assert "local fenced = ARGV[10] == '1'" in lines
     assert "local expected = ARGV[11]" in lines
+    assert "local stage = ARGV[12]" in lines
 
 
 def test_rows_are_sent_field_by_field_and_read_back_by_name() -> None:
@@ -87,7 +90,14 @@ def test_an_argument_of_the_wrong_type_is_refused_before_it_is_sent(
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"fenced": False, "expected": None}, {"previous": "before"}, {"previous": ""}, {"expected": ""}],
+    [
+        {},
+        {"fenced": False, "expected": None},
+        {"previous": "before"},
+        {"previous": ""},
+        {"expected": ""},
+        {"body": b"", "stage": "p:{wf}:stage:id"},
+    ],
 )
 def test_save_one_encodes_as_the_generic_walk_does(changes: dict[str, object]) -> None:
     call = _save_one(**changes)

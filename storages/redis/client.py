@@ -4,6 +4,7 @@ event loop it follows, script calls, driver-error translation and the eviction-p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import sys
@@ -134,7 +135,39 @@ class RedisConnection:
         keys, args = call.encode()
         return await self.call(operation, self.scripts[call.script](keys=keys, args=[*self._common, *args]))
 
-    async def transaction(self, operation: str, commands: Sequence[tuple[str, ...]]) -> list[Any] | None:
+    @property
+    def transactions(self) -> bool:
+        """Whether :meth:`transaction` can be had: a pooled plain client (not a cluster, not a
+        client pinned to one connection)."""
+        client = self.client
+        return not self.cluster and type(client) is Redis and client.connection is None
+
+    async def run_staged(self, operation: str, call: ScriptCall, stage: str, body: bytes) -> Any:
+        """``call`` (which names ``stage``) after ``body`` is written to ``stage``, in one
+        transaction: the script's reply, or NOT_RUN when the transaction could not be had or a
+        command in it was refused. Then nothing may have run, or the body only (the stage's TTL
+        removes it; it is also deleted here when the server can be reached), or everything
+        (EXEC ran but its reply was lost): the caller saves again the plain way, which an
+        already stored id answers with its digest."""
+        script = self.scripts[call.script]
+        keys, args = call.encode()
+        reply = await self.transaction(
+            operation,
+            (
+                ("HSET", stage, "b", body),
+                ("PEXPIRE", stage, STAGE_TTL_MS),
+                ("EVALSHA", script.sha, str(len(keys)), *keys, *self._common, *args),
+            ),
+        )
+        if reply is None or len(reply) != 3:
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await self.client.delete(stage)
+            return NOT_RUN
+        return reply[2]
+
+    async def transaction(
+        self, operation: str, commands: Sequence[tuple[str | bytes, ...]]
+    ) -> list[Any] | None:
         """EXEC's reply to ``MULTI``, ``commands``, ``EXEC`` sent at once on one pooled connection
         (plain Redis): one round trip, atomic. None when it could not be had, and the caller reads
         another way: the client is not a pooled plain one, the connection failed (it is dropped),
@@ -145,10 +178,9 @@ class RedisConnection:
         saves: so the commands go as one write packed here, and the five replies are read under
         one timeout (the connection's socket timeout) rather than one timer each.
         """
-        client = self.client
-        if self.cluster or type(client) is not Redis or client.connection is not None:
+        if not self.transactions:
             return None
-        pool: Any = client.connection_pool
+        pool: Any = self.client.connection_pool
         try:
             connection = await pool.get_connection()
         except (redis_errors.RedisError, OSError) as exc:
@@ -296,16 +328,33 @@ class RedisConnection:
         return refused_probes_by_server.setdefault(server_and_user(self.url), {})
 
 
-def _packed(*commands: tuple[str, ...]) -> bytes:
-    """Commands in the protocol's request form (arrays of bulk strings, UTF-8 as the client's
-    default encoder writes them)."""
+def _packed(*commands: tuple[str | bytes, ...]) -> list[bytes]:
+    """Commands in the protocol's request form (arrays of bulk strings, text in UTF-8 as the
+    client's default encoder writes it), as chunks for one write: a large bytes argument is a
+    chunk of its own, sent as it is rather than copied into a joined buffer."""
+    chunks: list[bytes] = []
     parts: list[bytes] = []
     for command in commands:
         parts.append(b"*%d\r\n" % len(command))
         for argument in command:
-            data = argument.encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+            data = argument.encode() if isinstance(argument, str) else argument
+            if len(data) < _SENT_APART:
+                parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+                continue
+            parts.append(b"$%d\r\n" % len(data))
+            chunks += [b"".join(parts), data]
+            parts = [b"\r\n"]
+    chunks.append(b"".join(parts))
+    return chunks
+
+
+_SENT_APART = 16 * 1024
+"""Arguments from this size on are written as chunks of their own (redis-py's cut-off is 6,000)."""
+STAGE_TTL_MS = "60000"
+"""A staged body's time to live: the script renames it into place or deletes it in the same
+transaction, so it outlives that only if the transaction broke after writing it."""
+NOT_RUN = object()
+"""What :meth:`RedisConnection.run_staged` returns when its transaction could not be had."""
 
 
 class Script:

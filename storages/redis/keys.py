@@ -10,6 +10,8 @@ key, or produce another key's name::
     P:{W}:nested       sorted set: records named W nested in any checkpoint, as "home:id"
     P:{W}:tombs        set: ids pruned from W
     P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields)
+    P:{H}:stage:ID     hash: a large body on its way into P:{H}:r:ID, written and consumed
+                       by one MULTI (save_one renames it into place); 60 s TTL as a net
     P:{H}:k:ID         list: the direct children of a record, in the order met
     P:{H}:f:ID         list: every record nested, at any depth, in top-level record ID
     P:{ID}:loc         string: the home of record ID (load() only has an id)
@@ -88,6 +90,11 @@ class RedisKeys:
     def record_under(tag: str, checkpoint_id: CheckpointID) -> str:
         """:meth:`record` for a home whose :meth:`tag` is already built."""
         return f"{tag}:r:{escape(checkpoint_id)}"
+
+    @staticmethod
+    def stage_under(tag: str, checkpoint_id: CheckpointID) -> str:
+        """Where a save's transaction puts a large body for save_one to rename into place."""
+        return f"{tag}:stage:{escape(checkpoint_id)}"
 
     def location(self, checkpoint_id: CheckpointID) -> str:
         return self.tag(checkpoint_id) + ":loc"

@@ -54,11 +54,14 @@ class SaveOne(ScriptCall):
     previous: str | None
     fenced: bool
     expected: str | None
+    stage: str | None = None
+    """The key a transaction wrote a large body to just before this call (plain Redis): renamed
+    into place whole, never copied through Lua; ``body`` is then empty. None: ``body`` is it."""
 
     def encode(self) -> tuple[list[str], list[Encoded]]:
         # The commonest save's call, encoded directly as the generic walk would (a fifth of the
         # client's work on a save was that walk); any other type takes the walk, which refuses it.
-        previous, expected, fenced = self.previous, self.expected, self.fenced
+        previous, expected, fenced, stage = self.previous, self.expected, self.fenced, self.stage
         if (
             type(self.workflow) is str
             and type(self.id) is str
@@ -68,6 +71,7 @@ class SaveOne(ScriptCall):
             and (previous is None or type(previous) is str)
             and type(fenced) is bool
             and (expected is None or type(expected) is str)
+            and (stage is None or type(stage) is str)
         ):
             keys = [self.pointer, self.record, self.counter, self.top, self.signature_index]
             args: list[Encoded] = [
@@ -79,6 +83,7 @@ class SaveOne(ScriptCall):
                 "" if previous is None else previous,
                 "1" if fenced else "0",
                 "" if expected is None else expected,
+                "" if stage is None else stage,
             ]
             return keys, args
         return ScriptCall.encode(self)

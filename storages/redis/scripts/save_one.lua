@@ -2,20 +2,35 @@
 -- save.lua for that case, with the key names given, so the server runs only the commands it
 -- needs. Returns false when written (1 if the workflow was new to a workflow index that is not
 -- yet complete: the client completes it), else the stored digest; fenced, {'exists', digest, latest} or {'stale', latest}.
+-- A large body comes in a key of its own (stage, written by the same MULTI just before this
+-- script): renamed into place, so its bytes never pass through Lua (about 2 ms a megabyte).
+local staged = stage ~= ''
 local found = redis.call('GET', pointer)
 if found then
   local stored_digest = redis.call('HGET', rkey(tag(found), id), 'd')
   if stored_digest then
+    if staged then redis.call('DEL', stage) end
     if fenced then return {'exists', stored_digest, head(workflow)} end
     return stored_digest
   end
 end
 if fenced then
   local latest = head(workflow)
-  if latest ~= expected then return {'stale', latest} end
+  if latest ~= expected then
+    if staged then redis.call('DEL', stage) end
+    return {'stale', latest}
+  end
 end
 local seq = redis.call('INCR', counter)
-if previous == '' then
+if staged then
+  redis.call('RENAME', stage, record)
+  if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
+  if previous == '' then
+    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
+  else
+    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0', 'p', previous)
+  end
+elseif previous == '' then
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
 else
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
