@@ -68,7 +68,8 @@ _CODEC = CheckpointCodec()
 _BASE = template(WorkflowCheckpoint)
 
 
-def _checkpoint(index: int, series: str = "main") -> Any:
+def checkpoint_at(index: int, series: str = "main") -> Any:
+    """The benchmark checkpoint numbered ``index`` in ``series`` (deterministic ids)."""
     return numbered(_BASE, index, series)
 
 
@@ -81,7 +82,7 @@ class _Subject:
     list_ids: Callable[[Any], Awaitable[Any]]
 
 
-class _RawRedis:
+class RawRedis:
     """The floor: the same bytes, one pipelined SET + ZADD per save, no checks, no scripts."""
 
     def __init__(self, client: Redis, prefix: str) -> None:
@@ -122,12 +123,12 @@ class _RawRedis:
         return [member.decode() for member in await self.client.zrange(self.index_key, 0, -1)]
 
 
-def _raw_item(index: int, series: str) -> tuple[str, bytes]:
-    checkpoint = _checkpoint(index, series)
+def raw_item(index: int, series: str) -> tuple[str, bytes]:
+    checkpoint = checkpoint_at(index, series)
     return checkpoint.checkpoint_id, _CODEC.encode_checkpoint(checkpoint)
 
 
-async def _populate(save: Callable[[Any], Awaitable[Any]], items: list[Any]) -> None:
+async def populate(save: Callable[[Any], Awaitable[Any]], items: list[Any]) -> None:
     # Concurrent batches for speed; the last item is saved alone, so it is the latest.
     body, last = items[:-1], items[-1]
     for start in range(0, len(body), POPULATE_CONCURRENCY):
@@ -149,7 +150,7 @@ def _save_halves(
         assert result is InsertResult.INSERTED
 
     def checkpoints(n: int) -> list[Any]:
-        return [_checkpoint(next(counter), series) for _ in range(n)]
+        return [checkpoint_at(next(counter), series) for _ in range(n)]
 
     def records(n: int) -> list[CheckpointRecord]:
         return [storage.records_for(checkpoint)[0] for checkpoint in checkpoints(n)]
@@ -163,7 +164,7 @@ def _cases(
     rng = random.Random(stored)
 
     def load_args(n: int) -> list[str]:
-        return [_checkpoint(rng.randrange(stored)).checkpoint_id for _ in range(n)]
+        return [checkpoint_at(rng.randrange(stored)).checkpoint_id for _ in range(n)]
 
     def save_args(n: int) -> list[Any]:
         return [subject.make_item(next(counter), series) for _ in range(n)]
@@ -177,16 +178,16 @@ def _cases(
 
 
 def _floor_cases(
-    raw: _RawRedis, stored: int, series: str, counter: itertools.count[int]
+    raw: RawRedis, stored: int, series: str, counter: itertools.count[int]
 ) -> dict[str, AsyncCase]:
     """The floors with the codec's share: encode + raw write, GET + decode."""
     rng = random.Random(stored + 1)
     return {
         "raw/save_encoded": AsyncCase(
-            raw.save_encoded, lambda n: [_checkpoint(next(counter), series) for _ in range(n)]
+            raw.save_encoded, lambda n: [checkpoint_at(next(counter), series) for _ in range(n)]
         ),
         "raw/load_decoded": AsyncCase(
-            raw.load_decoded, lambda n: [_checkpoint(rng.randrange(stored)).checkpoint_id for _ in range(n)]
+            raw.load_decoded, lambda n: [checkpoint_at(rng.randrange(stored)).checkpoint_id for _ in range(n)]
         ),
     }
 
@@ -199,7 +200,7 @@ async def run_redis(
     ours_prefix, raw_prefix = f"bench-ours-{run}", f"bench-raw-{run}"
     client = Redis.from_url(url)
     storage = RedisCheckpointStorage.from_url(url + ("&" if "?" in url else "?") + f"prefix={ours_prefix}")
-    raw = _RawRedis(client, raw_prefix)
+    raw = RawRedis(client, raw_prefix)
 
     async def latest(_: object) -> Any:
         return await storage.get_latest(workflow_name=WORKFLOW_NAME)
@@ -208,8 +209,8 @@ async def run_redis(
         return await storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME)
 
     subjects = {
-        "ours": _Subject(storage.save, storage.load, latest, _checkpoint, list_ids),
-        "raw": _Subject(raw.save, raw.load, raw.latest, _raw_item, raw.list_ids),
+        "ours": _Subject(storage.save, storage.load, latest, checkpoint_at, list_ids),
+        "raw": _Subject(raw.save, raw.load, raw.latest, raw_item, raw.list_ids),
     }
     sizes = sorted({SMALL, min(MEDIUM, large), large})
     results: dict[str, Any] = {
@@ -229,7 +230,7 @@ async def run_redis(
         for size in sizes:
             for name, subject in subjects.items():
                 make = subject.make_item
-                await _populate(subject.save, [make(index, "main") for index in range(stored, size)])
+                await populate(subject.save, [make(index, "main") for index in range(stored, size)])
                 latest = await subject.latest(None)
                 assert latest is not None, f"{name}: nothing stored after populating {size:,}"
             stored = size
@@ -255,7 +256,7 @@ async def run_redis(
 
 
 async def _ancestry(storage: RedisCheckpointStorage, budget: Budget) -> dict[str, Any]:
-    chain = [_checkpoint(index, "chain") for index in range(DEPTH)]
+    chain = [checkpoint_at(index, "chain") for index in range(DEPTH)]
     for checkpoint in chain:
         await storage.save(checkpoint)
     newest = chain[-1].checkpoint_id

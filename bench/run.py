@@ -197,7 +197,12 @@ async def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
     if not args.no_tails and not missing_peers and importlib.util.find_spec("agent_framework") is not None:
         with console.status("Issue 29 tails: big payloads, long histories, large stores, reads then writes"):
-            results["tails"] = await run_tails(TAILS_QUICK if args.quick else TAILS_FULL, budget)
+            results["tails"] = await run_tails(
+                TAILS_QUICK if args.quick else TAILS_FULL,
+                budget,
+                redis_url=None if args.no_redis else args.redis_url,
+                s3=True,
+            )
         console.print(tails_table(results["tails"]))
 
     skipped = {"ours-sqlite": "--no-sqlite given"} if args.no_sqlite else {}
