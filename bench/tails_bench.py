@@ -827,7 +827,11 @@ FINDINGS: list[str] = [
     "of the body, one script, medians of 30 (the table's row, 2.43x, read 5.13x in a short run "
     "of the same bench code before the change). A load of such a body by a handle that did not "
     "save it no longer returns it through the load script: the script answers with its home "
-    "and one transaction reads it, 4.24 ms to 1.83 ms against 1.44 ms for `GET` and decode "
+    "and one transaction reads it (once the handle has met a body over 64 KiB: measuring the "
+    "body is one more call, about 3% of the script's server work, which a store of small "
+    "checkpoints should not pay: 131,700 instructions before, 138,300 to 139,400 measuring every "
+    "body, 133,900 to 135,800 as it is, `python -m bench.redis_server_callgrind`, counts that "
+    "vary by a few thousand run to run), 4.24 ms to 1.83 ms against 1.44 ms for `GET` and decode "
     "(2.25x to 1.27x, one script; the table's row 1.24x). What is left of the save over the raw "
     "write is our encode of the megabyte and the transaction's two more commands. A cluster "
     "keeps the scripts (its pointer and record are in different slots).",

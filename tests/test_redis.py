@@ -886,6 +886,20 @@ async def test_a_large_body_is_read_by_a_transaction_not_through_lua(
     counter.commands.clear()
     assert await real_storage.load("large") == large  # remembered now: the transaction alone
     assert counter.commands == ["MULTI GET HMGET EXISTS"]
+    # A handle that has met no large body does not ask the script to measure bodies (a call
+    # every small load would pay): its first large load comes whole, the next by transaction.
+    large_too = _large("large-too", 4 * INLINE_BODY_LIMIT)
+    await real_storage.save(large_too)
+    fresh = real_storage.new_handle()
+    try:
+        await fresh.get_latest(workflow_name="opens-the-handle")
+        fresh_counter = _CountingClient(fresh)
+        assert await fresh.load("small") == small
+        assert await fresh.load("large") == large
+        assert await fresh.load("large-too") == large_too
+        assert fresh_counter.commands == ["EVALSHA", "EVALSHA", "EVALSHA", "MULTI GET HMGET EXISTS"]
+    finally:
+        await fresh.aclose()
 
 
 @redis_mark

@@ -187,6 +187,7 @@ class RedisBackend(Backend):
             stored = await self._commits.insert(top)
             if stored is None:
                 self._reads.remember(top.checkpoint_id, top.workflow_name)
+                self._reads.note_body(len(top.body))
         else:
             stored = await self._commits.insert_family(records)
             if stored is None:
@@ -199,6 +200,7 @@ class RedisBackend(Backend):
         home = records[0].workflow_name
         containers = {record.container_id for record in records}
         for record in records:
+            self._reads.note_body(len(record.body))
             if record.checkpoint_id not in containers:
                 self._reads.remember(record.checkpoint_id, home)
 

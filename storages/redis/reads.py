@@ -30,10 +30,10 @@ REMEMBERED_HOMES = 16_384
 noted is dropped first. A load of an id not remembered runs the load script."""
 
 INLINE_BODY_LIMIT = 64 * 1024
-"""The largest body the load script returns itself on plain Redis. A larger one (with nothing
-nested) the script only locates, and one transaction of plain commands reads it: moving a body
-into Lua and back costs the server about 2 ms a megabyte, a second round trip far less
-(docs/redis.md, "load")."""
+"""The largest body the load script returns itself on plain Redis, once a handle has met a
+larger one. A larger one (with nothing nested) the script only locates, and one transaction of
+plain commands reads it: moving a body into Lua and back costs the server about 2 ms a
+megabyte, a second round trip far less (docs/redis.md, "load")."""
 
 PAGE_SIZE = 500
 """list_checkpoints reads bodies in pages of this many, one script call per page (a page of
@@ -52,6 +52,16 @@ class Reads:
         self.homes: OrderedDict[CheckpointID, str] = OrderedDict()
         """Id -> home of records this handle saved or read (plain Redis only); an OrderedDict,
         whose oldest entry goes in O(1) once it is full (a plain dict's scans deleted slots)."""
+        self.large_bodies = False
+        """Whether this handle has saved or read a body over INLINE_BODY_LIMIT. Until it has,
+        the load script is not asked to measure bodies: that one more call is about 3% of the
+        script's server work (python -m bench.redis_server_callgrind), which every load of a
+        store holding no large body would pay for nothing."""
+
+    def note_body(self, size: int) -> None:
+        """A body of ``size`` bytes was saved or read through this handle."""
+        if size > INLINE_BODY_LIMIT:
+            self.large_bodies = True
 
     def remember(self, checkpoint_id: CheckpointID, home: str) -> None:
         """Note where a record this handle saved or read lives, for :meth:`load`'s transaction."""
@@ -82,7 +92,7 @@ class Reads:
                 route=self.keys.location(checkpoint_id),
                 id=checkpoint_id,
                 given_home=None,
-                inline_limit=INLINE_BODY_LIMIT,
+                inline_limit=INLINE_BODY_LIMIT if self.large_bodies else 0,
             )
         else:
             located = await self.span.locate("load", checkpoint_id)
@@ -107,6 +117,7 @@ class Reads:
         body, workflow_name, previous_id, signature, home_name = reply[:5]
         if body is None:
             raise no_body(checkpoint_id)
+        self.note_body(len(body))
         nested = body_pairs(reply, 5) if len(reply) > 5 else None
         if nested is None:
             # Records with others nested in them stay with the script, which reads those too; a
