@@ -707,8 +707,12 @@ FINDINGS: list[str] = [
     "instruction counts (callgrind) the ones to compare. Machines of this kind differ: the "
     "table's run was on an AMD EPYC with AVX2 and no AVX-512, where ISA-L's CRC-32 takes 89 µs "
     "a megabyte (its 128-bit folding path) against 18 µs on the AVX-512 machine of the codec "
-    "figures below, and plain calls take about four times as long; each row is a ratio within "
-    "one run, but the codec rows move with the CRC's speed.",
+    "figures below, and plain calls take about two to four times as long; each row is a ratio "
+    "within one run, but the codec rows move with the CRC's speed. Rows near their bounds moved "
+    "between this run and one an hour earlier on the same machine (the earlier figure second): "
+    "codec, text ÷ msgspec 1.55x and 1.40x at 1 MB, 1.55x and 1.46x at 100 KB; codec, text ÷ "
+    "JsonPlusSerializer at 1 MB 1.25x and 1.12x; S3 save 2.13x and 1.93x; the SQLite rows as "
+    "below. Those within a few hundredths of a bound are at it, not on either side.",
     "",
     "- **SQLite save after reads.** (Found when the SQLite backend ran on aiosqlite; its own "
     "connection thread, storages/sqlite/thread.py, has kept the fix since.) aiosqlite's "
@@ -806,7 +810,11 @@ FINDINGS: list[str] = [
     "two copies; a keyed storage's bodies carry no CRC (the seal's MAC covers them), and with "
     "zstd the passes run over the compressed bytes. The `bytes` rows ÷ msgspec and the 1 MB "
     "rows ÷ JsonPlusSerializer (ormsgpack both ways, no checksum) stay above their bounds for "
-    "that reason.",
+    "that reason. Text pays the same two CRC passes (178 µs of the 1 MB round trip on the "
+    "table's machine) and three full scans for bin markers (none is found in ASCII text: 50 µs; "
+    "the check exists because ormsgpack writes `bytearray` and `memoryview` as `bin`, which "
+    "would read back as `bytes`); against msgspec, which checks nothing, that puts the text rows "
+    "at their 1.5x bound on a CPU without AVX-512 (1.32x and 1.33x on the AVX-512 machine).",
     "- **Digest of a large body (Redis, PostgreSQL, S3).** Found by timing a Redis save of a "
     "1 MB checkpoint step by step: the digest a backend keeps to tell an idempotent re-save "
     "(`CheckpointRecord.digest`) was BLAKE2b, 1,330 µs a megabyte on the table's machine, more "
@@ -824,15 +832,15 @@ FINDINGS: list[str] = [
     "(redis-py, one script, medians of 30). So a body of 64 KiB or more is saved by one "
     "`MULTI` that writes it to a stage key, which `save_one` renames into the record "
     "(docs/redis.md, save): 1 MB, 5.4 ms to 2.2 ms against 1.0 ms for the raw `SET` + `ZADD` "
-    "of the body, one script, medians of 30 (the table's row, 2.43x, read 5.13x in a short run "
-    "of the same bench code before the change). A load of such a body by a handle that did not "
+    "of the body, one script, medians of 30 (the table's row read 5.13x in a short run of the "
+    "same bench code before the change). A load of such a body by a handle that did not "
     "save it no longer returns it through the load script: the script answers with its home "
     "and one transaction reads it (once the handle has met a body over 64 KiB: measuring the "
     "body is one more call, about 3% of the script's server work, which a store of small "
     "checkpoints should not pay: 131,700 instructions before, 138,300 to 139,400 measuring every "
     "body, 133,900 to 135,800 as it is, `python -m bench.redis_server_callgrind`, counts that "
     "vary by a few thousand run to run), 4.24 ms to 1.83 ms against 1.44 ms for `GET` and decode "
-    "(2.25x to 1.27x, one script; the table's row 1.24x). What is left of the save over the raw "
+    "(2.25x to 1.27x, one script). What is left of the save over the raw "
     "write is our encode of the megabyte and the transaction's two more commands. A cluster "
     "keeps the scripts (its pointer and record are in different slots).",
     "- **Redis load and save of the benchmark checkpoint.** Like for like (our encode before "
@@ -864,8 +872,8 @@ FINDINGS: list[str] = [
     "load checks the order key it names), so the first two steps cannot overlap. By round trips "
     "alone that is 1.5x; the LIST and the conditional PUTs cost moto (the benchmark's server) more "
     "than a plain PUT, which is the rest. The issue measured 2.7x against its floor; the row "
-    "above, against two `put_object` calls one after the other on the same moto server, is "
-    "within the bound but close to it, and moves with moto's load.",
+    "above, against two `put_object` calls one after the other on the same moto server, is at "
+    "the bound (2.13x in the table's run, 1.93x an hour earlier) and moves with moto's load.",
     "- **SQLite save of a 1 MB payload.** Not reproduced with a 1 MB `bytes` value: one "
     "hand-off, the body written once; the row above stays within its bound.",
     "- **Integrity key on a memory save.** Not reachable with this MAC on this machine, and left: "
@@ -893,9 +901,11 @@ FINDINGS: list[str] = [
     "The rows near the 1.5x bound (a save after a save, a load or a latest: ours writes two "
     "more index pages per save than the raw INSERT, docs/sqlite.md) move by a few hundredths "
     "between runs: a second run of the 10,000-history rows alone gave 1.55x after a save, 1.47x "
-    "after a load, 1.48x after a latest and 0.24x after a list. The table's run (the AVX2 "
-    "machine) put the 10,000-history saves after a load and after a latest at 1.51x and 1.55x, "
-    "their middle halves across the bound, and the others under it: what a save does beyond "
+    "after a load, 1.48x after a latest and 0.24x after a list. On the AVX2 machine the saves "
+    "after a save, a load or a latest came out between 1.43x and 1.56x in the table's run and "
+    "between 1.46x and 1.55x in a run an hour earlier (at 1,000 history after a save 1.50x and "
+    "1.46x; at 10,000, 1.55x and 1.46x after a save, 1.55x and 1.51x after a load, 1.56x and "
+    "1.55x after a latest), their middle halves across the bound: what a save does beyond "
     "the raw INSERT of the same bytes (its encode on the loop, two more index leaves and WAL "
     "frames, `BEGIN` and `COMMIT` as statements of their own: docs/sqlite.md) is half the raw "
     "INSERT's own cost, so these rows sit at the bound and no figure of theirs is steadier than "
