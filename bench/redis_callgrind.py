@@ -76,7 +76,7 @@ async def _prepared(url: str, op: str, n: int, stored: int) -> tuple[Any, Any]:
         if op == "load":
             return await storage.load(stored_id)
         if op == "load_by_script":
-            storage.backend.reads.homes.clear()  # as a handle that neither saved nor read the id
+            storage.backend.loads.homes.clear()  # as a handle that neither saved nor read the id
             return await storage.load(stored_id)
         if op == "get_decode":
             return codec.decode_checkpoint(await client.get(raw_body_key), checkpoint_id="x")

@@ -135,7 +135,7 @@ async def measure(url: str, prefix: str, count: Counter, list_stored: int) -> li
 
         async def load_by_script(_: int) -> Any:
             # A handle that neither saved nor read the id runs the load script.
-            storage.backend.reads.homes.clear()
+            storage.backend.loads.homes.clear()
             return await storage.load(stored_id)
 
         # LangGraph asks for each new subgraph namespace's latest before anything is stored.

@@ -538,7 +538,7 @@ async def redis_rows(url: str, stored: int, calls: int, rounds: int) -> dict[str
         big_probe = itertools.cycle(big_ids)
 
         def unseen_big_id() -> str:
-            reader.backend.reads.homes.clear()  # as a process that neither saved nor read it
+            reader.backend.loads.homes.clear()  # as a process that neither saved nor read it
             return next(big_probe)
 
         try:

@@ -812,7 +812,7 @@ class _CountingClient:
 
 
 async def _load_unseen(storage: RedisCheckpointStorage, checkpoint_id: str) -> WorkflowCheckpoint:
-    storage.backend.reads.homes.clear()  # as a handle that neither saved nor read it
+    storage.backend.loads.homes.clear()  # as a handle that neither saved nor read it
     return await storage.load(checkpoint_id)
 
 
@@ -865,7 +865,7 @@ async def test_a_large_body_is_read_by_a_transaction_not_through_lua(
 ) -> None:
     # The script only locates a body over the inline limit (a copy into Lua and one out cost the
     # server about 2 ms a megabyte); one MULTI of plain commands reads it.
-    from storages.redis.reads import INLINE_BODY_LIMIT
+    from storages.redis.loads import INLINE_BODY_LIMIT
 
     small, large = _large("small", INLINE_BODY_LIMIT - 1024), _large("large", 4 * INLINE_BODY_LIMIT)
     child = WorkflowCheckpoint("child", "sig", state={"blob": b"x" * (2 * INLINE_BODY_LIMIT)})
@@ -906,7 +906,7 @@ async def test_a_large_body_is_read_by_a_transaction_not_through_lua(
 async def test_a_large_body_that_moves_between_script_and_transaction_is_read_by_the_script(
     real_storage: RedisCheckpointStorage,
 ) -> None:
-    from storages.redis.reads import INLINE_BODY_LIMIT
+    from storages.redis.loads import INLINE_BODY_LIMIT
 
     moved = _large("moving", 4 * INLINE_BODY_LIMIT, workflow_name="elsewhere")
     await real_storage.save(_large("moving", 4 * INLINE_BODY_LIMIT))
@@ -943,7 +943,7 @@ async def _move(storage: RedisCheckpointStorage, checkpoint: WorkflowCheckpoint)
 
 @cluster_mark
 async def test_a_large_body_is_loaded_whole_on_a_cluster(cluster_storage: RedisCheckpointStorage) -> None:
-    from storages.redis.reads import INLINE_BODY_LIMIT
+    from storages.redis.loads import INLINE_BODY_LIMIT
 
     large = _large("large", 4 * INLINE_BODY_LIMIT)
     await cluster_storage.save(large)
@@ -1054,15 +1054,15 @@ async def test_a_remembered_home_never_outlives_the_record_on_a_cluster(
 async def test_remembered_homes_are_bounded(
     real_storage: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import storages.redis.reads
+    import storages.redis.loads
 
-    monkeypatch.setattr(storages.redis.reads, "REMEMBERED_HOMES", 3)
+    monkeypatch.setattr(storages.redis.loads, "REMEMBERED_HOMES", 3)
     chain = _chain("wf", 5)
     for checkpoint in chain:
         await real_storage.save(checkpoint)
-    assert list(real_storage.backend.reads.homes) == [c.checkpoint_id for c in chain[2:]]
+    assert list(real_storage.backend.loads.homes) == [c.checkpoint_id for c in chain[2:]]
     assert await real_storage.load(chain[0].checkpoint_id) == chain[0]  # by the script
-    assert list(real_storage.backend.reads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]
+    assert list(real_storage.backend.loads.homes) == [c.checkpoint_id for c in [*chain[3:], chain[0]]]
 
 
 @redis_mark
@@ -1081,7 +1081,7 @@ async def test_a_remembered_id_deleted_elsewhere_is_not_found_in_one_round_trip(
         await real_storage.load(checkpoint.checkpoint_id)
     # No location pointer: the transaction's answer is the script's, so no script follows.
     assert counter.commands == ["MULTI GET HMGET EXISTS"]
-    assert checkpoint.checkpoint_id not in real_storage.backend.reads.homes
+    assert checkpoint.checkpoint_id not in real_storage.backend.loads.homes
 
 
 async def _pointer_to_a_home_not_utf8(storage: RedisCheckpointStorage) -> None:
@@ -1097,7 +1097,7 @@ async def _pointer_to_a_home_not_utf8(storage: RedisCheckpointStorage) -> None:
     )
     try:
         assert await storage.load("planted") == planted
-        assert "planted" not in storage.backend.reads.homes
+        assert "planted" not in storage.backend.loads.homes
     finally:
         await storage.backend.client.delete(prefix + b":{\xff}:r:planted", storage.keys.location("planted"))
 

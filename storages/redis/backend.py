@@ -19,6 +19,7 @@ from .cluster import ClusterSlotSpan
 from .commit import Commits, SlotSpan
 from .config import DEFAULT_PREFIX, checked_settings
 from .keys import RedisKeys
+from .loads import Loads
 from .reads import Reads
 
 _BASE_CAPABILITIES = frozenset(
@@ -79,6 +80,7 @@ class RedisBackend(Backend):
         self._span = span
         self._commits = Commits(self._connection, span)
         self._reads = Reads(self._connection, span)
+        self._loads = Loads(self._connection, span)
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
@@ -141,8 +143,13 @@ class RedisBackend(Backend):
 
     @property
     def reads(self) -> Reads:
-        """The reads and their per-handle cache of where records live. A test hook."""
+        """The reads other than load. A test hook."""
         return self._reads
+
+    @property
+    def loads(self) -> Loads:
+        """``load`` and its per-handle cache of where records live. A test hook."""
+        return self._loads
 
     @property
     def span(self) -> SlotSpan | ClusterSlotSpan:
@@ -186,8 +193,8 @@ class RedisBackend(Backend):
         if len(records) == 1 and top.container_id is None:
             stored = await self._commits.insert(top)
             if stored is None:
-                self._reads.remember(top.checkpoint_id, top.workflow_name)
-                self._reads.note_body(len(top.body))
+                self._loads.remember(top.checkpoint_id, top.workflow_name)
+                self._loads.note_body(len(top.body))
         else:
             stored = await self._commits.insert_family(records)
             if stored is None:
@@ -200,9 +207,9 @@ class RedisBackend(Backend):
         home = records[0].workflow_name
         containers = {record.container_id for record in records}
         for record in records:
-            self._reads.note_body(len(record.body))
+            self._loads.note_body(len(record.body))
             if record.checkpoint_id not in containers:
-                self._reads.remember(record.checkpoint_id, home)
+                self._loads.remember(record.checkpoint_id, home)
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
@@ -213,7 +220,7 @@ class RedisBackend(Backend):
         return refused
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
-        self._reads.forget(checkpoint_id)
+        self._loads.forget(checkpoint_id)
         return await self._commits.remove(checkpoint_id)
 
     async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
@@ -228,7 +235,7 @@ class RedisBackend(Backend):
     # ------------------------------------------------------------------ reads
 
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        return await self._reads.load(checkpoint_id)
+        return await self._loads.load(checkpoint_id)
 
     async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         return await self._reads.nested_bodies(checkpoint_ids)

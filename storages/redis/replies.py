@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..backend import IndexEntry
 from ..contract import CheckpointID
 from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
 
@@ -100,3 +101,19 @@ def no_body(checkpoint_id: CheckpointID) -> CheckpointCorruptedError:
     return CheckpointCorruptedError(
         checkpoint_id, "its record is stored without its body (a damaged store: no save writes that)"
     )
+
+
+def index_entry(
+    checkpoint_id: CheckpointID, workflow_name: bytes, previous_id: bytes | None, signature: bytes
+) -> IndexEntry:
+    """A record's index fields as the engine checks its body against them; fields that are not
+    UTF-8 text (no value this storage writes: a hostile or damaged store) make the record
+    corrupted, named, rather than a UnicodeDecodeError."""
+    try:
+        return IndexEntry(
+            workflow_name.decode(), None if previous_id is None else previous_id.decode(), signature.decode()
+        )
+    except UnicodeDecodeError as exc:
+        raise CheckpointCorruptedError(
+            checkpoint_id, "its index fields (workflow, previous id, signature) are not UTF-8 text"
+        ) from exc

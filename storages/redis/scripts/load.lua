@@ -3,7 +3,7 @@
 -- without its body (a damaged store) comes with body false, to be reported; {home} alone when
 -- the id's pointer is stored and its record is not (lost: evicted, or deleted behind our back);
 -- {home, size} for a body over inline_limit with nothing nested (plain Redis). The home lets the
--- client read the record again by a transaction of plain commands (reads.py). On plain Redis the
+-- client read the record again by a transaction of plain commands (loads.py). On plain Redis the
 -- route is the id's location pointer, so its name is not built again here.
 local found
 if INLINE then found = redis.call('GET', route) else found = locate(id, given_home) end
