@@ -496,9 +496,6 @@ async def redis_rows(url: str, stored: int, calls: int, rounds: int) -> dict[str
         async def ours_list(_: object) -> Any:
             return await storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME)
 
-        async def raw_get(checkpoint_id: str) -> Any:
-            return await raw.load(checkpoint_id)
-
         rows["redis_list_ids_vs_zrange"] = await paired(
             timed_call(ours_list, lambda: None),
             timed_call(raw.list_ids, lambda: None),
@@ -518,7 +515,7 @@ async def redis_rows(url: str, stored: int, calls: int, rounds: int) -> dict[str
             timed_call(storage.load, stored_id), timed_call(raw.load_decoded, stored_id), calls, rounds
         )
         rows["redis_load_vs_get"] = await paired(
-            timed_call(storage.load, stored_id), timed_call(raw_get, stored_id), calls, rounds
+            timed_call(storage.load, stored_id), timed_call(raw.load, stored_id), calls, rounds
         )
         big = large_checkpoint("blob", 1_000_000)
         big_body = CheckpointCodec().encode_checkpoint(big)
@@ -528,12 +525,11 @@ async def redis_rows(url: str, stored: int, calls: int, rounds: int) -> dict[str
             calls,
             rounds,
         )
-        big_ids = [str(checkpoint.checkpoint_id) for checkpoint in [_fresh(big) for _ in range(4)]]
-        for big_id in big_ids:
-            await storage.save(dataclasses.replace(big, checkpoint_id=big_id))
-            await raw.save(
-                (big_id, storage.records_for(dataclasses.replace(big, checkpoint_id=big_id))[0].body)
-            )
+        big_ids = []
+        for checkpoint in [_fresh(big) for _ in range(4)]:
+            await storage.save(checkpoint)
+            await raw.save_encoded(checkpoint)
+            big_ids.append(checkpoint.checkpoint_id)
         reader = storage.new_handle()
         big_probe = itertools.cycle(big_ids)
 

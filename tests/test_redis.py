@@ -41,6 +41,8 @@ from storages import (
 from storages.backend import CheckpointRecord
 from storages.engine.encoding import plain_records, record_drafts
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
+from storages.redis.commit import STAGED_BODY_MIN
+from storages.redis.loads import INLINE_BODY_LIMIT
 
 redis_mark = pytest.mark.redis
 cluster_mark = pytest.mark.redis_cluster
@@ -553,8 +555,6 @@ async def test_a_large_body_is_saved_by_a_transaction_and_leaves_what_the_genera
 ) -> None:
     # A body this large is written to a stage key by the transaction and renamed into place by
     # save_one, never copied through Lua; keys, values and TTLs must be the general save's.
-    from storages.redis.commit import STAGED_BODY_MIN
-
     client = real_storage.backend.client
     for ttl in ("", "3600"):
         staged, general = _store_with_ttl("stg", ttl), _store_with_ttl("gen", ttl)
@@ -588,8 +588,6 @@ async def test_a_large_body_is_saved_by_a_transaction_and_leaves_what_the_genera
 async def test_a_staged_body_that_is_not_written_leaves_nothing_behind(
     real_storage: RedisCheckpointStorage,
 ) -> None:
-    from storages.redis.commit import STAGED_BODY_MIN
-
     big = _large("big", 2 * STAGED_BODY_MIN)
     await real_storage.save(big)
     assert await real_storage.save(big) == "big"  # the same body again: nothing written
@@ -609,8 +607,6 @@ async def test_a_staged_body_that_is_not_written_leaves_nothing_behind(
 async def test_a_staged_save_whose_transaction_breaks_is_saved_the_plain_way(
     real_storage: RedisCheckpointStorage,
 ) -> None:
-    from storages.redis.commit import STAGED_BODY_MIN
-
     connection = real_storage.backend.connection
     original = connection.transaction
 
@@ -641,8 +637,6 @@ async def test_a_staged_save_whose_transaction_breaks_is_saved_the_plain_way(
 async def test_a_large_body_round_trips_where_no_transaction_can_be_had(
     fake_storage: RedisCheckpointStorage,
 ) -> None:
-    from storages.redis.commit import STAGED_BODY_MIN
-
     big = _large("big", 2 * STAGED_BODY_MIN)
     await fake_storage.save(big)
     assert await _load_unseen(fake_storage, "big") == big
@@ -865,8 +859,6 @@ async def test_a_large_body_is_read_by_a_transaction_not_through_lua(
 ) -> None:
     # The script only locates a body over the inline limit (a copy into Lua and one out cost the
     # server about 2 ms a megabyte); one MULTI of plain commands reads it.
-    from storages.redis.loads import INLINE_BODY_LIMIT
-
     small, large = _large("small", INLINE_BODY_LIMIT - 1024), _large("large", 4 * INLINE_BODY_LIMIT)
     child = WorkflowCheckpoint("child", "sig", state={"blob": b"x" * (2 * INLINE_BODY_LIMIT)})
     large_with_child = _with_child("wf", child, checkpoint_id="large-with-child")
@@ -906,8 +898,6 @@ async def test_a_large_body_is_read_by_a_transaction_not_through_lua(
 async def test_a_large_body_that_moves_between_script_and_transaction_is_read_by_the_script(
     real_storage: RedisCheckpointStorage,
 ) -> None:
-    from storages.redis.loads import INLINE_BODY_LIMIT
-
     moved = _large("moving", 4 * INLINE_BODY_LIMIT, workflow_name="elsewhere")
     await real_storage.save(_large("moving", 4 * INLINE_BODY_LIMIT))
     await real_storage.save(_large("going", 4 * INLINE_BODY_LIMIT))
@@ -943,8 +933,6 @@ async def _move(storage: RedisCheckpointStorage, checkpoint: WorkflowCheckpoint)
 
 @cluster_mark
 async def test_a_large_body_is_loaded_whole_on_a_cluster(cluster_storage: RedisCheckpointStorage) -> None:
-    from storages.redis.loads import INLINE_BODY_LIMIT
-
     large = _large("large", 4 * INLINE_BODY_LIMIT)
     await cluster_storage.save(large)
     other = cluster_storage.new_handle()

@@ -25,11 +25,8 @@ local seq = redis.call('INCR', counter)
 if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
-  if previous == '' then
-    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
-  else
-    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0', 'p', previous)
-  end
+  redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
+  if previous ~= '' then redis.call('HSET', record, 'p', previous) end  -- rare: one call more
 elseif previous == '' then
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
 else
