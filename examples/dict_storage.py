@@ -18,7 +18,14 @@ from typing import Any
 
 from typing_extensions import Self
 
-from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, WalkRecords
+from storages.backend import (
+    Backend,
+    CheckpointRecord,
+    InsertResult,
+    StoredBody,
+    WalkRecords,
+    latest_record,
+)
 from storages.contract import Capability, CheckpointID
 from storages.engine import CheckpointStore
 
@@ -78,8 +85,10 @@ class DictBackend(Backend):
         return None if found is None else _stored(found[1])
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        rows = self._rows(workflow_name, graph_signature_hash)
-        return _stored(rows[-1]) if rows else None
+        # The newest commit resolved through the lineage (a checkpoint saved after one naming it
+        # as previous is not the latest): latest_record applies the rule to the workflow's rows.
+        latest = latest_record(self._rows(workflow_name, None), graph_signature_hash)
+        return None if latest is None else _stored(latest)
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False

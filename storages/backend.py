@@ -81,6 +81,13 @@ class Backend(abc.ABC):
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     """What this backend supports; see :class:`~storages.contract.Capability`."""
 
+    orders_inserts: ClassVar[bool] = False
+    """True when the inserts one handle starts commit in the order they were started (memory:
+    each runs whole under a lock before its first await; SQLite: one queue of group commits).
+    Otherwise (a pool of connections, concurrent requests) the engine starts one workflow's
+    saves one after another, so that they commit in the order ``save`` was called
+    (docs/contract.md, "Latest")."""
+
     @property
     def ttl(self) -> float | None:
         """Seconds a checkpoint lives after its save, on a backend declaring ``ttl``; else None."""
@@ -132,7 +139,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        """The top-level body with the highest sequence in the workflow (optionally of one signature)."""
+        """The body of the workflow's latest top-level record (optionally of one signature), in
+        one atomic read: the record with the highest sequence, then, while top-level records of
+        the workflow with its signature name the current one as previous id, the one of them
+        with the highest sequence, never one already visited (:func:`latest_record` is the rule
+        over a list; docs/contract.md, "Latest", says why)."""
 
     @abc.abstractmethod
     async def list_bodies(
@@ -163,8 +174,9 @@ class Backend(abc.ABC):
     ) -> FenceCheck | None:
         """:meth:`insert` behind a fence, in one atomic step: if the checkpoint's id is stored,
         write nothing and return the latest and whether the body is the same; else if the
-        workflow's latest top-level record is not ``expected_latest_id``, write nothing and
-        return the latest; else insert and return None. Needed by ``fencing``."""
+        workflow's latest top-level record (as :meth:`latest` chooses it, any signature) is not
+        ``expected_latest_id``, write nothing and return the latest; else insert and return
+        None. Needed by ``fencing``."""
         raise MissingPrimitiveError(type(self), "insert_fenced")
 
     async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
@@ -183,8 +195,9 @@ class Backend(abc.ABC):
         raise MissingPrimitiveError(type(self), "walk")
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` top-level records of the workflow, with their
-        nested records, and tombstone every deleted id, atomically; return the top-level count."""
+        """Delete all but ``keep_last`` top-level records of the workflow (the latest, and those
+        with the highest sequences: :func:`pruned_records`), with their nested records, and
+        tombstone every deleted id, atomically; return the top-level count."""
         raise MissingPrimitiveError(type(self), "prune")
 
     async def delete_workflow(self, workflow_name: str) -> int:
@@ -219,6 +232,49 @@ class Backend(abc.ABC):
         in the store's id order; fewer than ``limit`` only on the last page. Without it, a
         streaming read is one ``records`` call."""
         raise MissingPrimitiveError(type(self), "records_after")
+
+
+def latest_record(
+    records: Sequence[CheckpointRecord], graph_signature_hash: str | None = None
+) -> CheckpointRecord | None:
+    """The record :meth:`Backend.latest` returns, given every top-level record of one workflow in
+    ascending sequence (all signatures): the last of those with the signature (any, if None);
+    then, while records with its signature name the current one as previous id, the last of
+    them not yet visited. For a backend that reads a workflow's index whole; an indexed
+    backend follows the same rule with a lookup by previous id."""
+    candidates = [r for r in records if graph_signature_hash in (None, r.graph_signature_hash)]
+    if not candidates:
+        return None
+    current = candidates[-1]
+    visited = {current.checkpoint_id}
+    while True:
+        following = [
+            r
+            for r in records
+            if r.previous_checkpoint_id == current.checkpoint_id
+            and r.graph_signature_hash == current.graph_signature_hash
+            and r.checkpoint_id not in visited
+        ]
+        if not following:
+            return current
+        current = following[-1]
+        visited.add(current.checkpoint_id)
+
+
+def pruned_records(records: Sequence[CheckpointRecord], keep_last: int) -> list[CheckpointRecord]:
+    """What :meth:`Backend.prune` deletes, given every top-level record of the workflow in
+    ascending sequence: all but the latest (:func:`latest_record`) and the ``keep_last - 1``
+    others with the highest sequences; everything with ``keep_last=0``."""
+    cut = len(records) - keep_last
+    if cut <= 0:
+        return []
+    doomed = list(records[:cut])
+    if keep_last > 0:
+        latest = latest_record(records)
+        if latest is not None and latest in doomed:
+            doomed.remove(latest)
+            doomed.append(records[cut])
+    return doomed
 
 
 class CheckedIds(list[CheckpointID]):
@@ -284,5 +340,7 @@ __all__ = [
     "implemented_capabilities",
     "implements",
     "info_from_index",
+    "latest_record",
     "nested_id_conflict",
+    "pruned_records",
 ]

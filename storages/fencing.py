@@ -43,7 +43,6 @@ from .contract import (
     Unfenced,
 )
 from .errors import (
-    CheckpointCorruptedError,
     CheckpointNotFoundError,
     StaleWriterError,
     UnsupportedOperationError,
@@ -166,13 +165,13 @@ class FencedStorage:
         return False
 
     async def _latest_id(self, workflow_name: str) -> CheckpointID | None:
-        try:
-            latest = await self._storage.get_latest(workflow_name=workflow_name)
-        except CheckpointCorruptedError:
-            # Restoring an older checkpoint because the latest is damaged must still work: the
-            # listing names the latest without decoding it.
-            ids = await self._storage.list_checkpoint_ids(workflow_name=workflow_name)
-            return ids[-1] if ids else None
+        # Restoring an older checkpoint because the latest is damaged must still work: a storage
+        # that names its latest from the index (CheckpointStore.latest_id) never decodes it.
+        latest_id = getattr(self._storage, "latest_id", None)
+        if callable(latest_id):
+            named: CheckpointID | None = await latest_id(workflow_name=workflow_name)
+            return named
+        latest = await self._storage.get_latest(workflow_name=workflow_name)
         return None if latest is None else str(latest.checkpoint_id)
 
 

@@ -181,7 +181,7 @@ async def test_the_kit_fencing_family_and_runner_race_pass(storage_maker: Storag
     clauses = ["fencing", "runner.stale_run_cannot_clobber_successor"]
     report = await asyncio.to_thread(validate, target, clauses=clauses)
     (backend,) = report.backends
-    assert [r.outcome for r in backend.results] == [Outcome.PASSED] * 5, backend.failures
+    assert [r.outcome for r in backend.results] == [Outcome.PASSED] * 6, backend.failures
 
 
 # ---------------------------------------------------------------------------- FencedStorage

@@ -347,9 +347,10 @@ def test_inspect_draws_a_broken_run_one_line_of_descent_each(
         f"    └── r5  #7  {SHOWN}  iter 0  sig a1b2c3d4…  previous never-saved missing",
     ]
     status, out, _ = run(["inspect", url, "loop"], capsys)
+    # In a cycle the newest (lb) is continued by la, which only lb continues: la is the latest.
     assert lines(out)[1:] == [
-        f"├── la  #1  {SHOWN}  iter 0  sig a1b2c3d4…  cycle: previous lb",
-        f"└── lb  #2  {SHOWN}  iter 0  sig a1b2c3d4…  latest",
+        f"├── la  #1  {SHOWN}  iter 0  sig a1b2c3d4…  cycle: previous lb  latest",
+        f"└── lb  #2  {SHOWN}  iter 0  sig a1b2c3d4…",
     ]
     status, out, _ = run(["inspect", url, "sub"], capsys)
     assert lines(out)[1:] == [

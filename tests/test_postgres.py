@@ -390,9 +390,9 @@ async def test_a_version_1_schema_is_migrated_in_place_and_read_and_written(sche
             await connection.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,))
         ).fetchall()
     assert version == (SCHEMA_VERSION,)
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     names = {row[0] for row in indexes}
-    assert "checkpoints_by_kind_and_sequence" in names
+    assert {"checkpoints_by_kind_and_sequence", "checkpoints_by_successor"} <= names
     assert not {"checkpoints_by_sequence", "checkpoints_top_by_sequence"} & names
 
 

@@ -283,7 +283,8 @@ async def test_a_migration_behind_a_long_reader_gives_up_its_lock_instead_of_sta
                 short_reads += 1
                 await asyncio.sleep(0.02)
             with pytest.raises(
-                StorageUnavailableError, match="migration to schema version 2 could not take its table lock"
+                StorageUnavailableError,
+                match=f"migration to schema version {SCHEMA_VERSION} could not take its table lock",
             ):
                 await asyncio.wait_for(migration, timeout=60)
         finally:

@@ -499,7 +499,7 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
         async def counted(
             *, keys: list[str], args: list[Any], script: Any = fast_path, seen: list[str] = fast_saves
         ) -> Any:
-            seen.append(str(args[4]))
+            seen.append(str(args[5]))
             return await script(keys=keys, args=args)
 
         fast.backend.scripts["save_one"] = counted
@@ -511,8 +511,9 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
                 assert await general.backend.commits.insert_family(records_of(general, checkpoint)) is None
             assert fast_saves == [checkpoint.checkpoint_id for checkpoint in chain]  # the fast path ran
             written = await dump(fast)
-            # per checkpoint a record and a pointer; counter, top, signature; the workflow index
-            assert len(written) == 8
+            # per checkpoint a record and a pointer; counter, top, signature, successors; the
+            # workflow index
+            assert len(written) == 9
             assert written == await dump(general)
             assert await fast.load(chain[1].checkpoint_id) == chain[1]
         finally:
@@ -575,7 +576,7 @@ async def test_a_large_body_is_saved_by_a_transaction_and_leaves_what_the_genera
                 await general.backend.open("save")
                 assert await general.backend.commits.insert_family(records_of(general, checkpoint)) is None
             written = await _dump(client, staged)
-            assert len(written) == 8  # no stage left; with no TTL, the stage's own did not stay
+            assert len(written) == 9  # no stage left; with no TTL, the stage's own did not stay
             assert written == await _dump(client, general)
             assert await _load_unseen(staged, "big-2") == chain[1]
         finally:

@@ -451,8 +451,9 @@ async def test_the_probe_costs_five_requests_once_per_store(store: S3Store) -> N
         async with first.new_handle() as second, store.storage() as third:
             await second.save(checkpoint("wf"))
             await third.get_latest(workflow_name="wf")
-        # No probe: the handles share the verdict; the save and the read cost what they always do.
-        assert store.requests.snapshot() == {"GetObject": 2, "ListObjectsV2": 2, "PutObject": 2}
+        # No probe: the handles share the verdict; the save and the read cost what they always do
+        # (the read lists its checkpoint's successor keys while it reads the record).
+        assert store.requests.snapshot() == {"GetObject": 2, "ListObjectsV2": 3, "PutObject": 2}
     assert keys_under(f"{store.prefix}/probe/", store.client) == []
 
 
@@ -576,8 +577,9 @@ async def test_an_unreachable_endpoint_is_a_typed_error() -> None:
 
 
 async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Store) -> None:
-    """get_latest is one one-item LIST and one GET, load a GET and a HEAD, save four requests,
-    at 10 checkpoints and at 1,051 (more than one LIST page)."""
+    """get_latest is one one-item LIST, then one GET and one LIST of successor keys together (two
+    round trips), load a GET and a HEAD, save four requests, at 10 checkpoints and at 1,051 (more
+    than one LIST page)."""
     counts: dict[int, dict[str, dict[str, int]]] = {}
     async with in_process.storage() as storage:
         stored = 0
@@ -605,7 +607,7 @@ async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Sto
             per_operation["list_checkpoint_ids"] = in_process.requests.snapshot()
             counts[size] = per_operation
     for size in (10, 1050):
-        assert counts[size]["get_latest"] == {"ListObjectsV2": 1, "GetObject": 1}, size
+        assert counts[size]["get_latest"] == {"ListObjectsV2": 2, "GetObject": 1}, size
         assert counts[size]["load"] == {"GetObject": 1, "HeadObject": 1}, size
         assert counts[size]["save"] == {"GetObject": 1, "ListObjectsV2": 1, "PutObject": 2}, size
     # Listing ids reads keys only: one LIST request per 1,000 checkpoints, no GETs.
@@ -759,3 +761,64 @@ async def test_a_lost_record_is_reported_never_replaced_by_an_older_checkpoint(i
         assert caught.value.checkpoint_id == newest.checkpoint_id
     assert await storage.load(older.checkpoint_id) == older
     await storage.aclose()
+
+
+# ---------------------------------------------------------------------- latest through the lineage
+
+
+async def test_only_a_checkpoint_out_of_lineage_order_costs_a_successor_key(in_process: S3Store) -> None:
+    """A chain saved in order writes no successor key (a save is still 2 PUTs); a checkpoint saved
+    before the one it continues, and everything continuing it, writes one and marks its order key,
+    so get_latest can walk from the newest commit to the tip of its lineage."""
+    successors = f"{in_process.prefix}/w/chain/s/"
+    async with in_process.storage() as storage:
+        first = checkpoint("chain")
+        second = checkpoint("chain", previous=first)
+        await storage.save(first)
+        in_process.requests.reset()
+        await storage.save(second)
+        assert in_process.requests.snapshot()["PutObject"] == 2
+        assert keys_under(successors, in_process.client) == []
+        # A child saved before its parent, then the parent, then the child's own continuation.
+        parent = checkpoint("chain", previous=second, checkpoint_id="parent")
+        child = checkpoint("chain", previous=parent, checkpoint_id="child")
+        after_child = checkpoint("chain", previous=child, checkpoint_id="after-child")
+        for item in (child, parent, after_child):
+            await storage.save(item)
+        written = keys_under(successors, in_process.client)
+        assert len(written) == 3  # child under parent, parent under second, after-child under child
+        assert all(key.endswith(".s") for key in written)
+        latest = await storage.get_latest(workflow_name="chain")
+        assert latest is not None
+        assert latest.checkpoint_id == after_child.checkpoint_id
+        # Deleting the tip's checkpoints takes their successor keys with them.
+        await storage.delete(after_child.checkpoint_id)
+        await storage.delete(child.checkpoint_id)
+        assert len(keys_under(successors, in_process.client)) == 1
+        latest = await storage.get_latest(workflow_name="chain")
+        assert latest is not None
+        assert latest.checkpoint_id == parent.checkpoint_id
+
+
+async def test_a_successor_key_whose_save_never_committed_is_passed_over(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        first = checkpoint("crash-lineage")
+        await storage.save(first)
+        await storage.save(checkpoint("crash-lineage", previous=first))
+        # Continues first, which is no longer the newest: a successor key, then a crash before
+        # the order key (the record and the successor key are written together).
+        fork = checkpoint("crash-lineage", previous=first, checkpoint_id="fork")
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(2):
+                await storage.save(fork)
+        assert len(keys_under(f"{in_process.prefix}/w/crash-lineage/s/", in_process.client)) == 1
+        newest = checkpoint("crash-lineage", previous=first)
+        await storage.save(newest)  # continues first too: a fork, with a successor key
+    async with in_process.storage() as reopened:
+        latest = await reopened.get_latest(workflow_name="crash-lineage")
+        assert latest is not None
+        assert latest.checkpoint_id == newest.checkpoint_id
+        assert await reopened.save(fork) == fork.checkpoint_id  # the retry commits it
+        latest = await reopened.get_latest(workflow_name="crash-lineage")
+        assert latest is not None
+        assert latest.checkpoint_id == newest.checkpoint_id  # it kept its first sequence

@@ -112,15 +112,26 @@ async def _ensure_consistent(
     return ids
 
 
+async def _writers(ctx: ClauseContext) -> list[Any]:
+    """The handles concurrent saves of one workflow go through: four on a shared store (a
+    handle may queue one workflow's saves, so only several handles race them in the store),
+    else the clause's one."""
+    if Capability.SHARED not in ctx.storage.capabilities:
+        return [ctx.storage]
+    return [ctx.storage, *[await ctx.other_handle() for _ in range(3)]]
+
+
 @clause(
     "concurrency.many_saves_one_workflow",
-    f"{BURST} concurrent saves to one workflow are listed once each, in real-time order, latest last.",
+    f"{BURST} concurrent saves to one workflow, through several handles where the store is shared, are "
+    "listed once each, in real-time order, latest last.",
     timeout=_TIMEOUT,
 )
 async def many_saves_one_workflow(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("burst")
     checkpoints = [ctx.checkpoint(workflow_name, iteration_count=i, state={"i": i}) for i in range(BURST)]
-    saves = await _timed_saves([(ctx.storage, c) for c in checkpoints])
+    writers = await _writers(ctx)
+    saves = await _timed_saves([(writers[i % len(writers)], c) for i, c in enumerate(checkpoints)])
     ids = await _ensure_consistent(ctx.storage, workflow_name, saves, "the saving handle")
     # The burst must leave the sequence usable: the next save is the newest.
     follow_up = ctx.checkpoint(workflow_name, previous_checkpoint_id=ids[-1], iteration_count=BURST)
@@ -148,14 +159,18 @@ async def workflows_do_not_mix(ctx: ClauseContext) -> None:
 
 @clause(
     "concurrency.identical_saves",
-    "Concurrent saves of equal checkpoints under one id all succeed and store it exactly once (MAF #7748).",
+    "Concurrent saves of equal checkpoints under one id, through several handles where the store is "
+    "shared, all succeed and store it exactly once (MAF #7748).",
     timeout=_TIMEOUT,
 )
 async def identical_saves(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("same-id")
     original = ctx.checkpoint(workflow_name, state={"tuple": (1, 2), "text": "same"})
     copies = [_copy_of(ctx, original) for _ in range(64)]
-    results = await asyncio.gather(*(ctx.storage.save(c) for c in copies), return_exceptions=True)
+    writers = await _writers(ctx)
+    results = await asyncio.gather(
+        *(writers[index % len(writers)].save(c) for index, c in enumerate(copies)), return_exceptions=True
+    )
     for result in results:
         if isinstance(result, BaseException):
             fail(
@@ -186,14 +201,18 @@ def _copy_of(ctx: ClauseContext, checkpoint: Any, **changes: Any) -> Any:
 
 @clause(
     "concurrency.conflicting_saves",
-    "Concurrent saves of different content under one id store one; the others raise CheckpointConflictError.",
+    "Concurrent saves of different content under one id, through several handles where the store is "
+    "shared, store one; the others raise CheckpointConflictError.",
     timeout=_TIMEOUT,
 )
 async def conflicting_saves(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("conflict")
     base = ctx.checkpoint(workflow_name)
     variants = [_copy_of(ctx, base, state={"variant": index}) for index in range(16)]
-    results = await asyncio.gather(*(ctx.storage.save(v) for v in variants), return_exceptions=True)
+    writers = await _writers(ctx)
+    results = await asyncio.gather(
+        *(writers[index % len(writers)].save(v) for index, v in enumerate(variants)), return_exceptions=True
+    )
     stored = await ctx.storage.load(base.checkpoint_id)
     winners = [index for index, variant in enumerate(variants) if variant == stored]
     ensure(len(winners) == 1, f"load({base.checkpoint_id!r}) returned none of the saved variants: {stored!r}")

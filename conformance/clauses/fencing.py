@@ -1,7 +1,7 @@
 """fencing: a stale writer can never move a workflow's latest off the branch that superseded it.
 
 Every clause needs the ``fencing`` capability: ``save(checkpoint, expected_latest_id=X)`` stores
-only while ``X`` is the workflow's latest (commit order; None: no checkpoint yet), checked
+only while ``X`` is the workflow's latest (as get_latest() names it; None: no checkpoint yet), checked
 atomically with the write, and otherwise raises StaleWriterError and stores nothing.
 
 Writers race through separate handles on one backend (``new_handle()``), fired together with
@@ -188,6 +188,41 @@ async def retried_save_is_idempotent(ctx: ClauseContext) -> None:
     ensure_equal(
         await _latest_id(ctx.storage, workflow), second.checkpoint_id, "get_latest after the retries"
     )
+
+
+@clause(
+    "fencing.fence_follows_the_lineage",
+    "The fence checks the latest get_latest() names: after a parent is saved after its child, a save "
+    "expecting the child is stored, and one expecting the parent (the newest commit) is refused.",
+    requires=_REQUIRES,
+)
+async def fence_follows_the_lineage(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name("fence-lineage")
+    parent = ctx.checkpoint(workflow, checkpoint_id=f"{workflow}-parent")
+    child = ctx.checkpoint(
+        workflow, checkpoint_id=f"{workflow}-child", previous_checkpoint_id=f"{workflow}-parent"
+    )
+    await ctx.storage.save(child)
+    await ctx.storage.save(parent)
+    ensure_equal(
+        await _latest_id(ctx.storage, workflow),
+        child.checkpoint_id,
+        "get_latest() after the child, then its parent",
+    )
+    stale = ctx.checkpoint(
+        workflow, checkpoint_id=f"{workflow}-stale", previous_checkpoint_id=parent.checkpoint_id
+    )
+    refused = await _fenced_save(ctx.storage, stale, parent.checkpoint_id)
+    if refused is None:
+        fail("a save expecting the parent (committed last, but continued by the child) was stored")
+    _ensure_names(refused, workflow, parent.checkpoint_id, child.checkpoint_id)
+    following = ctx.checkpoint(
+        workflow, checkpoint_id=f"{workflow}-next", previous_checkpoint_id=child.checkpoint_id
+    )
+    stored = await _fenced_save(ctx.storage, following, child.checkpoint_id)
+    if stored is not None:
+        fail(f"a save expecting the child, the latest, was refused: {stored}")
+    ensure_equal(await _latest_id(ctx.storage, workflow), following.checkpoint_id, "get_latest() after it")
 
 
 @clause(

@@ -1,13 +1,17 @@
-"""ordering: latest is commit order, decided by the backend, never by timestamps.
+"""ordering: latest is the newest commit resolved through its lineage, never timestamps.
 
 MAF's runner resumes from ``get_latest()``. Timestamps come from the clocks of whichever
 process saved, so they tie (same millisecond) and go backwards (clock skew, NTP steps); ids are
-random. The only order a storage can promise is the order its commits happened in, so every
-clause here gives checkpoints ids and timestamps that sort differently from the commit order.
+random. What a storage can promise is the order its commits happened in, and the lineage the
+checkpoints name: a checkpoint that another stored one continues (names as its previous id) is
+not where a run resumes, whichever was committed first (MAF 1.26 resolves latest the same way).
+So every clause here gives checkpoints ids and timestamps that sort differently from the commit
+order, and the lineage clauses commit checkpoints before the ones they continue.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -208,3 +212,84 @@ async def commit_order_across_handles(ctx: ClauseContext) -> None:
             )
             await run.expect_latest(checkpoint, when, storage=reader)
             await run.expect_listed(saved[: position + 1], when, storage=reader)
+
+
+@clause(
+    "ordering.latest_is_the_lineage_tip",
+    "A checkpoint saved after one that names it as previous (same workflow and signature) is not "
+    "the latest: get_latest() follows the newest commit to the tip of its lineage (a chain saved "
+    "in reverse, a fork, a successor of another signature that does not count).",
+)
+async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
+    run = _Run(ctx)
+    # A parent saved after its child, with equal timestamps (MAF's own conformance case).
+    child = ctx.checkpoint(run.workflow, checkpoint_id=f"{run.workflow}-child", timestamp=_at(0))
+    parent = ctx.checkpoint(run.workflow, checkpoint_id=f"{run.workflow}-parent", timestamp=_at(0))
+    child.previous_checkpoint_id = parent.checkpoint_id
+    for checkpoint in (child, parent):
+        run.names[checkpoint.checkpoint_id] = f"c{len(run.names)}"
+        await ctx.storage.save(checkpoint)
+    await run.expect_latest(child, "after saving c0, then c1, which c0 names as its previous")
+    # A chain of four continuing the child, saved newest first: the tip stays latest throughout.
+    chain = [run.make(f"{run.workflow}-{suffix}", _at(rank)) for suffix, rank in _SCRAMBLE[:4]]
+    previous = child.checkpoint_id
+    for checkpoint in chain:
+        checkpoint.previous_checkpoint_id = previous
+        previous = checkpoint.checkpoint_id
+    for checkpoint in reversed(chain):
+        await ctx.storage.save(checkpoint)
+        tip = chain[-1]
+        await run.expect_latest(tip, f"after saving {run.name(checkpoint)} of a chain saved tip first")
+    # Two forks from the tip, saved before a checkpoint between: the fork committed last wins.
+    middle = run.make(f"{run.workflow}-middle", _at(9))
+    middle.previous_checkpoint_id = tip.checkpoint_id
+    forks = [run.make(f"{run.workflow}-fork{n}", _at(n)) for n in (2, 1)]
+    for fork in forks:
+        fork.previous_checkpoint_id = middle.checkpoint_id
+        await ctx.storage.save(fork)
+    await ctx.storage.save(middle)
+    await run.expect_latest(
+        forks[-1],
+        f"after saving forks {run.name(forks[0])} and {run.name(forks[1])} "
+        f"of {run.name(middle)}, then {run.name(middle)}",
+    )
+    # A successor of another graph signature does not supersede: it is not where this graph resumes.
+    other = run.make(f"{run.workflow}-other-graph", _at(3))
+    other.previous_checkpoint_id = f"{run.workflow}-last"
+    other.graph_signature_hash = f"{other.graph_signature_hash}-changed"
+    last = run.make(f"{run.workflow}-last", _at(4))
+    last.previous_checkpoint_id = forks[-1].checkpoint_id
+    await ctx.storage.save(other)
+    await ctx.storage.save(last)
+    await run.expect_latest(
+        last, f"after saving {run.name(other)} (another graph signature) naming {run.name(last)}, then it"
+    )
+    if Capability.SIGNATURE_FILTER in ctx.storage.capabilities:
+        found = await ctx.storage.get_latest(
+            workflow_name=run.workflow, graph_signature_hash=other.graph_signature_hash
+        )
+        ensure(
+            found is not None and found.checkpoint_id == other.checkpoint_id,
+            f"get_latest(graph_signature_hash=<{run.name(other)}'s>) returned {run.name(found)}, "
+            f"expected {run.name(other)} {run.legend}",
+        )
+
+
+@clause(
+    "ordering.concurrent_saves_commit_in_call_order",
+    "Saves of one workflow started together on one handle commit in the order save() was called "
+    "(a runner's parallel steps): listed in that order, the last one called is the latest.",
+)
+async def concurrent_saves_commit_in_call_order(ctx: ClauseContext) -> None:
+    run = _Run(ctx)
+    saved = run.scrambled(len(_SCRAMBLE))
+    # Siblings: each continues the same entry checkpoint, as parallel steps built before either
+    # save returned do, so only the commit order can tell which was built last.
+    entry = run.make(f"{run.workflow}-entry", _at(0))
+    await ctx.storage.save(entry)
+    for checkpoint in saved:
+        checkpoint.previous_checkpoint_id = entry.checkpoint_id
+    tasks = [asyncio.ensure_future(ctx.storage.save(checkpoint)) for checkpoint in saved]
+    await asyncio.gather(*tasks)
+    await run.expect_listed([entry, *saved], "after six saves started together")
+    await run.expect_latest(saved[-1], "after six saves started together")

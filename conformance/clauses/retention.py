@@ -1,10 +1,10 @@
 """retention: prune and delete_workflow remove what they say, leave tombstones, and orphan nothing.
 
-``prune(keep_last=N)`` keeps a workflow's N newest checkpoints by commit order (timestamps are
-data, never order) and leaves a tombstone for every id it deletes, so a walk from a kept checkpoint
-ends PRUNED: history cut on purpose. A plain ``delete`` leaves none, so the same walk ends MISSING.
-``delete_workflow`` removes a workflow's checkpoints, their nested records and its tombstones,
-and nothing of any other workflow, however similar the names.
+``prune(keep_last=N)`` keeps a workflow's latest and the N - 1 other checkpoints committed last
+(timestamps are data, never order) and leaves a tombstone for every id it deletes, so a walk
+from a kept checkpoint ends PRUNED: history cut on purpose. A plain ``delete`` leaves none, so
+the same walk ends MISSING. ``delete_workflow`` removes a workflow's checkpoints, their nested
+records and its tombstones, and nothing of any other workflow, however similar the names.
 
 Checkpoint ids here are readable, ``<workflow>-<label>``; see :class:`~.ancestry.Book`.
 """
@@ -103,6 +103,27 @@ async def prune_keeps_newest(ctx: ClauseContext) -> None:
     await expect_listed(other, other.workflow, bystanders, f"{when} of workflow {book.workflow!r}")
     for checkpoint in bystanders:
         await expect_loads_equal(other, checkpoint, f"{when} of workflow {book.workflow!r}")
+
+
+@clause(
+    "retention.prune_keeps_the_latest",
+    "prune(keep_last=1) keeps the latest even when it was committed before the checkpoint it "
+    "continues (a parent saved after its child), and keep_last=2 keeps it and the newest other commit.",
+    requires=_PRUNE,
+)
+async def prune_keeps_the_latest(ctx: ClauseContext) -> None:
+    for keep_last in (1, 2):
+        book = Book(ctx, f"prune-tip-{keep_last}")
+        root = await book.save("c0")
+        child = book.make("c2", previous=book.id("c1"))
+        await book.ctx.storage.save(child)
+        parent = await book.save("c1", previous=root.checkpoint_id)
+        when = f"after saving c0, c2 (which continues c1), then c1, and prune(keep_last={keep_last})"
+        await expect_latest(book, book.workflow, child, "before the prune")
+        await _prune(book, book.workflow, keep_last, 3 - keep_last, when)
+        kept = [child] if keep_last == 1 else [child, parent]
+        await expect_listed(book, book.workflow, kept, when)
+        await expect_latest(book, book.workflow, child, when)
 
 
 @clause(
@@ -429,7 +450,8 @@ async def _shared_name_story(ctx: ClauseContext, label: str) -> tuple[Book, str,
     book = Book(ctx, label)
     child_name = ctx.workflow_name(f"{label}-child")
     own = [await book.save("own0", workflow=child_name)]
-    own.append(await book.save("own1", workflow=child_name, previous=own[0].checkpoint_id))
+    for index in (1, 2):
+        own.append(await book.save(f"own{index}", workflow=child_name, previous=own[-1].checkpoint_id))
     embedded = book.make("embedded", workflow=child_name)
     parent = await book.save("parent", state=sub_workflow_state(embedded))
     return book, child_name, parent, embedded, own
@@ -449,8 +471,9 @@ async def _expect_embedded_kept(book: Book, parent: Any, embedded: Any, when: st
 )
 async def prune_keeps_records_embedded_elsewhere(ctx: ClauseContext) -> None:
     book, child_name, parent, embedded, own = await _shared_name_story(ctx, "shared-prune")
-    # The embedded record is the newest of the name by sequence; keep_last counts only own ones.
-    for keep_last, kept, doomed in ((1, own[1:], own[:1]), (0, [], own[1:])):
+    # The embedded record is the newest of the name by sequence; keep_last counts only own ones
+    # (with 2: the latest, which is kept whatever the ranking, and the one before it).
+    for keep_last, kept, doomed in ((2, own[1:], own[:1]), (0, [], own[1:])):
         when = f"after prune(workflow_name={child_name!r}, keep_last={keep_last})"
         pruned = await answer(
             f"prune({child_name!r}, keep_last={keep_last})",

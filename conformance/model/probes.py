@@ -5,6 +5,7 @@ read back on another handle.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from storages.contract import Capability
@@ -22,7 +23,12 @@ class ProgramProbes(ProgramDraws):
     def _probes(self) -> list[Any]:
         """Short scenarios aimed at where features meet, drawn among the generated calls."""
         s = self.settings
-        probes: list[Any] = [self._resave_probe, self._large_value_probe]
+        probes: list[Any] = [
+            self._resave_probe,
+            self._large_value_probe,
+            self._lineage_probe,
+            self._near_id_probe,
+        ]
         if s.has(Capability.NESTED):
             probes.append(self._nested_probe)
         if s.handles > 1:
@@ -64,6 +70,65 @@ class ProgramProbes(ProgramDraws):
                 )
             ),
         ]
+
+    def _lineage_probe(self) -> list[Op]:
+        """A short chain continuing the latest, saved out of order (reversed or shuffled, as
+        concurrent step saves commit on a slow store), mostly under one signature, sometimes
+        forked: latest resolves each commit through the lineage, after every save."""
+        rng = self.rng
+        workflow = rng.choice(self.workflows)
+        previous = self.model.latest_id(workflow)
+        signature = self._signature(workflow)
+        drafts = []
+        for _ in range(rng.randint(2, 4)):
+            draft = self._draft(workflow, previous, embeds=False)
+            if rng.random() < 0.8:
+                draft = replace(draft, graph_signature_hash=signature)
+            drafts.append(draft)
+            if rng.random() < 0.8:  # else the next one forks from the same checkpoint
+                previous = draft.checkpoint_id
+        order = drafts[::-1]
+        if rng.random() < 0.5:
+            rng.shuffle(order)
+        latest = {"workflow": workflow, "signature": None, "mutate_after": False}
+        ops: list[Op] = []
+        for draft in order:
+            self.saved.append(draft)
+            ops.append(self._applied(Op("save", self._handle(), {"draft": draft, "mutate_after": False})))
+            ops.append(self._applied(Op("get_latest", self._handle(), dict(latest))))
+        if self.settings.has(Capability.SIGNATURE_FILTER):
+            ops.append(self._applied(Op("get_latest", self._handle(), {**latest, "signature": signature})))
+        listing = {"workflow": workflow, "signature": None, "include_nested": False}
+        ops.append(self._applied(Op("list_checkpoint_ids", self._handle(), listing)))
+        return ops
+
+    def _near_id_probe(self) -> list[Op]:
+        """A new checkpoint under an id that differs from a stored one only as a broken key scheme
+        might confuse (Unicode normalisation, case, a trailing space, an escaped slash, a shared
+        prefix), continuing it; then both read back by id, as latest and in a walk."""
+        rng = self.rng
+        top = self._top()
+        if not top:
+            return [self.next_op()]
+        collides = [
+            r for r in top if any(mark in r.checkpoint_id for mark in ("é", "e\u0301", " ", "/", "%2F"))
+        ]
+        original = rng.choice(collides if collides and rng.random() < 0.7 else top)
+        twin_id = self.names.twin_of(original.checkpoint_id, rng)
+        if twin_id in self.model.records:
+            return [self.next_op()]
+        draft = self._draft(original.workflow, original.checkpoint_id, checkpoint_id=twin_id, embeds=False)
+        self.saved.append(draft)
+        ops = [self._applied(Op("save", self._handle(), {"draft": draft, "mutate_after": False}))]
+        for checkpoint_id in (original.checkpoint_id, twin_id):
+            read = {"checkpoint_id": checkpoint_id, "signature": None, "mutate_after": False}
+            ops.append(self._applied(Op("load", self._handle(), read)))
+        latest = {"workflow": original.workflow, "signature": None, "mutate_after": False}
+        ops.append(self._applied(Op("get_latest", self._handle(), latest)))
+        if self.settings.has(Capability.ANCESTRY):
+            walk = {"checkpoint_id": twin_id, "max_depth": DEFAULT_MAX_DEPTH, "bodies": rng.random() < 0.5}
+            ops.append(self._applied(Op("walk", self._handle(), walk)))
+        return ops
 
     def _resave_probe(self) -> list[Op]:
         """An older checkpoint saved again, equal: nothing moves (latest, order)."""
@@ -169,6 +234,17 @@ class ProgramProbes(ProgramDraws):
         ]
         again = Op("put_writes", self._handle(), {**key, "writes": rewritten})
         ops = [first, self._applied(again), self._applied(self._put_writes_on(key))]
+        # The same checkpoint id under a bystander workflow has writes of its own (none yet).
+        bystander = rng.choice([w for w in self.workflows if w != record.workflow])
+        ops.append(
+            self._applied(
+                Op(
+                    "list_writes",
+                    self._handle(),
+                    {"checkpoint_id": record.checkpoint_id, "workflow": bystander},
+                )
+            )
+        )
         removal = rng.choice(("prune", "delete_workflow", "delete", "delete_writes", "none"))
         if removal == "prune":
             ops.append(
@@ -250,6 +326,11 @@ class ProgramProbes(ProgramDraws):
             draft.graph_signature_hash = signature
             self.saved.append(draft)
             ops.append(self._applied(Op("save", self._handle(), {"draft": draft, "mutate_after": False})))
+        if self.settings.load_signature:
+            # The last one loaded expecting its own graph, then another's (refused).
+            for expected in (second, first):
+                read = {"checkpoint_id": draft.checkpoint_id, "signature": expected, "mutate_after": False}
+                ops.append(self._applied(Op("load", self._handle(), read)))
         for signature in (first, second):
             ops.append(
                 self._applied(

@@ -40,9 +40,14 @@ class Generator(ProgramProbes):
         ops: list[Op] = []
         echo = 0.6 if self.settings.handles > 1 else 0.35
         probes = self._probes()
+        # Probes take turns (in an order the seed shuffles), so a short program still runs each
+        # kind a fair share of times rather than whatever the draws happen to favour.
+        self.rng.shuffle(probes)
+        turn = 0
         while len(ops) < count:
             if probes and self.rng.random() < 0.12:
-                ops += self.rng.choice(probes)()  # each probe applies its ops as it draws them
+                ops += probes[turn % len(probes)]()  # each probe applies its ops as it draws them
+                turn += 1
                 continue
             op = self.next_op()
             ops.append(op)

@@ -116,9 +116,33 @@ class ContractModel:
             key=lambda r: r.sequence,
         )
 
+    def latest(self, workflow: str, signature: str | None = None) -> Record | None:
+        """The checkpoint a run resumes from: the top-level checkpoint committed last (of the
+        signature, if given); then, while top-level checkpoints of the same workflow and signature
+        name the current one as their previous id, the one of them committed last, never one
+        already visited."""
+        top = self.top_level(workflow, signature)
+        if not top:
+            return None
+        current = top[-1]
+        visited = {current.checkpoint_id}
+        everyone = self.top_level(workflow)
+        while True:
+            successors = [
+                r
+                for r in everyone
+                if r.draft.previous_checkpoint_id == current.checkpoint_id
+                and r.draft.graph_signature_hash == current.draft.graph_signature_hash
+                and r.checkpoint_id not in visited
+            ]
+            if not successors:
+                return current
+            current = successors[-1]
+            visited.add(current.checkpoint_id)
+
     def latest_id(self, workflow: str) -> str | None:
-        top = self.top_level(workflow)
-        return top[-1].checkpoint_id if top else None
+        latest = self.latest(workflow)
+        return None if latest is None else latest.checkpoint_id
 
     def workflows(self) -> set[str]:
         return {r.workflow for r in self.records.values() if r.container is None}
@@ -180,8 +204,8 @@ class ContractModel:
         return Expect.value(record.draft)
 
     def get_latest(self, workflow: str, signature: str | None = None) -> Expect:
-        top = self.top_level(workflow, signature)
-        return Expect.value(top[-1].draft if top else None)
+        latest = self.latest(workflow, signature)
+        return Expect.value(None if latest is None else latest.draft)
 
     def list_checkpoints(self, workflow: str, signature: str | None, include_nested: bool) -> Expect:
         return Expect.value([r.draft for r in self.listed(workflow, signature, include_nested)])
@@ -251,6 +275,10 @@ class ContractModel:
             return Expect.error(InvalidCheckpointError)
         top = self.top_level(workflow)
         victims = top[: max(len(top) - keep_last, 0)]
+        latest = self.latest(workflow)
+        if keep_last > 0 and latest in victims:
+            # The latest is kept, wherever it is in the order; so is one fewer of the others.
+            victims = [*(r for r in victims if r is not latest), top[len(top) - keep_last]]
         graves = self.tombstones.setdefault(workflow, {})
         for victim in victims:
             for member in self.family(victim.checkpoint_id):

@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..fencing import FencedStorage
 from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, as_provider
-from ..records import CheckpointRecord, InsertResult, StoredBody, listed_ids
+from ..records import CheckpointRecord, InsertResult, RecordDraft, StoredBody, listed_ids
 from .encoding import plain_records, record_drafts
 from .extensions import Extensions
 from .lifecycle import Lifecycle
@@ -43,6 +43,7 @@ from .parts import HandleParts
 from .reading import Reader, ReadRaced
 from .receipts import PruneReceipts
 from .resaves import Resaves
+from .save_order import SaveOrder, handed
 from .sealing import Chain, Sealer
 from .validation import as_list
 from .walk import DEFAULT_MAX_DEPTH
@@ -91,6 +92,7 @@ class CheckpointStore(Generic[BackendT]):
         self._backend = backend
         self._codec = codec
         self._lifecycle = Lifecycle(backend)
+        self._save_order = SaveOrder()
         self._assemble(None if integrity_key is None else as_provider(integrity_key))
 
     def _assemble(self, provider: IntegrityKeyProvider | None) -> None:
@@ -98,6 +100,9 @@ class CheckpointStore(Generic[BackendT]):
         backend = self._backend
         sealer = None if provider is None else self.sealer_type(provider, backend)
         self._sealer = sealer
+        # Saves go straight to a backend that commits them in call order; a seal may await a
+        # read of the store first, so keyed saves take their turn like any other.
+        self._inserts_ordered = backend.orders_inserts and sealer is None
         # A storage class may narrow what its backend declares (``capabilities = ...`` on the
         # class, say without fencing); else it declares what its backend does.
         declared: object = type(self).capabilities
@@ -159,9 +164,32 @@ class CheckpointStore(Generic[BackendT]):
             self._parts.require(Capability.FENCING, "save(expected_latest_id=...)")
             if expected_latest_id is not None:
                 validate_identifier(expected_latest_id, "expected_latest_id")
-        if not self._lifecycle.is_ready():
-            await self._lifecycle.ensure("save")
+        # The snapshot and the place in the workflow's commit order are both taken at the call,
+        # before the first await (save_order.py says why the order matters).
         drafts = record_drafts(self._codec, checkpoint, nested=self._nested, sealed=self._sealed_frames)
+        if self._inserts_ordered:
+            if not self._lifecycle.is_ready():
+                await self._lifecycle.ensure("save")
+            return await self._commit(drafts, expected_latest_id)
+        key, turn = self._save_order.take(drafts[0][1])
+        holding = turn is None
+        try:
+            if not self._lifecycle.is_ready():
+                await self._lifecycle.ensure("save")
+            if turn is not None:
+                try:
+                    await turn
+                finally:
+                    holding = handed(turn)
+            return await self._commit(drafts, expected_latest_id)
+        finally:
+            if holding:
+                self._save_order.hand_on(key)
+
+    async def _commit(
+        self, drafts: list[RecordDraft], expected_latest_id: CheckpointID | Unfenced | None
+    ) -> CheckpointID:
+        """Seal (on a keyed handle) and insert what a save encoded, once it is the save's turn."""
         sealer = self._sealer
         if sealer is None:
             records, chain = plain_records(drafts), _NO_CHAIN
@@ -295,6 +323,17 @@ class CheckpointStore(Generic[BackendT]):
                 continue  # the latest was deleted while being read: the one before it is latest now
             return checkpoint
         raise StorageUnavailableError("get_latest", f"workflow {workflow_name!r} kept changing")
+
+    async def latest_id(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None
+    ) -> CheckpointID | None:
+        """The id of the checkpoint get_latest returns (or None), from the index: its body is
+        not decoded, so a damaged latest is still named."""
+        self._parts.check_listing("latest_id", workflow_name, graph_signature_hash, False)
+        if not self._lifecycle.is_ready():
+            await self._lifecycle.ensure("latest_id")
+        stored = await self._backend.latest(workflow_name, graph_signature_hash)
+        return None if stored is None else stored.checkpoint_id
 
     def records_for(self, checkpoint: Any) -> list[CheckpointRecord]:
         """The records an unkeyed save of ``checkpoint`` hands the backend (the checkpoint, then

@@ -49,6 +49,7 @@ _SCHEMA: Final = (
 _AFTER_LOAD: Final = (
     "CREATE INDEX rec_by_parent ON rec (parent, ord) WHERE parent IS NOT NULL",
     "CREATE INDEX rec_by_order ON rec (member, ord)",
+    "CREATE INDEX rec_by_previous ON rec (previous) WHERE previous IS NOT NULL",
 )
 _SELECT_MEMBER: Final = (
     "SELECT id, workflow, previous, signature, container, seq, size FROM rec WHERE id = ? AND member = 1"
@@ -243,12 +244,34 @@ class LineageIndex:
         return [row[0] for row in rows]
 
     def latest(self, workflow_name: str) -> CheckpointID | None:
+        """The workflow's latest as get_latest chooses it (docs/contract.md, "Latest"): the
+        newest commit, then through the checkpoints that continue it."""
         row = self._db.execute(
-            "SELECT id FROM rec WHERE member = 1 AND workflow = ? AND container IS NULL "
+            "SELECT id, signature FROM rec WHERE member = 1 AND workflow = ? AND container IS NULL "
             "ORDER BY seq DESC LIMIT 1",
             (workflow_name,),
         ).fetchone()
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        current, signature = str(row[0]), row[1]
+        visited = {current}
+        while True:
+            following = next(
+                (
+                    str(found)
+                    for (found,) in self._db.execute(
+                        "SELECT id FROM rec WHERE previous = ? AND member = 1 AND workflow = ? "
+                        "AND container IS NULL AND signature = ? ORDER BY seq DESC",
+                        (current, workflow_name, signature),
+                    )
+                    if found not in visited
+                ),
+                None,
+            )
+            if following is None:
+                return current
+            visited.add(following)
+            current = following
 
     def counts(self, workflow_name: str) -> tuple[int, int]:
         """Top-level checkpoints of ``workflow_name`` among the members, and nested members."""

@@ -1,8 +1,10 @@
 """The in-memory backend: encoded bodies in process memory.
 
 Bodies are stored encoded, so every read builds a fresh object (copy isolation) and a checkpoint
-that cannot be encoded fails at save time, exactly as on a persistent backend. Latest is O(1):
-each workflow's ids sit in an insertion-ordered dict, whose last key is the newest commit.
+that cannot be encoded fails at save time, exactly as on a persistent backend. Latest is O(1) in
+the history: each workflow's ids sit in an insertion-ordered dict, whose last key is the newest
+commit, and a map from each previous id to the checkpoints naming it resolves that commit to the
+tip of its lineage (docs/contract.md, "Latest").
 A lock guards the shared maps, so handles may be used from several threads and event loops;
 every primitive takes it once, which makes each one atomic.
 """
@@ -48,9 +50,58 @@ class _Workflow:
     # Top-level and nested records are kept apart so latest stays O(1) for both kinds of name.
     entries: dict[CheckpointID, _Entry] = field(default_factory=dict)
     nested: dict[CheckpointID, _Entry] = field(default_factory=dict)
+    successors: dict[tuple[CheckpointID, str], dict[CheckpointID, _Entry]] = field(default_factory=dict)
+    """(previous id, graph signature) -> the top-level entries naming that previous id with that
+    signature, in commit order: what supersedes a checkpoint (its parent may not be stored yet)."""
 
     def __bool__(self) -> bool:
         return bool(self.entries)
+
+    def add_top(self, entry: _Entry) -> None:
+        record = entry.record
+        self.entries[record.checkpoint_id] = entry
+        previous = record.previous_checkpoint_id
+        if previous is not None:
+            key = (previous, record.graph_signature_hash)
+            successors = self.successors.get(key)
+            if successors is None:
+                self.successors[key] = {record.checkpoint_id: entry}
+            else:
+                successors[record.checkpoint_id] = entry
+
+    def drop_top(self, record: CheckpointRecord) -> None:
+        del self.entries[record.checkpoint_id]
+        previous = record.previous_checkpoint_id
+        if previous is not None:
+            key = (previous, record.graph_signature_hash)
+            successors = self.successors[key]
+            del successors[record.checkpoint_id]
+            if not successors:
+                del self.successors[key]
+
+    def latest(self, graph_signature_hash: str | None) -> _Entry | None:
+        """The checkpoint a run resumes from (docs/contract.md, "Latest"): the newest commit, then
+        while a stored checkpoint of its signature names it as previous, the newest such one."""
+        newest = None
+        for entry in reversed(self.entries.values()):
+            if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
+                newest = entry
+                break
+        if newest is None or not self.successors:
+            return newest
+        visited = {newest.record.checkpoint_id}
+        while True:
+            record = newest.record
+            successors = self.successors.get((record.checkpoint_id, record.graph_signature_hash))
+            if successors is None:
+                return newest
+            following = next(
+                (e for e in reversed(successors.values()) if e.record.checkpoint_id not in visited), None
+            )
+            if following is None:
+                return newest  # every successor already visited: a cycle of previous ids ends here
+            newest = following
+            visited.add(following.record.checkpoint_id)
 
 
 @dataclass(slots=True)
@@ -82,6 +133,8 @@ class MemoryBackend(Backend):
         }
     )
 
+    orders_inserts = True  # every insert runs whole under the lock, before its first await
+
     def __init__(self, store: MemoryStore | None = None) -> None:
         """``store``: share another backend's maps (what new_handle does); None: a fresh store."""
         self._store = store if store is not None else MemoryStore()
@@ -106,7 +159,8 @@ class MemoryBackend(Backend):
         store = self._store
         with store.lock:
             workflow = store.workflows.get(records[0].workflow_name)
-            latest = None if workflow is None else next(reversed(workflow.entries), None)
+            tip = None if workflow is None else workflow.latest(None)
+            latest = None if tip is None else tip.record.checkpoint_id
             existing = store.by_id.get(records[0].checkpoint_id)
             if existing is not None:
                 return FenceCheck(latest, _compared(existing, records[0]))
@@ -132,7 +186,7 @@ class MemoryBackend(Backend):
                 workflow = store.workflows[record.workflow_name] = _Workflow()
             entry = _Entry(record, workflow.next_sequence, [])
             workflow.next_sequence += 1
-            workflow.entries[checkpoint_id] = entry
+            workflow.add_top(entry)
             store.by_id[checkpoint_id] = entry
         return InsertResult.INSERTED
 
@@ -153,7 +207,10 @@ class MemoryBackend(Backend):
             workflow = store.workflows[record.workflow_name] = _Workflow()
         entry = _Entry(record, workflow.next_sequence)
         workflow.next_sequence += 1
-        (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id] = entry
+        if record.nested:
+            workflow.nested[record.checkpoint_id] = entry
+        else:
+            workflow.add_top(entry)
         store.by_id[record.checkpoint_id] = entry
         if record.container_id is not None:
             store.by_id[record.container_id].children.append(record.checkpoint_id)
@@ -201,8 +258,7 @@ class MemoryBackend(Backend):
             workflow = store.workflows.get(workflow_name)
             if workflow is None:
                 return 0
-            doomed = list(workflow.entries.values())
-            doomed = doomed[: max(0, len(doomed) - keep_last)]
+            doomed = _pruned(workflow, keep_last)
             for entry in doomed:
                 for dropped in self._drop_family(entry):
                     store.tombstones[dropped] = workflow_name
@@ -240,12 +296,8 @@ class MemoryBackend(Backend):
             return None  # one atomic look, as the lock's would be: nothing to iterate over
         with self._store.lock:
             workflow = self._store.workflows.get(workflow_name)
-            if workflow is None:
-                return None
-            for entry in reversed(workflow.entries.values()):
-                if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
-                    return _stored(entry)
-        return None
+            tip = None if workflow is None else workflow.latest(graph_signature_hash)
+            return None if tip is None else _stored(tip)
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -353,9 +405,29 @@ class MemoryBackend(Backend):
             record = member.record
             del store.by_id[record.checkpoint_id]
             workflow = store.workflows[record.workflow_name]
-            del (workflow.nested if record.nested else workflow.entries)[record.checkpoint_id]
+            if record.nested:
+                del workflow.nested[record.checkpoint_id]
+            else:
+                workflow.drop_top(record)
             dropped.append(record.checkpoint_id)
         return dropped
+
+
+def _pruned(workflow: _Workflow, keep_last: int) -> list[_Entry]:
+    """What prune(keep_last) deletes: all but the latest and the ``keep_last - 1`` other
+    checkpoints committed last (with ``keep_last=0``, everything)."""
+    if len(workflow.entries) <= keep_last:
+        return []
+    entries = list(workflow.entries.values())
+    cut = len(entries) - keep_last
+    doomed = entries[:cut]
+    if keep_last > 0:
+        tip = workflow.latest(None)
+        if tip is not None and tip in doomed:
+            # The latest is kept whatever its place; the oldest of the others that would stay goes.
+            doomed.remove(tip)
+            doomed.append(entries[cut])
+    return doomed
 
 
 def _compared(stored: _Entry, incoming: CheckpointRecord) -> InsertResult:

@@ -5,7 +5,8 @@ in client.py, the tables in schema.py; this module wires them into the primitive
 
 Reads are single statements, so each sees one snapshot: a load or latest returns the record and
 the bodies of everything nested in it in one round trip; latest is one descent of the index
-``(workflow_name, nested, sequence)`` (O(log n) whatever the history); an
+``(workflow_name, nested, sequence)`` (O(log n) whatever the history) and one probe of the
+successor index, walking on only where a checkpoint continues the newest (lineage.py); an
 ancestry walk is one recursive CTE over the primary key. The walk uses ``UNION`` on (id,
 previous id) rows, so a cycle yields a repeated row that PostgreSQL drops and the recursion ends
 by itself, and ``LIMIT`` on the walked rows caps it at ``max_depth`` (PostgreSQL evaluates a
@@ -42,6 +43,7 @@ from .config import (
     is_postgres_url,
     options_from_url,
 )
+from .lineage import tip_ctes
 from .schema import render
 
 _COLUMNS = "checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash"
@@ -55,14 +57,13 @@ _LOAD = (
     f"WITH head AS (SELECT {_COLUMNS}, coalesce(root_id, checkpoint_id) AS family "  # noqa: S608
     "FROM {s}.checkpoints WHERE checkpoint_id = %(id)s)" + _FAMILY_OF_HEAD
 )
-_LATEST = (
-    f"WITH head AS (SELECT {_COLUMNS}, checkpoint_id AS family FROM {{s}}.checkpoints "  # noqa: S608
-    "WHERE workflow_name = %(workflow)s AND NOT nested ORDER BY sequence DESC LIMIT 1)" + _FAMILY_OF_HEAD
+_LATEST_HEAD = (
+    f", head AS (SELECT {_COLUMNS}, checkpoint_id AS family FROM {{s}}.checkpoints "  # noqa: S608
+    "WHERE checkpoint_id = (SELECT checkpoint_id FROM lineage_tip))"
 )
+_LATEST = "WITH RECURSIVE " + tip_ctes("%(workflow)s") + _LATEST_HEAD + _FAMILY_OF_HEAD
 _LATEST_WITH_SIGNATURE = (
-    f"WITH head AS (SELECT {_COLUMNS}, checkpoint_id AS family FROM {{s}}.checkpoints "  # noqa: S608
-    "WHERE workflow_name = %(workflow)s AND NOT nested AND graph_signature_hash = %(signature)s "
-    "ORDER BY sequence DESC LIMIT 1)" + _FAMILY_OF_HEAD
+    "WITH RECURSIVE " + tip_ctes("%(workflow)s", "%(signature)s") + _LATEST_HEAD + _FAMILY_OF_HEAD
 )
 _GET = "SELECT body FROM {s}.checkpoints WHERE checkpoint_id = %s"
 _NESTED_BODIES = """

@@ -28,6 +28,7 @@ from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conf
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
+from .lineage import tip_ctes
 from .save_functions import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX
 from .schema import render
 
@@ -53,11 +54,24 @@ _REMOVE = """
 """
 _OVERWRITE = "UPDATE {s}.checkpoints SET body = %s, digest = %s WHERE checkpoint_id = %s RETURNING 1"
 # Tombstones name every deleted id (nested ones too) under the pruned workflow, as SQLite does.
-_PRUNE = """
-    WITH doomed AS (
-        SELECT checkpoint_id FROM {s}.checkpoints
+# Kept: the latest (wherever it is in the order) and the keep - 1 others committed last; with
+# keep = 0, nothing.
+_PRUNE = (
+    "WITH RECURSIVE "  # noqa: S608 - constant SQL
+    + tip_ctes("%(workflow)s")
+    + """,
+    ranked AS (
+        SELECT checkpoint_id, row_number() OVER (ORDER BY sequence DESC) AS rank FROM {s}.checkpoints
         WHERE workflow_name = %(workflow)s AND NOT nested
-        ORDER BY sequence DESC OFFSET %(keep)s
+    ),
+    tip AS (
+        SELECT r.checkpoint_id, r.rank FROM ranked AS r JOIN lineage_tip AS t USING (checkpoint_id)
+        WHERE %(keep)s > 0
+    ),
+    doomed AS (
+        SELECT r.checkpoint_id FROM ranked AS r
+        WHERE r.rank > %(keep)s - (SELECT count(*) FROM tip WHERE tip.rank > %(keep)s)
+            AND NOT EXISTS (SELECT 1 FROM tip WHERE tip.checkpoint_id = r.checkpoint_id)
     ),
     family AS (
         SELECT checkpoint_id FROM doomed
@@ -71,6 +85,7 @@ _PRUNE = """
     deleted AS (DELETE FROM {s}.checkpoints WHERE checkpoint_id IN (SELECT checkpoint_id FROM family))
     SELECT count(*) FROM doomed
 """
+)
 # The delete trigger keeps the workflow's high-water mark: its sequence must never go back.
 _DELETE_WORKFLOW = """
     WITH doomed AS (

@@ -8,6 +8,8 @@ migration there.
 
 from __future__ import annotations
 
+from .lineage import tip_subquery
+
 CONFLICT_SQLSTATE = "CSCNF"
 """Raised by ``save_family`` when a nested record's id is already stored: nothing is written."""
 FENCE_SQLSTATE = "CSFNC"
@@ -146,14 +148,16 @@ _HIGH_WATER_IF_NOT_READ_COMMITTED = """
     END IF;
 """
 
-_LATEST_TOP = """
+_LATEST_TOP_V2 = """
     SELECT c.checkpoint_id INTO {into} FROM {s}.checkpoints AS c
     WHERE c.workflow_name = {name} AND NOT c.nested ORDER BY c.sequence DESC LIMIT 1
 """
 
+# Version 2 (the functions it created, kept as they were: migrations are never edited).
+
 # The common save: one top-level checkpoint with nothing nested, in scalar parameters (the body
 # travels in binary: no hex text array to build on the client or to parse on the server).
-SAVE_ONE = (
+SAVE_ONE_V2 = (
     """
 CREATE FUNCTION {s}.save_one(
     p_id text, p_name text, p_previous text, p_signature text, p_digest text, p_body bytea,
@@ -176,8 +180,148 @@ BEGIN
     SELECT
         (SELECT c.digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id),
         CASE WHEN p_fenced THEN ("""
-    + _LATEST_TOP.replace(" INTO {into}", "").replace("{name}", "p_name").strip()
+    + _LATEST_TOP_V2.replace(" INTO {into}", "").replace("{name}", "p_name").strip()
     + """) END,
+        """
+    + _NEXT_SEQUENCE_EXPRESSION.replace("{name}", "p_name")
+    + """
+    INTO existing_digest, latest_id, v_sequence;
+    IF existing_digest IS NOT NULL THEN
+        -- Stored already (a retry, a repeat, or another workflow's record): the base compares,
+        -- and with the latest tells a harmless retry of a fenced save from a stale writer.
+        inserted := false;
+        RETURN;
+    END IF;
+    IF p_fenced AND latest_id IS DISTINCT FROM p_expected THEN
+        RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(latest_id, ''),
+            DETAIL = CASE WHEN latest_id IS NULL THEN 'none' ELSE 'id' END;
+    END IF;
+    INSERT INTO {s}.checkpoints (
+        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash,
+        digest, body, nested, container_id, root_id, position
+    ) VALUES (
+        p_id, p_name, v_sequence, p_previous, p_signature, p_digest, p_body, false, NULL, NULL, 0
+    );
+    """
+    + _HIGH_WATER_IF_NOT_READ_COMMITTED.replace("{ids}", "ARRAY[p_id]").strip()
+    + """
+    latest_id := NULL;
+    inserted := true;
+END
+$$
+"""
+)
+
+# A family (a checkpoint and the records nested in it), in arrays; same signature as version 1's,
+# so a handle of older code still running calls this one.
+SAVE_FAMILY_V2 = (
+    """
+CREATE OR REPLACE FUNCTION {s}.save_family(
+    p_ids text[], p_names text[], p_previous text[], p_signatures text[], p_digests text[],
+    p_bodies bytea[], p_containers text[], p_roots text[], p_positions integer[],
+    p_fenced boolean, p_expected text
+) RETURNS TABLE (existing_digest text, latest_id text, inserted boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_existing text;
+    v_latest text;
+    v_key bigint;
+    v_name text;
+    v_next bigint;
+    v_sequences jsonb := '{}';
+    v_sequence bigint;
+    v_inserted integer;
+BEGIN
+    SELECT c.digest INTO v_existing FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_ids[1];
+    IF v_existing IS NOT NULL THEN
+        -- Stored already (a retry, or a repeat): nothing to write. A fenced caller also gets the
+        -- latest, to tell "this is the latest" (a harmless retry) from a stale writer.
+        IF p_fenced THEN
+            """  # noqa: S608 - constant SQL: {s} is a checked identifier
+    + _LATEST_TOP_V2.replace("{into}", "v_latest").replace("{name}", "p_names[1]").strip()
+    + """;
+        END IF;
+        RETURN QUERY SELECT v_existing, v_latest, false;
+        RETURN;
+    END IF;
+    -- Every workflow of the family, in key order, so two families never deadlock.
+    FOR v_key IN SELECT DISTINCT """
+    + _WORKFLOW_LOCK.replace("{name}", "n")
+    + """ FROM unnest(p_names) AS n ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(v_key);
+    END LOOP;
+    IF p_fenced THEN
+        """
+    + _LATEST_TOP_V2.replace("{into}", "v_latest").replace("{name}", "p_names[1]").strip()
+    + """;
+        IF v_latest IS DISTINCT FROM p_expected THEN
+            RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(v_latest, ''),
+                DETAIL = CASE WHEN v_latest IS NULL THEN 'none' ELSE 'id' END;
+        END IF;
+    END IF;
+    FOR v_name IN SELECT DISTINCT n FROM unnest(p_names) AS n LOOP
+        """
+    + _NEXT_SEQUENCE.replace("{name}", "v_name").strip()
+    + """ INTO v_next;
+        v_sequences := v_sequences || jsonb_build_object(v_name, v_next);
+    END LOOP;
+    FOR i IN 1 .. cardinality(p_ids) LOOP
+        v_sequence := (v_sequences ->> p_names[i])::bigint;
+        v_sequences := v_sequences || jsonb_build_object(p_names[i], v_sequence + 1);
+        INSERT INTO {s}.checkpoints (
+            checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash,
+            digest, body, nested, container_id, root_id, position
+        ) VALUES (
+            p_ids[i], p_names[i], v_sequence, p_previous[i], p_signatures[i], p_digests[i],
+            p_bodies[i], p_containers[i] IS NOT NULL, p_containers[i], p_roots[i], p_positions[i]
+        ) ON CONFLICT (checkpoint_id) DO NOTHING;
+        GET DIAGNOSTICS v_inserted = ROW_COUNT;
+        IF v_inserted = 0 THEN
+            -- The exception rolls back the whole statement: none of the family is written.
+            IF i = 1 THEN
+                RAISE EXCEPTION USING ERRCODE = '{retry}', MESSAGE = p_ids[i];
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = '{conflict}', MESSAGE = p_ids[i];
+        END IF;
+    END LOOP;
+    """
+    + _HIGH_WATER_IF_NOT_READ_COMMITTED.replace("{ids}", "p_ids").strip()
+    + """
+    RETURN QUERY SELECT NULL::text, NULL::text, true;
+END
+$$
+"""
+)
+
+# Version 3: as version 2, with the fence checking the latest through the lineage.
+
+# The common save: one top-level checkpoint with nothing nested, in scalar parameters (the body
+# travels in binary: no hex text array to build on the client or to parse on the server).
+SAVE_ONE = (
+    """
+CREATE OR REPLACE FUNCTION {s}.save_one(
+    p_id text, p_name text, p_previous text, p_signature text, p_digest text, p_body bytea,
+    p_fenced boolean, p_expected text,
+    OUT existing_digest text, OUT latest_id text, OUT inserted boolean
+) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_sequence bigint;
+BEGIN
+    -- Held until commit: saves of one workflow commit one after the other, in any process on
+    -- any host. Every statement below takes its snapshot after the lock is granted.
+    PERFORM pg_advisory_xact_lock("""  # noqa: S608 - constant SQL: {s} is a checked identifier
+    + _WORKFLOW_LOCK.replace("{name}", "p_name")
+    + """);
+    -- One statement, so one executor start: the id probe, the next sequence and, when fenced,
+    -- the latest (a CASE arm not taken never runs its sub-select). A probe, not INSERT ... ON
+    -- CONFLICT: no speculative insertion (its extra WAL record) on every save; a concurrent
+    -- insert of this id under another workflow's lock makes the INSERT below a unique
+    -- violation on the primary key instead, and the call is repeated.
+    SELECT
+        (SELECT c.digest FROM {s}.checkpoints AS c WHERE c.checkpoint_id = p_id),
+        CASE WHEN p_fenced THEN """
+    + tip_subquery("p_name")
+    + """ END,
         """
     + _NEXT_SEQUENCE_EXPRESSION.replace("{name}", "p_name")
     + """
@@ -233,8 +377,8 @@ BEGIN
         -- Stored already (a retry, or a repeat): nothing to write. A fenced caller also gets the
         -- latest, to tell "this is the latest" (a harmless retry) from a stale writer.
         IF p_fenced THEN
-            """  # noqa: S608 - constant SQL: {s} is a checked identifier
-    + _LATEST_TOP.replace("{into}", "v_latest").replace("{name}", "p_names[1]").strip()
+            v_latest := """  # noqa: S608 - constant SQL: {s} is a checked identifier
+    + tip_subquery("p_names[1]")
     + """;
         END IF;
         RETURN QUERY SELECT v_existing, v_latest, false;
@@ -247,8 +391,8 @@ BEGIN
         PERFORM pg_advisory_xact_lock(v_key);
     END LOOP;
     IF p_fenced THEN
-        """
-    + _LATEST_TOP.replace("{into}", "v_latest").replace("{name}", "p_names[1]").strip()
+        v_latest := """
+    + tip_subquery("p_names[1]")
     + """;
         IF v_latest IS DISTINCT FROM p_expected THEN
             RAISE EXCEPTION USING ERRCODE = '{fence}', MESSAGE = coalesce(v_latest, ''),
@@ -320,7 +464,9 @@ __all__ = [
     "RETRY_SQLSTATE",
     "SAVE_FAMILY",
     "SAVE_FAMILY_V1",
+    "SAVE_FAMILY_V2",
     "SAVE_ONE",
+    "SAVE_ONE_V2",
     "SEQUENCE_INDEX",
     "with_constants",
 ]

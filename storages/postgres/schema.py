@@ -30,6 +30,10 @@ Indexes, each justified by the statements that use it:
   instead: one index more per save.
 * ``checkpoints_top_by_signature (workflow_name, graph_signature_hash, sequence) WHERE NOT
   nested``: latest and listings with a signature filter.
+* ``checkpoints_by_successor (previous_checkpoint_id, graph_signature_hash, sequence) WHERE NOT
+  nested AND previous_checkpoint_id IS NOT NULL`` (version 3): whether a row is continued by
+  another, for latest through the lineage (lineage.py): one probe per latest, finding nothing in
+  the common case.
 * ``checkpoints_by_container (container_id, position)`` and ``checkpoints_by_root (root_id)``,
   partial (nested rows only, so a top-level save does not touch them): a checkpoint's children
   in order; a family's nested bodies, deletes and prunes.
@@ -40,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from .lineage import CREATE_SUCCESSOR_INDEX
 from .save_functions import (
     CONFLICT_SQLSTATE,
     FENCE_SQLSTATE,
@@ -48,7 +53,9 @@ from .save_functions import (
     RETRY_SQLSTATE,
     SAVE_FAMILY,
     SAVE_FAMILY_V1,
+    SAVE_FAMILY_V2,
     SAVE_ONE,
+    SAVE_ONE_V2,
     SEQUENCE_INDEX,
     with_constants,
 )
@@ -102,6 +109,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         CREATE TRIGGER checkpoints_keep_high_water AFTER DELETE ON {s}.checkpoints
         REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {s}.keep_high_water()
         """,
+        with_constants(SAVE_FAMILY_V2),
+        with_constants(SAVE_ONE_V2),
+    ),
+    # 3: latest through the lineage: the rows naming each previous id, and the save functions
+    # whose fence checks that latest.
+    (
+        CREATE_SUCCESSOR_INDEX,
         with_constants(SAVE_FAMILY),
         with_constants(SAVE_ONE),
     ),

@@ -7,6 +7,8 @@ key, or produce another key's name::
     P:{W}:seq          workflow W's sequence counter (INCR; never goes back)
     P:{W}:top          sorted set: W's top-level ids, score = sequence
     P:{W}:sig:S        sorted set: W's top-level ids saved with graph signature S
+    P:{W}:next         sorted set (score 0): "esc(previous):esc(S):<seq, 16 hex>:id" for each
+                       top-level record with a previous id (latest through the lineage)
     P:{W}:nested       sorted set: records named W nested in any checkpoint, as "home:id"
     P:{W}:tombs        set: ids pruned from W
     P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields)
@@ -77,6 +79,11 @@ class RedisKeys:
         """:meth:`index` for a workflow whose :meth:`tag` is already built."""
         return tag + ":top" if signature is None else f"{tag}:sig:{escape(signature)}"
 
+    @staticmethod
+    def successors_under(tag: str) -> str:
+        """The successor index of a home whose :meth:`tag` is built (scripts/lineage.lua)."""
+        return tag + ":next"
+
     def nested(self, workflow_name: str) -> str:
         return self.tag(workflow_name) + ":nested"
 
@@ -128,6 +135,14 @@ class RedisKeys:
         if kind not in WORKFLOW_KINDS or not head.startswith(start):
             return None
         return unescape(head[len(start) :]), kind
+
+
+def successor_prefix(previous_id: CheckpointID | None, signature: str) -> str:
+    """A top-level record's member of its home's successor index up to its sequence (the script
+    appends the sequence and the id), or '' for a record without a previous id."""
+    if previous_id is None:
+        return ""
+    return f"{escape(previous_id)}:{escape(signature)}:"
 
 
 def nested_member(home: str, checkpoint_id: CheckpointID) -> str:

@@ -28,7 +28,7 @@ class SavedRecord:
 @dataclass(frozen=True, slots=True)
 class Save(ScriptCall):
     script = "save"
-    libraries = ("keys", "families")
+    libraries = ("keys", "lineage", "families")
     counter: Key
     """The home's sequence counter: routes the call to the home's slot."""
     home: str
@@ -40,13 +40,17 @@ class Save(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class SaveOne(ScriptCall):
     script = "save_one"
-    libraries = ("keys", "families")
+    libraries = ("keys", "lineage", "families")
     pointer: Key
     record: Key
     counter: Key
     top: Key
     signature_index: Key
+    successors: Key
+    """The home's successor index (``RedisKeys.successors``), written when ``previous`` is set."""
     workflow: str
+    successor: str
+    """The record's member of that index up to its sequence (``successor_prefix``), or ''."""
     id: str
     body: bytes
     digest: str
@@ -64,6 +68,7 @@ class SaveOne(ScriptCall):
         previous, expected, fenced, stage = self.previous, self.expected, self.fenced, self.stage
         if (
             type(self.workflow) is str
+            and type(self.successor) is str
             and type(self.id) is str
             and type(self.body) is bytes
             and type(self.digest) is str
@@ -73,9 +78,10 @@ class SaveOne(ScriptCall):
             and (expected is None or type(expected) is str)
             and (stage is None or type(stage) is str)
         ):
-            keys = [self.pointer, self.record, self.counter, self.top, self.signature_index]
+            keys = [self.pointer, self.record, self.counter, self.top, self.signature_index, self.successors]
             args: list[Encoded] = [
                 self.workflow,
+                self.successor,
                 self.id,
                 self.body,
                 self.digest,
@@ -153,7 +159,7 @@ class Fetch(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class Latest(ScriptCall):
     script = "latest"
-    libraries = ("keys", "nested")
+    libraries = ("keys", "lineage", "nested")
     index: Key
     home_tag: str
     """``RedisKeys.tag`` of the index's workflow, the prefix of its record keys."""
@@ -187,7 +193,7 @@ class Page(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class Remove(ScriptCall):
     script = "remove"
-    libraries = ("keys", "families")
+    libraries = ("keys", "lineage", "families")
     route: Key
     id: str
     given_home: str | None
@@ -196,7 +202,7 @@ class Remove(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class Prune(ScriptCall):
     script = "prune"
-    libraries = ("keys", "families")
+    libraries = ("keys", "lineage", "families")
     top: Key
     workflow: str
     keep: int
@@ -205,7 +211,7 @@ class Prune(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class DeleteWorkflow(ScriptCall):
     script = "delete_workflow"
-    libraries = ("keys", "families")
+    libraries = ("keys", "lineage", "families")
     top: Key
     workflow: str
 

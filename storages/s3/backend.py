@@ -21,6 +21,7 @@ from typing_extensions import Self
 from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, StoredBody, WalkRecords
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
+from . import lineage
 from .client import LIST_PAGE, S3Client, gather
 from .commit import CommitProtocol
 from .config import S3Settings
@@ -121,7 +122,12 @@ class S3Backend(Backend):
         return await self._protocol.overwrite_body(checkpoint_id, body)
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
-        return await self._protocol.prune(workflow_name, keep_last)
+        latest = None
+        if keep_last > 0:
+            newest = await self._protocol.top_head(workflow_name, "prune")
+            if newest is not None:
+                latest = await lineage.tip(self._protocol, workflow_name, newest, "prune")
+        return await self._protocol.prune(workflow_name, keep_last, latest)
 
     async def delete_workflow(self, workflow_name: str) -> int:
         return await self._protocol.delete_workflow(workflow_name)
@@ -152,7 +158,7 @@ class S3Backend(Backend):
                 entry = self._keys.parse_order_key(key, False)
                 if entry is None or (tag is not None and entry.tag != tag):
                     continue
-                stored = await self._protocol.read_entry(entry, "get_latest", lost_is_error=True)
+                stored = await lineage.latest_record(self._protocol, workflow_name, entry, "get_latest")
                 if stored is not None and (
                     graph_signature_hash is None or stored.header.graph_signature_hash == graph_signature_hash
                 ):

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..backend import CheckpointRecord
 from ..contract import CheckpointID
@@ -153,12 +154,17 @@ class CommitProtocol:
         key = await self.client.first_key(operation, self.keys.order_prefix(workflow_name, False))
         return None if key is None else self.keys.parse_order_key(key, False)
 
-    async def high_water(self, workflow_name: str, operation: str) -> tuple[int, Pointer | None]:
-        """The highest sequence a workflow has used, max(pointer, ``t/`` head), and the pointer."""
+    async def high_water(self, workflow_name: str, operation: str) -> Mark:
+        """The highest sequence a workflow has used, max(pointer, ``t/`` head), with the pointer and
+        the head."""
         pointer, head = await gather(
             [self.read_pointer(workflow_name, operation), self.top_head(workflow_name, operation)]
         )
-        return max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence), pointer
+        return Mark(
+            max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence),
+            pointer,
+            head,
+        )
 
     # ------------------------------------------------------------------ saving
 
@@ -176,8 +182,7 @@ class CommitProtocol:
                     continue  # a nested record changed under the save, or is being saved: try again
                 # Records adopted from an earlier attempt keep the sequences they were written with.
                 headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
-            key = self.keys.record_key(top.checkpoint_id)
-            if await self.client.create("save", key, frame(headers[0], top.body)):
+            if await self.create_record(headers[0], top.body, "save"):
                 await self.commit(headers[0], "save", pointers)
                 return None
             existing = await self.read(top.checkpoint_id, "save")
@@ -186,7 +191,7 @@ class CommitProtocol:
             # Same id stored, maybe left half-saved by a crash or still being saved by a concurrent
             # writer: finish its commit (idempotent: its order keys are fixed by its header).
             if not await self.visible(existing.header, "save"):
-                await self.commit(existing.header, "save")
+                await self.finish(existing.header, "save")
             return existing.header.digest
         raise StorageUnavailableError(
             "save",
@@ -195,20 +200,22 @@ class CommitProtocol:
         )
 
     async def headers_for(
-        self,
-        records: Sequence[CheckpointRecord],
-        known: Mapping[str, tuple[int, Pointer | None]] | None = None,
+        self, records: Sequence[CheckpointRecord], known: Mapping[str, Mark] | None = None
     ) -> tuple[list[Header], dict[str, Pointer | None]]:
         """Headers for a save, each record with the next sequence numbers of its workflow, and the
         pointers as read (so raising them needs no second read unless another save moved them).
-        ``known`` gives high-water marks and pointers already read, by workflow name."""
+        ``known`` gives high-water marks already read, by workflow name."""
         names = list(dict.fromkeys(record.workflow_name for record in records))
         known = known or {}
         unread = [name for name in names if name not in known]
         read = dict(zip(unread, await gather(self.high_water(name, "save") for name in unread), strict=True))
         marks = {name: known[name] if name in known else read[name] for name in names}
-        next_sequence = {name: mark + 1 for name, (mark, _) in marks.items()}
-        pointers = {name: pointer for name, (_, pointer) in marks.items()}
+        next_sequence = {name: mark.sequence + 1 for name, mark in marks.items()}
+        pointers = {name: mark.pointer for name, mark in marks.items()}
+        top = records[0]
+        successor = top.previous_checkpoint_id is not None and not completes_lineage(
+            marks[top.workflow_name].head, top.previous_checkpoint_id
+        )
         sequences: list[int] = []
         for record in records:
             sequences.append(next_sequence[record.workflow_name])
@@ -242,6 +249,7 @@ class CommitProtocol:
                 tuple(children[record.checkpoint_id]),
                 tuple(descendants(record.checkpoint_id)),
                 members if position == 0 else (),
+                successor if position == 0 else False,
             )
             for position, (record, sequence) in enumerate(zip(records, sequences, strict=True))
         ]
@@ -300,6 +308,35 @@ class CommitProtocol:
             else:
                 settled.append(existing.header)
         return settled
+
+    async def create_record(self, header: Header, body: bytes, operation: str) -> bool:
+        """Step 2 for the checkpoint's own record: create it (False if its id is stored) and, in
+        the same round trip, write its successor key (storages/s3/lineage.py). A successor key
+        written for a record that turned out to be stored already is removed again unless that
+        record's own save wrote the same one."""
+        record_key = self.keys.record_key(header.checkpoint_id)
+        successor_key = self.keys.successor_key(header)
+        if successor_key is None:
+            return await self.client.create(operation, record_key, frame(header, body))
+        created, _ = await gather(
+            [
+                self.client.create(operation, record_key, frame(header, body)),
+                self.client.put(operation, successor_key, b""),
+            ]
+        )
+        if not created:
+            existing = await self.read(header.checkpoint_id, operation)
+            if existing is None or self.keys.successor_key(existing.header) != successor_key:
+                await self.client.delete_keys(operation, [successor_key])
+        return bool(created)
+
+    async def finish(self, header: Header, operation: str) -> None:
+        """Commit a record an earlier attempt left uncommitted: its successor key first (that
+        attempt may have stopped before writing it), then steps 3 and 4."""
+        successor_key = self.keys.successor_key(header)
+        if successor_key is not None:
+            await self.client.put(operation, successor_key, b"")
+        await self.commit(header, operation)
 
     async def commit(self, header: Header, operation: str, pointers: KnownPointers | None = None) -> None:
         """Steps 3 and 4 of a save: floors for the nested records' workflows, their order keys,
@@ -383,9 +420,11 @@ class CommitProtocol:
         )
 
     async def drop_families(self, operation: str, headers: Sequence[Header]) -> None:
-        """Order keys first (the records stop being visible), then the records."""
+        """Order keys first (the records stop being visible) with the successor keys, then the
+        records."""
         order_keys = [self.keys.order_key(h.member, False) for h in headers]
         order_keys += [self.keys.order_key(m, True) for h in headers for m in h.members]
+        order_keys += [key for h in headers if (key := self.keys.successor_key(h)) is not None]
         await self.client.delete_keys(operation, order_keys)
         records = [self.keys.record_key(h.checkpoint_id) for h in headers]
         records += [self.keys.record_key(m.checkpoint_id) for h in headers for m in h.members]
@@ -400,9 +439,13 @@ class CommitProtocol:
         stored = await gather(self.read_entry(entry, operation) for entry in entries)
         return [item.header for item in stored if item is not None]
 
-    async def prune(self, workflow_name: str, keep_last: int) -> int:
+    async def prune(self, workflow_name: str, keep_last: int, latest: OrderEntry | None = None) -> int:
+        """``latest``: the workflow's latest as read before (kept wherever it is in the order)."""
         entries = await self.entries(workflow_name, nested=False, operation="prune")
         doomed = entries[keep_last:]  # newest first
+        if keep_last and latest is not None and latest.key in {entry.key for entry in doomed}:
+            # The latest stays; the oldest of the others that would have stayed goes instead.
+            doomed = [entries[keep_last - 1], *(entry for entry in doomed if entry.key != latest.key)]
         headers = await self.headers_of(doomed, "prune")
         tombstones = {checkpoint_id for h in headers for checkpoint_id in (h.checkpoint_id, *h.descendants)}
         body = json.dumps({"workflow": workflow_name}).encode("utf-8")
@@ -429,10 +472,40 @@ class CommitProtocol:
         await self.raise_floors("delete_workflow", headers)
         await self.drop_families("delete_workflow", headers)
         tombstone_prefix = self.keys.tombstone_prefix(workflow_name)
-        keys = await self.client.list_keys("delete_workflow", tombstone_prefix)
+        keys, successor_keys = await gather(
+            [
+                self.client.list_keys("delete_workflow", tombstone_prefix),
+                # What drop_families did not name: those of saves that never committed.
+                self.client.list_keys("delete_workflow", self.keys.successors_prefix(workflow_name)),
+            ]
+        )
         global_keys = [self.keys.tombstone_prefix(None) + key[len(tombstone_prefix) :] for key in keys]
-        await self.client.delete_keys("delete_workflow", [*keys, *global_keys])
+        await self.client.delete_keys("delete_workflow", [*keys, *global_keys, *successor_keys])
         return len(headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """What a save reads of a workflow first: its high-water mark, its pointer, its ``t/`` head."""
+
+    sequence: int
+    pointer: Pointer | None
+    head: OrderEntry | None
+
+
+def completes_lineage(head: OrderEntry | None, previous_id: CheckpointID) -> bool:
+    """Whether a checkpoint continuing ``previous_id`` needs no successor key: its parent is the
+    workflow's newest checkpoint (``head``, read at the save) and was itself saved without one, so
+    every ancestor was committed before it. Then no later commit can start a walk that reaches the
+    parent (whatever continues it comes later), and the successor key would never be read; any
+    other parent (a fork, a parent saved after its child, a lineage that was once out of order)
+    gets its successors a key, so a walk finds every successor of every record it reaches."""
+    return (
+        head is not None
+        and not head.successor
+        and not head.nested
+        and head.escaped_id == escape_component(previous_id)
+    )
 
 
 def highest(members: Iterable[Member]) -> dict[str, int]:
@@ -443,4 +516,4 @@ def highest(members: Iterable[Member]) -> dict[str, int]:
     return found
 
 
-__all__ = ["UNREAD", "CommitProtocol", "KnownPointers", "highest"]
+__all__ = ["UNREAD", "CommitProtocol", "KnownPointers", "Mark", "completes_lineage", "highest"]

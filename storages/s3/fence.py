@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from ..backend import CheckpointRecord, FenceCheck, InsertResult
 from ..contract import CheckpointID
 from ..errors import StorageUnavailableError
+from . import lineage
 from .client import backoff, gather
-from .commit import CommitProtocol
-from .layout import OrderEntry, Pointer, frame
+from .commit import CommitProtocol, Mark
+from .layout import OrderEntry, Pointer, escape_component, frame
 from .precondition import CONDITION_FAILED, CREATE_ONLY
 
 LatestLookup = Callable[[str], Awaitable[CheckpointID | None]]
@@ -35,6 +36,9 @@ class FenceView:
     mark: int
     pointer: Pointer | None
     head: OrderEntry | None
+    successors_of_expected: list[OrderEntry] | None = None
+    """The successor keys of the expected latest, read in the same round trip (None: not read):
+    when the head is the expected latest, they say at once whether it is the latest."""
 
 
 async def insert_fenced(
@@ -47,7 +51,7 @@ async def insert_fenced(
     workflow = top.workflow_name
     retries = protocol.settings.conflict_retries
     for attempt in range(retries + 1):
-        view = await fence_view(protocol, workflow)
+        view = await fence_view(protocol, workflow, expected_latest_id)
         current = await fenced_latest(protocol, workflow, view, expected_latest_id, latest)
         if current == top.checkpoint_id:
             stored = await protocol.read(top.checkpoint_id, "save")
@@ -63,7 +67,9 @@ async def insert_fenced(
                 else None
             )
             return FenceCheck(current, existing)
-        headers, pointers = await protocol.headers_for(records, known={workflow: (view.mark, view.pointer)})
+        headers, pointers = await protocol.headers_for(
+            records, known={workflow: Mark(view.mark, view.pointer, view.head)}
+        )
         if len(records) > 1:
             nested = await protocol.settle_nested(
                 top, headers[1:], records[1:], may_replace=attempt >= retries - 1
@@ -73,7 +79,7 @@ async def insert_fenced(
                 continue
             headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
         key = protocol.keys.record_key(top.checkpoint_id)
-        if not await protocol.client.create("save", key, frame(headers[0], top.body)):
+        if not await protocol.create_record(headers[0], top.body, "save"):
             stored = await protocol.read(top.checkpoint_id, "save")
             if stored is None:
                 continue
@@ -91,9 +97,15 @@ async def insert_fenced(
         )
         if not await swap_pointer(protocol, workflow, view.pointer, sequence, top.checkpoint_id):
             # Another writer committed since the check: this attempt's records never became
-            # visible; remove them and check again.
+            # visible; remove them (and the successor key naming its order key) and check again.
+            successor_key = protocol.keys.successor_key(headers[0])
             await protocol.client.delete_keys(
-                "save", [key, *(protocol.keys.record_key(m.checkpoint_id) for m in headers[0].members)]
+                "save",
+                [
+                    key,
+                    *(protocol.keys.record_key(m.checkpoint_id) for m in headers[0].members),
+                    *([] if successor_key is None else [successor_key]),
+                ],
             )
             await backoff(attempt)
             continue
@@ -108,12 +120,24 @@ async def insert_fenced(
     )
 
 
-async def fence_view(protocol: CommitProtocol, workflow_name: str) -> FenceView:
-    pointer, head = await gather(
-        [protocol.read_pointer(workflow_name, "save"), protocol.top_head(workflow_name, "save")]
-    )
+async def fence_view(
+    protocol: CommitProtocol, workflow_name: str, expected_latest_id: CheckpointID | None = None
+) -> FenceView:
+    if expected_latest_id is None:
+        pointer, head = await gather(
+            [protocol.read_pointer(workflow_name, "save"), protocol.top_head(workflow_name, "save")]
+        )
+        listed = None
+    else:
+        pointer, head, listed = await gather(
+            [
+                protocol.read_pointer(workflow_name, "save"),
+                protocol.top_head(workflow_name, "save"),
+                lineage.successors(protocol, workflow_name, escape_component(expected_latest_id), "save"),
+            ]
+        )
     mark = max(0 if pointer is None else pointer.sequence, 0 if head is None else head.sequence)
-    return FenceView(mark, pointer, head)
+    return FenceView(mark, pointer, head, listed)
 
 
 async def fenced_latest(
@@ -124,11 +148,13 @@ async def fenced_latest(
     latest: LatestLookup,
 ) -> CheckpointID | None:
     """The workflow's latest as a fenced save must see it, rolling forward a fenced commit
-    whose pointer swap is done but whose order key is not. A head naming the expected id is
-    taken as read (a delete removes order keys before records, so a listed head has its
-    record); any other head is checked against its record first."""
+    whose pointer swap is done but whose order key is not; then through the lineage
+    (storages/s3/lineage.py). A head naming the expected id is taken as read (a delete removes
+    order keys before records, so a listed head has its record), and its successor keys were
+    read with it; any other head is checked against its record first."""
     head_sequence = 0 if view.head is None else view.head.sequence
     pointer = view.pointer
+    newest = view.head
     if pointer is not None and pointer.checkpoint_id is not None and pointer.sequence > head_sequence:
         stored = await protocol.read(pointer.checkpoint_id, "save")
         if (
@@ -137,16 +163,24 @@ async def fenced_latest(
             and stored.header.container_id is None
             and stored.header.sequence > head_sequence
         ):
-            await protocol.commit(stored.header, "save")
-            return pointer.checkpoint_id
-    if view.head is None:
+            await protocol.finish(stored.header, "save")
+            newest = protocol.keys.parse_order_key(protocol.keys.header_order_key(stored.header), False)
+    if newest is None:
         return None
-    if view.head.checkpoint_id is not None and view.head.checkpoint_id == expected_latest_id:
-        return view.head.checkpoint_id
-    if view.head.checkpoint_id is not None and await protocol.read_entry(view.head, "save") is not None:
-        return view.head.checkpoint_id
-    # The head names a record deleted (or hashed) since: ask the full latest lookup.
-    return await latest(workflow_name)
+    if (
+        newest is view.head
+        and newest.checkpoint_id is not None
+        and newest.checkpoint_id == expected_latest_id
+    ):
+        listed = view.successors_of_expected
+    elif newest is not view.head or (
+        newest.checkpoint_id is not None and await protocol.read_entry(newest, "save") is not None
+    ):
+        listed = None
+    else:
+        # The head names a record deleted (or hashed) since: ask the full latest lookup.
+        return await latest(workflow_name)
+    return (await lineage.tip(protocol, workflow_name, newest, "save", listed)).checkpoint_id
 
 
 async def swap_pointer(

@@ -5,6 +5,11 @@
     P r/E(id)                            the record: a JSON header line, then the encoded body
     P w/E(workflow)/t/R(seq).S.E(id)     order key of a top-level checkpoint (empty object)
     P w/E(workflow)/n/R(seq).S.E(id)     order key of a nested record (same sequence space)
+    P w/E(workflow)/s/E(prev)/R(seq).S.E(id).s  successor key of a top-level record whose parent
+                                         was not, at its save, the newest checkpoint with a
+                                         complete lineage; named as its order key, which then
+                                         ends in ``.s`` (latest through the lineage; written
+                                         before that order key)
     P w/E(workflow)/head                 pointer: {"seq": a sequence floor, "id": a fenced writer}
     P w/E(workflow)/x/E(id)              tombstone of a pruned id, listed per workflow
     P x/E(id)                            the same tombstone, found by id during ancestry walks
@@ -81,6 +86,8 @@ class OrderEntry:
     tag: str
     escaped_id: str
     nested: bool
+    successor: bool = False
+    """The record has a successor key (its order key name ends in ``.s``): see KeyLayout."""
 
     @property
     def checkpoint_id(self) -> str | None:
@@ -95,6 +102,8 @@ class Member:
     workflow_name: str
     sequence: int
     tag: str
+    successor: bool = False
+    """A top-level record saved with a successor key (its order key name ends in ``.s``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +124,18 @@ class Header:
     """Nested records at any depth."""
     members: tuple[Member, ...]
     """For a top-level checkpoint: every nested record saved with it."""
+    successor: bool = False
+    """Saved with a successor key: its parent was not, at its save, the workflow's newest
+    checkpoint with a lineage complete to the root (storages/s3/lineage.py)."""
 
     @property
     def member(self) -> Member:
         return Member(
-            self.checkpoint_id, self.workflow_name, self.sequence, signature_tag(self.graph_signature_hash)
+            self.checkpoint_id,
+            self.workflow_name,
+            self.sequence,
+            signature_tag(self.graph_signature_hash),
+            self.successor,
         )
 
     @property
@@ -140,6 +156,7 @@ class Header:
                 "children": list(self.children),
                 "descendants": list(self.descendants),
                 "members": [[m.checkpoint_id, m.workflow_name, m.sequence, m.tag] for m in self.members],
+                **({"successor": True} if self.successor else {}),
             },
             separators=(",", ":"),
             ensure_ascii=True,
@@ -163,6 +180,7 @@ class Header:
                 _ids(data, "children"),
                 _ids(data, "descendants"),
                 tuple(_member(item) for item in _field(data, "members", list)),
+                data.get("successor", False) is True,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorruptedError(
@@ -252,6 +270,17 @@ def reverse(sequence: int) -> str:
     return f"{MAX_SEQUENCE - sequence:0{SEQUENCE_DIGITS}d}"
 
 
+SUCCESSOR_MARK = ".s"
+"""Ends the order key name of a record saved with a successor key."""
+
+
+def order_name(member: Member) -> str:
+    """The last part of an order key (and of a successor key): R(seq).S.E(id), then ``.s`` for a
+    record saved with a successor key."""
+    mark = SUCCESSOR_MARK if member.successor else ""
+    return f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}{mark}"
+
+
 class KeyLayout:
     """The keys of one prefix."""
 
@@ -274,10 +303,26 @@ class KeyLayout:
         return self.workflow_prefix(workflow_name) + ("n/" if nested else "t/")
 
     def order_key(self, member: Member, nested: bool) -> str:
-        return (
-            f"{self.order_prefix(member.workflow_name, nested)}"
-            f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}"
-        )
+        return self.order_prefix(member.workflow_name, nested) + order_name(member)
+
+    def successors_prefix(self, workflow_name: str) -> str:
+        return self.workflow_prefix(workflow_name) + "s/"
+
+    def successor_prefix(self, workflow_name: str, escaped_previous_id: str) -> str:
+        """Where the successor keys of one (escaped) previous id are listed, newest first."""
+        return f"{self.successors_prefix(workflow_name)}{escaped_previous_id}/"
+
+    def successor_key(self, header: Header) -> str | None:
+        """The successor key of a top-level record saved with one (None for any other): under its
+        previous id, named as its order key, so it names the order key that commits it."""
+        if not header.successor or header.nested or header.previous_checkpoint_id is None:
+            return None
+        prefix = self.successor_prefix(header.workflow_name, escape_component(header.previous_checkpoint_id))
+        return prefix + order_name(header.member)
+
+    def order_key_of_successor(self, workflow_name: str, successor: OrderEntry) -> str:
+        """The top-level order key a successor key names."""
+        return self.order_prefix(workflow_name, False) + successor.key.rpartition("/")[2]
 
     def header_order_key(self, header: Header) -> str:
         return self.order_key(header.member, header.nested)
@@ -303,17 +348,19 @@ class KeyLayout:
             return None
         reversed_sequence, _, rest = name.partition(".")
         tag, _, escaped_id = rest.partition(".")
+        escaped_id, dot, mark = escaped_id.partition(".")
         if (
             len(reversed_sequence) != SEQUENCE_DIGITS
             or not reversed_sequence.isascii()
             or not reversed_sequence.isdigit()
             or not escaped_id
+            or (dot and "." + mark != SUCCESSOR_MARK)
         ):
             raise CheckpointCorruptedError(
                 name[:256],
-                f"the S3 order key {key[:300]!r} is not one a save writes (sequence.tag.id)",
+                f"the S3 order key {key[:300]!r} is not one a save writes (sequence.tag.id[.s])",
             )
-        return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested)
+        return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested, bool(dot))
 
 
 __all__ = [

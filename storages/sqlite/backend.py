@@ -33,7 +33,7 @@ from ..backend import (
 )
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..records import index_text, stored_body, stored_id, stored_ids, stored_row
-from . import commit, schema
+from . import commit, lineage, schema
 from .client import SQLiteClient
 from .config import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -80,6 +80,8 @@ class SQLiteBackend(Backend):
             Capability.FENCING,
         }
     )
+
+    orders_inserts = True  # one queue of group commits per handle, committed in queue order
 
     def __init__(
         self,
@@ -175,7 +177,13 @@ class SQLiteBackend(Backend):
             schema.SELECT_LATEST, schema.SELECT_LATEST_WITH_SIGNATURE, workflow_name, graph_signature_hash
         )
         rows = await self._client.fetchall("get_latest", query, parameters)
-        return _stored(rows[0]) if rows else None
+        if not rows:
+            return None
+        if not rows[0][5]:
+            return _stored(rows[0])
+        # A checkpoint continues the newest one: the walk to the tip reads one state of the file.
+        tip = await self._client.read("get_latest", lineage.latest_row, workflow_name, graph_signature_hash)
+        return None if tip is None else _stored(tip)
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False

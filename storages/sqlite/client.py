@@ -145,6 +145,17 @@ class SQLiteClient:
         except ConnectionClosed as exc:  # closed while this call waited on the thread
             raise StorageClosedError(self._describe, operation) from exc
 
+    async def read(self, operation: str, function: Callable[..., T], *args: Any) -> T:
+        """``function(sqlite3_connection, *args)``, a read of several statements (lineage.py),
+        on the connection's thread: one hand-off, on a read-only handle too."""
+        connection = self._live(operation)
+        try:
+            return await connection.call(function, *args)
+        except sqlite3.Error as exc:
+            raise self.translate(operation, exc) from exc
+        except ConnectionClosed as exc:
+            raise StorageClosedError(self._describe, operation) from exc
+
     async def run(self, operation: str, function: Callable[..., T], *args: Any) -> T:
         """``function(sqlite3_connection, abandon, *args)`` (a write of commit.py) on the
         connection's thread: one hand-off. If the caller is cancelled, ``abandon`` is set, and a

@@ -34,7 +34,7 @@ from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conf
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from ..records import stored_id
-from . import schema
+from . import lineage, schema
 
 _COMPARED: Final = {1: InsertResult.SAME_BODY, 0: InsertResult.DIFFERENT_BODY}
 """An id already stored, by SQLite's ``body = ?`` (1 or 0)."""
@@ -172,10 +172,11 @@ def insert_fenced(
     transaction, so no other writer, in this process or another, can commit between them."""
     top = records[0]
     with immediate_transaction(connection, abandon):
-        same, next_sequence, latest = connection.execute(
-            schema.SELECT_SAME_BODY_NEXT_SEQUENCE_AND_LATEST,
+        same, next_sequence = connection.execute(
+            schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE,
             {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
         ).fetchone()
+        latest = lineage.latest_id(connection, top.workflow_name)
         latest_id = None if latest is None else stored_id(latest)
         if same is not None:
             return FenceCheck(latest_id, _COMPARED[same])
@@ -246,9 +247,18 @@ def overwrite_body(
 
 
 def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, keep_last: int) -> int:
-    """Delete all but the newest ``keep_last`` top-level checkpoints, leaving tombstones."""
+    """Delete all but the latest and the ``keep_last - 1`` other top-level checkpoints committed
+    last (everything with ``keep_last=0``), leaving tombstones."""
     with immediate_transaction(connection, abandon):
         doomed = _doomed(connection.execute(schema.SELECT_PRUNED, (workflow_name, keep_last)))
+        latest = lineage.latest_id(connection, workflow_name) if doomed and keep_last else None
+        if latest is not None and latest in doomed:
+            # The latest stays wherever it is in the order; the oldest of the others kept goes.
+            doomed.remove(latest)
+            (last_kept,) = connection.execute(
+                schema.SELECT_NTH_NEWEST_ID, (workflow_name, keep_last - 1)
+            ).fetchone()
+            doomed.append(last_kept)
         connection.executemany(
             schema.TOMBSTONE_FAMILY, [(workflow_name, doomed_id, doomed_id) for doomed_id in doomed]
         )

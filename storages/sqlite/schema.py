@@ -12,6 +12,10 @@ Indexes, each justified by the statements that use it (every other index would o
   those listings; one index now serves both, a page fewer per save.
 * ``checkpoints_top_by_signature (workflow_name, nested, graph_signature_hash, sequence)``: the
   same with a signature filter (MAF restores and ``get_latest(graph_signature_hash=...)``).
+* ``checkpoints_by_successor (previous_checkpoint_id, graph_signature_hash, sequence)``,
+  top-level rows with a previous id only: whether the newest row of a workflow is continued by
+  another (latest through the lineage, lineage.py); a probe per latest that finds nothing in the
+  common case, and the walk to the tip when it finds something.
 * ``checkpoints_by_container (container_id, position)``, nested rows only: the children of one
   checkpoint, in order.
 * ``checkpoints_by_root (root_id)``, nested rows only: deleting or pruning a family, reading a
@@ -103,6 +107,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             ON checkpoints (workflow_name, nested, sequence)
         """,
     ),
+    # 5: the top-level rows naming each previous id, for latest through the lineage.
+    (
+        """
+        CREATE INDEX checkpoints_by_successor
+            ON checkpoints (previous_checkpoint_id, graph_signature_hash, sequence)
+            WHERE nested = 0 AND previous_checkpoint_id IS NOT NULL
+        """,
+    ),
 )
 """Schema migrations, applied in order; step ``n`` (1-based) brings the file to version ``n``.
 Append new steps, never edit old ones: files in the field are at every earlier version."""
@@ -145,17 +157,6 @@ _SAME_BODY = "(SELECT coalesce(body = :body, 0) FROM checkpoints WHERE checkpoin
 # One query tells an insert whether the id exists (and holds these bytes) and, if not, which
 # sequence it gets.
 SELECT_SAME_BODY_AND_NEXT_SEQUENCE = "SELECT " + _SAME_BODY + "," + _NEXT_SEQUENCE
-# A fenced insert also reads the workflow's latest top-level id, in the same transaction.
-SELECT_SAME_BODY_NEXT_SEQUENCE_AND_LATEST = (
-    "SELECT "  # noqa: S608
-    + _SAME_BODY
-    + ","
-    + _NEXT_SEQUENCE
-    + """,
-        (SELECT checkpoint_id FROM checkpoints WHERE workflow_name = :workflow AND nested = 0
-            ORDER BY sequence DESC LIMIT 1)
-"""
-)
 SELECT_NEXT_SEQUENCE = "SELECT " + _NEXT_SEQUENCE
 # A family of one row (a top-level checkpoint without nested records, the common save) in one
 # statement, inside the save's BEGIN IMMEDIATE transaction: the INSERT reads its own sequence
@@ -201,15 +202,42 @@ SELECT_RECORD = """
     SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
     FROM checkpoints WHERE checkpoint_id = ?
 """
-SELECT_LATEST = """
-    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
-    WHERE workflow_name = ? AND nested = 0
+# Whether a top-level row of the same workflow and signature names the row ``c`` as previous:
+# the latest is then further down its lineage (lineage.py).
+_HAS_SUCCESSOR = """
+    EXISTS (SELECT 1 FROM checkpoints AS s INDEXED BY checkpoints_by_successor
+        WHERE s.previous_checkpoint_id = c.checkpoint_id AND s.nested = 0
+            AND s.graph_signature_hash = c.graph_signature_hash AND s.workflow_name = c.workflow_name)
+"""
+SELECT_LATEST = (
+    "SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash,"  # noqa: S608
+    + _HAS_SUCCESSOR
+    + """
+    FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT 1
 """
-SELECT_LATEST_WITH_SIGNATURE = """
-    SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash FROM checkpoints
-    WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
+)
+SELECT_LATEST_WITH_SIGNATURE = (
+    "SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash,"  # noqa: S608
+    + _HAS_SUCCESSOR
+    + """
+    FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
     ORDER BY sequence DESC LIMIT 1
+"""
+)
+SELECT_NEWEST_ID = (
+    "SELECT checkpoint_id, graph_signature_hash,"  # noqa: S608
+    + _HAS_SUCCESSOR
+    + """
+    FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0
+    ORDER BY sequence DESC LIMIT 1
+"""
+)
+SELECT_SUCCESSOR_IDS = """
+    SELECT checkpoint_id FROM checkpoints INDEXED BY checkpoints_by_successor
+    WHERE previous_checkpoint_id = :id AND nested = 0 AND graph_signature_hash = :signature
+        AND workflow_name = :workflow
+    ORDER BY sequence DESC
 """
 SELECT_BODIES = """
     SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash
@@ -296,6 +324,11 @@ SELECT_PRUNED = """
     SELECT checkpoint_id FROM checkpoints
     WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT -1 OFFSET ?
+"""
+SELECT_NTH_NEWEST_ID = """
+    SELECT checkpoint_id FROM checkpoints
+    WHERE workflow_name = ? AND nested = 0
+    ORDER BY sequence DESC LIMIT 1 OFFSET ?
 """
 TOMBSTONE_FAMILY = """
     INSERT OR IGNORE INTO tombstones (checkpoint_id, workflow_name)

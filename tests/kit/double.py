@@ -29,7 +29,9 @@ from storages.backend import (
     InsertResult,
     StoredBody,
     WalkRecords,
+    latest_record,
     nested_id_conflict,
+    pruned_records,
 )
 from storages.codec import CheckpointCodec
 from storages.codec.vocabulary import EncodedCheckpoint
@@ -212,8 +214,8 @@ class DoubleBackend(Backend):
     # Readings of the state for mutants, so none needs to know how rows are keyed.
 
     def latest_id(self, state: DoubleState, workflow_name: str) -> CheckpointID | None:
-        rows = state.top_level(workflow_name)
-        return max(rows, key=lambda row: row.sequence).record.checkpoint_id if rows else None
+        latest = latest_record([row.record for row in state.top_level(workflow_name)])
+        return None if latest is None else latest.checkpoint_id
 
     def stored_digest(self, state: DoubleState, checkpoint_id: CheckpointID) -> str | None:
         row = state.rows.get(self._key(checkpoint_id))
@@ -229,10 +231,9 @@ class DoubleBackend(Backend):
         return _stored(row)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        for row in reversed(self._read().top_level(workflow_name)):
-            if graph_signature_hash in (None, row.record.graph_signature_hash):
-                return _stored(row)
-        return None
+        rows = {row.record: row for row in self._read().top_level(workflow_name)}
+        latest = latest_record(list(rows), graph_signature_hash)
+        return None if latest is None else _stored(rows[latest])
 
     def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
         rows = self._read().rows.values()
@@ -333,8 +334,8 @@ class DoubleBackend(Backend):
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
-        rows = state.top_level(workflow_name)
-        doomed = rows[: max(0, len(rows) - keep_last)]
+        rows = {row.record: row for row in state.top_level(workflow_name)}
+        doomed = [rows[record] for record in pruned_records(list(rows), keep_last)]
         for row in doomed:
             for dropped in self._drop(state, row):
                 state.tombstones[dropped] = workflow_name

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conformance import Outcome
-from storages.backend import CheckpointRecord, InsertResult, WalkRecords
+from storages.backend import CheckpointRecord, InsertResult, WalkRecords, latest_record
 from storages.contract import CheckpointID
 from storages.errors import CheckpointConflictError
 
@@ -156,6 +156,10 @@ class PruneRanksEmbeddedRecords(DoubleBackend):
             key=lambda r: r.sequence,
         )
         outside = ranked[: max(0, len(ranked) - keep_last)]
+        # The latest is kept wherever it ranks, in place of the oldest kept: that part is right.
+        latest = latest_record([row.record for row in state.top_level(workflow_name)])
+        if keep_last and any(row.record == latest for row in outside):
+            outside = [row for row in outside if row.record != latest] + [ranked[len(ranked) - keep_last]]
         doomed = [row for row in outside if not row.record.nested]
         for row in doomed:
             for dropped in self._drop(state, row):

@@ -106,6 +106,27 @@ class NoneMeansUnfenced(_Fence):
         return await super().insert_fenced(records, expected_latest_id)
 
 
+class FencesOnTheNewestCommit(_Fence):
+    """Compares the expected latest with the checkpoint committed last, not the latest
+    get_latest() names: a parent saved after its child passes the fence in its child's place."""
+
+    def _latest_id(self, workflow_name: str) -> CheckpointID | None:
+        rows = self._read().top_level(workflow_name)
+        return rows[-1].record.checkpoint_id if rows else None
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        latest = self._latest_id(records[0].workflow_name)
+        existing = self._existing(records[0])
+        if existing is not None:
+            return FenceCheck(latest, existing)
+        if latest != expected_latest_id:
+            return FenceCheck(latest, None)
+        await self.insert(records)
+        return None
+
+
 class WithoutFencing(FencingDouble):
     capabilities = FencingDouble.capabilities - {Capability.FENCING}
 
@@ -148,6 +169,15 @@ def test_a_retry_refused_as_stale_fails_the_idempotency_clause() -> None:
 @pytest.mark.memory
 def test_none_taken_as_unfenced_fails_the_fresh_workflow_clause() -> None:
     caught_only_by(run_family(NoneMeansUnfenced), NONE_FIRST, "although the workflow already had")
+
+
+@pytest.mark.memory
+def test_a_fence_on_the_newest_commit_fails_the_lineage_clause() -> None:
+    caught_only_by(
+        run_family(FencesOnTheNewestCommit),
+        "fencing.fence_follows_the_lineage",
+        "a save expecting the parent (committed last, but continued by the child) was stored",
+    )
 
 
 @pytest.mark.memory

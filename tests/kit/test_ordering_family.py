@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,7 +12,7 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
-from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody
+from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, latest_record
 from storages.contract import Capability, CheckpointID
 from storages.errors import CheckpointNotFoundError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
@@ -33,7 +34,9 @@ LATEST_CLAUSES = {
     "ordering.list_is_commit_order",
     "ordering.order_survives_delete",
     "ordering.save_after_delete_is_latest",
+    "ordering.concurrent_saves_commit_in_call_order",
 }
+"""The clauses whose checkpoints' timestamps sort otherwise than their commit order."""
 
 
 # ---------------------------------------------------------------- mutants, one defect each
@@ -48,6 +51,29 @@ class LatestByTimestamp(DoubleBackend):
             return None
         clocks = [datetime.fromisoformat((await self.decode(item)).timestamp) for item in stored]
         return stored[clocks.index(max(clocks))]  # the first of the greatest
+
+
+class LatestByCommitOrder(DoubleBackend):
+    """get_latest() is the checkpoint committed last, even when a checkpoint committed before it
+    continues it (names it as previous): the rule before MAF 1.26's lineage tie-break."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await self.list_bodies(workflow_name, graph_signature_hash)
+        return stored[-1] if stored else None
+
+
+class SavesOvertakeEachOther(DoubleStorage):
+    """A wrapper whose saves reach the store in the reverse of their call order when several run
+    at once (each waits longer the earlier it was called), as a client pool on a slow network
+    without ordering lets later saves overtake earlier ones."""
+
+    async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
+        calls = self.__dict__.setdefault("calls", [0])
+        calls[0] += 1
+        for _ in range(max(0, 40 - 4 * calls[0])):
+            await asyncio.sleep(0)
+        checkpoint_id: CheckpointID = await super().save(checkpoint, **options)
+        return checkpoint_id
 
 
 class ListsInIdOrder(DoubleBackend):
@@ -122,11 +148,11 @@ class SequenceFromCount(Backend):
         return None if row is None else StoredBody(checkpoint_id, row.record.body)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        rows = self._workflow(workflow_name)
-        if not rows:
-            return None
-        top = max(rows, key=lambda row: row.sequence)
-        return StoredBody(top.record.checkpoint_id, top.record.body)
+        # Its own order, the earliest stored winning a tie, resolved through the lineage.
+        rows = list(enumerate(self._workflow(workflow_name)))
+        ordered = [row for _, row in sorted(rows, key=lambda pair: (pair[1].sequence, -pair[0]))]
+        top = latest_record([row.record for row in ordered])
+        return None if top is None else StoredBody(top.checkpoint_id, top.body)
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -157,9 +183,31 @@ def test_in_memory_storage_passes_every_ordering_clause() -> None:
 def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> None:
     # workflows_are_independent gives this workflow rising timestamps, so it has nothing to catch.
     backend = run_family(LatestByTimestamp)
-    assert failed(backend) == {*LATEST_CLAUSES, "ordering.commit_order_across_handles"}
+    assert failed(backend) == {
+        *LATEST_CLAUSES,
+        "ordering.commit_order_across_handles",
+        "ordering.latest_is_the_lineage_tip",
+    }
     message = backend.result("ordering.latest_with_equal_timestamps").message
     assert "after saving c1 with the same timestamp returned c0, expected c1" in message
+
+
+def test_latest_by_commit_order_fails_the_lineage_clause_only() -> None:
+    backend = run_family(LatestByCommitOrder)
+    caught_only_by(
+        backend,
+        "ordering.latest_is_the_lineage_tip",
+        "after saving c0, then c1, which c0 names as its previous returned c1, expected c0",
+    )
+
+
+def test_saves_overtaking_each_other_fail_the_call_order_clause_only() -> None:
+    backend = run_family(SavesOvertakeEachOther)
+    caught_only_by(
+        backend,
+        "ordering.concurrent_saves_commit_in_call_order",
+        "after six saves started together returned",
+    )
 
 
 def test_listing_in_id_order_fails_the_listing_clauses_only() -> None:
@@ -169,6 +217,7 @@ def test_listing_in_id_order_fails_the_listing_clauses_only() -> None:
         "ordering.order_survives_delete",
         "ordering.save_after_delete_is_latest",
         "ordering.commit_order_across_handles",
+        "ordering.concurrent_saves_commit_in_call_order",
     }
     assert "list_checkpoints() after five saves returned [c2, c4, c0, c3, c1]" in (
         backend.result("ordering.list_is_commit_order").message
@@ -187,7 +236,12 @@ def test_sequence_numbers_reused_after_delete_fail_save_after_delete_is_latest()
 def test_one_latest_pointer_for_all_workflows_fails_workflows_are_independent() -> None:
     # The pointer lives in the handle, so the two-handle clause sees it go stale as well.
     backend = run_family(OneLatestPointerPerStore)
-    assert failed(backend) == {"ordering.workflows_are_independent", "ordering.commit_order_across_handles"}
+    # It serves the checkpoint saved last, so it cannot follow a lineage either.
+    assert failed(backend) == {
+        "ordering.workflows_are_independent",
+        "ordering.commit_order_across_handles",
+        "ordering.latest_is_the_lineage_tip",
+    }
     assert (
         "of another workflow returned 'ck-other-"
         in backend.result("ordering.workflows_are_independent").message
@@ -208,7 +262,8 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
             checkpoint_class=agent_framework.WorkflowCheckpoint,
         )
     )
-    assert failed(backend) == LATEST_CLAUSES
+    # Its lineage rule (1.26) breaks timestamp ties only: the newest timestamp still decides.
+    assert failed(backend) == {*LATEST_CLAUSES, "ordering.latest_is_the_lineage_tip"}
     assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED
     # MAF's storage declares no capabilities, so the two-handle clause cannot run.
     assert backend.result("ordering.commit_order_across_handles").outcome is Outcome.SKIPPED

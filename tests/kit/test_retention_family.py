@@ -11,7 +11,7 @@ import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages import open_storage
-from storages.backend import StoredBody
+from storages.backend import StoredBody, pruned_records
 from storages.contract import Capability, CheckpointID
 from storages.errors import InvalidCheckpointError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
@@ -66,13 +66,28 @@ class PrunesByTimestamp(DoubleBackend):
         return len(doomed)
 
 
-class PruneLeavesNestedOrphans(DoubleBackend):
-    """Prunes top-level records only; the checkpoints embedded in them stay behind."""
+class PruneKeepsTheNewestCommits(DoubleBackend):
+    """Keeps the records committed last, even when the latest (a checkpoint committed before the
+    parent it continues) is not among them."""
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
         rows = state.top_level(workflow_name)
         doomed = rows[: max(0, len(rows) - keep_last)]
+        for row in doomed:
+            for dropped in self._drop(state, row):
+                state.tombstones[dropped] = workflow_name
+        self._commit(state)
+        return len(doomed)
+
+
+class PruneLeavesNestedOrphans(DoubleBackend):
+    """Prunes top-level records only; the checkpoints embedded in them stay behind."""
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        state = self._read()
+        rows = {row.record: row for row in state.top_level(workflow_name)}
+        doomed = [rows[record] for record in pruned_records(list(rows), keep_last)]
         for row in doomed:
             checkpoint_id = row.record.checkpoint_id
             del state.rows[self._key(checkpoint_id)]
@@ -82,11 +97,15 @@ class PruneLeavesNestedOrphans(DoubleBackend):
 
 
 class PruneSliceKeepsAllAtZero(DoubleBackend):
-    """Slices ``rows[:-keep_last]``, and ``[:-0]`` is empty: keep_last=0 deletes nothing."""
+    """Cuts the list it prunes with ``[:-keep_last]``, and ``[:-0]`` is empty: keep_last=0
+    deletes nothing (otherwise it prunes what the contract says)."""
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
         state = self._read()
-        doomed = state.top_level(workflow_name)[:-keep_last]
+        rows = {row.record: row for row in state.top_level(workflow_name)}
+        doomed = [rows[record] for record in pruned_records(list(rows), keep_last)]
+        if keep_last == 0:
+            doomed = doomed[:-keep_last]  # what the whole list cut at -keep_last gives
         for row in doomed:
             for dropped in self._drop(state, row):
                 state.tombstones[dropped] = workflow_name
@@ -252,12 +271,19 @@ def test_prune_without_tombstones_fails_every_tombstone_clause() -> None:
     )
 
 
-def test_prune_by_timestamp_fails_prune_keeps_newest_only() -> None:
+def test_prune_by_timestamp_fails_the_clauses_that_say_what_prune_keeps() -> None:
     backend = run_family(PrunesByTimestamp)
+    assert failed(backend) == {"retention.prune_keeps_newest", "retention.prune_keeps_the_latest"}
+    assert "after prune(keep_last=2) returned [c2, c5], expected [c4, c5]" in (
+        backend.result("retention.prune_keeps_newest").message
+    )
+
+
+def test_prune_keeping_the_newest_commits_fails_the_latest_clause_only() -> None:
     caught_only_by(
-        backend,
-        "retention.prune_keeps_newest",
-        "after prune(keep_last=2) returned [c2, c5], expected [c4, c5]",
+        run_family(PruneKeepsTheNewestCommits),
+        "retention.prune_keeps_the_latest",
+        "then c1, and prune(keep_last=1) returned [c1], expected [c2]",
     )
 
 

@@ -5,13 +5,14 @@ local function drop_family(H, home, id)
   local dropped = {}
   for _, m in ipairs(members) do
     local key = rkey(H, m)
-    local f = redis.call('HMGET', key, 'w', 's', 'c')
+    local f = redis.call('HMGET', key, 'w', 's', 'c', 'p', 'q')
     if f[1] then
       if f[3] then
         if INLINE then redis.call('ZREM', tag(f[1]) .. ':nested', nmember(home, m)) end
       else
         redis.call('ZREM', H .. ':top', m)
         redis.call('ZREM', sigkey(H, f[2]), m)
+        if f[4] then redis.call('ZREM', H .. ':next', successor_member(f[4], f[2], tonumber(f[5]), m)) end
       end
       redis.call('DEL', key, kkey(H, m))
       if INLINE and redis.call('GET', lockey(m)) == home then redis.call('DEL', lockey(m)) end
@@ -23,13 +24,14 @@ local function drop_family(H, home, id)
   return dropped
 end
 -- Workflow w's latest top-level id ('' for none): the newest index entry whose record exists,
--- dropping entries whose record expired (write scripts only).
+-- dropping entries whose record expired (write scripts only), then through the lineage.
 local function head(w)
   local H = tag(w)
   while true do
     local ids = redis.call('ZREVRANGE', H .. ':top', 0, 0)
     if #ids == 0 then return '' end
-    if redis.call('EXISTS', rkey(H, ids[1])) == 1 then return ids[1] end
+    local signature = redis.call('HGET', rkey(H, ids[1]), 's')
+    if signature then return (tip(H, ids[1], signature)) end
     redis.call('ZREM', H .. ':top', ids[1])
   end
 end

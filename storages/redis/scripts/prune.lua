@@ -1,5 +1,5 @@
--- Keep the newest `keep` top-level records of workflow; tombstone and drop the rest with what
--- is nested in them. Returns {top-level count dropped, {workflow, id, ...} removed}.
+-- Keep the latest and the `keep` - 1 other top-level records of workflow committed last;
+-- tombstone and drop the rest with what is nested in them. Returns {top-level count dropped, {workflow, id, ...} removed}.
 local H = tag(workflow)
 for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do
   if redis.call('EXISTS', rkey(H, id)) == 0 then redis.call('ZREM', top, id) end
@@ -7,6 +7,16 @@ end
 local count = redis.call('ZCARD', top)
 if count <= keep then return {0, {}} end
 local doomed = redis.call('ZRANGE', top, 0, count - keep - 1)
+if keep > 0 then
+  -- The latest stays wherever it is in the order; the oldest of the others kept goes instead.
+  local latest = head(workflow)
+  for i, id in ipairs(doomed) do
+    if id == latest then
+      doomed[i] = redis.call('ZRANGE', top, count - keep, count - keep)[1]
+      break
+    end
+  end
+end
 local removed = {}
 for _, id in ipairs(doomed) do
   local dropped = drop_family(H, workflow, id)

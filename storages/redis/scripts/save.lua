@@ -55,6 +55,10 @@ for _, r in ipairs(records) do
     redis.call('ZADD', signature, seq, r.id)
     touch(H .. ':top')
     touch(signature)
+    if r.previous ~= '' then
+      redis.call('ZADD', H .. ':next', 0, successor_member(r.previous, r.signature, seq, r.id))
+      touch(H .. ':next')
+    end
   else
     redis.call('RPUSH', kkey(H, r.container), r.id)
     touch(kkey(H, r.container))

@@ -35,6 +35,7 @@ else
 end
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
+if previous ~= '' then redis.call('ZADD', successors, 0, successor .. string.format('%016x', seq) .. ':' .. id) end
 redis.call('SET', pointer, workflow)
 local unindexed = listed(workflow)
 if TTL > 0 then
