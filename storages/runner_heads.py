@@ -14,6 +14,8 @@ storage declares ``fencing``): a run that was dropped and superseded by another 
 process or any other, finds the latest moved on and is refused with
 :class:`~storages.errors.StaleWriterError`, storing nothing. Where the adapter has seen nothing of
 a workflow (its first save there, or a workflow it has forgotten), it reads the latest first.
+A save's id is derived from the step it takes, so a second run taking the same step with other
+content is refused the same way (the storage's CheckpointConflictError, reported as stale).
 
 The memory is bounded (:data:`REMEMBERED_WORKFLOWS`, least recently used first out): a forgotten
 workflow costs one more read at its next save, never a wrong fence.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .contract import Capability, CheckpointID
+from .errors import CheckpointConflictError, StaleWriterError
 
 REMEMBERED_WORKFLOWS: Final = 4096
 """Workflows an adapter remembers at once."""
@@ -81,10 +84,23 @@ class Heads:
     async def save(self, checkpoint: Any, expected: CheckpointID | None, carried: Any = None) -> CheckpointID:
         """Save ``checkpoint`` fenced on ``expected`` (when the storage fences) and remember it."""
         workflow_name = checkpoint.workflow_name
-        if self.fenced:
-            saved: CheckpointID = await self.storage.save(checkpoint, expected_latest_id=expected)
-        else:
-            saved = await self.storage.save(checkpoint)
+        try:
+            if self.fenced:
+                saved: CheckpointID = await self.storage.save(checkpoint, expected_latest_id=expected)
+            else:
+                saved = await self.storage.save(checkpoint)
+        except StaleWriterError:
+            raise
+        except CheckpointConflictError as conflict:
+            # The id names the step this save takes (derived from what it continues): another run
+            # took that step with other content first, so this run is the stale one.
+            latest = await self.storage.get_latest(workflow_name=workflow_name)
+            raise StaleWriterError(
+                workflow_name,
+                checkpoint.checkpoint_id,
+                expected,
+                None if latest is None else latest.checkpoint_id,
+            ) from conflict
         self.remember(workflow_name, Seen(saved, saved, checkpoint.iteration_count, carried))
         return saved
 
