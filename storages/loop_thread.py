@@ -94,4 +94,40 @@ class LoopThread:
                 self._thread.join()
 
 
-__all__ = ["LoopThread"]
+class LoopPortal:
+    """Runs calls on a loop someone else runs (the one a storage they hold belongs to), from other
+    threads only: what an adapter over such a storage needs when its runner calls it from worker
+    threads (``asyncio.to_thread(flow.kickoff)``). Same interface as :class:`LoopThread`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.closed = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def run(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise asyncio.InvalidStateError(
+                "a synchronous call on the loop its storage belongs to would wait forever: run the "
+                "runner in another thread (await asyncio.to_thread(flow.kickoff, ...))"
+            )
+        if self._loop.is_closed():
+            raise StorageClosedError("the storage's event loop", "run")
+
+        async def invoke() -> T:
+            return await call()
+
+        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result()
+
+    def close(self, last: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Nothing to stop: the loop and the storage are their owner's."""
+        self.closed = True
+
+
+__all__ = ["LoopPortal", "LoopThread"]

@@ -3,9 +3,11 @@
 * (partition_key, app_id) is one workflow, ``burr:<partition_key>:<app_id>``, both parts
   percent-escaped: distinct pairs never share a workflow and a partition's apps share a prefix.
   A None partition key is Burr's default, the empty string, as Burr's own persisters store it.
-* A step's checkpoint id is derived from the application and its ``sequence_id``, so a save retried
-  after an ambiguous failure stores nothing twice, and a second, different state for the same step
-  is refused (CheckpointConflictError) as Burr's SQLite persister refuses it (its primary key).
+* A step's checkpoint id is derived from the workflow, the application and its ``sequence_id``,
+  so a save retried after an ambiguous failure stores nothing twice, and a second, different state
+  for the same step is refused (reported as StaleWriterError) as Burr's SQLite persister refuses
+  it (its primary key): continue an application from an older step in a new ``app_id`` (Burr's
+  fork), not in the same one.
   A failed step's id also names the checkpoint it followed, so a step that fails again after a
   resume is a record of its own.
 * The checkpoint's state holds the coordinates (partition_key, app_id, sequence_id, position,
@@ -90,14 +92,18 @@ def _digest(*parts: str, size: int = 16) -> str:
     return digest.hexdigest()
 
 
-def step_id(partition_key: str, app_id: str, sequence_id: int) -> str:
-    """The id of an application's step that completed."""
-    return f"burr-{_digest(partition_key, app_id)}-{sequence_id:020d}"
+def step_id(workflow_name: str, partition_key: str, app_id: str, sequence_id: int) -> str:
+    """The id of an application's step that completed (in the workflow holding it)."""
+    return f"burr-{_digest(workflow_name, partition_key, app_id)}-{sequence_id:020d}"
 
 
-def failed_step_id(partition_key: str, app_id: str, sequence_id: int, after: str | None) -> str:
+def failed_step_id(
+    workflow_name: str, partition_key: str, app_id: str, sequence_id: int, after: str | None
+) -> str:
     """The id of an application's step that failed, after checkpoint ``after`` (None: none)."""
-    return f"{step_id(partition_key, app_id, sequence_id)}-failed-{_digest(after or '', size=8)}"
+    return (
+        f"{step_id(workflow_name, partition_key, app_id, sequence_id)}-failed-{_digest(after or '', size=8)}"
+    )
 
 
 def build_checkpoint(
@@ -114,9 +120,9 @@ def build_checkpoint(
     """The checkpoint of one step (positional, in field order)."""
     failed = status == FAILED
     checkpoint_id = (
-        failed_step_id(partition_key, app_id, sequence_id, previous_id)
+        failed_step_id(workflow_name, partition_key, app_id, sequence_id, previous_id)
         if failed
-        else step_id(partition_key, app_id, sequence_id)
+        else step_id(workflow_name, partition_key, app_id, sequence_id)
     )
     return WorkflowCheckpoint(
         workflow_name,

@@ -72,7 +72,7 @@ class StepRecords:
             self.heads.latest_seen(workflow_name, head, _coordinates(head))
             completed = await self._completed_from(head)
             return None if completed is None else self._data(completed)
-        wanted = step_id(partition, app_id, sequence_of(sequence_id))
+        wanted = step_id(workflow_name, partition, app_id, sequence_of(sequence_id))
         loaded, head = await asyncio.gather(
             self._load_if_stored(wanted), self.storage.get_latest(workflow_name=workflow_name)
         )
@@ -133,7 +133,7 @@ class StepRecords:
             previous_id=seen.previous,
         )
         if not _follows(seen, app_id, sequence, first_read=checked):
-            expected = step_id(partition, app_id, sequence - 1) if sequence else None
+            expected = step_id(workflow_name, partition, app_id, sequence - 1) if sequence else None
             raise StaleWriterError(workflow_name, checkpoint.checkpoint_id, expected, seen.expected)
         await self.heads.save(checkpoint, seen.expected, _coordinates(checkpoint))
 
@@ -218,7 +218,9 @@ def _follows(seen: Seen, app_id: str, sequence: int, *, first_read: bool) -> boo
     seen_status: str
     seen_app, seen_sequence, seen_status = seen_step
     if seen_app != app_id:
-        return not first_read
+        # Another application's step: a workflow shared by several applications (a subclass's
+        # naming). A first read accepts only a new application's first step there.
+        return not first_read or sequence == 0
     retry = seen_sequence == sequence and seen_status == FAILED
     if first_read:
         return retry or seen_sequence == sequence - 1

@@ -2,9 +2,10 @@
 
 * A flow's ``flow_uuid`` is one workflow, ``crewai:<flow_uuid>`` (percent-escaped), so every flow
   of a store is found by the prefix and distinct flow ids never share a workflow.
-* Each ``save_state`` is one checkpoint continuing the flow's previous one; its id is derived from
-  the flow, the checkpoint it continues and the method, so a save retried after an ambiguous
-  failure stores nothing twice.
+* Each ``save_state`` is one checkpoint continuing the flow's previous one, under a fresh id
+  (``crewai-<uuid4 hex>``): two runs continuing the same checkpoint (a fork, or a stale run and
+  its successor) never share an id, so the fence alone decides between them. A backend's retry of
+  one save sends the same checkpoint, and a retried save that was applied is recognised as such.
 * The checkpoint's state holds the flow id, the method that completed, the flow state as CrewAI's
   own SQLite persister stores it (JSON values: a pydantic state dumped in JSON mode) and, when a
   flow waits for human feedback, the pending context (``PendingFeedbackContext.to_dict()``).
@@ -12,7 +13,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import uuid
 from datetime import datetime, timezone
 from typing import Any, Final
 from urllib.parse import quote, unquote
@@ -49,13 +50,9 @@ def flow_uuid_of(workflow_name: str) -> str | None:
     return unquote(workflow_name[len(WORKFLOW_PREFIX) :])
 
 
-def checkpoint_id_for(workflow_name: str, previous_id: str | None, method_name: str) -> str:
-    """The id of the save of ``method_name`` continuing ``previous_id`` in a flow's workflow."""
-    digest = hashlib.blake2b(digest_size=16)
-    for part in (workflow_name, previous_id or "", method_name):
-        digest.update(part.encode("utf-8", "surrogatepass"))
-        digest.update(b"\0")
-    return f"crewai-{digest.hexdigest()}"
+def new_checkpoint_id() -> str:
+    """A fresh id for the next save of a flow."""
+    return f"crewai-{uuid.uuid4().hex}"
 
 
 def state_dict(state_data: Any) -> dict[str, Any]:
@@ -102,7 +99,7 @@ def build_checkpoint(
     return WorkflowCheckpoint(
         workflow_name,
         GRAPH_SIGNATURE,
-        checkpoint_id_for(workflow_name, previous_id, method_name),
+        new_checkpoint_id(),
         previous_id,
         datetime.now(timezone.utc).isoformat(),
         {},
@@ -135,7 +132,7 @@ __all__ = [
     "STATE_KEYS",
     "WORKFLOW_PREFIX",
     "build_checkpoint",
-    "checkpoint_id_for",
+    "new_checkpoint_id",
     "flow_uuid_of",
     "state_dict",
     "stored_state",

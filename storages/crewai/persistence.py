@@ -17,15 +17,17 @@ Semantics (docs/crewai.md):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crewai.flow.persistence.base import FlowPersistence
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from typing_extensions import Self
 
 from ..engine import CheckpointStore
 from ..errors import StorageConfigurationError
-from ..loop_thread import LoopThread
+from ..loop_thread import LoopPortal, LoopThread
 from ..redaction import redact_url
 from ..runner_heads import Heads, Seen
 from ..urls import open_storage
@@ -45,7 +47,9 @@ class StorageFlowPersistence(FlowPersistence):
 
     ``StorageFlowPersistence("redis://127.0.0.1:6379/0?prefix=flows")`` opens the storage on the
     adapter's own loop; ``StorageFlowPersistence(storage)`` uses a new handle on a storage you hold
-    (its ``new_handle()``; you keep closing yours). Close the adapter with :meth:`close`.
+    (its ``new_handle()``; you keep closing yours). ``StorageFlowPersistence(storage, loop=loop)``
+    uses that storage itself on ``loop``, the running loop it belongs to: flows then run in other
+    threads (``await asyncio.to_thread(flow.kickoff, ...)``). Close the adapter with :meth:`close`.
     CrewAI may rebuild the adapter from its serialized form, which keeps the URL only.
     """
 
@@ -55,10 +59,19 @@ class StorageFlowPersistence(FlowPersistence):
     url: str | None = Field(default=None, repr=False, description="The storage URL, when built from one.")
 
     _storage: Any = PrivateAttr(default=None)
-    _loop: LoopThread | None = PrivateAttr(default=None)
+    _loop: LoopThread | LoopPortal | None = PrivateAttr(default=None)
     _heads: Heads | None = PrivateAttr(default=None)
+    _restores: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _owned: bool = PrivateAttr(default=True)
 
-    def __init__(self, storage: str | Any | None = None, /, **data: Any) -> None:
+    def __init__(
+        self,
+        storage: str | Any | None = None,
+        /,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        **data: Any,
+    ) -> None:
         if isinstance(storage, str):
             data["url"] = storage
             storage = None
@@ -67,10 +80,30 @@ class StorageFlowPersistence(FlowPersistence):
             raise StorageConfigurationError(
                 "StorageFlowPersistence needs a storage URL or a storage: StorageFlowPersistence('sqlite:///flows.db')"
             )
-        new_handle = getattr(storage, "new_handle", None)
-        if storage is not None and callable(new_handle):
-            storage = new_handle()
+        if loop is not None:
+            if storage is None:
+                raise StorageConfigurationError(
+                    "StorageFlowPersistence(loop=...) needs the storage of that loop"
+                )
+            self._loop = LoopPortal(loop)
+            self._owned = False
+        elif storage is not None:
+            new_handle = getattr(storage, "new_handle", None)
+            self._owned = callable(new_handle)
+            if callable(new_handle):
+                storage = new_handle()
         self._storage = storage
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """The adapter over the storage at ``url``, opened on the adapter's own loop."""
+        return cls(url)
+
+    @classmethod
+    def over(cls, storage: Any, *, loop: asyncio.AbstractEventLoop | None = None) -> Self:
+        """The adapter over a storage you hold: a new handle of it on the adapter's own loop, or,
+        with ``loop`` (the running loop the storage belongs to), the storage itself on that loop."""
+        return cls(storage, loop=loop)
 
     @property
     def storage(self) -> Any:
@@ -88,6 +121,44 @@ class StorageFlowPersistence(FlowPersistence):
         if isinstance(storage, CheckpointStore):
             return storage.describe()
         return redact_url(self.url) if storage is None and self.url else type(storage).__name__
+
+    def workflow_name(self, flow_uuid: str) -> str:
+        """The workflow of one flow: :func:`storages.crewai.mapping.workflow_for` (a subclass may
+        name them otherwise)."""
+        return workflow_for(flow_uuid)
+
+    def restore(self, flow_uuid: str, checkpoint_id: str) -> dict[str, Any]:
+        """Time travel: the flow's next ``load_state`` (its next ``kickoff(inputs={"id": ...})``)
+        returns the state saved as ``checkpoint_id``, and its next save continues that checkpoint,
+        fenced on the flow's latest as it is now (a fork; later saves follow it). Returns the state.
+
+        CrewAI itself resumes a flow only from its latest state; this is the adapter's own.
+        """
+
+        async def read() -> dict[str, Any]:
+            workflow_name = self.workflow_name(flow_uuid)
+            restored, latest = await asyncio.gather(
+                self.storage.load(checkpoint_id), self.storage.get_latest(workflow_name=workflow_name)
+            )
+            if restored.workflow_name != workflow_name:
+                raise StorageConfigurationError(
+                    f"checkpoint {checkpoint_id!r} belongs to workflow {restored.workflow_name!r}, "
+                    f"not to flow {flow_uuid!r}"
+                )
+            state = stored_state(restored, flow_uuid)
+            self._restores[flow_uuid] = state
+            self._heads_here().remember(
+                workflow_name,
+                Seen(
+                    restored.checkpoint_id,
+                    None if latest is None else latest.checkpoint_id,
+                    restored.iteration_count,
+                    state["pending"],
+                ),
+            )
+            return dict(state["state"])
+
+        return self._run(read)
 
     # ------------------------------------------------------------------ CrewAI's interface
 
@@ -137,7 +208,7 @@ class StorageFlowPersistence(FlowPersistence):
         loop, storage = self._loop, self._storage
         if loop is None:
             return
-        loop.close(None if storage is None else storage.aclose)
+        loop.close(storage.aclose if storage is not None and self._owned else None)
 
     def __enter__(self) -> StorageFlowPersistence:
         return self
@@ -159,11 +230,26 @@ class StorageFlowPersistence(FlowPersistence):
         return self._heads
 
     async def _latest(self, flow_uuid: str) -> dict[str, Any] | None:
-        workflow_name = workflow_for(flow_uuid)
+        restored: dict[str, Any] | None = self._restores.pop(flow_uuid, None)
+        if restored is not None:
+            return restored  # what restore() noted for the next save stays as it is
+        workflow_name = self.workflow_name(flow_uuid)
         latest = await self.storage.get_latest(workflow_name=workflow_name)
-        state = None if latest is None else stored_state(latest, flow_uuid)
+        state = (
+            None
+            if latest is None or not self._belongs(latest, flow_uuid)
+            else stored_state(latest, flow_uuid)
+        )
         self._heads_here().latest_seen(workflow_name, latest, None if state is None else state["pending"])
         return state
+
+    def _belongs(self, stored: Any, flow_uuid: str) -> bool:
+        """True if the latest record of ``flow_uuid``'s workflow is that flow's. A workflow holds
+        one flow only, so another flow's record there is corrupted: raise. (A subclass whose
+        workflows hold several flows returns False: the flow has no state yet, and its next save
+        continues that record, fenced on it.)"""
+        stored_state(stored, flow_uuid)
+        return True
 
     async def _save(
         self,
@@ -174,7 +260,7 @@ class StorageFlowPersistence(FlowPersistence):
         pending: dict[str, Any] | None = None,
         keep_pending: bool = False,
     ) -> None:
-        workflow_name = workflow_for(flow_uuid)
+        workflow_name = self.workflow_name(flow_uuid)
         heads = self._heads_here()
         seen = heads.get(workflow_name)
         if seen is None:
