@@ -1,19 +1,24 @@
-"""A private event loop on a daemon thread, for runner adapters whose runner calls them synchronously.
+"""A private event loop for runner adapters whose runner calls them synchronously.
 
 CrewAI's ``FlowPersistence`` and Burr's ``BaseStateSaver``/``BaseStateLoader`` are synchronous, and
 the runner calls them from wherever it happens to be: a plain thread, a worker thread of
 ``asyncio.to_thread``, or a coroutine running on the runner's own event loop. A storage here is
-async and its connections belong to the loop that opened them. :class:`LoopThread` owns one loop on
-one thread of its own: every storage call of the adapter runs there, so
+async and its connections belong to the loop that opened them. :class:`LoopThread` owns one loop,
+and every storage call of the adapter runs on it, one at a time:
 
-* a call from a thread with a running loop never re-enters that loop (no deadlock, no "event loop is
-  already running"), and never touches the caller's loop at all;
-* the storage's connections stay on one loop for their whole life, whichever threads call;
+* called from a thread with no running loop (a Burr application's ``run``, a script), the loop runs
+  right there, on the caller's thread, for the length of the call: no thread hand-off;
+* called from a thread whose own loop is running (a CrewAI flow's coroutine, a sync Burr
+  application inside async code), the call is handed to the adapter's own thread, which runs the
+  loop for it: the caller's loop is never re-entered (no "event loop is already running", no
+  deadlock) and never touched;
+* the storage's connections stay on the one loop for their whole life, whichever threads call;
 * the calling thread waits for the answer, as the runner's synchronous API demands (what its own
   SQLite persister does with a blocking sqlite3 call).
 
-The thread is a daemon, so an adapter never closed cannot keep the interpreter alive; ``close()``
-runs a last coroutine (the storage's ``aclose``), then stops the loop and joins the thread.
+The hand-off thread is a daemon and starts only when first needed, so an adapter never closed
+cannot keep the interpreter alive; ``close()`` runs a last coroutine (the storage's ``aclose``) and
+closes the loop.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from .errors import StorageClosedError
@@ -29,22 +35,16 @@ T = TypeVar("T")
 
 
 class LoopThread:
-    """One event loop running on one daemon thread; :meth:`run` hands it a coroutine and waits."""
+    """One private event loop, run by the calling thread or, under a running loop, by a thread of
+    its own; :meth:`run` runs a coroutine on it and waits."""
 
     def __init__(self, *, name: str) -> None:
         self._name = name
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._lock = threading.Lock()
+        """One call at a time on the loop, whichever thread runs it."""
+        self._handoff: ThreadPoolExecutor | None = None
         self._closed = False
-        self._thread.start()
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.close()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -56,42 +56,60 @@ class LoopThread:
         return self._closed
 
     def run(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run ``call()`` on the private loop and return its result (or raise its exception).
-
-        Called from the private loop's own thread (a storage callback calling back into the
-        adapter), it raises instead of waiting for itself forever.
-        """
-        if threading.current_thread() is self._thread:
-            raise RuntimeError(
-                f"{self._name}: a synchronous call from its own loop's thread would wait forever"
-            )
-        if self._closed:
-            raise StorageClosedError(self._name, "run")
+        """Run ``call()`` on the private loop and return its result (or raise its exception)."""
+        if self._loop.is_running() and self._loop_thread_is_current():
+            raise RuntimeError(f"{self._name}: a synchronous call from its own loop would wait forever")
 
         async def invoke() -> T:
             return await call()
 
-        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result()
+        with self._lock:
+            if self._closed:
+                raise StorageClosedError(self._name, "run")
+            if _has_running_loop():
+                return self._handed_off().submit(self._loop.run_until_complete, invoke()).result()
+            return self._loop.run_until_complete(invoke())
 
     def close(self, last: Callable[[], Awaitable[object]] | None = None) -> None:
-        """Run ``last()`` (closing what lives on the loop), then stop the loop and join the thread.
-
-        Idempotent; ``last`` runs only on the first call."""
+        """Run ``last()`` (closing what lives on the loop), then close the loop; idempotent, and
+        ``last`` runs only on the first call."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            try:
+                if last is not None:
+
+                    async def finish() -> None:
+                        await last()
+
+                    if _has_running_loop():
+                        self._handed_off().submit(self._loop.run_until_complete, finish()).result()
+                    else:
+                        self._loop.run_until_complete(finish())
+            finally:
+                if self._handoff is not None:
+                    self._handoff.shutdown(wait=True)
+                self._loop.close()
+
+    def _handed_off(self) -> ThreadPoolExecutor:
+        if self._handoff is None:
+            self._handoff = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+        return self._handoff
+
+    def _loop_thread_is_current(self) -> bool:
         try:
-            if last is not None and self._thread is not threading.current_thread():
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
 
-                async def finish() -> None:
-                    await last()
 
-                asyncio.run_coroutine_threadsafe(finish(), self._loop).result()
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._thread is not threading.current_thread():
-                self._thread.join()
+def _has_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class LoopPortal:
