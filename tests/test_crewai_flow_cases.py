@@ -10,8 +10,10 @@ console output) are not ported; docs/runner-profiles.md lists every case and its
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 import runner_env  # noqa: F401 - before crewai
@@ -350,3 +352,140 @@ def test_full_async_flow_cycle(persistence: StorageFlowPersistence) -> None:
     assert resumed.last_human_feedback.feedback == "This is my feedback"
     assert resumed.processed_feedback == "This is my feedback"
     assert persistence.load_pending_feedback(paused[0]) is None
+
+
+def test_resume_from_async_context_raises_error(persistence: StorageFlowPersistence) -> None:
+    """Mirrors TestFlowResumeWithFeedback.test_resume_from_async_context_raises_error: the
+    persistence is called from inside a running loop; resume() refuses that context itself."""
+
+    class TestFlow(Flow):  # type: ignore[type-arg]
+        @start()
+        def begin(self) -> str:
+            return "started"
+
+    async def call_resume_from_async() -> None:
+        persistence.save_pending_feedback(
+            "async-context-test",
+            _context("async-context-test", "begin", method_output="output"),
+            {"id": "async-context-test"},
+        )
+        flow = TestFlow.from_pending("async-context-test", persistence)
+        with pytest.raises(RuntimeError, match="cannot be called from within an async context"):
+            flow.resume("feedback")
+
+    asyncio.run(call_resume_from_async())
+
+
+async def test_resume_async_direct(persistence: StorageFlowPersistence) -> None:
+    """Mirrors TestFlowResumeWithFeedback.test_resume_async_direct."""
+
+    class TestFlow(Flow):  # type: ignore[type-arg]
+        @start()
+        @human_feedback(message="Review:")
+        def generate(self) -> str:
+            return "content"
+
+        @listen(generate)
+        def process(self, result: Any) -> str:
+            return f"processed: {result.feedback}"
+
+    persistence.save_pending_feedback(
+        "async-direct-test", _context("async-direct-test", "generate"), {"id": "async-direct-test"}
+    )
+    flow = TestFlow.from_pending("async-direct-test", persistence)
+    await flow.resume_async("async feedback")
+    assert flow.last_human_feedback is not None
+    assert flow.last_human_feedback.feedback == "async feedback"
+    assert persistence.load_pending_feedback("async-direct-test") is None
+
+
+def test_resume_routing(persistence: StorageFlowPersistence) -> None:
+    """Mirrors TestFlowResumeWithFeedback.test_resume_routing (the outcome collapse patched, as upstream)."""
+
+    class TestFlow(Flow):  # type: ignore[type-arg]
+        result_path: str = ""
+
+        @start()
+        @human_feedback(message="Approve?", emit=["approved", "rejected"], llm="gpt-4o-mini")
+        def review(self) -> str:
+            return "content"
+
+        @listen("approved")
+        def handle_approved(self) -> str:
+            self.result_path = "approved"
+            return "Approved!"
+
+        @listen("rejected")
+        def handle_rejected(self) -> str:
+            self.result_path = "rejected"
+            return "Rejected!"
+
+    context = _context("route-test-123", message="Approve?", emit=["approved", "rejected"], llm="gpt-4o-mini")
+    persistence.save_pending_feedback("route-test-123", context, {"id": "route-test-123"})
+    flow = TestFlow.from_pending("route-test-123", persistence)
+    with patch.object(flow, "_collapse_to_outcome", return_value="approved"):
+        flow.resume("yes, this looks great")
+    assert flow.last_human_feedback is not None
+    assert flow.last_human_feedback.outcome == "approved"
+    assert flow.result_path == "approved"
+
+
+def test_async_provider_pauses_flow(persistence: StorageFlowPersistence) -> None:
+    """Mirrors TestAsyncHumanFeedbackIntegration.test_async_provider_pauses_flow."""
+
+    class PausingProvider:
+        def request_feedback(self, context: PendingFeedbackContext, flow: Flow[Any]) -> str:
+            state = flow.state if isinstance(flow.state, dict) else flow.state.model_dump()
+            persistence.save_pending_feedback(context.flow_id, context, state)
+            raise HumanFeedbackPending(context=context, callback_info={"saved": True})
+
+    class TestFlow(Flow):  # type: ignore[type-arg]
+        @start()
+        @human_feedback(message="Review:", provider=PausingProvider())
+        def generate(self) -> str:
+            return "generated content"
+
+    result = TestFlow(persistence=persistence).kickoff()
+    assert isinstance(result, HumanFeedbackPending)
+    assert result.callback_info["saved"] is True
+    assert persistence.load_pending_feedback(result.context.flow_id) is not None
+
+
+@pytest.mark.parametrize("feedback", ["", None])
+def test_missing_feedback_uses_the_default_outcome(
+    persistence: StorageFlowPersistence, feedback: str | None
+) -> None:
+    """Mirrors TestAsyncHumanFeedbackEdgeCases.test_empty_feedback_uses_default_outcome ("") and
+    test_resume_without_feedback_uses_default (None: resume() without an argument)."""
+
+    class TestFlow(Flow):  # type: ignore[type-arg]
+        @start()
+        def generate(self) -> str:
+            return "content"
+
+    context = _context(
+        "default-test",
+        "generate",
+        emit=["approved", "rejected"],
+        default_outcome="approved",
+        llm="gpt-4o-mini",
+    )
+    persistence.save_pending_feedback("default-test", context, {"id": "default-test"})
+    flow = TestFlow.from_pending("default-test", persistence)
+    flow.resume() if feedback is None else flow.resume(feedback)
+    assert flow.last_human_feedback is not None
+    assert flow.last_human_feedback.outcome == "approved"
+    assert flow.last_human_feedback.feedback == ""
+
+
+def test_llm_config_survives_the_persistence_round_trip(persistence: StorageFlowPersistence) -> None:
+    """Mirrors the persistence part of TestLLMObjectPreservedInContext
+    .test_basellm_object_model_string_survives_roundtrip: a context whose ``llm`` is a model config
+    dict comes back as that dict (the rest of that case exercises CrewAI's LLM classes)."""
+    llm = {"model": "gemini/gemini-2.0-flash", "temperature": 0.2}
+    persistence.save_pending_feedback(
+        "llm-test", _context("llm-test", emit=["a", "b"], llm=llm), {"id": "llm-test"}
+    )
+    loaded = persistence.load_pending_feedback("llm-test")
+    assert loaded is not None
+    assert loaded[1].llm == llm
