@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from burr.core import ApplicationBuilder, State, action
 from conftest import StorageMaker
 
+from storages import open_storage
 from storages.burr import AsyncStorageStatePersister, StorageStatePersister, workflow_for
 from storages.contract import WorkflowCheckpoint
 from storages.errors import (
     CheckpointCorruptedError,
+    CheckpointTamperedError,
     InvalidCheckpointError,
     InvalidCheckpointIdError,
     StaleWriterError,
@@ -225,3 +228,17 @@ async def test_a_foreign_record_under_an_app_is_reported_corrupted(storage_maker
         persister = AsyncStorageStatePersister(storage)
         with pytest.raises(CheckpointCorruptedError, match="not a Burr step"):
             await persister.load("pk", "app")
+
+
+@pytest.mark.sqlite
+async def test_a_keyed_store_refuses_a_tampered_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BURR_KEY", "11" * 32)
+    url = f"sqlite:///{tmp_path}/keyed.db?integrity_key_env=BURR_KEY"
+    with StorageStatePersister(url) as persister:
+        persister.save("pk", "app", 0, "a", State({"n": 0}), "completed")
+        persister.save("pk", "app", 1, "b", State({"n": 1}), "completed")
+    async with open_storage(url) as storage:
+        first, second = await storage.list_checkpoint_ids(workflow_name=workflow_for("pk", "app"))
+        await storage.write_raw_body(second, await storage.read_raw_body(first))  # type: ignore[arg-type]
+    with StorageStatePersister(url) as persister, pytest.raises(CheckpointTamperedError):
+        persister.load("pk", "app")
