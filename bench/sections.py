@@ -13,6 +13,19 @@ LANGGRAPH_HEADING = "## LangGraph: StorageSaver against LangGraph's own savers (
 """What ``bench.run`` puts above the kept section (the section itself starts with its command)."""
 
 
+RUNNERS_START = "<!-- runners-bench:start -->"
+RUNNERS_END = "<!-- runners-bench:end -->"
+RUNNERS_HEADING = (
+    "## CrewAI and Burr: our adapters against the runners' own persisters (`bench.runners_bench`)"
+)
+
+KEPT_SECTIONS: tuple[tuple[str, str, str], ...] = (
+    (LANGGRAPH_START, LANGGRAPH_END, LANGGRAPH_HEADING),
+    (RUNNERS_START, RUNNERS_END, RUNNERS_HEADING),
+)
+"""(start, end, heading) of every section another command writes into docs/benchmarks.md."""
+
+
 def kept_section(document: str, start: str = LANGGRAPH_START, end: str = LANGGRAPH_END) -> str:
     """The section of ``document`` between ``start`` and ``end``, markers included ("" if none)."""
     first, last = document.find(start), document.find(end)
@@ -23,7 +36,8 @@ def kept_section(document: str, start: str = LANGGRAPH_START, end: str = LANGGRA
 
 def with_kept_sections(previous: str, generated: str) -> str:
     """``generated`` with the sections other commands wrote into ``previous`` appended."""
-    kept = kept_section(previous)
-    if not kept or kept_section(generated):
-        return generated
-    return generated.rstrip("\n") + "\n\n" + LANGGRAPH_HEADING + "\n\n" + kept
+    for start, end, heading in KEPT_SECTIONS:
+        kept = kept_section(previous, start, end)
+        if kept and not kept_section(generated, start, end):
+            generated = generated.rstrip("\n") + "\n\n" + heading + "\n\n" + kept
+    return generated

@@ -38,6 +38,7 @@ from storages.terminal import console as terminal_console
 from storages.urls import supported_schemes
 from storages.version import installed_version
 
+from .adapter_runners import ADAPTER_RUNNERS, use_adapter_runner
 from .builtin import builtin_targets, not_run_backends, unavailable_target
 from .clause import FAMILIES, Clause
 from .model import DEFAULT_OPERATIONS, DEFAULT_SECONDS, DEFAULT_SEED, parse_budget
@@ -91,7 +92,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         # The MAF runner drives only the runner family unless clauses are named: the other
         # families call the storage directly, so a runner changes nothing for them.
-        clauses = select_clauses(args.clause or (["runner"] if args.runner in ("maf", "langgraph") else None))
+        clauses = select_clauses(args.clause or (["runner"] if args.runner != "reference" else None))
         if args.list:
             console.print(catalogue_table(clauses))
             return 0
@@ -280,11 +281,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--runner",
-        choices=("reference", "maf", "langgraph"),
+        choices=("reference", "maf", "langgraph", *ADAPTER_RUNNERS),
         default="reference",
-        help="what drives the runner clauses: the reference driver, real Agent Framework workflows (maf) "
-        "or real LangGraph graphs over StorageSaver (langgraph); maf and langgraph run only the runner "
-        "family unless --clause is given",
+        help="what drives the runner clauses: the reference driver, real Agent Framework workflows (maf), "
+        "real LangGraph graphs over StorageSaver (langgraph), real CrewAI flows (crewai) or real Burr "
+        "applications (burr); a real runner runs only the runner family unless --clause is given",
     )
     parser.add_argument(
         "--child-storage",
@@ -393,6 +394,16 @@ def _use_runner(targets: Sequence[StorageTarget], runner: str, child_storage: st
         return
     if runner == "langgraph":
         _use_langgraph(targets, child_storage)
+        return
+    if runner in ADAPTER_RUNNERS:
+        if child_storage != "shared":
+            raise UsageError(
+                f"--child-storage separate needs --runner maf: {runner} children use the parent's adapter"
+            )
+        try:
+            use_adapter_runner(targets, runner)
+        except MissingDependencyError as exc:
+            raise UsageError(str(exc)) from exc
         return
     from .maf_profile import MafRunnerProfile
 

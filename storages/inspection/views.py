@@ -12,6 +12,7 @@ from typing import Any
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointTypeNotAllowedError
 from ..verify import require_capabilities
+from .runner_records import runner_fields
 from .threads import langgraph_fields, langgraph_place, resolve_checkpoint_id
 
 VALUE_WIDTH = 100
@@ -135,9 +136,10 @@ async def describe_checkpoint(storage: CheckpointStorage, checkpoint_id: Checkpo
     else:
         for name in ("timestamp", "iteration_count", "version"):
             shown.append((name, abbreviate_value(getattr(checkpoint, name))))
-        decoded = await langgraph_fields(storage, info, checkpoint)
+        decoded = await langgraph_fields(storage, info, checkpoint) or runner_fields(info, checkpoint)
         names = ("messages", "state", "pending_request_info_events", "metadata")
-        # A LangGraph record's own fields are empty or serialized bytes: its decoded ones instead.
+        # A LangGraph record's own fields are empty or serialized bytes: its decoded ones instead;
+        # a CrewAI or Burr record's, in its runner's terms.
         for name, value in decoded or [(name, getattr(checkpoint, name)) for name in names]:
             shown.append((name, _count(value) + abbreviate_value(value)))
     return CheckpointView(

@@ -1,0 +1,87 @@
+"""``checkpoint-storages inspect``, ``copy`` and ``verify`` on stores written through the CrewAI
+and Burr adapters: the runner's coordinates and decoded state in the one-checkpoint view, a clean
+verify, and a copy the runner reads back as it wrote it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import runner_env  # noqa: F401 - before crewai
+from burr.core import State
+
+from storages import open_storage
+from storages.burr import StorageStatePersister
+from storages.burr import workflow_for as burr_workflow
+from storages.cli import main
+from storages.crewai import StorageFlowPersistence
+from storages.crewai import workflow_for as crewai_workflow
+from storages.inspection.runner_records import runner_place
+
+pytestmark = pytest.mark.sqlite
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/runners.db"
+    with StorageFlowPersistence(url) as flows:
+        flows.save_state("flow-1", "outline", {"id": "flow-1", "outline": ["a", "b"]})
+        flows.save_state("flow-1", "review", {"id": "flow-1", "outline": ["a", "b"], "approved": True})
+    with StorageStatePersister(url) as apps:
+        apps.save("user-7", "chat:1", 0, "ask", State({"turns": 1}), "completed")
+        apps.save("user-7", "chat:1", 1, "answer", State({"turns": 2}), "failed")
+    return url
+
+
+async def _latest_id(url: str, workflow: str) -> str:
+    async with open_storage(url) as storage:
+        latest = await storage.get_latest(workflow_name=workflow)
+        assert latest is not None
+        return str(latest.checkpoint_id)
+
+
+def _checkpoint_view(url: str, workflow: str, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    assert main(["inspect", url, workflow]) == 0  # the workflow's lineage draws
+    assert workflow in capsys.readouterr().out
+    newest = asyncio.run(_latest_id(url, workflow))
+    assert main(["inspect", url, "--checkpoint", newest, "--json"]) == 0
+    fields: dict[str, str] = json.loads(capsys.readouterr().out)["fields"]
+    return fields
+
+
+def test_inspect_shows_the_runners_coordinates_and_state(
+    written: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crewai = _checkpoint_view(written, crewai_workflow("flow-1"), capsys)
+    assert crewai["runner"].endswith("'crewai'")
+    assert "'review'" in crewai["method_name"]
+    assert "'approved': True" in crewai["flow_state"]
+    burr = _checkpoint_view(written, burr_workflow("user-7", "chat:1"), capsys)
+    assert "'failed'" in burr["status"]
+    assert "1" in burr["sequence_id"]
+    assert "'answer'" in burr["position"]
+    assert "'turns': 2" in burr["app_state"]
+    assert runner_place(burr_workflow("user-7", "chat:1")) == (
+        "burr",
+        {"partition_key": "user-7", "app_id": "chat:1"},
+    )
+
+
+def test_verify_finds_nothing_and_copy_keeps_what_the_runners_read(
+    written: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["verify", written]) == 0
+    copied = f"sqlite:///{tmp_path}/copy.db"
+    assert main(["copy", written, copied]) == 0
+    capsys.readouterr()
+    with StorageFlowPersistence(copied) as flows:
+        assert flows.load_state("flow-1") == {"id": "flow-1", "outline": ["a", "b"], "approved": True}
+        flows.save_state("flow-1", "publish", {"id": "flow-1", "published": True})  # continues the copy
+    with StorageStatePersister(copied) as apps:
+        latest = apps.load("user-7", "chat:1")
+        assert latest is not None
+        assert (latest["sequence_id"], latest["status"]) == (0, "completed")
+        apps.save("user-7", "chat:1", 1, "answer", State({"turns": 2}), "completed")  # the retry
+    assert main(["verify", copied]) == 0
