@@ -174,12 +174,15 @@ def test_inspect_shows_one_checkpoints_fields(url: str, capsys: pytest.CaptureFi
     assert view["nested_ids"] == ["s2"]
     assert view["container_id"] is None
     assert view["error"] is None
-    assert view["fields"]["iteration_count"] == "7"
-    assert view["fields"]["messages"] == "1 key: {'executor': ['hello', 'world']}"
-    state = view["fields"]["state"]
-    assert state.startswith("2 keys: {")
-    assert "'sub': <checkpoint 's2'>" in state
-    assert len(state) < 120  # the 500-character note is abbreviated
+    # Values a script can use: the decoded fields as JSON, in full, not their abbreviations.
+    assert view["fields"]["iteration_count"] == 7
+    assert view["fields"]["messages"] == {"executor": ["hello", "world"]}
+    assert view["fields"]["state"] == {"sub": {"$checkpoint": "s2"}, "notes": "n" * 500}
+    assert view["fields"]["timestamp"] == STAMP
+
+    status, out, _ = run(["inspect", url, "--checkpoint", "r4b"], capsys)
+    assert "2 keys: {" in out  # drawn for a person: abbreviated
+    assert "n" * 500 not in out.replace("\n", "").replace("│", "").replace(" ", "")
 
     status, out, _ = run(["inspect", url, "--checkpoint", "s2"], capsys)
     assert status == 0
@@ -204,16 +207,12 @@ def test_inspect_reports_a_checkpoint_that_cannot_be_loaded(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["inspect", "{url}", "nobody"], "no records of workflow 'nobody'"),
-        (["inspect", "{url}", "--checkpoint", "nothing"], "No checkpoint found with ID nothing"),
         (["inspect", "{url}", "run", "--checkpoint", "r1"], "not both"),
-        (["inspect", "sqlite:///{dir}/absent.db"], "no such file"),
         (["verify", "ftp://example.com"], "Unknown storage URL scheme 'ftp'"),
-        (["verify", "{url}", "--workflow", "nobody"], "no records of workflow 'nobody'"),
         (["verify", "{url}", "--allow-type", "not-a-type-key"], "module:qualname"),
     ],
 )
-def test_usage_and_lookup_errors_exit_2(
+def test_usage_errors_exit_2(
     url: str, tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = run([arg.format(url=url, dir=tmp_path) for arg in args], capsys)
@@ -221,6 +220,27 @@ def test_usage_and_lookup_errors_exit_2(
     assert status == 2
     assert out == ""
     assert err.startswith("checkpoint-storages: error: ")
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["inspect", "{url}", "nobody"], "no records of workflow 'nobody'"),
+        (["inspect", "{url}", "--checkpoint", "nothing"], "No checkpoint found with ID nothing"),
+        (["inspect", "sqlite:///{dir}/absent.db"], "no such file"),
+        (["verify", "{url}", "--workflow", "nobody"], "no records of workflow 'nobody'"),
+        (["diff", "{url}", "r1", "nothing"], "No checkpoint found with ID nothing"),
+    ],
+)
+def test_what_names_nothing_exits_3(
+    url: str, tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run([arg.format(url=url, dir=tmp_path) for arg in args], capsys)
+
+    assert status == 3
+    assert out == ""
+    assert err.startswith("checkpoint-storages: nothing there: ")
     assert message in err
     assert not (tmp_path / "absent.db").exists()  # the tool only reads; it creates no store
 

@@ -169,9 +169,8 @@ def render_checkpoint(view: CheckpointView) -> Table:
     if view.error is not None:
         rows.append(("body", plain(f"cannot be loaded: {view.error}", style="bold red")))
     if view.refused_type is not None:
-        rows.append(
-            ("body", plain(f"intact, but refused by this codec: {view.refused_type}", style="yellow"))
-        )
+        refused = f"intact, but holds {view.refused_type}, which this codec does not build"
+        rows.append(("body", plain(refused, style="yellow")))
     for name, value in rows:
         table.add_row(plain(name), value)
     return table
