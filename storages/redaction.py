@@ -78,13 +78,17 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode(
-            [(name, REDACTED if _is_secret_name(name) and value else value) for name, value in pairs],
-            safe="*",
-        )
+        query = urlencode([(name, _redacted_value(name, value)) for name, value in pairs], safe="*")
     if netloc == parts.netloc and query == parts.query:
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redacted_value(name: str, value: str) -> str:
+    """A query option's value as shown: a secret's hidden, a URL's (an endpoint) redacted."""
+    if _is_secret_name(name) and value:
+        return REDACTED
+    return redact_url(value) if "://" in value else value
 
 
 def redact_text(text: str) -> str:
@@ -99,6 +103,11 @@ def redact_text(text: str) -> str:
     def _pair(match: re.Match[str]) -> str:
         if _is_secret_name(match["name"]) and match["value"]:
             return f"{match['name']}={REDACTED}"
+        inner = unquote(match["value"])
+        if "://" in inner and "%" in match["value"]:  # a URL inside an encoded query: its own password
+            shown = redact_url(inner)
+            if shown != inner:
+                return f"{match['name']}={shown}"
         return match.group(0)
 
     return _QUERY_PAIR.sub(_pair, _URL_USERINFO.sub(_userinfo, text))
@@ -121,8 +130,11 @@ def url_secrets(url: str) -> frozenset[str]:
     _, _, query = url.partition("?")
     for pair in query.split("#", 1)[0].split("&"):
         name, equals, value = pair.partition("=")
+        decoded = unquote(value.replace("+", " "))
         if equals and _is_secret_name(unquote(name)):
-            found.update((value, unquote(value.replace("+", " "))))
+            found.update((value, decoded))
+        elif "://" in decoded:  # a URL in an option (an endpoint) carries credentials of its own
+            found.update(url_secrets(decoded))
     return frozenset(secret for secret in found if secret)
 
 
