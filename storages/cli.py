@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -53,10 +51,17 @@ from .cli_arguments import (
     build_parser,
     option_conflict,
 )
-from .codec import CheckpointCodec
-from .contract import Capability
-from .copy_render import copy_progress, render_copy
-from .copying import CopyReport, copy_store
+from .cli_common import (
+    NothingThere,
+    UsageError,
+    holds_nothing,
+    not_found,
+    open_read_only,
+    output_file,
+    policy_of,
+    use_app_dirs,
+)
+from .cli_copy import copy_command, import_maf_command
 from .engine import CheckpointStore
 from .errors import (
     CheckpointNotFoundError,
@@ -73,7 +78,7 @@ from .inspection import (
     describe_checkpoint,
     list_workflow_summaries,
     render_checkpoint,
-    render_lineage_line,
+    render_lineage_row,
     render_lineage_title,
     render_workflows,
     stream_lineage,
@@ -82,24 +87,13 @@ from .inspection import (
 from .inspection.diff import diff_checkpoints
 from .inspection.page import write_diff_html, write_lineage_html
 from .inspection.render import render_diff
-from .maf_import import import_maf_directory
-from .memory import InMemoryCheckpointStorage
-from .redaction import redact_known, redact_url, scrubbed_output, url_secrets
+from .redaction import redact_known, scrubbed_output, url_secrets
 from .registry import RegisteredBackend, registry
 from .terminal import console as terminal_console
 from .terminal import json_dumps, plain, printable, silence_stdout
-from .urls import open_storage
 from .verify import FindingKind, describe_storage, verify
 
 __all__ = ["NothingThere", "UsageError", "main"]
-
-
-class UsageError(Exception):
-    """A request that cannot be carried out; reported in one line with exit status 2."""
-
-
-class NothingThere(Exception):
-    """What the command was pointed at holds no checkpoint; one line, exit status 3."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,15 +116,15 @@ def _run(args: argparse.Namespace, secrets: frozenset[str]) -> int:
         conflict = option_conflict(args)
         if conflict is not None:
             raise UsageError(conflict)
-        _use_app_dirs(getattr(args, "app_dir", None))
+        use_app_dirs(getattr(args, "app_dir", None))
         if args.command == "verify":
             status = asyncio.run(_verify(args, console))
         elif args.command == "backends":
             status = _backends(args, console)
         elif args.command == "copy":
-            status = asyncio.run(_copy(args, console))
+            status = asyncio.run(copy_command(args, console))
         elif args.command == "import-maf":
-            status = asyncio.run(_import_maf(args, console))
+            status = asyncio.run(import_maf_command(args, console))
         elif args.command == "diff":
             status = asyncio.run(_diff(args, console))
         else:
@@ -146,7 +140,7 @@ def _run(args: argparse.Namespace, secrets: frozenset[str]) -> int:
         _say(f"nothing there: {exc}", secrets)
         return EXIT_NOTHING
     except CheckpointTypeNotAllowedError as exc:
-        advice = type_advice(exc.type_key, _policy(args))
+        advice = type_advice(exc.type_key, policy_of(args))
         _say(f"error: checkpoint {exc.checkpoint_id!r} holds {exc.type_key}, which this codec does "
              f"not build (the data is intact); {advice}", secrets)  # fmt: skip
         return EXIT_ERROR
@@ -164,24 +158,11 @@ def _say(message: str, secrets: frozenset[str]) -> None:
     print(f"{PROG}: {printable(redact_known(message, secrets))}", file=sys.stderr)
 
 
-def _use_app_dirs(directories: list[str] | None) -> None:
-    """``--app-dir DIR``: the application's modules import from DIR, as uvicorn's option makes
-    them (DIR goes first on ``sys.path``, in the order given)."""
-    for directory in reversed(directories or ()):
-        path = Path(directory).expanduser().resolve()
-        if not path.is_dir():
-            raise UsageError(f"--app-dir {directory}: no such directory")
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    if directories:
-        importlib.invalidate_caches()
-
-
 # ---------------------------------------------------------------------- verify
 
 
 async def _verify(args: argparse.Namespace, console: Console) -> int:
-    async with _open(args) as storage:
+    async with open_read_only(args) as storage:
         with Progress(
             TextColumn("[bold]verify"),
             BarColumn(),
@@ -202,10 +183,10 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
     if report.records_checked == 0 and report.ok:
         if args.workflow is not None:
             raise NothingThere(f"no records of workflow {args.workflow!r} in {report.storage}")
-        raise NothingThere(_holds_nothing(report.storage))
+        raise NothingThere(holds_nothing(report.storage))
     refused = report.of_kind(FindingKind.TYPE_NOT_ALLOWED)
     failing = len(report.findings) - (0 if args.strict else len(refused))
-    policy = _policy(args)
+    policy = policy_of(args)
     if args.json:
         print(json_dumps({**report.to_dict(), "strict": args.strict, "failed": failing > 0}))
     else:
@@ -216,24 +197,6 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
         types = sorted({finding.refused_type for finding in refused if finding.refused_type is not None})
         _warn_refused(args, len(refused), [] if not args.json else types, policy)
     return EXIT_FOUND if failing else EXIT_OK
-
-
-async def _not_found(storage: CheckpointStore, what: str) -> NothingThere:
-    """``what`` was not found; when the store holds nothing at all, that is what is said (the URL
-    is likely wrong, not the name)."""
-    if Capability.LIST_WORKFLOWS in storage.capabilities:
-        empty = not await storage.list_workflows()
-    else:
-        empty = not await storage.list_records()
-    name = describe_storage(storage)
-    return NothingThere(_holds_nothing(name) if empty else f"{what} in {name}")
-
-
-def _holds_nothing(storage: str) -> str:
-    return (
-        f"{storage} holds no checkpoint; check the URL (a misspelt path, database, prefix, schema "
-        "or bucket names an empty store)"
-    )
 
 
 def _anchors(given: list[str] | None) -> dict[str, str]:
@@ -277,16 +240,16 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
         )
     if args.html is not None and args.workflow is None and args.thread is None:
         raise UsageError("--html draws one workflow or thread: give a WORKFLOW or --thread THREAD")
-    out = None if args.html is None else _output_file(args.html)
-    async with _open(args) as storage:
+    out = None if args.html is None else output_file(args.html)
+    async with open_read_only(args) as storage:
         if args.checkpoint is not None:
             try:
                 view = await describe_checkpoint(storage, args.checkpoint)
             except CheckpointNotFoundError as exc:
-                raise await _not_found(storage, str(exc)) from exc
+                raise await not_found(storage, str(exc)) from exc
             _show(console, args.json, render_checkpoint(view), view.to_dict())
             if view.refused_type is not None:
-                _warn_refused(args, 1, [view.refused_type], _policy(args))
+                _warn_refused(args, 1, [view.refused_type], policy_of(args))
                 return EXIT_FOUND if args.strict else EXIT_OK
             return EXIT_OK if view.error is None else EXIT_FOUND
         if args.workflow is not None or args.thread is not None:
@@ -299,7 +262,7 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
             return EXIT_OK
         summaries = await list_workflow_summaries(storage)
         if not summaries:
-            raise NothingThere(_holds_nothing(describe_storage(storage)))
+            raise NothingThere(holds_nothing(describe_storage(storage)))
         _show(
             console,
             args.json,
@@ -307,16 +270,6 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
             {"storage": describe_storage(storage), "workflows": [summary.to_dict() for summary in summaries]},
         )
         return EXIT_OK
-
-
-def _output_file(given: str) -> Path:
-    """``--html OUT``, checked before any work: its directory must exist, and OUT be no directory."""
-    out = Path(given).expanduser()
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot write {given}: no directory {out.parent}")
-    if out.is_dir():
-        raise UsageError(f"cannot write {given}: it is a directory")
-    return out
 
 
 async def _lineage(storage: CheckpointStore, workflow: str | None, thread: str | None) -> LineageTree:
@@ -331,7 +284,7 @@ async def _lineage(storage: CheckpointStore, workflow: str | None, thread: str |
     if await thread_workflows(storage, thread):
         return await build_thread_lineage(storage, thread)
     what = f"workflow {workflow!r}" if workflow is not None else f"LangGraph thread {thread!r}"
-    raise await _not_found(storage, f"no records of {what}")
+    raise await not_found(storage, f"no records of {what}")
 
 
 async def _print_lineage(
@@ -350,16 +303,16 @@ async def _print_lineage(
         return
     console.print(render_lineage_title(tree))
     async for line in lines:
-        console.print(render_lineage_line(line, tree.workflow_name))
+        console.print(render_lineage_row(line, tree.workflow_name))
 
 
 async def _diff(args: argparse.Namespace, console: Console) -> int:
-    out = None if args.html is None else _output_file(args.html)
-    async with _open(args) as storage:
+    out = None if args.html is None else output_file(args.html)
+    async with open_read_only(args) as storage:
         try:
             diff = await diff_checkpoints(storage, args.old, args.new)
         except CheckpointNotFoundError as exc:
-            raise await _not_found(storage, str(exc)) from exc
+            raise await not_found(storage, str(exc)) from exc
         if out is not None:
             await asyncio.to_thread(write_diff_html, diff, out, title=describe_storage(storage))
             console.print(plain(f"wrote {out}"))
@@ -418,131 +371,6 @@ def _backend_row(backend: RegisteredBackend) -> dict[str, Any]:
         "origin": backend.origin,
         "server_url_env": spec.server_url_env,
     }
-
-
-# ---------------------------------------------------------------------- copy
-
-
-async def _copy(args: argparse.Namespace, console: Console) -> int:
-    async with _open(args) as source:
-        # Checked before the destination is opened: a copy of nothing creates nothing.
-        await _require_something_to_copy(source, args.workflow)
-        destination, stand_in = _open_destination(args)
-        async with destination:
-            with copy_progress(console, PROG, "copy", quiet=args.json) as progress:
-                report = await copy_store(
-                    source, destination, workflows=args.workflow, dry_run=args.dry_run, progress=progress
-                )
-    if stand_in:
-        report.destination = redact_url(args.destination)
-    return _show_copy(console, args, report, "copy")
-
-
-async def _require_something_to_copy(source: CheckpointStore, wanted: list[str] | None) -> None:
-    name = describe_storage(source)
-    if Capability.LIST_WORKFLOWS not in source.capabilities:
-        return  # copy_store refuses it, naming the capability
-    present = set(await source.list_workflows())
-    if not present:
-        raise NothingThere(_holds_nothing(name) + ": nothing to copy")
-    for workflow in wanted or ():
-        if workflow not in present:
-            raise NothingThere(f"no records of workflow {workflow!r} in {name}: nothing to copy")
-        tombstones = (
-            await source.list_tombstones(workflow_name=workflow)
-            if Capability.PRUNE in source.capabilities
-            else []
-        )
-        if not tombstones and not await source.list_checkpoint_ids(workflow_name=workflow):
-            raise NothingThere(
-                f"workflow {workflow!r} has no checkpoint of its own in {name}: its records are nested "
-                "in other workflows' checkpoints and are copied with them (copy those workflows)"
-            )
-
-
-async def _import_maf(args: argparse.Namespace, console: Console) -> int:
-    files = await asyncio.to_thread(_checkpoint_files, Path(args.directory))
-    if files is None:
-        raise UsageError(f"{args.directory}: no such directory")
-    if not files:
-        raise NothingThere(f"{args.directory} holds no MAF checkpoint file (<checkpoint_id>.json)")
-    destination, stand_in = _open_destination(args)
-    try:  # opened by its first operation: an import that reads nothing importable creates nothing
-        with copy_progress(console, PROG, "import-maf", quiet=args.json) as progress:
-            report = await import_maf_directory(
-                args.directory,
-                destination,
-                allowed_checkpoint_types=args.allow_type or (),
-                dry_run=args.dry_run,
-                progress=progress,
-            )
-    finally:
-        await destination.aclose()
-    if stand_in:
-        report.destination = redact_url(args.destination)
-    return _show_copy(console, args, report, "import-maf")
-
-
-def _checkpoint_files(directory: Path) -> list[Path] | None:
-    """The directory's ``*.json`` files, or None when it is not a directory."""
-    return sorted(directory.glob("*.json")) if directory.is_dir() else None
-
-
-def _show_copy(console: Console, args: argparse.Namespace, report: CopyReport, verb: str) -> int:
-    policy = _policy(args)
-    if args.json:
-        print(json_dumps(report.to_dict()))
-    else:
-        for verify_report in report.verify_reports:
-            if verify_report.findings:
-                console.print(findings_table(verify_report, policy))
-        title = f"{'dry run: ' if args.dry_run else ''}{verb} {report.source} -> {report.destination}"
-        console.print(render_copy(report, title=title, advise=lambda key: type_advice(key, policy)))
-    return EXIT_OK if report.ok else EXIT_FOUND
-
-
-def _open_destination(args: argparse.Namespace) -> tuple[CheckpointStore, bool]:
-    """The destination, and whether it is an empty stand-in for a SQLite file a dry run must not
-    create (the copy would start from an empty store)."""
-    storage = open_storage(args.destination, codec=_codec(args))
-    path = getattr(storage, "path", None)
-    if args.dry_run and isinstance(path, Path) and not path.exists():
-        return InMemoryCheckpointStorage(codec=_codec(args)), True
-    return storage, False
-
-
-# ---------------------------------------------------------------------- shared
-
-
-def _codec(args: argparse.Namespace) -> CheckpointCodec:
-    """The application's own policy, given as its storage URL gives it (comma-separated lists)."""
-    policy = _policy(args)
-    return CheckpointCodec(allowed_types=sorted(policy.types), allowed_modules=policy.modules)
-
-
-def _policy(args: argparse.Namespace) -> TypePolicy:
-    types = [
-        *(getattr(args, "allow_type", None) or ()),
-        *_comma_list(getattr(args, "allowed_checkpoint_types", None)),
-    ]
-    return TypePolicy(
-        frozenset(types),
-        tuple(_comma_list(getattr(args, "allowed_modules", None))),
-        module_option=hasattr(args, "allowed_modules"),
-    )
-
-
-def _open(args: argparse.Namespace) -> CheckpointStore:
-    """The storage at ``args.url``, through a handle that only reads where the storage offers one
-    (every built-in backend but memory): it creates nothing and refuses a store that does not
-    exist (StoreNotFoundError, when it opens)."""
-    storage = open_storage(args.url, codec=_codec(args))
-    read_only_handle = getattr(storage, "read_only_handle", None)
-    return read_only_handle() if callable(read_only_handle) else storage
-
-
-def _comma_list(given: list[str] | None) -> list[str]:
-    return [item.strip() for value in given or () for item in value.split(",") if item.strip()]
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def test_verify_never_shows_a_storage_description_with_credentials(
 ) -> None:
     seeded = _ChattyStorage()
     asyncio.run(seeded.save(WorkflowCheckpoint("wf", "sig")))
-    monkeypatch.setattr("storages.cli.open_storage", lambda url, **options: seeded.new_handle())
+    monkeypatch.setattr("storages.cli_common.open_storage", lambda url, **options: seeded.new_handle())
     monkeypatch.setenv("COLUMNS", "200")
     for arguments in (["verify", "memory://", "--json"], ["verify", "memory://"], ["inspect", "memory://"]):
         assert main(arguments) == 0

@@ -24,7 +24,7 @@ SIG_A = "a1b2c3d4e5f6" * 4
 SIG_B = "f0e1d2c3b4a5" * 4
 SIG_SUB = "5ub5ub5ub5ub"
 STAMP = "2026-01-02T03:04:05.123456+00:00"
-SHOWN = "2026-01-02 03:04:05Z"
+SHOWN = "2026-01-02T03:04:05Z"
 
 
 def cp(workflow: str, checkpoint_id: str, previous: str | None = None, **fields: Any) -> WorkflowCheckpoint:
@@ -94,17 +94,17 @@ def test_inspect_draws_the_tree_of_a_forked_nested_run(url: str, capsys: pytest.
     assert (status, err) == (0, "")
     assert lines(out) == [
         "workflow run  (6 checkpoints, 3 nested)",
-        f"├── r1  #1  {SHOWN}  iter 0  sig a1b2c3d4…  root",
-        f"└── r2  #2  {SHOWN}  iter 0  sig a1b2c3d4…",
-        f"    ├── nested s1  #1  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub",
-        f"    │   └── nested i1  #1  {SHOWN}  iter 0  sig f0e1d2c3…  workflow inner",
+        f"├── r1  #1  step 0  {SHOWN}  sig a1b2c3d4…  root",
+        f"└── r2  #2  step 0  {SHOWN}",
+        f"    ├── nested s1  #1  step 0  {SHOWN}  sig 5ub5ub5u…  workflow sub",
+        f"    │   └── nested i1  #1  step 0  {SHOWN}  sig f0e1d2c3…  workflow inner",
         "    ├── branch 1 of 2",
-        f"    │   ├── r3  #3  {SHOWN}  iter 0  sig a1b2c3d4…",
-        f"    │   └── r4  #4  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"    │   ├── r3  #3  step 0  {SHOWN}",
+        f"    │   └── r4  #4  step 0  {SHOWN}",
         "    └── branch 2 of 2",
-        f"        ├── r3b  #5  {SHOWN}  iter 0  sig a1b2c3d4…",
-        f"        └── r4b  #6  {SHOWN}  iter 7  sig a1b2c3d4…  latest",
-        f"            └── nested s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub  previous s1",
+        f"        ├── r3b  #5  step 0  {SHOWN}",
+        f"        └── r4b  #6  step 7  from executor  {SHOWN}  latest",
+        f"            └── nested s2  #2  step 0  {SHOWN}  sig 5ub5ub5u…  workflow sub  previous s1",
     ]
 
 
@@ -128,16 +128,24 @@ def test_inspect_tree_as_json_and_after_a_prune(url: str, capsys: pytest.Capture
         ("r2", "child"), ("r2", "child"), ("r2", "nested"), ("s1", "nested"),
     ]  # fmt: skip
     assert (nodes["r4b"]["timestamp"], nodes["r4b"]["iteration_count"]) == (STAMP, 7)
+    r4b = nodes["r4b"]
+    assert (r4b["step"], r4b["nodes"], r4b["nodes_role"]) == (7, ["executor"], "from")
+    assert (nodes["r3"]["branch"], nodes["r4b"]["branch"], nodes["s2"]["branch"], nodes["r2"]["branch"]) == (
+        "1 of 2",
+        "2 of 2",
+        "2 of 2",
+        None,
+    )
     assert (nodes["r4b"]["signature_changed"], nodes["r5b"]["signature_changed"]) == (False, True)
     assert nodes["r5b"]["latest"]
     status, out, _ = run(["inspect", url, "run"], capsys)
-    assert f"r5b  #7  {SHOWN}  iter 0  sig f0e1d2c3…  signature changed  latest" in out
+    assert f"r5b  #7  step 0  {SHOWN}  sig f0e1d2c3…  signature changed  latest" in out
 
     status, out, _ = run(["inspect", url, "old"], capsys)
     assert status == 0
     assert lines(out) == [
         "workflow old  (1 checkpoint, 0 nested, 2 pruned)",
-        f"└── o3  #3  {SHOWN}  iter 0  sig a1b2c3d4…  after pruned o2  latest",
+        f"└── o3  #3  step 0  {SHOWN}  sig a1b2c3d4…  after pruned o2  latest",
     ]
 
 
@@ -317,7 +325,9 @@ class WithoutRawAccess(InMemoryCheckpointStorage):
 def test_verify_on_a_storage_without_raw_access_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("storages.cli.open_storage", lambda url, **options: WithoutRawAccess(**options))
+    monkeypatch.setattr(
+        "storages.cli_common.open_storage", lambda url, **options: WithoutRawAccess(**options)
+    )
 
     status, _, err = run(["verify", "memory://"], capsys)
 
@@ -353,27 +363,27 @@ def test_inspect_draws_a_broken_run_one_line_of_descent_each(
     assert lines(out) == [
         "workflow run  (7 checkpoints, 1 nested)",
         "├── line 1 of 4",
-        f"│   └── r1  #1  {SHOWN}  iter 0  sig a1b2c3d4…  root",
+        f"│   └── r1  #1  step 0  {SHOWN}  sig a1b2c3d4…  root",
         "├── line 2 of 4",
         "│   ├── r3  #3  body unreadable: body is 7 bytes, shorter than its header  sig a1b2c3d4…  "
         "previous r2 missing",
-        f"│   └── r4  #4  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"│   └── r4  #4  step 0  {SHOWN}",
         "├── line 3 of 4",
-        f"│   ├── r3b  #5  {SHOWN}  iter 0  sig a1b2c3d4…  previous r2 missing",
-        f"│   ├── r4b  #6  {SHOWN}  iter 7  sig a1b2c3d4…",
-        f"│   │   └── nested s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub  previous s1",
-        f"│   └── r5b  #8  {SHOWN}  iter 0  sig f0e1d2c3…  signature changed  latest",
+        f"│   ├── r3b  #5  step 0  {SHOWN}  sig a1b2c3d4…  previous r2 missing",
+        f"│   ├── r4b  #6  step 7  from executor  {SHOWN}",
+        f"│   │   └── nested s2  #2  step 0  {SHOWN}  sig 5ub5ub5u…  workflow sub  previous s1",
+        f"│   └── r5b  #8  step 0  {SHOWN}  sig f0e1d2c3…  signature changed  latest",
         "└── line 4 of 4",
-        f"    └── r5  #7  {SHOWN}  iter 0  sig a1b2c3d4…  previous never-saved missing",
+        f"    └── r5  #7  step 0  {SHOWN}  sig a1b2c3d4…  previous never-saved missing",
     ]
     status, out, _ = run(["inspect", url, "loop"], capsys)
     assert lines(out)[1:] == [
-        f"├── la  #1  {SHOWN}  iter 0  sig a1b2c3d4…  cycle: previous lb",
-        f"└── lb  #2  {SHOWN}  iter 0  sig a1b2c3d4…  latest",
+        f"├── la  #1  step 0  {SHOWN}  sig a1b2c3d4…  cycle: previous lb",
+        f"└── lb  #2  step 0  {SHOWN}  latest",
     ]
     status, out, _ = run(["inspect", url, "sub"], capsys)
     assert lines(out)[1:] == [
-        f"├── s1  #1  {SHOWN}  iter 0  sig 5ub5ub5u…  nested in r2  root",
-        f"│   └── nested i1  #1  {SHOWN}  iter 0  sig f0e1d2c3…  workflow inner",
-        f"└── s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  nested in r4b",
+        f"├── s1  #1  step 0  {SHOWN}  sig 5ub5ub5u…  nested in r2  root",
+        f"│   └── nested i1  #1  step 0  {SHOWN}  sig f0e1d2c3…  workflow inner",
+        f"└── s2  #2  step 0  {SHOWN}  nested in r4b",
     ]

@@ -9,6 +9,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -66,9 +67,9 @@ def test_a_chain_of_a_thousand_draws_without_recursion(
     drawn = out.strip().splitlines()
     assert len(drawn) == 1001  # the title, then one line per checkpoint
     assert drawn[1].startswith("├── deep-0  #1  ")
-    assert drawn[1].endswith("iter 0  sig sig-a  root")
-    assert drawn[-1].startswith("└── deep-999  #1000  ")
-    assert "iter 999" in drawn[-1]
+    assert drawn[1].startswith("├── deep-0  #1  step 0  ")
+    assert drawn[1].endswith("sig sig-a  root")
+    assert drawn[-1].startswith("└── deep-999  #1000  step 999  ")
 
     status, out, err = run(["inspect", url, "deep", "--json"], capsys)
     assert (status, err) == (0, "")
@@ -427,7 +428,7 @@ def test_every_table_keeps_every_column_whole_at_80_columns(tmp_path: Path) -> N
         return completed.stdout
 
     listing = piped("inspect", url)
-    for header in ("Workflow", "Checkpoints", "Nested", "Pruned", "Signatures", "Latest"):
+    for header in ("Workflow", "Check-", "points", "Nested", "Pruned", "Signa-", "tures", "Latest"):
         assert header in listing
     assert long_name in _cells(listing, 0)
     assert "second" in _cells(listing, 5)
@@ -441,9 +442,8 @@ def test_every_table_keeps_every_column_whole_at_80_columns(tmp_path: Path) -> N
     assert "id-" + "7" * 60 in _cells(checkpoint, 1)
 
     changes = piped("diff", url, "id-" + "7" * 60, "second")
-    for header in ("Path", "Old", "New"):
-        assert header in changes
-    assert "previous_checkpoint_id" in _cells(changes, 1)
+    assert "~ previous_checkpoint_id" in changes.splitlines()
+    assert "~ state.k" in changes.splitlines()
 
     backends = piped("backends")
     for header in ("Backend", "Schemes", "Installed", "Origin", "Summary"):
@@ -452,3 +452,75 @@ def test_every_table_keeps_every_column_whole_at_80_columns(tmp_path: Path) -> N
 
     tree = piped("inspect", url, long_name)
     assert "second" in tree
+
+
+@pytest.mark.sqlite
+def test_at_80_columns_no_id_is_folded_over_three_lines_and_no_path_mid_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MAF's and LangGraph's ids are UUIDs (36 characters): a table keeps one on at most two
+    lines, a tree line never breaks one (it goes on under its own label, guides kept), and a diff
+    path that must break does so between its parts."""
+    import uuid
+
+    monkeypatch.setenv("COLUMNS", "80")
+    url = f"sqlite:///{tmp_path}/uuids.db"
+    ids = [str(uuid.uuid4()) for _ in range(6)]
+    deep_key = "a_rather_long_key_name_that_goes_on"
+
+    async def seed() -> None:
+        async with open_storage(url) as storage:
+            previous = None
+            for index, checkpoint_id in enumerate(ids):
+                final = 1 if index < 5 else 2
+                state = {deep_key: {"another_quite_long_key": [{"yet_another_key_here": {"final": final}}]}}
+                sub_run = WorkflowCheckpoint(
+                    "a-sub-workflow-with-a-long-name", "sig-sub", str(uuid.uuid4()), state={"x": index}
+                )
+                await storage.save(
+                    cp(
+                        "a-workflow-with-a-rather-long-name",
+                        checkpoint_id,
+                        previous,
+                        state={**state, "child": sub_run},
+                        messages={"an_executor_with_a_long_name": [index]},
+                        iteration_count=index,
+                        timestamp=SAME_MOMENT,
+                    )
+                )
+                previous = checkpoint_id
+
+    asyncio.run(seed())
+    uuid_shape = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+    def lines_of(*args: str) -> list[str]:
+        status, out, err = run(list(args), capsys)
+        assert status == 0, err
+        drawn = out.splitlines()
+        assert all(len(line) <= 80 for line in drawn), out
+        return drawn
+
+    tree = lines_of("inspect", url, "a-workflow-with-a-rather-long-name")
+    text = "\n".join(tree)
+    assert len(re.findall(uuid_shape, text)) == 12  # every id whole on one line (6 and 6 nested)
+    for line in tree[1:]:
+        # A wrapped label goes on under itself: the tree's guides run down the left, never text.
+        assert re.match(r"^[│ ]*(├── |└── |    |│   )", line), line
+    listing = lines_of("inspect", url)
+    latest = ids[-1]
+    rows = [line for line in listing if line.startswith("│")]
+    holding = [index for index, line in enumerate(rows) if latest[:8] in line]
+    assert holding, listing
+    first = holding[0]
+    assert latest in "".join(row.split("│")[-2].strip() for row in rows[first : first + 2])  # two lines
+    changes = lines_of("diff", url, ids[4], ids[5])
+    path = f"state.{deep_key}.another_quite_long_key[0].yet_another_key_here.final"
+    first = next(index for index, line in enumerate(changes) if line.startswith(f"~ state.{deep_key}"))
+    pieces = [changes[first][2:]]
+    for line in changes[first + 1 :]:
+        if not line.startswith("  ") or line.startswith("    "):  # the values, four spaces in
+            break
+        pieces.append(line[2:])
+    assert len(pieces) > 1  # too long for one line: broken...
+    assert "".join(pieces) == path
+    assert all(piece[0] in ".[" for piece in pieces[1:]), pieces  # ...only between its parts
