@@ -70,6 +70,8 @@ def test_sqlite_a_missing_or_empty_file_is_refused_and_left_alone(
     said = _exits_3_writing_nothing(f"sqlite:///{empty}", capsys)
     assert all("holds no checkpoint storage" in line for line in said)
     assert empty.read_bytes() == b""
+    assert main(["verify", f"sqlite:///{tmp_path}"]) == 2  # a directory: said so, not "disk I/O error"
+    assert "is a directory, not a SQLite file" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- PostgreSQL

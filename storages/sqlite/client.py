@@ -82,6 +82,8 @@ class SQLiteClient:
         else:
             if not self._path.exists():
                 raise StoreNotFoundError(self._describe, f"no such file {self._path}")
+            if self._path.is_dir():
+                raise StorageConfigurationError(f"{self._describe} is a directory, not a SQLite file")
             # A URI, so SQLite itself refuses to create or write the file (nothing here could
             # forget to): mode=ro, and with immutable=1 no locks, -wal or -shm either.
             query = "mode=ro&immutable=1" if self._access == "immutable" else "mode=ro"
