@@ -141,8 +141,9 @@ def _run(args: argparse.Namespace, secrets: frozenset[str]) -> int:
         return EXIT_NOTHING
     except CheckpointTypeNotAllowedError as exc:
         advice = type_advice(exc.type_key, policy_of(args))
-        _say(f"error: checkpoint {exc.checkpoint_id!r} holds {exc.type_key}, which this codec does "
-             f"not build (the data is intact); {advice}", secrets)  # fmt: skip
+        which = "a checkpoint" if exc.checkpoint_id is None else f"checkpoint {exc.checkpoint_id!r}"
+        _say(f"error: {which} holds {exc.type_key}, which this codec does not build (the data is "
+             f"intact); {advice}", secrets)  # fmt: skip
         return EXIT_ERROR
     except (UsageError, CheckpointStorageError, ValueError, OSError) as exc:
         _say(f"error: {exc}", secrets)

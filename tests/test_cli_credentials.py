@@ -27,12 +27,12 @@ PG = f"postgresql://app:{SECRET}@127.0.0.1:5432"
 
 # (id, URL with the secret in it, marks): every scheme, and each way its URL can be refused.
 URLS = [
-    ("sqlite-host", f"sqlite://app:{SECRET}@host/x.db", ()),
-    ("sqlite-option", f"sqlite:///x.db?password={SECRET}", ()),
-    ("sqlite-token-value", f"sqlite:///x.db?busy_timeout_ms={SECRET}&token={SECRET}", ()),
-    ("memory-host", f"memory://app:{SECRET}@host", ()),
-    ("unknown-scheme", f"ftp://app:{SECRET}@example.com/x", ()),
-    ("no-scheme", f"app:{SECRET}@example.com/x", ()),
+    ("sqlite-host", f"sqlite://app:{SECRET}@host/x.db", (pytest.mark.sqlite,)),
+    ("sqlite-option", f"sqlite:///x.db?password={SECRET}", (pytest.mark.sqlite,)),
+    ("sqlite-token-value", f"sqlite:///x.db?busy_timeout_ms={SECRET}&token={SECRET}", (pytest.mark.sqlite,)),
+    ("memory-host", f"memory://app:{SECRET}@host", (pytest.mark.sqlite,)),
+    ("unknown-scheme", f"ftp://app:{SECRET}@example.com/x", (pytest.mark.sqlite,)),
+    ("no-scheme", f"app:{SECRET}@example.com/x", (pytest.mark.sqlite,)),
     ("raw-at-in-password", f"redis://app:{SECRET}@x@127.0.0.1:{FREE_PORT}/0", (pytest.mark.redis,)),
     ("redis-database", f"redis://app:{SECRET}@127.0.0.1:6379/abc", (pytest.mark.redis,)),
     ("redis-port", f"redis://:{SECRET}@127.0.0.1:port/0", (pytest.mark.redis,)),

@@ -524,3 +524,30 @@ def test_at_80_columns_no_id_is_folded_over_three_lines_and_no_path_mid_token(
     assert len(pieces) > 1  # too long for one line: broken...
     assert "".join(pieces) == path
     assert all(piece[0] in ".[" for piece in pieces[1:]), pieces  # ...only between its parts
+
+
+@pytest.mark.sqlite
+@pytest.mark.maf
+def test_a_maf_checkpoint_waiting_on_a_person_is_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A human-in-the-loop workflow paused on its request: the line of the checkpoint that holds
+    the open request says so, in the tree and in its JSON."""
+    monkeypatch.setenv("COLUMNS", "200")
+    url = f"sqlite:///{tmp_path}/hitl.db"
+
+    async def paused() -> None:
+        async with open_storage(url) as storage:
+            flows.allow_user_types(storage)
+            await flows.hitl_workflow("hitl", storage).run(flows.LOOP_INPUT)
+
+    asyncio.run(paused())
+    status, out, _ = run(["inspect", url, "hitl", "--allowed-modules", "maf_workflows"], capsys)
+    assert status == 0
+    waiting = [line for line in out.splitlines() if "waiting on 1 request" in line]
+    assert len(waiting) == 1
+    assert "latest" in waiting[0]
+    status, out, _ = run(["inspect", url, "hitl", "--json"], capsys)
+    nodes = [node for node in json.loads(out)["nodes"] if "checkpoint_id" in node]
+    assert [node["waiting"] for node in nodes] == [0, 0, 1]
+    assert [node["nodes"] for node in nodes][1] == ["ask"]

@@ -263,6 +263,7 @@ async def test_s3_a_read_only_handle_refuses_writes() -> None:
 # ---------------------------------------------------------------------- memory
 
 
+@pytest.mark.memory
 def test_memory_holds_nothing_in_a_new_process(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", "memory://"]) == 3
     assert "memory:// holds no checkpoint" in capsys.readouterr().err
