@@ -32,7 +32,7 @@ from rich.text import Text
 
 from storages.contract import Capability
 from storages.errors import MissingDependencyError, StorageConfigurationError
-from storages.redaction import redact_text
+from storages.redaction import redact_text, scrubbed_output, url_secrets
 from storages.terminal import EXIT_BROKEN_PIPE, silence_stdout
 from storages.terminal import console as terminal_console
 from storages.urls import supported_schemes
@@ -70,7 +70,18 @@ class UsageError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``checkpoint-conformance`` console script; returns the exit status."""
+    """Entry point of the ``checkpoint-conformance`` console script; returns the exit status.
+
+    Every message is redacted where it is made; as a last net, what reaches stdout and stderr has
+    the secrets of the URLs given masked (a parser may quote a piece of a URL, as an S3 bucket
+    name ``KEY:SECRET@bucket``, that no URL pattern recognises)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    secrets = frozenset().union(*(url_secrets(arg) for arg in arguments if "://" in arg or "@" in arg))
+    with scrubbed_output(secrets):
+        return _guarded_main(arguments)
+
+
+def _guarded_main(argv: Sequence[str]) -> int:
     try:
         status = _main(argv)
         # Buffered output is written here, so a closed pipe is caught below, not at exit.

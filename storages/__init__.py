@@ -34,6 +34,7 @@ from .errors import (
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
+    StoreNotFoundError,
     UnserializableValueError,
     UnsupportedOperationError,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "StorageClosedError",
     "StorageConfigurationError",
     "StorageUnavailableError",
+    "StoreNotFoundError",
     "UnserializableValueError",
     "UnsupportedOperationError",
     "WorkflowCheckpoint",

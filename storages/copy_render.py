@@ -6,21 +6,29 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from .copy_report import CopyProgress, CopyReport, WorkflowCopy
+from .copy_report import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
+from .findings_render import name_ids
 from .terminal import plain
 
 _COLUMNS = ("Workflow", "Check-\npoints", "Nested", "Pruned", "Writes", "Written", "Present", "Bytes")
 
 
-def render_copy(report: CopyReport, *, title: str) -> RenderableType:
-    """The summary table, then one line per problem and the verdict."""
+PROBLEMS_PER_KIND = 20
+"""Problems of one kind listed one per line; the rest are counted (``--json`` lists every one)."""
+
+
+def render_copy(
+    report: CopyReport, *, title: str, advise: Callable[[str], str] | None = None
+) -> RenderableType:
+    """The summary table, then the problems (files refused for one type on one line, with the fix
+    ``advise(type_key)`` says) and the verdict."""
     table = Table(title=plain(title), title_justify="left")
     for index, column in enumerate(_COLUMNS):
         if index == 0:
@@ -33,10 +41,36 @@ def render_copy(report: CopyReport, *, title: str) -> RenderableType:
         table.add_section()
         table.add_row(*_row(report.totals(), label="total"))
     parts: list[RenderableType] = [table]
-    for problem in report.problems:
-        parts.append(plain(f"{problem.kind}: {problem.message}", style="bold red"))
+    parts += [plain(line, style="bold red") for line in problem_lines(report.problems, advise)]
     parts.append(copy_verdict(report))
     return Group(*parts)
+
+
+def problem_lines(problems: Sequence[CopyProblem], advise: Callable[[str], str] | None = None) -> list[str]:
+    """One line per problem, except that files refused for the same type are one line and the
+    fix is said once, and that past :data:`PROBLEMS_PER_KIND` of a kind the rest are counted."""
+    lines: list[str] = []
+    refused: dict[str, list[CopyProblem]] = {}
+    shown: dict[str, int] = {}
+    for problem in problems:
+        if problem.kind == "refused_file" and problem.refused_type is not None:
+            refused.setdefault(problem.refused_type, []).append(problem)
+            continue
+        shown[problem.kind] = shown.get(problem.kind, 0) + 1
+        if shown[problem.kind] <= PROBLEMS_PER_KIND:
+            lines.append(f"{problem.kind}: {problem.message}")
+    for kind, count in shown.items():
+        if count > PROBLEMS_PER_KIND:
+            lines.append(f"{kind}: … and {count - PROBLEMS_PER_KIND} more (--json lists every one)")
+    for type_key, alike in refused.items():
+        files = [f"{problem.checkpoint_id}.json" for problem in alike]
+        noun = "file holds" if len(files) == 1 else f"{len(files)} files hold"
+        fix = f". Fix: {advise(type_key)}" if advise is not None else ""
+        lines.append(
+            f"refused_file: {noun} {type_key}, which MAF's allow-list refuses (not imported): "
+            f"{name_ids(files)}{fix}"
+        )
+    return lines
 
 
 def _row(item: WorkflowCopy, *, label: str | None = None) -> list[Text]:
@@ -75,7 +109,7 @@ def copy_verdict(report: CopyReport) -> Text:
     return plain(f"{report.destination}: {what}{problems}{checked}.", style="bold red")
 
 
-__all__ = ["copy_verdict", "human_bytes", "render_copy"]
+__all__ = ["PROBLEMS_PER_KIND", "copy_verdict", "human_bytes", "problem_lines", "render_copy"]
 
 
 @contextlib.contextmanager

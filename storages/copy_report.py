@@ -55,10 +55,13 @@ class CopyProblem:
 
     kind: str
     """``conflict`` (the destination holds the id with other content), ``orphaned_nested`` (a
-    source record nested in a container that is not stored), ``tombstone_not_recreated``."""
+    source record nested in a container that is not stored), ``tombstone_not_recreated``,
+    ``refused_file`` (an import: a file MAF would not load)."""
     checkpoint_id: CheckpointID | None
     workflow_name: str
     message: str
+    refused_type: str | None = None
+    """For ``refused_file``: the ``module:qualname`` MAF's allow-list refused, when that was why."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class CopyProblem:
             "checkpoint_id": self.checkpoint_id,
             "workflow_name": self.workflow_name,
             "message": self.message,
+            "refused_type": self.refused_type,
         }
 
 

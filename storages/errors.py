@@ -252,6 +252,16 @@ class StorageConfigurationError(CheckpointStorageError, ValueError):
         super().__init__(redact_text(message))
 
 
+class StoreNotFoundError(StorageConfigurationError, LookupError):
+    """A handle that only reads was asked to open a store that does not exist (a SQLite file, a
+    PostgreSQL schema or its tables, an S3 bucket): it creates none, so the URL names nothing."""
+
+    def __init__(self, storage: str, missing: str) -> None:
+        super().__init__(f"{storage}: {missing}; a read-only handle creates nothing, so check the URL")
+        self.storage = storage
+        self.missing = missing
+
+
 class EvictionPolicyError(StorageConfigurationError):
     """The server may evict the storage's keys under memory pressure (a Redis ``allkeys-*``
     ``maxmemory-policy``, or ``volatile-lru``/``-lfu``/``-random`` for a storage whose keys all
@@ -349,6 +359,7 @@ __all__ = [
     "StorageClosedError",
     "StorageConfigurationError",
     "StaleWriterError",
+    "StoreNotFoundError",
     "StorageUnavailableError",
     "UnserializableValueError",
     "UnsupportedOperationError",

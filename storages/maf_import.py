@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .codec import CheckpointCodec
 from .contract import Capability, CheckpointID, CheckpointStorage
 from .copy_report import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
 from .errors import CheckpointConflictError, MissingDependencyError, UnsupportedOperationError
@@ -52,15 +54,18 @@ async def import_maf_directory(
     path = Path(directory)
     sizes = await asyncio.to_thread(_checkpoint_files, path)
     files = FileCheckpointStorage(path, allowed_checkpoint_types=list(allowed_checkpoint_types))
+    codec: CheckpointCodec | None = getattr(destination, "codec", None)
     report = CopyReport(str(path), describe_storage(destination), dry_run)
 
+    allowed = list(allowed_checkpoint_types)
     checkpoints: dict[CheckpointID, Any] = {}
     for checkpoint_id in sizes:
         file = path / f"{checkpoint_id}.json"
         try:
             checkpoint = await files.load(checkpoint_id)
         except Exception as exc:  # MAF raises its WorkflowCheckpointException, or a decoder's error
-            report.problems.append(_refused(checkpoint_id, f"MAF cannot load {file.name}: {exc}"))
+            refused_type, why = _refusal(exc, allowed)
+            report.problems.append(_refused(checkpoint_id, f"MAF refuses {file.name}: {why}", refused_type))
             continue
         if checkpoint.checkpoint_id != checkpoint_id:
             report.problems.append(
@@ -73,6 +78,8 @@ async def import_maf_directory(
             continue
         checkpoints[checkpoint_id] = checkpoint
 
+    if not checkpoints:
+        return report  # nothing to import: the destination is not even opened
     ordered, report.order_preserved = _inferred_order(checkpoints)
     present = {info.checkpoint_id for info in await destination.list_records()}
     stats: dict[str, WorkflowCopy] = {}
@@ -83,6 +90,9 @@ async def import_maf_directory(
         counted = stats.setdefault(checkpoint.workflow_name, WorkflowCopy(checkpoint.workflow_name))
         counted.checkpoints += 1
         counted.bytes += sizes[checkpoint.checkpoint_id]
+        # The sub-workflow checkpoints MAF embedded: each is stored as a nested record of its own,
+        # counted under its own workflow name as copy counts them.
+        nested = [] if codec is None else codec.encode_checkpoint_tree(checkpoint)[1:]
         try:
             if not dry_run:
                 await destination.save(checkpoint)
@@ -100,6 +110,14 @@ async def import_maf_directory(
                 counted.present += 1
             else:
                 counted.written += 1
+            for node in nested:
+                name = node.checkpoint.workflow_name
+                inner = stats.setdefault(name, WorkflowCopy(name))
+                inner.nested += 1
+                if node.checkpoint.checkpoint_id in present:
+                    inner.present += 1
+                else:
+                    inner.written += 1
         if progress is not None:
             progress(done, total)
     report.workflows = [stats[name] for name in sorted(stats)]
@@ -116,8 +134,34 @@ def _checkpoint_files(path: Path) -> dict[CheckpointID, int]:
     return {file.name[: -len(".json")]: file.stat().st_size for file in sorted(path.glob("*.json"))}
 
 
-def _refused(checkpoint_id: CheckpointID, message: str) -> CopyProblem:
-    return CopyProblem("refused_file", checkpoint_id, "", message)
+def _refused(checkpoint_id: CheckpointID, message: str, refused_type: str | None = None) -> CopyProblem:
+    return CopyProblem("refused_file", checkpoint_id, "", message, refused_type)
+
+
+_BLOCKED_TYPE = re.compile(r"blocked for (?:nested )?type '([^']+)'")
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _refusal(error: Exception, allowed: list[str]) -> tuple[str | None, str]:
+    """The type MAF refused (if that was why) and why, in words of our own: MAF's message speaks
+    of its private decoder's arguments, not of what the importer can do."""
+    text = str(error)
+    blocked = _BLOCKED_TYPE.search(text)
+    if blocked is not None:
+        return blocked[1], f"it holds type {blocked[1]}, which MAF's allow-list does not include"
+    missing = _MISSING_MODULE.search(text)
+    if missing is not None:
+        module = missing[1]
+        key = next((t for t in allowed if module in _module_and_parents(t.partition(":")[0])), None)
+        what = f"type {key}" if key is not None else "a type"
+        return key, f"it holds {what}, allowed, but its module {module!r} cannot be imported here"
+    return None, f"MAF cannot load it: {text}"
+
+
+def _module_and_parents(module: str) -> list[str]:
+    """``a.b.c``: ``a.b.c``, ``a.b``, ``a`` (an import of any of them can be what failed)."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
 
 
 def _inferred_order(checkpoints: dict[CheckpointID, Any]) -> tuple[list[Any], bool]:

@@ -63,16 +63,16 @@ def open_storage(url: str, **options: Any) -> CheckpointStore:
     with ``aclose()`` or ``async with``.
     """
     if not isinstance(url, str) or "://" not in url:
-        raise StorageConfigurationError(
-            f"Not a storage URL: {url!r}; expected one of {', '.join(s + '://' for s in supported_schemes())}"
-        )
+        shown = redact_url(url) if isinstance(url, str) else type(url).__name__
+        schemes = ", ".join(s + "://" for s in supported_schemes())
+        raise StorageConfigurationError(f"Not a storage URL: {shown!r}; expected one of {schemes}")
     scheme = urlsplit(url).scheme.lower()
     backends = registry()
     backend = backends.for_scheme(scheme)  # raises for a scheme a refused backend claimed
     if backend is None:
         refused = "".join(f"; {problem}" for problem in backends.problems)
         raise StorageConfigurationError(
-            f"Unknown storage URL scheme {scheme!r} in {url!r}; supported: "
+            f"Unknown storage URL scheme {scheme!r} in {redact_url(url)!r}; supported: "
             + ", ".join(s + "://" for s in supported_schemes())
             + refused
         )

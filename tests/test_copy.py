@@ -339,8 +339,9 @@ def test_the_command_exits_1_on_a_conflict_and_never_prints_credentials(
     assert main(["copy", f"sqlite:///{tmp_path}/src.db", secret]) == 2
     captured = capsys.readouterr()
     assert secret.split(":")[2].split("@")[0] not in captured.out + captured.err
-    assert main(["copy", f"sqlite:///{tmp_path}/missing.db", f"sqlite:///{tmp_path}/dst.db"]) == 2
+    assert main(["copy", f"sqlite:///{tmp_path}/missing.db", f"sqlite:///{tmp_path}/dst2.db"]) == 3
     assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "dst2.db").exists()  # nothing to copy: nothing created
 
 
 # ---------------------------------------------------------------------- between backends

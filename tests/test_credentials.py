@@ -4,6 +4,7 @@ message, args or traceback (its chained causes included), not in a log record, a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -123,7 +124,9 @@ class _ChattyStorage(InMemoryCheckpointStorage):
 def test_verify_never_shows_a_storage_description_with_credentials(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("storages.cli.open_storage", lambda url, **options: _ChattyStorage(**options))
+    seeded = _ChattyStorage()
+    asyncio.run(seeded.save(WorkflowCheckpoint("wf", "sig")))
+    monkeypatch.setattr("storages.cli_common.open_storage", lambda url, **options: seeded.new_handle())
     monkeypatch.setenv("COLUMNS", "200")
     for arguments in (["verify", "memory://", "--json"], ["verify", "memory://"], ["inspect", "memory://"]):
         assert main(arguments) == 0

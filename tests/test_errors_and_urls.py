@@ -33,6 +33,7 @@ from storages import (
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
+    StoreNotFoundError,
     UnserializableValueError,
     UnsupportedOperationError,
     WorkflowCheckpoint,
@@ -68,6 +69,7 @@ SAMPLE_ERRORS: list[CheckpointStorageError] = [
     StorageUnavailableError("save", "connection refused"),
     StorageClosedError("memory://", "load"),
     StorageConfigurationError("bad url"),
+    StoreNotFoundError("postgresql://db/app (schema 'ap')", "schema 'ap' does not exist in database 'app'"),
     ConditionalWritesNotEnforcedError(
         "s3://b/p/ at http://127.0.0.1:9000", "If-None-Match was ignored", "unsafe_single_writer=True"
     ),

@@ -24,7 +24,7 @@ SIG_A = "a1b2c3d4e5f6" * 4
 SIG_B = "f0e1d2c3b4a5" * 4
 SIG_SUB = "5ub5ub5ub5ub"
 STAMP = "2026-01-02T03:04:05.123456+00:00"
-SHOWN = "2026-01-02 03:04:05Z"
+SHOWN = "2026-01-02T03:04:05Z"
 
 
 def cp(workflow: str, checkpoint_id: str, previous: str | None = None, **fields: Any) -> WorkflowCheckpoint:
@@ -94,17 +94,17 @@ def test_inspect_draws_the_tree_of_a_forked_nested_run(url: str, capsys: pytest.
     assert (status, err) == (0, "")
     assert lines(out) == [
         "workflow run  (6 checkpoints, 3 nested)",
-        f"├── r1  #1  {SHOWN}  iter 0  sig a1b2c3d4…  root",
-        f"└── r2  #2  {SHOWN}  iter 0  sig a1b2c3d4…",
-        f"    ├── nested s1  #1  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub",
-        f"    │   └── nested i1  #1  {SHOWN}  iter 0  sig f0e1d2c3…  workflow inner",
+        f"├── r1  #1  step 0  {SHOWN}  sig a1b2c3d4…  root",
+        f"└── r2  #2  step 0  {SHOWN}",
+        f"    ├── nested s1  #1  step 0  {SHOWN}  sig 5ub5ub5u…  workflow sub",
+        f"    │   └── nested i1  #1  step 0  {SHOWN}  sig f0e1d2c3…  workflow inner",
         "    ├── branch 1 of 2",
-        f"    │   ├── r3  #3  {SHOWN}  iter 0  sig a1b2c3d4…",
-        f"    │   └── r4  #4  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"    │   ├── r3  #3  step 0  {SHOWN}",
+        f"    │   └── r4  #4  step 0  {SHOWN}",
         "    └── branch 2 of 2",
-        f"        ├── r3b  #5  {SHOWN}  iter 0  sig a1b2c3d4…",
-        f"        └── r4b  #6  {SHOWN}  iter 7  sig a1b2c3d4…  latest",
-        f"            └── nested s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub  previous s1",
+        f"        ├── r3b  #5  step 0  {SHOWN}",
+        f"        └── r4b  #6  step 7  from executor  {SHOWN}  latest",
+        f"            └── nested s2  #2  step 0  {SHOWN}  sig 5ub5ub5u…  workflow sub  previous s1",
     ]
 
 
@@ -128,16 +128,24 @@ def test_inspect_tree_as_json_and_after_a_prune(url: str, capsys: pytest.Capture
         ("r2", "child"), ("r2", "child"), ("r2", "nested"), ("s1", "nested"),
     ]  # fmt: skip
     assert (nodes["r4b"]["timestamp"], nodes["r4b"]["iteration_count"]) == (STAMP, 7)
+    r4b = nodes["r4b"]
+    assert (r4b["step"], r4b["nodes"], r4b["nodes_role"]) == (7, ["executor"], "from")
+    assert (nodes["r3"]["branch"], nodes["r4b"]["branch"], nodes["s2"]["branch"], nodes["r2"]["branch"]) == (
+        "1 of 2",
+        "2 of 2",
+        "2 of 2",
+        None,
+    )
     assert (nodes["r4b"]["signature_changed"], nodes["r5b"]["signature_changed"]) == (False, True)
     assert nodes["r5b"]["latest"]
     status, out, _ = run(["inspect", url, "run"], capsys)
-    assert f"r5b  #7  {SHOWN}  iter 0  sig f0e1d2c3…  signature changed  latest" in out
+    assert f"r5b  #7  step 0  {SHOWN}  sig f0e1d2c3…  signature changed  latest" in out
 
     status, out, _ = run(["inspect", url, "old"], capsys)
     assert status == 0
     assert lines(out) == [
         "workflow old  (1 checkpoint, 0 nested, 2 pruned)",
-        f"└── o3  #3  {SHOWN}  iter 0  sig a1b2c3d4…  after pruned o2  latest",
+        f"└── o3  #3  step 0  {SHOWN}  sig a1b2c3d4…  after pruned o2  latest",
     ]
 
 
@@ -174,12 +182,15 @@ def test_inspect_shows_one_checkpoints_fields(url: str, capsys: pytest.CaptureFi
     assert view["nested_ids"] == ["s2"]
     assert view["container_id"] is None
     assert view["error"] is None
-    assert view["fields"]["iteration_count"] == "7"
-    assert view["fields"]["messages"] == "1 key: {'executor': ['hello', 'world']}"
-    state = view["fields"]["state"]
-    assert state.startswith("2 keys: {")
-    assert "'sub': <checkpoint 's2'>" in state
-    assert len(state) < 120  # the 500-character note is abbreviated
+    # Values a script can use: the decoded fields as JSON, in full, not their abbreviations.
+    assert view["fields"]["iteration_count"] == 7
+    assert view["fields"]["messages"] == {"executor": ["hello", "world"]}
+    assert view["fields"]["state"] == {"sub": {"$checkpoint": "s2"}, "notes": "n" * 500}
+    assert view["fields"]["timestamp"] == STAMP
+
+    status, out, _ = run(["inspect", url, "--checkpoint", "r4b"], capsys)
+    assert "2 keys: {" in out  # drawn for a person: abbreviated
+    assert "n" * 500 not in out.replace("\n", "").replace("│", "").replace(" ", "")
 
     status, out, _ = run(["inspect", url, "--checkpoint", "s2"], capsys)
     assert status == 0
@@ -204,16 +215,12 @@ def test_inspect_reports_a_checkpoint_that_cannot_be_loaded(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["inspect", "{url}", "nobody"], "no records of workflow 'nobody'"),
-        (["inspect", "{url}", "--checkpoint", "nothing"], "No checkpoint found with ID nothing"),
         (["inspect", "{url}", "run", "--checkpoint", "r1"], "not both"),
-        (["inspect", "sqlite:///{dir}/absent.db"], "no such file"),
         (["verify", "ftp://example.com"], "Unknown storage URL scheme 'ftp'"),
-        (["verify", "{url}", "--workflow", "nobody"], "no records of workflow 'nobody'"),
         (["verify", "{url}", "--allow-type", "not-a-type-key"], "module:qualname"),
     ],
 )
-def test_usage_and_lookup_errors_exit_2(
+def test_usage_errors_exit_2(
     url: str, tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = run([arg.format(url=url, dir=tmp_path) for arg in args], capsys)
@@ -221,6 +228,27 @@ def test_usage_and_lookup_errors_exit_2(
     assert status == 2
     assert out == ""
     assert err.startswith("checkpoint-storages: error: ")
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["inspect", "{url}", "nobody"], "no records of workflow 'nobody'"),
+        (["inspect", "{url}", "--checkpoint", "nothing"], "No checkpoint found with ID nothing"),
+        (["inspect", "sqlite:///{dir}/absent.db"], "no such file"),
+        (["verify", "{url}", "--workflow", "nobody"], "no records of workflow 'nobody'"),
+        (["diff", "{url}", "r1", "nothing"], "No checkpoint found with ID nothing"),
+    ],
+)
+def test_what_names_nothing_exits_3(
+    url: str, tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run([arg.format(url=url, dir=tmp_path) for arg in args], capsys)
+
+    assert status == 3
+    assert out == ""
+    assert err.startswith("checkpoint-storages: nothing there: ")
     assert message in err
     assert not (tmp_path / "absent.db").exists()  # the tool only reads; it creates no store
 
@@ -297,7 +325,9 @@ class WithoutRawAccess(InMemoryCheckpointStorage):
 def test_verify_on_a_storage_without_raw_access_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("storages.cli.open_storage", lambda url, **options: WithoutRawAccess(**options))
+    monkeypatch.setattr(
+        "storages.cli_common.open_storage", lambda url, **options: WithoutRawAccess(**options)
+    )
 
     status, _, err = run(["verify", "memory://"], capsys)
 
@@ -333,28 +363,28 @@ def test_inspect_draws_a_broken_run_one_line_of_descent_each(
     assert lines(out) == [
         "workflow run  (7 checkpoints, 1 nested)",
         "├── line 1 of 4",
-        f"│   └── r1  #1  {SHOWN}  iter 0  sig a1b2c3d4…  root",
+        f"│   └── r1  #1  step 0  {SHOWN}  sig a1b2c3d4…  root",
         "├── line 2 of 4",
         "│   ├── r3  #3  body unreadable: body is 7 bytes, shorter than its header  sig a1b2c3d4…  "
         "previous r2 missing",
-        f"│   └── r4  #4  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"│   └── r4  #4  step 0  {SHOWN}",
         "├── line 3 of 4",
-        f"│   ├── r3b  #5  {SHOWN}  iter 0  sig a1b2c3d4…  previous r2 missing",
-        f"│   ├── r4b  #6  {SHOWN}  iter 7  sig a1b2c3d4…",
-        f"│   │   └── nested s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  workflow sub  previous s1",
-        f"│   └── r5b  #8  {SHOWN}  iter 0  sig f0e1d2c3…  signature changed  latest",
+        f"│   ├── r3b  #5  step 0  {SHOWN}  sig a1b2c3d4…  previous r2 missing",
+        f"│   ├── r4b  #6  step 7  from executor  {SHOWN}",
+        f"│   │   └── nested s2  #2  step 0  {SHOWN}  sig 5ub5ub5u…  workflow sub  previous s1",
+        f"│   └── r5b  #8  step 0  {SHOWN}  sig f0e1d2c3…  signature changed  latest",
         "└── line 4 of 4",
-        f"    └── r5  #7  {SHOWN}  iter 0  sig a1b2c3d4…  previous never-saved missing",
+        f"    └── r5  #7  step 0  {SHOWN}  sig a1b2c3d4…  previous never-saved missing",
     ]
     status, out, _ = run(["inspect", url, "loop"], capsys)
     # In a cycle the newest (lb) is continued by la, which only lb continues: la is the latest.
     assert lines(out)[1:] == [
-        f"├── la  #1  {SHOWN}  iter 0  sig a1b2c3d4…  cycle: previous lb  latest",
-        f"└── lb  #2  {SHOWN}  iter 0  sig a1b2c3d4…",
+        f"├── la  #1  step 0  {SHOWN}  sig a1b2c3d4…  cycle: previous lb  latest",
+        f"└── lb  #2  step 0  {SHOWN}",
     ]
     status, out, _ = run(["inspect", url, "sub"], capsys)
     assert lines(out)[1:] == [
-        f"├── s1  #1  {SHOWN}  iter 0  sig 5ub5ub5u…  nested in r2  root",
-        f"│   └── nested i1  #1  {SHOWN}  iter 0  sig f0e1d2c3…  workflow inner",
-        f"└── s2  #2  {SHOWN}  iter 0  sig 5ub5ub5u…  nested in r4b",
+        f"├── s1  #1  step 0  {SHOWN}  sig 5ub5ub5u…  nested in r2  root",
+        f"│   └── nested i1  #1  step 0  {SHOWN}  sig f0e1d2c3…  workflow inner",
+        f"└── s2  #2  step 0  {SHOWN}  nested in r4b",
     ]

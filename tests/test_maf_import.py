@@ -127,7 +127,11 @@ def test_the_command_imports_into_sqlite(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["import-maf", str(tmp_path / "maf"), url, "--json", *allow]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"]
-    assert {item["workflow_name"] for item in data["workflows"]} == set(WORKFLOWS)
+    # The sub-workflow's checkpoints MAF embedded are stored as nested records, and counted.
+    assert {item["workflow_name"] for item in data["workflows"]} == {*WORKFLOWS, "imp-sub-child"}
+    nested = next(item for item in data["workflows"] if item["workflow_name"] == "imp-sub-child")
+    assert nested["nested"] == nested["written"] > 0
+    assert data["totals"]["nested"] == nested["nested"]
     assert main(["import-maf", str(tmp_path / "maf"), url]) == 1  # the user types are refused now
     assert "refused_file" in capsys.readouterr().out
     assert main(["import-maf", str(tmp_path / "nowhere"), url]) == 2
@@ -135,6 +139,6 @@ def test_the_command_imports_into_sqlite(tmp_path: Path, capsys: pytest.CaptureF
 
     async def count() -> int:
         async with allow_user_types(SQLiteCheckpointStorage(tmp_path / "imported.db")) as storage:
-            return sum([len(await storage.list_checkpoint_ids(workflow_name=name)) for name in WORKFLOWS])
+            return len(await storage.list_records())  # top-level and nested
 
     assert asyncio.run(count()) == data["totals"]["written"]

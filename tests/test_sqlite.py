@@ -28,6 +28,7 @@ from storages import (
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
+    StoreNotFoundError,
     WorkflowCheckpoint,
     open_storage,
 )
@@ -958,7 +959,7 @@ async def test_a_read_only_handle_reads_and_refuses_every_write(
 async def test_a_read_only_handle_neither_creates_nor_migrates_a_file(tmp_path: Path) -> None:
     missing = tmp_path / "absent" / "checkpoints.db"
     reader = SQLiteCheckpointStorage(missing, read_only=True)
-    with pytest.raises(StorageUnavailableError, match="unable to open"):
+    with pytest.raises(StoreNotFoundError, match="no such file"):
         await reader.list_workflows()
     await reader.aclose()
     assert not missing.parent.exists()

@@ -17,6 +17,7 @@ from typing import Any
 from ..contract import Capability, CheckpointID, CheckpointStorage
 from ..verify import require_capabilities
 from .threads import langgraph_fields, resolve_checkpoint_id
+from .values import json_value
 from .views import abbreviate_value
 
 MAX_DEPTH = 32
@@ -51,11 +52,21 @@ class Change:
     """Where, from the section down: ``state.counter``, ``messages.executor[2]``."""
     kind: ChangeKind
     old: str | None
-    """The old value, abbreviated (None when added)."""
+    """The old value, abbreviated for display (None when added)."""
     new: str | None
+    old_value: Any = None
+    """The old value itself (None when added)."""
+    new_value: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind.value, "old": self.old, "new": self.new}
+        """For scripts: the values as JSON data (storages.inspection.values), not abbreviated;
+        ``old`` is null for an added path, ``new`` for a removed one."""
+        return {
+            "path": self.path,
+            "kind": self.kind.value,
+            "old": None if self.kind is ChangeKind.ADDED else json_value(self.old_value),
+            "new": None if self.kind is ChangeKind.REMOVED else json_value(self.new_value),
+        }
 
 
 @dataclass(slots=True)
@@ -130,6 +141,8 @@ def diff_sections(
                 kind,
                 None if before is _MISSING else abbreviate_value(before),
                 None if after is _MISSING else abbreviate_value(after),
+                None if before is _MISSING else before,
+                None if after is _MISSING else after,
             )
         )
     return result

@@ -19,9 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from ..errors import CheckpointStorageError
 from ..verify import require_capabilities
 from .lineage_index import LineageIndex
 from .peek import BodyFields, peek_body_fields
+
+INTERRUPT_CHANNEL = "__interrupt__"
+RESUME_CHANNEL = "__resume__"
+"""LangGraph's special channels: an interrupt raised by a task, and the answer it was resumed with."""
 
 INDEX_PAGE: int = 1_000
 """Index entries read per round trip when the storage streams its index (``iter_records``)."""
@@ -80,6 +85,10 @@ class LineageEntry:
     signature_changed: bool = False
     first_of_run: bool = False
     """The first checkpoint drawn at its level under a container (marked ``nested``)."""
+    branch: str | None = None
+    """The fork's branch it is drawn in (``2 of 3``: its heading's words), the innermost one."""
+    branch_start: bool = False
+    """The first checkpoint of its branch (the fork's child)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +112,7 @@ class LineageLine:
             "previous_workflow": entry.previous_workflow,
             "latest": entry.latest,
             "signature_changed": entry.signature_changed,
+            "branch": entry.branch,
             **(self.fields.to_dict() if self.fields is not None else {}),
         }
 
@@ -124,11 +134,13 @@ class _Frame:
     guides: str
     level: int
     segments: list[_Segment]
+    branch: str | None = None
     position: int = 0
     current: CheckpointID | None = None
     current_relation: Relation | None = None
     current_parent: CheckpointID | None = None
     first: bool = False
+    branch_start: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -187,12 +199,15 @@ class LineageTree:
                 last = frame.position == len(frame.segments)
                 if segment.heading is not None:
                     yield LineageEntry(_guide(frame.guides, last), frame.level, heading=segment.heading)
-                    stack.append(_Frame(_indent(frame.guides, last), frame.level + 1, segment.below))
+                    heading = segment.heading
+                    branch = heading.removeprefix(_BRANCH) if heading.startswith(_BRANCH) else frame.branch
+                    stack.append(_Frame(_indent(frame.guides, last), frame.level + 1, segment.below, branch))
                     continue
                 frame.current = segment.run_start
                 frame.current_relation = segment.relation
                 frame.current_parent = segment.parent_id
                 frame.first = segment.relation is not None and segment.relation is not Relation.CHILD
+                frame.branch_start = segment.relation is Relation.CHILD  # only a fork's branches
             checkpoint_id = frame.current
             assert checkpoint_id is not None
             children, nested = self.index.below(checkpoint_id)
@@ -210,8 +225,10 @@ class LineageTree:
                 latest=checkpoint_id == self.latest_id,
                 signature_changed=signature_changed,
                 first_of_run=frame.first,
+                branch=frame.branch,
+                branch_start=frame.branch_start,
             )
-            frame.first = False
+            frame.first = frame.branch_start = False
             below = [
                 _Segment(run_start=inner, relation=Relation.NESTED, parent_id=checkpoint_id)
                 for inner in nested
@@ -223,7 +240,7 @@ class LineageTree:
             if len(children) > 1:
                 below += [
                     _Segment(
-                        heading=f"branch {number} of {len(children)}",
+                        heading=f"{_BRANCH}{number} of {len(children)}",
                         below=[_Segment(run_start=child, relation=Relation.CHILD, parent_id=checkpoint_id)],
                     )
                     for number, child in enumerate(children, 1)
@@ -234,7 +251,7 @@ class LineageTree:
             else:
                 frame.current = None
             if below:
-                stack.append(_Frame(_indent(frame.guides, last), frame.level + 1, below))
+                stack.append(_Frame(_indent(frame.guides, last), frame.level + 1, below, frame.branch))
 
     def walk(self) -> Iterator[CheckpointInfo]:
         """Every record, in drawing order."""
@@ -249,6 +266,9 @@ class LineageTree:
             "nested": self.nested_count,
             "pruned": self.pruned,
         }
+
+
+_BRANCH = "branch "
 
 
 def _guide(guides: str, last: bool) -> str:
@@ -316,12 +336,29 @@ async def stream_lineage(
 ) -> AsyncIterator[LineageLine]:
     """The tree's lines one at a time, each checkpoint with its timestamp and iteration number
     read from its body (``with_fields=False``, or a storage without ``raw_access``: index only)."""
-    readable = with_fields and Capability.RAW_ACCESS in getattr(storage, "capabilities", frozenset())
+    capabilities: frozenset[Capability] = getattr(storage, "capabilities", frozenset())
+    readable = with_fields and Capability.RAW_ACCESS in capabilities
+    writes = with_fields and Capability.PENDING_WRITES in capabilities
     for entry in tree.entries():
         fields = None
         if entry.info is not None:
             fields = await peek_body_fields(storage, entry.info.checkpoint_id) if readable else BodyFields()
+            if writes and fields.nodes_role == "next":  # a LangGraph checkpoint: interrupts are writes
+                fields = dataclasses.replace(fields, interrupt=await _interrupt(storage, entry.info))
         yield LineageLine(entry, fields)
+
+
+async def _interrupt(storage: CheckpointStorage, info: CheckpointInfo) -> str | None:
+    """``"waiting"`` when a task of this LangGraph checkpoint raised an interrupt, ``"answered"``
+    once it was resumed; None when neither (or the writes cannot be read)."""
+    try:
+        writes = await storage.list_writes(info.checkpoint_id, workflow_name=info.workflow_name)
+    except CheckpointStorageError:
+        return None
+    channels = {write.channel for write in writes}
+    if INTERRUPT_CHANNEL not in channels:
+        return None
+    return "answered" if RESUME_CHANNEL in channels else "waiting"
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, Checkpoi
 from ..verify import require_capabilities
 from .runner_records import runner_fields
 from .threads import langgraph_fields, langgraph_place, resolve_checkpoint_id
+from .values import json_value
 
 VALUE_WIDTH = 100
 """Longest abbreviated value shown in the one-checkpoint view, in characters."""
@@ -48,28 +49,38 @@ class WorkflowSummary:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointView:
-    """One checkpoint: its index entry, its neighbours, and its fields abbreviated for display."""
+    """One checkpoint: its index entry, its neighbours, and its decoded fields."""
 
     info: CheckpointInfo
     previous_status: str | None
     """None without a previous id, else "stored", "pruned" or "missing"."""
     container: CheckpointInfo | None
     nested_ids: tuple[CheckpointID, ...]
-    fields: tuple[tuple[str, str], ...]
-    """Decoded fields other than the index ones, values abbreviated; empty if it cannot be loaded."""
+    values: tuple[tuple[str, Any], ...]
+    """Decoded fields other than the index ones, as decoded; empty if it cannot be loaded."""
     error: str | None
     """Why the body could not be loaded, if it could not."""
     refused_type: str | None = None
-    """The body is intact but names a type the codec does not allow (the message says which)."""
+    """The ``module:qualname`` of a type the codec does not allow, when the body is intact but
+    names one (:attr:`refused_message` says what the codec said)."""
+    refused_message: str | None = None
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """The decoded fields abbreviated for display (a dict's size first)."""
+        return tuple((name, _count(value) + abbreviate_value(value)) for name, value in self.values)
 
     def to_dict(self) -> dict[str, Any]:
+        """The view for scripts: the index entry and every decoded field as JSON data
+        (storages.inspection.values), not its abbreviation."""
         return {
             **dataclasses.asdict(self.info),
             "previous_status": self.previous_status,
             "nested_ids": list(self.nested_ids),
-            "fields": dict(self.fields),
+            "fields": {name: json_value(value) for name, value in self.values},
             "error": self.error,
             "refused_type": self.refused_type,
+            "refused_message": self.refused_message,
         }
 
 
@@ -125,25 +136,31 @@ async def describe_checkpoint(storage: CheckpointStorage, checkpoint_id: Checkpo
     if Capability.NESTED in getattr(storage, "capabilities", frozenset()):
         nested_ids = await storage.list_nested(checkpoint_id)
     error: str | None = None
-    refused: str | None = None
-    shown: list[tuple[str, str]] = []
+    refused: CheckpointTypeNotAllowedError | None = None
+    shown: list[tuple[str, Any]] = []
     try:
         checkpoint = await storage.load(checkpoint_id)
     except CheckpointTypeNotAllowedError as exc:
-        refused = exc.message
+        refused = exc
     except CheckpointCorruptedError as exc:
         error = exc.reason
     else:
         for name in ("timestamp", "iteration_count", "version"):
-            shown.append((name, abbreviate_value(getattr(checkpoint, name))))
+            shown.append((name, getattr(checkpoint, name)))
         decoded = await langgraph_fields(storage, info, checkpoint) or runner_fields(info, checkpoint)
         names = ("messages", "state", "pending_request_info_events", "metadata")
         # A LangGraph record's own fields are empty or serialized bytes: its decoded ones instead;
         # a CrewAI or Burr record's, in its runner's terms.
-        for name, value in decoded or [(name, getattr(checkpoint, name)) for name in names]:
-            shown.append((name, _count(value) + abbreviate_value(value)))
+        shown += decoded or [(name, getattr(checkpoint, name)) for name in names]
     return CheckpointView(
-        info, previous_status, container, tuple(nested_ids), tuple(shown), error, refused_type=refused
+        info,
+        previous_status,
+        container,
+        tuple(nested_ids),
+        tuple(shown),
+        error,
+        refused_type=None if refused is None else refused.type_key,
+        refused_message=None if refused is None else refused.message,
     )
 
 

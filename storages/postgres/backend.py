@@ -164,6 +164,7 @@ class PostgresBackend(Backend):
         pool_size: int | None = None,
         pool_timeout: float | None = None,
         retries: int | None = None,
+        read_only: bool = False,
     ) -> None:
         if sum(given is not None for given in (url, pool, connection)) != 1:
             raise StorageConfigurationError(
@@ -192,15 +193,18 @@ class PostgresBackend(Backend):
             self._describe = f"postgresql {kind} ({namespace})"
         self._url = url
         self._given = (pool, connection)
+        if not isinstance(read_only, bool):
+            raise StorageConfigurationError(f"read_only must be True or False, got {read_only!r}")
         self._client = PostgresClient(
-            conninfo, self._options, self._describe, pool=pool, connection=connection
+            conninfo, self._options, self._describe, pool=pool, connection=connection, read_only=read_only
         )
         self._commits = PostgresCommits(self._client, self._options.schema, self._options.table_prefix)
         self._sql = _Queries(self._options.schema, self._options.table_prefix)
 
-    def new_handle(self) -> Self:
+    def new_handle(self, *, read_only: bool | None = None) -> Self:
         """A backend on the same schema and tables: the given pool or connection again (its
-        owner's), or a pool of its own from the URL."""
+        owner's), or a pool of its own from the URL (``read_only``: one that only reads; by
+        default, as this one)."""
         pool, connection = self._given
         options = self._options
         return type(self)(
@@ -212,7 +216,14 @@ class PostgresBackend(Backend):
             pool_size=options.pool_size,
             pool_timeout=options.pool_timeout,
             retries=options.retries,
+            read_only=self.read_only if read_only is None else read_only,
         )
+
+    @property
+    def read_only(self) -> bool:
+        """The backend only reads: it neither creates nor migrates the schema (one that does not
+        exist is refused with StoreNotFoundError) and every write raises."""
+        return self._client.read_only
 
     @property
     def schema(self) -> str:
@@ -248,24 +259,37 @@ class PostgresBackend(Backend):
     # ------------------------------------------------------------------ writes (commit.py)
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        self._refuse_if_read_only("save")
         return InsertResult.of_stored_digest(await self._commits.insert_family(records), records[0])
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
+        self._refuse_if_read_only("save")
         return await self._commits.insert_fenced(records, expected_latest_id)
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        self._refuse_if_read_only("delete")
         return await self._commits.remove(checkpoint_id)
 
     async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        self._refuse_if_read_only("write_raw_body")
         return await self._commits.overwrite_body(checkpoint_id, body, digest)
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
+        self._refuse_if_read_only("prune")
         return await self._commits.prune(workflow_name, keep_last)
 
     async def delete_workflow(self, workflow_name: str) -> int:
+        self._refuse_if_read_only("delete_workflow")
         return await self._commits.delete_workflow(workflow_name)
+
+    def _refuse_if_read_only(self, operation: str) -> None:
+        if self.read_only:
+            raise StorageConfigurationError(
+                f"{self._describe} was opened read-only: {operation} would write; open it without "
+                "read_only to write"
+            )
 
     # ------------------------------------------------------------------ reads
 

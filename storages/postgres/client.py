@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import StorageConfigurationError, StorageUnavailableError
+from ..errors import StorageConfigurationError, StorageUnavailableError, StoreNotFoundError
 from ..redaction import chainable, redact_text
 from . import schema
 from .config import PostgresOptions
@@ -46,8 +46,12 @@ class PostgresClient:
         *,
         pool: AsyncConnectionPool[Any] | None = None,
         connection: Connection | None = None,
+        read_only: bool = False,
     ) -> None:
         self._conninfo = conninfo
+        self.read_only = read_only
+        """Never create or migrate the schema, refuse one that does not exist, and run every
+        statement of its own connections in a read-only transaction (the server refuses writes)."""
         self._options = options
         self._describe = describe
         self._injected_pool = pool
@@ -64,8 +68,9 @@ class PostgresClient:
     # ------------------------------------------------------------------ lifecycle
 
     async def open(self, operation: str) -> None:
-        """Connect once (retrying like any operation), migrate the schema, then start the pool.
-        The engine opens a storage once, however many first operations start together."""
+        """Connect once (retrying like any operation), migrate the schema (a read-only client:
+        check it is there, at this code's version), then start the pool. The engine opens a
+        storage once, however many first operations start together."""
         if self._injected_connection is not None:
             if not self._injected_connection.autocommit:
                 raise StorageConfigurationError(
@@ -92,6 +97,7 @@ class PostgresClient:
             max_size=self._options.pool_size,
             timeout=self._options.pool_timeout,
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, "client_encoding": "UTF8"},
+            configure=_read_only_session if self.read_only else None,
             open=False,
             name="checkpoint-storages",
         )
@@ -207,6 +213,8 @@ class PostgresClient:
             self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, client_encoding="UTF8"
         )
         try:
+            if self.read_only:
+                await _read_only_session(connection)
             await self._migrate(connection, operation)
         finally:
             await connection.close()
@@ -217,6 +225,8 @@ class PostgresClient:
         state = await self._schema_state(connection)
         if state.version == schema.SCHEMA_VERSION:
             return
+        if self.read_only:
+            self._refuse_to_migrate(state)
         self._require_migration_privileges(state)
         for tries in range(self._options.retries + 1):
             try:
@@ -257,6 +267,21 @@ class PostgresClient:
             await connection.execute(
                 schema.render(schema.RECORD_VERSION, name, prefix), (schema.SCHEMA_VERSION,)
             )
+
+    def _refuse_to_migrate(self, state: SchemaState) -> None:
+        """A read-only client met a schema it would have to create or migrate: it does neither."""
+        name, prefix = self._options.schema, self._options.table_prefix
+        if not state.exists:
+            raise StoreNotFoundError(
+                self._describe, f"schema {name!r} does not exist in database {state.database!r}"
+            )
+        if state.version == 0:
+            tables = f" with table_prefix {prefix!r}" if prefix else ""
+            raise StoreNotFoundError(self._describe, f"schema {name!r} holds no checkpoint tables{tables}")
+        raise StorageConfigurationError(
+            f"{self._describe} has schema version {state.version}, and a read-only handle cannot "
+            f"migrate it to version {schema.SCHEMA_VERSION}: open it once with a handle that may write"
+        )
 
     def _require_migration_privileges(self, state: SchemaState) -> None:
         """Creating our tables needs CREATE on the schema (its owner has it), and creating the
@@ -361,6 +386,11 @@ async def _fetch_as_stored(
         await connection.execute(
             psycopg.sql.SQL("SET client_encoding TO {}").format(psycopg.sql.Literal(str(encoding)))
         )
+
+
+async def _read_only_session(connection: Connection) -> None:
+    """Every later transaction of ``connection`` is read-only: the server refuses any write."""
+    await connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
 
 
 def _finish_connections(pool: AsyncConnectionPool[Any]) -> None:

@@ -102,6 +102,17 @@ class PostgresCheckpointStorage(CheckpointStore[PostgresBackend]):
         return self.backend.options
 
     @property
+    def read_only(self) -> bool:
+        """The handle only reads (see :attr:`PostgresBackend.read_only`)."""
+        return self.backend.read_only
+
+    def read_only_handle(self) -> Self:
+        """A new handle on this schema that only reads, with this handle's codec and keys: what
+        inspect, verify and diff open. It neither creates nor migrates the schema, refuses one
+        that does not exist (StoreNotFoundError), and its connections run read-only transactions."""
+        return self.over(self.backend.new_handle(read_only=True))
+
+    @property
     def statements_sent(self) -> int:
         """Statements (round trips) this handle has sent; the kit's ``scale`` clauses count them."""
         return self.backend.statements_sent

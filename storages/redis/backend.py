@@ -65,6 +65,7 @@ class RedisBackend(Backend):
         ttl: float | None = None,
         client_options: Mapping[str, Any] | None = None,
         allow_evicting_policy: bool = False,
+        read_only: bool = False,
     ) -> None:
         if (client is None) == (url is None):
             raise StorageConfigurationError("RedisCheckpointStorage needs exactly one of client= or url=")
@@ -73,7 +74,11 @@ class RedisBackend(Backend):
         self._given_client = client
         self._client_options = dict(client_options or {})
         self._connection = RedisConnection(settings, client, url, self._client_options)
-        self._policy_checked = allow_evicting_policy
+        if not isinstance(read_only, bool):
+            raise StorageConfigurationError(f"read_only must be True or False, got {read_only!r}")
+        self._read_only = read_only
+        # Eviction can only lose what a handle writes: one that only reads has nothing to check.
+        self._policy_checked = allow_evicting_policy or read_only
         span: SlotSpan | ClusterSlotSpan = (
             ClusterSlotSpan(self._connection) if self._connection.cluster else SlotSpan(self._connection)
         )
@@ -85,9 +90,9 @@ class RedisBackend(Backend):
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
 
-    def new_handle(self) -> Self:
+    def new_handle(self, *, read_only: bool | None = None) -> Self:
         """A backend on the same prefix: the given client again (its owner's), or a client of its
-        own from the URL."""
+        own from the URL (``read_only``: one that only reads; by default, as this one)."""
         return type(self)(
             self._given_client,
             url=self._connection.url,
@@ -95,7 +100,21 @@ class RedisBackend(Backend):
             ttl=self.ttl,
             client_options=self._client_options,
             allow_evicting_policy=self.allow_evicting_policy,
+            read_only=self._read_only if read_only is None else read_only,
         )
+
+    @property
+    def read_only(self) -> bool:
+        """The backend only reads: every write raises, and the eviction policy (which can only
+        lose what is written) is not checked."""
+        return self._read_only
+
+    def _refuse_if_read_only(self, operation: str) -> None:
+        if self._read_only:
+            raise StorageConfigurationError(
+                f"{self.describe()} was opened read-only: {operation} would write; open it without "
+                "read_only to write"
+            )
 
     @property
     def prefix(self) -> str:
@@ -189,6 +208,7 @@ class RedisBackend(Backend):
     # ------------------------------------------------------------------ writes
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        self._refuse_if_read_only("save")
         top = records[0]
         if len(records) == 1 and top.container_id is None:
             stored = await self._commits.insert(top)
@@ -214,22 +234,27 @@ class RedisBackend(Backend):
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
+        self._refuse_if_read_only("save")
         refused = await self._commits.insert_fenced(records, expected_latest_id)
         if refused is None:
             self._remember_family(records)
         return refused
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        self._refuse_if_read_only("delete")
         self._loads.forget(checkpoint_id)
         return await self._commits.remove(checkpoint_id)
 
     async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        self._refuse_if_read_only("write_raw_body")
         return await self._commits.overwrite_body(checkpoint_id, body)
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
+        self._refuse_if_read_only("prune")
         return await self._commits.prune(workflow_name, keep_last)
 
     async def delete_workflow(self, workflow_name: str) -> int:
+        self._refuse_if_read_only("delete_workflow")
         return await self._commits.delete_workflow(workflow_name)
 
     # ------------------------------------------------------------------ reads

@@ -120,6 +120,13 @@ def url_options(url: str) -> dict[str, str]:
             f"{', '.join(repr(name) for name in empty)} given without a value; give one or leave "
             "the option out"
         )
+    database = urlsplit(url).path.strip("/")
+    if database and not (database.isascii() and database.isdigit()):
+        # redis-py ignores a path that is not a number, which would silently mean database 0.
+        raise StorageConfigurationError(
+            f"Redis URL {redact_url(url)!r}: the path names the database, a number (/0, /15), "
+            f"not {database!r}"
+        )
     try:
         driver = parse_url(driver_url(url))
     except ValueError as exc:

@@ -84,6 +84,15 @@ class RedisCheckpointStorage(CheckpointStore[RedisBackend]):
         return self.backend.allow_evicting_policy
 
     @property
+    def read_only(self) -> bool:
+        return self.backend.read_only
+
+    def read_only_handle(self) -> Self:
+        """A new handle on this prefix that only reads, with this handle's codec and keys: what
+        inspect, verify and diff open. Every write raises; the eviction policy is not checked."""
+        return self.over(self.backend.new_handle(read_only=True))
+
+    @property
     def cluster(self) -> bool:
         return self.backend.cluster
 

@@ -33,6 +33,7 @@ from ..errors import (
     StorageClosedError,
     StorageConfigurationError,
     StorageUnavailableError,
+    StoreNotFoundError,
 )
 from ..redaction import chainable, redact_url
 from .config import S3Settings
@@ -79,6 +80,10 @@ class S3Client:
                 self._client = self._settings.client
             else:
                 self._client = await self.run("open", self._settings.bucket, self._build_client)
+            if self._settings.read_only:
+                # Nothing is created or probed: a bucket that is not there is a URL naming nothing.
+                await self.run("open", self._settings.bucket, self._require_bucket)
+                return
             if self._settings.create_bucket:
                 await self.run("open", self._settings.bucket, self._ensure_bucket)
             if not self._settings.unsafe_single_writer and self._settings not in ENFORCING_STORES:
@@ -109,7 +114,15 @@ class S3Client:
     async def put(self, operation: str, key: str, data: bytes, condition: Mapping[str, str] = {}) -> str:
         """One PutObject, returning the new ETag; a failed condition raises one of
         :data:`CONDITION_FAILED`."""
+        self._refuse_if_read_only(operation)
         return await self.run(operation, key, self._put, key, data, condition)
+
+    def _refuse_if_read_only(self, operation: str) -> None:
+        if self._settings.read_only:
+            raise StorageConfigurationError(
+                f"{self._settings.describe()} was opened read-only: {operation} would write; open "
+                "it without read_only to write"
+            )
 
     async def create(self, operation: str, key: str, data: bytes) -> bool:
         """Create-only write: True if created, False if the key already exists."""
@@ -214,6 +227,7 @@ class S3Client:
 
     async def delete_keys(self, operation: str, keys: Sequence[str]) -> None:
         """DeleteObjects, 1,000 keys a request, the batches concurrent."""
+        self._refuse_if_read_only(operation)
         unique = list(dict.fromkeys(keys))
         await gather(
             self.run(operation, batch[0], self._delete_batch, operation, batch)
@@ -240,6 +254,8 @@ class S3Client:
     def _translate(self, operation: str, key: str, exc: Exception) -> Exception:
         code = _code(exc)
         describe = self._settings.describe()
+        if code == "NoSuchBucket" and self._settings.read_only:
+            return StoreNotFoundError(describe, f"bucket {self._settings.bucket!r} does not exist")
         if code == "NoSuchBucket":
             return StorageConfigurationError(
                 f"{describe}: bucket {self._settings.bucket!r} does not exist; create it, or pass "
@@ -267,6 +283,18 @@ class S3Client:
         return session.client(
             "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=Config(**config)
         )
+
+    def _require_bucket(self) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.head_bucket(Bucket=self._settings.bucket)
+        except ClientError as exc:
+            if _status(exc) == 404:
+                raise StoreNotFoundError(
+                    self._settings.describe(), f"bucket {self._settings.bucket!r} does not exist"
+                ) from None
+            raise
 
     def _ensure_bucket(self) -> None:
         from botocore.exceptions import ClientError

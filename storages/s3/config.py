@@ -65,6 +65,9 @@ class S3Settings:
     unsafe_single_writer: bool = False
     """Skip the check that the store enforces conditional writes, emulate them by reading first
     (safe for one writer only) and withdraw fencing; see docs/s3.md."""
+    read_only: bool = False
+    """Only read: opening checks the bucket exists (StoreNotFoundError if not) and writes
+    nothing (no bucket, no conditional-write probe); every write raises."""
 
     def __post_init__(self) -> None:
         check_bucket_name(self.bucket)
@@ -81,10 +84,9 @@ class S3Settings:
             raise StorageConfigurationError(
                 f"checksum must be 'when_supported' or 'when_required', got {self.checksum!r}"
             )
-        if not isinstance(self.unsafe_single_writer, bool):
-            raise StorageConfigurationError(
-                f"unsafe_single_writer must be a bool, got {self.unsafe_single_writer!r}"
-            )
+        for flag in ("unsafe_single_writer", "read_only"):
+            if not isinstance(getattr(self, flag), bool):
+                raise StorageConfigurationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
     def describe(self) -> str:
         where = f"{URL_SCHEME}://{self.bucket}/{self.prefix}"
@@ -110,7 +112,14 @@ def parse_url(url: str, options: Mapping[str, Any]) -> tuple[str, str, dict[str,
     (keywords given in code) win over the URL's query."""
     parts = urlsplit(url)
     if parts.scheme.lower() != URL_SCHEME or not parts.netloc:
-        raise StorageConfigurationError(f"Not an S3 URL: {url!r}; expected s3://bucket/prefix")
+        raise StorageConfigurationError(f"Not an S3 URL: {redact_url(url)!r}; expected s3://bucket/prefix")
+    if "@" in parts.netloc:
+        # Neither quoted nor used: what precedes the bucket would be an access key and a secret.
+        raise StorageConfigurationError(
+            f"S3 URL {redact_url(url)!r} names credentials before the bucket (user:password@); an "
+            "S3 URL takes none: give them as boto3 finds them (AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, a profile, an instance role)"
+        )
     parsed = url_options(url)
     settings: dict[str, Any] = dict(allowance_options(parsed))
     put_parameters: dict[str, Any] = {}

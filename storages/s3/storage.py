@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -79,6 +80,17 @@ class S3CheckpointStorage(CheckpointStore[S3Backend]):
     @property
     def bucket(self) -> str:
         return self.backend.bucket
+
+    @property
+    def read_only(self) -> bool:
+        return self.backend.settings.read_only
+
+    def read_only_handle(self) -> Self:
+        """A new handle on this bucket and prefix that only reads, with this handle's codec and
+        keys: what inspect, verify and diff open. Opening it checks the bucket exists
+        (StoreNotFoundError if not) and writes nothing: no bucket, no conditional-write probe."""
+        settings = dataclasses.replace(self.backend.settings, read_only=True, create_bucket=False)
+        return self.over(S3Backend(settings))
 
     @property
     def prefix(self) -> str:

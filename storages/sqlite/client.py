@@ -28,7 +28,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..backend import CheckpointRecord, InsertResult
-from ..errors import StorageClosedError, StorageConfigurationError, StorageUnavailableError
+from ..errors import (
+    StorageClosedError,
+    StorageConfigurationError,
+    StorageUnavailableError,
+    StoreNotFoundError,
+)
 from . import schema
 from .commit import Abandon, immediate_transaction, insert_families
 from .config import Access, Synchronous
@@ -75,6 +80,10 @@ class SQLiteClient:
                 ) from exc
             target, uri = str(self._path), False
         else:
+            if not self._path.exists():
+                raise StoreNotFoundError(self._describe, f"no such file {self._path}")
+            if self._path.is_dir():
+                raise StorageConfigurationError(f"{self._describe} is a directory, not a SQLite file")
             # A URI, so SQLite itself refuses to create or write the file (nothing here could
             # forget to): mode=ro, and with immutable=1 no locks, -wal or -shm either.
             query = "mode=ro&immutable=1" if self._access == "immutable" else "mode=ro"
@@ -382,6 +391,8 @@ def _check_readable(connection: sqlite3.Connection, describe: str) -> None:
     """On a read-only connection: the file must be this storage's, at this code's schema version
     (a read-only handle cannot migrate it, and an empty file has no tables to read)."""
     version = _schema_version(connection, describe)
+    if version == 0:
+        raise StoreNotFoundError(describe, "the file holds no checkpoint storage (no tables of one)")
     if version < schema.SCHEMA_VERSION:
         raise StorageConfigurationError(
             f"{describe} has schema version {version}, and a read-only handle cannot migrate it to "

@@ -67,6 +67,8 @@ class Finding:
     message: str
     workflow_name: str | None = None
     """The workflow of ``checkpoint_ids[0]``, when it is stored."""
+    refused_type: str | None = None
+    """For ``type_not_allowed``: the ``module:qualname`` the codec refused to construct."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,7 @@ class Finding:
             "checkpoint_ids": list(self.checkpoint_ids),
             "workflow_name": self.workflow_name,
             "message": self.message,
+            "refused_type": self.refused_type,
         }
 
 

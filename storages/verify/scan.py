@@ -214,6 +214,7 @@ class Scan:
                 f"checkpoint {checkpoint_id!r} is intact but holds a type this codec does not allow: "
                 f"{exc.message}; or run verify with --structure-only to check it without its types",
                 info.workflow_name,
+                refused_type=exc.type_key,
             )
             return
         except CheckpointCorruptedError as exc:
@@ -430,9 +431,15 @@ class Scan:
         return None if info is None else info.workflow_name
 
     def _add(
-        self, kind: FindingKind, ids: tuple[CheckpointID, ...], message: str, workflow_name: str | None
+        self,
+        kind: FindingKind,
+        ids: tuple[CheckpointID, ...],
+        message: str,
+        workflow_name: str | None,
+        *,
+        refused_type: str | None = None,
     ) -> None:
-        self.report.findings.append(Finding(kind, ids, message, workflow_name))
+        self.report.findings.append(Finding(kind, ids, message, workflow_name, refused_type))
 
     def _advance(self) -> None:
         if self._progress is not None:
