@@ -9,7 +9,8 @@ the count divided by ``N`` is what one operation costs this process (the Redis s
 process: its time is not in these figures, see ``INFO commandstats``).
 
 Pairs: ``load`` against ``get_decode`` (GET + our decode of the same bytes), ``load_by_script``
-(a load of an id whose home the handle does not remember: the load script) against the same, ``save`` against
+(a load of an id whose home the handle does not remember: the load script) and ``latest`` (the
+latest of the stored workflow: the latest script) against the same, ``save`` against
 ``raw_save_encode`` (our encode + a pipelined SET+ZADD), ``list`` against ``zrange`` (ZRANGE of the
 same index, ids decoded), at ``STORED`` checkpoints.
 """
@@ -32,6 +33,7 @@ RUNS = 100
 PAIRS = (
     ("load", "get_decode"),
     ("load_by_script", "get_decode"),
+    ("latest", "get_decode"),
     ("save", "raw_save_encode"),
     ("list", "zrange"),
 )
@@ -88,6 +90,8 @@ async def _prepared(url: str, op: str, n: int, stored: int) -> tuple[Any, Any]:
             pipe.set(f"{prefix}:{{raw}}:b:{checkpoint.checkpoint_id}", codec.encode_checkpoint(checkpoint))
             pipe.zadd(raw_index, {checkpoint.checkpoint_id: index})
             return await pipe.execute()
+        if op == "latest":
+            return await storage.get_latest(workflow_name=WORKFLOW_NAME)
         if op == "list":
             return await storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME)
         if op == "zrange":

@@ -22,7 +22,8 @@ async def test_the_s3_bench_reports_requests_ratios_and_costs() -> None:
     costs = results["costs"]
     rows = costs["rows"]
     assert rows["save"]["total"] == 4
-    assert rows["get_latest"]["requests"] == {"GetObject": 1, "ListObjectsV2": 1}
+    # The newest order key, then its record and its successor keys (latest through the lineage).
+    assert rows["get_latest"]["requests"] == {"GetObject": 1, "ListObjectsV2": 2}
     assert rows["load"]["requests"] == {"GetObject": 1, "HeadObject": 1}
     assert costs["save_requests_vs_raw"] == 4.0
     # 1 GET at $0.0004/1,000 + 3 PUT/LIST at $0.005/1,000, per million saves.

@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..fencing import FencedStorage
 from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, as_provider
-from ..records import CheckpointRecord, InsertResult, RecordDraft, StoredBody, listed_ids
+from ..records import CheckpointRecord, InsertResult, StoredBody, listed_ids
 from .encoding import plain_records, record_drafts
 from .extensions import Extensions
 from .lifecycle import Lifecycle
@@ -165,14 +165,14 @@ class CheckpointStore(Generic[BackendT]):
             if expected_latest_id is not None:
                 validate_identifier(expected_latest_id, "expected_latest_id")
         # The snapshot and the place in the workflow's commit order are both taken at the call,
-        # before the first await (save_order.py says why the order matters).
+        # before the first await (save_order.py says why the order matters). A backend that keeps
+        # the order itself needs no turn.
         drafts = record_drafts(self._codec, checkpoint, nested=self._nested, sealed=self._sealed_frames)
         if self._inserts_ordered:
-            if not self._lifecycle.is_ready():
-                await self._lifecycle.ensure("save")
-            return await self._commit(drafts, expected_latest_id)
-        key, turn = self._save_order.take(drafts[0][1])
-        holding = turn is None
+            key, turn, holding = None, None, False
+        else:
+            key, turn = self._save_order.take(drafts[0][1])
+            holding = turn is None
         try:
             if not self._lifecycle.is_ready():
                 await self._lifecycle.ensure("save")
@@ -181,29 +181,23 @@ class CheckpointStore(Generic[BackendT]):
                     await turn
                 finally:
                     holding = handed(turn)
-            return await self._commit(drafts, expected_latest_id)
+            sealer = self._sealer
+            if sealer is None:
+                records, chain = plain_records(drafts), _NO_CHAIN
+            else:
+                records, chain = await sealer.seal(drafts)
+            if expected_latest_id is not UNFENCED:
+                return await self._resaves.insert_fenced(records, expected_latest_id, chain, sealer)
+            result = await self._backend.insert(records)
+            if result is InsertResult.INSERTED:
+                if chain:
+                    sealer.remember(chain)  # type: ignore[union-attr]  # a chain comes from the sealer
+            elif result is InsertResult.DIFFERENT_BODY or len(records) > 1:
+                await self._resaves.check(records, result)
+            return records[0].checkpoint_id
         finally:
             if holding:
-                self._save_order.hand_on(key)
-
-    async def _commit(
-        self, drafts: list[RecordDraft], expected_latest_id: CheckpointID | Unfenced | None
-    ) -> CheckpointID:
-        """Seal (on a keyed handle) and insert what a save encoded, once it is the save's turn."""
-        sealer = self._sealer
-        if sealer is None:
-            records, chain = plain_records(drafts), _NO_CHAIN
-        else:
-            records, chain = await sealer.seal(drafts)
-        if expected_latest_id is not UNFENCED:
-            return await self._resaves.insert_fenced(records, expected_latest_id, chain, self._sealer)
-        result = await self._backend.insert(records)
-        if result is InsertResult.INSERTED:
-            if chain:
-                sealer.remember(chain)  # type: ignore[union-attr]  # a chain comes from the sealer
-        elif result is InsertResult.DIFFERENT_BODY or len(records) > 1:
-            await self._resaves.check(records, result)
-        return records[0].checkpoint_id
+                self._save_order.hand_on(key)  # type: ignore[arg-type]  # holding: a key was taken
 
     async def load(
         self,
