@@ -499,7 +499,7 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
         async def counted(
             *, keys: list[str], args: list[Any], script: Any = fast_path, seen: list[str] = fast_saves
         ) -> Any:
-            seen.append(str(args[5]))
+            seen.append(str(args[4]))
             return await script(keys=keys, args=args)
 
         fast.backend.scripts["save_one"] = counted

@@ -32,9 +32,7 @@ def _save_one(**changes: object) -> SaveOne:
         "counter": "p:{wf}:seq",
         "top": "p:{wf}:top",
         "signature_index": "p:{wf}:sig:s",
-        "successors": "p:{wf}:next",
         "workflow": "wf",
-        "successor": "",
         "id": "id",
         "body": b"\x00body",
         "digest": "d",
@@ -48,23 +46,21 @@ def _save_one(**changes: object) -> SaveOne:
 
 def test_a_call_encodes_its_keys_and_typed_arguments_in_declaration_order() -> None:
     keys, args = _save_one().encode()
-    assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s", "p:{wf}:next"]
-    assert args == ["wf", "", "id", b"\x00body", "d", "s", "", "1", "before", ""]
+    assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s"]
+    assert args == ["wf", "id", b"\x00body", "d", "s", "", "1", "before", ""]
     _, staged = _save_one(body=b"", stage="p:{wf}:stage:id").encode()
-    assert staged == ["wf", "", "id", b"", "d", "s", "", "1", "before", "p:{wf}:stage:id"]
+    assert staged == ["wf", "id", b"", "d", "s", "", "1", "before", "p:{wf}:stage:id"]
 
 
 def test_the_lua_binding_names_each_input_where_the_encoder_puts_it() -> None:
     lines = binding(SaveOne).splitlines()
     assert "local pointer = KEYS[1]" in lines
     assert "local signature_index = KEYS[5]" in lines
-    assert "local successors = KEYS[6]" in lines
     # ARGV[1..3] are the common inputs; the call's own start at ARGV[4].
     assert "local workflow = ARGV[4]" in lines
-    assert "local successor = ARGV[5]" in lines
-    assert "local fenced = ARGV[11] == '1'" in lines
-    assert "local expected = ARGV[12]" in lines
-    assert "local stage = ARGV[13]" in lines
+    assert "local fenced = ARGV[10] == '1'" in lines
+    assert "local expected = ARGV[11]" in lines
+    assert "local stage = ARGV[12]" in lines
 
 
 def test_rows_are_sent_field_by_field_and_read_back_by_name() -> None:
@@ -97,7 +93,7 @@ def test_an_argument_of_the_wrong_type_is_refused_before_it_is_sent(
     [
         {},
         {"fenced": False, "expected": None},
-        {"previous": "before", "successor": "before:s:"},
+        {"previous": "before"},
         {"previous": ""},
         {"expected": ""},
         {"body": b"", "stage": "p:{wf}:stage:id"},

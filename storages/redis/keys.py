@@ -79,11 +79,6 @@ class RedisKeys:
         """:meth:`index` for a workflow whose :meth:`tag` is already built."""
         return tag + ":top" if signature is None else f"{tag}:sig:{escape(signature)}"
 
-    @staticmethod
-    def successors_under(tag: str) -> str:
-        """The successor index of a home whose :meth:`tag` is built (scripts/lineage.lua)."""
-        return tag + ":next"
-
     def nested(self, workflow_name: str) -> str:
         return self.tag(workflow_name) + ":nested"
 
@@ -135,14 +130,6 @@ class RedisKeys:
         if kind not in WORKFLOW_KINDS or not head.startswith(start):
             return None
         return unescape(head[len(start) :]), kind
-
-
-def successor_prefix(previous_id: CheckpointID | None, signature: str) -> str:
-    """A top-level record's member of its home's successor index up to its sequence (the script
-    appends the sequence and the id), or '' for a record without a previous id."""
-    if previous_id is None:
-        return ""
-    return f"{escape(previous_id)}:{escape(signature)}:"
 
 
 def nested_member(home: str, checkpoint_id: CheckpointID) -> str:

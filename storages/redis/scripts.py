@@ -46,11 +46,7 @@ class SaveOne(ScriptCall):
     counter: Key
     top: Key
     signature_index: Key
-    successors: Key
-    """The home's successor index (``RedisKeys.successors``), written when ``previous`` is set."""
     workflow: str
-    successor: str
-    """The record's member of that index up to its sequence (``successor_prefix``), or ''."""
     id: str
     body: bytes
     digest: str
@@ -68,7 +64,6 @@ class SaveOne(ScriptCall):
         previous, expected, fenced, stage = self.previous, self.expected, self.fenced, self.stage
         if (
             type(self.workflow) is str
-            and type(self.successor) is str
             and type(self.id) is str
             and type(self.body) is bytes
             and type(self.digest) is str
@@ -78,10 +73,9 @@ class SaveOne(ScriptCall):
             and (expected is None or type(expected) is str)
             and (stage is None or type(stage) is str)
         ):
-            keys = [self.pointer, self.record, self.counter, self.top, self.signature_index, self.successors]
+            keys = [self.pointer, self.record, self.counter, self.top, self.signature_index]
             args: list[Encoded] = [
                 self.workflow,
-                self.successor,
                 self.id,
                 self.body,
                 self.digest,

@@ -35,11 +35,15 @@ else
 end
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
-if previous ~= '' then redis.call('ZADD', successors, 0, successor .. string.format('%016x', seq) .. ':' .. id) end
+if previous ~= '' then
+  -- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot.
+  redis.call('ZADD', string.sub(top, 1, -4) .. 'next', 0, successor_member(previous, signature, seq, id))
+end
 redis.call('SET', pointer, workflow)
 local unindexed = listed(workflow)
 if TTL > 0 then
   for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
+  if previous ~= '' then redis.call('PEXPIRE', string.sub(top, 1, -4) .. 'next', TTL) end
 end
 if unindexed then return 1 end
 return false
