@@ -449,6 +449,28 @@ def test_hooks_whose_decode_refuses_are_refused_at_save() -> None:
     assert refused.value.path == "value['z'][0]"
 
 
+def test_the_same_bytes_are_rebuilt_once_and_a_refusal_every_time() -> None:
+    rebuilt: list[Any] = []
+
+    def decode(state: Any) -> complex:
+        rebuilt.append(state)
+        if state[1] == 0:
+            raise ValueError("not complex")
+        return complex(*state)
+
+    codec = CheckpointCodec()
+    codec.register(complex, encode=lambda c: [c.real, c.imag], decode=decode)
+    for _ in range(3):  # a conversation saved again at every superstep
+        codec.encode_value([1 + 1j, 2 + 2j])
+    assert rebuilt == [[1.0, 1.0], [2.0, 2.0]]
+    for _ in range(2):  # a refusal is never remembered: each save tries again
+        before = len(rebuilt)
+        with pytest.raises(UnserializableValueError, match="not complex"):
+            codec.encode_value([3 + 0j])
+        assert len(rebuilt) > before
+        assert rebuilt[-1] == [3.0, 0.0]
+
+
 def test_a_hooked_value_holding_an_embedded_checkpoint_is_rebuilt_at_save() -> None:
     seen: list[Any] = []
 

@@ -130,6 +130,7 @@ class CheckpointCodec(Fidelity):
         self._exact = ExactPacker(self._reducers, self._reducer_for)
         self._boxing: ExactPacker | None = None
         self._canonical = None
+        self._rebuilt = set()
         self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
         self._ext_decoders = self._decoders()
 

@@ -12,13 +12,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
+import xxhash
+
+from .canonical import CanonicalPacker
 from .decoding import OPAQUE, RESOLVER, Decoding
 from .locate import describe
-from .packing import CanonicalPacker, ExactPacker
+from .packing import ExactPacker
 from .stack import on_fresh_stack, ran_out_of_stack
 from .vocabulary import TREE, NestedResolver, TypeNotAllowed, Unencodable
+
+_REMEMBERED_REBUILDS: Final = 4096
+"""Digests of the contents rebuilt at save that a codec remembers (16 bytes each)."""
 
 
 class Fidelity(Decoding):
@@ -26,6 +32,8 @@ class Fidelity(Decoding):
 
     _exact: ExactPacker
     _canonical: CanonicalPacker | None
+    _rebuilt: set[bytes]
+    """Digests of contents that rebuilt at save (seeded with their extension code)."""
 
     def _boxing_packer(self) -> ExactPacker:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -37,8 +45,13 @@ class Fidelity(Decoding):
         value, so the save fails naming where it sits."""
         tree = TREE.get()
         # Checkpoints embedded in it are references by now: they resolve to the objects saved.
-        resolver = NestedResolver({}, given=True, decoded=tree.embedded() if tree is not None else {})
-        token = RESOLVER.set(resolver)
+        embedded = tree.embedded() if tree is not None else {}
+        # The same bytes rebuild alike: a workflow saves the same values superstep after
+        # superstep (a conversation so far), and each is rebuilt once, not at every save.
+        key = None if embedded else xxhash.xxh3_128_digest(data, seed=code)
+        if key is not None and key in self._rebuilt:
+            return
+        token = RESOLVER.set(NestedResolver({}, given=True, decoded=embedded))
         opaque_token = OPAQUE.set(False)
         try:
             self._ext_decoders[code](self._decoder.decode(data))
@@ -47,6 +60,10 @@ class Fidelity(Decoding):
         finally:
             OPAQUE.reset(opaque_token)
             RESOLVER.reset(token)
+        if key is not None:
+            if len(self._rebuilt) >= _REMEMBERED_REBUILDS:
+                self._rebuilt.clear()
+            self._rebuilt.add(key)
 
     def try_member(self, member: Any) -> None:
         """Find enum ``member`` again from its value encoded and decoded, as a load would; raise
@@ -73,7 +90,7 @@ class Fidelity(Decoding):
         and a NaN's bits. Stricter than ``==`` wherever the codec keeps types apart: ``True`` and
         ``1``, ``1`` and ``1.0``, a tuple and a list, ``0.0`` and ``-0.0``, one instant at two
         offsets, ``Decimal("1.0")`` and ``Decimal("1.00")``, objects of two classes or with
-        different state (storages/codec/packing.py, CanonicalPacker); and looser where ``==`` is
+        different state (storages/codec/canonical.py); and looser where ``==`` is
         too strict to say "the same": a NaN, an object compared by identity. False for a value
         it could not store."""
         if self._canonical is None:
