@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import enum
 import functools
+import importlib
 import math
 import pickle
 import sys
@@ -576,6 +577,30 @@ def test_a_crafted_body_naming_a_class_outside_the_list_rebuilds_nothing() -> No
         with pytest.raises(CheckpointTypeNotAllowedError):
             _decode(_ext(code, "collections:OrderedDict", {"a": 1}), CheckpointCodec())
     assert CALLS == {}
+
+
+@pytest.mark.parametrize(
+    "key", ["os:system", "builtins:eval", "collections:OrderedDict", "json.decoder:JSONDecoder"]
+)
+@pytest.mark.parametrize(
+    ("code", "form"),
+    [
+        (EXT_DATACLASS, ({"a": 1},)),
+        (EXT_DATACLASS, (None, {"a": 1})),
+        (EXT_PYDANTIC, ({"a": 1}, ["a"], None, None)),
+        (EXT_PYDANTIC, (None, {"__dict__": {}})),
+        (EXT_NAMEDTUPLE, ([1], {"a": 1})),
+        (EXT_NAMEDTUPLE, ([1], None, {"a": 1})),
+    ],
+)
+def test_every_form_naming_a_key_outside_the_list_imports_and_calls_nothing(
+    key: str, code: int, form: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    imported: list[str] = []
+    monkeypatch.setattr(importlib, "import_module", lambda name, *args: imported.append(name))
+    with pytest.raises(CheckpointTypeNotAllowedError, match=key):
+        _decode(_ext(code, key, *form), CheckpointCodec())
+    assert imported == []
 
 
 def test_reads_without_constructing_types_show_every_form_opaquely() -> None:

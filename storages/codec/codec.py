@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Iterable, Mapping
 from contextvars import Token
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -126,7 +128,7 @@ class CheckpointCodec(Fidelity):
             except ImportError as exc:
                 raise MissingDependencyError("zstd compression", "zstd", "zstandard") from exc
             self._compressor = lambda: zstandard.ZstdCompressor(level=compression_level)
-        self._native = NativePacker(self._reducers, self._reducer_for)
+        self._natives = threading.local()  # a NativePacker per thread: a walk counts on its packer
         self._exact = ExactPacker(self._reducers, self._reducer_for)
         self._boxing: ExactPacker | None = None
         self._canonical = None
@@ -154,8 +156,12 @@ class CheckpointCodec(Fidelity):
         if TREE.get() is None:
             # The common encode in line: the native walk, then the plain frame.
             plain = _record(tag, _checkpoint_fields(checkpoint))
+            try:  # this thread's packer, in line: a call for it was a hundredth of an encode
+                native = self._natives.packer
+            except AttributeError:
+                native = self._native()
             try:
-                payload = self._native.pack_payload(plain, bin_checked=bin_from_bytes_only)
+                payload = native.pack_payload(plain, bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
                 return self._frame(self._encode_exactly(checkpoint, tag, plain, None, None), sealed=sealed)
             if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
@@ -182,7 +188,11 @@ class CheckpointCodec(Fidelity):
             and type(self).encode_checkpoint is CheckpointCodec.encode_checkpoint
         ):
             try:
-                payload = self._native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
+                native = self._natives.packer
+            except AttributeError:
+                native = self._native()
+            try:
+                payload = native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
                 pass
             else:
@@ -208,7 +218,7 @@ class CheckpointCodec(Fidelity):
             # a refused attempt rewinds to the empty state rather than to a copied mark.
             plain = _record(tag, _checkpoint_fields(checkpoint))
             try:
-                payload = self._native.pack_payload(plain)
+                payload = self._native().pack_payload(plain)
             except NeedsExactPath:
                 empty: tuple[int, int, dict[str, int], int] = (1, 1, {}, 0)
                 state.rewind(empty)
@@ -289,15 +299,8 @@ class CheckpointCodec(Fidelity):
             raise CheckpointTypeNotAllowedError(exc.key, checkpoint_id, reason=exc.reason) from None
         except Exception as exc:
             if ran_out_of_stack(exc):  # a deep body read from deep inside a runner's calls
-                return on_fresh_stack(
-                    lambda: self.decode_checkpoint(
-                        body,
-                        checkpoint_id=checkpoint_id,
-                        nested=nested,
-                        construct_types=construct_types,
-                        sealed=sealed,
-                    )
-                )
+                again = partial(self.decode_checkpoint, body, checkpoint_id=checkpoint_id, nested=nested)
+                return on_fresh_stack(partial(again, construct_types=construct_types, sealed=sealed))
             raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
         finally:
             if opaque_token is not None:
@@ -346,7 +349,7 @@ class CheckpointCodec(Fidelity):
         save of plain values must agree on byte for byte."""
         plain = self._checkpoint_plain(checkpoint, "native")
         try:
-            native: bytes | None = self._native.pack_payload(plain)
+            native: bytes | None = self._native().pack_payload(plain)
         except NeedsExactPath:
             native = None
         try:
@@ -398,7 +401,7 @@ class CheckpointCodec(Fidelity):
         tree = TREE.get()
         mark = tree.mark() if tree is not None else None
         try:
-            return self._native.pack_payload(plain, bin_checked=bin_checked)
+            return self._native().pack_payload(plain, bin_checked=bin_checked)
         except NeedsExactPath:
             if tree is not None and mark is not None:
                 tree.rewind(mark)  # the nested bodies the native attempt collected
@@ -428,6 +431,13 @@ class CheckpointCodec(Fidelity):
                     tree.rewind(mark)
                 return on_fresh_stack(lambda: self._encode_exactly(root, checkpoint_tag, plain, tree, mark))
             raise refusal(exc, root, checkpoint=checkpoint_tag is not None) from None
+
+    def _native(self) -> NativePacker:
+        try:
+            packer: NativePacker = self._natives.packer
+        except AttributeError:
+            packer = self._natives.packer = NativePacker(self._reducers, self._reducer_for)
+        return packer
 
     def _boxing_packer(self) -> ExactPacker:
         if self._boxing is None:

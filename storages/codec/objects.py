@@ -228,7 +228,10 @@ def model_form(value: Any, shape: ObjectShape) -> list[Any]:
     state = value.__getstate__()
     if type(state) is not dict or state.keys() != _PYDANTIC_STATE_KEYS:  # pragma: no cover - another pydantic
         return [None, state]
-    fields, extra, fields_set, private = (state[name] for name in _PYDANTIC_STATE)
+    fields = state["__dict__"]
+    extra = state["__pydantic_extra__"]
+    fields_set = state["__pydantic_fields_set__"]
+    private = state["__pydantic_private__"]
     model = shape.model
     assert model is not None
     if private is None and fields.keys() <= model.fields:

@@ -119,16 +119,15 @@ _SEGMENTS_BUDGET: Final = MAX_NESTING - _SEGMENT_LEVELS - _REMEMBERED_LEVELS
 at its deepest."""
 
 
-_BELOW, _DEPTH = 0, 1
-"""The two counts of a walk under way, in its thread's cell (a codec serves many threads, and a
-walk, which never awaits, is never interleaved with another in its own thread): the native walk's
-deepest bound of the segments packed so far under the one being packed; the exact walk's depth of
-the extension whose contents are being packed (0: none)."""
+_DEPTH: Final = 0
+"""In a thread's cell: the exact walk's depth of the extension whose contents are being packed
+(0: none). Per thread: a codec serves many threads, and a walk, which never awaits, is never
+interleaved with another in its own thread."""
 _THREAD: Final = threading.local()
 
 
 def _new_cell() -> list[int]:
-    cell = _THREAD.nesting = [0, 0]
+    cell = _THREAD.nesting = [0]
     return cell
 
 
@@ -197,13 +196,18 @@ _LARGE_OUTPUTS: Final = _LargeOutputs()
 
 
 class NativePacker:
-    """ormsgpack's native walk; our reducers only for the types it passes through."""
+    """ormsgpack's native walk; our reducers only for the types it passes through.
 
-    __slots__ = ("_default", "_reducer_for", "_reducers")
+    One per thread (CheckpointCodec keeps them): a walk keeps its count of nesting on its packer,
+    and a walk, which never awaits, is never interleaved with another in its own thread."""
+
+    __slots__ = ("_below", "_default", "_reducer_for", "_reducers")
 
     def __init__(self, reducers: dict[type[Any], Reducer], reducer_for: ReducerLookup) -> None:
         self._reducers = reducers
         self._reducer_for = reducer_for
+        self._below = 0
+        """The deepest bound of the segments packed so far under the one being packed."""
         # The extension of a datetime, or of a tuple of atoms, by the object's id: a workflow's
         # state keeps the same objects from superstep to superstep, and the hook's work for them
         # was a fifth of an encode. Both are immutable all the way down (a tuple only when every
@@ -249,35 +253,30 @@ class NativePacker:
 
     def pack(self, value: Any) -> bytes:
         """An extension's contents (one segment)."""
-        return self._segment(value, ormsgpack.packb)
-
-    def pack_nested(self, value: Any) -> bytes:
-        """A nested record's payload: checked as a payload, bounded as a segment (it decodes
-        under the reference its container holds)."""
-        return self._segment(value, self._payload)
-
-    def _segment(self, value: Any, pack: Callable[..., bytes]) -> bytes:
-        """``pack``'s bytes of ``value``, one level (an extension) under its container's call."""
+        outer = self._below
+        self._below = 0
         try:
-            cell = _THREAD.nesting
-        except AttributeError:
-            cell = _new_cell()
-        outer = cell[_BELOW]
-        cell[_BELOW] = 0
-        try:
-            data = pack(value, default=self._default, option=NATIVE_OPTIONS)
+            data: bytes = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
         except BaseException:
-            cell[_BELOW] = outer
+            self._below = outer
             raise
         size = len(data)
-        bound = (size if size < _SEGMENT_LEVELS else _SEGMENT_LEVELS) + cell[_BELOW] + _EXTENSION_LEVELS
-        cell[_BELOW] = bound if bound > outer else outer
+        bound = (size if size < _SEGMENT_LEVELS else _SEGMENT_LEVELS) + self._below + _EXTENSION_LEVELS
+        self._below = bound if bound > outer else outer
         if bound > _SEGMENTS_BUDGET:
             raise NeedsExactPath
         return data
 
-    def _payload(self, value: Any, *, default: Any, option: int) -> bytes:
-        return self.pack_payload(value)
+    def pack_nested(self, value: Any) -> bytes:
+        """A nested record's payload: bounded as a segment (it decodes under the reference its
+        container holds), and checked for bins as a payload is."""
+        payload = self.pack(value)
+        _LARGE_OUTPUTS.after(len(payload))
+        if (
+            _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload
+        ) and not bin_only_from_bytes(value):
+            raise NeedsExactPath
+        return payload
 
     def pack_payload(self, value: Any, *, bin_checked: bool = False) -> bytes:
         """A whole payload; NeedsExactPath if the native walk may have lost a type on the way,

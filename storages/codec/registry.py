@@ -231,6 +231,15 @@ def _reducer_of(registration: Registration, rebuilds: Rebuilds) -> Reducer:
     if kind == EXT_ENUM:
         return _enum_reducer(key, rebuilds)
     shape = object_shape(cls)
+    if not shape.runs_class_code and shape.own_getstate is None and not shape.slots:
+        # The common objects, in one call each: a dataclass's __dict__ as it is, a NamedTuple's
+        # items (what state_tail and namedtuple_form give for them).
+        if kind == EXT_DATACLASS and shape.has_dict:
+            return lambda value, packer: packer.ext(
+                EXT_DATACLASS, packer.pack([key, _instance_dict(value, "__dict__")])
+            )
+        if kind == EXT_NAMEDTUPLE and not shape.has_dict:
+            return lambda value, packer: packer.ext(EXT_NAMEDTUPLE, packer.pack([key, list(value)]))
     form = _FORMS[kind]
 
     def reduce_object(value: Any, packer: Packer) -> Any:
@@ -241,6 +250,8 @@ def _reducer_of(registration: Registration, rebuilds: Rebuilds) -> Reducer:
 
     return reduce_object
 
+
+_instance_dict = object.__getattribute__
 
 _FORMS: dict[int, Callable[[Any, ObjectShape], list[Any]]] = {
     EXT_DATACLASS: state_tail,
