@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pydantic
 from agent_framework import (
     Executor,
     Workflow,
@@ -62,7 +63,31 @@ class Question:
     asked_at_step: int
 
 
-USER_TYPES: tuple[type[Any], ...] = (Tally, Question)
+@dataclass
+class Budget:
+    """Executor state whose ``__post_init__`` refuses an overspent budget; the workflow overspends it
+    by mutation, as applications do (MAF's own storages restore it without ``__post_init__``)."""
+
+    limit: int
+    spent: int = 0
+
+    def __post_init__(self) -> None:
+        if self.spent > self.limit:
+            raise ValueError(f"spent {self.spent} over limit {self.limit}")
+
+
+class Note(pydantic.BaseModel):
+    """Shared state with a normalising validator: each validation appends a suffix."""
+
+    text: str
+
+    @pydantic.field_validator("text")
+    @classmethod
+    def _checked(cls, value: str) -> str:
+        return value + " [checked]"
+
+
+USER_TYPES: tuple[type[Any], ...] = (Tally, Question, Budget, Note)
 
 
 def allow_user_types(storage: CheckpointStore) -> CheckpointStore:
@@ -110,6 +135,45 @@ def loop_workflow(name: str, supersteps: int, storage: Any = None) -> Workflow:
 
 
 LOOP_INPUT = Tally(0, 0, Stage.DRAFT)
+
+
+# ---------------------------------------------------------------- values a constructor would refuse
+
+
+class Spend(Executor):
+    """Spends 3 a superstep from a budget of 5 (over it from the second superstep on), with a note
+    in shared state; yields what it spent and the note."""
+
+    def __init__(self, id: str, supersteps: int) -> None:
+        super().__init__(id)
+        self.supersteps = supersteps
+        self.budget = Budget(limit=5)
+
+    @handler
+    async def spend(self, message: Tally, ctx: WorkflowContext[Tally, str]) -> None:
+        if message.step == 0:
+            ctx.set_state("note", Note(text="plan"))
+        self.budget.spent += 3
+        if message.step + 1 == self.supersteps:
+            note = ctx.get_state("note")
+            await ctx.yield_output(f"spent={self.budget.spent} of {self.budget.limit} note={note.text!r}")
+        else:
+            await ctx.send_message(Tally(message.step + 1, self.budget.spent, Stage.DRAFT))
+
+    async def on_checkpoint_save(self) -> dict[str, Any]:
+        return {"budget": self.budget}
+
+    async def on_checkpoint_restore(self, state: dict[str, Any]) -> None:
+        self.budget = state["budget"]
+
+
+def spend_workflow(name: str, supersteps: int, storage: Any = None) -> Workflow:
+    spend = Spend("spend", supersteps)
+    return (
+        WorkflowBuilder(start_executor=spend, name=name, checkpoint_storage=storage)
+        .add_edge(spend, spend)
+        .build()
+    )
 
 
 # ---------------------------------------------------------------- a parent with a sub-workflow

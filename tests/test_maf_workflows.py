@@ -17,6 +17,7 @@ import maf_workflows as flows
 import postgres_servers
 import pytest
 import redis_servers
+from agent_framework import InMemoryCheckpointStorage as MafInMemoryCheckpointStorage
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 from agent_framework._workflows._events import WorkflowEvent
 from conftest import StorageMaker
@@ -97,6 +98,46 @@ async def test_loop_workflow_checkpoints_every_superstep_and_resumes(storage_mak
         assert [cp.iteration_count for cp in fork] == [5, 4, 3, 2, 1, 0]
         assert fork[3].checkpoint_id == mid.checkpoint_id
         await assert_walk_reaches_root(storage, latest.checkpoint_id)
+
+
+async def test_state_a_constructor_would_refuse_resumes_as_saved(storage_maker: StorageMaker) -> None:
+    """The executor's budget is overspent (its __post_init__ refuses that) and a validator would
+    append to the note on every load: MAF's own storage resumes both as saved, and so must ours."""
+    name, supersteps = unique("spend"), 5
+    uninterrupted = (await flows.spend_workflow(name, supersteps).run(flows.LOOP_INPUT)).get_outputs()
+    assert uninterrupted == ["spent=15 of 5 note='plan [checked]'"]
+    async with storage_maker() as storage:
+        flows.allow_user_types(storage)
+        await flows.spend_workflow(name, supersteps, storage).run(flows.LOOP_INPUT)
+        saved = await storage.list_checkpoints(workflow_name=name)
+        # Every superstep's checkpoint was saved (MAF only logs a failed save), and reads back.
+        assert [cp.iteration_count for cp in saved] == list(range(supersteps + 1))
+        mid = saved[3]
+        budget = mid.state["_executor_state"]["spend"]["budget"]
+        assert (type(budget), budget.limit, budget.spent) == (flows.Budget, 5, 9)
+        assert mid.state["note"].text == "plan [checked]"
+
+    reference = MafInMemoryCheckpointStorage()  # MAF's own storage: what a resume must give
+    await flows.spend_workflow(name, supersteps, reference).run(flows.LOOP_INPUT)
+    (maf_mid,) = [
+        cp for cp in await reference.list_checkpoints(workflow_name=name) if cp.iteration_count == 3
+    ]
+    from_maf = await flows.spend_workflow(name, supersteps).run(
+        checkpoint_id=maf_mid.checkpoint_id, checkpoint_storage=reference
+    )
+    expected = from_maf.get_outputs()
+    assert expected == uninterrupted
+
+    async with storage_maker() as storage:  # a new handle: a fresh read of every body
+        flows.allow_user_types(storage)
+        resumed = await flows.spend_workflow(name, supersteps).run(
+            checkpoint_id=mid.checkpoint_id, checkpoint_storage=storage
+        )
+        assert resumed.get_outputs() == expected
+        latest = await storage.get_latest(workflow_name=name)
+        assert latest is not None
+        assert latest.state["note"].text == "plan [checked]"
+        assert latest.state["_executor_state"]["spend"]["budget"].spent == 15
 
 
 async def test_sub_workflow_resumes_mid_run_with_its_chain_whole(storage_maker: StorageMaker) -> None:

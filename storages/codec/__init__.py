@@ -10,9 +10,13 @@ only for the types that need an extension; what it cannot write faithfully is re
 exact Python walk, which writes the same bytes. Decoding is msgspec with an extension hook
 (storages/codec/decoding.py) and only ever constructs built-in value types, the checkpoint
 classes and the types on the codec's allow-list (storages/codec/registry.py and
-storages/allowlist.py). A type that is not allowed fails at save time, naming the type, where in
-the checkpoint it sits and the option that allows it; a stored body naming a type that is not
-allowed raises CheckpointTypeNotAllowedError (the data is intact), never CheckpointCorruptedError.
+storages/allowlist.py), objects from their stored state as pickle does, never through their
+constructors (storages/codec/objects.py). A type that is not allowed fails at save time, naming
+the type, where in the checkpoint it sits and the option that allows it; a stored body naming a
+type that is not allowed raises CheckpointTypeNotAllowedError (the data is intact), never
+CheckpointCorruptedError. A save refuses what a load would refuse, and two values are the same
+when they would be stored alike (storages/codec/fidelity.py); how deep a value may nest, and work
+that runs out of stack, are in storages/codec/stack.py.
 
 Decoding is bounded: a body is at most ``max_payload_bytes`` once decompressed, a compressed
 payload must declare its size and expand at most ``max_compression_ratio`` times, and msgpack

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Iterable, Mapping
-from contextvars import ContextVar, Token
+from contextvars import Token
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -17,13 +19,16 @@ from ..errors import (
     UnserializableValueError,
 )
 from . import frame as framing
-from .decoding import OPAQUE, RECORD_VERSION, RESOLVER, Decoding
+from .decoding import OPAQUE, RECORD_VERSION, RESOLVER, nested_ref_ids
+from .fidelity import Fidelity
 from .locate import describe, refusal
 from .packing import ExactPacker, NativePacker, NeedsExactPath
 from .plugins import codec_plugins
-from .values import EXT_CHECKPOINT, EXT_NESTED_REF, Packer
+from .stack import at_walk_floor, on_fresh_stack, ran_out_of_stack
+from .values import EXT_CHECKPOINT, Packer
 from .vocabulary import (
     EXPECTED_FIELD_TYPES,
+    TREE,
     EncodedCheckpoint,
     NestedResolver,
     TreeEncoding,
@@ -35,7 +40,6 @@ from .vocabulary import (
     type_key,
 )
 
-_TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
 _checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
 """A checkpoint's field values in record order, read in one native call."""
 _crc_of = framing.CRC.unpack_from
@@ -63,7 +67,7 @@ def _record(tag: str, fields: tuple[Any, ...]) -> list[Any]:
 _ID_POSITION = CHECKPOINT_FIELDS.index("checkpoint_id")
 
 
-class CheckpointCodec(Decoding):
+class CheckpointCodec(Fidelity):
     """Encodes checkpoints to bytes and back, allowing only known types.
 
     Args:
@@ -124,9 +128,11 @@ class CheckpointCodec(Decoding):
             except ImportError as exc:
                 raise MissingDependencyError("zstd compression", "zstd", "zstandard") from exc
             self._compressor = lambda: zstandard.ZstdCompressor(level=compression_level)
-        self._native = NativePacker(self._reducers, self._reducer_for)
+        self._natives = threading.local()  # a NativePacker per thread: a walk counts on its packer
         self._exact = ExactPacker(self._reducers, self._reducer_for)
         self._boxing: ExactPacker | None = None
+        self._canonical = None
+        self._rebuilt = set()
         self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
         self._ext_decoders = self._decoders()
 
@@ -147,11 +153,15 @@ class CheckpointCodec(Decoding):
         reads it.
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
-        if _TREE.get() is None:
+        if TREE.get() is None:
             # The common encode in line: the native walk, then the plain frame.
             plain = _record(tag, _checkpoint_fields(checkpoint))
+            try:  # this thread's packer, in line: a call for it was a hundredth of an encode
+                native = self._natives.packer
+            except AttributeError:
+                native = self._native()
             try:
-                payload = self._native.pack_payload(plain, bin_checked=bin_from_bytes_only)
+                payload = native.pack_payload(plain, bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
                 return self._frame(self._encode_exactly(checkpoint, tag, plain, None, None), sealed=sealed)
             if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
@@ -173,12 +183,16 @@ class CheckpointCodec(Decoding):
         tag = self._checkpoint_tags.get(checkpoint_class)
         if (
             tag is not None
-            and _TREE.get() is None
+            and TREE.get() is None
             and self._compress_threshold is None
             and type(self).encode_checkpoint is CheckpointCodec.encode_checkpoint
         ):
             try:
-                payload = self._native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
+                native = self._natives.packer
+            except AttributeError:
+                native = self._native()
+            try:
+                payload = native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
             except NeedsExactPath:
                 pass
             else:
@@ -198,19 +212,19 @@ class CheckpointCodec(Decoding):
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
         state = TreeEncoding([None], [checkpoint.checkpoint_id], {}, sealed=sealed)
-        token = _TREE.set(state)
+        token = TREE.set(state)
         try:
             # The native walk in line (as encode_checkpoint): nothing is collected before it, so
             # a refused attempt rewinds to the empty state rather than to a copied mark.
             plain = _record(tag, _checkpoint_fields(checkpoint))
             try:
-                payload = self._native.pack_payload(plain)
+                payload = self._native().pack_payload(plain)
             except NeedsExactPath:
                 empty: tuple[int, int, dict[str, int], int] = (1, 1, {}, 0)
                 state.rewind(empty)
                 payload = self._encode_exactly(checkpoint, tag, plain, state, empty)
         finally:
-            _TREE.reset(token)
+            TREE.reset(token)
         top = EncodedCheckpoint(
             checkpoint, self._frame(payload, nested_refs=state.references > 0, sealed=sealed), None
         )
@@ -284,6 +298,9 @@ class CheckpointCodec(Decoding):
         except TypeNotAllowed as exc:
             raise CheckpointTypeNotAllowedError(exc.key, checkpoint_id, reason=exc.reason) from None
         except Exception as exc:
+            if ran_out_of_stack(exc):  # a deep body read from deep inside a runner's calls
+                again = partial(self.decode_checkpoint, body, checkpoint_id=checkpoint_id, nested=nested)
+                return on_fresh_stack(partial(again, construct_types=construct_types, sealed=sealed))
             raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
         finally:
             if opaque_token is not None:
@@ -300,32 +317,7 @@ class CheckpointCodec(Decoding):
     def nested_ref_ids(body: bytes, *, checkpoint_id: str, sealed: bool = False) -> list[str]:
         """Ids of the nested records ``body`` refers to directly, in order (for verify tooling);
         ``sealed`` as in :meth:`decode_checkpoint`."""
-        flags, payload = framing.check_frame(body, checkpoint_id, sealed)
-        if not flags & framing.FLAG_NESTED_REFS:
-            return []
-        if flags & framing.FLAG_ZSTD:
-            payload = memoryview(
-                framing.decompress_bounded(
-                    payload,
-                    checkpoint_id,
-                    framing.DEFAULT_MAX_PAYLOAD_BYTES,
-                    framing.DEFAULT_MAX_COMPRESSION_RATIO,
-                )
-            )
-        found: list[str] = []
-
-        def collect(code: int, data: memoryview) -> Any:
-            if code == EXT_NESTED_REF:
-                found.append(msgspec.msgpack.decode(data))
-            else:
-                msgspec.msgpack.decode(data, ext_hook=collect)
-            return None
-
-        try:
-            msgspec.msgpack.decode(payload, ext_hook=collect)
-        except Exception as exc:
-            raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
-        return found
+        return nested_ref_ids(body, checkpoint_id, sealed)
 
     def encode_value(self, value: Any) -> bytes:
         """Encode any value the codec allows (used for state outside a checkpoint)."""
@@ -340,6 +332,8 @@ class CheckpointCodec(Decoding):
         except TypeNotAllowed as exc:
             raise CheckpointTypeNotAllowedError(exc.key, label, reason=exc.reason) from None
         except Exception as exc:
+            if ran_out_of_stack(exc):
+                return on_fresh_stack(lambda: self.decode_value(body, label=label))
             raise CheckpointCorruptedError(label, describe(exc)) from exc
 
     @staticmethod
@@ -355,7 +349,7 @@ class CheckpointCodec(Decoding):
         save of plain values must agree on byte for byte."""
         plain = self._checkpoint_plain(checkpoint, "native")
         try:
-            native: bytes | None = self._native.pack_payload(plain)
+            native: bytes | None = self._native().pack_payload(plain)
         except NeedsExactPath:
             native = None
         try:
@@ -404,10 +398,10 @@ class CheckpointCodec(Decoding):
         self, root: Any, checkpoint_tag: str | None, *, bin_checked: bool = False
     ) -> bytes:
         plain = root if checkpoint_tag is None else _record(checkpoint_tag, _checkpoint_fields(root))
-        tree = _TREE.get()
+        tree = TREE.get()
         mark = tree.mark() if tree is not None else None
         try:
-            return self._native.pack_payload(plain, bin_checked=bin_checked)
+            return self._native().pack_payload(plain, bin_checked=bin_checked)
         except NeedsExactPath:
             if tree is not None and mark is not None:
                 tree.rewind(mark)  # the nested bodies the native attempt collected
@@ -424,15 +418,26 @@ class CheckpointCodec(Decoding):
         """The exact walk, for what the native one refused (``tree`` rewound to ``mark`` already)."""
         try:
             try:
-                return self._exact.pack(plain)
+                return at_walk_floor(lambda: self._exact.pack(plain))
             except OverflowError:
                 # An int outside msgpack's 64-bit range: redo on the walk that boxes such ints,
                 # forgetting the nested bodies the first attempt collected.
                 if tree is not None and mark is not None:
                     tree.rewind(mark)
-                return self._boxing_packer().pack(plain)
+                return at_walk_floor(lambda: self._boxing_packer().pack(plain))
         except (Unencodable, UnicodeEncodeError, RecursionError) as exc:
+            if ran_out_of_stack(exc):  # a deep value saved from deep inside a runner's calls
+                if tree is not None and mark is not None:
+                    tree.rewind(mark)
+                return on_fresh_stack(lambda: self._encode_exactly(root, checkpoint_tag, plain, tree, mark))
             raise refusal(exc, root, checkpoint=checkpoint_tag is not None) from None
+
+    def _native(self) -> NativePacker:
+        try:
+            packer: NativePacker = self._natives.packer
+        except AttributeError:
+            packer = self._natives.packer = NativePacker(self._reducers, self._reducer_for)
+        return packer
 
     def _boxing_packer(self) -> ExactPacker:
         if self._boxing is None:
@@ -446,7 +451,7 @@ class CheckpointCodec(Decoding):
     def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:
         tag = self._checkpoint_tag(type(checkpoint))
         assert tag is not None
-        tree = _TREE.get()
+        tree = TREE.get()
         if tree is None:
             return packer.ext(EXT_CHECKPOINT, packer.pack(self._checkpoint_plain(checkpoint, tag)))
         return tree.nest(checkpoint, self._checkpoint_plain(checkpoint, tag), packer, self._frame)

@@ -1,9 +1,10 @@
 """The reading side of the codec: extensions back to values, bodies back to checkpoints.
 
 Decoding only ever constructs built-in value types, the checkpoint classes, and the types on the
-codec's allow-list. msgpack lengths are checked by msgspec against the bytes present before
-anything is allocated, so decoding a body of n bytes builds at most about 128 x n bytes of Python
-objects (plug-in types and allowed pydantic models aside, which run their own validation).
+codec's allow-list, and rebuilds those objects from their stored state without calling their
+classes (storages/codec/objects.py). msgpack lengths are checked by msgspec against the bytes
+present before anything is allocated, so decoding a body of n bytes builds at most about 128 x n
+bytes of Python objects (types with decode hooks aside, which build what they build).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import msgspec
 from ..allowlist import TypeNotResolvable
 from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError
+from . import frame as framing
+from .locate import describe
+from .objects import ObjectShape, object_shape, rebuild, rebuild_model, rebuild_namedtuple
 from .registry import TypeRegistry
 from .values import (
     BUILTIN_DECODERS,
@@ -47,7 +51,6 @@ from .vocabulary import (
     check_checkpoint_field_types,
     is_namedtuple,
     kind_of_or_none,
-    validate_by_name,
 )
 
 _DATETIMES: dict[bytes, Any] = {}
@@ -64,6 +67,10 @@ _RECORD_LENGTH = 2 + len(CHECKPOINT_FIELDS)
 # Context variables, not attributes: one codec serves many tasks and threads at once.
 RESOLVER: ContextVar[NestedResolver | None] = ContextVar("checkpoint_nested_resolver", default=None)
 OPAQUE: ContextVar[bool] = ContextVar("checkpoint_decode_opaque", default=False)
+
+
+def _is_model_class(cls: type[Any]) -> bool:
+    return kind_of_or_none(cls) == EXT_PYDANTIC
 
 
 class Decoding(TypeRegistry):
@@ -136,42 +143,35 @@ class Decoding(TypeRegistry):
         return cls(value)
 
     def _decode_namedtuple(self, wire: Any) -> Any:
-        key, values = wire
-        if OPAQUE.get():
-            return OpaqueValue(key, values)
-        cls, _ = self._registered_class(key)
-        if not is_namedtuple(cls) or not isinstance(values, list) or len(values) != len(cls._fields):
-            raise Undecodable(f"{key} is not a NamedTuple of {len(values)} fields")
-        return cls(*values)
+        key, shape, form = self._object_wire(wire, "a NamedTuple", is_namedtuple)
+        if shape is None:
+            return form
+        if not 1 <= len(form) <= 3:
+            raise Undecodable(f"{key} is not stored in a form of this format")
+        return rebuild_namedtuple(shape, key, form)
 
     def _decode_dataclass(self, wire: Any) -> Any:
-        key, values = wire
-        if OPAQUE.get():
-            return OpaqueValue(key, values)
-        cls, _ = self._registered_class(key)
-        if not dataclasses.is_dataclass(cls) or not isinstance(values, dict):
-            raise Undecodable(f"{key} is stored as a dataclass but is not one")
-        init_values: dict[str, Any] = {}
-        late_values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name in values:
-                (init_values if f.init else late_values)[f.name] = values[f.name]
-        unknown = set(values) - set(init_values) - set(late_values)
-        if unknown:
-            raise Undecodable(f"{key} has no fields {sorted(unknown)}")
-        obj = cls(**init_values)
-        for name, value in late_values.items():
-            object.__setattr__(obj, name, value)
-        return obj
+        key, shape, form = self._object_wire(wire, "a dataclass", dataclasses.is_dataclass)
+        return form if shape is None else rebuild(shape, key, form)
 
     def _decode_pydantic(self, wire: Any) -> Any:
-        key, values = wire
+        key, shape, form = self._object_wire(wire, "a pydantic model", _is_model_class)
+        return form if shape is None else rebuild_model(shape, key, form)
+
+    def _object_wire(
+        self, wire: Any, kind: str, is_kind: Callable[[type[Any]], bool]
+    ) -> tuple[str, ObjectShape | None, Any]:
+        """An object extension's key, its class's shape and its form after the key; without
+        constructing types, (key, None, the OpaqueValue)."""
+        if type(wire) is not list or len(wire) < 2:
+            raise Undecodable(f"{kind} is not stored as a list of its key and state")
+        key = wire[0]
         if OPAQUE.get():
-            return OpaqueValue(key, values)
+            return key, None, OpaqueValue(key, wire[1] if len(wire) == 2 else wire[1:])
         cls, _ = self._registered_class(key)
-        if kind_of_or_none(cls) != EXT_PYDANTIC:
-            raise Undecodable(f"{key} is stored as a pydantic model but is not one")
-        return cls.model_validate(values, **validate_by_name(cls))
+        if not is_kind(cls):
+            raise Undecodable(f"{key} is stored as {kind} but is not one")
+        return key, object_shape(cls), wire[1:]
 
     def _decode_custom(self, wire: Any) -> Any:
         key, state = wire
@@ -239,3 +239,34 @@ class Decoding(TypeRegistry):
                 self._add_checkpoint_class(cls, tag)
                 return cls
         raise Undecodable(f"checkpoint class {tag!r} is not registered with this storage's codec")
+
+
+def nested_ref_ids(body: bytes, checkpoint_id: str, sealed: bool) -> list[str]:
+    """Ids of the nested records ``body`` refers to directly, in order, read without decoding
+    anything else (CheckpointCodec.nested_ref_ids)."""
+    flags, payload = framing.check_frame(body, checkpoint_id, sealed)
+    if not flags & framing.FLAG_NESTED_REFS:
+        return []
+    if flags & framing.FLAG_ZSTD:
+        payload = memoryview(
+            framing.decompress_bounded(
+                payload,
+                checkpoint_id,
+                framing.DEFAULT_MAX_PAYLOAD_BYTES,
+                framing.DEFAULT_MAX_COMPRESSION_RATIO,
+            )
+        )
+    found: list[str] = []
+
+    def collect(code: int, data: memoryview) -> Any:
+        if code == EXT_NESTED_REF:
+            found.append(msgspec.msgpack.decode(data))
+        else:
+            msgspec.msgpack.decode(data, ext_hook=collect)
+        return None
+
+    try:
+        msgspec.msgpack.decode(payload, ext_hook=collect)
+    except Exception as exc:
+        raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
+    return found

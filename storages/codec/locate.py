@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidCheckpointIdError, UnserializableValueError
-from .vocabulary import ID_FIELDS, Undecodable, Unencodable, type_key
+from .objects import object_parts
+from .vocabulary import ID_FIELDS, Undecodable, Unencodable, is_namedtuple, type_key
 
 
 def describe(exc: BaseException) -> str:
@@ -28,16 +29,13 @@ def _children(value: Any) -> Iterator[tuple[str, Any]]:
     elif cls in (set, frozenset):
         for item in value:
             yield f"<member {item!r}>", item
-    elif hasattr(value, "__dataclass_fields__"):
-        for name in value.__dataclass_fields__:
-            yield f".{name}", getattr(value, name, None)
-    elif hasattr(type(value), "model_fields"):
-        for name in type(value).model_fields:
-            yield f".{name}", getattr(value, name, None)
-        for name, item in (getattr(value, "__pydantic_extra__", None) or {}).items():
-            yield f".{name}", item
     elif isinstance(value, enum.Enum):
         yield ".value", value.value
+    elif hasattr(value, "__dataclass_fields__") or hasattr(cls, "model_fields") or is_namedtuple(cls):
+        try:
+            yield from object_parts(value)  # the state the codec stores, as it reads it
+        except Exception:  # the refusal names the object itself then
+            return
 
 
 def is_unencodable_str(value: object) -> bool:

@@ -19,6 +19,7 @@ cannot walk a checkpoint faithfully. Decoding stays with msgspec (``ext_hook``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
@@ -26,7 +27,16 @@ from typing import Any, Final
 import msgspec
 import ormsgpack
 
-from .values import EXT_DATETIME, EXT_DICT_PAIRS, EXT_TUPLE, Reducer, datetime_data, reduce_int_boxed
+from .stack import MAX_NESTING
+from .values import (
+    EXT_DATETIME,
+    EXT_DICT_PAIRS,
+    EXT_TUPLE,
+    Reducer,
+    datetime_data,
+    reduce_int_boxed,
+)
+from .vocabulary import Unencodable
 
 ReducerLookup = Callable[[type[Any], Any], Reducer]
 """The reducer of a class that is not an atom (registering it on first use), or Unencodable."""
@@ -95,6 +105,48 @@ class NeedsExactPath(Exception):
     """The native walk cannot write this value faithfully; redo it with the exact walk."""
 
 
+_SEGMENT_LEVELS: Final = 255
+"""ormsgpack's own limit: one ``packb`` call nests at most this many arrays and maps."""
+_REMEMBERED_LEVELS: Final = 3
+"""Levels an extension the native walk remembers may hold under its place (a datetime with a
+fixed offset: the extension, ``[text, [days, seconds, microseconds], fold]``); every segment's
+bound allows for them."""
+_EXTENSION_LEVELS: Final = 1 + _REMEMBERED_LEVELS
+"""A segment's levels besides its own call's: the extension (or reference) it sits under, and
+room for remembered extensions inside it."""
+_SEGMENTS_BUDGET: Final = MAX_NESTING - _SEGMENT_LEVELS - _REMEMBERED_LEVELS
+"""The deepest bound a segment may have: what is left of MAX_NESTING under a payload's own call
+at its deepest."""
+
+
+_DEPTH: Final = 0
+"""In a thread's cell: the exact walk's depth of the extension whose contents are being packed
+(0: none). Per thread: a codec serves many threads, and a walk, which never awaits, is never
+interleaved with another in its own thread."""
+_THREAD: Final = threading.local()
+
+
+def _new_cell() -> list[int]:
+    cell = _THREAD.nesting = [0]
+    return cell
+
+
+def _walk_cell() -> list[int]:
+    try:
+        cell: list[int] = _THREAD.nesting
+    except AttributeError:
+        cell = _new_cell()
+    return cell
+
+
+def _too_deep(value: Any) -> Unencodable:
+    return Unencodable(
+        value,
+        f"it nests more than {MAX_NESTING} levels deep (lists, maps and typed values counted alike) "
+        "or holds a reference cycle, which no load could be sure to read back",
+    )
+
+
 _REMEMBERED_OBJECTS: Final = 4096
 _REMEMBERED_DATA_BYTES: Final = 96
 """Only small extensions are remembered by object: 4,096 of at most 96 bytes of data each."""
@@ -144,13 +196,18 @@ _LARGE_OUTPUTS: Final = _LargeOutputs()
 
 
 class NativePacker:
-    """ormsgpack's native walk; our reducers only for the types it passes through."""
+    """ormsgpack's native walk; our reducers only for the types it passes through.
 
-    __slots__ = ("_default", "_reducer_for", "_reducers")
+    One per thread (CheckpointCodec keeps them): a walk keeps its count of nesting on its packer,
+    and a walk, which never awaits, is never interleaved with another in its own thread."""
+
+    __slots__ = ("_below", "_default", "_reducer_for", "_reducers")
 
     def __init__(self, reducers: dict[type[Any], Reducer], reducer_for: ReducerLookup) -> None:
         self._reducers = reducers
         self._reducer_for = reducer_for
+        self._below = 0
+        """The deepest bound of the segments packed so far under the one being packed."""
         # The extension of a datetime, or of a tuple of atoms, by the object's id: a workflow's
         # state keeps the same objects from superstep to superstep, and the hook's work for them
         # was a fifth of an encode. Both are immutable all the way down (a tuple only when every
@@ -172,7 +229,7 @@ class NativePacker:
             # The two extensions checkpoints carry most, inline: what their reducers in values.py
             # write, without the reducer's and the packer's calls per value.
             if cls is tuple:
-                data = ormsgpack.packb(list(value), default=default, option=NATIVE_OPTIONS)
+                data = self.pack(list(value))
                 ext = ormsgpack.Ext(EXT_TUPLE, data)
                 if len(data) <= _REMEMBERED_DATA_BYTES and _atoms_only(value):
                     remember(value, ext)
@@ -186,17 +243,51 @@ class NativePacker:
 
         self._default = default
 
+    # How deep a payload nests is known only to ormsgpack, which nests at most _SEGMENT_LEVELS
+    # levels in one call. So each call under the payload's (a segment: an extension's contents,
+    # or a nested record) is bounded by that or by its length in bytes (every level takes one),
+    # plus the deepest bound of the segments packed inside it; one whose bound would take the
+    # payload past MAX_NESTING, whatever the payload's own call nests, sends it to the exact walk,
+    # which counts. The payload's own call keeps no count: a payload of extensions it remembers,
+    # or of none, costs nothing more.
+
     def pack(self, value: Any) -> bytes:
-        return ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
+        """An extension's contents (one segment)."""
+        outer = self._below
+        self._below = 0
+        try:
+            data: bytes = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
+        except BaseException:
+            self._below = outer
+            raise
+        size = len(data)
+        bound = (size if size < _SEGMENT_LEVELS else _SEGMENT_LEVELS) + self._below + _EXTENSION_LEVELS
+        self._below = bound if bound > outer else outer
+        if bound > _SEGMENTS_BUDGET:
+            raise NeedsExactPath
+        return data
+
+    def pack_nested(self, value: Any) -> bytes:
+        """A nested record's payload: bounded as a segment (it decodes under the reference its
+        container holds), and checked for bins as a payload is."""
+        payload = self.pack(value)
+        _LARGE_OUTPUTS.after(len(payload))
+        if (
+            _BIN_MARKERS[0] in payload or _BIN_MARKERS[1] in payload or _BIN_MARKERS[2] in payload
+        ) and not bin_only_from_bytes(value):
+            raise NeedsExactPath
+        return payload
 
     def pack_payload(self, value: Any, *, bin_checked: bool = False) -> bytes:
-        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way.
-        ``bin_checked``: the caller knows every bin in it comes from ``bytes``."""
+        """A whole payload; NeedsExactPath if the native walk may have lost a type on the way,
+        or may nest deeper than MAX_NESTING. ``bin_checked``: the caller knows every bin in it
+        comes from ``bytes``."""
         try:
             payload = ormsgpack.packb(value, default=self._default, option=NATIVE_OPTIONS)
         except (TypeError, ormsgpack.MsgpackEncodeError) as exc:
             raise NeedsExactPath from exc
-        _LARGE_OUTPUTS.after(len(payload))
+        size = len(payload)
+        _LARGE_OUTPUTS.after(size)
         if bin_checked:
             return payload
         if (
@@ -228,37 +319,45 @@ class ExactPacker:
         self._key_atoms = frozenset({str}) if boxing else KEY_ATOMS
 
     def pack(self, value: Any) -> bytes:
-        return self._encode(self.to_wire(value))
+        """An extension's contents, or a payload: one level under the extension being packed."""
+        return self._encode(self.to_wire(value, _walk_cell()[_DEPTH] + 1))
 
     pack_payload = pack
+    pack_nested = pack
 
     def ext(self, code: int, data: bytes) -> Any:
         return msgspec.msgpack.Ext(code, data)
 
-    def to_wire(self, value: Any) -> Any:
+    def to_wire(self, value: Any, depth: int = 1) -> Any:
+        """``value`` as msgspec writes it, ``depth`` levels deep in the payload (refused deeper
+        than MAX_NESTING)."""
         # Dicts and lists come back as they are unless something inside them needs converting;
         # only then is the container copied, so plain JSON-like state costs one type test per
         # item and no allocation.
         cls = type(value)
         atoms = self._atoms
         if cls is dict:
+            if depth > MAX_NESTING:
+                raise _too_deep(value)
             key_atoms = self._key_atoms
             copied: dict[Any, Any] | None = None
             for key, item in value.items():
                 if type(key) not in key_atoms:
-                    return self._pairs(value)
+                    return self._pairs(value, depth)
                 if type(item) not in atoms:
-                    wire = self.to_wire(item)
+                    wire = self.to_wire(item, depth + 1)
                     if wire is not item:
                         if copied is None:
                             copied = value.copy()
                         copied[key] = wire
             return value if copied is None else copied
         if cls is list:
+            if depth > MAX_NESTING:
+                raise _too_deep(value)
             copied_list: list[Any] | None = None
             for index, item in enumerate(value):
                 if type(item) not in atoms:
-                    wire = self.to_wire(item)
+                    wire = self.to_wire(item, depth + 1)
                     if wire is not item:
                         if copied_list is None:
                             copied_list = value.copy()
@@ -269,9 +368,18 @@ class ExactPacker:
         reducer = self._reducers.get(cls)
         if reducer is None:
             reducer = self._reducer_for(cls, value)
-        return reducer(value, self)
+        if depth > MAX_NESTING:
+            raise _too_deep(value)
+        cell = _walk_cell()
+        outer = cell[_DEPTH]
+        cell[_DEPTH] = depth
+        try:
+            return reducer(value, self)
+        finally:
+            cell[_DEPTH] = outer
 
-    def _pairs(self, value: dict[Any, Any]) -> Any:
+    def _pairs(self, value: dict[Any, Any], depth: int) -> Any:
+        # The extension, its array of pairs, each pair, then each key and item.
         to_wire = self.to_wire
-        pairs = [[to_wire(key), to_wire(item)] for key, item in value.items()]
+        pairs = [[to_wire(key, depth + 3), to_wire(item, depth + 3)] for key, item in value.items()]
         return msgspec.msgpack.Ext(EXT_DICT_PAIRS, self._encode(pairs))

@@ -7,12 +7,12 @@ bytes never leave the process, by trust. See storages/allowlist.py for the exact
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from ..allowlist import TypeNotResolvable, module_allowed, normalise_modules, resolve_exact_class, split_key
 from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
+from .objects import ObjectShape, model_form, namedtuple_form, object_shape, state_tail
 from .plugins import CodecPlugin
 from .values import (
     BUILTIN_REDUCERS,
@@ -25,7 +25,6 @@ from .values import (
     Reducer,
 )
 from .vocabulary import (
-    UNSET,
     CustomType,
     Registration,
     TypeRef,
@@ -38,6 +37,17 @@ from .vocabulary import (
 )
 
 NATIVE_CHECKPOINT_TAG = "native"
+
+
+class Rebuilds(Protocol):
+    """The part of the codec a reducer asks to rebuild what it just wrote (CheckpointCodec)."""
+
+    def try_rebuild(self, code: int, data: bytes, value: Any) -> None:
+        """Rebuild ``value`` from ``data`` (its extension's contents) as a load would; raise
+        Unencodable, naming the value, if that fails."""
+
+    def try_member(self, member: Any) -> None:
+        """Find enum ``member`` again from its stored value as a load would, or raise Unencodable."""
 
 
 class TypeRegistry:
@@ -58,6 +68,12 @@ class TypeRegistry:
         self._builtin_type_keys: frozenset[str] = frozenset()
 
     def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def try_rebuild(self, code: int, data: bytes, value: Any) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def try_member(self, member: Any) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def register(
@@ -190,7 +206,7 @@ class TypeRegistry:
         elif registration.cls is not cls:
             raise Unencodable(value, "another class is registered under the same 'module:qualname'")
         try:
-            reducer = _reducer_of(registration)
+            reducer = _reducer_of(registration, self)
         except TypeError as exc:
             # Registered by "module:qualname" without hooks, and not an enum, dataclass or model.
             raise Unencodable(value, str(exc)) from None
@@ -198,36 +214,63 @@ class TypeRegistry:
         return reducer
 
 
-def _reducer_of(registration: Registration) -> Reducer:
+def _reducer_of(registration: Registration, rebuilds: Rebuilds) -> Reducer:
     key = registration.key
     custom = registration.custom
     if custom is not None:
         hook = custom.encode
-        return lambda value, packer: packer.ext(EXT_CUSTOM, packer.pack([key, hook(value)]))
-    kind = kind_of(registration.resolve())
+
+        def reduce_custom(value: Any, packer: Packer) -> Any:
+            data = packer.pack([key, hook(value)])
+            rebuilds.try_rebuild(EXT_CUSTOM, data, value)  # the decode hook is the class's code
+            return packer.ext(EXT_CUSTOM, data)
+
+        return reduce_custom
+    cls = registration.resolve()
+    kind = kind_of(cls)
     if kind == EXT_ENUM:
-        return lambda value, packer: packer.ext(EXT_ENUM, packer.pack([key, value.value]))
-    if kind == EXT_NAMEDTUPLE:
-        return lambda value, packer: packer.ext(EXT_NAMEDTUPLE, packer.pack([key, list(value)]))
-    if kind == EXT_DATACLASS:
-        names = [f.name for f in dataclasses.fields(registration.resolve())]
+        return _enum_reducer(key, rebuilds)
+    shape = object_shape(cls)
+    if not shape.runs_class_code and shape.own_getstate is None and not shape.slots:
+        # The common objects, in one call each: a dataclass's __dict__ as it is, a NamedTuple's
+        # items (what state_tail and namedtuple_form give for them).
+        if kind == EXT_DATACLASS and shape.has_dict:
+            return lambda value, packer: packer.ext(
+                EXT_DATACLASS, packer.pack([key, _instance_dict(value, "__dict__")])
+            )
+        if kind == EXT_NAMEDTUPLE and not shape.has_dict:
+            return lambda value, packer: packer.ext(EXT_NAMEDTUPLE, packer.pack([key, list(value)]))
+    form = _FORMS[kind]
 
-        def reduce_dataclass(value: Any, packer: Packer) -> Any:
-            state = {}
-            for name in names:
-                item = getattr(value, name, UNSET)
-                if item is UNSET:  # a field(init=False) never assigned
-                    raise Unencodable(value, f"field {name!r} is not set")
-                state[name] = item
-            return packer.ext(EXT_DATACLASS, packer.pack([key, state]))
+    def reduce_object(value: Any, packer: Packer) -> Any:
+        data = packer.pack([key, *form(value, shape)])
+        if shape.runs_class_code:
+            rebuilds.try_rebuild(kind, data, value)
+        return packer.ext(kind, data)
 
-        return reduce_dataclass
+    return reduce_object
 
-    def reduce_model(value: Any, packer: Packer) -> Any:
-        state = {name: getattr(value, name) for name in type(value).model_fields}
-        extra = getattr(value, "__pydantic_extra__", None)  # fields kept by extra="allow"
-        if extra:
-            state.update(extra)
-        return packer.ext(EXT_PYDANTIC, packer.pack([key, state]))
 
-    return reduce_model
+_instance_dict = object.__getattribute__
+
+_FORMS: dict[int, Callable[[Any, ObjectShape], list[Any]]] = {
+    EXT_DATACLASS: state_tail,
+    EXT_NAMEDTUPLE: namedtuple_form,
+    EXT_PYDANTIC: model_form,
+}
+"""Each object kind's form after its key, by its extension code (storages/codec/objects.py)."""
+
+
+def _enum_reducer(key: str, rebuilds: Rebuilds) -> Reducer:
+    """An enum member travels by its value and is found again by it (``cls(value)``, as pickle
+    does): each member is tried once, the first time it is stored, so a member its value cannot
+    find again (a NaN value) is refused at save, not at every load."""
+    found_again: set[int] = set()  # ids of members: they live as long as their class
+
+    def reduce_enum(value: Any, packer: Packer) -> Any:
+        if id(value) not in found_again:
+            rebuilds.try_member(value)
+            found_again.add(id(value))
+        return packer.ext(EXT_ENUM, packer.pack([key, value.value]))
+
+    return reduce_enum

@@ -46,8 +46,8 @@ class Packer(Protocol):
 
     def pack(self, value: Any) -> bytes: ...
 
-    def pack_payload(self, value: Any) -> bytes:
-        """A whole body's payload (a nested record's, too): the native packer checks it."""
+    def pack_nested(self, value: Any) -> bytes:
+        """A nested record's payload (a body of its own): the native packer checks it as a payload."""
         ...
 
     def ext(self, code: int, data: bytes) -> Any: ...

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import inspect
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, Final
 
 import msgspec
@@ -116,6 +116,15 @@ class TreeEncoding:
     sealed: bool = False
     """Every body goes inside a seal of its own: framed without a CRC (frame.FLAG_SEALED)."""
 
+    def embedded(self) -> dict[str, Any]:
+        """The checkpoints encoded so far as bodies of their own, by id."""
+        found: dict[str, Any] = {}
+        for checkpoint_id, index in self.first_seen.items():
+            node = self.nodes[index] if index < len(self.nodes) else None
+            if node is not None:
+                found[checkpoint_id] = node.checkpoint
+        return found
+
     def mark(self) -> tuple[int, int, dict[str, int], int]:
         return len(self.nodes), len(self.containers), dict(self.first_seen), self.references
 
@@ -140,7 +149,7 @@ class TreeEncoding:
         self.nodes.append(None)
         self.containers.append(checkpoint_id)
         try:
-            payload = packer.pack_payload(plain)
+            payload = packer.pack_nested(plain)
         finally:
             self.containers.pop()
         body = frame(payload, nested_refs=self.references > references_before, sealed=self.sealed)
@@ -160,6 +169,11 @@ class TreeEncoding:
         return packer.ext(EXT_NESTED_REF, msgspec.msgpack.encode(checkpoint_id))
 
 
+TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
+"""The encode_checkpoint_tree call under way in this context, if any (one codec serves many tasks
+and threads at once)."""
+
+
 @dataclasses.dataclass(slots=True)
 class NestedResolver:
     """State of one decode: the nested bodies it may use and what it already built from them."""
@@ -171,19 +185,6 @@ class NestedResolver:
     """The caller verified every body's seal (decode_checkpoint's ``sealed``)."""
     decoded: dict[str, Any] = dataclasses.field(default_factory=dict)
     in_progress: set[str] = dataclasses.field(default_factory=set)
-
-
-_VALIDATE_BY_NAME: dict[type[Any], dict[str, bool]] = {}
-
-
-def validate_by_name(model: type[Any]) -> dict[str, bool]:
-    """model_validate options that accept the stored field names even for aliased fields."""
-    options = _VALIDATE_BY_NAME.get(model)
-    if options is None:
-        # by_name exists from pydantic 2.11; earlier versions validate by alias only.
-        by_name = "by_name" in inspect.signature(model.model_validate).parameters
-        options = _VALIDATE_BY_NAME[model] = {"by_alias": False, "by_name": True} if by_name else {}
-    return options
 
 
 def check_key_syntax(key: str) -> None:

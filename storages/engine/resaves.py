@@ -1,8 +1,11 @@
-"""A save of an id already stored: a no-op when the content is equal, CheckpointConflictError
+"""A save of an id already stored: a no-op when the content is the same, CheckpointConflictError
 when it differs. Bodies are compared first (the backend's insert said whether the top body is
-the same), then, for a different body, decoded contents: equal content may encode differently
-(set order varies between processes). A container's body holds only its children's ids, so its
-nested records are compared too: a changed child under the same id must still conflict."""
+the same, by its bytes or their digest): one body is one value. A different body may still hold
+the same value (set order varies between processes, a release may write a value another way),
+so the decoded contents are compared next, as the codec stores them (``codec.same_value``), never
+by ``==``: ``True`` over ``1``, ``1.0`` over ``1`` or a list over a tuple is a conflict, a NaN
+re-saved is not. A container's body holds only its children's ids, so its nested records are
+compared too: a changed child under the same id must still conflict."""
 
 from __future__ import annotations
 
@@ -88,5 +91,5 @@ class Resaves:
             incoming = self._codec.decode_checkpoint(
                 top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
             )
-        if type(existing) is not type(incoming) or existing != incoming:
+        if not self._codec.same_value(existing, incoming):
             raise CheckpointConflictError(top.checkpoint_id)

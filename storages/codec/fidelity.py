@@ -1,0 +1,113 @@
+"""What the codec promises about values beyond writing and reading them.
+
+* **A save refuses what a load would refuse.** Allow-listed objects are rebuilt without their
+  classes' code (storages/codec/objects.py), so a load refuses little beyond the allow-list and
+  the bounds, which the save checks with the same registry. What is left is code a load runs: a
+  decode hook, a class's own ``__setstate__`` or ``__new__``, and finding an enum member by its
+  value. For those the save does that work once, from the bytes it has just written, and a
+  failure refuses the save naming where the value sits (as MAF's own save does since #8181).
+* **Two values are the same when they would be stored alike** (:meth:`Fidelity.same_value`): the
+  re-save of an id decides "same content" by it, not by ``==``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import xxhash
+
+from .canonical import CanonicalPacker
+from .decoding import OPAQUE, RESOLVER, Decoding
+from .locate import describe
+from .packing import ExactPacker
+from .stack import on_fresh_stack, ran_out_of_stack
+from .vocabulary import TREE, NestedResolver, TypeNotAllowed, Unencodable
+
+_REMEMBERED_REBUILDS: Final = 4096
+"""Digests of the contents rebuilt at save that a codec remembers (16 bytes each)."""
+
+
+class Fidelity(Decoding):
+    """Save-time rebuilds and the comparison of values (a base of CheckpointCodec)."""
+
+    _exact: ExactPacker
+    _canonical: CanonicalPacker | None
+    _rebuilt: set[bytes]
+    """Digests of contents that rebuilt at save (seeded with their extension code)."""
+
+    def _boxing_packer(self) -> ExactPacker:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def try_rebuild(self, code: int, data: bytes, value: Any) -> None:
+        """Rebuild ``value`` from ``data``, the contents just written for it, as a load would: for
+        values whose rebuild runs code of their class (a decode hook, a ``__setstate__`` or
+        ``__new__`` of its own), which a load could find refusing. Raises Unencodable naming the
+        value, so the save fails naming where it sits."""
+        tree = TREE.get()
+        # Checkpoints embedded in it are references by now: they resolve to the objects saved.
+        embedded = tree.embedded() if tree is not None else {}
+        # The same bytes rebuild alike: a workflow saves the same values superstep after
+        # superstep (a conversation so far), and each is rebuilt once, not at every save.
+        key = None if embedded else xxhash.xxh3_128_digest(data, seed=code)
+        if key is not None and key in self._rebuilt:
+            return
+        token = RESOLVER.set(NestedResolver({}, given=True, decoded=embedded))
+        opaque_token = OPAQUE.set(False)
+        try:
+            self._ext_decoders[code](self._decoder.decode(data))
+        except Exception as exc:
+            raise Unencodable(value, f"it would not load back: {_reason(exc)}") from exc
+        finally:
+            OPAQUE.reset(opaque_token)
+            RESOLVER.reset(token)
+        if key is not None:
+            if len(self._rebuilt) >= _REMEMBERED_REBUILDS:
+                self._rebuilt.clear()
+            self._rebuilt.add(key)
+
+    def try_member(self, member: Any) -> None:
+        """Find enum ``member`` again from its value encoded and decoded, as a load would; raise
+        Unencodable if that finds another member or none (a NaN value finds none)."""
+        token = TREE.set(None)
+        try:
+            try:
+                data = self._exact.pack(member.value)
+            except OverflowError:
+                data = self._boxing_packer().pack(member.value)
+            found = type(member)(self._decoder.decode(data))
+        except Unencodable:
+            raise
+        except Exception as exc:
+            raise Unencodable(member, f"its value would not find it on load: {_reason(exc)}") from exc
+        finally:
+            TREE.reset(token)
+        if found is not member and found != member:
+            raise Unencodable(member, f"its value would find {found!r} on load, not this member")
+
+    def same_value(self, first: Any, second: Any) -> bool:
+        """True if ``first`` and ``second`` are one value to this codec: each would be stored as
+        the other, but for the order of set members and dict entries (which no body can promise)
+        and a NaN's bits. Stricter than ``==`` wherever the codec keeps types apart: ``True`` and
+        ``1``, ``1`` and ``1.0``, a tuple and a list, ``0.0`` and ``-0.0``, one instant at two
+        offsets, ``Decimal("1.0")`` and ``Decimal("1.00")``, objects of two classes or with
+        different state (storages/codec/canonical.py); and looser where ``==`` is
+        too strict to say "the same": a NaN, an object compared by identity. False for a value
+        it could not store."""
+        if self._canonical is None:
+            self._canonical = CanonicalPacker(self._reducers, self._reducer_for)
+        packer = self._canonical
+        token = TREE.set(None)  # embedded checkpoints inline: their content, not a reference
+        try:
+            return packer.pack(first) == packer.pack(second)
+        except Exception as exc:
+            if ran_out_of_stack(exc):
+                return on_fresh_stack(lambda: self.same_value(first, second))
+            return False
+        finally:
+            TREE.reset(token)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TypeNotAllowed):
+        return f"{exc.key} is not allowed: {exc.reason}"
+    return describe(exc)
