@@ -1,14 +1,16 @@
 """Instruction counts of codec encode/decode (valgrind's callgrind): figures machine load cannot blur.
 
-``python -m bench.callgrind_codec [--calls N] [--json PATH]``. Each measured operation runs in a
-fresh interpreter under ``valgrind --tool=callgrind`` twice, once with N calls and once with none;
-the difference divided by N is the instructions one call costs (interpreter start-up and imports
-cancel out). Subjects, on the benchmark checkpoint (bench/workload.py): our CheckpointCodec, plain
-msgspec of the same dataclass (``msgspec.msgpack.encode`` and a typed ``Decoder``), and LangGraph's
-JsonPlusSerializer (``dumps_typed`` / ``loads_typed``); and the memory operations, ours
-(``InMemoryCheckpointStorage``: save, load, get_latest, list_checkpoints) against LangGraph's
-``InMemorySaver`` (aput, aget_tuple by id, aget_tuple latest, alist) of the same data, the reads
-over the same 10-checkpoint history each (bench/targets_bench.py builds both sides).
+``python -m bench.callgrind_codec [--calls N] [--json PATH] [--tree PATH]``: ``--tree`` puts another
+checkout first on the measured programs' path (its ``storages/``, and its ``bench/`` helpers where
+it has them), for counts before and after a change in one run (bench/before_after.py). Each measured
+operation runs in a fresh interpreter under ``valgrind --tool=callgrind`` twice, once with N calls
+and once with none; the difference divided by N is the instructions one call costs (interpreter
+start-up and imports cancel out). Subjects, on the benchmark checkpoint (bench/workload.py): our
+CheckpointCodec, plain msgspec of the same dataclass (``msgspec.msgpack.encode`` and a typed
+``Decoder``), and LangGraph's JsonPlusSerializer (``dumps_typed`` / ``loads_typed``); and the memory
+operations, ours (``InMemoryCheckpointStorage``: save, load, get_latest, list_checkpoints) against
+LangGraph's ``InMemorySaver`` (aput, aget_tuple by id, aget_tuple latest, alist) of the same data,
+the reads over the same 10-checkpoint history each (bench/targets_bench.py builds both sides).
 """
 
 from __future__ import annotations
@@ -106,8 +108,9 @@ for _read in MEMORY_READS:
 _TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 
-def _instructions(setup: str, call: str, calls: int, workdir: Path) -> int:
-    script = f"{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
+def _instructions(setup: str, call: str, calls: int, workdir: Path, tree: str = "") -> int:
+    first = f"import sys\nsys.path.insert(0, {tree!r})\n" if tree else ""
+    script = f"{first}{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
     return program_instructions(script, workdir / f"callgrind.{calls}.out")
 
 
@@ -126,7 +129,7 @@ def program_instructions(script: str, out: Path) -> int:
     return int(match.group(1))
 
 
-def measure(calls: int, names: list[str] | None = None) -> dict[str, float]:
+def measure(calls: int, names: list[str] | None = None, tree: str = "") -> dict[str, float]:
     """Instructions per call of each subject."""
     if shutil.which("valgrind") is None:
         raise RuntimeError("valgrind is not installed")
@@ -134,8 +137,8 @@ def measure(calls: int, names: list[str] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="callgrind-codec-") as directory:
         for name in names or list(SUBJECTS):
             setup, call = SUBJECTS[name]
-            with_calls = _instructions(setup, call, calls, Path(directory))
-            without = _instructions(setup, call, 0, Path(directory))
+            with_calls = _instructions(setup, call, calls, Path(directory), tree)
+            without = _instructions(setup, call, 0, Path(directory), tree)
             results[name] = (with_calls - without) / calls
     return results
 
@@ -196,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.callgrind_codec", description=__doc__)
     parser.add_argument("--calls", type=int, default=200, help="measured calls per subject")
     parser.add_argument("--json", type=Path, metavar="PATH")
+    parser.add_argument("--tree", default="", help="a checkout whose storages/ to measure instead")
     args = parser.parse_args(argv)
-    counts = measure(args.calls)
+    counts = measure(args.calls, tree=args.tree)
     print(table(counts))
     if args.json is not None:
         payload: dict[str, Any] = {"calls": args.calls, "instructions": counts, "ratios": ratios(counts)}

@@ -1,6 +1,7 @@
 """Redis: client-side instructions per operation, counted with valgrind's callgrind.
 
-``python -m bench.redis_callgrind [--url redis://...] [--ops load,get_decode,...]``. Wall-clock
+``python -m bench.redis_callgrind [--url redis://...] [--tree PATH]``: ``--tree`` measures another
+checkout's ``storages/`` (bench/before_after.py). Wall-clock
 ratios on a loaded machine blur; instruction counts do not depend on the load. Each operation is
 run ``N`` times in a child process under ``valgrind --tool=callgrind --collect-atstart=no
 --toggle-collect=functools_reduce``: the timed calls run inside one ``functools.reduce`` call
@@ -39,8 +40,10 @@ PAIRS = (
 )
 
 
-def _child(url: str, op: str, n: int, stored: int = STORED) -> None:
+def _child(url: str, op: str, n: int, stored: int = STORED, tree: str = "") -> None:
     """Set up, run ``op`` ``n`` times inside functools.reduce (what callgrind collects), clean up."""
+    if tree:  # before anything imports storages
+        sys.path.insert(0, tree)
     loop = asyncio.new_event_loop()
     try:
         timed, cleanup = loop.run_until_complete(_prepared(url, op, n, stored))
@@ -112,7 +115,7 @@ async def _prepared(url: str, op: str, n: int, stored: int) -> tuple[Any, Any]:
     return timed, cleanup
 
 
-def _instructions(url: str, op: str, n: int) -> int:
+def _instructions(url: str, op: str, n: int, tree: str = "") -> int:
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -127,6 +130,7 @@ def _instructions(url: str, op: str, n: int) -> int:
         str(n),
         "--url",
         url,
+        *(["--tree", tree] if tree else []),
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : (\d+)", done.stderr)
@@ -135,9 +139,9 @@ def _instructions(url: str, op: str, n: int) -> int:
     return int(found.group(1))
 
 
-def per_operation(url: str, op: str, runs: int = RUNS) -> int:
+def per_operation(url: str, op: str, runs: int = RUNS, tree: str = "") -> int:
     """Instructions one ``op`` costs this process."""
-    return _instructions(url, op, runs) // runs
+    return _instructions(url, op, runs, tree) // runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,15 +149,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.redis_callgrind", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--url", default=os.environ.get("REDIS_URL", DEFAULT_URL))
+    parser.add_argument("--tree", default="", help="a checkout whose storages/ to measure instead")
     parser.add_argument("--child", nargs=2, metavar=("OP", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.url, args.child[0], int(args.child[1]))
+        _child(args.url, args.child[0], int(args.child[1]), tree=args.tree)
         return 0
     print("| ours | instructions | floor | instructions | ours ÷ floor |")
     print("|---|---:|---|---:|---:|")
     for ours, floor in PAIRS:
-        mine, theirs = per_operation(args.url, ours), per_operation(args.url, floor)
+        mine = per_operation(args.url, ours, tree=args.tree)
+        theirs = per_operation(args.url, floor, tree=args.tree)
         print(f"| {ours} | {mine:,} | {floor} | {theirs:,} | {mine / theirs:.2f}x |")
     return 0
 

@@ -19,9 +19,14 @@ RUNNERS_HEADING = (
     "## CrewAI and Burr: our adapters against the runners' own persisters (`bench.runners_bench`)"
 )
 
+BEFORE_AFTER_START = "<!-- before-after:start -->"
+BEFORE_AFTER_END = "<!-- before-after:end -->"
+BEFORE_AFTER_HEADING = "## Instructions per operation before and after a change (`bench.before_after`)"
+
 KEPT_SECTIONS: tuple[tuple[str, str, str], ...] = (
     (LANGGRAPH_START, LANGGRAPH_END, LANGGRAPH_HEADING),
     (RUNNERS_START, RUNNERS_END, RUNNERS_HEADING),
+    (BEFORE_AFTER_START, BEFORE_AFTER_END, BEFORE_AFTER_HEADING),
 )
 """(start, end, heading) of every section another command writes into docs/benchmarks.md."""
 
@@ -41,3 +46,13 @@ def with_kept_sections(previous: str, generated: str) -> str:
         if kept and not kept_section(generated, start, end):
             generated = generated.rstrip("\n") + "\n\n" + heading + "\n\n" + kept
     return generated
+
+
+def replace_section(document: str, body: str, start: str, end: str, heading: str) -> str:
+    """``document`` with the section between ``start`` and ``end`` holding ``body`` (appended under
+    ``heading`` when the document has no such section)."""
+    section = f"{start}\n{body.rstrip(chr(10))}\n{end}"
+    first, last = document.find(start), document.find(end)
+    if first != -1 and last > first:
+        return document[:first] + section + document[last + len(end) :]
+    return document.rstrip("\n") + "\n\n" + heading + "\n\n" + section + "\n"

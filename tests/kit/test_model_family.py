@@ -454,6 +454,11 @@ def test_the_family_catches_a_mutant_on_each_axis(axis: str, make: Any) -> None:
     assert_caught(run_model(make()))
 
 
+# The file double rewrites its whole pickle at every write, so a program costs the square of its
+# length; a quarter of the default still reopens the store many times over.
+FILE_BACKED_OPERATIONS = DEFAULT_OPERATIONS // 4
+
+
 def test_a_store_rebuilt_from_its_settings_is_an_axis(tmp_path: Path) -> None:
     """Axis: a store reopened from its configuration (not new_handle(), which shares memory)."""
     path = tmp_path / "store.pickle"
@@ -462,6 +467,7 @@ def test_a_store_rebuilt_from_its_settings_is_an_axis(tmp_path: Path) -> None:
         name="SoftDeletesInProcess",
         factory=root.new_handle,
         reopen=lambda: SoftDeletesInProcess(DoubleStorage(FileBacking(path))),
+        model_budget=str(FILE_BACKED_OPERATIONS),
     )
     assert_caught(run_model(target))
 
@@ -485,7 +491,10 @@ def test_a_durable_store_rebuilt_from_its_settings_passes(tmp_path: Path) -> Non
     path = tmp_path / "store.pickle"
     root = DoubleStorage(FileBacking(path))
     target = StorageTarget(
-        name="file double", factory=root.new_handle, reopen=lambda: DoubleStorage(FileBacking(path))
+        name="file double",
+        factory=root.new_handle,
+        reopen=lambda: DoubleStorage(FileBacking(path)),
+        model_budget=str(FILE_BACKED_OPERATIONS),
     )
     assert failures(run_model(target)) == {}
 
