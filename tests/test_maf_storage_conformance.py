@@ -64,16 +64,14 @@ REFERENCES = ("maf-memory", "maf-file")
 
 @dataclass
 class Subject:
-    """A storage the cases run against, with the handles the multi-handle cases need."""
+    """A storage the cases run against."""
 
     name: str
     storage: Any
-    reader: Callable[[], Awaitable[Any]]
-    """Opens another handle on the same store, with no types allowed beyond the built-in ones."""
 
     def allow(self, *types: type) -> None:
-        """Allow ``types`` on this handle: ``allowed_checkpoint_types`` for MAF's file storage (as
-        MAF's tests pass it), the codec's allow-list for ours; MAF's memory storage keeps anything."""
+        """Allow ``types``: ``allowed_checkpoint_types`` for MAF's file storage (as MAF's tests
+        pass it), the codec's allow-list for ours; MAF's memory storage keeps anything."""
         if isinstance(self.storage, FileCheckpointStorage):
             self.storage = FileCheckpointStorage(
                 self.storage.storage_path, allowed_checkpoint_types=[_type_key(t) for t in types]
@@ -95,33 +93,16 @@ async def storage_maker(request: pytest.FixtureRequest, tmp_path: Path) -> Async
 
 @pytest.fixture
 async def ours(storage_maker: StorageMaker) -> AsyncIterator[Subject]:
-    readers: list[Any] = []
-
-    async def reader() -> Any:
-        readers.append(await storage_maker().__aenter__())
-        return readers[-1]
-
     async with storage_maker() as storage:
-        yield Subject("ours", storage, reader)
-        for opened in readers:
-            await opened.__aexit__(None, None, None)
+        yield Subject("ours", storage)
 
 
 @pytest.fixture(params=REFERENCES)
 def reference(request: pytest.FixtureRequest, tmp_path: Path) -> Subject:
     """MAF's own storages, which every case must pass for it to count as MAF's test."""
     if request.param == "maf-memory":
-        memory = InMemoryCheckpointStorage()
-
-        async def same_memory() -> Any:
-            return memory
-
-        return Subject(request.param, memory, same_memory)
-
-    async def file_reader() -> Any:
-        return FileCheckpointStorage(tmp_path / "conformance")
-
-    return Subject(request.param, FileCheckpointStorage(tmp_path / "conformance"), file_reader)
+        return Subject(request.param, InMemoryCheckpointStorage())
+    return Subject(request.param, FileCheckpointStorage(tmp_path / "conformance"))
 
 
 # ---------------------------------------------------------------------- the data MAF's tests use
