@@ -9,7 +9,8 @@ delegates) reach it in another order; the parallel steps' checkpoints all contin
 checkpoint, so no lineage tells them apart, and the latest rule (the newest commit through its
 lineage, docs/contract.md) names the one committed last, not the one built last: the resume runs
 completed steps again. That case is an expected failure until the rule changes (strict, so the day
-it passes the marker must go).
+it passes the marker must go). So is a fenced handle (``storage.fenced()``) under parallel steps:
+it fences each save on the checkpoint the save continues, which a sibling has already moved on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agent_framework import InMemoryCheckpointStorage
 from conftest import BACKENDS, StorageMaker
 
 from conformance.maf_profile import MafRunnerProfile
+from storages import StaleWriterError
 
 pytestmark = pytest.mark.maf
 
@@ -69,3 +71,13 @@ async def test_mafs_own_storage_resumes_where_it_would_with_delayed_saves() -> N
     """The scenario's reference: MAF's in-memory storage as the storage under test agrees with
     itself and resumes without running a completed step again."""
     assert await _disagreements(InMemoryCheckpointStorage(), max_delay=0.005) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=StaleWriterError,
+    reason="a fenced handle fences each save on the checkpoint it continues; parallel steps' checkpoints "
+    "all continue the same one, so the second sibling's save is refused and MAF fails the run",
+)
+async def test_parallel_steps_save_through_a_fenced_handle(storage: Any) -> None:
+    await PROFILE.run_parallel_steps(storage.fenced(), "parallel-fenced", seed=0, max_delay=0.0)
