@@ -35,7 +35,7 @@ from typing import Any
 from storages.errors import MissingDependencyError
 
 from ._maf_ids import PARENT_EXECUTOR_ID, WORK_EXECUTOR_ID
-from .scenario import ChildStorageMode, RunnerProfile, RunObservation, Scenario
+from .scenario import ChildStorageMode, ParallelStepsObservation, RunnerProfile, RunObservation, Scenario
 
 
 def _require_maf() -> None:
@@ -130,6 +130,14 @@ class MafRunnerProfile(RunnerProfile):
         version = importlib.metadata.version("agent-framework-core")
         suffix = ", child with its own storage" if self._separate else ""
         return f"agent_framework {version}{suffix}"
+
+    async def run_parallel_steps(
+        self, storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+    ) -> ParallelStepsObservation:
+        """A functional workflow with parallel steps (``conformance._maf_parallel_steps``)."""
+        from ._maf_parallel_steps import run_parallel_steps
+
+        return await run_parallel_steps(storage, workflow_name, seed=seed, max_delay=max_delay)
 
     def is_signature_rejection(self, exc: BaseException) -> bool:
         from agent_framework import WorkflowCheckpointException

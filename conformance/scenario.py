@@ -143,6 +143,21 @@ class RunObservation:
     child_storage: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class ParallelStepsObservation:
+    """One run of a functional workflow whose parallel steps saved through a store with random
+    per-save latency, failed after them, and was resumed from the storage's ``get_latest``."""
+
+    saved: int
+    """Checkpoints the failed run saved (one per completed step)."""
+    latest_id: str | None
+    """The storage's ``get_latest`` after the failed run."""
+    runner_latest_id: str | None
+    """What the runner's own in-memory storage answers over the same saves, in the same order."""
+    rerun: tuple[str, ...]
+    """Steps the failed run had completed that ran again when resuming from ``latest_id``."""
+
+
 class RunnerProfile(abc.ABC):
     """A runner the ``runner`` clauses can drive: the reference driver or a real runner.
 
@@ -160,6 +175,14 @@ class RunnerProfile(abc.ABC):
     @abc.abstractmethod
     async def run(self, scenario: Scenario) -> RunObservation:
         """Run (or restore and continue) the scenario's parent workflow and its sub-workflow."""
+
+    async def run_parallel_steps(
+        self, storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+    ) -> ParallelStepsObservation | None:
+        """Run the runner's parallel-steps scenario on ``storage`` (see
+        :class:`ParallelStepsObservation`), each save delayed by up to ``max_delay`` seconds drawn
+        from ``seed``; None if the runner has no such workflows."""
+        return None
 
     def is_signature_rejection(self, exc: BaseException) -> bool:
         """True if ``exc`` is this runner's "the graph has changed" error on restore.
@@ -385,6 +408,7 @@ __all__ = [
     "ChildResume",
     "ChildStorageMode",
     "GraphChange",
+    "ParallelStepsObservation",
     "RunObservation",
     "RunnerProfile",
     "Scenario",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -11,9 +13,12 @@ import agent_framework
 import pytest
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 from agent_framework import WorkflowCheckpointException
+from packaging.requirements import Requirement
 
 from storages import CheckpointStore, WorkflowCheckpoint, open_storage
 from storages.contract import MafCheckpointStorage
+
+pytestmark = pytest.mark.maf
 
 SameTypes = Callable[[Any, Any], bool]
 
@@ -138,3 +143,24 @@ def test_the_protocol_check_can_fail() -> None:
             return "id"
 
     assert not isinstance(HalfStorage(), MafCheckpointStorage)
+
+
+def _maf_requirement() -> Requirement:
+    (requirement,) = {
+        Requirement(text.split(";")[0])
+        for text in importlib.metadata.requires("checkpoint-storages") or ()
+        if text.startswith("agent-framework-core") and "extra == 'maf'" in text
+    }
+    return requirement
+
+
+def test_the_installed_maf_is_one_the_maf_extra_accepts() -> None:
+    """CI runs the MAF tests on the newest release the ``maf`` extra accepts and, in tox's
+    ``maf_oldest`` (which names the version it pins in CHECKPOINT_MAF_VERSION), on the oldest: a
+    resolver that quietly installed another release fails here instead of testing the wrong one."""
+    installed = importlib.metadata.version("agent-framework-core")
+    requirement = _maf_requirement()
+    assert requirement.specifier.contains(installed), f"agent-framework-core {installed} not in {requirement}"
+    pinned = os.environ.get("CHECKPOINT_MAF_VERSION")
+    assert pinned in (None, installed), f"this environment pins {pinned}, not {installed}"
+    assert pinned is None or requirement.specifier.contains(pinned)

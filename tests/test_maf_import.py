@@ -21,6 +21,8 @@ from storages.cli import main
 from storages.maf_import import import_maf_directory
 from storages.sqlite import SQLiteCheckpointStorage
 
+pytestmark = pytest.mark.maf
+
 USER_TYPES = ["maf_workflows:Tally", "maf_workflows:Question"]
 WORKFLOWS = ("imp-loop", "imp-sub", "imp-hitl")
 

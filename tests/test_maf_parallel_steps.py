@@ -1,0 +1,83 @@
+"""MAF functional workflows with parallel steps on a slow store: after a run that fails past its
+parallel steps, ``get_latest`` must name the checkpoint MAF's ``InMemoryCheckpointStorage`` would
+resume from, and resuming from it must run no completed step again
+(``MafRunnerProfile.run_parallel_steps``, ``conformance/_maf_parallel_steps.py``).
+
+Saves that reach the storage in the order MAF built the checkpoints agree with MAF on every
+backend. Saves delayed at random *in front of* the storage (a wrapper that sleeps before it
+delegates) reach it in another order; the parallel steps' checkpoints all continue the same
+checkpoint, so no lineage tells them apart, and the latest rule (the newest commit through its
+lineage, docs/contract.md) names the one committed last, not the one built last: the resume runs
+completed steps again. That case is an expected failure until the rule changes (strict, so the day
+it passes the marker must go). So is a fenced handle (``storage.fenced()``) under parallel steps:
+it fences each save on the checkpoint the save continues, which a sibling has already moved on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import InMemoryCheckpointStorage
+from conftest import BACKENDS, StorageMaker
+
+from conformance.maf_profile import MafRunnerProfile
+from storages import StaleWriterError
+
+pytestmark = pytest.mark.maf
+
+PROFILE = MafRunnerProfile()
+SEEDS = range(8)
+"""Eight runs: with three parallel steps, commit order follows build order in about a third of
+the runs with delays, so eight runs that all agree by chance are rarer than 1 in 5,000."""
+
+
+@pytest.fixture(params=("memory", "sqlite", "redis", "s3", "postgres"))
+async def storage_maker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StorageMaker]:
+    """One fresh store per backend (conftest marks each test with its backend by this name)."""
+    async with BACKENDS[request.param].fresh_store(tmp_path) as maker:
+        yield maker
+
+
+async def _disagreements(storage: Any, max_delay: float) -> list[str]:
+    found = []
+    for seed in SEEDS:
+        run = await PROFILE.run_parallel_steps(storage, f"parallel-{seed}", seed=seed, max_delay=max_delay)
+        assert run.saved == 4, run  # prepare and the three parallel steps
+        if run.latest_id != run.runner_latest_id or run.rerun:
+            found.append(
+                f"run {seed}: get_latest {run.latest_id!r}, MAF's {run.runner_latest_id!r}, "
+                f"resume ran {list(run.rerun)} again"
+            )
+    return found
+
+
+async def test_saves_in_build_order_resume_where_maf_would(storage: Any) -> None:
+    assert await _disagreements(storage, max_delay=0.0) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the latest rule orders sibling checkpoints by commit, and a delay in front of the storage "
+    "commits them in another order than MAF built them; MAF picks the newest timestamp",
+)
+async def test_saves_delayed_in_front_of_the_storage_resume_where_maf_would(storage: Any) -> None:
+    assert await _disagreements(storage, max_delay=0.005) == []
+
+
+async def test_mafs_own_storage_resumes_where_it_would_with_delayed_saves() -> None:
+    """The scenario's reference: MAF's in-memory storage as the storage under test agrees with
+    itself and resumes without running a completed step again."""
+    assert await _disagreements(InMemoryCheckpointStorage(), max_delay=0.005) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=StaleWriterError,
+    reason="a fenced handle fences each save on the checkpoint it continues; parallel steps' checkpoints "
+    "all continue the same one, so the second sibling's save is refused and MAF fails the run",
+)
+async def test_parallel_steps_save_through_a_fenced_handle(storage: Any) -> None:
+    await PROFILE.run_parallel_steps(storage.fenced(), "parallel-fenced", seed=0, max_delay=0.0)
