@@ -38,23 +38,31 @@ def _make(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
 
 
-class _CountingQueue:
-    """Stands in for aiosqlite's queue on the loop's side (its thread keeps the real one): how
-    the raw peer's hand-offs are counted, aiosqlite having no count of its own."""
+class CountedConnection:
+    """An aiosqlite connection whose calls are counted as they are made: aiosqlite runs each call
+    of its connection (``execute``, ``execute_fetchall``, ``commit``) as one function on its
+    thread, so the calls are the raw peer's hand-offs, counted through its public methods."""
 
-    def __init__(self, queue: Any) -> None:
-        self.queue = queue
-        self.puts = 0
+    def __init__(self, connection: aiosqlite.Connection) -> None:
+        self.connection = connection
+        self.handoffs = 0
 
-    def put_nowait(self, item: Any) -> None:
-        self.puts += 1
-        self.queue.put_nowait(item)
+    async def execute(self, sql: str, parameters: Any = None) -> Any:
+        self.handoffs += 1
+        return await self.connection.execute(sql, parameters)
+
+    async def execute_fetchall(self, sql: str, parameters: Any = None) -> Any:
+        self.handoffs += 1
+        return await self.connection.execute_fetchall(sql, parameters)
+
+    async def close(self) -> None:
+        await self.connection.close()
 
 
-class _CountedByThread:
-    """Our connection thread counts its hand-offs itself (ConnectionThread.handoffs)."""
+class _Counted:
+    """The hand-offs a connection has made since this was created."""
 
-    def __init__(self, connection: ConnectionThread) -> None:
+    def __init__(self, connection: ConnectionThread | CountedConnection) -> None:
         self.connection = connection
         self.start = connection.handoffs
 
@@ -63,17 +71,14 @@ class _CountedByThread:
         return self.connection.handoffs - self.start
 
 
-def count_handoffs(connection: ConnectionThread | aiosqlite.Connection) -> _CountingQueue | _CountedByThread:
-    """Count the calls put on the connection's thread from now on."""
-    if isinstance(connection, ConnectionThread):
-        return _CountedByThread(connection)
-    counting = _CountingQueue(connection._tx)
-    connection._tx = counting  # type: ignore[assignment]
-    return counting
+def count_handoffs(connection: ConnectionThread | CountedConnection) -> _Counted:
+    """Count the calls put on the connection's thread from now on (our connection thread counts
+    its own; the raw peer is counted by :class:`CountedConnection`)."""
+    return _Counted(connection)
 
 
 async def _per_save(
-    path: Path, connection: ConnectionThread | aiosqlite.Connection, save: Callable[[int], Awaitable[Any]]
+    path: Path, connection: ConnectionThread | CountedConnection, save: Callable[[int], Awaitable[Any]]
 ) -> dict[str, float]:
     (row,) = await connection.execute_fetchall("PRAGMA page_size")
     page_size = int(row[0])
@@ -103,7 +108,7 @@ async def measure(directory: Path) -> dict[str, dict[str, float]]:
 
         ours_counts = await _per_save(ours_path, connection, ours)
     raw_path = directory / "raw.db"
-    raw = await aiosqlite.connect(raw_path, isolation_level=None)
+    raw = CountedConnection(await aiosqlite.connect(raw_path, isolation_level=None))
     try:
         await raw.execute("PRAGMA journal_mode = WAL")
         await raw.execute("PRAGMA synchronous = FULL")
