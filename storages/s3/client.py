@@ -331,13 +331,13 @@ class S3Client:
                 Bucket=self._settings.bucket, Key=key, Body=data, **condition, **self._settings.put_parameters
             )
         except ClientError as exc:
-            status, code = _status(exc), _code(exc)
+            status, code, resent = _status(exc), _code(exc), _resent(exc)
             if status == 412 or code == "PreconditionFailed":
-                raise PreconditionFailed(key) from exc
+                raise PreconditionFailed(key, resent=resent) from exc
             if status == 409 or code == "ConditionalRequestConflict":
-                raise ConditionalConflict(key) from exc
+                raise ConditionalConflict(key, resent=resent) from exc
             if condition and (status == 404 or code == "NoSuchKey"):
-                raise MissingKey(key) from exc
+                raise MissingKey(key, resent=resent) from exc
             raise
         return str(response.get("ETag", ""))
 
@@ -354,12 +354,12 @@ class S3Client:
                 raise
             etag = None
         if condition.get("IfNoneMatch") == "*" and etag is not None:
-            raise PreconditionFailed(key)
+            raise PreconditionFailed(key, resent=False)
         expected = condition.get("IfMatch")
         if expected is not None and etag is None:
-            raise MissingKey(key)
+            raise MissingKey(key, resent=False)
         if expected is not None and etag != expected:
-            raise PreconditionFailed(key)
+            raise PreconditionFailed(key, resent=False)
 
     def _get_object(self, key: str) -> tuple[bytes, str] | None:
         from botocore.exceptions import ClientError
@@ -428,6 +428,17 @@ def _code(exc: BaseException) -> str:
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code", ""))
     return ""
+
+
+def _resent(exc: BaseException) -> bool:
+    """Whether botocore sent the request more than once before this answer (its retry count in
+    the response metadata); True when the answer does not say."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        attempts = response.get("ResponseMetadata", {}).get("RetryAttempts")
+        if isinstance(attempts, int):
+            return attempts > 0
+    return True
 
 
 def _status(exc: BaseException) -> int:

@@ -1,0 +1,83 @@
+"""S3 requests whose answer is lost after the store applied them: botocore sends them again and
+the resend is refused (412) by the request's own effect. Each protocol reads back before it
+decides another writer won or the store is misconfigured (docs/s3.md, "Lost answers")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from s3_support import BUCKET, LostAnswers, S3Store, s3_store
+
+from storages.contract import WorkflowCheckpoint
+from storages.s3 import S3CheckpointStorage
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture(params=["in-process", "server"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[S3Store]:
+    async with s3_store(server=request.param == "server") as opened:
+        yield opened
+
+
+def checkpoint(previous: WorkflowCheckpoint | None = None, **fields: Any) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(
+        workflow_name="wf",
+        graph_signature_hash="sig",
+        previous_checkpoint_id=None if previous is None else previous.checkpoint_id,
+        **fields,
+    )
+
+
+def ids(items: list[WorkflowCheckpoint]) -> list[str]:
+    return [item.checkpoint_id for item in items]
+
+
+async def test_a_fenced_save_whose_swap_answer_was_lost_keeps_its_committed_record(store: S3Store) -> None:
+    """A's pointer swap is applied but its answer lost; before botocore's resend, writer B sees the
+    pointer ahead, commits A's checkpoint for it and saves its own after it. The resend gets 412:
+    A reads back, finds its checkpoint committed, and neither deletes its record nor fails."""
+    lost = LostAnswers(store.client)
+    first = checkpoint()
+    a_save = checkpoint(first)
+    b_save = checkpoint(a_save)
+
+    def writer_b() -> None:
+        async def save() -> None:
+            async with S3CheckpointStorage(BUCKET, store.prefix, client=store.client) as other:
+                await other.save(b_save, expected_latest_id=a_save.checkpoint_id)
+
+        asyncio.run(save())
+
+    async with store.storage() as storage:
+        await storage.save(first, expected_latest_id=None)
+        lost.arm(f"{store.prefix}/w/wf/head", writer_b)
+        assert await storage.save(a_save, expected_latest_id=first.checkpoint_id) == a_save.checkpoint_id
+        assert lost.lost, "the fault was not injected"
+        assert ids(await storage.list_checkpoints(workflow_name="wf")) == ids([first, a_save, b_save])
+        latest = await storage.get_latest(workflow_name="wf")
+        assert latest is not None
+        assert latest.checkpoint_id == b_save.checkpoint_id
+        assert await storage.load(a_save.checkpoint_id) == a_save
+        after = checkpoint(b_save)
+        assert await storage.save(after, expected_latest_id=b_save.checkpoint_id) == after.checkpoint_id
+
+
+async def test_a_fenced_save_whose_swap_answer_was_lost_commits_once(store: S3Store) -> None:
+    """The same lost answer with no other writer: the pointer still names A, so A commits its
+    record at the sequence it swapped in, without a second attempt."""
+    lost = LostAnswers(store.client)
+    first = checkpoint()
+    second = checkpoint(first)
+    async with store.storage() as storage:
+        await storage.save(first, expected_latest_id=None)
+        lost.arm(f"{store.prefix}/w/wf/head")
+        store.requests.reset()
+        assert await storage.save(second, expected_latest_id=first.checkpoint_id) == second.checkpoint_id
+        assert lost.lost
+        # One record PUT, the swap and its resend, the order key: no record written again.
+        assert store.requests.snapshot()["PutObject"] == 4
+        assert ids(await storage.list_checkpoints(workflow_name="wf")) == ids([first, second])
