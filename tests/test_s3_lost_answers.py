@@ -81,3 +81,14 @@ async def test_a_fenced_save_whose_swap_answer_was_lost_commits_once(store: S3St
         # One record PUT, the swap and its resend, the order key: no record written again.
         assert store.requests.snapshot()["PutObject"] == 4
         assert ids(await storage.list_checkpoints(workflow_name="wf")) == ids([first, second])
+
+
+async def test_the_open_probe_whose_create_answer_was_lost_accepts_the_store(store: S3Store) -> None:
+    """The probe's create-only PUT is applied, its answer lost, and the resend gets 412: that is
+    the probe's own object, not a store ignoring If-None-Match, so the store opens."""
+    lost = LostAnswers(store.client)
+    lost.arm(f"{store.prefix}/probe/", prefix=True)
+    async with store.storage() as storage:
+        await storage.save(checkpoint())
+    assert lost.lost
+    assert lost.lost[0].startswith(f"{store.prefix}/probe/")

@@ -164,7 +164,7 @@ class S3Client:
     async def _probe(self, key: str) -> str | None:
         """What the store got wrong, or None."""
         body = b"conditional-write probe of checkpoint-storages (see docs/s3.md); safe to delete"
-        etag = await self._put_retrying(key, body, CREATE_ONLY)
+        etag = await self._put_retrying(key, body, CREATE_ONLY, read_back=True)
         if etag is None:
             return f"a create-only write (If-None-Match: *) of the new object {key} was refused"
 
@@ -184,13 +184,21 @@ class S3Client:
             return f"a compare-and-swap (If-Match) with the ETag the store returned for {key} was refused"
         return None
 
-    async def _put_retrying(self, key: str, data: bytes, condition: Mapping[str, str]) -> str | None:
+    async def _put_retrying(
+        self, key: str, data: bytes, condition: Mapping[str, str], *, read_back: bool = False
+    ) -> str | None:
         """A conditional write that should succeed: its ETag, or None if refused every time (a 409,
-        or a 412 injected by a test, is retried like :meth:`create` does)."""
+        or a 412 injected by a test, is retried like :meth:`create` does). ``read_back`` (the
+        probe's create-only write of a key no one else writes): a refusal of a resend is this
+        write's own effect when the object holds ``data``, so its ETag is the answer."""
         for attempt in range(self._settings.conflict_retries + 1):
             try:
                 return await self.put("open", key, data, condition)
-            except CONDITION_FAILED:
+            except CONDITION_FAILED as refused:
+                if read_back and refused.resent:
+                    found = await self.get("open", key)
+                    if found is not None and found[0] == data:
+                        return found[1]
                 await backoff(attempt)
         return None
 
