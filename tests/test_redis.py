@@ -662,6 +662,37 @@ async def test_a_pointer_without_a_record_is_a_lost_record_and_a_save_mends_it(
     assert await real_storage.load("orphan") == checkpoint
 
 
+@redis_mark
+@pytest.mark.parametrize("nested", [False, True], ids=["one-record", "with-nested"])
+async def test_a_fenced_save_over_a_lost_record_keeps_it_indexed(
+    real_storage: RedisCheckpointStorage, nested: bool
+) -> None:
+    """The newest record is lost (deleted by hand, no TTL) and its id is still indexed: a fenced
+    save compares against what the index says, so one expecting the checkpoint before the lost one
+    is refused naming it, and the lost id stays indexed (reads keep reporting it) until it is
+    saved again, fenced or not, which restores it."""
+    first = WorkflowCheckpoint("wf", "sig", checkpoint_id="first")
+    lost = WorkflowCheckpoint("wf", "sig", checkpoint_id="lost", previous_checkpoint_id="first")
+    await real_storage.save(first)
+    await real_storage.save(lost)
+    await real_storage.backend.client.delete(real_storage.keys.record("wf", "lost"))
+    later = WorkflowCheckpoint("wf", "sig", checkpoint_id="later", previous_checkpoint_id="first")
+    if nested:
+        later = _with_child(
+            "wf", WorkflowCheckpoint("child", "sig"), checkpoint_id="later", previous_checkpoint_id="first"
+        )
+    with pytest.raises(StaleWriterError) as refused:
+        await real_storage.save(later, expected_latest_id="first")
+    assert refused.value.actual_latest_id == "lost"
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == ["first", "lost"]
+    with pytest.raises(CheckpointCorruptedError) as reported:
+        await real_storage.get_latest(workflow_name="wf")
+    assert reported.value.checkpoint_id == "lost"
+    assert await real_storage.save(lost, expected_latest_id="first") == "lost"
+    assert await real_storage.get_latest(workflow_name="wf") == lost
+    assert await real_storage.save(later, expected_latest_id="lost") == "later"
+
+
 # ---------------------------------------------------------------------- TTL
 
 
