@@ -5,14 +5,18 @@ decides another writer won or the store is misconfigured (docs/s3.md, "Lost answ
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from s3_support import BUCKET, LostAnswers, S3Store, s3_store
+from s3_support import BUCKET, LostAnswers, S3Store, s3_store, server_endpoint
 
+from conformance.s3_moto import make_client
+from storages.cli import main as cli_main
 from storages.contract import WorkflowCheckpoint
-from storages.s3 import S3CheckpointStorage
+from storages.errors import CheckpointCorruptedError
+from storages.s3 import S3CheckpointStorage, escape_component
 
 pytestmark = pytest.mark.s3
 
@@ -92,3 +96,55 @@ async def test_the_open_probe_whose_create_answer_was_lost_accepts_the_store(sto
         await storage.save(checkpoint())
     assert lost.lost
     assert lost.lost[0].startswith(f"{store.prefix}/probe/")
+
+
+def test_verify_reports_an_order_key_without_its_record_and_repair_removes_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The leftover a lost answer used to leave (and a record deleted by hand still leaves): an
+    order key whose record is gone wedges the workflow. verify reports it (exit 1), ``--repair``
+    removes it and says so (exit 0), and the workflow reads and takes fenced saves again."""
+    endpoint = server_endpoint()
+    client = make_client(endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    url = f"s3://{BUCKET}/{prefix}?endpoint_url={endpoint}&region=us-east-1"
+    first = checkpoint()
+    gone = checkpoint(first)
+
+    asyncio.run(_save_then_lose(client, prefix, first, gone))
+    capsys.readouterr()
+    assert cli_main(["verify", url]) == 1
+    out = capsys.readouterr().out
+    assert "index_without_record" in out
+    assert gone.checkpoint_id in out
+    assert cli_main(["verify", url, "--repair"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # lines wrap at 80 columns
+    assert f"repaired: removed 1 key(s) of lost checkpoint {gone.checkpoint_id!r}" in out
+    assert "no problems found" in out
+    assert cli_main(["verify", url]) == 0
+
+    async def use() -> None:
+        async with S3CheckpointStorage(BUCKET, prefix, client=client) as storage:
+            assert ids(await storage.list_checkpoints(workflow_name="wf")) == ids([first])
+            latest = await storage.get_latest(workflow_name="wf")
+            assert latest == first
+            after = checkpoint(first)
+            assert await storage.save(after, expected_latest_id=first.checkpoint_id) == after.checkpoint_id
+            assert ids(await storage.list_checkpoints(workflow_name="wf")) == ids([first, after])
+
+    asyncio.run(use())
+    client.close()
+
+
+async def _save_then_lose(
+    client: Any, prefix: str, first: WorkflowCheckpoint, gone: WorkflowCheckpoint
+) -> None:
+    async with S3CheckpointStorage(BUCKET, prefix, client=client) as storage:
+        await storage.save(first)
+        await storage.save(gone)
+        client.delete_object(Bucket=BUCKET, Key=f"{prefix}/r/{escape_component(gone.checkpoint_id)}")
+        with pytest.raises(CheckpointCorruptedError):
+            await storage.list_checkpoints(workflow_name="wf")
