@@ -23,6 +23,8 @@ from .records import (
     FenceCheck,
     IndexEntry,
     InsertResult,
+    Leftover,
+    LeftoverKind,
     StoredBody,
     WalkRecords,
     body_digest,
@@ -233,6 +235,22 @@ class Backend(abc.ABC):
         streaming read is one ``records`` call."""
         raise MissingPrimitiveError(type(self), "records_after")
 
+    # ------------------------------------------------------------------ after faults (optional)
+
+    async def leftovers(self, workflow_name: str | None) -> Sequence[Leftover]:
+        """Optional: what faults left in the store (or in one workflow) that no operation clears
+        by itself (:class:`~storages.records.LeftoverKind`): index entries without their record,
+        records without their index entry, stage keys past their life. Read only. ``verify``
+        reports each one. A backend whose every write is one transaction leaves none: the
+        default finds none."""
+        return ()
+
+    async def repair_leftover(self, leftover: Leftover) -> str | None:
+        """Optional: remove one leftover :meth:`leftovers` found with ``repairable`` set, after
+        checking that it is still one; return what was done, or None if it is gone since (or the
+        backend repairs nothing). ``verify --repair`` calls it."""
+        return None
+
 
 def latest_record(
     records: Sequence[CheckpointRecord], graph_signature_hash: str | None = None
@@ -332,6 +350,8 @@ __all__ = [
     "FenceCheck",
     "IndexEntry",
     "InsertResult",
+    "Leftover",
+    "LeftoverKind",
     "MissingPrimitiveError",
     "StoredBody",
     "WalkRecords",

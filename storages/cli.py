@@ -57,6 +57,7 @@ from .cli_common import (
     holds_nothing,
     not_found,
     open_read_only,
+    open_writable,
     output_file,
     policy_of,
     use_app_dirs,
@@ -91,7 +92,7 @@ from .redaction import redact_known, scrubbed_output, url_secrets
 from .registry import RegisteredBackend, registry
 from .terminal import console as terminal_console
 from .terminal import json_dumps, plain, printable, silence_stdout
-from .verify import FindingKind, describe_storage, verify
+from .verify import FindingKind, describe_storage, repair, verify
 
 __all__ = ["NothingThere", "UsageError", "main"]
 
@@ -185,11 +186,27 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
         if args.workflow is not None:
             raise NothingThere(f"no records of workflow {args.workflow!r} in {report.storage}")
         raise NothingThere(holds_nothing(report.storage))
+    repaired: list[str] = []
+    if args.repair and any(f.leftover is not None and f.leftover.repairable for f in report.findings):
+        # The one writing path of verify: a handle that may write, opened only when there is
+        # something to repair.
+        async with open_writable(args) as writable:
+            repaired = await repair(writable, report)
+            report = await verify(
+                writable,
+                workflow_name=args.workflow,
+                anchors=_anchors(args.anchor),
+                structure_only=args.structure_only,
+            )
+        if not args.json:
+            for line in repaired:
+                console.print(plain(f"repaired: {line}"))
     refused = report.of_kind(FindingKind.TYPE_NOT_ALLOWED)
     failing = len(report.findings) - (0 if args.strict else len(refused))
     policy = policy_of(args)
     if args.json:
-        print(json_dumps({**report.to_dict(), "strict": args.strict, "failed": failing > 0}))
+        extra = {"repaired": repaired} if args.repair else {}
+        print(json_dumps({**report.to_dict(), "strict": args.strict, "failed": failing > 0, **extra}))
     else:
         if report.findings:
             console.print(findings_table(report, policy))

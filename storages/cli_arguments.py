@@ -45,8 +45,8 @@ _NO_STORE = (
 
 EXIT_STATUSES: Final[dict[str, dict[int, str]]] = {
     "verify": {
-        EXIT_OK: "nothing found (a refused type only warns)",
-        EXIT_FOUND: "something found (a refused type too, with --strict)",
+        EXIT_OK: "nothing found (a refused type only warns), or, with --repair, nothing left",
+        EXIT_FOUND: "something found (a refused type too, with --strict), or, with --repair, left",
         **_SHARED,
         EXIT_NOTHING: f"{_NO_STORE}, or --workflow names none",
     },
@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         "value, so the application's types are not needed",
     )
     verify_parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify_parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="remove what a fault left that is safe to remove (an index entry whose record is "
+        "gone, a stage key past its life), say what was done, then verify again; the only "
+        "option that writes",
+    )
     _type_options(verify_parser)
     _strict_option(verify_parser)
 

@@ -94,6 +94,11 @@ def open_read_only(args: argparse.Namespace) -> CheckpointStore:
     return read_only_handle() if callable(read_only_handle) else storage
 
 
+def open_writable(args: argparse.Namespace) -> CheckpointStore:
+    """The storage at ``args.url`` through a handle that may write (``verify --repair``)."""
+    return open_storage(args.url, codec=codec_of(args))
+
+
 def comma_list(given: list[str] | None) -> list[str]:
     return [item.strip() for value in given or () for item in value.split(",") if item.strip()]
 
@@ -106,6 +111,7 @@ __all__ = [
     "holds_nothing",
     "not_found",
     "open_read_only",
+    "open_writable",
     "output_file",
     "policy_of",
     "use_app_dirs",

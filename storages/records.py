@@ -245,6 +245,38 @@ class FenceCheck:
     insert was refused because ``latest_id`` is not the expected one)."""
 
 
+class LeftoverKind(str, enum.Enum):
+    """What a fault (a request whose answer was lost, a crash between requests, a key deleted
+    behind the storage's back) can leave in a store that no operation will clear by itself."""
+
+    INDEX_WITHOUT_RECORD = "index_without_record"
+    """An index entry (an order key, a sorted-set member) whose record is gone: the reads that
+    reach it raise CheckpointCorruptedError naming it."""
+    RECORD_WITHOUT_INDEX = "record_without_index"
+    """A record no index entry lists: no read returns it (a save that never committed)."""
+    STAGE_PAST_LIFE = "stage_past_life"
+    """A key a multi-request save stages a body in, older than any save can take to commit it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """One leftover a backend found (:meth:`storages.backend.Backend.leftovers`)."""
+
+    kind: LeftoverKind
+    key: str
+    """Where it is in the store (a key or a row), never a credential."""
+    checkpoint_id: CheckpointID | None
+    workflow_name: str | None
+    detail: str
+    """What it is and what repairing it does, or why it is not repaired."""
+    repairable: bool
+    """True when :meth:`~storages.backend.Backend.repair_leftover` may remove it: nothing that
+    is or may become a checkpoint is lost by doing so."""
+
+
 def filed_under(record: WorkflowCheckpoint | CheckpointRecord) -> str:
     """The id an internal log's record (a pending-writes batch, a prune receipt) belongs to.
 

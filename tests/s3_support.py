@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from conformance.s3_moto import RequestCounter, S3FaultInjector, make_client, start_in_process, start_server
 from storages.s3 import S3CheckpointStorage
@@ -166,3 +166,43 @@ class HeaderDroppingProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+class LostAnswers:
+    """Loses the answer of one applied PutObject: the store has written the object, then botocore
+    is told to send the request again (as after a 500 or a cut connection), and the resend gets
+    what the store now says, usually 412. ``meanwhile`` runs between the two sends, as another
+    writer acting in that window. Attached through botocore's public ``needs-retry`` event, so it
+    works on in-process moto and over HTTP alike."""
+
+    def __init__(self, client: Any) -> None:
+        self._lock = threading.Lock()
+        self._key: str | None = None
+        self._meanwhile: Callable[[], None] | None = None
+        self._prefix = False
+        self.lost: list[str] = []
+        """Keys whose answer was lost."""
+        client.meta.events.register("needs-retry.s3.PutObject", self._needs_retry)
+
+    def arm(self, key: str, meanwhile: Callable[[], None] | None = None, *, prefix: bool = False) -> None:
+        """Lose the answer of the next successful PutObject of ``key`` (of a key starting with
+        ``key`` if ``prefix``)."""
+        with self._lock:
+            self._key, self._meanwhile, self._prefix = key, meanwhile, prefix
+
+    def _needs_retry(self, response: Any, request_dict: Any, **_: Any) -> int | None:
+        if response is None:
+            return None
+        with self._lock:
+            key = self._key
+            if key is None or response[0].status_code >= 300:
+                return None
+            # Path-style (/bucket/key, the server) or virtual-hosted (/key, in-process moto).
+            written = unquote(urlsplit(str(request_dict["url"])).path).removeprefix(f"/{BUCKET}")[1:]
+            if not (written.startswith(key) if self._prefix else written == key):
+                return None
+            self._key, meanwhile = None, self._meanwhile
+            self.lost.append(written)
+        if meanwhile is not None:
+            meanwhile()
+        return 0  # resend now

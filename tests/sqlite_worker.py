@@ -8,6 +8,10 @@ writers' saves interleave whatever the machine's load.
 ``python sqlite_worker.py save-and-exit PATH WORKFLOW``: save one checkpoint, close, return;
 the process exits only if closing released the connection's thread.
 
+``python sqlite_worker.py exit-while-saving PATH WORKFLOW``: a daemon thread saves checkpoints
+from its own event loop without end; once it has saved three, the main thread returns and the
+interpreter exits with that thread still saving (print ``exiting``).
+
 ``python sqlite_worker.py fence-race PATH WORKFLOW COUNT PREFIX``: print ``ready``, wait for a
 line, then COUNT times read the latest and save a checkpoint continuing it, fenced on it; print
 ``done WINS REFUSALS``.
@@ -16,9 +20,28 @@ line, then COUNT times read the latest and save a checkpoint continuing it, fenc
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
+import threading
 
 from storages import SQLiteCheckpointStorage, StaleWriterError, WorkflowCheckpoint
+
+
+def exit_while_saving(path: str, workflow: str) -> None:
+    saved_some = threading.Event()
+
+    async def save_forever() -> None:
+        storage = SQLiteCheckpointStorage(path)  # never closed: the process ends under it
+        previous = None
+        for count in itertools.count(1):
+            checkpoint = WorkflowCheckpoint(workflow, "sig", previous_checkpoint_id=previous)
+            previous = await storage.save(checkpoint)
+            if count == 3:
+                saved_some.set()
+
+    threading.Thread(target=asyncio.run, args=(save_forever(),), daemon=True).start()
+    saved_some.wait(timeout=60)
+    print("exiting", flush=True)
 
 
 async def save_many(path: str, workflow: str, count: int, prefix: str) -> None:
@@ -81,6 +104,8 @@ def main(argv: list[str]) -> None:
         asyncio.run(save_many(path, workflow, int(rest[0]), rest[1]))
     elif mode == "save-and-exit":
         asyncio.run(save_and_exit(path, workflow))
+    elif mode == "exit-while-saving":
+        exit_while_saving(path, workflow)
     elif mode == "fence-race":
         asyncio.run(fence_race(path, workflow, int(rest[0]), rest[1]))
     else:

@@ -43,6 +43,7 @@ from storages.engine.encoding import plain_records, record_drafts
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
 from storages.redis.commit import STAGED_BODY_MIN
 from storages.redis.loads import INLINE_BODY_LIMIT
+from storages.verify import FindingKind, repair, verify
 
 redis_mark = pytest.mark.redis
 cluster_mark = pytest.mark.redis_cluster
@@ -660,6 +661,67 @@ async def test_a_pointer_without_a_record_is_a_lost_record_and_a_save_mends_it(
     checkpoint = WorkflowCheckpoint("other-workflow", "sig", checkpoint_id="orphan")
     await real_storage.save(checkpoint)
     assert await real_storage.load("orphan") == checkpoint
+
+
+@redis_mark
+@pytest.mark.parametrize("nested", [False, True], ids=["one-record", "with-nested"])
+async def test_a_fenced_save_over_a_lost_record_keeps_it_indexed(
+    real_storage: RedisCheckpointStorage, nested: bool
+) -> None:
+    """The newest record is lost (deleted by hand, no TTL) and its id is still indexed: a fenced
+    save compares against what the index says, so one expecting the checkpoint before the lost one
+    is refused naming it, and the lost id stays indexed (reads keep reporting it) until it is
+    saved again, fenced or not, which restores it."""
+    first = WorkflowCheckpoint("wf", "sig", checkpoint_id="first")
+    lost = WorkflowCheckpoint("wf", "sig", checkpoint_id="lost", previous_checkpoint_id="first")
+    await real_storage.save(first)
+    await real_storage.save(lost)
+    await real_storage.backend.client.delete(real_storage.keys.record("wf", "lost"))
+    later = WorkflowCheckpoint("wf", "sig", checkpoint_id="later", previous_checkpoint_id="first")
+    if nested:
+        later = _with_child(
+            "wf", WorkflowCheckpoint("child", "sig"), checkpoint_id="later", previous_checkpoint_id="first"
+        )
+    with pytest.raises(StaleWriterError) as refused:
+        await real_storage.save(later, expected_latest_id="first")
+    assert refused.value.actual_latest_id == "lost"
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == ["first", "lost"]
+    with pytest.raises(CheckpointCorruptedError) as reported:
+        await real_storage.get_latest(workflow_name="wf")
+    assert reported.value.checkpoint_id == "lost"
+    assert await real_storage.save(lost, expected_latest_id="first") == "lost"
+    assert await real_storage.get_latest(workflow_name="wf") == lost
+    assert await real_storage.save(later, expected_latest_id="lost") == "later"
+
+
+@redis_mark
+async def test_verify_reports_an_indexed_id_whose_record_is_gone_and_repair_removes_it(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    """A record deleted by hand while its id stays indexed: verify reports the entry (not only the
+    dangling link of its successor), repair removes it from every index, and the workflow reads
+    and takes fenced saves again."""
+    first = WorkflowCheckpoint("wf", "sig", checkpoint_id="first")
+    gone = WorkflowCheckpoint("wf", "sig", checkpoint_id="gone", previous_checkpoint_id="first")
+    fork = WorkflowCheckpoint("wf", "sig", checkpoint_id="fork", previous_checkpoint_id="first")
+    await real_storage.save(first)
+    await real_storage.save(fork)
+    await real_storage.save(gone)
+    await real_storage.backend.client.delete(real_storage.keys.record("wf", "gone"))
+    report = await verify(real_storage)
+    (finding,) = report.of_kind(FindingKind.INDEX_WITHOUT_RECORD)
+    assert finding.checkpoint_ids == ("gone",)
+    assert finding.leftover is not None
+    assert finding.leftover.repairable
+    done = await repair(real_storage, report)
+    assert len(done) == 1
+    assert "'gone'" in done[0]
+    assert (await verify(real_storage)).ok
+    assert await real_storage.list_checkpoint_ids(workflow_name="wf") == ["first", "fork"]
+    assert await real_storage.get_latest(workflow_name="wf") == fork
+    after = WorkflowCheckpoint("wf", "sig", checkpoint_id="after", previous_checkpoint_id="fork")
+    assert await real_storage.save(after, expected_latest_id="fork") == "after"
+    assert await repair(real_storage, report) == []  # nothing left to do
 
 
 # ---------------------------------------------------------------------- TTL

@@ -452,6 +452,27 @@ def test_process_exits_after_aclose(db_path: Path) -> None:
     assert query(db_path, "SELECT count(*) FROM checkpoints") == [(1,)]
 
 
+def test_no_traceback_at_exit_while_a_daemon_thread_is_saving(db_path: Path) -> None:
+    """The interpreter exits while a daemon thread's event loop is saving through a handle it
+    never closed: the handle is released at exit, the saves already queued commit, and the
+    thread is not woken to print a StorageClosedError traceback as the process ends."""
+    root = Path(__file__).resolve().parents[1]  # this checkout's storages, not an installed one
+    finished = subprocess.run(
+        [sys.executable, str(WORKER), "exit-while-saving", str(db_path), "wf"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    stderr = finished.stderr.decode()
+    assert finished.returncode == 0, stderr
+    assert finished.stdout == b"exiting\n"
+    assert "Traceback" not in stderr, stderr
+    assert "Exception in thread" not in stderr, stderr
+    (saved,) = query(db_path, "SELECT count(*) FROM checkpoints")[0]
+    assert saved >= 3
+
+
 async def test_aclose_waits_for_an_operation_in_flight(db_path: Path) -> None:
     storage = SQLiteCheckpointStorage(db_path)
     await storage.list_workflows()

@@ -17,7 +17,7 @@ from ..errors import (
     InvalidCheckpointIdError,
 )
 from ..integrity import Seal, TamperKind
-from ..records import StoredBody, body_digest, listed_ids
+from ..records import Leftover, StoredBody, body_digest, listed_ids
 from .parts import HandleParts
 from .receipts import PruneReceipts, is_receipts_log_name, receipts_log_name
 from .walk import LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
@@ -233,6 +233,23 @@ class Extensions:
             validate_identifier(workflow_name, "workflow_name")
         await self._parts.ready("list_tombstones")
         return sorted(await self._parts.backend.tombstones(workflow_name))
+
+    async def list_leftovers(self, workflow_name: str | None) -> list[Leftover]:
+        """What faults left in the store that no operation clears by itself (backends that find
+        none report none)."""
+        self._parts.require(Capability.INSPECT, "list_leftovers")
+        if workflow_name is not None:
+            validate_identifier(workflow_name, "workflow_name")
+        await self._parts.ready("list_leftovers")
+        return list(await self._parts.backend.leftovers(workflow_name))
+
+    async def repair_leftover(self, leftover: Leftover) -> str | None:
+        """Remove one repairable leftover; what was done, or None if there was nothing to do."""
+        self._parts.require(Capability.INSPECT, "repair_leftover")
+        if not leftover.repairable:
+            return None
+        await self._parts.ready("repair_leftover")
+        return await self._parts.backend.repair_leftover(leftover)
 
     async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None:
         """The stored bytes of a checkpoint, or None; for verify tooling and the kit."""

@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..fencing import FencedStorage
 from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, as_provider
-from ..records import CheckpointRecord, InsertResult, StoredBody, listed_ids
+from ..records import CheckpointRecord, InsertResult, Leftover, StoredBody, listed_ids
 from .encoding import plain_records, record_drafts
 from .extensions import Extensions
 from .lifecycle import Lifecycle
@@ -481,6 +481,17 @@ class CheckpointStore(Generic[BackendT]):
     async def list_tombstones(self, *, workflow_name: str | None = None) -> list[CheckpointID]:
         """Ids pruned from the storage (or from one workflow), sorted."""
         return await self._extensions.list_tombstones(workflow_name)
+
+    async def list_leftovers(self, *, workflow_name: str | None = None) -> list[Leftover]:
+        """What faults left in the store (or one workflow) that no operation clears by itself:
+        index entries without their record, records without their index entry, stage keys past
+        their life (:class:`~storages.records.Leftover`). ``verify`` reports them."""
+        return await self._extensions.list_leftovers(workflow_name)
+
+    async def repair_leftover(self, leftover: Leftover) -> str | None:
+        """Remove one leftover that is safe to remove (``leftover.repairable``), checking first
+        that it still is one; returns what was done, or None. ``verify --repair`` calls it."""
+        return await self._extensions.repair_leftover(leftover)
 
     async def read_raw_body(self, checkpoint_id: CheckpointID) -> bytes | None:
         """The stored bytes of a checkpoint, or None; for verify tooling and the kit."""

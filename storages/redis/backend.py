@@ -11,9 +11,10 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
-from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, StoredBody, WalkRecords
+from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, Leftover, StoredBody, WalkRecords
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import StorageConfigurationError
+from . import leftovers
 from .client import RedisConnection
 from .cluster import ClusterSlotSpan
 from .commit import Commits, SlotSpan
@@ -295,3 +296,9 @@ class RedisBackend(Backend):
 
     async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         return await self._reads.tombstones(workflow_name)
+
+    async def leftovers(self, workflow_name: str | None) -> Sequence[Leftover]:
+        return await leftovers.find(self, workflow_name)
+
+    async def repair_leftover(self, leftover: Leftover) -> str | None:
+        return await leftovers.repair(self, leftover)

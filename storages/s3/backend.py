@@ -18,10 +18,10 @@ from collections.abc import Collection, Mapping, Sequence
 
 from typing_extensions import Self
 
-from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, StoredBody, WalkRecords
+from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, Leftover, StoredBody, WalkRecords
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
-from . import lineage
+from . import leftovers, lineage
 from .client import LIST_PAGE, S3Client, gather
 from .commit import CommitProtocol
 from .config import S3Settings
@@ -316,6 +316,14 @@ class S3Backend(Backend):
             if checkpoint_id is not None:
                 ids.append(checkpoint_id)
         return ids
+
+    # ------------------------------------------------------------------ after faults
+
+    async def leftovers(self, workflow_name: str | None) -> Sequence[Leftover]:
+        return await leftovers.find(self._protocol, workflow_name)
+
+    async def repair_leftover(self, leftover: Leftover) -> str | None:
+        return await leftovers.repair(self._protocol, leftover)
 
 
 __all__ = ["S3Backend"]

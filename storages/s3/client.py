@@ -164,7 +164,7 @@ class S3Client:
     async def _probe(self, key: str) -> str | None:
         """What the store got wrong, or None."""
         body = b"conditional-write probe of checkpoint-storages (see docs/s3.md); safe to delete"
-        etag = await self._put_retrying(key, body, CREATE_ONLY)
+        etag = await self._put_retrying(key, body, CREATE_ONLY, read_back=True)
         if etag is None:
             return f"a create-only write (If-None-Match: *) of the new object {key} was refused"
 
@@ -184,13 +184,21 @@ class S3Client:
             return f"a compare-and-swap (If-Match) with the ETag the store returned for {key} was refused"
         return None
 
-    async def _put_retrying(self, key: str, data: bytes, condition: Mapping[str, str]) -> str | None:
+    async def _put_retrying(
+        self, key: str, data: bytes, condition: Mapping[str, str], *, read_back: bool = False
+    ) -> str | None:
         """A conditional write that should succeed: its ETag, or None if refused every time (a 409,
-        or a 412 injected by a test, is retried like :meth:`create` does)."""
+        or a 412 injected by a test, is retried like :meth:`create` does). ``read_back`` (the
+        probe's create-only write of a key no one else writes): a refusal of a resend is this
+        write's own effect when the object holds ``data``, so its ETag is the answer."""
         for attempt in range(self._settings.conflict_retries + 1):
             try:
                 return await self.put("open", key, data, condition)
-            except CONDITION_FAILED:
+            except CONDITION_FAILED as refused:
+                if read_back and refused.resent:
+                    found = await self.get("open", key)
+                    if found is not None and found[0] == data:
+                        return found[1]
                 await backoff(attempt)
         return None
 
@@ -331,13 +339,13 @@ class S3Client:
                 Bucket=self._settings.bucket, Key=key, Body=data, **condition, **self._settings.put_parameters
             )
         except ClientError as exc:
-            status, code = _status(exc), _code(exc)
+            status, code, resent = _status(exc), _code(exc), _resent(exc)
             if status == 412 or code == "PreconditionFailed":
-                raise PreconditionFailed(key) from exc
+                raise PreconditionFailed(key, resent=resent) from exc
             if status == 409 or code == "ConditionalRequestConflict":
-                raise ConditionalConflict(key) from exc
+                raise ConditionalConflict(key, resent=resent) from exc
             if condition and (status == 404 or code == "NoSuchKey"):
-                raise MissingKey(key) from exc
+                raise MissingKey(key, resent=resent) from exc
             raise
         return str(response.get("ETag", ""))
 
@@ -354,12 +362,12 @@ class S3Client:
                 raise
             etag = None
         if condition.get("IfNoneMatch") == "*" and etag is not None:
-            raise PreconditionFailed(key)
+            raise PreconditionFailed(key, resent=False)
         expected = condition.get("IfMatch")
         if expected is not None and etag is None:
-            raise MissingKey(key)
+            raise MissingKey(key, resent=False)
         if expected is not None and etag != expected:
-            raise PreconditionFailed(key)
+            raise PreconditionFailed(key, resent=False)
 
     def _get_object(self, key: str) -> tuple[bytes, str] | None:
         from botocore.exceptions import ClientError
@@ -428,6 +436,17 @@ def _code(exc: BaseException) -> str:
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code", ""))
     return ""
+
+
+def _resent(exc: BaseException) -> bool:
+    """Whether botocore sent the request more than once before this answer (its retry count in
+    the response metadata); True when the answer does not say."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        attempts = response.get("ResponseMetadata", {}).get("RetryAttempts")
+        if isinstance(attempts, int):
+            return attempts > 0
+    return True
 
 
 def _status(exc: BaseException) -> int:

@@ -7,11 +7,16 @@ point: of fenced writers that checked the same latest, one moves the pointer and
 save that has not created its order key yet (or crashed before it); the next fenced save finishes
 that commit before checking. Only a fenced swap names a writer in the pointer: a floor raised by
 a nested save, a delete or a prune names none, so it can never roll a stale record forward.
+
+A swap refused on botocore's resend of a request whose answer was lost may have been applied:
+the pointer (and, if it has moved on, this record's order key) is read back before the records
+are removed (:func:`swap_pointer`); records whose swap may have been applied are never removed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -95,7 +100,12 @@ async def insert_fenced(
         sequence = max(
             m.sequence for m in (headers[0].member, *headers[0].members) if m.workflow_name == workflow
         )
-        if not await swap_pointer(protocol, workflow, view.pointer, sequence, top.checkpoint_id):
+        swapped = await swap_pointer(protocol, workflow, view.pointer, sequence, top.checkpoint_id)
+        if swapped is Swap.UNKNOWN and await protocol.visible(headers[0], "save"):
+            # The swap was applied and its answer lost, and a later fenced save has committed this
+            # record since (its order key exists): the save is done.
+            return None
+        if swapped is Swap.LOST:
             # Another writer committed since the check: this attempt's records never became
             # visible; remove them (and the successor key naming its order key) and check again.
             successor_key = protocol.keys.successor_key(headers[0])
@@ -107,6 +117,10 @@ async def insert_fenced(
                     *([] if successor_key is None else [successor_key]),
                 ],
             )
+        if swapped is not Swap.APPLIED:
+            # UNKNOWN and not committed: the swap may have been applied and a fenced save that
+            # read the pointer may be committing this record now, so the records stay (invisible
+            # until committed; the next attempt rewrites them, and verify reports any left).
             await backoff(attempt)
             continue
         # The swap already covers this workflow's nested records: no floor to raise there.
@@ -183,21 +197,45 @@ async def fenced_latest(
     return (await lineage.tip(protocol, workflow_name, newest, "save", listed)).checkpoint_id
 
 
+class Swap(enum.Enum):
+    """What became of a pointer swap."""
+
+    APPLIED = "applied"
+    LOST = "lost"
+    """Not applied: another writer moved the pointer first."""
+    UNKNOWN = "unknown"
+    """Refused on a resend and the pointer has moved past it since: the first send may have been
+    applied, then superseded."""
+
+
 async def swap_pointer(
     protocol: CommitProtocol,
     workflow_name: str,
     seen: Pointer | None,
     sequence: int,
     checkpoint_id: CheckpointID,
-) -> bool:
-    """Move the pointer from the state ``seen`` to (sequence, id); False if it moved since."""
+) -> Swap:
+    """Move the pointer from the state ``seen`` to (sequence, id).
+
+    A refusal of a resent request (botocore retries a PUT whose answer was lost) may answer this
+    writer's own applied swap, so the pointer is read back before another writer is said to have
+    won. Only the refused path pays that read. Pointer sequences only grow (every swap and floor
+    moves them forward), so a pointer at or below ``sequence`` that names another writer proves
+    this swap was never applied."""
     key = protocol.keys.pointer_key(workflow_name)
     condition = CREATE_ONLY if seen is None else {"IfMatch": seen.etag}
     try:
         await protocol.client.put("save", key, Pointer.encode(sequence, checkpoint_id), condition)
-    except CONDITION_FAILED:
-        return False
-    return True
+    except CONDITION_FAILED as refused:
+        if not refused.resent:
+            return Swap.LOST
+        current = await protocol.read_pointer(workflow_name, "save")
+        if current is not None and current.sequence == sequence and current.checkpoint_id == checkpoint_id:
+            return Swap.APPLIED
+        if current is None or current.sequence <= sequence:
+            return Swap.LOST
+        return Swap.UNKNOWN
+    return Swap.APPLIED
 
 
-__all__ = ["FenceView", "fence_view", "fenced_latest", "insert_fenced", "swap_pointer"]
+__all__ = ["FenceView", "Swap", "fence_view", "fenced_latest", "insert_fenced", "swap_pointer"]

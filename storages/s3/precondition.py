@@ -27,15 +27,28 @@ WRONG_ETAG = '"00000000000000000000000000000000"'
 OPT_OUT = "unsafe_single_writer=True (URL option unsafe_single_writer=true)"
 
 
-class PreconditionFailed(Exception):
+class ConditionNotMet(Exception):
+    """A conditional write the store refused. ``resent``: botocore sent the request more than once
+    (an earlier answer was lost: a 500, a cut connection, a timeout), or the client cannot say; the
+    refusal may then answer a resend of a request that was applied, so it proves nothing about that
+    request, and the caller reads back before deciding who won. Not resent: this request was not
+    applied."""
+
+    def __init__(self, key: str, *, resent: bool = True) -> None:
+        super().__init__(key)
+        self.key = key
+        self.resent = resent
+
+
+class PreconditionFailed(ConditionNotMet):
     """412: the conditional write's condition did not hold."""
 
 
-class ConditionalConflict(Exception):
+class ConditionalConflict(ConditionNotMet):
     """409 ConditionalRequestConflict: a concurrent conditional write on the same key."""
 
 
-class MissingKey(Exception):
+class MissingKey(ConditionNotMet):
     """404 on a conditional write (IfMatch on a key that is gone)."""
 
 
@@ -82,6 +95,7 @@ __all__ = [
     "OPT_OUT",
     "PROBE_DIRECTORY",
     "WRONG_ETAG",
+    "ConditionNotMet",
     "ConditionalConflict",
     "EnforcingStores",
     "MissingKey",

@@ -221,7 +221,8 @@ class SQLiteClient:
         """Put the queued saves on the connection's thread as one group commit."""
         group, self._queued_saves = self._queued_saves, []
         if connection.stopped:  # closed under us
-            self._settle_group(loop, connection, group, StorageClosedError(self._describe, "save"))
+            if not connection.abandoned:  # at exit nothing is answered (ConnectionThread)
+                self._settle_group(loop, connection, group, StorageClosedError(self._describe, "save"))
             return
         path, identity = self._path, self._identity
         handed = [group]  # emptied on the thread, which keeps this function until its next call
@@ -233,6 +234,8 @@ class SQLiteClient:
             try:
                 sqlite_connection = connection.connection
                 if sqlite_connection is None:
+                    if connection.abandoned:
+                        return  # at exit nothing is answered (ConnectionThread.release_abandoned)
                     raise StorageClosedError(self._describe, "save")
                 outcomes = insert_families(sqlite_connection, saves)
                 _check_still_at_path("save", path, identity)

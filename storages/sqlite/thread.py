@@ -47,6 +47,8 @@ class ConnectionThread:
         """The sqlite3 connection, for functions running on the thread only."""
         self.handoffs = 0
         self.stopped = False
+        self.abandoned = False
+        """Released by :meth:`release_abandoned`: later calls are never answered."""
 
     def _serve(self) -> None:
         calls = self._calls
@@ -73,6 +75,8 @@ class ConnectionThread:
     def hand(self, function: Callable[[], object]) -> None:
         """Queue ``function()`` on the thread without waiting: it must report back itself."""
         if self.stopped:
+            if self.abandoned:
+                return  # never answered: see release_abandoned
             raise ConnectionClosed("the connection's thread has stopped")
         self.handoffs += 1
         self._calls.put(function)
@@ -86,6 +90,8 @@ class ConnectionThread:
             connection = self.connection
             try:
                 if connection is None and not _unopened:
+                    if self.abandoned:
+                        return  # never answered: see release_abandoned
                     raise ConnectionClosed("the SQLite connection was closed")
                 outcome: tuple[bool, Any] = (True, function(connection, *args))
             except BaseException as exc:  # answered on the loop, never lost on the thread
@@ -127,9 +133,16 @@ class ConnectionThread:
 
     def release_abandoned(self) -> None:
         """Close a connection nobody closed (its handle was collected, or the interpreter exits),
-        answering on no event loop: the loop that opened it is usually closed by then."""
+        answering on no event loop: the loop that opened it is usually closed by then.
+
+        Calls made after this are never answered. A handle with a call in flight cannot be
+        collected (the caller holds it), so such a call only exists at interpreter exit, made
+        from a daemon thread's loop (non-daemon threads were joined before): answering it
+        StorageClosedError would only wake that thread to print a traceback as the process
+        ends. What was handed over before still runs, and saves already queued still commit."""
         if self.stopped:
             return
+        self.abandoned = True
 
         def close() -> None:
             with contextlib.suppress(sqlite3.Error):

@@ -18,6 +18,9 @@ finding is about first:
   allow the type (``type_not_allowed``, kept apart from damaged bytes so nobody deletes good data);
 * a body whose fields disagree with the index the storage lists and walks by;
 * a graph signature that changes from one checkpoint to the next along a chain;
+* what a fault left that no operation clears (``list_leftovers``, from the backend's
+  ``leftovers`` hook): an index entry without its record, a record without its index entry, a
+  stage key past its life; :func:`repair` removes those that are safe to remove;
 * on a storage with an integrity key (docs/integrity.md): a record that is not what was signed,
   a chain link that does not hold or whose predecessor was deleted, and, given anchors, a
   workflow whose store went back before its anchor.
@@ -72,10 +75,29 @@ async def verify(
     require_capabilities(storage, "verify")
     scan = Scan(storage, workflow_name, progress, structure_only=structure_only)
     await scan.run()
+    list_leftovers = getattr(storage, "list_leftovers", None)
+    if callable(list_leftovers):
+        found = await list_leftovers(workflow_name=workflow_name)
+        scan.report.findings.extend(Finding.of_leftover(leftover) for leftover in found)
     for anchored_workflow, token in (anchors or {}).items():
         await scan.check_anchor(anchored_workflow, token)
     scan.report.findings.sort(key=lambda finding: KIND_ORDER[finding.kind])
     return scan.report
+
+
+async def repair(storage: CheckpointStorage, report: VerifyReport) -> list[str]:
+    """Remove the leftovers ``report`` found that are safe to remove (each checked again first),
+    through a handle that may write; what was done, one line each."""
+    repair_leftover = getattr(storage, "repair_leftover", None)
+    if not callable(repair_leftover):
+        return []
+    done: list[str] = []
+    for finding in report.findings:
+        if finding.leftover is not None and finding.leftover.repairable:
+            said = await repair_leftover(finding.leftover)
+            if said is not None:
+                done.append(said)
+    return done
 
 
 __all__ = [
@@ -86,6 +108,7 @@ __all__ = [
     "VerifyReport",
     "abbreviate_signature",
     "describe_storage",
+    "repair",
     "require_capabilities",
     "verify",
 ]

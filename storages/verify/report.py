@@ -11,6 +11,7 @@ from typing import Any
 
 from ..contract import Capability, CheckpointID, CheckpointStorage
 from ..errors import UnsupportedOperationError
+from ..records import Leftover, LeftoverKind
 from ..redaction import redact_url
 
 VerifyProgress = Callable[[int, int], None]
@@ -50,6 +51,12 @@ class FindingKind(str, enum.Enum):
     deleted without a tombstone, or behind a tombstone no signed prune receipt vouches for."""
     ROLLED_BACK = "rolled_back"
     """Given an anchor: the workflow's store went back before it."""
+    INDEX_WITHOUT_RECORD = LeftoverKind.INDEX_WITHOUT_RECORD.value
+    """Left by a fault: an index entry whose record is gone (the reads reaching it raise)."""
+    RECORD_WITHOUT_INDEX = LeftoverKind.RECORD_WITHOUT_INDEX.value
+    """Left by a fault: a record no index entry lists (a save that never committed)."""
+    STAGE_PAST_LIFE = LeftoverKind.STAGE_PAST_LIFE.value
+    """Left by a fault: a key a save staged a body in, older than any save takes to commit."""
 
     def __str__(self) -> str:
         return self.value
@@ -69,6 +76,19 @@ class Finding:
     """The workflow of ``checkpoint_ids[0]``, when it is stored."""
     refused_type: str | None = None
     """For ``type_not_allowed``: the ``module:qualname`` the codec refused to construct."""
+    leftover: Leftover | None = None
+    """For the kinds a fault leaves: what the backend found (``verify --repair`` hands it back)."""
+
+    @classmethod
+    def of_leftover(cls, leftover: Leftover) -> Finding:
+        named = "" if leftover.checkpoint_id is None else f"{leftover.checkpoint_id}: "
+        return cls(
+            FindingKind(leftover.kind.value),
+            () if leftover.checkpoint_id is None else (leftover.checkpoint_id,),
+            f"{named}{leftover.detail} (key {leftover.key})",
+            leftover.workflow_name,
+            leftover=leftover,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +97,11 @@ class Finding:
             "workflow_name": self.workflow_name,
             "message": self.message,
             "refused_type": self.refused_type,
+            **(
+                {}
+                if self.leftover is None
+                else {"key": self.leftover.key, "repairable": self.leftover.repairable}
+            ),
         }
 
 

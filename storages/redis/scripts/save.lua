@@ -26,7 +26,8 @@ if existing then
 end
 if fenced then
   local latest = head(home)
-  if latest ~= expected then return {'stale', latest} end
+  -- The latest may be this very checkpoint, indexed with its record lost: saving it restores it.
+  if latest ~= expected and latest ~= top.id then return {'stale', latest} end
 end
 for i = 2, #records do
   if stored(records[i].id) then return {'conflict', records[i].id} end

@@ -16,7 +16,8 @@ if found then
 end
 if fenced then
   local latest = head(workflow)
-  if latest ~= expected then
+  -- The latest may be this very checkpoint, indexed with its record lost: saving it restores it.
+  if latest ~= expected and latest ~= id then
     if staged then redis.call('DEL', stage) end
     return {'stale', latest}
   end
