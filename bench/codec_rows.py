@@ -143,14 +143,13 @@ def time_row(shape: str, size: int, calls: int, rounds: int) -> dict[str, Any]:
     }
 
 
-_CALLGRIND_SCRIPT = """
-import warnings
-warnings.simplefilter("ignore")
-from bench.codec_rows import round_trip
-call = round_trip({subject!r}, {shape!r}, {size})
-for _ in range({calls}):
-    call()
-"""
+def callgrind_script(subject: str, shape: str, size: int, calls: int) -> str:
+    """The program callgrind counts: the subject's round trip set up (and checked), then ``calls``
+    more of it."""
+    return (
+        "import warnings\nwarnings.simplefilter('ignore')\nfrom bench.codec_rows import round_trip\n"
+        f"call = round_trip({subject!r}, {shape!r}, {size})\nfor _ in range({calls}):\n    call()\n"
+    )
 
 
 def count_row(shape: str, size: int, calls: int) -> dict[str, Any]:
@@ -160,7 +159,7 @@ def count_row(shape: str, size: int, calls: int) -> dict[str, Any]:
         for subject in SUBJECTS:
             runs = [
                 program_instructions(
-                    _CALLGRIND_SCRIPT.format(subject=subject, shape=shape, size=size, calls=n),
+                    callgrind_script(subject, shape, size, n),
                     Path(directory) / f"callgrind.{subject}.{n}.out",
                 )
                 for n in (calls, 0)
@@ -196,7 +195,13 @@ def tables(results: dict[str, Any]) -> str:
         lines.append(f"| {label} | {timed['us']['ours']:,.1f} | " + " | ".join(cells) + " |")
     counted = {label: row["counted"] for label, row in results["rows"].items() if "counted" in row}
     if counted:
-        lines += ["", "Instructions per encode+decode (callgrind), ours ÷ peer in brackets:", "", header, rule]
+        lines += [
+            "",
+            "Instructions per encode+decode (callgrind), ours ÷ peer in brackets:",
+            "",
+            header,
+            rule,
+        ]
         for label, row in counted.items():
             counts = row["instructions"]
             cells = [f"{counts[peer] / 1e3:,.0f} k ({row['ratios'][peer]:.2f}{TIMES})" for peer in PEERS]
@@ -235,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-callgrind", action="store_true", help="times only, even with valgrind")
     parser.add_argument("--row", action="append", metavar="LABEL", help='only this row, e.g. "1 MB bytes"')
     parser.add_argument("--json", type=Path, metavar="PATH")
-    parser.add_argument("--markdown", type=Path, metavar="PATH", help="replace this file's codec-rows section")
+    parser.add_argument(
+        "--markdown", type=Path, metavar="PATH", help="replace this file's codec-rows section"
+    )
     args = parser.parse_args(argv)
     callgrind = not args.no_callgrind and shutil.which("valgrind") is not None
     if not args.no_callgrind and not callgrind:
@@ -247,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown is not None:
         command = "python -m bench.codec_rows " + " ".join(argv if argv is not None else sys.argv[1:])
         document = args.markdown.read_text(encoding="utf-8") if args.markdown.exists() else ""
-        args.markdown.write_text(replace_section(document, section(results, command.strip())), encoding="utf-8")
+        args.markdown.write_text(
+            replace_section(document, section(results, command.strip())), encoding="utf-8"
+        )
     return 0
 
 

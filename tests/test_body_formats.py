@@ -54,7 +54,9 @@ def test_a_version_1_tree_reads_with_its_nested_body() -> None:
     outer, inner = v1_body("tree-outer"), v1_body("tree-inner")
     assert outer[framing.FLAGS_OFFSET] == framing.FLAG_NESTED_REFS
     assert CheckpointCodec.nested_ref_ids(outer, checkpoint_id="v1-outer") == ["v1-inner"]
-    checkpoint = CheckpointCodec().decode_checkpoint(outer, checkpoint_id="v1-outer", nested={"v1-inner": inner})
+    checkpoint = CheckpointCodec().decode_checkpoint(
+        outer, checkpoint_id="v1-outer", nested={"v1-inner": inner}
+    )
     assert checkpoint.state["n"] == 1
     assert checkpoint.state["inner"].checkpoint_id == "v1-inner"
     assert checkpoint.state["inner"].state == {"k": [1, 2]}

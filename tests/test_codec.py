@@ -967,7 +967,9 @@ def test_a_version_1_body_of_the_same_payload_reads_as_the_same_checkpoint(body:
     old = crc32_frame(body[HEADER_SIZE:])
     CheckpointCodec.verify_frame(old, checkpoint_id="cp-1")
     codec = full_codec()
-    assert codec.decode_checkpoint(old, checkpoint_id="cp-1") == codec.decode_checkpoint(body, checkpoint_id="cp-1")
+    assert codec.decode_checkpoint(old, checkpoint_id="cp-1") == codec.decode_checkpoint(
+        body, checkpoint_id="cp-1"
+    )
 
 
 @pytest.mark.parametrize(
