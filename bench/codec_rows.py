@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as ``python bench/codec_rows.py``
 
 from bench.callgrind_codec import program_instructions
 from bench.report import TIMES
+from bench.sections import CODEC_ROWS_END, CODEC_ROWS_HEADING, CODEC_ROWS_START
 
 SIZES: tuple[tuple[str, int], ...] = (("small", 1_000), ("100 KB", 100_000), ("1 MB", 1_000_000))
 """Row label -> bytes of state added to the benchmark checkpoint ("small": 1 KB more)."""
@@ -47,9 +48,8 @@ PEER_NAMES = {"msgspec": "msgspec", "orjson": "orjson", "jsonplus": "JsonPlus"}
 CALLGRIND_CALLS = {"small": 100, "100 KB": 10, "1 MB": 3}
 """Calls per callgrind run: enough that one call's count dwarfs the run-to-run noise."""
 
-START = "<!-- codec-rows:start -->"
-END = "<!-- codec-rows:end -->"
-HEADING = "## Codec rows: ours against msgspec, orjson and JsonPlusSerializer (`bench.codec_rows`)"
+START, END, HEADING = CODEC_ROWS_START, CODEC_ROWS_END, CODEC_ROWS_HEADING
+"""The section ``--markdown`` replaces (``bench.run --markdown`` keeps it: bench/sections.py)."""
 
 
 def _bytes_as_base64(value: Any) -> str:

@@ -19,9 +19,14 @@ RUNNERS_HEADING = (
     "## CrewAI and Burr: our adapters against the runners' own persisters (`bench.runners_bench`)"
 )
 
+CODEC_ROWS_START = "<!-- codec-rows:start -->"
+CODEC_ROWS_END = "<!-- codec-rows:end -->"
+CODEC_ROWS_HEADING = "## Codec rows: ours against msgspec, orjson and JsonPlusSerializer (`bench.codec_rows`)"
+
 KEPT_SECTIONS: tuple[tuple[str, str, str], ...] = (
     (LANGGRAPH_START, LANGGRAPH_END, LANGGRAPH_HEADING),
     (RUNNERS_START, RUNNERS_END, RUNNERS_HEADING),
+    (CODEC_ROWS_START, CODEC_ROWS_END, CODEC_ROWS_HEADING),
 )
 """(start, end, heading) of every section another command writes into docs/benchmarks.md."""
 
