@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -152,24 +153,33 @@ def callgrind_script(subject: str, shape: str, size: int, calls: int) -> str:
     )
 
 
-def count_row(shape: str, size: int, calls: int) -> dict[str, Any]:
-    """Instructions per encode+decode of each subject, and ours ÷ each peer."""
-    counts: dict[str, float] = {}
+def count_row(shape: str, size: int, calls: int, jobs: int = 1) -> dict[str, Any]:
+    """Instructions per encode+decode of each subject, and ours ÷ each peer; ``jobs`` callgrind
+    runs at a time (each is one process counting its own instructions, so they do not blur)."""
     with tempfile.TemporaryDirectory(prefix="codec-rows-") as directory:
-        for subject in SUBJECTS:
-            runs = [
-                program_instructions(
-                    callgrind_script(subject, shape, size, n),
-                    Path(directory) / f"callgrind.{subject}.{n}.out",
-                )
-                for n in (calls, 0)
-            ]
-            counts[subject] = (runs[0] - runs[1]) / calls
+
+        def instructions(run: tuple[str, int]) -> int:
+            subject, n = run
+            out = Path(directory) / f"callgrind.{subject}.{n}.out"
+            return program_instructions(callgrind_script(subject, shape, size, n), out)
+
+        runs = [(subject, n) for subject in SUBJECTS for n in (calls, 0)]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            totals = dict(zip(runs, pool.map(instructions, runs), strict=True))
+    counts = {subject: (totals[subject, calls] - totals[subject, 0]) / calls for subject in SUBJECTS}
     return {"instructions": counts, "ratios": {peer: counts["ours"] / counts[peer] for peer in PEERS}}
 
 
-def run(calls: int, rounds: int, callgrind: bool, only: list[str] | None = None) -> dict[str, Any]:
-    """Every row (or the rows named in ``only``, e.g. ``"1 MB bytes"``), timed and maybe counted."""
+def run(
+    calls: int,
+    rounds: int,
+    callgrind: bool,
+    only: list[str] | None = None,
+    counted: list[str] | None = None,
+    jobs: int = 1,
+) -> dict[str, Any]:
+    """Every row (or the rows named in ``only``, e.g. ``"1 MB bytes"``), timed; with
+    ``callgrind``, counted too (only the rows named in ``counted``, if given)."""
     rows: dict[str, Any] = {}
     for size_label, size in SIZES:
         for shape_label, shape in SHAPES:
@@ -177,11 +187,12 @@ def run(calls: int, rounds: int, callgrind: bool, only: list[str] | None = None)
             if only is not None and label not in only:
                 continue
             row = {"timed": time_row(shape, size, calls, rounds)}
-            if callgrind:
-                row["counted"] = count_row(shape, size, CALLGRIND_CALLS[size_label])
+            if callgrind and (counted is None or label in counted):
+                row["counted"] = count_row(shape, size, CALLGRIND_CALLS[size_label], jobs)
             rows[label] = row
             print(f"measured {label}", file=sys.stderr, flush=True)
-    return {"settings": {"calls": calls, "rounds": rounds, "callgrind": callgrind}, "rows": rows}
+    settings = {"calls": calls, "rounds": rounds, "callgrind": callgrind, "counted": counted}
+    return {"settings": settings, "rows": rows}
 
 
 def tables(results: dict[str, Any]) -> str:
@@ -239,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds per row (default 5)")
     parser.add_argument("--no-callgrind", action="store_true", help="times only, even with valgrind")
     parser.add_argument("--row", action="append", metavar="LABEL", help='only this row, e.g. "1 MB bytes"')
+    parser.add_argument(
+        "--count-row",
+        action="append",
+        metavar="LABEL",
+        help="count instructions of this row only (default: all)",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="callgrind runs at a time (default 1)")
     parser.add_argument("--json", type=Path, metavar="PATH")
     parser.add_argument(
         "--markdown", type=Path, metavar="PATH", help="replace this file's codec-rows section"
@@ -247,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     callgrind = not args.no_callgrind and shutil.which("valgrind") is not None
     if not args.no_callgrind and not callgrind:
         print("valgrind is not installed: times only", file=sys.stderr)
-    results = run(args.calls, args.rounds, callgrind, args.row)
+    known = {f"{size} {shape}" for size, _ in SIZES for shape, _ in SHAPES}
+    for label in (*(args.row or ()), *(args.count_row or ())):
+        if label not in known:
+            parser.error(f"unknown row {label!r}; rows: {', '.join(sorted(known))}")
+    results = run(args.calls, args.rounds, callgrind, args.row, args.count_row, args.jobs)
     print(tables(results))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
