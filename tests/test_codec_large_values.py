@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import platform
+import tracemalloc
 import zlib
+from typing import Any
 
 import pytest
 import xxhash
@@ -56,3 +58,31 @@ def test_a_repeated_one_megabyte_encode_reuses_its_buffer() -> None:
     and is reused: a few faults per encode."""
     faults = fresh_process_encode_faults(1 << 20, 20)
     assert faults < 64, f"{faults:.0f} page faults per 1 MB encode: its buffer is mapped afresh each time"
+
+
+@pytest.mark.parametrize("form", ["version 2", "version 1", "bytearray", "memoryview"])
+def test_a_decode_copies_a_large_bytes_value_once(form: str) -> None:
+    """The checksum and the decode read the stored body through a view: the only copy of a
+    1 MiB ``bytes`` value a decode makes is the value it returns (traced allocations, counted)."""
+    codec = CheckpointCodec()
+    size = 1 << 20
+    checkpoint = WorkflowCheckpoint(
+        workflow_name="w", graph_signature_hash="g", state={"blob": os.urandom(size)}
+    )
+    body: Any = codec.encode_checkpoint(checkpoint)
+    payload = body[framing.HEADER_SIZE :]
+    if form == "version 1":
+        body = framing.CRC32_PLAIN_PREFIX + framing.CRC.pack(zlib.crc32(payload)) + payload
+    elif form == "bytearray":
+        body = bytearray(body)
+    elif form == "memoryview":
+        body = memoryview(body)
+    codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id)  # warm: caches, imports
+    tracemalloc.start()
+    try:
+        decoded = codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert decoded == checkpoint
+    assert size <= peak < size + size // 8, f"a decode of a 1 MiB value peaked at {peak:,} bytes traced"
