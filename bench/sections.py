@@ -23,10 +23,15 @@ BEFORE_AFTER_START = "<!-- before-after:start -->"
 BEFORE_AFTER_END = "<!-- before-after:end -->"
 BEFORE_AFTER_HEADING = "## Instructions per operation before and after a change (`bench.before_after`)"
 
+CODEC_ROWS_START = "<!-- codec-rows:start -->"
+CODEC_ROWS_END = "<!-- codec-rows:end -->"
+CODEC_ROWS_HEADING = "## Codec rows: ours against msgspec, orjson and JsonPlusSerializer (`bench.codec_rows`)"
+
 KEPT_SECTIONS: tuple[tuple[str, str, str], ...] = (
     (LANGGRAPH_START, LANGGRAPH_END, LANGGRAPH_HEADING),
     (RUNNERS_START, RUNNERS_END, RUNNERS_HEADING),
     (BEFORE_AFTER_START, BEFORE_AFTER_END, BEFORE_AFTER_HEADING),
+    (CODEC_ROWS_START, CODEC_ROWS_END, CODEC_ROWS_HEADING),
 )
 """(start, end, heading) of every section another command writes into docs/benchmarks.md."""
 

@@ -810,7 +810,11 @@ FINDINGS: list[str] = [
     "table's machine) and three full scans for bin markers (none is found in ASCII text: 50 µs; "
     "the check exists because ormsgpack writes `bytearray` and `memoryview` as `bin`, which "
     "would read back as `bytes`); against msgspec, which checks nothing, that puts the text rows "
-    "at their 1.5x bound on a CPU without AVX-512 (1.32x and 1.33x on the AVX-512 machine).",
+    "at their 1.5x bound on a CPU without AVX-512 (1.32x and 1.33x on the AVX-512 machine). "
+    "Body format version 2 (issue 43) checks with XXH3-64 instead, which runs near memory speed "
+    'with or without AVX-512 (docs/contract.md, "Corruption is loud"): the same five passes, '
+    "the two checksum passes no longer dearer than a copy on any of these machines; "
+    "`python -m bench.codec_rows` gives every codec row (its section below).",
     "- **Digest of a large body (Redis, PostgreSQL, S3).** Found by timing a Redis save of a "
     "1 MB checkpoint step by step: the digest a backend keeps to tell an idempotent re-save "
     "(`CheckpointRecord.digest`) was BLAKE2b, 1,330 µs a megabyte on the table's machine, more "

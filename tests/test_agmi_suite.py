@@ -171,7 +171,7 @@ class CheckpointStorageAdapter(MemoryAdapter):
 
     def write_raw(self, record: Record) -> None:
         if record.seq < len(self.read_all_raw()):
-            # write_raw_body recomputes the codec's CRC: the edit is a clean rewrite, not damage.
+            # write_raw_body recomputes the codec's checksum: the edit is a clean rewrite, not damage.
             body = bytes.fromhex(record.fields["body"])
             self._run(self.attacker.write_raw_body(self._slot(record.seq), body))
             return
@@ -199,7 +199,7 @@ class CheckpointStorageAdapter(MemoryAdapter):
             _, parts = split_sealed(checkpoint_id, raw)
             seal, body = parts.header + parts.mac, parts.body
         codec = self.attacker.codec
-        # A signed body was framed for its seal (no CRC): the attacker reads it as it is.
+        # A signed body was framed for its seal (no checksum): the attacker reads it as it is.
         edited = codec.decode_checkpoint(body, checkpoint_id=checkpoint_id, sealed=bool(seal))
         edited.state = {"approved": True}
         record.fields["body"] = (seal + codec.encode_checkpoint(edited)).hex()
@@ -328,6 +328,6 @@ def test_going_back_passes_the_key_alone(storage_maker: StorageMaker, attack: st
 
 
 def test_a_content_edit_passes_a_storage_without_a_key(storage_maker: StorageMaker) -> None:
-    """Without the key the codec's CRC is all there is, and the attacker recomputes it."""
+    """Without the key the codec's checksum is all there is, and the attacker recomputes it."""
     result = run(storage_maker, "tamper", key=None, anchored=False)
     assert result.status == "VULNERABLE", result

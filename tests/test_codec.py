@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pydantic
 import pytest
+import xxhash
 from agent_framework import WorkflowCheckpoint as MafWorkflowCheckpoint
 
 from storages import (
@@ -923,12 +924,18 @@ def test_hooks_stored_but_registered_without_hooks_is_corrupted() -> None:
 # ---------------------------------------------------------------------------- framing
 
 
-HEADER = struct.Struct(">2sBBI")
+HEADER = struct.Struct(">2sBB8s")
+CRC32_HEADER = struct.Struct(">2sBBI")
 
 
-def frame(payload: bytes, *, magic: bytes = b"CK", version: int = 1, flags: int = 0) -> bytes:
-    """A body as the format describes it: magic, version, flags, CRC-32 of the payload."""
-    return HEADER.pack(magic, version, flags, zlib.crc32(payload)) + payload
+def frame(payload: bytes, *, magic: bytes = b"CK", version: int = 2, flags: int = 0) -> bytes:
+    """A body as the format describes it: magic, version, flags, XXH3-64 of the payload."""
+    return HEADER.pack(magic, version, flags, xxhash.xxh3_64_digest(payload)) + payload
+
+
+def crc32_frame(payload: bytes, *, flags: int = 0) -> bytes:
+    """A body as format version 1 describes it: magic, version, flags, CRC-32 of the payload."""
+    return CRC32_HEADER.pack(b"CK", 1, flags, zlib.crc32(payload)) + payload
 
 
 def raw_record(body: bytes) -> list[Any]:
@@ -947,13 +954,22 @@ def body() -> bytes:
     )
 
 
-def test_header_carries_magic_version_flags_and_payload_crc(body: bytes) -> None:
-    assert HEADER_SIZE == HEADER.size == 8
-    magic, version, flags, crc = HEADER.unpack_from(body)
-    assert (magic, version, flags) == (b"CK", 1, 0)
-    assert crc == zlib.crc32(body[HEADER_SIZE:])
+def test_header_carries_magic_version_flags_and_payload_checksum(body: bytes) -> None:
+    assert HEADER_SIZE == HEADER.size == 12
+    magic, version, flags, digest = HEADER.unpack_from(body)
+    assert (magic, version, flags) == (b"CK", 2, 0)
+    assert digest == xxhash.xxh3_64_digest(body[HEADER_SIZE:])
     assert frame(body[HEADER_SIZE:]) == body
     CheckpointCodec.verify_frame(body, checkpoint_id="cp-1")
+
+
+def test_a_version_1_body_of_the_same_payload_reads_as_the_same_checkpoint(body: bytes) -> None:
+    old = crc32_frame(body[HEADER_SIZE:])
+    CheckpointCodec.verify_frame(old, checkpoint_id="cp-1")
+    codec = full_codec()
+    assert codec.decode_checkpoint(old, checkpoint_id="cp-1") == codec.decode_checkpoint(
+        body, checkpoint_id="cp-1"
+    )
 
 
 @pytest.mark.parametrize(
@@ -967,13 +983,15 @@ def test_header_carries_magic_version_flags_and_payload_crc(body: bytes) -> None
         pytest.param(lambda b: b[: len(b) // 2], id="truncated by half"),
         pytest.param(lambda b: b + b"\x00", id="trailing byte"),
         pytest.param(lambda b: b"XX" + b[2:], id="wrong magic"),
-        pytest.param(lambda b: b[:2] + b"\x02" + b[3:], id="future version"),
+        pytest.param(lambda b: b[:2] + b"\x03" + b[3:], id="future version"),
+        pytest.param(lambda b: b[:2] + b"\x01" + b[3:], id="version 1 header on a version 2 body"),
         pytest.param(lambda b: b[:2] + b"\xff" + b[3:], id="version 255"),
         pytest.param(lambda b: b[:2] + b"\x00" + b[3:], id="version 0"),
         pytest.param(lambda b: b[:3] + b"\x04" + b[4:], id="unknown flag"),
         pytest.param(lambda b: b[:3] + b"\x02" + b[4:], id="nested flag without nested refs"),
         pytest.param(lambda b: b[:3] + b"\x01" + b[4:], id="zstd flag on plain payload"),
-        pytest.param(lambda b: b[:4] + bytes([b[4] ^ 0x01]) + b[5:], id="crc bit flipped"),
+        pytest.param(lambda b: b[:4] + bytes([b[4] ^ 0x01]) + b[5:], id="checksum bit flipped"),
+        pytest.param(lambda b: b[:11] + bytes([b[11] ^ 0x80]) + b[12:], id="last checksum bit flipped"),
         pytest.param(lambda b: b[:-1] + bytes([b[-1] ^ 0x80]), id="last payload bit flipped"),
         pytest.param(
             lambda b: b[:HEADER_SIZE] + bytes([b[HEADER_SIZE] ^ 0x10]) + b[HEADER_SIZE + 1 :],

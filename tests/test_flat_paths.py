@@ -64,7 +64,7 @@ def test_flat_bodies_are_the_long_paths_bodies() -> None:
     for nested in (True, False):
         ((*_, body, _, _, _),) = record_drafts(codec, checkpoint, nested=nested, sealed=False)
         assert body == expected
-    # Keyed drafts are framed for their seal: the same body with the sealed flag and no CRC.
+    # Keyed drafts are framed for their seal: the same body with the sealed flag and no checksum.
     ((*_, body, _, _, _),) = record_drafts(codec, checkpoint, nested=True, sealed=True)
     assert body == codec.encode_checkpoint(checkpoint, sealed=True)
     assert body == codec.encode_checkpoint_tree(checkpoint, sealed=True)[0].body

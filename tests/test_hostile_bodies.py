@@ -15,12 +15,12 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
-import zlib
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import xxhash
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,7 +35,7 @@ from storages import (
 from storages.codec import DEFAULT_MAX_COMPRESSION_RATIO, CheckpointCodec, OpaqueValue
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_HEADER = struct.Struct(">2sBBI")
+_HEADER = struct.Struct(">2sBB8s")
 _FLAG_ZSTD = 0x01
 DECODE_MEMORY_FACTOR = 128
 """docs/contract.md: decoding a body of n bytes builds at most about 128 x n bytes of objects."""
@@ -48,7 +48,7 @@ def checkpoint(**fields: Any) -> WorkflowCheckpoint:
 
 
 def framed(payload: bytes, flags: int = 0) -> bytes:
-    return _HEADER.pack(b"CK", 1, flags, zlib.crc32(payload)) + payload
+    return _HEADER.pack(b"CK", 2, flags, xxhash.xxh3_64_digest(payload)) + payload
 
 
 def payload_of(body: bytes) -> bytes:

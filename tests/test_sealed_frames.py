@@ -1,7 +1,7 @@
 """Bodies framed for a seal (storages/codec/frame.py, FLAG_SEALED): a keyed save frames its codec
-bodies without a CRC, since the seal's MAC covers every byte, and only a read that has just
-verified that MAC accepts such a body. Sealed bodies written with a CRC (before the flag) still
-read, and a verified read does not compute their CRC again."""
+bodies without a checksum, since the seal's MAC covers every byte, and only a read that has just
+verified that MAC accepts such a body. Sealed bodies written with a CRC (before the flag, format
+version 1) still read, and a verified read does not compute their CRC again."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 
 from storages import (
     CheckpointCorruptedError,
@@ -33,8 +34,8 @@ def checkpoint(workflow: str, previous: str | None = None, **state: object) -> W
     )
 
 
-def flags_and_crc(body: bytes) -> tuple[int, int]:
-    return body[framing.FLAGS_OFFSET], framing.CRC.unpack_from(body, framing.FLAGS_OFFSET + 1)[0]
+def flags_and_check(body: bytes) -> tuple[int, bytes]:
+    return body[framing.FLAGS_OFFSET], body[framing.CHECK_OFFSET : framing.HEADER_SIZE]
 
 
 async def raw_of(storage: Any, checkpoint_id: str) -> bytes:
@@ -44,7 +45,8 @@ async def raw_of(storage: Any, checkpoint_id: str) -> bytes:
 
 
 def with_crc(body: bytes) -> bytes:
-    """The same codec body as written before the flag: FLAG_SEALED cleared, its CRC computed."""
+    """The same codec body as written before the flag: format version 1, FLAG_SEALED cleared,
+    its CRC computed."""
     payload = body[framing.HEADER_SIZE :]
     flags = body[framing.FLAGS_OFFSET] & ~framing.FLAG_SEALED
     return b"CK\x01" + bytes((flags,)) + framing.CRC.pack(zlib.crc32(payload)) + payload
@@ -63,9 +65,9 @@ async def test_a_keyed_save_frames_its_body_for_the_seal_without_a_crc(storage_u
         raw = await raw_of(storage, item.checkpoint_id)
         assert is_sealed(raw)
         body = split_sealed(item.checkpoint_id, raw)[1].body
-        flags, crc = flags_and_crc(body)
+        flags, check = flags_and_check(body)
         assert flags & framing.FLAG_SEALED
-        assert crc == 0
+        assert check == bytes(8)
         assert (await storage.load(item.checkpoint_id)).state == {"step": 1}
         async with storage.new_handle() as cold:  # a handle that never saw it: a full check
             assert (await cold.load(item.checkpoint_id)).state == {"step": 1}
@@ -74,14 +76,14 @@ async def test_a_keyed_save_frames_its_body_for_the_seal_without_a_crc(storage_u
         assert report.ok, report.findings
 
 
-async def test_a_keyless_save_still_writes_a_crc(storage_url: str) -> None:
+async def test_a_keyless_save_still_writes_a_checksum(storage_url: str) -> None:
     async with open_storage(storage_url) as storage:
         item = checkpoint("wf")
         await storage.save(item)
         body = await raw_of(storage, item.checkpoint_id)
-        flags, crc = flags_and_crc(body)
+        flags, check = flags_and_check(body)
         assert not flags & framing.FLAG_SEALED
-        assert crc == zlib.crc32(body[framing.HEADER_SIZE :])
+        assert check == xxhash.xxh3_64_digest(body[framing.HEADER_SIZE :])
 
 
 async def test_a_body_framed_for_a_seal_is_refused_without_a_verified_seal(storage_url: str) -> None:
@@ -142,7 +144,12 @@ async def test_a_sealed_body_written_with_a_crc_still_reads_and_its_crc_is_not_c
                 calls.append(len(data))
                 return real(data, value)
 
+            def counted_checksum(data: Any) -> bytes:
+                calls.append(len(data))
+                return xxhash.xxh3_64_digest(data)
+
             monkeypatch.setattr(framing, "crc32", counted)
+            monkeypatch.setattr(framing, "checksum", counted_checksum)
             assert (await cold.load(second.checkpoint_id)).state == {"step": 1}
             assert [item.state for item in await cold.list_checkpoints(workflow_name="wf")] == [
                 {"step": 0},
@@ -150,7 +157,7 @@ async def test_a_sealed_body_written_with_a_crc_still_reads_and_its_crc_is_not_c
             ]
             walk = await cold.walk_ancestry(second.checkpoint_id)
             assert [item.checkpoint_id for item in walk.items] == [second.checkpoint_id, first.checkpoint_id]
-            assert calls == []  # every MAC held: no CRC computed after it
+            assert calls == []  # every MAC held: no CRC or checksum computed after it
             monkeypatch.undo()
             report = await verify(cold)
             assert report.ok, report.findings
@@ -225,8 +232,8 @@ async def test_nested_bodies_are_framed_for_their_seals_too() -> None:
         await storage.save(outer)
         for checkpoint_id in (outer.checkpoint_id, inner.checkpoint_id):
             body = split_sealed(checkpoint_id, await raw_of(storage, checkpoint_id))[1].body
-            assert flags_and_crc(body)[0] & framing.FLAG_SEALED
-            assert flags_and_crc(body)[1] == 0
+            assert flags_and_check(body)[0] & framing.FLAG_SEALED
+            assert flags_and_check(body)[1] == bytes(8)
         async with storage.new_handle() as cold:
             loaded = await cold.load(outer.checkpoint_id)
             assert loaded.state["inner"].state == {"step": "inner"}
@@ -238,18 +245,18 @@ def test_a_compressed_body_and_a_tree_framed_for_their_seals_read_only_as_sealed
     codec = CheckpointCodec(compress_threshold=1)
     item = checkpoint("wf", text="compressible " * 200)
     body = codec.encode_checkpoint(item, sealed=True)
-    flags, crc = flags_and_crc(body)
+    flags, check = flags_and_check(body)
     assert flags == framing.FLAG_ZSTD | framing.FLAG_SEALED
-    assert crc == 0
+    assert check == bytes(8)
     assert codec.decode_checkpoint(body, checkpoint_id=item.checkpoint_id, sealed=True) == item
     with pytest.raises(CheckpointCorruptedError, match="without a verified seal"):
         codec.decode_checkpoint(body, checkpoint_id=item.checkpoint_id)
     inner = checkpoint("wf", step="inner")
     outer = checkpoint("wf", inner=inner)
     nodes = CheckpointCodec().encode_checkpoint_tree(outer, sealed=True)
-    assert [flags_and_crc(node.body) for node in nodes] == [
-        (framing.FLAG_SEALED | framing.FLAG_NESTED_REFS, 0),
-        (framing.FLAG_SEALED, 0),
+    assert [flags_and_check(node.body) for node in nodes] == [
+        (framing.FLAG_SEALED | framing.FLAG_NESTED_REFS, bytes(8)),
+        (framing.FLAG_SEALED, bytes(8)),
     ]
     nested = {node.checkpoint.checkpoint_id: node.body for node in nodes[1:]}
     back = CheckpointCodec().decode_checkpoint(

@@ -74,7 +74,7 @@ async def content_tamper(scene: Scene) -> None:
     target = scene.ids()[1]
     _, parts = split_sealed(target, await raw(scene.attacker, target))
     codec = scene.attacker.codec
-    edited = codec.decode_checkpoint(parts.body, checkpoint_id=target, sealed=True)  # as stored: no CRC
+    edited = codec.decode_checkpoint(parts.body, checkpoint_id=target, sealed=True)  # as stored: no checksum
     edited.state = {"approved": True}
     await scene.attacker.write_raw_body(target, parts.header + parts.mac + codec.encode_checkpoint(edited))
     landed = split_sealed(target, await raw(scene.attacker, target))[1].body

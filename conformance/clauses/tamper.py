@@ -174,7 +174,7 @@ async def content_edit(ctx: ClauseContext) -> None:
         chain = await _chain(ctx, storage, "content", 2)
         target = chain[-1]
         _, parts = split_sealed(target.checkpoint_id, await _raw(storage, target.checkpoint_id))
-        # The attacker reads the body as it is stored: a keyed save framed it for its seal (no CRC).
+        # The attacker reads the body as it is stored: a keyed save framed it for its seal (no checksum).
         edited = storage.codec.decode_checkpoint(parts.body, checkpoint_id=target.checkpoint_id, sealed=True)
         edited.state = {"step": "approved by nobody"}
         forged_body = storage.codec.encode_checkpoint(edited)

@@ -1,7 +1,8 @@
 """The safe checkpoint codec: msgpack with typed extensions, no pickle.
 
 A body is ``header + payload`` (storages/codec/frame.py): a magic, the format version, flags and
-a CRC-32, so damaged bytes are detected instead of decoded into silently different data. The
+a checksum of the payload (XXH3-64; CRC-32 in version-1 bodies, which still read), so damaged
+bytes are detected instead of decoded into silently different data. The
 payload is msgpack; every non-JSON type travels as an extension whose code names the type
 (storages/codec/values.py), so a user dict can never be mistaken for an envelope.
 

@@ -42,11 +42,12 @@ from .vocabulary import (
 
 _checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
 """A checkpoint's field values in record order, read in one native call."""
-_crc_of = framing.CRC.unpack_from
 _HEADER_SIZE = framing.HEADER_SIZE
+_CHECK_OFFSET = framing.CHECK_OFFSET
 _SEALED_PREFIX = framing.SEALED_PREFIX
 _VERSION_PREFIX = framing.PLAIN_PREFIX[: framing.FLAGS_OFFSET]
-"""Magic and format version: what every body this codec reads starts with."""
+"""Magic and format version: what every body this codec writes starts with (a version-1 body
+takes unframe's checks)."""
 _SLOW_FLAGS = 0xFF & ~(framing.FLAG_SEALED | framing.FLAG_NESTED_REFS)
 """Flags a sealed body's in-line decode leaves to unframe: zstd, and any it does not know."""
 _NO_NESTED: NestedResolver = NestedResolver({}, given=False)
@@ -149,7 +150,7 @@ class CheckpointCodec(Fidelity):
         is the same either way; a caller that is wrong gets such a value back as ``bytes``.
 
         ``sealed``: the body goes inside a seal, whose MAC covers it (a keyed storage's save): it
-        is framed without a CRC (frame.FLAG_SEALED), and only a decode given ``sealed=True``
+        is framed without a checksum (frame.FLAG_SEALED), and only a decode given ``sealed=True``
         reads it.
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
@@ -253,13 +254,13 @@ class CheckpointCodec(Fidelity):
 
         ``sealed``: the caller has just verified the seal MAC around ``body`` and around every
         body in ``nested`` (or, for one stored without a seal, checked its frame: a keyed
-        storage's reads do). Their CRCs are then not computed again, and bodies framed for a
+        storage's reads do). Their checksums are then not computed again, and bodies framed for a
         seal (written with ``sealed=True``) are read; without it such a body is refused.
         """
         payload: bytes | memoryview | None = None
         if sealed:
-            # The MAC covered every byte: the CRC (none in a body framed for a seal) is not
-            # checked. Compressed bodies, and any failed check, take unframe's checks.
+            # The MAC covered every byte: the checksum (none in a body framed for a seal) is not
+            # computed. Compressed bodies, version-1 bodies and any failed check take unframe's.
             if (
                 type(body) is bytes
                 and len(body) >= _HEADER_SIZE
@@ -269,10 +270,14 @@ class CheckpointCodec(Fidelity):
                 payload = memoryview(body)[_HEADER_SIZE:]
                 if len(payload) > self._max_payload_bytes:
                     payload = None
-        # The common body (bytes, no flags, intact) in line; any other takes unframe's checks.
+        # The common body (bytes, version 2, no flags, intact) in line, its payload a view (the
+        # checksum and the decode each read it once, nothing copies it); any other takes
+        # unframe's checks.
         elif type(body) is bytes and len(body) >= _HEADER_SIZE and body.startswith(framing.PLAIN_PREFIX):
             payload = memoryview(body)[_HEADER_SIZE:]
-            if len(payload) > self._max_payload_bytes or framing.crc32(payload) != _crc_of(body, 4)[0]:
+            if len(payload) > self._max_payload_bytes or not body.startswith(
+                framing.checksum(payload), _CHECK_OFFSET
+            ):
                 payload = None
         if payload is None:
             payload = self._unframe(body, checkpoint_id, sealed)
@@ -338,7 +343,7 @@ class CheckpointCodec(Fidelity):
 
     @staticmethod
     def verify_frame(body: bytes, *, checkpoint_id: str) -> None:
-        """Check the header and CRC only (cheap; decodes nothing)."""
+        """Check the header and checksum only (cheap; decodes nothing)."""
         framing.check_frame(body, checkpoint_id)
 
     # ------------------------------------------------------------------ framing

@@ -18,7 +18,7 @@ _TAKES_SEALED: dict[type[Any], bool] = {}
 def takes_sealed(codec: CheckpointCodec) -> bool:
     """True if ``codec`` reads and writes bodies framed for a seal (``sealed=``): its class keeps
     this one's encode and decode methods, or its overrides take the keyword. A keyed storage whose
-    codec overrides one without it frames bodies with a CRC and decodes without the keyword, as
+    codec overrides one without it frames bodies with a checksum and decodes without the keyword, as
     before the keyword existed (a body framed for a seal is then refused, by name)."""
     cls = type(codec)
     known = _TAKES_SEALED.get(cls)

@@ -114,7 +114,7 @@ class TreeEncoding:
     references: int = 0
     """References written so far; a body wrote some if this grew while it was encoded."""
     sealed: bool = False
-    """Every body goes inside a seal of its own: framed without a CRC (frame.FLAG_SEALED)."""
+    """Every body goes inside a seal of its own: framed without a checksum (frame.FLAG_SEALED)."""
 
     def embedded(self) -> dict[str, Any]:
         """The checkpoints encoded so far as bodies of their own, by id."""

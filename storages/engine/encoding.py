@@ -15,7 +15,7 @@ from .validation import check_fields
 def record_drafts(
     codec: CheckpointCodec, checkpoint: Any, *, nested: bool, sealed: bool
 ) -> list[RecordDraft]:
-    """The drafts of one save, fields checked. ``sealed`` frames the bodies for a seal (no CRC:
+    """The drafts of one save, fields checked. ``sealed`` frames the bodies for a seal (no checksum:
     the MAC covers them; codec.takes_sealed says whether the codec can). A flat checkpoint
     (check_fields: nothing can be embedded) is one body on every backend, encoded without the
     codec's look for embedded checkpoints."""

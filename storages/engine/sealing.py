@@ -161,7 +161,7 @@ class Sealer:
         raw = stored.body
         if raw[:_MAGIC_SIZE] != _MAGIC:  # is_sealed, in line: this runs on every keyed read
             if accepts_unsigned(self.provider):
-                # Nothing vouches for it but its CRC: checked here, once, so that a decode need
+                # Nothing vouches for it but its checksum: checked here, once, so that a decode need
                 # not know which bodies of a read were sealed (a save will not chain onto it
                 # either if it is damaged, as onto a record whose MAC fails).
                 check_frame(raw, checkpoint_id)

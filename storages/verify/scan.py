@@ -194,7 +194,7 @@ class Scan:
         try:
             nested = bodies if CheckpointCodec.has_nested_refs(body) else None
             # On a keyed storage the bodies are what open_sealed returned: verified, so decoded
-            # as sealed (their CRCs are not computed again; bodies framed for a seal read).
+            # as sealed (their checksums are not computed again; bodies framed for a seal read).
             decode = decode_sealed if self._open_sealed is not None else decode_plain
             if self._structure_only:
                 # Every value is read, none is constructed: app and MAF types come back opaque.

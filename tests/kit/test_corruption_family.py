@@ -115,7 +115,7 @@ def test_in_memory_storage_passes_every_corruption_clause() -> None:
 
 
 def test_a_keyed_in_memory_storage_passes_every_corruption_clause() -> None:
-    # Its bodies carry no CRC (the seal's MAC covers them): damage fails the MAC instead, a
+    # Its bodies carry no checksum (the seal's MAC covers them): damage fails the MAC instead, a
     # CheckpointTamperedError, which is the CheckpointCorruptedError naming the id the clauses ask for.
     def factory() -> InMemoryCheckpointStorage:
         return InMemoryCheckpointStorage(integrity_key=KIT_KEY)
