@@ -52,6 +52,14 @@ removed rather than hiding a fix. The pytest base class rejects ids that name no
 **Timeouts.** A clause that runs longer than its *Timeout* fails as timed out. Clauses run on an
 event loop of their own, watched from another thread: a storage that blocks the loop (a
 synchronous sleep, a spin) fails the clause it blocked, and the run goes on on a fresh loop.
+Every storage call the kit makes has a bound of its own, `operation_timeout` (default 20 s,
+times the target's `timeout_factor`; `--operation-timeout SECONDS`, `StorageTarget.
+operation_timeout`, the pytest base class's `operation_timeout`): the first call that does not
+return in time (a lock a cancelled call left held, a reply awaited forever) fails its clause with
+"`save()` did not return within 20 s" and marks the storage stuck, and every later clause of the
+run fails at once ("not run: the storage is stuck since ...") instead of waiting out its own
+timeout, so a storage that hangs costs about one bound more than a healthy one, not 45 minutes.
+A clause may allow its calls longer (`@clause(operation_timeout=...)`).
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

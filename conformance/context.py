@@ -10,6 +10,7 @@ from typing import Any
 
 from storages.contract import Capability
 
+from .bounded import OperationWatch
 from .faults import FaultInjector
 from .target import StorageTarget
 from .verdicts import fail
@@ -20,11 +21,21 @@ _counter = itertools.count()
 class ClauseContext:
     """Given to every clause. Handles opened through it are closed when the clause ends."""
 
-    def __init__(self, target: StorageTarget, storage: Any, capabilities: frozenset[Capability]) -> None:
+    def __init__(
+        self,
+        target: StorageTarget,
+        storage: Any,
+        capabilities: frozenset[Capability],
+        watch: OperationWatch | None = None,
+    ) -> None:
         self.target = target
-        self.storage = storage
+        self.watch = (
+            watch if watch is not None else OperationWatch(target.operation_timeout * target.timeout_factor)
+        )
+        """Bounds every call on the clause's handles (conformance/bounded.py)."""
+        self.storage = self.watch.bound(storage)
         self.capabilities = capabilities
-        self._handles: list[Any] = [storage]
+        self._handles: list[Any] = [self.storage]
         self._run_tag = uuid.uuid4().hex[:8]
         self._created_workflows: dict[str, None] = {}
 
@@ -127,7 +138,7 @@ class ClauseContext:
         if rebuild is None:
             fail("the target gives no way to rebuild the store from its settings (reopen or process_opener)")
         await self.close_handles()
-        self.storage = await rebuild()
+        self.storage = self.watch.bound(await self.watch.run("the target's reopen", rebuild()))
         self._handles = [self.storage]
         return self.storage
 
@@ -160,8 +171,8 @@ class ClauseContext:
             handle = new_handle()
             if inspect.isawaitable(handle):
                 handle = await handle
-            return handle
-        return await self.target.open()
+            return self.watch.bound(handle)
+        return self.watch.bound(await self.watch.run("the target's factory", self.target.open()))
 
 
 def _opener_from(process_opener: Any) -> Callable[[], Any] | None:

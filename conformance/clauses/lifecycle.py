@@ -149,7 +149,7 @@ async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
 def _require_aclose(ctx: ClauseContext) -> None:
     if not callable(getattr(ctx.storage, "aclose", None)):
         not_applicable(
-            f"{type(ctx.storage).__name__} has no aclose() (MAF's six-method protocol has none): there "
+            f"{ctx.storage.__class__.__name__} has no aclose() (MAF's six-method protocol has none): there "
             "is no close to check; the process-exit checks of tests/test_lifecycle.py still apply"
         )
 
