@@ -107,6 +107,13 @@ class ClauseContext:
             return True  # a signature Python cannot read (a C method): assume it does
         return keyword in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
+    def track_handle(self, handle: Any) -> Any:
+        """Close ``handle`` (one the clause opened itself) when the clause ends; returns it bound
+        by the run's operation timeout."""
+        bound = self.watch.bound(handle)
+        self._handles.append(bound)
+        return bound
+
     def track_workflow(self, name: str) -> None:
         """Count ``name`` among the workflows this clause created, for the end-of-clause cleanup."""
         if isinstance(name, str):
