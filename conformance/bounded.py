@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -48,6 +47,8 @@ class OperationWatch:
         """What got stuck ("" while nothing has): the call and its bound."""
         self.stuck_in = ""
         """The clause whose call got stuck ("" outside clauses or while nothing has)."""
+        self._last_return = float("-inf")
+        """When (the event loop's clock, monotonic) a call of the run last returned."""
 
     def begin(self, clause_id: str, seconds: float) -> None:
         """Calls from now on are ``clause_id``'s, each bounded by ``seconds``."""
@@ -61,19 +62,38 @@ class OperationWatch:
             self.stuck_in = self.clause_id
 
     async def run(self, name: str, awaitable: Awaitable[T]) -> T:
-        """Await ``awaitable`` (a call of the storage's ``name``) within the bound."""
+        """Await ``awaitable`` (a call of the storage's ``name``) within the bound: it fails once
+        ``seconds`` pass in which neither it nor any other call of the run returned. A call queued
+        behind others that keep returning (120 saves of one workflow taking turns) is slow, not
+        stuck; one waiting on a storage where nothing returns any more is stuck."""
         if self.stuck:
             _discard(awaitable)
             raise StorageStuck(f"not called: the storage is stuck ({self.stuck})")
-        started = time.monotonic()
-        expired, answer = await _within(self.seconds, awaitable)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            expired, answer = await _within(self._quiet_for(loop, started), awaitable)
+        except Exception:
+            self._last_return = loop.time()  # an error is an answer too
+            raise
         if expired:
             self.mark_stuck(f"{name}() did not return within {self.seconds:g} s")
             raise StorageStuck(
-                f"{name}() did not return within {self.seconds:g} s "
-                f"(waited {time.monotonic() - started:.1f} s; a lock or a connection left held?)"
+                f"{name}() did not return within {self.seconds:g} s, and nothing else the storage was "
+                f"asked returned meanwhile (waited {loop.time() - started:.1f} s; a lock or a "
+                "connection left held?)"
             )
+        self._last_return = loop.time()
         return answer  # type: ignore[return-value]
+
+    def _quiet_for(self, loop: asyncio.AbstractEventLoop, started: float) -> Callable[[], float]:
+        """When a call started at ``started`` is overdue: ``seconds`` after it started or after the
+        last call of the run returned, whichever is later."""
+
+        def overdue_at() -> float:
+            return max(started, self._last_return) + self.seconds
+
+        return overdue_at
 
     def bound(self, handle: T) -> T:
         """``handle`` with every call bounded by this watch (a handle already bound stays as is)."""
@@ -93,12 +113,27 @@ def unbound(handle: Any) -> Any:
 
 if sys.version_info >= (3, 11):
 
-    async def _within(seconds: float, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
-        """(False, the answer), or (True, None) when ``seconds`` passed first (the call is
-        cancelled); the storage's own errors, TimeoutError included, propagate."""
+    async def _within(overdue_at: Callable[[], float], awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+        """(False, the answer), or (True, None) once ``overdue_at()`` has passed (checked when it
+        comes, and put off while it moves: the call is then cancelled); the storage's own errors,
+        TimeoutError included, propagate."""
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(seconds) as scope:
-                return False, await awaitable
+            async with asyncio.timeout(None) as scope:
+                timers: list[asyncio.TimerHandle] = []
+
+                def check() -> None:
+                    due = overdue_at()
+                    if loop.time() >= due:
+                        scope.reschedule(loop.time())  # expires now, through asyncio's own timeout
+                    else:
+                        timers.append(loop.call_at(due, check))
+
+                timers.append(loop.call_at(overdue_at(), check))
+                try:
+                    return False, await awaitable
+                finally:
+                    timers[-1].cancel()
         except TimeoutError:
             if not scope.expired():
                 raise
@@ -106,19 +141,25 @@ if sys.version_info >= (3, 11):
 
 else:
 
-    async def _within(seconds: float, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
-        """(False, the answer), or (True, None) when ``seconds`` passed first (the call is
+    async def _within(overdue_at: Callable[[], float], awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+        """(False, the answer), or (True, None) once ``overdue_at()`` has passed (the call is
         cancelled); the storage's own errors propagate."""
+        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         expired = False
+        timers: list[asyncio.TimerHandle] = []
 
-        def expire() -> None:
+        def check() -> None:
             nonlocal expired
-            expired = True
-            task.cancel()
+            due = overdue_at()
+            if loop.time() >= due:
+                expired = True
+                task.cancel()
+            else:
+                timers.append(loop.call_at(due, check))
 
-        timer = asyncio.get_running_loop().call_later(seconds, expire)
+        timers.append(loop.call_at(overdue_at(), check))
         try:
             return False, await awaitable
         except asyncio.CancelledError:
@@ -126,7 +167,7 @@ else:
                 raise
             return True, None
         finally:
-            timer.cancel()
+            timers[-1].cancel()
 
 
 class _Deferred:

@@ -111,7 +111,6 @@ async def test_the_whole_kit_passes_with_every_http_fault_injected(store: S3Stor
         "faults.connection_cut_whole_or_nothing",
         "expiry.checkpoints_expire_after_ttl",
         "durability.across_processes",
-        "scale.walk_is_one_round_trip",
     }
     # Every kind of fault was really injected.
     assert {"500", "503", "409", "412", "crash"} <= set(store.faults.injected)

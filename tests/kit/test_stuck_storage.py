@@ -182,3 +182,17 @@ async def test_a_storage_own_timeout_error_is_its_answer_not_a_stuck_call() -> N
         await watch.run("load", refuses())
     assert not isinstance(raised.value, StorageStuck)
     assert not watch.stuck
+
+
+async def test_a_call_queued_behind_calls_that_keep_returning_is_slow_not_stuck() -> None:
+    # Forty calls take turns, each returning a twentieth of the bound after the one before: the
+    # last waits twice the bound in all, yet the storage never goes a bound without an answer.
+    watch = OperationWatch(1.0)
+    turn = asyncio.Lock()
+
+    async def call() -> None:
+        async with turn:
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(watch.run("save", call()) for _ in range(40)))
+    assert not watch.stuck
