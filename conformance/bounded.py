@@ -5,8 +5,10 @@ cancelled call, a reply awaited forever) would still cost every later clause its
 up to 15 minutes for a model clause. So the handles a clause gets (:class:`~conformance.context.
 ClauseContext`) are :func:`bound` to the run's :class:`OperationWatch`: each call the kit awaits
 on them is given ``operation_timeout`` seconds (``StorageTarget.operation_timeout``, times the
-target's ``timeout_factor``). The first call that does not return in time fails its clause with
-"``name``() did not return within N s", and marks the storage stuck for the rest of the run: every
+target's ``timeout_factor``), counted from when it started or from when any call of the run last
+returned, whichever is later: calls queued behind others that keep returning are slow, not stuck.
+The first call that does not return in time fails its clause with "``name``() did not return
+within N s", and marks the storage stuck for the rest of the run: every
 later call raises :class:`StorageStuck` at once, and every later clause fails without running
 (its handles would be stuck too), so a storage that hangs costs one bound, not a timeout per
 clause. The mark also holds when a clause swallows the error: the runner reads it from the watch.

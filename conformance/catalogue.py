@@ -54,8 +54,10 @@ event loop of their own, watched from another thread: a storage that blocks the 
 synchronous sleep, a spin) fails the clause it blocked, and the run goes on on a fresh loop.
 Every storage call the kit makes has a bound of its own, `operation_timeout` (default 20 s,
 times the target's `timeout_factor`; `--operation-timeout SECONDS`, `StorageTarget.
-operation_timeout`, the pytest base class's `operation_timeout`): the first call that does not
-return in time (a lock a cancelled call left held, a reply awaited forever) fails its clause with
+operation_timeout`, the pytest base class's `operation_timeout`), counted from the call's start
+or from the last answer to any call of the run, whichever is later (calls queued behind others
+that keep returning are slow, not stuck): the first call that does not return in time (a lock a
+cancelled call left held, a reply awaited forever) fails its clause with
 "`save()` did not return within 20 s" and marks the storage stuck, and every later clause of the
 run fails at once ("not run: the storage is stuck since ...") instead of waiting out its own
 timeout, so a storage that hangs costs about one bound more than a healthy one, not 45 minutes.
