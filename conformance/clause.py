@@ -77,6 +77,9 @@ class Clause:
     timeout: float = DEFAULT_TIMEOUT
     injects: frozenset[Fault] = frozenset()
     """Faults the target's injector must support, for the ``faults`` family."""
+    operation_timeout: float | None = None
+    """Seconds one storage call of this clause may take, where that is more than the target's
+    ``operation_timeout`` (a save across a server restart); None: the target's."""
 
     @property
     def family(self) -> str:
@@ -97,6 +100,7 @@ def clause(
     requires: Iterable[Capability] = (),
     timeout: float = DEFAULT_TIMEOUT,
     injects: Iterable[Fault] = (),
+    operation_timeout: float | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated coroutine function as clause ``clause_id`` ("family.name")."""
     if not _ID_PATTERN.match(clause_id):
@@ -111,7 +115,13 @@ def clause(
         if clause_id in _REGISTRY:
             raise ValueError(f"clause id {clause_id!r} is registered twice")
         _REGISTRY[clause_id] = Clause(
-            clause_id, guarantee.strip(), function, frozenset(requires), timeout, frozenset(injects)
+            clause_id,
+            guarantee.strip(),
+            function,
+            frozenset(requires),
+            timeout,
+            frozenset(injects),
+            operation_timeout,
         )
         return function
 

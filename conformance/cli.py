@@ -39,6 +39,7 @@ from storages.urls import supported_schemes
 from storages.version import installed_version
 
 from .adapter_runners import ADAPTER_RUNNERS, use_adapter_runner
+from .bounded import OPERATION_TIMEOUT
 from .builtin import builtin_targets, not_run_backends, unavailable_target
 from .clause import FAMILIES, Clause
 from .model import DEFAULT_OPERATIONS, DEFAULT_SECONDS, DEFAULT_SEED, parse_budget
@@ -120,6 +121,13 @@ def _main(argv: Sequence[str] | None) -> int:
             targets = with_checkpoint_class(_targets(args.urls, keep=args.keep), args.checkpoint_class)
         _use_runner(targets, args.runner, args.child_storage)
         targets = _with_model_settings(targets, args.model_seed, args.model_budget)
+        if args.operation_timeout is not None:
+            if not args.operation_timeout > 0:
+                raise UsageError(
+                    "--operation-timeout must be a positive number of seconds, "
+                    f"not {args.operation_timeout:g}"
+                )
+            targets = [dataclasses.replace(t, operation_timeout=args.operation_timeout) for t in targets]
         for path in (args.json, args.junit_xml):
             if path is not None and not path.parent.is_dir():
                 raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
@@ -337,6 +345,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="OPS|SECONDS",
         help=f"how much the model family generates: operations (default {DEFAULT_OPERATIONS}, within "
         f"{DEFAULT_SECONDS:g} s) or seconds with an s (30s); CI runs a larger budget",
+    )
+    parser.add_argument(
+        "--operation-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"seconds one storage call may take (default {OPERATION_TIMEOUT:g}); the first call that does "
+        "not return in time fails its clause, and the clauses after it fail without running",
     )
     parser.add_argument("--list", action="store_true", help="print the clause catalogue and exit")
     parser.add_argument("--quiet", action="store_true", help="show only failures and the summary")

@@ -10,6 +10,7 @@ from typing import Any
 
 from storages.contract import Capability
 
+from .bounded import OperationWatch
 from .faults import FaultInjector
 from .target import StorageTarget
 from .verdicts import fail
@@ -20,11 +21,21 @@ _counter = itertools.count()
 class ClauseContext:
     """Given to every clause. Handles opened through it are closed when the clause ends."""
 
-    def __init__(self, target: StorageTarget, storage: Any, capabilities: frozenset[Capability]) -> None:
+    def __init__(
+        self,
+        target: StorageTarget,
+        storage: Any,
+        capabilities: frozenset[Capability],
+        watch: OperationWatch | None = None,
+    ) -> None:
         self.target = target
-        self.storage = storage
+        self.watch = (
+            watch if watch is not None else OperationWatch(target.operation_timeout * target.timeout_factor)
+        )
+        """Bounds every call on the clause's handles (conformance/bounded.py)."""
+        self.storage = self.watch.bound(storage)
         self.capabilities = capabilities
-        self._handles: list[Any] = [storage]
+        self._handles: list[Any] = [self.storage]
         self._run_tag = uuid.uuid4().hex[:8]
         self._created_workflows: dict[str, None] = {}
 
@@ -96,6 +107,13 @@ class ClauseContext:
             return True  # a signature Python cannot read (a C method): assume it does
         return keyword in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
+    def track_handle(self, handle: Any) -> Any:
+        """Close ``handle`` (one the clause opened itself) when the clause ends; returns it bound
+        by the run's operation timeout."""
+        bound = self.watch.bound(handle)
+        self._handles.append(bound)
+        return bound
+
     def track_workflow(self, name: str) -> None:
         """Count ``name`` among the workflows this clause created, for the end-of-clause cleanup."""
         if isinstance(name, str):
@@ -127,7 +145,7 @@ class ClauseContext:
         if rebuild is None:
             fail("the target gives no way to rebuild the store from its settings (reopen or process_opener)")
         await self.close_handles()
-        self.storage = await rebuild()
+        self.storage = self.watch.bound(await self.watch.run("the target's reopen", rebuild()))
         self._handles = [self.storage]
         return self.storage
 
@@ -160,8 +178,8 @@ class ClauseContext:
             handle = new_handle()
             if inspect.isawaitable(handle):
                 handle = await handle
-            return handle
-        return await self.target.open()
+            return self.watch.bound(handle)
+        return self.watch.bound(await self.watch.run("the target's factory", self.target.open()))
 
 
 def _opener_from(process_opener: Any) -> Callable[[], Any] | None:

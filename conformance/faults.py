@@ -12,6 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import ClassVar
 
+FAULT_CALL_SECONDS = 60.0
+"""Seconds one storage call of a clause that restarts a server, cuts a connection or answers with
+server errors may take: a driver reconnecting or retrying with backoff is slow, not stuck."""
+
 
 class Fault(str, enum.Enum):
     """A kind of failure an injector can cause."""
@@ -72,4 +76,4 @@ class SimulatedCrash(BaseException):
     storage code can catch it and tidy up, exactly as after a real crash."""
 
 
-__all__ = ["Fault", "FaultInjector", "SimulatedCrash"]
+__all__ = ["FAULT_CALL_SECONDS", "Fault", "FaultInjector", "SimulatedCrash"]

@@ -50,6 +50,7 @@ import pytest
 
 from storages.contract import Capability, WorkflowCheckpoint
 
+from .bounded import OPERATION_TIMEOUT
 from .clause import Clause
 from .faults import FaultInjector
 from .report import ClauseResult, Outcome
@@ -87,6 +88,9 @@ class CheckpointStorageConformance:
     """Seed of the ``model`` family's generated programs (None: the kit's default seed)."""
     model_budget: ClassVar[str | None] = None
     """How much the ``model`` family generates: operations ("900") or seconds ("30s")."""
+    operation_timeout: ClassVar[float] = OPERATION_TIMEOUT
+    """Seconds one storage call may take: a call that does not return in time fails its clause
+    ("did not return within N s") instead of the clause waiting out its whole timeout."""
 
     def reopen_storage(self) -> Any:
         """A new storage on the same store as ``make_storage()``/the fixture's, built from its
@@ -141,6 +145,7 @@ class CheckpointStorageConformance:
             reopen=self.reopen_storage if _overrides(self, "reopen_storage") else None,
             model_seed=self.model_seed,
             model_budget=self.model_budget,
+            operation_timeout=self.operation_timeout,
         )
         report_outcome(await run_clause(conformance_clause, target))
 

@@ -24,6 +24,7 @@ from storages.contract import Capability
 from storages.errors import InvalidCheckpointError, StorageUnavailableError
 from storages.redaction import redact_text
 
+from .bounded import OPERATION_TIMEOUT, OperationWatch
 from .clause import Clause, ClauseFailure, ClauseNotApplicable, RunnerFinding
 from .context import ClauseContext
 from .report import BackendReport, ClauseResult, Outcome, Report, now
@@ -46,29 +47,57 @@ class ConformanceUsageError(RuntimeError):
 
 async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
     """Run one clause on a fresh handle of ``target`` in the running loop; never raises."""
-    result, created = await _run_clause(clause, target)
+    watch = operation_watch(target)
+    result, created = await _run_clause(clause, target, watch)
     if created and target.remove_workflows:
-        result = dataclasses.replace(result, leftovers=await _remove_workflows(target, created))
+        leftovers = await _remove_workflows(target, created, watch)
+        result = dataclasses.replace(result, leftovers=leftovers)
     return result
 
 
-async def _run_clause(clause: Clause, target: StorageTarget) -> tuple[ClauseResult, list[str]]:
+def operation_watch(target: StorageTarget) -> OperationWatch:
+    """The bound on each storage call of a run against ``target`` (see conformance/bounded.py)."""
+    return OperationWatch(target.operation_timeout * target.timeout_factor)
+
+
+async def _run_clause(
+    clause: Clause, target: StorageTarget, watch: OperationWatch
+) -> tuple[ClauseResult, list[str]]:
     """The clause's result, and the workflows it created (for the caller to delete)."""
     started = time.perf_counter()
+    if watch.stuck:
+        return _result(clause, Outcome.FAILED, started, _not_run(watch)), []
+    seconds = max(target.operation_timeout, clause.operation_timeout or 0.0) * target.timeout_factor
+    watch.begin(clause.id, seconds)
     try:
-        storage = await target.open()
+        storage = await watch.run("the target's factory", target.open())
     except Exception as exc:
         message = f"could not open the storage: {_describe(exc)}"
         return _result(clause, Outcome.FAILED, started, message, _traceback(exc)), []
-    context = ClauseContext(target, storage, target.declared_capabilities(storage))
+    context = ClauseContext(target, storage, target.declared_capabilities(storage), watch)
     result = await _judge(clause, target, context, started)
+    if watch.stuck:
+        return result, context.created_workflows  # closing a stuck storage's handles would hang
     try:
         await context.close_handles()
     except Exception as exc:  # a failing close is a finding, not a crash of the kit
         result = _result(
             clause, Outcome.FAILED, started, f"aclose() raised {_describe(exc)}", _traceback(exc)
         )
+    if watch.stuck:
+        result = _result(clause, Outcome.FAILED, started, _stuck_here(watch))
     return result, context.created_workflows
+
+
+def _stuck_here(watch: OperationWatch) -> str:
+    return (
+        f"{watch.stuck}: the storage is marked stuck, and the clauses after this one fail without "
+        "running (each would wait for it too)"
+    )
+
+
+def _not_run(watch: OperationWatch) -> str:
+    return f"not run: the storage is stuck since {watch.stuck_in or 'an earlier call'}, where {watch.stuck}"
 
 
 async def _judge(
@@ -109,6 +138,15 @@ async def _judge(
 async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str, str]:
     """The clause's outcome, its message, and the traceback of an unexpected exception (a
     clause's own verdicts need none: their message says what broke)."""
+    outcome = await _verdict(clause, context, timeout)
+    if context.watch.stuck and context.watch.stuck_in == clause.id:
+        # Whatever the clause made of the stuck call (it may have caught the error), the call
+        # did not return: that is the finding.
+        return Outcome.FAILED, _stuck_here(context.watch), ""
+    return outcome
+
+
+async def _verdict(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str, str]:
     try:
         await asyncio.wait_for(clause.function(context), timeout=timeout)
     except RunnerFinding as exc:
@@ -124,11 +162,16 @@ async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tu
     return Outcome.PASSED, "", ""
 
 
-async def _remove_workflows(target: StorageTarget, names: Sequence[str]) -> tuple[str, ...]:
-    """Delete the workflows a clause created, on a handle of their own; returns those left behind."""
+async def _remove_workflows(
+    target: StorageTarget, names: Sequence[str], watch: OperationWatch
+) -> tuple[str, ...]:
+    """Delete the workflows a clause created, on a handle of their own; returns those left behind
+    (all of them once the storage is stuck)."""
     left: list[str] = []
+    if watch.stuck:
+        return tuple(names)
     try:
-        storage = await target.open()
+        storage = watch.bound(await watch.run("the target's factory", target.open()))
     except Exception:
         return tuple(names)
     try:
@@ -146,7 +189,7 @@ async def _remove_workflows(target: StorageTarget, names: Sequence[str]) -> tupl
                 left.append(name)
     finally:
         close = getattr(storage, "aclose", None)
-        if close is not None:
+        if close is not None and not watch.stuck:
             with contextlib.suppress(Exception):
                 await close()
     return tuple(left)
@@ -284,11 +327,12 @@ async def avalidate_target(
             report.finished_at = now()
             return report
         report.missing_capabilities = sorted(c.value for c in required - probe.capabilities)
+        watch = operation_watch(target)
         for clause in selected:
             deadline = (clause.timeout + WATCHDOG_GRACE) * target.timeout_factor
             started = time.perf_counter()
             try:
-                result, created = await loop.call(_run_clause(clause, target), deadline)
+                result, created = await loop.call(_run_clause(clause, target, watch), deadline)
             except asyncio.TimeoutError:
                 blocked = not loop.responsive()
                 loop.abandon()
@@ -298,7 +342,9 @@ async def avalidate_target(
             if created and target.remove_workflows:
                 # Watched on its own: a slow cleanup must not eat into the clause's deadline.
                 try:
-                    leftovers = await loop.call(_remove_workflows(target, created), CLEANUP_TIMEOUT)
+                    watch.begin(f"the cleanup after {clause.id}", operation_watch(target).seconds)
+                    cleanup = _remove_workflows(target, created, watch)
+                    leftovers = await loop.call(cleanup, CLEANUP_TIMEOUT)
                 except asyncio.TimeoutError:
                     leftovers = tuple(created)
                     if not loop.responsive():
@@ -398,11 +444,13 @@ def capabilities_from_names(names: Iterable[Capability | str]) -> frozenset[Capa
 __all__ = [
     "CLEANUP_TIMEOUT",
     "CONNECTIVITY_TIMEOUT",
+    "OPERATION_TIMEOUT",
     "WATCHDOG_GRACE",
     "ConformanceUsageError",
     "abandoned_loops",
     "capabilities_from_names",
     "as_target",
+    "operation_watch",
     "avalidate",
     "avalidate_target",
     "run_clause",

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from storages.contract import Capability, WorkflowCheckpoint
 from storages.redaction import redact_url
 
+from .bounded import OPERATION_TIMEOUT
 from .faults import FaultInjector
 from .scenario import RunnerProfile
 
@@ -67,6 +68,10 @@ class StorageTarget:
             seed, :data:`conformance.model.DEFAULT_SEED`); the same seed gives the same programs.
         model_budget: how much the ``model`` family generates: a number of operations (``"600"``)
             or seconds (``"20s"``); None is the default budget.
+        operation_timeout: seconds one storage call may take (times ``timeout_factor``). The first
+            call that does not return in time fails its clause ("did not return within N s") and
+            marks the storage stuck: every later clause fails at once without running, so a
+            storage that hangs costs one bound, not every clause's timeout (conformance/bounded.py).
     """
 
     name: str
@@ -87,6 +92,7 @@ class StorageTarget:
     reopen: Callable[[], Any] | None = None
     model_seed: int | None = None
     model_budget: str | None = None
+    operation_timeout: float = OPERATION_TIMEOUT
 
     async def open(self) -> Any:
         handle = self.factory()

@@ -28,7 +28,9 @@ from .records import (
     StoredBody,
     WalkRecords,
     body_digest,
+    filed_under,
     info_from_index,
+    is_engine_log_name,
     nested_id_conflict,
 )
 
@@ -80,7 +82,7 @@ class Backend(abc.ABC):
     capability they declare.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    capabilities: frozenset[Capability] = frozenset()
     """What this backend supports; see :class:`~storages.contract.Capability`."""
 
     orders_inserts: ClassVar[bool] = False
@@ -357,9 +359,11 @@ __all__ = [
     "WalkRecords",
     "body_digest",
     "check_backend",
+    "filed_under",
     "implemented_capabilities",
     "implements",
     "info_from_index",
+    "is_engine_log_name",
     "latest_record",
     "nested_id_conflict",
     "pruned_records",

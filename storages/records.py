@@ -277,6 +277,24 @@ class Leftover:
     is or may become a checkpoint is lost by doing so."""
 
 
+WRITES_LOG_PREFIX = "\x1fwrites\x1f"
+"""The start of a pending-writes log's workflow name: the engine's log of ``workflow_name`` is
+``WRITES_LOG_PREFIX + workflow_name``."""
+RECEIPTS_LOG_PREFIX = "\x1fpruned\x1f"
+"""The start of a prune-receipts log's workflow name (a keyed prune's signed receipts)."""
+
+
+def is_engine_log_name(workflow_name: str) -> bool:
+    """Whether a workflow name is one of the engine's own logs (pending writes, prune receipts).
+
+    The engine keeps them through the same primitives as checkpoints, as records of workflows no
+    caller can name (a control character starts them), with the owning checkpoint's id in the
+    graph-signature column (:func:`filed_under`). A backend stores them like any record; the
+    engine leaves them out of ``list_workflows``, ``list_records`` and ``iter_records``, and a
+    backend's own tooling (a report, a migration, a quota) tells them apart with this."""
+    return workflow_name.startswith((WRITES_LOG_PREFIX, RECEIPTS_LOG_PREFIX))
+
+
 def filed_under(record: WorkflowCheckpoint | CheckpointRecord) -> str:
     """The id an internal log's record (a pending-writes batch, a prune receipt) belongs to.
 
@@ -438,6 +456,20 @@ def _count(value: object, checkpoint_id: str, what: str) -> int:
     if number < 0:
         raise CheckpointCorruptedError(checkpoint_id, f"its index entry has a malformed {what} {value!r:.80}")
     return number
+
+
+def as_asked(stored: StoredBody | None, checkpoint_id: CheckpointID) -> StoredBody | None:
+    """What a backend's ``load(checkpoint_id)`` returned, checked to be the record asked for: ids
+    are compared exactly, so a backend that matched another one (a case variant, a trailing
+    space, a normalised form of a stored id) raises CheckpointCorruptedError naming the id asked
+    for, rather than handing back another record under it."""
+    if stored is not None and stored.checkpoint_id != checkpoint_id:
+        raise CheckpointCorruptedError(
+            checkpoint_id,
+            f"the backend answered a read of {checkpoint_id!r} with the record stored under "
+            f"{stored.checkpoint_id!r} (ids are compared exactly, character for character)",
+        )
+    return stored
 
 
 def check_against_index(

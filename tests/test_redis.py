@@ -53,8 +53,6 @@ FAULT_CLAUSES = {c.id for c in all_clauses() if c.injects}
 
 NO_TTL = "expiry.checkpoints_expire_after_ttl"
 """Skipped without a configured ttl (tests/kit/test_expiry_family.py runs it with one)."""
-UNCOUNTED_WALK = "scale.walk_is_one_round_trip"
-"""Skipped on a target that counts no round trips."""
 UNCOUNTED_LATEST = "scale.latest_is_constant_cost"
 """Timed instead of counted on such a target, or skipped when filling 2,000 checkpoints is too slow."""
 
@@ -79,7 +77,7 @@ def _assert_conforms(
     failures = [(r.clause_id, r.message) for r in backend.failures if r.clause_id not in (may_fail or {})]
     assert not failures, failures
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
-    if UNCOUNTED_WALK in also_skipped:
+    if target.round_trips is None:
         skipped.discard(UNCOUNTED_LATEST)  # passed or skipped, depending on how fast saves are
     assert skipped == FAULT_CLAUSES | also_skipped, skipped ^ (FAULT_CLAUSES | also_skipped)
     assert len(backend.results) == len(all_clauses())
@@ -137,7 +135,7 @@ def records_of(storage: RedisCheckpointStorage, checkpoint: WorkflowCheckpoint) 
 @redis_mark
 def test_kit_passes_on_the_real_server(real_prefix: str) -> None:
     url = redis_servers.with_query(redis_servers.redis_url(), prefix=real_prefix)
-    _assert_conforms(target_from_url(url), also_skipped={NO_TTL, UNCOUNTED_WALK})
+    _assert_conforms(target_from_url(url), also_skipped={NO_TTL})
 
 
 @redis_mark
@@ -154,7 +152,7 @@ def test_kit_passes_on_a_three_master_cluster() -> None:
     try:
         _assert_conforms(
             target_from_url(redis_servers.with_query(cluster.url, prefix=prefix)),
-            also_skipped={NO_TTL, UNCOUNTED_WALK},
+            also_skipped={NO_TTL},
             may_fail=CLUSTER_RACES,
         )
     finally:

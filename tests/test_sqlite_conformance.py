@@ -15,7 +15,6 @@ from storages.sqlite import SQLiteBackend, SQLiteCheckpointStorage
 
 DECLARED = SQLiteBackend.capabilities
 UNCOUNTED = {
-    "scale.walk_is_one_round_trip": "this class gives the kit no statement counter",
     "scale.latest_is_constant_cost": "without a counter it times 2,000 saves, too slow per clause file",
 }
 SQLITE_CLAUSES = [c.id for c in applicable_clauses(DECLARED) if c.id not in UNCOUNTED]

@@ -487,6 +487,78 @@ async def waits_yield_to_the_loop(ctx: ClauseContext) -> None:
     )
 
 
+# ---------------------------------------------------------------------- many writers
+
+WRITERS = 16
+"""Writers racing saves, deletes and prunes on one workflow in ``many_writers_number_once``."""
+_WRITER_ROUNDS = 6
+
+
+@clause(
+    "concurrency.many_writers_number_once",
+    f"{WRITERS} writers racing saves, deletes and prunes on one workflow never get one sequence number "
+    "twice (not even one a deleted record had), and the listing stays in sequence order.",
+    requires=[Capability.INSPECT],
+    timeout=_TIMEOUT,
+)
+async def many_writers_number_once(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("writers")
+    handles = await _writers(ctx)
+    prunes = ctx.has(Capability.PRUNE)
+    numbered: dict[int, str] = {}
+    """Sequence number -> the id it was seen on, by any writer at any time."""
+    saved: set[str] = set()
+
+    def note(checkpoint_id: str, sequence: int, when: str) -> None:
+        first = numbered.setdefault(sequence, checkpoint_id)
+        ensure(
+            first == checkpoint_id,
+            f"sequence {sequence} of workflow {workflow_name!r} was handed out twice: to {first!r} and, "
+            f"{when}, to {checkpoint_id!r} ({WRITERS} writers racing saves, deletes and prunes)",
+        )
+
+    async def writer(index: int) -> None:
+        storage = handles[index % len(handles)]
+        for round_index in range(_WRITER_ROUNDS):
+            checkpoint = ctx.checkpoint(
+                workflow_name, iteration_count=round_index, state={"writer": index, "round": round_index}
+            )
+            await storage.save(checkpoint)
+            saved.add(checkpoint.checkpoint_id)
+            info = await storage.checkpoint_info(checkpoint.checkpoint_id)
+            if info is not None:  # None: another writer's prune took it already
+                note(checkpoint.checkpoint_id, info.sequence, "after a save")
+            if round_index % 3 == 1:
+                # The newest record goes: a counter read from what is stored would hand its
+                # number out again.
+                await storage.delete(checkpoint.checkpoint_id)
+            elif round_index % 3 == 2 and prunes and index % 4 == 0:
+                await storage.prune(workflow_name=workflow_name, keep_last=3)
+
+    await asyncio.gather(*(writer(index) for index in range(WRITERS)))
+    records = await ctx.storage.list_records(workflow_name=workflow_name)
+    for info in records:
+        ensure(
+            info.checkpoint_id in saved,
+            f"list_records({workflow_name!r}) lists {info.checkpoint_id!r}, which no writer saved",
+        )
+        note(info.checkpoint_id, info.sequence, "in list_records after the race")
+    sequence_of = {info.checkpoint_id: info.sequence for info in records}
+    ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
+    ensure(len(set(ids)) == len(ids), f"list_checkpoint_ids({workflow_name!r}) lists an id twice: {ids!r}")
+    unindexed = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in sequence_of]
+    ensure(
+        not unindexed,
+        f"list_checkpoint_ids({workflow_name!r}) lists ids list_records does not: {unindexed[:3]!r}",
+    )
+    listed = [(sequence_of[checkpoint_id], checkpoint_id) for checkpoint_id in ids]
+    ensure(
+        listed == sorted(listed),
+        f"list_checkpoint_ids({workflow_name!r}) after the race is not in sequence order "
+        f"(sequence, id): {listed[:8]!r}",
+    )
+
+
 # ---------------------------------------------------------------------- cancellation
 
 CANCEL_AFTER_YIELDS = 24

@@ -20,7 +20,7 @@ from storages.errors import StorageUnavailableError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
-from ..faults import Fault, SimulatedCrash
+from ..faults import FAULT_CALL_SECONDS, Fault, SimulatedCrash
 from ._loads import expect_loads_equal, loads_equal_or_absent
 from .nested import FIXED_TIMESTAMP, embedded, sub_workflow_state
 
@@ -102,6 +102,7 @@ def _embedded_in(checkpoint: Any) -> Any:
     f"{FEW} answers of 500/503 in a row are retried: save, load, listing and get_latest succeed and "
     "lose nothing.",
     injects=(Fault.TRANSIENT_ERRORS,),
+    operation_timeout=FAULT_CALL_SECONDS,
     timeout=60.0,
 )
 async def transient_errors_retried(ctx: ClauseContext) -> None:
@@ -144,6 +145,7 @@ async def transient_errors_retried(ctx: ClauseContext) -> None:
     "When server errors outlast the retry budget, save raises StorageUnavailableError naming the "
     "operation, leaves all or nothing, and saving again succeeds.",
     injects=(Fault.TRANSIENT_ERRORS,),
+    operation_timeout=FAULT_CALL_SECONDS,
     timeout=120.0,
 )
 async def transient_errors_exhausted(ctx: ClauseContext) -> None:

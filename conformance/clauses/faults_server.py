@@ -19,7 +19,7 @@ from storages.errors import CheckpointStorageError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
-from ..faults import Fault
+from ..faults import FAULT_CALL_SECONDS, Fault
 from ._loads import loads_equal_or_absent
 from .nested import FIXED_TIMESTAMP, embedded, sub_workflow_state
 
@@ -44,6 +44,7 @@ def _with_nested(ctx: ClauseContext, workflow_name: str, label: str, **fields: A
     "After kill -9 and restart of the server mid-run, every acknowledged save loads equal, in order.",
     requires=(Capability.DURABLE,),
     injects=(Fault.SERVER_RESTART,),
+    operation_timeout=FAULT_CALL_SECONDS,
     timeout=120.0,
 )
 async def server_restart_keeps_acknowledged(ctx: ClauseContext) -> None:
@@ -112,6 +113,7 @@ async def server_restart_keeps_acknowledged(ctx: ClauseContext) -> None:
     "faults.connection_cut_whole_or_nothing",
     "A connection cut mid-save leaves the whole checkpoint (nested ones too) or nothing; errors are typed.",
     injects=(Fault.CONNECTION_CUT,),
+    operation_timeout=FAULT_CALL_SECONDS,
     timeout=60.0,
 )
 async def connection_cut_whole_or_nothing(ctx: ClauseContext) -> None:

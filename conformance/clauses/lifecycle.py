@@ -4,7 +4,9 @@ The contract: ``aclose()`` releases a handle's connections and is idempotent; ev
 after it raises ``StorageClosedError``; ``new_handle()`` works on a closed handle; closing one
 handle leaves the other handles of the same backend working. A handle that keeps a connection
 thread after ``aclose()`` keeps the interpreter from exiting (aiosqlite's threads are not
-daemons), so the kit counts threads around many handles opened and closed.
+daemons), so the kit counts threads around many handles opened and closed, holding every closed
+handle until the count is done (a thread stopped only by a handle's finalizer is a leak whenever
+the garbage collector runs late, so the kit does not let it run first).
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
 def _require_aclose(ctx: ClauseContext) -> None:
     if not callable(getattr(ctx.storage, "aclose", None)):
         not_applicable(
-            f"{type(ctx.storage).__name__} has no aclose() (MAF's six-method protocol has none): there "
+            f"{ctx.storage.__class__.__name__} has no aclose() (MAF's six-method protocol has none): there "
             "is no close to check; the process-exit checks of tests/test_lifecycle.py still apply"
         )
 
@@ -163,22 +165,26 @@ def _live_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.is_alive()]
 
 
-async def _settled_thread_count(ceiling: int) -> list[threading.Thread]:
-    """The live threads once at most ``ceiling`` remain, or after the settle time."""
+async def _settled_new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The live threads not in ``before``, once at most the spare ones remain, or after the settle
+    time. Counted apart from ``before``: threads of earlier handles that end meanwhile (their
+    handles freed by the garbage collector now) must not make room for new ones."""
     deadline = time.monotonic() + _SETTLE_SECONDS
     while True:
-        threads = _live_threads()
-        if len(threads) <= ceiling or time.monotonic() > deadline:
-            return threads
+        new = [t for t in _live_threads() if t not in before]
+        if len(new) <= _SPARE_THREADS or time.monotonic() > deadline:
+            return new
         await asyncio.sleep(0.05)
 
 
-async def _open_use_close(ctx: ClauseContext, workflow_name: str) -> None:
+async def _open_use_close(ctx: ClauseContext, workflow_name: str) -> Any:
+    """Open, use and close a handle; returns it, for the caller to hold until its count is done."""
     handle = await ctx.other_handle()
     checkpoint = ctx.checkpoint(workflow_name)
     await handle.save(checkpoint)
     await expect_loads_equal(handle, checkpoint, "on a handle opened for the thread count")
     await ctx.close(handle)
+    return handle
 
 
 @clause(
@@ -188,18 +194,21 @@ async def _open_use_close(ctx: ClauseContext, workflow_name: str) -> None:
 async def no_thread_left_per_handle(ctx: ClauseContext) -> None:
     _require_aclose(ctx)
     workflow_name = ctx.workflow_name("threads")
+    # The closed handles are held until the count is done: aclose() must stop a handle's threads,
+    # and a thread stopped only when the garbage collector frees its handle would pass or fail
+    # with the collector's timing.
+    held: list[Any] = []
     # One handle first, so threads a backend starts once and keeps (an executor) are counted in.
-    await _open_use_close(ctx, workflow_name)
-    baseline = _live_threads()
-    before = {t.ident for t in baseline}
+    held.append(await _open_use_close(ctx, workflow_name))
+    before = set(_live_threads())
     for _ in range(_HANDLES):
-        await _open_use_close(ctx, workflow_name)
-    after = await _settled_thread_count(len(baseline) + _SPARE_THREADS)
-    new = [t for t in after if t.ident not in before]
-    if len(after) > len(baseline) + _SPARE_THREADS:
+        held.append(await _open_use_close(ctx, workflow_name))
+    new = await _settled_new_threads(before)
+    held.clear()
+    if len(new) > _SPARE_THREADS:
         names = ", ".join(sorted({t.name for t in new})) or "none named"
         fail(
-            f"{len(after) - len(baseline)} more threads alive {_SETTLE_SECONDS:g} s after opening, using "
-            f"and closing {_HANDLES} handles ({len(baseline)} before, {len(after)} after; new: {names}); "
-            "aclose() must stop every thread a handle started"
+            f"{len(new)} more threads alive {_SETTLE_SECONDS:g} s after opening, using and closing "
+            f"{_HANDLES} handles ({len(before)} before; new: {names}); aclose() must stop every "
+            "thread a handle started"
         )

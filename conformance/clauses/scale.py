@@ -9,8 +9,15 @@ Without a counter, latest falls back to timing: ``get_latest`` on a workflow of 
 and on one of 10, called back to back in rounds, and the median of the per-round ratios against a
 generous bound, so load on a shared machine slows both sides of each round alike. Whether a clause
 applies never depends on how fast the machine is: the same storage gets the same verdict every run.
-A walk is not applicable without a counter (a property of the target, not of its speed): time cannot
-tell one round trip of O(depth) work from depth round trips.
+Without a counter, a walk is counted another way where the storage is the engine over a
+:class:`~storages.backend.Backend` (every storage built on the author API): the kit opens a handle
+over a new backend of the store (``storage.over(storage.backend.new_handle())``) whose primitives
+count their calls, the backend's calls to its own primitives included, and compares counts with a
+margin of 20x: a walk may make at most twice the calls at depth 80 as at depth 2 (a walk a hop at
+a time makes 40 times as many), and a walk into a cycle at most twice the calls with ``max_depth``
+10,000 as with 10 (one that spins the cycle to the limit makes 1,000 times as many). Other
+storages' walks are not applicable without a counter (a property of the target, not of its
+speed): time cannot tell one round trip of O(depth) work from depth round trips.
 
 ``history_is_kept`` saves a few thousand checkpoints over several workflows and then finds every
 one of them listed and a sample of them loadable: a store that keeps a bounded number (an LRU
@@ -28,8 +35,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from storages.backend import CAPABILITY_PRIMITIVES, CORE_PRIMITIVES, Backend
 from storages.contract import Capability
+from storages.engine import CheckpointStore
 
+from ..bounded import unbound
 from ..clause import clause, ensure, fail, not_applicable
 from ..context import ClauseContext
 
@@ -154,14 +164,99 @@ async def _interleaved_ratio(ctx: ClauseContext, large: str, small: str) -> floa
     return statistics.median(ratios)
 
 
+_COUNTED_SHALLOW, _COUNTED_DEEP = 2, 80
+"""Walk depths the counted calls compare: a walk a hop at a time makes 40 times the calls."""
+_CYCLE_DEPTHS = (10, 10_000)
+"""max_depth of the two walks into one cycle the counted calls compare."""
+_CALLS_BOUND = 2
+"""How many times the calls of the smaller walk the larger may make: 20 times below what a walk
+a hop at a time (40x) or one spinning a cycle to the limit (1,000x) makes."""
+_PRIMITIVES = frozenset(
+    {*CORE_PRIMITIVES, "records_after", *(name for names in CAPABILITY_PRIMITIVES.values() for name in names)}
+)
+
+
+class _CountedHandle:
+    """A handle of the clause's storage over a new backend of its store whose primitives count
+    their calls (the backend's own calls to them included: the counters are on the instance)."""
+
+    def __init__(self, storage: Any, backend: Backend) -> None:
+        self.storage = storage
+        self.calls = 0
+        for name in _PRIMITIVES:
+            primitive = getattr(backend, name, None)
+            if primitive is not None:
+                setattr(backend, name, self._counting(primitive))
+
+    def _counting(self, primitive: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(primitive)
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await primitive(*args, **kwargs)
+
+        return counted
+
+    async def calls_of(self, call: Callable[[Any], Awaitable[Any]]) -> int:
+        before = self.calls
+        await call(self.storage)
+        return self.calls - before
+
+
+def _counted_handle(ctx: ClauseContext) -> _CountedHandle | None:
+    """A counted handle on the clause's store, or None where the storage is not the engine over a
+    Backend whose instances take attributes."""
+    storage = unbound(ctx.storage)
+    if not isinstance(storage, CheckpointStore) or not isinstance(storage.backend, Backend):
+        return None
+    backend = storage.backend.new_handle()
+    try:
+        counter = _CountedHandle(None, backend)
+    except (AttributeError, TypeError):  # __slots__, a frozen instance
+        return None
+    counter.storage = ctx.track_handle(ctx.storage.over(backend))
+    return counter
+
+
+def _walk(operation: str, start: str, **options: Any) -> Callable[[Any], Awaitable[Any]]:
+    """A walk from ``start`` on whichever handle it is given."""
+
+    def walk(storage: Any) -> Awaitable[Any]:
+        result: Awaitable[Any] = getattr(storage, operation)(start, **options)
+        return result
+
+    return walk
+
+
+async def _counted_walks(ctx: ClauseContext, counter: _CountedHandle) -> None:
+    workflow_name = ctx.workflow_name("walk-calls")
+    shallow_tip = await _extend(ctx, workflow_name, _COUNTED_SHALLOW, None)
+    deep_tip = await _extend(ctx, workflow_name, _COUNTED_DEEP - _COUNTED_SHALLOW, shallow_tip)
+    for operation in ("walk_ancestry_ids", "walk_ancestry"):
+        shallow = await counter.calls_of(_walk(operation, shallow_tip))
+        deep = await counter.calls_of(_walk(operation, deep_tip))
+        if deep > _CALLS_BOUND * max(shallow, 1):
+            fail(
+                f"{operation}() made {deep} backend calls at depth {_COUNTED_DEEP} and {shallow} at depth "
+                f"{_COUNTED_SHALLOW} (counted, bound {_CALLS_BOUND}x): it fetches the chain a hop at a time"
+            )
+
+
 @clause(
     "scale.walk_is_one_round_trip",
-    f"walk_ancestry and walk_ancestry_ids cost the same round trips at depth {_DEEP} as at depth {_SHALLOW}.",
+    f"walk_ancestry and walk_ancestry_ids cost the same round trips at depth {_DEEP} as at depth {_SHALLOW} "
+    f"(uncounted, on the engine: at most {_CALLS_BOUND}x the backend calls at depth {_COUNTED_DEEP}).",
     requires=[Capability.ANCESTRY],
 )
 async def walk_is_one_round_trip(ctx: ClauseContext) -> None:
     if ctx.target.round_trips is None:
-        not_applicable("the target counts no round trips (StorageTarget.round_trips), and time cannot tell")
+        counter = _counted_handle(ctx)
+        if counter is None:
+            not_applicable(
+                "the target counts no round trips (StorageTarget.round_trips), the storage is not the "
+                "engine over a Backend whose calls the kit can count, and time cannot tell"
+            )
+        await _counted_walks(ctx, counter)
+        return
     workflow_name = ctx.workflow_name("walk-scale")
     shallow_tip = await _extend(ctx, workflow_name, _SHALLOW, None)
     deep_tip = await _extend(ctx, workflow_name, _DEEP - _SHALLOW, shallow_tip)
@@ -173,6 +268,52 @@ async def walk_is_one_round_trip(ctx: ClauseContext) -> None:
             fail(
                 f"{operation}() took {deep} round trips at depth {_DEEP} and {shallow} at depth {_SHALLOW}: "
                 "it fetches the chain a hop at a time"
+            )
+
+
+@clause(
+    "scale.cycle_walk_stops_at_the_cycle",
+    f"A walk into a cycle costs at most {_CALLS_BOUND}x the round trips (or backend calls) with max_depth "
+    f"{_CYCLE_DEPTHS[1]:,} as with {_CYCLE_DEPTHS[0]}: it stops at the cycle, not at the limit.",
+    requires=[Capability.ANCESTRY],
+)
+async def cycle_walk_stops_at_the_cycle(ctx: ClauseContext) -> None:
+    count: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[int]]
+    if ctx.target.round_trips is not None:
+        storage = ctx.storage
+
+        async def count(call: Callable[[Any], Awaitable[Any]]) -> int:
+            return await _round_trips_of(ctx, lambda: call(storage))
+
+        what = "round trips"
+    else:
+        counter = _counted_handle(ctx)
+        if counter is None:
+            not_applicable(
+                "the target counts no round trips (StorageTarget.round_trips), the storage is not the "
+                "engine over a Backend whose calls the kit can count, and time cannot tell"
+            )
+        count, what = counter.calls_of, "backend calls"
+    workflow_name = ctx.workflow_name("cycle-calls")
+    # A's previous is B before B exists; B's previous is A: a loop of two, entered from a tail.
+    a = ctx.checkpoint(
+        workflow_name, checkpoint_id=f"{workflow_name}-a", previous_checkpoint_id=f"{workflow_name}-b"
+    )
+    b = ctx.checkpoint(
+        workflow_name, checkpoint_id=f"{workflow_name}-b", previous_checkpoint_id=a.checkpoint_id
+    )
+    tail = ctx.checkpoint(workflow_name, previous_checkpoint_id=b.checkpoint_id)
+    for checkpoint in (a, b, tail):
+        await ctx.storage.save(checkpoint)
+    small, large = _CYCLE_DEPTHS
+    for operation in ("walk_ancestry_ids", "walk_ancestry"):
+        near = await count(_walk(operation, tail.checkpoint_id, max_depth=small))
+        far = await count(_walk(operation, tail.checkpoint_id, max_depth=large))
+        if far > _CALLS_BOUND * max(near, 1):
+            fail(
+                f"{operation}() into a cycle of two made {far} {what} with max_depth={large:,} and {near} "
+                f"with max_depth={small} (bound {_CALLS_BOUND}x): it spins the cycle to the limit instead of "
+                "stopping where an id repeats"
             )
 
 

@@ -48,7 +48,7 @@ async def keyed(ctx: ClauseContext, keys: Any = None) -> AsyncIterator[Any]:
     with_key = getattr(ctx.storage, "with_integrity_key", None)
     if not callable(with_key):
         fail(
-            f"{type(ctx.storage).__name__} exposes its stored bytes (raw_access) but offers no integrity "
+            f"{ctx.storage.__class__.__name__} exposes its stored bytes (raw_access) but offers no integrity "
             "keys (with_integrity_key): whoever can write the store can change any checkpoint unseen"
         )
     handle = with_key(keys if keys is not None else IntegrityKeys(KIT_KEY))

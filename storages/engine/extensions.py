@@ -17,16 +17,11 @@ from ..errors import (
     InvalidCheckpointIdError,
 )
 from ..integrity import Seal, TamperKind
-from ..records import Leftover, StoredBody, body_digest, listed_ids
+from ..records import Leftover, StoredBody, as_asked, body_digest, is_engine_log_name, listed_ids
 from .parts import HandleParts
-from .receipts import PruneReceipts, is_receipts_log_name, receipts_log_name
+from .receipts import PruneReceipts, receipts_log_name
 from .walk import LARGEST_BACKEND_INT, assemble_walk, check_max_depth, check_walk_chain
-from .writes import PendingWritesLog, is_writes_log_name, writes_log_name
-
-
-def is_internal_workflow_name(name: str) -> bool:
-    """A workflow the engine keeps for itself (pending writes, prune receipts): never listed."""
-    return is_writes_log_name(name) or is_receipts_log_name(name)
+from .writes import PendingWritesLog, writes_log_name
 
 
 def listed_workflow_name(name: object) -> str:
@@ -43,7 +38,7 @@ def listed_workflow_name(name: object) -> str:
             name = raw.decode()
         except UnicodeDecodeError:
             raise InvalidCheckpointIdError("workflow_name", raw, f"is not UTF-8 text: {why}") from None
-    if isinstance(name, str) and is_internal_workflow_name(name):
+    if isinstance(name, str) and is_engine_log_name(name):
         return name
     try:
         return validate_identifier(name, "workflow_name")
@@ -174,14 +169,21 @@ class Extensions:
         self._parts.require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._parts.ready("list_workflows")
         names = [listed_workflow_name(name) for name in await self._parts.backend.workflow_names()]
-        return sorted(name for name in names if not is_internal_workflow_name(name))
+        return sorted(name for name in names if not is_engine_log_name(name))
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         """The index entry of one stored record (nested ones too), or None."""
         self._parts.require(Capability.INSPECT, "checkpoint_info")
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._parts.ready("checkpoint_info")
-        return await self._parts.backend.info(checkpoint_id)
+        info = await self._parts.backend.info(checkpoint_id)
+        if info is not None and info.checkpoint_id != checkpoint_id:
+            raise CheckpointCorruptedError(
+                checkpoint_id,
+                f"the backend answered checkpoint_info({checkpoint_id!r}) with the entry of "
+                f"{info.checkpoint_id!r} (ids are compared exactly, character for character)",
+            )
+        return info
 
     async def list_records(self, workflow_name: str | None) -> list[CheckpointInfo]:
         """Index entries of every stored record (or one workflow's), nested ones included, in
@@ -193,7 +195,7 @@ class Extensions:
         records = [
             info
             for info in await self._parts.backend.records(workflow_name)
-            if not is_internal_workflow_name(info.workflow_name)
+            if not is_engine_log_name(info.workflow_name)
         ]
         return sorted(records, key=lambda info: (info.workflow_name, info.sequence))
 
@@ -209,7 +211,7 @@ class Extensions:
         backend = self._parts.backend
         if not implements(type(backend), "records_after"):
             for info in await backend.records(None):
-                if not is_internal_workflow_name(info.workflow_name):
+                if not is_engine_log_name(info.workflow_name):
                     yield info
             return
         after: CheckpointID | None = None
@@ -217,7 +219,7 @@ class Extensions:
         while True:
             page = await backend.records_after(after, page_size)
             for info in page:
-                if not is_internal_workflow_name(info.workflow_name):
+                if not is_engine_log_name(info.workflow_name):
                     yield info
             if len(page) < page_size:
                 return
@@ -256,7 +258,7 @@ class Extensions:
         self._parts.require(Capability.RAW_ACCESS, "read_raw_body")
         validate_identifier(checkpoint_id, "checkpoint_id")
         await self._parts.ready("read_raw_body")
-        stored = await self._parts.backend.load(checkpoint_id)
+        stored = as_asked(await self._parts.backend.load(checkpoint_id), checkpoint_id)
         return None if stored is None else stored.body
 
     async def write_raw_body(self, checkpoint_id: CheckpointID, body: bytes) -> None:

@@ -22,13 +22,9 @@ from ..codec.sealed_calls import decode_sealed
 from ..contract import AncestryEnd, AncestryWalk, Capability, CheckpointID, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError, StorageConfigurationError
 from ..integrity import Link, Seal, TamperKind, is_sealed, parse_seal
-from ..records import CheckpointRecord, StoredBody
+from ..records import RECEIPTS_LOG_PREFIX, CheckpointRecord, StoredBody, as_asked
 from .parts import HandleParts
 from .sealing import Sealer
-
-_RECEIPTS_LOG_PREFIX = "\x1fpruned\x1f"
-"""Starts the name of a workflow's receipt log. A control character can never start a workflow
-name a caller chooses (validate_identifier refuses it), so no log shadows a workflow."""
 
 _RECEIPT_TIMESTAMP = "1970-01-01T00:00:00+00:00"
 """Every receipt carries this timestamp, so a receipt written twice encodes to the same body."""
@@ -39,11 +35,11 @@ _WRITES_AT_ONCE = 64
 
 def receipts_log_name(workflow_name: str) -> str:
     """The internal workflow holding the receipts of ``workflow_name``'s prunes."""
-    return _RECEIPTS_LOG_PREFIX + workflow_name
+    return RECEIPTS_LOG_PREFIX + workflow_name
 
 
 def is_receipts_log_name(name: str) -> bool:
-    return name.startswith(_RECEIPTS_LOG_PREFIX)
+    return name.startswith(RECEIPTS_LOG_PREFIX)
 
 
 def receipt_id(pruned_id: CheckpointID, mac: bytes) -> CheckpointID:
@@ -65,7 +61,8 @@ class PruneReceipts:
         """Whether anything is stored where the receipt for pruning ``pruned_id`` (with MAC
         ``signed_after``) would be, authentic or not: under a TTL, verify excuses a missing
         receipt as expired, never one that is there and does not vouch for the tombstone."""
-        return await self._parts.backend.load(receipt_id(pruned_id, signed_after)) is not None
+        checkpoint_id = receipt_id(pruned_id, signed_after)
+        return as_asked(await self._parts.backend.load(checkpoint_id), checkpoint_id) is not None
 
     async def check_prune_receipt(self, pruned_id: CheckpointID, signed_after: bytes) -> None:
         """Raise CheckpointTamperedError (``unreceipted_tombstone``) unless this storage's key
@@ -73,7 +70,7 @@ class PruneReceipts:
         ``signed_after`` (the MAC its successor's seal holds). Needs a key."""
         sealer = self._sealer("check_prune_receipt")
         checkpoint_id = receipt_id(pruned_id, signed_after)
-        stored = await self._parts.backend.load(checkpoint_id)
+        stored = as_asked(await self._parts.backend.load(checkpoint_id), checkpoint_id)
         if stored is None:
             raise _unreceipted(pruned_id, "no prune signed a receipt for it")
         try:

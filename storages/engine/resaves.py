@@ -16,7 +16,7 @@ from ..codec import CheckpointCodec
 from ..codec.sealed_calls import decode_sealed
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, StaleWriterError
-from ..records import CheckpointRecord, InsertResult
+from ..records import CheckpointRecord, InsertResult, as_asked
 from .reading import Reader, ReadRaced
 from .sealing import Chain, Sealer, unsealed_own
 
@@ -71,7 +71,7 @@ class Resaves:
 
     async def _check_same_content(self, records: Sequence[CheckpointRecord]) -> None:
         top = records[0]
-        stored = await self._backend.load(top.checkpoint_id)
+        stored = as_asked(await self._backend.load(top.checkpoint_id), top.checkpoint_id)
         if stored is None:
             # Deleted between the insert attempt and now; the caller may simply retry.
             raise CheckpointConflictError(top.checkpoint_id)

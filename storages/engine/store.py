@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..fencing import FencedStorage
 from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, as_provider
-from ..records import CheckpointRecord, InsertResult, Leftover, StoredBody, listed_ids
+from ..records import CheckpointRecord, InsertResult, Leftover, StoredBody, as_asked, listed_ids
 from .encoding import plain_records, record_drafts
 from .extensions import Extensions
 from .lifecycle import Lifecycle
@@ -221,7 +221,7 @@ class CheckpointStore(Generic[BackendT]):
         )
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("load")
-        stored = await self._backend.load(checkpoint_id)
+        stored = as_asked(await self._backend.load(checkpoint_id), checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
         try:

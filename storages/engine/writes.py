@@ -20,7 +20,7 @@ from ..contract import (
     validate_identifier,
 )
 from ..errors import CheckpointCorruptedError
-from ..records import CheckpointRecord, filed_under
+from ..records import WRITES_LOG_PREFIX, CheckpointRecord, filed_under
 from .parts import HandleParts
 from .validation import checked_writes
 
@@ -216,10 +216,6 @@ class PendingWritesLog:
 
 _MAX = MAX_ID_LENGTH
 
-_WRITES_LOG_PREFIX = "\x1fwrites\x1f"
-"""Starts the name of a workflow's pending-writes log. A control character can never start a
-workflow name a caller chooses (validate_identifier refuses it), so no log shadows a workflow."""
-
 _WRITES_BATCH_TIMESTAMP = "1970-01-01T00:00:00+00:00"
 """Every write batch carries this timestamp, so equal batches encode to equal bodies."""
 
@@ -227,11 +223,11 @@ _WRITES_BATCH_TIMESTAMP = "1970-01-01T00:00:00+00:00"
 def writes_log_name(workflow_name: str) -> str:
     """The internal workflow holding ``workflow_name``'s pending writes, one record per batch,
     indexed by the owning checkpoint's id in the graph-signature column."""
-    return _WRITES_LOG_PREFIX + workflow_name
+    return WRITES_LOG_PREFIX + workflow_name
 
 
 def is_writes_log_name(name: str) -> bool:
-    return name.startswith(_WRITES_LOG_PREFIX)
+    return name.startswith(WRITES_LOG_PREFIX)
 
 
 def _batch_body_digest(body: bytes) -> str:

@@ -16,7 +16,7 @@ recursive CTE only as far as its reader fetches).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Self
@@ -137,7 +137,7 @@ class PostgresBackend(Backend):
     several stores share one schema.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+    capabilities: frozenset[Capability] = frozenset(
         {
             Capability.SIGNATURE_FILTER,
             Capability.ANCESTRY,

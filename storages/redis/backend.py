@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -55,7 +55,7 @@ class RedisBackend(Backend):
     server cannot evict, as an in-process fake).
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = _BASE_CAPABILITIES
+    capabilities: frozenset[Capability] = _BASE_CAPABILITIES
 
     def __init__(
         self,
@@ -89,7 +89,7 @@ class RedisBackend(Backend):
         self._loads = Loads(self._connection, span)
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
-            self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}  # type: ignore[misc]
+            self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}
 
     def new_handle(self, *, read_only: bool | None = None) -> Self:
         """A backend on the same prefix: the given client again (its owner's), or a client of its

@@ -59,7 +59,7 @@ class S3Backend(Backend):
         self._settings = settings
         if settings.unsafe_single_writer:
             # Fencing needs a compare-and-swap the store decides; a read-then-write is not one.
-            self.capabilities = type(self).capabilities - {Capability.FENCING}  # type: ignore[misc]
+            self.capabilities = type(self).capabilities - {Capability.FENCING}
         self._keys = KeyLayout(settings.prefix)
         self._client = S3Client(settings)
         self._protocol = CommitProtocol(settings, self._client, self._keys)

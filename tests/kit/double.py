@@ -149,7 +149,7 @@ class DoubleBackend(Backend):
     def __init__(self, backing: Backing | None = None) -> None:
         self.backing = backing if backing is not None else MemoryBacking()
         if isinstance(self.backing, FileBacking):
-            self.capabilities = type(self).capabilities | {Capability.DURABLE}  # type: ignore[misc]
+            self.capabilities = type(self).capabilities | {Capability.DURABLE}
 
     def new_handle(self) -> Self:
         return type(self)(self.backing)  # every handle shares the backing

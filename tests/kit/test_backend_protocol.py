@@ -146,7 +146,7 @@ def test_declaring_a_capability_without_its_primitives_fails_when_the_storage_is
 
 def test_a_capability_declared_on_an_instance_is_checked_too() -> None:
     backend = CoreOnly()
-    backend.capabilities = frozenset({Capability.PRUNE})  # type: ignore[misc]
+    backend.capabilities = frozenset({Capability.PRUNE})
     with pytest.raises(TypeError, match="'prune' needs prune, delete_workflow"):
         CheckpointStore(backend)
 
@@ -159,7 +159,7 @@ def test_a_backend_without_the_core_primitives_cannot_be_made_and_strays_are_nam
     with pytest.raises(TypeError, match="abstract"):
         CannotSave()  # type: ignore[abstract]
     stray = CoreOnly()
-    stray.capabilities = frozenset({"ancestry"})  # type: ignore[misc]
+    stray.capabilities = frozenset({"ancestry"})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not Capability"):
         check_backend(stray)
     with pytest.raises(TypeError, match=r"is not a storages\.backend\.Backend"):

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, all_clauses
@@ -17,7 +18,7 @@ from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import DoubleBackend
+from .double import DoubleBackend, DoubleState, double_target
 from .support import failed
 
 FAMILY = "concurrency"
@@ -231,6 +232,7 @@ def test_handles_that_do_not_share_a_store_are_caught() -> None:
         "concurrency.shared_identical_saves",
         "concurrency.many_saves_one_workflow",
         "concurrency.conflicting_saves",
+        "concurrency.many_writers_number_once",
     }
     assert "lost" in backend.result("concurrency.shared_handles_interleave").message
 
@@ -273,5 +275,40 @@ def test_a_lock_left_held_by_a_cancelled_save_is_caught() -> None:
 
 def test_a_reply_left_unread_by_a_cancelled_load_is_caught() -> None:
     backend = run_family(CrossedReplies)
-    assert failed(backend) == {"concurrency.cancelled_calls_leave_no_trace"}
-    assert "checkpoint_id should be" in backend.result("concurrency.cancelled_calls_leave_no_trace").message
+    # The engine refuses a reply for another id than the one asked for, so racing reads see the
+    # crossed replies too.
+    assert failed(backend) == {
+        "concurrency.cancelled_calls_leave_no_trace",
+        "concurrency.reads_see_whole_checkpoints",
+    }
+    message = backend.result("concurrency.cancelled_calls_leave_no_trace").message
+    assert "the backend answered a read of" in message
+
+
+class NumbersFromTheHighestStored(DoubleBackend):
+    """Numbers a record one past the highest sequence stored in its workflow: once the newest
+    record is deleted, its number is handed out again."""
+
+    def _next_sequence(self, state: DoubleState, workflow_name: str) -> int:
+        stored = [row.sequence for row in state.rows.values() if row.record.workflow_name == workflow_name]
+        return max(stored, default=0) + 1
+
+
+class LosesCounterUpdates(DoubleBackend):
+    """Reads the workflow's counter, makes a round trip, then writes back what it read before
+    numbering: two inserts racing between the read and the write get one number."""
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        state = self._read()
+        workflow_name = records[0].workflow_name
+        counter = state.sequences.get(workflow_name, 0)
+        await asyncio.sleep(0)  # the round trip
+        state.sequences[workflow_name] = counter
+        return await super().insert(records)
+
+
+@pytest.mark.parametrize("mutant", [NumbersFromTheHighestStored, LosesCounterUpdates])
+def test_sequence_numbers_handed_out_twice_are_caught(mutant: type[DoubleBackend]) -> None:
+    backend = run_family(double_target(mutant))
+    assert "concurrency.many_writers_number_once" in failed(backend)
+    assert "was handed out twice" in backend.result("concurrency.many_writers_number_once").message

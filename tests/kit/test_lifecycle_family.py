@@ -4,6 +4,7 @@ after aclose(), raise on a second close, close their siblings, or leave a thread
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,6 +92,22 @@ class LeaksAThreadPerHandle(DoubleBackend):
         threading.Thread(target=_RELEASE.wait, name="leaked-connection", daemon=True).start()
 
 
+def _connection(stop: threading.Event) -> None:
+    while not stop.wait(0.05) and not _RELEASE.is_set():
+        pass
+
+
+class StopsItsThreadWhenCollected(DoubleBackend):
+    """Starts a connection thread on first use; close() leaves it running, and only the backend's
+    finalizer stops it: whether the thread is gone when it is counted depends on when the garbage
+    collector frees the closed handle (at once, by reference count, when nothing holds it)."""
+
+    async def open(self, operation: str) -> None:
+        stop = threading.Event()
+        threading.Thread(target=_connection, args=(stop,), name="collected-connection", daemon=True).start()
+        weakref.finalize(self, stop.set)
+
+
 @pytest.fixture(autouse=True)
 def _release_leaked_threads() -> Iterator[None]:
     _RELEASE.clear()
@@ -111,6 +128,7 @@ def test_a_correct_double_passes_every_lifecycle_clause() -> None:
         (SecondCloseRaises, "lifecycle.aclose_is_idempotent", "second aclose() of a used handle raised"),
         (ClosingClosesSiblings, "lifecycle.closing_one_handle_leaves_others_working", "second handle failed"),
         (LeaksAThreadPerHandle, "lifecycle.no_thread_left_per_handle", "new: leaked-connection"),
+        (StopsItsThreadWhenCollected, "lifecycle.no_thread_left_per_handle", "new: collected-connection"),
     ],
 )
 def test_lifecycle_mutants_are_caught(mutant: type[Any], clause_id: str, says: str) -> None:

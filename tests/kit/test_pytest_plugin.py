@@ -70,16 +70,8 @@ def broken_suite(storage: str = "BrokenLoad", attributes: str = "") -> str:
     return BROKEN_SUITE.format(storage=storage, body=textwrap.indent(textwrap.dedent(attributes), "    "))
 
 
-NEEDS_A_ROUND_TRIP_COUNTER = {"scale.walk_is_one_round_trip"}
-"""Not applicable to a suite that sets no ``round_trips``, whatever its capabilities."""
-
-
 def runnable_on_memory(capabilities: frozenset[object] = MemoryBackend.capabilities) -> int:
-    return sum(
-        1
-        for c in all_clauses()
-        if c.requires <= capabilities and not c.injects and c.id not in NEEDS_A_ROUND_TRIP_COUNTER
-    )
+    return sum(1 for c in all_clauses() if c.requires <= capabilities and not c.injects)
 
 
 def auto_mode(pytester: pytest.Pytester) -> None:

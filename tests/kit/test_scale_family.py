@@ -15,7 +15,7 @@ from storages.contract import CheckpointID
 
 from . import support
 from .double import DoubleBackend, DoubleState, DoubleStorage, double_target
-from .support import caught_only_by
+from .support import caught_only_by, failed
 
 FAMILY = "scale"
 
@@ -78,6 +78,43 @@ class WalksHopByHop(DoubleBackend):
         return WalkRecords(links, bodies, frozenset())
 
 
+class LoadsEachHop(DoubleBackend):
+    """Walks by loading one record per hop, each a call of its own load primitive (a round trip)."""
+
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        current: CheckpointID | None = checkpoint_id
+        while current is not None and current not in links and len(links) < max_depth:
+            stored = await self.load(current)
+            if stored is None or stored.entry is None:
+                break
+            links[current] = stored.entry.previous_checkpoint_id
+            bodies[current] = stored.body
+            current = stored.entry.previous_checkpoint_id
+        return WalkRecords(links, bodies, frozenset())
+
+
+class SpinsCycles(DoubleBackend):
+    """Walks a hop at a time without remembering where it has been: a cycle is followed round and
+    round until max_depth hops (the links it returns are right; only the cost tells)."""
+
+    async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
+        links: dict[CheckpointID, CheckpointID | None] = {}
+        bodies: dict[CheckpointID, bytes] = {}
+        current: CheckpointID | None = checkpoint_id
+        for _ in range(max_depth):
+            if current is None:
+                break
+            stored = await self.load(current)
+            if stored is None or stored.entry is None:
+                break
+            links[current] = stored.entry.previous_checkpoint_id
+            bodies[current] = stored.body
+            current = stored.entry.previous_checkpoint_id
+        return WalkRecords(links, bodies, frozenset())
+
+
 class KeepsTheNewestThousand(DoubleBackend):
     """Drops the oldest records once it holds 1,000, as an LRU cache or a capped list would."""
 
@@ -93,9 +130,9 @@ def test_a_constant_cost_double_passes_counted_and_timed() -> None:
     assert all(r.outcome is Outcome.PASSED for r in counted.results), counted.failures
     timed = run_family(DoubleBackend, round_trips=None)
     assert timed.result("scale.latest_is_constant_cost").outcome is Outcome.PASSED
-    walk = timed.result("scale.walk_is_one_round_trip")
-    assert walk.outcome is Outcome.SKIPPED
-    assert "counts no round trips" in walk.message
+    # Uncounted by the target, the engine's backend calls are counted instead.
+    assert timed.result("scale.walk_is_one_round_trip").outcome is Outcome.PASSED
+    assert timed.result("scale.cycle_walk_stops_at_the_cycle").outcome is Outcome.PASSED
 
 
 @pytest.mark.parametrize(
@@ -115,6 +152,7 @@ def test_a_constant_cost_double_passes_counted_and_timed() -> None:
             "at 2000 checkpoints",
         ),
         (WalksHopByHop, {}, "scale.walk_is_one_round_trip", "a hop at a time"),
+        (LoadsEachHop, {"round_trips": None}, "scale.walk_is_one_round_trip", "backend calls at depth 80"),
         (KeepsTheNewestThousand, {}, "scale.history_is_kept", "lacks"),
     ],
 )
@@ -122,3 +160,20 @@ def test_scale_mutants_are_caught(
     mutant: type[DoubleBackend], target: dict[str, Any], clause_id: str, says: str
 ) -> None:
     caught_only_by(run_family(mutant, **target), clause_id, says)
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ({}, "10000 round trips with max_depth=10,000"),
+        ({"round_trips": None}, "backend calls with max_depth=10,000"),
+    ],
+    ids=["counted-by-the-target", "counted-by-the-kit"],
+)
+def test_a_walk_spinning_a_cycle_to_max_depth_is_caught_by_its_count(
+    target: dict[str, Any], says: str
+) -> None:
+    # A walk a hop at a time, so walk_is_one_round_trip fails too; the cycle clause says why it costs.
+    backend = run_family(SpinsCycles, **target)
+    assert "scale.cycle_walk_stops_at_the_cycle" in failed(backend)
+    assert says in backend.result("scale.cycle_walk_stops_at_the_cycle").message
