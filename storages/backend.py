@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, Protocol, TypeVar
 
 from typing_extensions import Self
 
@@ -254,9 +254,22 @@ class Backend(abc.ABC):
         return None
 
 
-def latest_record(
-    records: Sequence[CheckpointRecord], graph_signature_hash: str | None = None
-) -> CheckpointRecord | None:
+class LineageEntry(Protocol):
+    """What the latest rule reads of a record: a CheckpointRecord or an index entry
+    (CheckpointInfo)."""
+
+    @property
+    def checkpoint_id(self) -> CheckpointID: ...
+    @property
+    def previous_checkpoint_id(self) -> CheckpointID | None: ...
+    @property
+    def graph_signature_hash(self) -> str: ...
+
+
+EntryT = TypeVar("EntryT", bound=LineageEntry)
+
+
+def latest_record(records: Sequence[EntryT], graph_signature_hash: str | None = None) -> EntryT | None:
     """The record :meth:`Backend.latest` returns, given every top-level record of one workflow in
     ascending sequence (all signatures): the last of those with the signature (any, if None);
     then, while records with its signature name the current one as previous id, the last of

@@ -287,7 +287,7 @@ async def _inspect(args: argparse.Namespace, console: Console) -> int:
             render_workflows(summaries, describe_storage(storage)),
             {"storage": describe_storage(storage), "workflows": [summary.to_dict() for summary in summaries]},
         )
-        return EXIT_OK
+        return EXIT_FOUND if any(summary.listed_without_record for summary in summaries) else EXIT_OK
 
 
 async def _lineage(storage: CheckpointStore, workflow: str | None, thread: str | None) -> LineageTree:

@@ -52,7 +52,8 @@ EXIT_STATUSES: Final[dict[str, dict[int, str]]] = {
     },
     "inspect": {
         EXIT_OK: "shown",
-        EXIT_FOUND: "the checkpoint shown cannot be loaded (or holds a refused type, with --strict)",
+        EXIT_FOUND: "the checkpoint shown cannot be loaded (or holds a refused type, with --strict), "
+        "or a listing names a checkpoint whose record is gone",
         **_SHARED,
         EXIT_NOTHING: f"{_NO_STORE}, or the WORKFLOW, --thread or --checkpoint names none",
     },

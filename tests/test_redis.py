@@ -40,6 +40,8 @@ from storages import (
 )
 from storages.backend import CheckpointRecord
 from storages.engine.encoding import plain_records, record_drafts
+from storages.inspection import list_workflow_summaries
+from storages.inspection.render import render_workflows
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
 from storages.redis.commit import STAGED_BODY_MIN
 from storages.redis.loads import INLINE_BODY_LIMIT
@@ -720,6 +722,27 @@ async def test_verify_reports_an_indexed_id_whose_record_is_gone_and_repair_remo
     after = WorkflowCheckpoint("wf", "sig", checkpoint_id="after", previous_checkpoint_id="fork")
     assert await real_storage.save(after, expected_latest_id="fork") == "after"
     assert await repair(real_storage, report) == []  # nothing left to do
+
+
+@redis_mark
+async def test_inspect_counts_what_the_listing_names_and_names_an_id_whose_record_is_gone(
+    real_storage: RedisCheckpointStorage,
+) -> None:
+    """inspect's count agrees with list_checkpoint_ids when a record was deleted by hand, the lost
+    id is named (table and JSON), and the latest follows the lineage rule over what can be read."""
+    first = WorkflowCheckpoint("wf", "sig", checkpoint_id="first")
+    gone = WorkflowCheckpoint("wf", "sig", checkpoint_id="gone", previous_checkpoint_id="first")
+    last = WorkflowCheckpoint("wf", "sig", checkpoint_id="last", previous_checkpoint_id="gone")
+    for checkpoint in (first, gone, last):
+        await real_storage.save(checkpoint)
+    await real_storage.backend.client.delete(real_storage.keys.record("wf", "gone"))
+    assert len(await real_storage.list_checkpoint_ids(workflow_name="wf")) == 3
+    (summary,) = await list_workflow_summaries(real_storage)
+    assert (summary.checkpoints, summary.listed_without_record, summary.latest_id) == (3, ("gone",), "last")
+    assert summary.to_dict()["listed_without_record"] == ["gone"]
+    caption = render_workflows([summary], "store").caption
+    assert caption is not None
+    assert "gone" in str(caption)
 
 
 # ---------------------------------------------------------------------- TTL

@@ -53,6 +53,17 @@ def render_workflows(summaries: list[WorkflowSummary], storage_name: str) -> Tab
             str(summary.signatures),
             plain(latest or "-"),
         )
+    lost = [
+        f"{summary.workflow_name}: {', '.join(summary.listed_without_record)}"
+        for summary in summaries
+        if summary.listed_without_record
+    ]
+    if lost:
+        table.caption = plain(
+            "listed without their record (their reads raise; `checkpoint-storages verify` reports "
+            "them, `verify --repair` removes them): " + "; ".join(lost)
+        )
+        table.caption_justify = "left"
     return table
 
 

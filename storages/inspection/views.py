@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ..backend import latest_record
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointTypeNotAllowedError
 from ..verify import require_capabilities
@@ -33,6 +34,10 @@ class WorkflowSummary:
     """For a LangGraph workflow: its thread."""
     checkpoint_ns: str | None = None
     """For a LangGraph workflow: its namespace ("" for the root graph)."""
+    listed_without_record: tuple[CheckpointID, ...] = ()
+    """Ids the workflow's listing names whose record is gone (a fault or a hand edit: its reads
+    raise; ``verify`` reports them and ``verify --repair`` removes them). Counted in
+    ``checkpoints``, as ``list_checkpoint_ids`` counts them."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +49,7 @@ class WorkflowSummary:
             "pruned": self.pruned,
             "latest_id": self.latest_id,
             "signatures": self.signatures,
+            "listed_without_record": list(self.listed_without_record),
         }
 
 
@@ -96,15 +102,19 @@ async def list_workflow_summaries(storage: CheckpointStorage) -> list[WorkflowSu
     summaries: list[WorkflowSummary] = []
     for name in sorted(by_workflow):
         records = by_workflow[name]
-        top = [info for info in records if not info.nested]
+        top = sorted((info for info in records if not info.nested), key=lambda info: info.sequence)
+        recorded = {info.checkpoint_id for info in top}
+        lost = tuple(i for i in await storage.list_checkpoint_ids(workflow_name=name) if i not in recorded)
+        latest = latest_record(top)
         place = langgraph_place(name)
         summaries.append(
             WorkflowSummary(
                 workflow_name=name,
-                checkpoints=len(top),
+                checkpoints=len(top) + len(lost),
                 nested=len(records) - len(top),
                 pruned=len(await storage.list_tombstones(workflow_name=name)),
-                latest_id=max(top, key=lambda info: info.sequence).checkpoint_id if top else None,
+                latest_id=None if latest is None else latest.checkpoint_id,
+                listed_without_record=lost,
                 signatures=len({info.graph_signature_hash for info in records}),
                 thread_id=None if place is None else place[0],
                 checkpoint_ns=None if place is None else place[1],
