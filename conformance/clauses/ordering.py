@@ -264,7 +264,7 @@ async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
     await run.expect_latest(
         last, f"after saving {run.name(other)} (another graph signature) naming {run.name(last)}, then it"
     )
-    if Capability.SIGNATURE_FILTER in ctx.storage.capabilities:
+    if ctx.has(Capability.SIGNATURE_FILTER):
         found = await ctx.storage.get_latest(
             workflow_name=run.workflow, graph_signature_hash=other.graph_signature_hash
         )
