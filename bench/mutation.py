@@ -13,7 +13,7 @@ that breaks the module's import or construction is killed too: the storage could
 Every mutant runs in a child process of its own (``--child``), so one that spins forever in
 synchronous code, which no ``asyncio`` deadline can interrupt, is ended by the parent and costs
 one bound. Survivors judged equivalent (no behaviour the contract can see changes) are listed
-with a one-line reason in bench/mutation_equivalents.json; the score is killed over mutants that
+with a one-line reason in bench/mutation_survivors.json; the score is killed over mutants that
 are not on that list.
 
 Targets (``--target``):
@@ -56,12 +56,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-EQUIVALENTS = Path(__file__).resolve().parent / "mutation_equivalents.json"
+SURVIVORS = Path(__file__).resolve().parent / "mutation_survivors.json"
 RESULTS = Path(__file__).resolve().parent / "mutation_results.json"
 OPERATION_TIMEOUT = 5.0
 """Seconds one storage call of a mutant may take before the kit calls the storage stuck."""
-CHILD_TIMEOUT = 240.0
-"""Seconds a mutant's whole kit run may take before the parent ends it (outcome ``timeout``)."""
+CHILD_TIMEOUT = 60.0
+"""Seconds a mutant's whole kit run may take before the parent ends it (outcome ``timeout``): a
+healthy run of every family takes under 10 s here, so six times that even on a loaded machine."""
 MARKERS = ("<!-- mutation:start -->", "<!-- mutation:end -->")
 
 # ---------------------------------------------------------------------- operators
@@ -413,10 +414,19 @@ def run_mutant(
     return Verdict(target.name, mutation, answer["outcome"], answer["detail"], seconds)
 
 
-def equivalents() -> dict[str, dict[str, str]]:
-    """target -> mutation key -> why the mutant is equivalent (bench/mutation_equivalents.json)."""
-    found: dict[str, dict[str, str]] = json.loads(EQUIVALENTS.read_text(encoding="utf-8"))
+def survivors() -> dict[str, dict[str, dict[str, str]]]:
+    """target -> mutation key -> {"verdict": "equivalent" or "gap", "why": one line}: every survivor
+    judged so far (bench/mutation_survivors.json)."""
+    found: dict[str, dict[str, dict[str, str]]] = json.loads(SURVIVORS.read_text(encoding="utf-8"))
     return found
+
+
+def equivalents() -> dict[str, dict[str, str]]:
+    """target -> mutation key -> why the mutant is equivalent (no behaviour the contract sees changes)."""
+    return {
+        target: {key: judged["why"] for key, judged in found.items() if judged["verdict"] == "equivalent"}
+        for target, found in survivors().items()
+    }
 
 
 def sample(target: Target, size: int | None, seed: int) -> list[Mutation]:
@@ -474,11 +484,13 @@ def markdown(by_target: dict[str, list[Verdict]], command: str) -> str:
         )
     rest = [v for verdicts in by_target.values() for v in verdicts if v.outcome in ("survived", "equivalent")]
     if rest:
+        judged = survivors()
         lines += ["", "| target | mutant | verdict | why |", "|---|---|---|---|"]
         for v in rest:
             assert v.mutation is not None
-            why = v.detail if v.outcome == "equivalent" else "kit gap (open)"
-            lines.append(f"| {v.target} | `{v.mutation.key}` | {v.outcome} | {why} |")
+            gap = judged.get(v.target, {}).get(v.mutation.key, {"why": "not judged yet"})["why"]
+            verdict, why = ("equivalent", v.detail) if v.outcome == "equivalent" else ("kit gap", gap)
+            lines.append(f"| {v.target} | `{v.mutation.key}` | {verdict} | {why} |")
     return "\n".join(lines)
 
 
@@ -502,11 +514,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clauses", action="append", help="a clause family or id; repeatable; default: all")
     parser.add_argument("--json", type=Path, help="write every verdict here")
     parser.add_argument("--markdown", type=Path, help="write the table into this document's mutation section")
+    parser.add_argument(
+        "--rejudge",
+        type=Path,
+        action="append",
+        help="run nothing: read the verdicts of earlier --json files (repeatable), judge survivors again "
+        "against bench/mutation_survivors.json",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--mutant", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return _child(args.child, args.mutant, args.clauses)
+    if args.rejudge:
+        return _write(*rejudged(args.rejudge), args.json, args.markdown)
     names = args.target or list(TARGETS)
     by_target: dict[str, list[Verdict]] = {}
     for name in names:
@@ -521,23 +542,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ([f"--sample {args.sample} --seed {args.seed}"] if args.sample else [])
         + [f"--clauses {c}" for c in args.clauses or ()]
     )
+    return _write(by_target, command, args.json, args.markdown)
+
+
+def rejudged(paths: Sequence[Path]) -> tuple[dict[str, list[Verdict]], str]:
+    """The verdicts earlier ``--json`` runs wrote, survivors judged against today's survivors list,
+    and the runs' commands joined by ``;``."""
+    payloads = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
+    known = equivalents()
+    by_target: dict[str, list[Verdict]] = {}
+    for name, found in ((n, f) for p in payloads for n, f in p["targets"].items()):
+        verdicts = by_target[name] = []
+        for entry in found["verdicts"]:
+            mutation = Mutation(**entry["mutation"])
+            outcome, detail = entry["outcome"], entry["detail"]
+            if outcome in ("survived", "equivalent"):
+                reason = known.get(name, {}).get(mutation.key)
+                outcome, detail = ("survived", "") if reason is None else ("equivalent", reason)
+            verdicts.append(Verdict(name, mutation, outcome, detail, entry["seconds"]))
+    return by_target, "; ".join(str(p["command"]) for p in payloads)
+
+
+def _write(
+    by_target: dict[str, list[Verdict]], command: str, json_path: Path | None, md_path: Path | None
+) -> int:
     text = markdown(by_target, command)
     print(text)
-    if args.json:
+    if json_path:
         payload = {
             "command": command,
             "targets": {
                 n: {"summary": summary(v), "verdicts": [x.to_dict() for x in v]} for n, v in by_target.items()
             },
         }
-        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    if args.markdown:
+        json_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    if md_path:
         from .sections import replace_section
 
-        document = args.markdown.read_text(encoding="utf-8") if args.markdown.exists() else ""
-        args.markdown.write_text(
-            replace_section(document, text, *MARKERS, "## Mutation score"), encoding="utf-8"
-        )
+        document = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
+        md_path.write_text(replace_section(document, text, *MARKERS, "## Mutation score"), encoding="utf-8")
     return 0
 
 
