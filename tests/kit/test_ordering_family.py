@@ -303,3 +303,36 @@ def test_clauses_read_capabilities_from_the_target_not_the_storage() -> None:
     (backend,) = validate(target, clauses=clauses).backends
     assert not backend.error, backend.error
     assert {r.clause_id: r.outcome for r in backend.results} == dict.fromkeys(clauses, Outcome.PASSED)
+
+
+class LatestLostInACycle(SixMethods):
+    """get_latest follows the lineage rule over the listing, but answers None where it meets a
+    checkpoint it already visited instead of stopping at the one it is on."""
+
+    async def get_latest(self, *, workflow_name: str) -> Any:
+        listed = await self.inner.list_checkpoints(workflow_name=workflow_name)
+        if not listed:
+            return None
+        current, seen = listed[-1], {listed[-1].checkpoint_id}
+        while True:
+            following = [
+                c
+                for c in listed
+                if c.previous_checkpoint_id == current.checkpoint_id
+                and c.graph_signature_hash == current.graph_signature_hash
+            ]
+            if not following:
+                return current
+            if following[-1].checkpoint_id in seen:
+                return None
+            current = following[-1]
+            seen.add(current.checkpoint_id)
+
+
+def test_latest_lost_in_a_cycle_is_caught() -> None:
+    root = InMemoryCheckpointStorage()
+    target = StorageTarget("cycle", lambda: LatestLostInACycle(root.new_handle()), capabilities=frozenset())
+    (backend,) = validate(target, clauses=["ordering.latest_is_the_lineage_tip"]).backends
+    (result,) = backend.results
+    assert result.outcome is Outcome.FAILED
+    assert "after saving c0 naming c1 as previous, then c1 naming c0" in result.message
