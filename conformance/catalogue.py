@@ -68,6 +68,13 @@ run for main and for the change one after the other on this 2-core machine while
 17.5 s, fakeredis 22.2 s to 20.9 s, the embedded S3 157 s to 203 s); `checkpoint-conformance
 memory://` alone, 6.96 s before and 7.12 s after with three clauses more.
 
+**Mutation score.** `python -m bench.mutation --sample 45 --seed 1` (bench/mutation.py) makes
+small unpicked bugs (operators swapped, constants shifted, calls and returns emptied) in four
+storages, the worked example `examples/dict_storage.py`, the memory backend, a delegating wrapper
+and a six-method storage, and runs the kit on each mutant; the score, every survivor judged
+equivalent or a kit gap, and the command per target are in [mutation.md](mutation.md). CI runs a
+fixed sample (tests/test_mutation_sample.py).
+
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
 fails a storage that does not declare them.

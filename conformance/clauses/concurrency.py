@@ -116,7 +116,7 @@ async def _writers(ctx: ClauseContext) -> list[Any]:
     """The handles concurrent saves of one workflow go through: four on a shared store (a
     handle may queue one workflow's saves, so only several handles race them in the store),
     else the clause's one."""
-    if Capability.SHARED not in ctx.storage.capabilities:
+    if not ctx.has(Capability.SHARED):
         return [ctx.storage]
     return [ctx.storage, *[await ctx.other_handle() for _ in range(3)]]
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from storages.contract import Capability
-from storages.errors import CheckpointCorruptedError
+from storages.errors import CheckpointConflictError, CheckpointCorruptedError
 
 from ..clause import clause, ensure, ensure_equal, fail
 from ..context import ClauseContext
@@ -213,18 +213,45 @@ async def others_unaffected(ctx: ClauseContext) -> None:
 
 @clause(
     "corruption.delete_damaged",
-    "A damaged checkpoint can be deleted, after which get_latest() and list_checkpoints() work again.",
+    "A damaged checkpoint refuses a save of other content under its id, can be deleted, after which "
+    "get_latest() and list_checkpoints() work again.",
     requires=_RAW,
 )
 async def delete_damaged(ctx: ClauseContext) -> None:
     older, damaged = await _saved(ctx, "repair", 2)
     await ctx.tamper(damaged.checkpoint_id, garbage)
+    await _other_content_refused(ctx, damaged)
     deleted = await ctx.storage.delete(damaged.checkpoint_id)
     ensure_equal(deleted, True, f"delete({damaged.checkpoint_id!r}) of a damaged checkpoint")
     latest = await ctx.storage.get_latest(workflow_name=older.workflow_name)
     ensure_equal(latest, older, f"get_latest after deleting damaged {damaged.checkpoint_id!r}")
     listed = await ctx.storage.list_checkpoints(workflow_name=older.workflow_name)
     ensure_equal(listed, [older], f"list_checkpoints after deleting damaged {damaged.checkpoint_id!r}")
+
+
+async def _other_content_refused(ctx: ClauseContext, damaged: Any) -> None:
+    """A save of other content under a damaged id: a backend that trusts what raw access wrote
+    (or compares the wrong digest) takes it as the checkpoint already stored."""
+    other = ctx.checkpoint(
+        damaged.workflow_name,
+        checkpoint_id=damaged.checkpoint_id,
+        previous_checkpoint_id=damaged.previous_checkpoint_id,
+        graph_signature_hash=damaged.graph_signature_hash,
+        state={"payload": "other content"},
+    )
+    try:
+        await ctx.storage.save(other)
+    except (CheckpointConflictError, CheckpointCorruptedError):
+        return
+    except Exception as exc:
+        fail(
+            f"save() of other content under damaged id {damaged.checkpoint_id!r} raised "
+            f"{type(exc).__name__}: {exc}; expected CheckpointConflictError or CheckpointCorruptedError"
+        )
+    fail(
+        f"save() of other content under damaged id {damaged.checkpoint_id!r} was accepted as the "
+        "checkpoint already stored"
+    )
 
 
 # A body that is intact but not the record it is stored as: what a writer with access to the

@@ -456,7 +456,8 @@ async def delete_nested_refused(ctx: ClauseContext) -> None:
 @clause(
     "nested.save_is_atomic",
     "A save whose embedded checkpoint collides with a stored id, or cannot be encoded, is refused with "
-    "a typed error and stores neither the checkpoint nor any of its embedded ones.",
+    "a typed error and stores neither the checkpoint nor any of its embedded ones; a fenced save "
+    "(with `fencing`) whose last embedded checkpoint collides is refused naming that id.",
     requires=[Capability.NESTED],
 )
 async def save_is_atomic(ctx: ClauseContext) -> None:
@@ -509,6 +510,29 @@ async def save_is_atomic(ctx: ClauseContext) -> None:
     parent.state["subs"][1] = embedded(ctx, "atomic-fixed")
     await storage.save(parent)
     await expect_loads(ctx, parent, "after saving it again with the colliding id replaced")
+    if ctx.has(Capability.FENCING):
+        await _fenced_collision_refused(ctx, existing, clash)
+
+
+async def _fenced_collision_refused(ctx: ClauseContext, existing: Any, clash: Any) -> None:
+    """The collision in the last embedded checkpoint of a fenced save: a fence that looks up the
+    family's last record instead of its top finds the stored id and blames the top."""
+    fenced = embedded(ctx, "atomic-fenced", state={"subs": [embedded(ctx, "atomic-fenced-first"), clash]})
+    try:
+        await ctx.storage.save(fenced, expected_latest_id=None)
+    except CheckpointConflictError as exc:
+        ensure(
+            getattr(exc, "checkpoint_id", None) == existing.checkpoint_id,
+            f"save({fenced.checkpoint_id!r}, expected_latest_id=None), whose last embedded checkpoint "
+            f"reuses stored id {existing.checkpoint_id!r}, raised {type(exc).__name__} naming "
+            f"{getattr(exc, 'checkpoint_id', None)!r}, not the reused id",
+        )
+    else:
+        fail(
+            f"save({fenced.checkpoint_id!r}, expected_latest_id=None) was accepted although its last "
+            f"embedded checkpoint reuses stored id {existing.checkpoint_id!r} with other content"
+        )
+    await _expect_nothing_stored(ctx, fenced, [], "after the fenced save refused for an id collision")
 
 
 async def _expect_nothing_stored(ctx: ClauseContext, parent: Any, children: list[Any], when: str) -> None:

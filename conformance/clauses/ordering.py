@@ -218,7 +218,8 @@ async def commit_order_across_handles(ctx: ClauseContext) -> None:
     "ordering.latest_is_the_lineage_tip",
     "A checkpoint saved after one that names it as previous (same workflow and signature) is not "
     "the latest: get_latest() follows the newest commit to the tip of its lineage (a chain saved "
-    "in reverse, a fork, a successor of another signature that does not count).",
+    "in reverse, a fork, a successor of another signature that does not count, a cycle of previous "
+    "ids followed until it comes back).",
 )
 async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
     run = _Run(ctx)
@@ -264,7 +265,7 @@ async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
     await run.expect_latest(
         last, f"after saving {run.name(other)} (another graph signature) naming {run.name(last)}, then it"
     )
-    if Capability.SIGNATURE_FILTER in ctx.storage.capabilities:
+    if ctx.has(Capability.SIGNATURE_FILTER):
         found = await ctx.storage.get_latest(
             workflow_name=run.workflow, graph_signature_hash=other.graph_signature_hash
         )
@@ -273,6 +274,18 @@ async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
             f"get_latest(graph_signature_hash=<{run.name(other)}'s>) returned {run.name(found)}, "
             f"expected {run.name(other)} {run.legend}",
         )
+    await _latest_through_a_cycle(ctx)
+
+
+async def _latest_through_a_cycle(ctx: ClauseContext) -> None:
+    """c0 names c1 as previous and c1 names c0: from c1 (committed last) the rule moves to c0,
+    whose successor c1 was visited, so c0 is the latest, not None and not a spin."""
+    run = _Run(ctx, "cycle")
+    first, second = run.make(f"{run.workflow}-a", _at(0)), run.make(f"{run.workflow}-b", _at(1))
+    first.previous_checkpoint_id, second.previous_checkpoint_id = second.checkpoint_id, first.checkpoint_id
+    await ctx.storage.save(first)
+    await ctx.storage.save(second)
+    await run.expect_latest(first, "after saving c0 naming c1 as previous, then c1 naming c0")
 
 
 @clause(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,13 +10,13 @@ import pytest
 
 from conformance import BackendReport, Outcome, all_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
-from storages.backend import StoredBody
-from storages.contract import Capability, WorkflowCheckpoint
+from storages.backend import CheckpointRecord, InsertResult, StoredBody
+from storages.contract import Capability, CheckpointID, WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import DecodesItself, DoubleStorage
+from .double import DecodesItself, DoubleBackend, DoubleStorage
 from .support import failed
 
 FAMILY = "corruption"
@@ -195,3 +196,31 @@ def test_an_error_naming_the_wrong_checkpoint_is_caught() -> None:
     backend = run_family(NamesTheWrongId)
     assert failed(backend) >= LOAD_CLAUSES
     assert "naming 'some-other-id'" in backend.result("corruption.truncated_body").message
+
+
+class TrustsOverwrittenIds(DoubleBackend):
+    """Once raw access rewrote a body, a save under that id is taken as the checkpoint stored."""
+
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        written = await super().overwrite_body(checkpoint_id, body, digest)
+        if written:
+            _overwritten(self).add(checkpoint_id)
+        return written
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        if records[0].checkpoint_id in _overwritten(self):
+            return InsertResult.SAME_BODY
+        return await super().insert(records)
+
+
+def _overwritten(backend: DoubleBackend) -> set[CheckpointID]:
+    """The ids raw access rewrote, kept with the backing every handle shares."""
+    found: set[CheckpointID] = backend.backing.__dict__.setdefault("overwritten_ids", set())
+    return found
+
+
+def test_a_backend_trusting_overwritten_ids_is_caught() -> None:
+    backend = run_family(TrustsOverwrittenIds)
+    assert "corruption.delete_damaged" in failed(backend)
+    message = backend.result("corruption.delete_damaged").message
+    assert "was accepted as the checkpoint already stored" in message

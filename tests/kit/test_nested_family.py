@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, select_clauses, target_from_url
-from storages.backend import CheckpointRecord, InsertResult
+from storages.backend import CheckpointRecord, FenceCheck, InsertResult
 from storages.contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointInfo
 from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
-from .double import DoubleBackend, DoubleStorage, InlineStorage, ReadsThrough
+from .double import DoubleBackend, DoubleStorage, FencingDouble, InlineStorage, ReadsThrough
 from .support import caught_only_by, failed
 
 FAMILY = "nested"
@@ -239,3 +239,26 @@ def test_resave_comparing_the_container_only_fails_resave_changed_child_conflict
     assert "was accepted; checkpoints are immutable" in (
         backend.result("nested.resave_changed_child_conflicts").message
     )
+
+
+class FenceLooksUpTheLastRecord(FencingDouble):
+    """A fenced insert that looks for the family's last record instead of its top: a taken
+    embedded id is reported as the top id saved again with other content."""
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        state = self._read()
+        latest = self.latest_id(state, records[0].workflow_name)
+        existing = self.stored_digest(state, records[-1].checkpoint_id)
+        if existing is not None:
+            return FenceCheck(latest, InsertResult.of_stored_digest(existing, records[0]))
+        return await super().insert_fenced(records, expected_latest_id)
+
+
+def test_the_fencing_double_passes_every_nested_clause() -> None:
+    _all_passed(run_family(FencingDouble))
+
+
+def test_a_fence_looking_up_the_last_record_is_caught() -> None:
+    caught_only_by(run_family(FenceLooksUpTheLastRecord), "nested.save_is_atomic", "not the reused id")

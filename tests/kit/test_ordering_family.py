@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typing_extensions import Self
 
-from conformance import BackendReport, Outcome, StorageTarget, select_clauses
+from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
 from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, latest_record
 from storages.contract import Capability, CheckpointID
 from storages.errors import CheckpointNotFoundError
@@ -268,3 +268,71 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
     # MAF's storage declares no capabilities, so the two-handle clause cannot run.
     assert backend.result("ordering.commit_order_across_handles").outcome is Outcome.SKIPPED
     assert "returned c0, expected c1" in backend.result("ordering.latest_ignores_older_timestamp").message
+
+
+class SixMethods:
+    """MAF's six methods and no ``capabilities`` attribute, over a shared in-memory store."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def save(self, checkpoint: Any) -> str:
+        return str(await self.inner.save(checkpoint))
+
+    async def load(self, checkpoint_id: str) -> Any:
+        return await self.inner.load(checkpoint_id)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
+        return list(await self.inner.list_checkpoints(workflow_name=workflow_name))
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        return list(await self.inner.list_checkpoint_ids(workflow_name=workflow_name))
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        return bool(await self.inner.delete(checkpoint_id))
+
+    async def get_latest(self, *, workflow_name: str) -> Any:
+        return await self.inner.get_latest(workflow_name=workflow_name)
+
+
+def test_clauses_read_capabilities_from_the_target_not_the_storage() -> None:
+    """A six-method storage declares nothing: the lineage and many-writer clauses run on it."""
+    root = InMemoryCheckpointStorage()
+    target = StorageTarget("six", lambda: SixMethods(root.new_handle()), capabilities=frozenset())
+    clauses = ["ordering.latest_is_the_lineage_tip", "concurrency.many_saves_one_workflow"]
+    (backend,) = validate(target, clauses=clauses).backends
+    assert not backend.error, backend.error
+    assert {r.clause_id: r.outcome for r in backend.results} == dict.fromkeys(clauses, Outcome.PASSED)
+
+
+class LatestLostInACycle(SixMethods):
+    """get_latest follows the lineage rule over the listing, but answers None where it meets a
+    checkpoint it already visited instead of stopping at the one it is on."""
+
+    async def get_latest(self, *, workflow_name: str) -> Any:
+        listed = await self.inner.list_checkpoints(workflow_name=workflow_name)
+        if not listed:
+            return None
+        current, seen = listed[-1], {listed[-1].checkpoint_id}
+        while True:
+            following = [
+                c
+                for c in listed
+                if c.previous_checkpoint_id == current.checkpoint_id
+                and c.graph_signature_hash == current.graph_signature_hash
+            ]
+            if not following:
+                return current
+            if following[-1].checkpoint_id in seen:
+                return None
+            current = following[-1]
+            seen.add(current.checkpoint_id)
+
+
+def test_latest_lost_in_a_cycle_is_caught() -> None:
+    root = InMemoryCheckpointStorage()
+    target = StorageTarget("cycle", lambda: LatestLostInACycle(root.new_handle()), capabilities=frozenset())
+    (backend,) = validate(target, clauses=["ordering.latest_is_the_lineage_tip"]).backends
+    (result,) = backend.results
+    assert result.outcome is Outcome.FAILED
+    assert "after saving c0 naming c1 as previous, then c1 naming c0" in result.message
