@@ -33,3 +33,13 @@ def test_nothing_is_added_when_there_was_no_section_or_the_report_has_its_own() 
 
 def test_a_section_missing_its_end_marker_is_not_kept() -> None:
     assert kept_section(f"{LANGGRAPH_START}\n| half a table |\n") == ""
+
+
+def test_the_before_after_table_gives_each_change_against_the_base() -> None:
+    from bench.before_after import table
+
+    base = {"memory": {"save": 200.0, "load": 100.0}}
+    head = {"memory": {"save": 210.0, "load": 99.0}}
+    rendered = table(base, head, "before (abc)")
+    assert "| memory | save | 200 | 210 | +5.0% |" in rendered
+    assert "| memory | load | 100 | 99 | -1.0% |" in rendered
