@@ -103,6 +103,10 @@ async def _whole_kit_with_every_http_fault(store: S3Store) -> None:
         reopen=store.storage,
         model_budget="1200",
         expected_failures=SHARED_SEQUENCES,
+        # One prune of the 1,030-long history is hundreds of requests, each fault retried with
+        # backoff: 40 s (the default bound times 2) passed with no answer at load average 10,
+        # which is slow, not stuck.
+        operation_timeout=120.0,
     )
     try:
         (backend,) = (await avalidate(target)).backends
