@@ -5,6 +5,7 @@ decides another writer won or the store is misconfigured (docs/s3.md, "Lost answ
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -116,6 +117,9 @@ def test_verify_reports_an_order_key_without_its_record_and_repair_removes_it(
 
     asyncio.run(_save_then_lose(client, prefix, first, gone))
     capsys.readouterr()
+    assert cli_main(["inspect", url, "--json"]) == 1  # counted, and named as listed without its record
+    (summary,) = json.loads(capsys.readouterr().out)["workflows"]
+    assert (summary["checkpoints"], summary["listed_without_record"]) == (2, [gone.checkpoint_id])
     assert cli_main(["verify", url]) == 1
     out = capsys.readouterr().out
     assert "index_without_record" in out
