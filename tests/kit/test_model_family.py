@@ -33,6 +33,7 @@ from storages.errors import StaleWriterError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from .double import DoubleBackend, DoubleState, DoubleStorage, FileBacking, Row, double_target
+from .support import SixMethodsOnly
 
 FAMILY = "model"
 pytestmark = pytest.mark.memory
@@ -497,31 +498,6 @@ def test_a_durable_store_rebuilt_from_its_settings_passes(tmp_path: Path) -> Non
         model_budget=str(FILE_BACKED_OPERATIONS),
     )
     assert failures(run_model(target)) == {}
-
-
-class SixMethodsOnly:
-    """An honest storage with MAF's six methods and nothing else (no aclose, no async with)."""
-
-    def __init__(self, inner: Any | None = None) -> None:
-        self.inner = inner or InMemoryCheckpointStorage()
-
-    async def save(self, checkpoint: Any) -> str:
-        return str(await self.inner.save(checkpoint))
-
-    async def load(self, checkpoint_id: str) -> Any:
-        return await self.inner.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
-        return list(await self.inner.list_checkpoints(workflow_name=workflow_name))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return list(await self.inner.list_checkpoint_ids(workflow_name=workflow_name))
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return bool(await self.inner.delete(checkpoint_id))
-
-    async def get_latest(self, *, workflow_name: str) -> Any:
-        return await self.inner.get_latest(workflow_name=workflow_name)
 
 
 def test_a_six_method_storage_passes() -> None:

@@ -19,7 +19,7 @@ from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .double import DoubleBackend, DoubleStorage
-from .support import caught_only_by, failed
+from .support import SixMethodsOnly, caught_only_by, failed
 
 FAMILY = "ordering"
 
@@ -270,42 +270,17 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
     assert "returned c0, expected c1" in backend.result("ordering.latest_ignores_older_timestamp").message
 
 
-class SixMethods:
-    """MAF's six methods and no ``capabilities`` attribute, over a shared in-memory store."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def save(self, checkpoint: Any) -> str:
-        return str(await self.inner.save(checkpoint))
-
-    async def load(self, checkpoint_id: str) -> Any:
-        return await self.inner.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
-        return list(await self.inner.list_checkpoints(workflow_name=workflow_name))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return list(await self.inner.list_checkpoint_ids(workflow_name=workflow_name))
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return bool(await self.inner.delete(checkpoint_id))
-
-    async def get_latest(self, *, workflow_name: str) -> Any:
-        return await self.inner.get_latest(workflow_name=workflow_name)
-
-
 def test_clauses_read_capabilities_from_the_target_not_the_storage() -> None:
     """A six-method storage declares nothing: the lineage and many-writer clauses run on it."""
     root = InMemoryCheckpointStorage()
-    target = StorageTarget("six", lambda: SixMethods(root.new_handle()), capabilities=frozenset())
+    target = StorageTarget("six", lambda: SixMethodsOnly(root.new_handle()), capabilities=frozenset())
     clauses = ["ordering.latest_is_the_lineage_tip", "concurrency.many_saves_one_workflow"]
     (backend,) = validate(target, clauses=clauses).backends
     assert not backend.error, backend.error
     assert {r.clause_id: r.outcome for r in backend.results} == dict.fromkeys(clauses, Outcome.PASSED)
 
 
-class LatestLostInACycle(SixMethods):
+class LatestLostInACycle(SixMethodsOnly):
     """get_latest follows the lineage rule over the listing, but answers None where it meets a
     checkpoint it already visited instead of stopping at the one it is on."""
 
