@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import ClassVar, Protocol, TypeVar
 
@@ -143,11 +144,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        """The body of the workflow's latest top-level record (optionally of one signature), in
-        one atomic read: the record with the highest sequence, then, while top-level records of
-        the workflow with its signature name the current one as previous id, the one of them
-        with the highest sequence, never one already visited (:func:`latest_record` is the rule
-        over a list; docs/contract.md, "Latest", says why)."""
+        """The body of the workflow's head (optionally of one signature) and of its rivals, in
+        one atomic read. The head is the top-level record with the highest sequence, then, while
+        top-level records of the workflow with its signature name the current one as previous
+        id, the one of them with the highest sequence, never one already visited
+        (:func:`latest_record`). Its rivals (:func:`rivals_of`) go in ``StoredBody.rivals``; a
+        backend that leaves them out resumes from the head alone. docs/contract.md, "Latest",
+        says why."""
 
     @abc.abstractmethod
     async def list_bodies(
@@ -199,9 +202,10 @@ class Backend(abc.ABC):
         raise MissingPrimitiveError(type(self), "walk")
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
-        """Delete all but ``keep_last`` top-level records of the workflow (the latest, and those
-        with the highest sequences: :func:`pruned_records`), with their nested records, and
-        tombstone every deleted id, atomically; return the top-level count."""
+        """Delete the workflow's top-level records but the head, its rivals and the
+        ``keep_last - 1`` others with the highest sequences (all of them with ``keep_last=0``:
+        :func:`pruned_records`), with their nested records, and tombstone every deleted id,
+        atomically; return the top-level count."""
         raise MissingPrimitiveError(type(self), "prune")
 
     async def delete_workflow(self, workflow_name: str) -> int:
@@ -270,7 +274,7 @@ EntryT = TypeVar("EntryT", bound=LineageEntry)
 
 
 def latest_record(records: Sequence[EntryT], graph_signature_hash: str | None = None) -> EntryT | None:
-    """The record :meth:`Backend.latest` returns, given every top-level record of one workflow in
+    """The head :meth:`Backend.latest` returns, given every top-level record of one workflow in
     ascending sequence (all signatures): the last of those with the signature (any, if None);
     then, while records with its signature name the current one as previous id, the last of
     them not yet visited. For a backend that reads a workflow's index whole; an indexed
@@ -294,20 +298,75 @@ def latest_record(records: Sequence[EntryT], graph_signature_hash: str | None = 
         visited.add(current.checkpoint_id)
 
 
+RIVALS_LIMIT = 64
+"""At most this many rivals are read with a head: the ones committed last. Parallel steps wider
+than this can resume from a checkpoint with less progress (docs/contract.md, "Latest")."""
+
+
+def rivals_of(records: Sequence[EntryT], head: EntryT) -> list[EntryT]:
+    """The head's rivals, given every top-level record of its workflow in ascending sequence:
+    the other records with the head's previous id (None included: roots rival roots) and
+    signature that no record with their signature names as previous id, the
+    :data:`RIVALS_LIMIT` with the highest sequences, in ascending sequence. Parallel steps build
+    such siblings, and only their timestamps say which holds the most progress."""
+    continued = {(r.previous_checkpoint_id, r.graph_signature_hash) for r in records}
+    rivals = [
+        r
+        for r in records
+        if r.previous_checkpoint_id == head.previous_checkpoint_id
+        and r.graph_signature_hash == head.graph_signature_hash
+        and r.checkpoint_id != head.checkpoint_id
+        and (r.checkpoint_id, r.graph_signature_hash) not in continued
+    ]
+    return rivals[-RIVALS_LIMIT:]
+
+
+class Stamped(Protocol):
+    """What the resume choice reads of a decoded checkpoint."""
+
+    @property
+    def timestamp(self) -> str: ...
+
+
+StampedT = TypeVar("StampedT", bound=Stamped)
+
+
+def resume_point(candidates: Sequence[StampedT]) -> StampedT:
+    """Of a head's rivals and the head, in ascending sequence (the head last), the one a run
+    resumes from: the newest timestamp (ISO 8601; one without an offset is UTC, as MAF reads
+    it); among equal timestamps the one with the highest sequence. A timestamp that does not
+    parse ranks below every one that does."""
+    best, best_moment = candidates[-1], _moment(candidates[-1].timestamp)
+    for candidate in reversed(candidates[:-1]):
+        moment = _moment(candidate.timestamp)
+        if moment is not None and (best_moment is None or moment > best_moment):
+            best, best_moment = candidate, moment
+    return best
+
+
+def _moment(timestamp: object) -> datetime | None:
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
 def pruned_records(records: Sequence[CheckpointRecord], keep_last: int) -> list[CheckpointRecord]:
     """What :meth:`Backend.prune` deletes, given every top-level record of the workflow in
-    ascending sequence: all but the latest (:func:`latest_record`) and the ``keep_last - 1``
-    others with the highest sequences; everything with ``keep_last=0``."""
-    cut = len(records) - keep_last
-    if cut <= 0:
+    ascending sequence: everything with ``keep_last=0``; else all but the head
+    (:func:`latest_record`), its rivals (:func:`rivals_of`) and the ``keep_last - 1`` others
+    with the highest sequences."""
+    if keep_last <= 0:
+        return list(records)
+    head = latest_record(records)
+    if head is None:
         return []
-    doomed = list(records[:cut])
-    if keep_last > 0:
-        latest = latest_record(records)
-        if latest is not None and latest in doomed:
-            doomed.remove(latest)
-            doomed.append(records[cut])
-    return doomed
+    protected = {id(head), *(id(r) for r in rivals_of(records, head))}
+    others = [r for r in records if id(r) not in protected]
+    return others[: max(0, len(others) - (keep_last - 1))]
 
 
 class CheckedIds(list[CheckpointID]):
@@ -367,6 +426,7 @@ __all__ = [
     "InsertResult",
     "Leftover",
     "LeftoverKind",
+    "RIVALS_LIMIT",
     "MissingPrimitiveError",
     "StoredBody",
     "WalkRecords",
@@ -380,4 +440,6 @@ __all__ = [
     "latest_record",
     "nested_id_conflict",
     "pruned_records",
+    "resume_point",
+    "rivals_of",
 ]

@@ -219,6 +219,10 @@ class StoredBody:
     None means they are fetched with ``Backend.nested_bodies`` if the body refers to any."""
     entry: IndexEntry | None = None
     """The index entry the body was found under, when the backend read it in the same round trip."""
+    rivals: Sequence[StoredBody] = ()
+    """From :meth:`Backend.latest` only: the head's rivals (:func:`~storages.backend.rivals_of`),
+    read in the same atomic read, in ascending sequence. The engine resumes from the one of the
+    head and its rivals with the newest timestamp (docs/contract.md, "Latest")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Final, Generic
 
 from typing_extensions import Self, TypeVar
 
-from ..backend import Backend, CheckedIds, check_backend
+from ..backend import Backend, CheckedIds, check_backend, resume_point
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import (
     UNFENCED,
@@ -293,7 +293,9 @@ class CheckpointStore(Generic[BackendT]):
     async def get_latest(
         self, *, workflow_name: str, graph_signature_hash: str | None = None, anchor: str | None = None
     ) -> Any | None:
-        """The checkpoint of ``workflow_name`` saved last (commit order), or None.
+        """The checkpoint a run of ``workflow_name`` resumes from, or None: the head (the
+        newest commit, through its lineage) or, of the head and its rivals (checkpoints that
+        continue the same one and that none continues: parallel steps), the newest timestamp.
 
         With an ``anchor`` (from head_anchor), raises CheckpointTamperedError if the store went back
         before it: the anchored checkpoint is no longer the newest nor an ancestor of the newest.
@@ -312,10 +314,12 @@ class CheckpointStore(Generic[BackendT]):
             if stored is None:
                 return None
             try:
-                (checkpoint,) = await self._reader.decode_all([stored], workflow_name, graph_signature_hash)
+                candidates = await self._reader.decode_all(
+                    [*stored.rivals, stored], workflow_name, graph_signature_hash
+                )
             except ReadRaced:
                 continue  # the latest was deleted while being read: the one before it is latest now
-            return checkpoint
+            return candidates[0] if len(candidates) == 1 else resume_point(candidates)
         raise StorageUnavailableError("get_latest", f"workflow {workflow_name!r} kept changing")
 
     async def latest_id(

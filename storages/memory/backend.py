@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from typing_extensions import Self
 
 from ..backend import (
+    RIVALS_LIMIT,
     Backend,
     CheckedIds,
     CheckpointRecord,
@@ -53,31 +54,54 @@ class _Workflow:
     successors: dict[tuple[CheckpointID, str], dict[CheckpointID, _Entry]] = field(default_factory=dict)
     """(previous id, graph signature) -> the top-level entries naming that previous id with that
     signature, in commit order: what supersedes a checkpoint (its parent may not be stored yet)."""
+    roots: dict[str, dict[CheckpointID, _Entry]] = field(default_factory=dict)
+    """graph signature -> the top-level entries with no previous id and that signature, in
+    commit order: roots rival roots (rivals)."""
 
     def __bool__(self) -> bool:
         return bool(self.entries)
 
+    def _siblings(self, record: CheckpointRecord) -> dict[CheckpointID, _Entry] | None:
+        """The top-level entries with ``record``'s previous id and signature, itself included."""
+        if record.previous_checkpoint_id is None:
+            return self.roots.get(record.graph_signature_hash)
+        return self.successors.get((record.previous_checkpoint_id, record.graph_signature_hash))
+
     def add_top(self, entry: _Entry) -> None:
         record = entry.record
         self.entries[record.checkpoint_id] = entry
-        previous = record.previous_checkpoint_id
-        if previous is not None:
-            key = (previous, record.graph_signature_hash)
-            successors = self.successors.get(key)
-            if successors is None:
-                self.successors[key] = {record.checkpoint_id: entry}
-            else:
-                successors[record.checkpoint_id] = entry
+        previous, signature = record.previous_checkpoint_id, record.graph_signature_hash
+        if previous is None:
+            self.roots.setdefault(signature, {})[record.checkpoint_id] = entry
+        else:
+            self.successors.setdefault((previous, signature), {})[record.checkpoint_id] = entry
 
     def drop_top(self, record: CheckpointRecord) -> None:
         del self.entries[record.checkpoint_id]
-        previous = record.previous_checkpoint_id
-        if previous is not None:
-            key = (previous, record.graph_signature_hash)
-            successors = self.successors[key]
+        previous, signature = record.previous_checkpoint_id, record.graph_signature_hash
+        if previous is None:
+            roots = self.roots[signature]
+            del roots[record.checkpoint_id]
+            if not roots:
+                del self.roots[signature]
+        else:
+            successors = self.successors[(previous, signature)]
             del successors[record.checkpoint_id]
             if not successors:
-                del self.successors[key]
+                del self.successors[(previous, signature)]
+
+    def rivals(self, head: _Entry) -> list[_Entry]:
+        """The head's rivals (storages.backend.rivals_of), in commit order."""
+        siblings = self._siblings(head.record)
+        if siblings is None or len(siblings) < 2:
+            return []
+        rivals = [
+            entry
+            for entry in siblings.values()
+            if entry is not head
+            and (entry.record.checkpoint_id, entry.record.graph_signature_hash) not in self.successors
+        ]
+        return rivals[-RIVALS_LIMIT:]
 
     def latest(self, graph_signature_hash: str | None) -> _Entry | None:
         """The checkpoint a run resumes from (docs/contract.md, "Latest"): the newest commit, then
@@ -296,8 +320,13 @@ class MemoryBackend(Backend):
             return None  # one atomic look, as the lock's would be: nothing to iterate over
         with self._store.lock:
             workflow = self._store.workflows.get(workflow_name)
-            tip = None if workflow is None else workflow.latest(graph_signature_hash)
-            return None if tip is None else _stored(tip)
+            head = None if workflow is None else workflow.latest(graph_signature_hash)
+            if head is None:
+                return None
+            assert workflow is not None
+            rivals = workflow.rivals(head)
+            stored = _stored(head)
+            return replace(stored, rivals=[_stored(rival) for rival in rivals]) if rivals else stored
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
@@ -414,20 +443,17 @@ class MemoryBackend(Backend):
 
 
 def _pruned(workflow: _Workflow, keep_last: int) -> list[_Entry]:
-    """What prune(keep_last) deletes: all but the latest and the ``keep_last - 1`` other
-    checkpoints committed last (with ``keep_last=0``, everything)."""
+    """What prune(keep_last) deletes (storages.backend.pruned_records): all but the head, its
+    rivals and the ``keep_last - 1`` other checkpoints committed last (with ``keep_last=0``,
+    everything)."""
     if len(workflow.entries) <= keep_last:
         return []
-    entries = list(workflow.entries.values())
-    cut = len(entries) - keep_last
-    doomed = entries[:cut]
-    if keep_last > 0:
-        tip = workflow.latest(None)
-        if tip is not None and tip in doomed:
-            # The latest is kept whatever its place; the oldest of the others that would stay goes.
-            doomed.remove(tip)
-            doomed.append(entries[cut])
-    return doomed
+    if keep_last <= 0:
+        return list(workflow.entries.values())
+    head = workflow.latest(None)
+    protected = set() if head is None else {id(head), *(id(rival) for rival in workflow.rivals(head))}
+    others = [entry for entry in workflow.entries.values() if id(entry) not in protected]
+    return others[: max(0, len(others) - (keep_last - 1))]
 
 
 def _compared(stored: _Entry, incoming: CheckpointRecord) -> InsertResult:
