@@ -4,13 +4,12 @@ resume from, and resuming from it must run no completed step again
 (``MafRunnerProfile.run_parallel_steps``, ``conformance/_maf_parallel_steps.py``).
 
 Saves that reach the storage in the order MAF built the checkpoints agree with MAF on every
-backend. Saves delayed at random *in front of* the storage (a wrapper that sleeps before it
-delegates) reach it in another order; the parallel steps' checkpoints all continue the same
-checkpoint, so no lineage tells them apart, and the latest rule (the newest commit through its
-lineage, docs/contract.md) names the one committed last, not the one built last: the resume runs
-completed steps again. That case is an expected failure until the rule changes (strict, so the day
-it passes the marker must go). So is a fenced handle (``storage.fenced()``) under parallel steps:
-it fences each save on the checkpoint the save continues, which a sibling has already moved on.
+backend, and so do saves delayed at random *in front of* the storage (a wrapper that sleeps before
+it delegates), which reach it in another order: the parallel steps' checkpoints all continue the
+same checkpoint and none continues them, so they are rivals, and the one with the newest timestamp
+(the one MAF built last, which holds every completed step) is the latest (docs/contract.md,
+"Latest"). A fenced handle (``storage.fenced()``) under parallel steps is an expected failure: it
+fences each save on the checkpoint the save continues, which a sibling has already moved on.
 """
 
 from __future__ import annotations
@@ -58,11 +57,6 @@ async def test_saves_in_build_order_resume_where_maf_would(storage: Any) -> None
     assert await _disagreements(storage, max_delay=0.0) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the latest rule orders sibling checkpoints by commit, and a delay in front of the storage "
-    "commits them in another order than MAF built them; MAF picks the newest timestamp",
-)
 async def test_saves_delayed_in_front_of_the_storage_resume_where_maf_would(storage: Any) -> None:
     assert await _disagreements(storage, max_delay=0.005) == []
 
