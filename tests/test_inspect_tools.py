@@ -566,4 +566,5 @@ async def test_inspect_names_the_newest_rival_as_latest() -> None:
         assert summary.latest_id == "built-last"
         assert await storage.latest_id(workflow_name="wf") == "built-second"  # the head
         latest = await storage.get_latest(workflow_name="wf")
-        assert latest is not None and latest.checkpoint_id == "built-last"
+        assert latest is not None
+        assert latest.checkpoint_id == "built-last"

@@ -54,6 +54,7 @@ class _Workflow:
     successors: dict[tuple[CheckpointID, str], dict[CheckpointID, _Entry]] = field(default_factory=dict)
     """(previous id, graph signature) -> the top-level entries naming that previous id with that
     signature, in commit order: what supersedes a checkpoint (its parent may not be stored yet)."""
+
     def __bool__(self) -> bool:
         return bool(self.entries)
 
