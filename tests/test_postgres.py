@@ -598,3 +598,21 @@ async def test_prune_keeps_as_many_others_as_asked_past_the_head_and_its_rivals(
     assert await storage.prune(workflow_name="wf", keep_last=3) == 2  # head, rival, two others
     kept = [chain[2].checkpoint_id, chain[3].checkpoint_id, rival.checkpoint_id, head.checkpoint_id]
     assert await storage.list_checkpoint_ids(workflow_name="wf") == kept
+
+
+@pytest.mark.maf
+async def test_a_maf_run_that_opens_the_pool_does_not_take_its_workers_with_it(schema_url: str) -> None:
+    """MAF's functional workflows cancel every task created while a run is active when the run
+    ends. The pool opened by the run's first save must not count as such a task: after a run
+    that fails, the same handle saves, reads and closes cleanly."""
+    from conformance._maf_parallel_steps import run_parallel_steps
+
+    storage = PostgresCheckpointStorage.from_url(schema_url)  # not opened: the run's save opens it
+    try:
+        run = await run_parallel_steps(storage, "pool-opened-by-maf", seed=0, max_delay=0.0)
+        assert run.saved == 4
+        after = WorkflowCheckpoint(workflow_name="pool-opened-by-maf-after", graph_signature_hash="g")
+        assert await storage.save(after) == after.checkpoint_id
+        assert (await storage.load(after.checkpoint_id)).checkpoint_id == after.checkpoint_id
+    finally:
+        await storage.aclose()
