@@ -1277,8 +1277,8 @@ async def _save_all(storage: RedisCheckpointStorage, *checkpoints: WorkflowCheck
 async def _successor_entries(
     storage: RedisCheckpointStorage, workflow_name: str = "wf"
 ) -> set[tuple[str, str]]:
-    """(previous id, '' for a root; id) of each record in the successor index, and (previous id,
-    '') of each range's marker."""
+    """(previous id, id) of each record in the successor index, and (previous id, '') of each
+    range's marker."""
     client = storage.backend.client
     members = await client.zrange(storage.keys.tag(workflow_name) + ":next", 0, -1)
     entries = set()
@@ -1328,16 +1328,22 @@ async def test_a_sibling_that_is_continued_is_no_rival(any_storage: RedisCheckpo
     assert [rival.checkpoint_id for rival in stored.rivals] == [head.checkpoint_id]
 
 
-async def test_roots_rival_roots(any_storage: RedisCheckpointStorage) -> None:
+async def test_roots_never_rival(any_storage: RedisCheckpointStorage) -> None:
     built_last, built_first = _step(None, 7), _step(None, 1)
     await _save_all(any_storage, built_last, built_first)
-    assert await any_storage.get_latest(workflow_name="wf") == built_last
-    # Roots are indexed under the empty previous id, which no id can be; with their marker.
-    assert await _successor_entries(any_storage) == {
-        ("", ""),
-        ("", built_last.checkpoint_id),
-        ("", built_first.checkpoint_id),
-    }
+    # Unlinked checkpoints keep commit order, whatever their timestamps.
+    assert await any_storage.get_latest(workflow_name="wf") == built_first
+    stored = await any_storage.backend.latest("wf", None)
+    assert stored is not None
+    assert (stored.checkpoint_id, stored.rivals) == (built_first.checkpoint_id, ())
+    # A root is in no sibling range and never marked: its save writes nothing for rivals.
+    assert await _successor_entries(any_storage) == set()
+    client, keys = any_storage.backend.client, any_storage.keys
+    for root in (built_last, built_first):
+        assert await client.hget(keys.record("wf", root.checkpoint_id), "r") is None
+    # Prune keeps the head alone.
+    assert await any_storage.prune(workflow_name="wf", keep_last=1) == 1
+    assert await any_storage.list_checkpoint_ids(workflow_name="wf") == [built_first.checkpoint_id]
 
 
 async def test_equal_timestamps_go_to_the_head(any_storage: RedisCheckpointStorage) -> None:
@@ -1384,31 +1390,37 @@ async def test_prune_keeps_the_head_and_its_rivals(any_storage: RedisCheckpointS
     assert await _successor_entries(any_storage) == set()  # markers too
 
 
-async def test_every_removal_drops_a_roots_successor_member(any_storage: RedisCheckpointStorage) -> None:
-    root, other_root = _step(None, 0), _step(None, 1)
-    successor = _step(root.checkpoint_id, 2)
-    await _save_all(any_storage, root, other_root, successor)
-    roots = {("", ""), ("", root.checkpoint_id)}
-    continuing = {(root.checkpoint_id, ""), (root.checkpoint_id, successor.checkpoint_id)}
-    assert await _successor_entries(any_storage) == {*roots, *continuing, ("", other_root.checkpoint_id)}
-    await any_storage.delete(other_root.checkpoint_id)
-    assert await _successor_entries(any_storage) == {*roots, *continuing}
+async def test_every_removal_drops_a_successor_member(any_storage: RedisCheckpointStorage) -> None:
+    root = _step(None, 0)
+    successor, sibling = _step(root.checkpoint_id, 1), _step(root.checkpoint_id, 2)
+    step = _step(successor.checkpoint_id, 3)
+    await _save_all(any_storage, root, successor, sibling, step)
+    from_root = {(root.checkpoint_id, ""), (root.checkpoint_id, successor.checkpoint_id)}
+    from_successor = {(successor.checkpoint_id, ""), (successor.checkpoint_id, step.checkpoint_id)}
+    assert await _successor_entries(any_storage) == {
+        *from_root,
+        *from_successor,
+        (root.checkpoint_id, sibling.checkpoint_id),
+    }
+    await any_storage.delete(sibling.checkpoint_id)
+    assert await _successor_entries(any_storage) == {*from_root, *from_successor}
     # The last record of a range takes the range's marker with it.
-    await any_storage.delete(successor.checkpoint_id)
-    assert await _successor_entries(any_storage) == roots
-    await _save_all(any_storage, successor)
+    await any_storage.delete(step.checkpoint_id)
+    assert await _successor_entries(any_storage) == from_root
+    await _save_all(any_storage, step)
     await any_storage.delete_workflow(workflow_name="wf")
     assert await _successor_entries(any_storage) == set()
 
 
 async def test_the_rivals_read_are_the_newest_up_to_the_limit(any_storage: RedisCheckpointStorage) -> None:
-    roots = [_step(None, 0) for _ in range(RIVALS_LIMIT + 3)]
-    await _save_all(any_storage, *roots)
+    start = _step(None, 0)
+    siblings = [_step(start.checkpoint_id, 1) for _ in range(RIVALS_LIMIT + 3)]
+    await _save_all(any_storage, start, *siblings)
     stored = await any_storage.backend.latest("wf", None)
     assert stored is not None
-    assert stored.checkpoint_id == roots[-1].checkpoint_id
+    assert stored.checkpoint_id == siblings[-1].checkpoint_id
     assert [rival.checkpoint_id for rival in stored.rivals] == [
-        r.checkpoint_id for r in roots[-RIVALS_LIMIT - 1 : -1]
+        s.checkpoint_id for s in siblings[-RIVALS_LIMIT - 1 : -1]
     ]
 
 
@@ -1419,28 +1431,17 @@ def test_the_scripts_read_as_many_rivals_as_the_rule_says() -> None:
 
 
 @redis_mark
-async def test_a_head_alone_has_no_rivals_and_an_unindexed_root_never_rivals(
-    real_storage: RedisCheckpointStorage,
-) -> None:
+async def test_a_head_alone_or_unmarked_has_no_rivals(real_storage: RedisCheckpointStorage) -> None:
     await _save_all(real_storage, *_chain("wf", 3))
     stored = await real_storage.backend.latest("wf", None)
     assert stored is not None
     assert stored.rivals == ()
-    # A root saved before roots were indexed is in no range: it never rivals.
-    old_root, root = _step(None, 9, "old"), _step(None, 1, "old")
-    await _save_all(real_storage, old_root, root)
-    client, keys = real_storage.backend.client, real_storage.keys
-    successors = keys.tag("old") + ":next"
-    (member,) = [
-        m for m in await client.zrange(successors, 0, -1) if m.endswith(old_root.checkpoint_id.encode())
-    ]
-    await client.zrem(successors, member)
-    assert await real_storage.get_latest(workflow_name="old") == root
-    # A head saved without the mark (by a release before it, or with no sibling) reads no rival.
-    rival, head = _step(None, 9, "unmarked"), _step(None, 1, "unmarked")
-    await _save_all(real_storage, rival, head)
+    # A head saved without the mark (by a release before it) reads no rival.
+    start = _step(None, 0, "unmarked")
+    rival, head = _step(start.checkpoint_id, 9, "unmarked"), _step(start.checkpoint_id, 1, "unmarked")
+    await _save_all(real_storage, start, rival, head)
     assert await real_storage.get_latest(workflow_name="unmarked") == rival
-    await client.hdel(keys.record("unmarked", head.checkpoint_id), "r")
+    await real_storage.backend.client.hdel(real_storage.keys.record("unmarked", head.checkpoint_id), "r")
     assert await real_storage.get_latest(workflow_name="unmarked") == head
 
 

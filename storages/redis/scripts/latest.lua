@@ -26,10 +26,12 @@ end
 if body then
   local out = {id, body}
   descendants(H, id, out)
-  -- Only a head saved after a sibling (marked: lineage.lua, index_successor) has rivals.
+  -- Only a head saved after a sibling (marked: lineage.lua, index_successor) has rivals; a root
+  -- is never marked.
   if not (marked and signature) then return out end
   -- The walk's last step came from the head's previous id; a head it did not move to says it.
-  local previous = from or redis.call('HGET', rkey(H, id), 'p') or ''
+  local previous = from or redis.call('HGET', rkey(H, id), 'p')
+  if not previous then return out end  -- a damaged record: marked, yet no previous id
   local others, lost = rivals(H, id, previous, signature)
   if lost then return {lost} end
   if #others == 0 then return out end

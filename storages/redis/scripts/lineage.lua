@@ -1,18 +1,19 @@
 -- Latest through the lineage (docs/contract.md, "Latest"). H:next holds, for every top-level
--- record of home H, the member <range><sequence in 16 hex digits>:id (score 0), its range being
--- esc(previous):esc(signature): (a root's previous id is empty, which no id is), so the records
--- naming one previous id (or none) with one signature are one lexicographic range, the one
--- committed last first; and each range's marker, the range's name alone, which every read of a
--- range excludes ('(' bound). Records saved before roots and markers were indexed are in no
--- range (roots) or count as no sibling.
+-- record of home H with a previous id, the member <range><sequence in 16 hex digits>:id (score
+-- 0), its range being esc(previous):esc(signature):, so the records naming one previous id with
+-- one signature are one lexicographic range, the one committed last first; and each range's
+-- marker, the range's name alone, which every read of a range excludes ('(' bound). Roots are
+-- in no range: they never rival (storages.backend.rivals_of). Records saved before markers
+-- were indexed count as no sibling.
 local function sibling_range(previous, signature)
   return esc(previous) .. ':' .. esc(signature) .. ':'
 end
--- Index a top-level record of H (successors: H:next) in its range, with the range's marker, in
--- the ZADD that indexes it: returns true when the marker was there, that is, when another
--- record was saved in the range before this one. The save marks such a record (field 'r'): a
--- head without the mark has no rival, so latest looks for none. A sibling saved after the head
--- takes a higher sequence, so the walk to the head passes it only if it is gone or visited.
+-- Index a top-level record of H with a previous id (successors: H:next) in its range, with the
+-- range's marker, in the ZADD that indexes it: returns true when the marker was there, that is,
+-- when another record was saved in the range before this one. The save marks such a record
+-- (field 'r'): a head without the mark has no rival, so latest looks for none. A sibling saved
+-- after the head takes a higher sequence, so the walk to the head passes it only if it is gone
+-- or visited.
 local function index_successor(successors, previous, signature, seq, id)
   local range = sibling_range(previous, signature)
   return redis.call('ZADD', successors, 0, range .. string.format('%016x', seq) .. ':' .. id, 0, range) == 1
@@ -55,9 +56,9 @@ local function tip(H, id, signature)
   end
 end
 -- The rivals of head, a top-level record of H saved with the mark (index_successor) with the
--- given previous id ('' for a root) and signature (storages.backend.rivals_of): the other
--- records of its range that no record with the signature continues (leaves), the `limit`
--- committed last, in ascending sequence. Returns their ids, and the first one whose record is
+-- given previous id (never empty: a root has no rival) and signature
+-- (storages.backend.rivals_of): the other records of its range that no record with the
+-- signature continues (leaves), the `limit` committed last, in ascending sequence. Returns their ids, and the first one whose record is
 -- gone with no TTL to explain it (lost: the caller reports it or passes it) or false; with a
 -- TTL one gone expired and is passed.
 local function rivals(H, head, previous, signature)

@@ -15,9 +15,9 @@ else
   local latest = head(workflow)
   local kept = {[latest] = true}
   local fields = redis.call('HMGET', rkey(H, latest), 'p', 's', 'r')
-  if fields[2] and fields[3] then
+  if fields[1] and fields[2] and fields[3] then
     -- A rival whose record is gone needs no keeping (its entry left the top index above).
-    for _, id in ipairs((rivals(H, latest, fields[1] or '', fields[2]))) do kept[id] = true end
+    for _, id in ipairs((rivals(H, latest, fields[1], fields[2]))) do kept[id] = true end
   end
   local others = {}
   for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do

@@ -44,8 +44,9 @@ for _, r in ipairs(records) do
   local key = rkey(H, r.id)
   local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
   if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
-  -- A root ('' previous) is indexed too: roots rival roots.
-  if r.container == '' and index_successor(H .. ':next', r.previous, r.signature, seq, r.id) then
+  -- A root is in no sibling range: roots never rival.
+  local indexed = r.container == '' and r.previous ~= ''
+  if indexed and index_successor(H .. ':next', r.previous, r.signature, seq, r.id) then
     fields[#fields + 1] = 'r'; fields[#fields + 1] = '1'
   end
   if r.container ~= '' then
@@ -60,7 +61,7 @@ for _, r in ipairs(records) do
     redis.call('ZADD', signature, seq, r.id)
     touch(H .. ':top')
     touch(signature)
-    touch(H .. ':next')
+    if indexed then touch(H .. ':next') end
   else
     redis.call('RPUSH', kkey(H, r.container), r.id)
     touch(kkey(H, r.container))

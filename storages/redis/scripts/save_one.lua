@@ -23,10 +23,10 @@ if fenced then
   end
 end
 local seq = redis.call('INCR', counter)
--- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot. A
--- root goes under the empty previous id, where roots find each other as rivals.
+-- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot. A root
+-- is in no sibling range (roots never rival) and costs nothing there.
 local successors = string.sub(top, 1, -4) .. 'next'
-local siblings = index_successor(successors, previous, signature, seq, id)
+local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
@@ -45,7 +45,7 @@ redis.call('SET', pointer, workflow)
 local unindexed = listed(workflow)
 if TTL > 0 then
   for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
-  redis.call('PEXPIRE', successors, TTL)
+  if previous ~= '' then redis.call('PEXPIRE', successors, TTL) end
 end
 if unindexed then return 1 end
 return false
