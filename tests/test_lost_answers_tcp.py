@@ -42,7 +42,7 @@ _POSTGRES_STATEMENTS = {
     # Text that only these statements carry (storages/postgres/commit.py); a statement is sent
     # with its text until psycopg prepares it, after five runs on one connection.
     "delete": b"WITH target AS",
-    "prune": b"ranked AS",
+    "prune": b"doomed AS",
     "delete_workflow": b"unburied AS",
 }
 _REDIS_SCRIPTS = {"delete": "remove", "prune": "prune", "delete_workflow": "delete_workflow"}
