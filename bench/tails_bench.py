@@ -813,8 +813,10 @@ FINDINGS: list[str] = [
     "at their 1.5x bound on a CPU without AVX-512 (1.32x and 1.33x on the AVX-512 machine). "
     "Body format version 2 (issue 43) checks with XXH3-64 instead, which runs near memory speed "
     'with or without AVX-512 (docs/contract.md, "Corruption is loud"): the same five passes, '
-    "the two checksum passes no longer dearer than a copy on any of these machines; "
-    "`python -m bench.codec_rows` gives every codec row (its section below).",
+    "the two checksum passes no longer dearer than a copy on any of these machines. A `bytes` "
+    "value of 64 KiB or more at the top of the state now skips ormsgpack's copy: it is joined "
+    "into the body by reference, four passes; `python -m bench.codec_rows` gives every codec "
+    "row and what is left (its section below).",
     "- **Digest of a large body (Redis, PostgreSQL, S3).** Found by timing a Redis save of a "
     "1 MB checkpoint step by step: the digest a backend keeps to tell an idempotent re-save "
     "(`CheckpointRecord.digest`) was BLAKE2b, 1,330 µs a megabyte on the table's machine, more "

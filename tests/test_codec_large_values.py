@@ -20,8 +20,9 @@ import xxhash
 from bench.tails_bench import fresh_process_encode_faults
 from storages.codec import CheckpointCodec
 from storages.codec import frame as framing
+from storages.codec.packing import _PLACEHOLDER, SPLICED_MIN_BYTES
 from storages.contract import WorkflowCheckpoint
-from storages.errors import CheckpointCorruptedError
+from storages.errors import CheckpointCorruptedError, InvalidCheckpointError
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 64, 4097, 1 << 20])
@@ -86,3 +87,81 @@ def test_a_decode_copies_a_large_bytes_value_once(form: str) -> None:
         tracemalloc.stop()
     assert decoded == checkpoint
     assert size <= peak < size + size // 8, f"a decode of a 1 MiB value peaked at {peak:,} bytes traced"
+
+
+# ------------------------------------------------- large state values joined by reference on encode
+
+
+def _state_checkpoint(state: dict[str, Any]) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(workflow_name="w", graph_signature_hash="g", state=state)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        pytest.param({"blob": os.urandom(SPLICED_MIN_BYTES - 1)}, id="one byte under the size"),
+        pytest.param({"blob": os.urandom(SPLICED_MIN_BYTES)}, id="at the size"),
+        pytest.param(
+            {"a": os.urandom(100_000), "text": "é" * 10, "b": os.urandom(200_000), "n": [1, (2, 3)]},
+            id="two among other values",
+        ),
+        pytest.param({"blob": os.urandom(1 << 20), "marks": b"\xc4\xc5\xc6"}, id="bin markers elsewhere"),
+        pytest.param({"blob": os.urandom(100_000), "copy": _PLACEHOLDER}, id="the placeholder as a value"),
+        pytest.param(
+            {"blob": os.urandom(100_000), "deep": {"inner": os.urandom(100_000)}}, id="one below the top"
+        ),
+    ],
+)
+@pytest.mark.parametrize("sealed", [False, True])
+def test_an_encode_with_large_state_bytes_writes_the_exact_walks_body(
+    state: dict[str, Any], sealed: bool
+) -> None:
+    """Large values joined by reference change no byte of the body: it equals the body of the
+    exact (reference) walk, and reads back. A codec joins them from the first encode that held
+    one on, so the first and the second encode are both checked."""
+    codec = CheckpointCodec()
+    checkpoint = _state_checkpoint(state)
+    exact = codec.exact_body(checkpoint)
+    for _ in range(2):
+        body = codec.encode_checkpoint(checkpoint, sealed=sealed)
+        if sealed:
+            assert body == framing.SEALED_PREFIX + exact[framing.HEADER_SIZE :]
+        else:
+            assert body == exact
+        decoded = codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id, sealed=sealed)
+        assert decoded == checkpoint
+
+
+def test_a_large_state_value_beside_a_bytearray_still_reads_back_as_a_bytearray() -> None:
+    codec = CheckpointCodec()
+    checkpoint = _state_checkpoint({"blob": os.urandom(1 << 20), "buffer": [bytearray(b"\xc4\x01x")]})
+    codec.encode_checkpoint(checkpoint)  # from here on the codec joins large values by reference
+    body = codec.encode_checkpoint(checkpoint)
+    assert body == codec.exact_body(checkpoint)
+    decoded = codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id)
+    assert type(decoded.state["buffer"][0]) is bytearray
+    assert decoded == checkpoint
+
+
+def test_a_large_state_value_over_the_payload_limit_is_refused_by_name() -> None:
+    codec = CheckpointCodec(max_payload_bytes=2 * SPLICED_MIN_BYTES)
+    codec.encode_checkpoint(_state_checkpoint({"blob": bytes(SPLICED_MIN_BYTES)}))  # joins from here on
+    with pytest.raises(InvalidCheckpointError, match="max_payload_bytes"):
+        codec.encode_checkpoint(_state_checkpoint({"blob": bytes(2 * SPLICED_MIN_BYTES)}))
+
+
+def test_an_encode_copies_a_large_bytes_value_once() -> None:
+    """A 1 MiB ``bytes`` value at the top of the state is copied only into the body: ormsgpack
+    packs the rest, and the frame's join is the one copy (traced allocations, counted)."""
+    codec = CheckpointCodec()
+    size = 1 << 20
+    checkpoint = _state_checkpoint({"blob": os.urandom(size)})
+    codec.encode_checkpoint(checkpoint)  # warm: caches, imports, the allocator's priming
+    tracemalloc.start()
+    try:
+        body = codec.encode_checkpoint(checkpoint)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert body == codec.exact_body(checkpoint)
+    assert size <= peak < size + size // 8, f"an encode of a 1 MiB value peaked at {peak:,} bytes traced"

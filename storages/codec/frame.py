@@ -123,8 +123,20 @@ def plain_frame(payload: bytes, nested_refs: bool) -> bytes:
 
     One copy of the payload: ormsgpack returns it as ``bytes`` of its own and cannot write after
     a reserved header (nor can msgspec without a ``bytearray`` that would be copied into
-    ``bytes`` again), so the header is joined to it once; the small header is built first."""
+    ``bytes`` again), and an ``ormsgpack.Fragment`` must hold a whole msgpack value, so the
+    header is joined to it once; the small header is built first. A large ``bytes`` value at
+    the top of a checkpoint's state skips ormsgpack's copy instead (plain_frame_of_pieces)."""
     return (NESTED_PREFIX if nested_refs else PLAIN_PREFIX) + checksum(payload) + payload
+
+
+def plain_frame_of_pieces(pieces: list[bytes]) -> bytes:
+    """``plain_frame(b"".join(pieces), False)``, joined once: the checksum is streamed over the
+    pieces (XXH3's streamed value is its one-shot value), so a large piece is copied only into
+    the body."""
+    digest = xxhash.xxh3_64()
+    for piece in pieces:
+        digest.update(piece)
+    return b"".join((PLAIN_PREFIX, digest.digest(), *pieces))
 
 
 def sealed_frame(payload: bytes, nested_refs: bool) -> bytes:
