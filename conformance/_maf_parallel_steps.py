@@ -116,7 +116,16 @@ async def finish(run: str, total: int) -> int:
     return total
 
 
-def _definition(name: str) -> Any:
+def _definition(name: str, *, starts_parallel: bool) -> Any:
+    if starts_parallel:
+
+        @workflow(name=name)
+        async def parallel_first(run: str) -> int:
+            parts = await asyncio.gather(left(run, 1), right(run, 1), middle(run, 1))
+            return await finish(run, sum(parts))
+
+        return parallel_first
+
     @workflow(name=name)
     async def parallel_steps(run: str) -> int:
         value = await prepare(run)
@@ -127,14 +136,15 @@ def _definition(name: str) -> Any:
 
 
 async def run_parallel_steps(
-    storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+    storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005, starts_parallel: bool = False
 ) -> ParallelStepsObservation:
-    """Run the scenario once on ``storage`` (see the module docstring)."""
+    """Run the scenario once on ``storage`` (see the module docstring); ``starts_parallel`` leaves
+    ``prepare`` out, so the parallel steps' checkpoints are the run's first (no previous id)."""
     run = uuid.uuid4().hex
     journal = _JOURNALS[run] = _Journal()
     try:
         slow = SlowSaves(storage, random.Random(seed), max_delay)  # noqa: S311 - delays, not secrets
-        first = _definition(workflow_name).build(checkpoint_storage=slow)
+        first = _definition(workflow_name, starts_parallel=starts_parallel).build(checkpoint_storage=slow)
         with contextlib.suppress(FinishFailed):
             await first.run(run)
         saved = len(await slow.mirror.list_checkpoint_ids(workflow_name=workflow_name))
@@ -145,7 +155,8 @@ async def run_parallel_steps(
         if latest_id is not None:
             journal.fail_finish = False
             journal.ran.clear()
-            resumed = _definition(workflow_name).build(checkpoint_storage=storage)
+            definition = _definition(workflow_name, starts_parallel=starts_parallel)
+            resumed = definition.build(checkpoint_storage=storage)
             await resumed.run(checkpoint_id=latest_id)
             rerun = tuple(name for name in journal.ran if name in COMPLETED_STEPS)
         return ParallelStepsObservation(

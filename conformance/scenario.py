@@ -37,11 +37,14 @@ child restored from empty is told apart from one restored from mid-run state.
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 import hashlib
 import json
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from storages.contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
@@ -259,6 +262,11 @@ class _Run:
     child_progress: list[int]
 
 
+PARALLEL_STEP_NAMES = ("left", "right", "middle")
+"""The reference parallel-steps scenario's steps that run in parallel."""
+_PARALLEL_STEPS = "parallel_steps"
+
+
 class ScenarioRunner(RunnerProfile):
     """The reference driver: MAF's superstep and sub-workflow checkpoint protocol, nothing more.
 
@@ -294,6 +302,45 @@ class ScenarioRunner(RunnerProfile):
             await self._save_child(run)
             await self._save_parent(run)
         return RunObservation(tuple(run.parent_saved), tuple(run.child_saved), tuple(run.child_progress))
+
+    async def run_parallel_steps(
+        self, storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+    ) -> ParallelStepsObservation:
+        """MAF 1.26's functional-workflow protocol in miniature: an entry step's checkpoint, then
+        three parallel steps, each completing one after another and building a checkpoint that
+        continues the entry's (none of their saves has returned) and records every step done so
+        far, timestamped when built; each save runs as a task of its own after a random delay.
+        The runner's own answer is the checkpoint built last; a resume from the storage's
+        latest runs again every completed step its state lacks."""
+        rng = random.Random(seed)  # noqa: S311 - delays, not secrets
+        signature = _signatures(GraphChange.NONE)[0]
+        start = datetime.now(timezone.utc)
+
+        def build(done: list[str], previous: str | None) -> Any:
+            return self._checkpoint_class(
+                workflow_name=workflow_name,
+                graph_signature_hash=signature,
+                previous_checkpoint_id=previous,
+                timestamp=(start + timedelta(milliseconds=len(done))).isoformat(),
+                state={"_executor_state": {_PARALLEL_STEPS: {"done": list(done)}}},
+            )
+
+        async def save_later(checkpoint: Any) -> None:
+            await asyncio.sleep(rng.uniform(0.0, max_delay))
+            await storage.save(checkpoint)
+
+        entry = build(["prepare"], None)
+        await storage.save(entry)
+        built = [build(["prepare", *PARALLEL_STEP_NAMES[: n + 1]], entry.checkpoint_id) for n in range(3)]
+        await asyncio.gather(*(save_later(checkpoint) for checkpoint in built))
+        latest = await storage.get_latest(workflow_name=workflow_name)
+        done = () if latest is None else tuple(latest.state["_executor_state"][_PARALLEL_STEPS]["done"])
+        return ParallelStepsObservation(
+            saved=1 + len(built),
+            latest_id=None if latest is None else latest.checkpoint_id,
+            runner_latest_id=built[-1].checkpoint_id,
+            rerun=tuple(step for step in ("prepare", *PARALLEL_STEP_NAMES) if step not in done),
+        )
 
     # ------------------------------------------------------------------ restore
 

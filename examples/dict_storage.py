@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from typing_extensions import Self
@@ -25,6 +25,7 @@ from storages.backend import (
     StoredBody,
     WalkRecords,
     latest_record,
+    rivals_of,
 )
 from storages.contract import Capability, CheckpointID
 from storages.engine import CheckpointStore
@@ -87,8 +88,13 @@ class DictBackend(Backend):
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         # The newest commit resolved through the lineage (a checkpoint saved after one naming it
         # as previous is not the latest): latest_record applies the rule to the workflow's rows.
-        latest = latest_record(self._rows(workflow_name, None), graph_signature_hash)
-        return None if latest is None else _stored(latest)
+        rows = self._rows(workflow_name, None)
+        head = latest_record(rows, graph_signature_hash)
+        if head is None:
+            return None
+        # Checkpoints continuing the head's previous one that nothing continues (parallel steps)
+        # are its rivals: the engine resumes from the newest timestamp among them.
+        return replace(_stored(head), rivals=[_stored(rival) for rival in rivals_of(rows, head)])
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False

@@ -305,10 +305,13 @@ than this can resume from a checkpoint with less progress (docs/contract.md, "La
 
 def rivals_of(records: Sequence[EntryT], head: EntryT) -> list[EntryT]:
     """The head's rivals, given every top-level record of its workflow in ascending sequence:
-    the other records with the head's previous id (None included: roots rival roots) and
-    signature that no record with their signature names as previous id, the
-    :data:`RIVALS_LIMIT` with the highest sequences, in ascending sequence. Parallel steps build
-    such siblings, and only their timestamps say which holds the most progress."""
+    the other records with the head's previous id and signature that no record with their
+    signature names as previous id, the :data:`RIVALS_LIMIT` with the highest sequences, in
+    ascending sequence; none for a head without a previous id (unlinked checkpoints keep commit
+    order). Parallel steps build such siblings, and only their timestamps say which holds the
+    most progress."""
+    if head.previous_checkpoint_id is None:
+        return []
     continued = {(r.previous_checkpoint_id, r.graph_signature_hash) for r in records}
     rivals = [
         r

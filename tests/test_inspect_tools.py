@@ -551,3 +551,20 @@ def test_a_maf_checkpoint_waiting_on_a_person_is_marked(
     nodes = [node for node in json.loads(out)["nodes"] if "checkpoint_id" in node]
     assert [node["waiting"] for node in nodes] == [0, 0, 1]
     assert [node["nodes"] for node in nodes][1] == ["ask"]
+
+
+async def test_inspect_names_the_newest_rival_as_latest() -> None:
+    """Parallel steps' checkpoints saved out of the order they were built in: the Latest column
+    agrees with get_latest (the newest timestamp), not with the index's head."""
+    from storages.inspection import list_workflow_summaries
+
+    async with InMemoryCheckpointStorage() as storage:
+        await storage.save(cp("wf", "entry", timestamp="2026-01-01T00:00:00+00:00"))
+        for name, second in (("built-last", 3), ("built-first", 1), ("built-second", 2)):
+            await storage.save(cp("wf", name, "entry", timestamp=f"2026-01-01T00:00:0{second}+00:00"))
+        (summary,) = await list_workflow_summaries(storage)
+        assert summary.latest_id == "built-last"
+        assert await storage.latest_id(workflow_name="wf") == "built-second"  # the head
+        latest = await storage.get_latest(workflow_name="wf")
+        assert latest is not None
+        assert latest.checkpoint_id == "built-last"

@@ -22,8 +22,10 @@ import pytest
 from agent_framework import InMemoryCheckpointStorage
 from conftest import BACKENDS, StorageMaker
 
+from conformance._maf_parallel_steps import run_parallel_steps
 from conformance.maf_profile import MafRunnerProfile
 from storages import StaleWriterError
+from storages.memory import InMemoryCheckpointStorage as OurInMemoryStorage
 
 pytestmark = pytest.mark.maf
 
@@ -75,3 +77,20 @@ async def test_mafs_own_storage_resumes_where_it_would_with_delayed_saves() -> N
 )
 async def test_parallel_steps_save_through_a_fenced_handle(storage: Any) -> None:
     await PROFILE.run_parallel_steps(storage.fenced(), "parallel-fenced", seed=0, max_delay=0.0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="parallel steps before a run's first checkpoint build checkpoints with no previous id; roots "
+    "never rival (docs/contract.md, Latest), so the one committed last is latest, not the one built last",
+)
+@pytest.mark.memory
+async def test_parallel_first_steps_delayed_in_front_of_the_storage_resume_where_maf_would() -> None:
+    storage = OurInMemoryStorage()
+    found = []
+    for seed in SEEDS:
+        run = await run_parallel_steps(storage, f"parallel-first-{seed}", seed=seed, starts_parallel=True)
+        assert run.saved == 3, run
+        if run.latest_id != run.runner_latest_id or run.rerun:
+            found.append(f"run {seed}: get_latest {run.latest_id!r}, MAF's {run.runner_latest_id!r}")
+    assert found == []

@@ -503,3 +503,116 @@ async def test_an_id_stored_concurrently_under_another_workflow_is_a_conflict(sc
             with pytest.raises(CheckpointConflictError, match=mine.checkpoint_id):
                 await save
         assert await storage.load(mine.checkpoint_id) == theirs
+
+
+# ---------------------------------------------------------------------- rivals (parallel steps)
+
+
+def stamped(previous: WorkflowCheckpoint | None, second: int, **fields: Any) -> WorkflowCheckpoint:
+    """A checkpoint of "wf" continuing ``previous`` (a root if None), built at ``second``."""
+    return WorkflowCheckpoint(
+        "wf",
+        "sig",
+        previous_checkpoint_id=None if previous is None else previous.checkpoint_id,
+        timestamp=f"2026-01-01T00:00:{second:02d}+00:00",
+        **fields,
+    )
+
+
+async def test_get_latest_resumes_from_the_rival_built_last_in_one_statement(
+    storage: PostgresCheckpointStorage,
+) -> None:
+    prepare = stamped(None, 0)
+    child = WorkflowCheckpoint("child", "sig")
+    built_last = stamped(prepare, 3, state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}})
+    built_first = stamped(prepare, 2)
+    for saved in (prepare, built_last, built_first):  # the sibling built last commits first
+        await storage.save(saved)
+    before = storage.statements_sent
+    assert await storage.get_latest(workflow_name="wf") == built_last  # its nested record read with it
+    assert storage.statements_sent == before + 1
+    stored = await storage.backend.latest("wf", None)
+    assert stored is not None
+    assert stored.checkpoint_id == built_first.checkpoint_id
+    assert [rival.checkpoint_id for rival in stored.rivals] == [built_last.checkpoint_id]
+    assert stored.nested == {}
+    assert stored.rivals[0].nested is not None
+    assert set(stored.rivals[0].nested) == {child.checkpoint_id}
+
+
+async def test_a_sibling_with_a_continuation_is_no_rival(storage: PostgresCheckpointStorage) -> None:
+    prepare = stamped(None, 0)
+    continued = stamped(prepare, 5)
+    following = stamped(continued, 1)  # an older timestamp than the head: never a candidate
+    head = stamped(prepare, 2)
+    for saved in (prepare, continued, following, head):
+        await storage.save(saved)
+    assert await storage.get_latest(workflow_name="wf") == head
+
+
+async def test_roots_never_rival(storage: PostgresCheckpointStorage) -> None:
+    built_last, committed_last = stamped(None, 3), stamped(None, 2)
+    await storage.save(built_last)
+    await storage.save(committed_last)
+    assert await storage.get_latest(workflow_name="wf") == committed_last  # unlinked: commit order
+    continued = stamped(built_last, 1)
+    await storage.save(continued)
+    assert await storage.get_latest(workflow_name="wf") == continued
+
+
+async def test_equal_timestamps_resume_from_the_head(storage: PostgresCheckpointStorage) -> None:
+    prepare = stamped(None, 0)
+    first, head = stamped(prepare, 2), stamped(prepare, 2)
+    for saved in (prepare, first, head):
+        await storage.save(saved)
+    assert await storage.get_latest(workflow_name="wf") == head
+
+
+async def test_prune_keeps_the_head_and_its_rivals(storage: PostgresCheckpointStorage) -> None:
+    root = stamped(None, 0)
+    prepare = stamped(root, 1)
+    abandoned = stamped(root, 2)  # a leaf, but it continues the root, not what the head continues
+    siblings = [stamped(prepare, second) for second in (5, 3, 4)]
+    for saved in (root, prepare, abandoned, *siblings):
+        await storage.save(saved)
+    assert await storage.prune(workflow_name="wf", keep_last=1) == 3
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == [s.checkpoint_id for s in siblings]
+    assert await storage.get_latest(workflow_name="wf") == siblings[0]
+    assert set(await storage.backend.tombstones("wf")) == {
+        root.checkpoint_id,
+        prepare.checkpoint_id,
+        abandoned.checkpoint_id,
+    }
+    assert await storage.prune(workflow_name="wf", keep_last=0) == 3
+
+
+async def test_prune_keeps_as_many_others_as_asked_past_the_head_and_its_rivals(
+    storage: PostgresCheckpointStorage,
+) -> None:
+    chain = [stamped(None, 0)]
+    for second in range(1, 4):
+        chain.append(stamped(chain[-1], second))
+    rival, head = stamped(chain[-1], 9), stamped(chain[-1], 8)
+    for saved in (*chain, rival, head):
+        await storage.save(saved)
+    assert await storage.prune(workflow_name="wf", keep_last=3) == 2  # head, rival, two others
+    kept = [chain[2].checkpoint_id, chain[3].checkpoint_id, rival.checkpoint_id, head.checkpoint_id]
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == kept
+
+
+@pytest.mark.maf
+async def test_a_maf_run_that_opens_the_pool_does_not_take_its_workers_with_it(schema_url: str) -> None:
+    """MAF's functional workflows cancel every task created while a run is active when the run
+    ends. The pool opened by the run's first save must not count as such a task: after a run
+    that fails, the same handle saves, reads and closes cleanly."""
+    from conformance._maf_parallel_steps import run_parallel_steps
+
+    storage = PostgresCheckpointStorage.from_url(schema_url)  # not opened: the run's save opens it
+    try:
+        run = await run_parallel_steps(storage, "pool-opened-by-maf", seed=0, max_delay=0.0)
+        assert run.saved == 4
+        after = WorkflowCheckpoint(workflow_name="pool-opened-by-maf-after", graph_signature_hash="g")
+        assert await storage.save(after) == after.checkpoint_id
+        assert (await storage.load(after.checkpoint_id)).checkpoint_id == after.checkpoint_id
+    finally:
+        await storage.aclose()

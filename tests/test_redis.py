@@ -9,6 +9,7 @@ and delete only that prefix's keys. An unreachable server fails these tests; not
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import subprocess
 import sys
@@ -38,13 +39,14 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.backend import CheckpointRecord
+from storages.backend import RIVALS_LIMIT, CheckpointRecord
 from storages.engine.encoding import plain_records, record_drafts
 from storages.inspection import list_workflow_summaries
 from storages.inspection.render import render_workflows
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
 from storages.redis.commit import STAGED_BODY_MIN
 from storages.redis.loads import INLINE_BODY_LIMIT
+from storages.redis.scripts import SCRIPTS
 from storages.verify import FindingKind, repair, verify
 
 redis_mark = pytest.mark.redis
@@ -1236,3 +1238,235 @@ async def test_the_id_listing_read_from_the_index_alone_still_checks_every_id(
     await real_storage.backend.client.zadd(real_storage.keys.top("wf"), {planted: 99})
     with pytest.raises(CheckpointCorruptedError, match=message):
         await real_storage.list_checkpoint_ids(workflow_name="wf")
+
+
+# ---------------------------------------------------------------------- rivals (parallel steps)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("server", marks=redis_mark),
+        pytest.param("fakeredis", marks=redis_mark),
+        pytest.param("cluster", marks=cluster_mark),
+    ]
+)
+async def any_storage(request: pytest.FixtureRequest) -> AsyncIterator[RedisCheckpointStorage]:
+    """A fresh store on the real server, on fakeredis and on the 3-master cluster."""
+    if request.param == "fakeredis":
+        async with redis_servers.fake_store() as maker, maker() as storage:
+            yield storage
+        return
+    url = redis_servers.redis_url() if request.param == "server" else redis_servers.shared_cluster().url
+    async with redis_servers.server_store(url) as maker, maker() as storage:
+        yield storage
+
+
+def _step(previous: str | None, second: int, workflow_name: str = "wf", **fields: Any) -> WorkflowCheckpoint:
+    """A checkpoint continuing ``previous``, built at ``second`` past a fixed minute."""
+    timestamp = f"2026-01-01T00:00:{second:02d}+00:00"
+    return WorkflowCheckpoint(
+        workflow_name, "sig", previous_checkpoint_id=previous, timestamp=timestamp, **fields
+    )
+
+
+async def _save_all(storage: RedisCheckpointStorage, *checkpoints: WorkflowCheckpoint) -> None:
+    for checkpoint in checkpoints:
+        await storage.save(checkpoint)
+
+
+async def _successor_entries(
+    storage: RedisCheckpointStorage, workflow_name: str = "wf"
+) -> set[tuple[str, str]]:
+    """(previous id, id) of each record in the successor index, and (previous id, '') of each
+    range's marker."""
+    client = storage.backend.client
+    members = await client.zrange(storage.keys.tag(workflow_name) + ":next", 0, -1)
+    entries = set()
+    for member in (m.decode() for m in members):
+        previous, _signature, rest = member.split(":", 2)
+        entries.add((unescape(previous), rest.partition(":")[2]))
+    return entries
+
+
+async def test_latest_is_the_newest_timestamp_of_the_head_and_its_rivals(
+    any_storage: RedisCheckpointStorage,
+) -> None:
+    start = _step(None, 0)
+    built_last, built_first = _step(start.checkpoint_id, 3), _step(start.checkpoint_id, 1)
+    # Committed in the other order: built_first is the head, built_last its rival.
+    await _save_all(any_storage, start, built_last, built_first)
+    assert await any_storage.latest_id(workflow_name="wf") == built_first.checkpoint_id
+    for signature in (None, "sig"):
+        assert await any_storage.get_latest(workflow_name="wf", graph_signature_hash=signature) == built_last
+    stored = await any_storage.backend.latest("wf", None)
+    assert stored is not None
+    assert [rival.checkpoint_id for rival in stored.rivals] == [built_last.checkpoint_id]
+    # A fenced save still compares with the head, not with the checkpoint resumed from.
+    with pytest.raises(StaleWriterError):
+        await any_storage.save(
+            _step(built_last.checkpoint_id, 4), expected_latest_id=built_last.checkpoint_id
+        )
+
+
+async def test_a_sibling_that_is_continued_is_no_rival(any_storage: RedisCheckpointStorage) -> None:
+    start = _step(None, 0)
+    continued = _step(start.checkpoint_id, 9)
+    its_successor = _step(continued.checkpoint_id, 2)
+    head = _step(start.checkpoint_id, 5)
+    await _save_all(any_storage, start, continued, its_successor, head)
+    stored = await any_storage.backend.latest("wf", None)
+    assert stored is not None
+    assert (stored.checkpoint_id, stored.rivals) == (head.checkpoint_id, ())
+    assert await any_storage.get_latest(workflow_name="wf") == head
+    # A continuation under another signature leaves it a leaf of this one: a rival again.
+    other = WorkflowCheckpoint("wf", "other-sig", previous_checkpoint_id=head.checkpoint_id)
+    leaf = _step(start.checkpoint_id, 8)
+    await _save_all(any_storage, other, leaf)
+    stored = await any_storage.backend.latest("wf", "sig")
+    assert stored is not None
+    assert stored.checkpoint_id == leaf.checkpoint_id
+    assert [rival.checkpoint_id for rival in stored.rivals] == [head.checkpoint_id]
+
+
+async def test_roots_never_rival(any_storage: RedisCheckpointStorage) -> None:
+    built_last, built_first = _step(None, 7), _step(None, 1)
+    await _save_all(any_storage, built_last, built_first)
+    # Unlinked checkpoints keep commit order, whatever their timestamps.
+    assert await any_storage.get_latest(workflow_name="wf") == built_first
+    stored = await any_storage.backend.latest("wf", None)
+    assert stored is not None
+    assert (stored.checkpoint_id, stored.rivals) == (built_first.checkpoint_id, ())
+    # A root is in no sibling range and never marked: its save writes nothing for rivals.
+    assert await _successor_entries(any_storage) == set()
+    client, keys = any_storage.backend.client, any_storage.keys
+    for root in (built_last, built_first):
+        assert await client.hget(keys.record("wf", root.checkpoint_id), "r") is None
+    # Prune keeps the head alone.
+    assert await any_storage.prune(workflow_name="wf", keep_last=1) == 1
+    assert await any_storage.list_checkpoint_ids(workflow_name="wf") == [built_first.checkpoint_id]
+
+
+async def test_equal_timestamps_go_to_the_head(any_storage: RedisCheckpointStorage) -> None:
+    start = _step(None, 0)
+    rival, head = _step(start.checkpoint_id, 4), _step(start.checkpoint_id, 4)
+    await _save_all(any_storage, start, rival, head)
+    assert await any_storage.get_latest(workflow_name="wf") == head
+
+
+async def test_rivals_come_with_their_nested_checkpoints(any_storage: RedisCheckpointStorage) -> None:
+    start = _step(None, 0)
+    child = WorkflowCheckpoint("child", "sig")
+    state = {"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}}
+    built_last = _step(start.checkpoint_id, 6, state=state)
+    await _save_all(any_storage, start, built_last, _step(start.checkpoint_id, 2))
+    stored = await any_storage.backend.latest("wf", None)
+    assert stored is not None
+    (rival,) = stored.rivals
+    assert rival.nested is not None
+    assert set(rival.nested) == {child.checkpoint_id}
+    assert await any_storage.get_latest(workflow_name="wf") == built_last
+
+
+async def test_prune_keeps_the_head_and_its_rivals(any_storage: RedisCheckpointStorage) -> None:
+    start = _step(None, 0)
+    continued = _step(start.checkpoint_id, 1)
+    after_continued = _step(continued.checkpoint_id, 2)
+    rivals = [_step(start.checkpoint_id, second) for second in (5, 4)]
+    head = _step(start.checkpoint_id, 3)
+    await _save_all(any_storage, start, continued, after_continued, *rivals, head)
+    assert await any_storage.prune(workflow_name="wf", keep_last=2) == 2  # start and continued
+    assert await any_storage.list_checkpoint_ids(workflow_name="wf") == [
+        after_continued.checkpoint_id,
+        *(rival.checkpoint_id for rival in rivals),
+        head.checkpoint_id,
+    ]
+    assert await any_storage.prune(workflow_name="wf", keep_last=1) == 1
+    assert await any_storage.list_checkpoint_ids(workflow_name="wf") == [
+        *(rival.checkpoint_id for rival in rivals),
+        head.checkpoint_id,
+    ]
+    assert await any_storage.get_latest(workflow_name="wf") == rivals[0]
+    assert await any_storage.prune(workflow_name="wf", keep_last=0) == 3
+    assert await _successor_entries(any_storage) == set()  # markers too
+
+
+async def test_every_removal_drops_a_successor_member(any_storage: RedisCheckpointStorage) -> None:
+    root = _step(None, 0)
+    successor, sibling = _step(root.checkpoint_id, 1), _step(root.checkpoint_id, 2)
+    step = _step(successor.checkpoint_id, 3)
+    await _save_all(any_storage, root, successor, sibling, step)
+    from_root = {(root.checkpoint_id, ""), (root.checkpoint_id, successor.checkpoint_id)}
+    from_successor = {(successor.checkpoint_id, ""), (successor.checkpoint_id, step.checkpoint_id)}
+    assert await _successor_entries(any_storage) == {
+        *from_root,
+        *from_successor,
+        (root.checkpoint_id, sibling.checkpoint_id),
+    }
+    await any_storage.delete(sibling.checkpoint_id)
+    assert await _successor_entries(any_storage) == {*from_root, *from_successor}
+    # The last record of a range takes the range's marker with it.
+    await any_storage.delete(step.checkpoint_id)
+    assert await _successor_entries(any_storage) == from_root
+    await _save_all(any_storage, step)
+    await any_storage.delete_workflow(workflow_name="wf")
+    assert await _successor_entries(any_storage) == set()
+
+
+async def test_the_rivals_read_are_the_newest_up_to_the_limit(any_storage: RedisCheckpointStorage) -> None:
+    start = _step(None, 0)
+    siblings = [_step(start.checkpoint_id, 1) for _ in range(RIVALS_LIMIT + 3)]
+    await _save_all(any_storage, start, *siblings)
+    stored = await any_storage.backend.latest("wf", None)
+    assert stored is not None
+    assert stored.checkpoint_id == siblings[-1].checkpoint_id
+    assert [rival.checkpoint_id for rival in stored.rivals] == [
+        s.checkpoint_id for s in siblings[-RIVALS_LIMIT - 1 : -1]
+    ]
+
+
+def test_the_scripts_read_as_many_rivals_as_the_rule_says() -> None:
+    found = re.search(r"local limit = (\d+)", SCRIPTS["latest"])
+    assert found is not None
+    assert int(found.group(1)) == RIVALS_LIMIT
+
+
+@redis_mark
+async def test_a_head_alone_or_unmarked_has_no_rivals(real_storage: RedisCheckpointStorage) -> None:
+    await _save_all(real_storage, *_chain("wf", 3))
+    stored = await real_storage.backend.latest("wf", None)
+    assert stored is not None
+    assert stored.rivals == ()
+    # A head saved without the mark (by a release before it) reads no rival.
+    start = _step(None, 0, "unmarked")
+    rival, head = _step(start.checkpoint_id, 9, "unmarked"), _step(start.checkpoint_id, 1, "unmarked")
+    await _save_all(real_storage, start, rival, head)
+    assert await real_storage.get_latest(workflow_name="unmarked") == rival
+    await real_storage.backend.client.hdel(real_storage.keys.record("unmarked", head.checkpoint_id), "r")
+    assert await real_storage.get_latest(workflow_name="unmarked") == head
+
+
+@redis_mark
+async def test_a_rival_whose_record_is_gone_is_reported(real_storage: RedisCheckpointStorage) -> None:
+    start = _step(None, 0)
+    lost, head = _step(start.checkpoint_id, 5), _step(start.checkpoint_id, 1)
+    await _save_all(real_storage, start, lost, head)
+    await real_storage.backend.client.delete(real_storage.keys.record("wf", lost.checkpoint_id))
+    with pytest.raises(CheckpointCorruptedError) as caught:
+        await real_storage.get_latest(workflow_name="wf")
+    assert caught.value.checkpoint_id == lost.checkpoint_id
+
+
+@redis_mark
+async def test_a_rival_gone_under_a_ttl_has_expired_and_is_passed() -> None:
+    prefix = redis_servers.fresh_prefix("ttl")
+    client = Redis.from_url(redis_servers.redis_url())
+    try:
+        async with await _ttl_store(prefix, "3600", client) as storage:
+            start = _step(None, 0)
+            expired, rival, head = (_step(start.checkpoint_id, second) for second in (9, 5, 1))
+            await _save_all(storage, start, expired, rival, head)
+            await client.delete(storage.keys.record("wf", expired.checkpoint_id))  # as expiry does
+            assert await storage.get_latest(workflow_name="wf") == rival
+    finally:
+        await redis_servers.delete_prefix(client, prefix)
+        await client.aclose()

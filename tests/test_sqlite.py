@@ -35,7 +35,12 @@ from storages import (
 from storages.backend import body_digest
 from storages.codec import CheckpointCodec
 from storages.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteCheckpointStorage
-from storages.sqlite.schema import SELECT_LATEST, SELECT_LATEST_WITH_SIGNATURE, WALK_IDS
+from storages.sqlite.schema import (
+    SELECT_LATEST,
+    SELECT_LATEST_WITH_SIGNATURE,
+    SELECT_RIVALS,
+    WALK_IDS,
+)
 
 pytestmark = pytest.mark.sqlite
 
@@ -1092,3 +1097,110 @@ async def test_the_connection_thread_keeps_nothing_of_a_read_or_a_save_for_its_n
     await storage.save(checkpoint(state={"n": "after the list"}))
     held = _held_by_connection_thread(storage)
     assert all(not value for value in held if isinstance(value, list)), held
+
+
+# ---------------------------------------------------------------------- rivals (parallel steps)
+
+
+def stamped(previous: WorkflowCheckpoint | None, second: int) -> WorkflowCheckpoint:
+    """A checkpoint of "wf" continuing ``previous`` (a root if None), built at ``second``."""
+    return checkpoint(
+        previous_checkpoint_id=None if previous is None else previous.checkpoint_id,
+        timestamp=f"2026-01-01T00:00:{second:02d}+00:00",
+    )
+
+
+async def _latest_and_handoffs(storage: SQLiteCheckpointStorage) -> tuple[WorkflowCheckpoint, int]:
+    connection = storage.backend.connection
+    assert connection is not None
+    before = connection.handoffs
+    latest = await storage.get_latest(workflow_name="wf")
+    assert latest is not None
+    return latest, connection.handoffs - before
+
+
+async def test_get_latest_resumes_from_the_rival_built_last(storage: SQLiteCheckpointStorage) -> None:
+    prepare = stamped(None, 0)
+    built_last, built_first = stamped(prepare, 3), stamped(prepare, 2)
+    for saved in (prepare, built_last, built_first):  # the sibling built last commits first
+        await storage.save(saved)
+    latest, handoffs = await _latest_and_handoffs(storage)
+    assert latest == built_last
+    assert handoffs == 2  # the probe finds a rival: head and rivals read in one transaction
+    alone = stamped(built_first, 4)
+    await storage.save(alone)
+    latest, handoffs = await _latest_and_handoffs(storage)
+    assert latest == alone
+    assert handoffs == 1  # no rival, no successor: the one statement
+
+
+async def test_a_sibling_with_a_continuation_is_no_rival(storage: SQLiteCheckpointStorage) -> None:
+    prepare = stamped(None, 0)
+    continued = stamped(prepare, 5)
+    following = stamped(continued, 1)  # an older timestamp than the head: never a candidate
+    head = stamped(prepare, 2)
+    for saved in (prepare, continued, following, head):
+        await storage.save(saved)
+    assert await storage.get_latest(workflow_name="wf") == head
+
+
+async def test_roots_never_rival(storage: SQLiteCheckpointStorage) -> None:
+    built_last, committed_last = stamped(None, 3), stamped(None, 2)
+    await storage.save(built_last)
+    await storage.save(committed_last)
+    assert await storage.get_latest(workflow_name="wf") == committed_last  # unlinked: commit order
+    continued = stamped(built_last, 1)
+    await storage.save(continued)
+    assert await storage.get_latest(workflow_name="wf") == continued
+
+
+async def test_equal_timestamps_resume_from_the_head(storage: SQLiteCheckpointStorage) -> None:
+    prepare = stamped(None, 0)
+    first, head = stamped(prepare, 2), stamped(prepare, 2)
+    for saved in (prepare, first, head):
+        await storage.save(saved)
+    assert await storage.get_latest(workflow_name="wf") == head
+
+
+async def test_prune_keeps_the_head_and_its_rivals(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
+    root = stamped(None, 0)
+    prepare = stamped(root, 1)
+    siblings = [stamped(prepare, second) for second in (5, 3, 4)]
+    abandoned = stamped(root, 2)  # a leaf, but it continues the root, not what the head continues
+    for saved in (root, prepare, abandoned, *siblings):
+        await storage.save(saved)
+    assert await storage.prune(workflow_name="wf", keep_last=1) == 3
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == [s.checkpoint_id for s in siblings]
+    assert await storage.get_latest(workflow_name="wf") == siblings[0]
+    tombstoned = {row[0] for row in query(db_path, "SELECT checkpoint_id FROM tombstones")}
+    assert tombstoned == {root.checkpoint_id, prepare.checkpoint_id, abandoned.checkpoint_id}
+    assert await storage.prune(workflow_name="wf", keep_last=0) == 3
+
+
+async def test_prune_keeps_as_many_others_as_asked_past_the_head_and_its_rivals(
+    storage: SQLiteCheckpointStorage,
+) -> None:
+    chain = [stamped(None, 0)]
+    for second in range(1, 4):
+        chain.append(stamped(chain[-1], second))
+    rival, head = stamped(chain[-1], 9), stamped(chain[-1], 8)
+    for saved in (*chain, rival, head):
+        await storage.save(saved)
+    assert await storage.prune(workflow_name="wf", keep_last=3) == 2  # head, rival, two others
+    kept = [chain[2].checkpoint_id, chain[3].checkpoint_id, rival.checkpoint_id, head.checkpoint_id]
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == kept
+    assert await storage.prune(workflow_name="wf", keep_last=3) == 0
+
+
+async def test_the_rival_probes_search_the_successor_index_only(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    await storage.save(checkpoint())
+    for sql, parameters in (
+        (SELECT_LATEST, ("wf",)),
+        (SELECT_RIVALS, {"head": "h", "previous": "p", "signature": "sig", "workflow": "wf", "limit": 64}),
+    ):
+        plan = " | ".join(str(row[-1]) for row in query(db_path, "EXPLAIN QUERY PLAN " + sql, parameters))
+        assert "SEARCH r USING INDEX checkpoints_by_successor" in plan, plan
+        assert "SCAN checkpoints" not in plan, plan
+        assert "SCAN r" not in plan, plan

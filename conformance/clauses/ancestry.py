@@ -402,7 +402,9 @@ async def forks_stay_walkable(ctx: ClauseContext) -> None:
     saved: list[Any] = []
 
     async def save(label: str, previous: Any, clock: int) -> Any:
-        # Clocks disagree with commit order: the last branch tip carries the oldest timestamp.
+        # Clocks disagree with commit order (the last branch tip carries the oldest timestamp),
+        # except between rivals (leaves continuing one checkpoint), where the newest timestamp
+        # is the latest: d, saved as c's rival, is newer than c.
         checkpoint = await book.save(
             label, previous=None if previous is None else previous.checkpoint_id, timestamp=at(clock)
         )
@@ -415,7 +417,7 @@ async def forks_stay_walkable(ctx: ClauseContext) -> None:
     b = await save("b", a, 70)
     c = await save("c", b, 80)
     resumed = await ctx.storage.load(b.checkpoint_id)  # resume from b, as MAF's runner would
-    d = await save("d", resumed, 40)
+    d = await save("d", resumed, 90)
     e = await save("e", d, 45)
     f = await save("f", a, 10)  # a second fork, further back
     await expect_listed(book, workflow, saved, "after forking at b and at a")

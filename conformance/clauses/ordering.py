@@ -241,10 +241,11 @@ async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
         await ctx.storage.save(checkpoint)
         tip = chain[-1]
         await run.expect_latest(tip, f"after saving {run.name(checkpoint)} of a chain saved tip first")
-    # Two forks from the tip, saved before a checkpoint between: the fork committed last wins.
+    # Two forks from the tip, saved before a checkpoint between: the fork committed last wins
+    # (its timestamp is the newer: rivals are ordering.latest_among_rivals_by_timestamp's).
     middle = run.make(f"{run.workflow}-middle", _at(9))
     middle.previous_checkpoint_id = tip.checkpoint_id
-    forks = [run.make(f"{run.workflow}-fork{n}", _at(n)) for n in (2, 1)]
+    forks = [run.make(f"{run.workflow}-fork{n}", _at(n)) for n in (1, 2)]
     for fork in forks:
         fork.previous_checkpoint_id = middle.checkpoint_id
         await ctx.storage.save(fork)
@@ -277,6 +278,36 @@ async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
     await _latest_through_a_cycle(ctx)
 
 
+@clause(
+    "ordering.latest_among_rivals_by_timestamp",
+    "Checkpoints that continue one checkpoint and that none continues (parallel steps) are rivals: "
+    "get_latest() returns the one with the newest timestamp whatever order they were committed in, "
+    "the one committed last on equal timestamps; a rival that is continued stops being one.",
+)
+async def latest_among_rivals_by_timestamp(ctx: ClauseContext) -> None:
+    run = _Run(ctx)
+    entry = run.make(f"{run.workflow}-entry", _at(0))
+    await ctx.storage.save(entry)
+    # Built in the order 2, 3, 1 (their timestamps), committed in the order 1, 2, 3.
+    rivals = [
+        run.make(f"{run.workflow}-{suffix}", _at(rank)) for suffix, rank in (("x", 3), ("y", 1), ("z", 2))
+    ]
+    for rival in rivals:
+        rival.previous_checkpoint_id = entry.checkpoint_id
+        await ctx.storage.save(rival)
+    await run.expect_latest(rivals[0], "after saving c1, c2 and c3, which all continue c0 (c1 the newest)")
+    tied = run.make(f"{run.workflow}-w", _at(3))
+    tied.previous_checkpoint_id = entry.checkpoint_id
+    await ctx.storage.save(tied)
+    await run.expect_latest(tied, f"after saving {run.name(tied)}, a rival as new as c1")
+    # A run resumed from the oldest rival and went on: that rival has a successor, so the fork,
+    # however old its clock, is where the next resume continues.
+    onwards = run.make(f"{run.workflow}-v", _at(-5))
+    onwards.previous_checkpoint_id = rivals[1].checkpoint_id
+    await ctx.storage.save(onwards)
+    await run.expect_latest(onwards, f"after saving {run.name(onwards)}, which continues c2")
+
+
 async def _latest_through_a_cycle(ctx: ClauseContext) -> None:
     """c0 names c1 as previous and c1 names c0: from c1 (committed last) the rule moves to c0,
     whose successor c1 was visited, so c0 is the latest, not None and not a spin."""
@@ -295,9 +326,9 @@ async def _latest_through_a_cycle(ctx: ClauseContext) -> None:
 )
 async def concurrent_saves_commit_in_call_order(ctx: ClauseContext) -> None:
     run = _Run(ctx)
-    saved = run.scrambled(len(_SCRAMBLE))
     # Siblings: each continues the same entry checkpoint, as parallel steps built before either
-    # save returned do, so only the commit order can tell which was built last.
+    # save returned do; built in call order (ascending timestamps), with scrambled ids.
+    saved = [run.make(f"{run.workflow}-{suffix}", _at(10 + n)) for n, (suffix, _) in enumerate(_SCRAMBLE)]
     entry = run.make(f"{run.workflow}-entry", _at(0))
     await ctx.storage.save(entry)
     for checkpoint in saved:

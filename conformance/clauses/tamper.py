@@ -410,7 +410,13 @@ async def rollback_replay(ctx: ClauseContext) -> None:
         stale = chain[-1]
         stale_raw = await _raw(storage, stale.checkpoint_id)
         await storage.delete(stale.checkpoint_id)  # the application abandons that step
-        redo = ctx.checkpoint(workflow, previous_checkpoint_id=chain[-2].checkpoint_id, iteration_count=9)
+        # Built before the abandoned step's clock reading: the replayed step, its rival, is newer.
+        redo = ctx.checkpoint(
+            workflow,
+            previous_checkpoint_id=chain[-2].checkpoint_id,
+            iteration_count=9,
+            timestamp=chain[-2].timestamp,
+        )
         await storage.save(redo)
         anchor = await storage.head_anchor(workflow_name=workflow)
         async with keyless(storage) as attacker:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
+from storages.backend import RIVALS_LIMIT
 from storages.contract import AncestryEnd
 from storages.errors import (
     CheckpointConflictError,
@@ -116,11 +118,11 @@ class ContractModel:
             key=lambda r: r.sequence,
         )
 
-    def latest(self, workflow: str, signature: str | None = None) -> Record | None:
-        """The checkpoint a run resumes from: the top-level checkpoint committed last (of the
-        signature, if given); then, while top-level checkpoints of the same workflow and signature
-        name the current one as their previous id, the one of them committed last, never one
-        already visited."""
+    def head(self, workflow: str, signature: str | None = None) -> Record | None:
+        """What fenced saves compare with: the top-level checkpoint committed last (of the
+        signature, if given); then, while top-level checkpoints of the same workflow and
+        signature name the current one as their previous id, the one of them committed last,
+        never one already visited."""
         top = self.top_level(workflow, signature)
         if not top:
             return None
@@ -140,9 +142,38 @@ class ContractModel:
             current = successors[-1]
             visited.add(current.checkpoint_id)
 
+    def rivals(self, head: Record) -> list[Record]:
+        """The head's rivals: the other top-level checkpoints of its workflow with its previous
+        id and signature that none with their signature continues, the RIVALS_LIMIT committed
+        last, in commit order; none for a head without a previous id."""
+        if head.draft.previous_checkpoint_id is None:
+            return []
+        everyone = self.top_level(head.workflow)
+        continued = {(r.draft.previous_checkpoint_id, r.draft.graph_signature_hash) for r in everyone}
+        rivals = [
+            r
+            for r in everyone
+            if r is not head
+            and r.draft.previous_checkpoint_id == head.draft.previous_checkpoint_id
+            and r.draft.graph_signature_hash == head.draft.graph_signature_hash
+            and (r.checkpoint_id, r.draft.graph_signature_hash) not in continued
+        ]
+        return rivals[-RIVALS_LIMIT:]
+
+    def latest(self, workflow: str, signature: str | None = None) -> Record | None:
+        """The checkpoint a run resumes from: of the head and its rivals, the newest timestamp;
+        equal timestamps by commit order."""
+        head = self.head(workflow, signature)
+        if head is None:
+            return None
+        # Ranked independently of the engine's resume_point: (moment, sequence), with a
+        # timestamp that does not parse below every one that does.
+        return max([head, *self.rivals(head)], key=lambda r: (_moment(r.draft.timestamp), r.sequence))
+
     def latest_id(self, workflow: str) -> str | None:
-        latest = self.latest(workflow)
-        return None if latest is None else latest.checkpoint_id
+        """The head's id: what a fenced save must expect."""
+        head = self.head(workflow)
+        return None if head is None else head.checkpoint_id
 
     def workflows(self) -> set[str]:
         return {r.workflow for r in self.records.values() if r.container is None}
@@ -274,11 +305,15 @@ class ContractModel:
         if type(keep_last) is not int or keep_last < 0:
             return Expect.error(InvalidCheckpointError)
         top = self.top_level(workflow)
-        victims = top[: max(len(top) - keep_last, 0)]
-        latest = self.latest(workflow)
-        if keep_last > 0 and latest in victims:
-            # The latest is kept, wherever it is in the order; so is one fewer of the others.
-            victims = [*(r for r in victims if r is not latest), top[len(top) - keep_last]]
+        head = self.head(workflow)
+        if keep_last == 0 or head is None:
+            victims = top
+        else:
+            # The head and its rivals are kept, wherever they are in the order, and keep_last - 1
+            # of the others.
+            protected = [head, *self.rivals(head)]
+            others = [r for r in top if all(r is not kept for kept in protected)]
+            victims = others[: max(len(others) - (keep_last - 1), 0)]
         graves = self.tombstones.setdefault(workflow, {})
         for victim in victims:
             for member in self.family(victim.checkpoint_id):
@@ -391,3 +426,17 @@ __all__ = [
     "same_content",
     "with_changes",
 ]
+
+
+_NO_MOMENT = (0, datetime.min.replace(tzinfo=timezone.utc))
+
+
+def _moment(timestamp: object) -> tuple[int, datetime]:
+    """A timestamp as a sortable moment (ISO 8601, UTC when it names no offset)."""
+    try:
+        moment = datetime.fromisoformat(timestamp) if isinstance(timestamp, str) else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        return _NO_MOMENT
+    return (1, moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc))

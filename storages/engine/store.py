@@ -325,8 +325,9 @@ class CheckpointStore(Generic[BackendT]):
     async def latest_id(
         self, *, workflow_name: str, graph_signature_hash: str | None = None
     ) -> CheckpointID | None:
-        """The id of the checkpoint get_latest returns (or None), from the index: its body is
-        not decoded, so a damaged latest is still named."""
+        """The id of the workflow's head (or None), from the index: what a fenced save must
+        expect, and what get_latest returns unless a rival has a newer timestamp. No body is
+        decoded, so a damaged head is still named."""
         self._parts.check_listing("latest_id", workflow_name, graph_signature_hash, False)
         if not self._lifecycle.is_ready():
             await self._lifecycle.ensure("latest_id")

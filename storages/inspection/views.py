@@ -9,9 +9,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from ..backend import latest_record
+from ..backend import latest_record, rivals_of
 from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointTypeNotAllowedError
+from ..errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    CheckpointTypeNotAllowedError,
+)
 from ..verify import require_capabilities
 from .runner_records import runner_fields
 from .threads import langgraph_fields, langgraph_place, resolve_checkpoint_id
@@ -93,6 +98,20 @@ class CheckpointView:
 # ---------------------------------------------------------------------- building
 
 
+async def _latest_id(storage: CheckpointStorage, name: str, top: list[CheckpointInfo]) -> CheckpointID | None:
+    """The latest by the index (the head), or, when the head has rivals, which only their
+    timestamps decide between, get_latest's answer; the head still if that read fails (the
+    damage is reported elsewhere)."""
+    head = latest_record(top)
+    if head is None or not rivals_of(top, head):
+        return None if head is None else head.checkpoint_id
+    try:
+        latest = await storage.get_latest(workflow_name=name)
+    except CheckpointStorageError:
+        return head.checkpoint_id
+    return head.checkpoint_id if latest is None else str(latest.checkpoint_id)
+
+
 async def list_workflow_summaries(storage: CheckpointStorage) -> list[WorkflowSummary]:
     """One summary per workflow name with a stored record, sorted by name."""
     require_capabilities(storage, "inspect", (Capability.INSPECT,))
@@ -105,7 +124,7 @@ async def list_workflow_summaries(storage: CheckpointStorage) -> list[WorkflowSu
         top = sorted((info for info in records if not info.nested), key=lambda info: info.sequence)
         recorded = {info.checkpoint_id for info in top}
         lost = tuple(i for i in await storage.list_checkpoint_ids(workflow_name=name) if i not in recorded)
-        latest = latest_record(top)
+        latest_id = await _latest_id(storage, name, top)
         place = langgraph_place(name)
         summaries.append(
             WorkflowSummary(
@@ -113,7 +132,7 @@ async def list_workflow_summaries(storage: CheckpointStorage) -> list[WorkflowSu
                 checkpoints=len(top) + len(lost),
                 nested=len(records) - len(top),
                 pruned=len(await storage.list_tombstones(workflow_name=name)),
-                latest_id=None if latest is None else latest.checkpoint_id,
+                latest_id=latest_id,
                 listed_without_record=lost,
                 signatures=len({info.graph_signature_hash for info in records}),
                 thread_id=None if place is None else place[0],

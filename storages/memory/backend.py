@@ -54,45 +54,38 @@ class _Workflow:
     successors: dict[tuple[CheckpointID, str], dict[CheckpointID, _Entry]] = field(default_factory=dict)
     """(previous id, graph signature) -> the top-level entries naming that previous id with that
     signature, in commit order: what supersedes a checkpoint (its parent may not be stored yet)."""
-    roots: dict[str, dict[CheckpointID, _Entry]] = field(default_factory=dict)
-    """graph signature -> the top-level entries with no previous id and that signature, in
-    commit order: roots rival roots (rivals)."""
 
     def __bool__(self) -> bool:
         return bool(self.entries)
 
-    def _siblings(self, record: CheckpointRecord) -> dict[CheckpointID, _Entry] | None:
-        """The top-level entries with ``record``'s previous id and signature, itself included."""
-        if record.previous_checkpoint_id is None:
-            return self.roots.get(record.graph_signature_hash)
-        return self.successors.get((record.previous_checkpoint_id, record.graph_signature_hash))
-
     def add_top(self, entry: _Entry) -> None:
         record = entry.record
         self.entries[record.checkpoint_id] = entry
-        previous, signature = record.previous_checkpoint_id, record.graph_signature_hash
-        if previous is None:
-            self.roots.setdefault(signature, {})[record.checkpoint_id] = entry
-        else:
-            self.successors.setdefault((previous, signature), {})[record.checkpoint_id] = entry
+        previous = record.previous_checkpoint_id
+        if previous is not None:
+            key = (previous, record.graph_signature_hash)
+            successors = self.successors.get(key)
+            if successors is None:
+                self.successors[key] = {record.checkpoint_id: entry}
+            else:
+                successors[record.checkpoint_id] = entry
 
     def drop_top(self, record: CheckpointRecord) -> None:
         del self.entries[record.checkpoint_id]
-        previous, signature = record.previous_checkpoint_id, record.graph_signature_hash
-        if previous is None:
-            roots = self.roots[signature]
-            del roots[record.checkpoint_id]
-            if not roots:
-                del self.roots[signature]
-        else:
-            successors = self.successors[(previous, signature)]
+        previous = record.previous_checkpoint_id
+        if previous is not None:
+            key = (previous, record.graph_signature_hash)
+            successors = self.successors[key]
             del successors[record.checkpoint_id]
             if not successors:
-                del self.successors[(previous, signature)]
+                del self.successors[key]
 
     def rivals(self, head: _Entry) -> list[_Entry]:
         """The head's rivals (storages.backend.rivals_of), in commit order."""
-        siblings = self._siblings(head.record)
+        record = head.record
+        if record.previous_checkpoint_id is None:
+            return []
+        siblings = self.successors.get((record.previous_checkpoint_id, record.graph_signature_hash))
         if siblings is None or len(siblings) < 2:
             return []
         rivals = [

@@ -16,6 +16,7 @@ recursive CTE only as far as its reader fetches).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -43,7 +44,7 @@ from .config import (
     is_postgres_url,
     options_from_url,
 )
-from .lineage import tip_ctes
+from .lineage import rivals_cte, tip_ctes
 from .schema import render
 
 _COLUMNS = "checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash"
@@ -57,14 +58,25 @@ _LOAD = (
     f"WITH head AS (SELECT {_COLUMNS}, coalesce(root_id, checkpoint_id) AS family "  # noqa: S608
     "FROM {s}.checkpoints WHERE checkpoint_id = %(id)s)" + _FAMILY_OF_HEAD
 )
+# The head, its rivals and the rows nested in each, as (id, body, workflow, previous id,
+# signature, kind, family, sequence): kind "h" for the head, "r" for a rival, "n" for a nested row
+# of the top-level row named by family.
 _LATEST_HEAD = (
-    f", head AS (SELECT {_COLUMNS}, checkpoint_id AS family FROM {{s}}.checkpoints "  # noqa: S608
-    "WHERE checkpoint_id = (SELECT checkpoint_id FROM lineage_tip))"
+    f", head AS (SELECT {_COLUMNS} FROM {{s}}.checkpoints "  # noqa: S608
+    "WHERE checkpoint_id = (SELECT checkpoint_id FROM lineage_tip)),\n    "
+    + rivals_cte("c.checkpoint_id, c.body, c.workflow_name, c.previous_checkpoint_id, c.graph_signature_hash")
+    + f"""
+    SELECT {_COLUMNS}, 'h', checkpoint_id, NULL::bigint FROM head
+    UNION ALL
+    SELECT {_COLUMNS}, 'r', checkpoint_id, sequence FROM rivals
+    UNION ALL
+    SELECT n.checkpoint_id, n.body, NULL, NULL, NULL, 'n', n.root_id, NULL
+    FROM (SELECT checkpoint_id FROM head UNION ALL SELECT checkpoint_id FROM rivals) AS t
+    JOIN {{s}}.checkpoints AS n ON n.root_id = t.checkpoint_id
+"""  # noqa: S608 - constant SQL
 )
-_LATEST = "WITH RECURSIVE " + tip_ctes("%(workflow)s") + _LATEST_HEAD + _FAMILY_OF_HEAD
-_LATEST_WITH_SIGNATURE = (
-    "WITH RECURSIVE " + tip_ctes("%(workflow)s", "%(signature)s") + _LATEST_HEAD + _FAMILY_OF_HEAD
-)
+_LATEST = "WITH RECURSIVE " + tip_ctes("%(workflow)s") + _LATEST_HEAD
+_LATEST_WITH_SIGNATURE = "WITH RECURSIVE " + tip_ctes("%(workflow)s", "%(signature)s") + _LATEST_HEAD
 _GET = "SELECT body FROM {s}.checkpoints WHERE checkpoint_id = %s"
 _NESTED_BODIES = """
     SELECT n.checkpoint_id, n.body
@@ -302,7 +314,7 @@ class PostgresBackend(Backend):
         else:
             query = self._sql.latest_with_signature
             parameters = {"workflow": workflow_name, "signature": graph_signature_hash}
-        return _family(await self._client.fetch("get_latest", query, parameters))
+        return _head_and_rivals(await self._client.fetch("get_latest", query, parameters))
 
     async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         ids = list(dict.fromkeys(checkpoint_ids))
@@ -423,6 +435,31 @@ def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
     nested = {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows if not row[5]}
     stored = _stored(head)
     return StoredBody(stored.checkpoint_id, stored.body, nested=nested, entry=stored.entry)
+
+
+def _head_and_rivals(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
+    """The head (kind "h") with its rivals (kind "r", in ascending sequence) in ``rivals``, each
+    with the bodies of the rows nested in it (kind "n", by family), or None."""
+    nested: dict[object, dict[CheckpointID, bytes]] = {}
+    tops: list[Sequence[Any]] = []
+    for row in rows:
+        if row[5] == "n":
+            nested.setdefault(row[6], {})[stored_id(row[0])] = stored_body(row[0], row[1])
+        else:
+            tops.append(row)
+    head = next((row for row in tops if row[5] == "h"), None)
+    if head is None:
+        return None
+
+    def with_family(row: Sequence[Any]) -> StoredBody:
+        stored = _stored(row)
+        return StoredBody(
+            stored.checkpoint_id, stored.body, nested=nested.get(row[6], {}), entry=stored.entry
+        )
+
+    rivals = sorted((row for row in tops if row[5] == "r"), key=lambda row: int(row[7]))
+    found = with_family(head)
+    return replace(found, rivals=[with_family(row) for row in rivals]) if rivals else found
 
 
 __all__ = ["PostgresBackend"]

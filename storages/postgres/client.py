@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import random
 import re
@@ -87,7 +88,7 @@ class PostgresClient:
         # runs is refused by its next handle, not written with an older layout.
         await self._retrying(operation, lambda: self._connect_and_migrate(operation))
         self._pool = self._new_pool()
-        await self._pool.open(wait=False)
+        await _start_detached(self._pool)
 
     def _new_pool(self) -> AsyncConnectionPool[Any]:
         assert self._conninfo is not None
@@ -113,7 +114,7 @@ class PostgresClient:
             return
         _finish_connections(self._pool)
         self._pool = self._new_pool()
-        await self._pool.open(wait=False)
+        await _start_detached(self._pool)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -391,6 +392,16 @@ async def _fetch_as_stored(
 async def _read_only_session(connection: Connection) -> None:
     """Every later transaction of ``connection`` is read-only: the server refuses any write."""
     await connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+
+
+async def _start_detached(pool: AsyncConnectionPool[Any]) -> None:
+    """Open the pool in a context of its own: the worker tasks it starts live as long as the
+    storage, and must not count as tasks of whatever the first caller is running. A runner that
+    cancels every task its run created when the run ends (MAF's functional workflows do, through
+    a task factory that reads a context variable) would otherwise cancel the pool's workers, and
+    the storage's next operations and its close would fail."""
+    opening = contextvars.Context().run(asyncio.ensure_future, pool.open(wait=False))
+    await opening
 
 
 def _finish_connections(pool: AsyncConnectionPool[Any]) -> None:

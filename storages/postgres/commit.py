@@ -28,7 +28,7 @@ from ..backend import CheckpointRecord, FenceCheck, InsertResult, nested_id_conf
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
-from .lineage import tip_ctes
+from .lineage import rivals_cte, tip_ctes
 from .save_functions import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX
 from .schema import render
 
@@ -54,25 +54,27 @@ _REMOVE = """
 """
 _OVERWRITE = "UPDATE {s}.checkpoints SET body = %s, digest = %s WHERE checkpoint_id = %s RETURNING 1"
 # Tombstones name every deleted id (nested ones too) under the pruned workflow, as SQLite does.
-# Kept: the latest (wherever it is in the order) and the keep - 1 others committed last; with
-# keep = 0, nothing.
+# Kept: the head (wherever it is in the order), its rivals, and the keep - 1 others committed
+# last; with keep = 0, nothing.
 _PRUNE = (
     "WITH RECURSIVE "  # noqa: S608 - constant SQL
     + tip_ctes("%(workflow)s")
     + """,
-    ranked AS (
+    head AS (
+        SELECT c.checkpoint_id, c.workflow_name, c.previous_checkpoint_id, c.graph_signature_hash
+        FROM {s}.checkpoints AS c
+        WHERE c.checkpoint_id = (SELECT checkpoint_id FROM lineage_tip) AND %(keep)s > 0
+    ),
+    """
+    + rivals_cte("c.checkpoint_id")
+    + """,
+    others AS (
         SELECT checkpoint_id, row_number() OVER (ORDER BY sequence DESC) AS rank FROM {s}.checkpoints
-        WHERE workflow_name = %(workflow)s AND NOT nested
+        WHERE workflow_name = %(workflow)s AND NOT nested AND checkpoint_id NOT IN (
+            SELECT checkpoint_id FROM head UNION ALL SELECT checkpoint_id FROM rivals
+        )
     ),
-    tip AS (
-        SELECT r.checkpoint_id, r.rank FROM ranked AS r JOIN lineage_tip AS t USING (checkpoint_id)
-        WHERE %(keep)s > 0
-    ),
-    doomed AS (
-        SELECT r.checkpoint_id FROM ranked AS r
-        WHERE r.rank > %(keep)s - (SELECT count(*) FROM tip WHERE tip.rank > %(keep)s)
-            AND NOT EXISTS (SELECT 1 FROM tip WHERE tip.checkpoint_id = r.checkpoint_id)
-    ),
+    doomed AS (SELECT checkpoint_id FROM others WHERE rank >= %(keep)s),
     family AS (
         SELECT checkpoint_id FROM doomed
         UNION ALL

@@ -8,10 +8,14 @@ key, or produce another key's name::
     P:{W}:top          sorted set: W's top-level ids, score = sequence
     P:{W}:sig:S        sorted set: W's top-level ids saved with graph signature S
     P:{W}:next         sorted set (score 0): "esc(previous):esc(S):<seq, 16 hex>:id" for each
-                       top-level record with a previous id (latest through the lineage)
+                       top-level record with a previous id (latest through the lineage, and
+                       the head's rivals; roots never rival), and each range's marker
+                       "esc(previous):esc(S):" alone (the save learns from it whether the
+                       range had a record)
     P:{W}:nested       sorted set: records named W nested in any checkpoint, as "home:id"
     P:{W}:tombs        set: ids pruned from W
-    P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields)
+    P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields; r=1
+                       on a top-level record saved after a sibling: only it can have rivals)
     P:{H}:stage:ID     hash: a large body on its way into P:{H}:r:ID, written and consumed
                        by one MULTI (save_one renames it into place); 60 s TTL as a net
     P:{H}:k:ID         list: the direct children of a record, in the order met

@@ -9,7 +9,9 @@ or the entry is removed. With a TTL a record gone is expired, not lost: not repo
 
 Repair removes the entry in one script that first checks the record is still absent (a save of
 the id in between restores it, and is left alone): the id from the workflow's index, its
-per-signature indexes and its successor index, and on plain Redis its location pointer.
+per-signature indexes and its successor index (a range's marker, which names no id, stays: the
+next save in the range is then marked, and its reads look for rivals that are not there), and on
+plain Redis its location pointer.
 """
 
 from __future__ import annotations

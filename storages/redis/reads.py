@@ -74,8 +74,11 @@ class Reads:
             latest_id = text(reply[0], _index_name(workflow_name, signature))
         if reply[1] is None:
             raise no_body(latest_id)
+        # The head's rivals, when it has any, come last: the only element past its id, body and
+        # nested (id, body) pairs that makes the reply's length odd.
+        rivals = _rivals(reply.pop(), _index_name(workflow_name, signature)) if len(reply) % 2 else ()
         nested = body_pairs(reply, 2, f"the nested records of {latest_id!r}") if len(reply) > 2 else None
-        return StoredBody(latest_id, reply[1], nested)
+        return StoredBody(latest_id, reply[1], nested, rivals=rivals)
 
     async def list_ids(
         self, workflow_name: str, signature: str | None, include_nested: bool
@@ -284,6 +287,22 @@ def lost_entry(
         f"{index} lists it, but its record is gone from the server{others}: evicted by its "
         f"maxmemory-policy, or deleted outside this storage; {operation} does not {instead}",
     )
+
+
+def _rivals(flat: Sequence[Any], where: str) -> tuple[StoredBody, ...]:
+    """The head's rivals from the latest script's {id, body, {id, body, ... nested}, ...}, in
+    ascending sequence, each with its nested bodies as the head has them."""
+    rivals = []
+    for position in range(0, len(flat), 3):
+        rival_id, body, nested = text(flat[position], where), flat[position + 1], flat[position + 2]
+        if body is None:
+            raise no_body(rival_id)
+        rivals.append(
+            StoredBody(
+                rival_id, bytes(body), body_pairs(nested, 0, f"the nested records of {rival_id!r}") or None
+            )
+        )
+    return tuple(rivals)
 
 
 def _index_name(workflow_name: str, signature: str | None) -> str:

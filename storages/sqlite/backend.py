@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -179,11 +180,18 @@ class SQLiteBackend(Backend):
         rows = await self._client.fetchall("get_latest", query, parameters)
         if not rows:
             return None
-        if not rows[0][5]:
+        if not rows[0][5] and not rows[0][6]:
             return _stored(rows[0])
-        # A checkpoint continues the newest one: the walk to the tip reads one state of the file.
-        tip = await self._client.read("get_latest", lineage.latest_row, workflow_name, graph_signature_hash)
-        return None if tip is None else _stored(tip)
+        # A checkpoint continues the newest one, or continues what it continues (parallel steps):
+        # the walk to the head and the read of its rivals see one state of the file.
+        found = await self._client.read(
+            "get_latest", lineage.latest_rows, workflow_name, graph_signature_hash
+        )
+        if found is None:
+            return None
+        head, rivals = found
+        stored = _stored(head)
+        return replace(stored, rivals=[_stored(row) for row in rivals]) if rivals else stored
 
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False

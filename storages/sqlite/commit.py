@@ -247,24 +247,39 @@ def overwrite_body(
 
 
 def prune(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str, keep_last: int) -> int:
-    """Delete all but the latest and the ``keep_last - 1`` other top-level checkpoints committed
-    last (everything with ``keep_last=0``), leaving tombstones."""
+    """Delete all but the head, its rivals and the ``keep_last - 1`` other top-level checkpoints
+    committed last (everything with ``keep_last=0``), leaving tombstones."""
     with immediate_transaction(connection, abandon):
-        doomed = _doomed(connection.execute(schema.SELECT_PRUNED, (workflow_name, keep_last)))
-        latest = lineage.latest_id(connection, workflow_name) if doomed and keep_last else None
-        if latest is not None and latest in doomed:
-            # The latest stays wherever it is in the order; the oldest of the others kept goes.
-            doomed.remove(latest)
-            (last_kept,) = connection.execute(
-                schema.SELECT_NTH_NEWEST_ID, (workflow_name, keep_last - 1)
-            ).fetchone()
-            doomed.append(last_kept)
+        # Newest first, past the keep_last - 1 newest, which stay whatever they are.
+        older = _doomed(connection.execute(schema.SELECT_PRUNED, (workflow_name, max(keep_last - 1, 0))))
+        if keep_last == 0:
+            doomed = older
+        elif len(older) <= 1:
+            doomed = []  # the one row past them stays: it is the head, a rival, or one more other
+        else:
+            doomed = _past_the_kept(older, lineage.head_and_rival_ids(connection, workflow_name))
         connection.executemany(
             schema.TOMBSTONE_FAMILY, [(workflow_name, doomed_id, doomed_id) for doomed_id in doomed]
         )
         connection.executemany(schema.RECORD_HIGH_WATER, [{"id": doomed_id} for doomed_id in doomed])
         connection.executemany(schema.DELETE_FAMILY, [(doomed_id, doomed_id) for doomed_id in doomed])
     return len(doomed)
+
+
+def _past_the_kept(older: list[object], protected: set[object]) -> list[object]:
+    """Of the top-level ids past the ``keep_last - 1`` newest (newest first), those a prune
+    deletes: all but the protected ones (the head and its rivals), and as many others, newest
+    first, as protected ones are among the newest, whose places the next others take."""
+    spare = len(protected) - sum(1 for checkpoint_id in older if checkpoint_id in protected)
+    doomed = []
+    for checkpoint_id in older:
+        if checkpoint_id in protected:
+            continue
+        if spare > 0:
+            spare -= 1
+            continue
+        doomed.append(checkpoint_id)
+    return doomed
 
 
 def delete_workflow(connection: sqlite3.Connection, abandon: Abandon, workflow_name: str) -> int:

@@ -1,11 +1,14 @@
-"""Latest through the lineage (docs/contract.md, "Latest"), on the connection's thread.
+"""Latest through the lineage, and the head's rivals (docs/contract.md, "Latest"), on the
+connection's thread.
 
 ``SELECT_LATEST`` returns the top-level row committed last with whether a top-level row of its
-workflow and signature names it as previous id (one probe of ``checkpoints_by_successor``). Only
-then, which takes a checkpoint saved before the one it continues, does the rule walk on: from
-each row to the successor committed last, never to a row already visited, until a row has none.
-The walk runs as one call on the connection's thread, inside one read transaction (or the write
-transaction of a fenced save or a prune), so it sees one state of the file.
+workflow and signature names it as previous id (one probe of ``checkpoints_by_successor``) and
+whether it has a rival (one more probe of the same index; a root has none). Only then, which
+takes a checkpoint saved before the one it continues or parallel steps, does
+:func:`latest_rows` read again: the walk from each row to the successor committed last, never
+to a row already visited, until a row has none (the head), then the head's rivals. It runs as
+one call on the connection's thread, inside one read transaction (or the write transaction of a
+fenced save or a prune), so it sees one state of the file.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from ..backend import RIVALS_LIMIT
 from . import schema
 
 
@@ -30,20 +34,26 @@ def tip_id(connection: sqlite3.Connection, workflow_name: str, start: object, si
         current = following
 
 
-def latest_row(
+def latest_rows(
     connection: sqlite3.Connection, workflow_name: str, graph_signature_hash: str | None
-) -> Sequence[object] | None:
-    """The latest row (as SELECT_RECORD reads it), in one read transaction."""
+) -> tuple[Sequence[object], list[Sequence[object]]] | None:
+    """The head's row and its rivals' rows (as SELECT_RECORD reads them, the rivals in ascending
+    sequence), in one read transaction; None if the workflow has no top-level row."""
     connection.execute("BEGIN")
     try:
         newest = _newest(connection, workflow_name, graph_signature_hash)
         if newest is None:
             return None
-        if not newest[5]:
-            return newest
-        tip = tip_id(connection, workflow_name, newest[0], newest[4])
-        row: Sequence[object] | None = connection.execute(schema.SELECT_RECORD, (tip,)).fetchone()
-        return row
+        head: Sequence[object] | None = newest
+        if newest[5]:
+            tip = tip_id(connection, workflow_name, newest[0], newest[4])
+            head = connection.execute(schema.SELECT_RECORD, (tip,)).fetchone()
+            if head is None:  # the walk read it in this transaction: only a damaged file loses it
+                return None
+        elif not newest[6]:
+            return newest, []
+        assert head is not None
+        return head, _rivals(connection, head[0], workflow_name, head[3], head[4], ids_only=False)
     finally:
         connection.execute("COMMIT")
 
@@ -56,6 +66,41 @@ def latest_id(connection: sqlite3.Connection, workflow_name: str) -> object:
         return None
     checkpoint_id, signature, has_successor = newest
     return tip_id(connection, workflow_name, checkpoint_id, signature) if has_successor else checkpoint_id
+
+
+def head_and_rival_ids(connection: sqlite3.Connection, workflow_name: str) -> set[object]:
+    """The ids (as stored) of the workflow's head (any signature) and of its rivals: what a prune
+    keeps whatever ``keep_last`` (but 0); inside the caller's transaction."""
+    head = latest_id(connection, workflow_name)
+    if head is None:
+        return set()
+    previous, signature = connection.execute(schema.SELECT_LINEAGE_ENTRY, (head,)).fetchone()
+    rivals = _rivals(connection, head, workflow_name, previous, signature, ids_only=True)
+    return {head, *(row[0] for row in rivals)}
+
+
+def _rivals(
+    connection: sqlite3.Connection,
+    head: object,
+    workflow_name: str,
+    previous: object,
+    signature: object,
+    *,
+    ids_only: bool,
+) -> list[Sequence[object]]:
+    """The rows (or ids) of the head's rivals (storages.backend.rivals_of), as stored: none for
+    a root."""
+    if previous is None:
+        return []
+    parameters = {
+        "head": head,
+        "previous": previous,
+        "signature": signature,
+        "workflow": workflow_name,
+        "limit": RIVALS_LIMIT,
+    }
+    query = schema.SELECT_RIVAL_IDS if ids_only else schema.SELECT_RIVALS
+    return connection.execute(query, parameters).fetchall()
 
 
 def _newest(

@@ -14,8 +14,10 @@ Indexes, each justified by the statements that use it (every other index would o
   same with a signature filter (MAF restores and ``get_latest(graph_signature_hash=...)``).
 * ``checkpoints_by_successor (previous_checkpoint_id, graph_signature_hash, sequence)``,
   top-level rows with a previous id only: whether the newest row of a workflow is continued by
-  another (latest through the lineage, lineage.py); a probe per latest that finds nothing in the
-  common case, and the walk to the tip when it finds something.
+  another (latest through the lineage, lineage.py), and whether another row continues the one
+  it continues (the head's rivals); two probes per latest that find nothing in the common case,
+  the walk to the tip and the read of the rivals when they find something. A root (no previous
+  id) has no rivals, so the index need not hold roots.
 * ``checkpoints_by_container (container_id, position)``, nested rows only: the children of one
   checkpoint, in order.
 * ``checkpoints_by_root (root_id)``, nested rows only: deleting or pruning a family, reading a
@@ -209,9 +211,34 @@ _HAS_SUCCESSOR = """
         WHERE s.previous_checkpoint_id = c.checkpoint_id AND s.nested = 0
             AND s.graph_signature_hash = c.graph_signature_hash AND s.workflow_name = c.workflow_name)
 """
+_RECORD_COLUMNS = "checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash"
+# Whether a top-level row ``r`` is continued: a rival is a leaf, so one that is continued is not.
+_CONTINUED = """
+    EXISTS (SELECT 1 FROM checkpoints AS s INDEXED BY checkpoints_by_successor
+        WHERE s.previous_checkpoint_id = r.checkpoint_id AND s.nested = 0
+            AND s.graph_signature_hash = r.graph_signature_hash AND s.workflow_name = r.workflow_name)
+"""
+# Whether the row ``c`` has a rival (storages.backend.rivals_of): another top-level row of its
+# workflow and signature naming its previous id that nothing continues. A root has none: ``=``
+# with a NULL previous id is never true. The row itself is told by rowid, which the index entry
+# holds: the common probe (the row alone under its previous id) reads no table row for it.
+_HAS_RIVAL = (
+    """
+    EXISTS (SELECT 1 FROM checkpoints AS r INDEXED BY checkpoints_by_successor
+        WHERE r.previous_checkpoint_id = c.previous_checkpoint_id AND r.nested = 0
+            AND r.graph_signature_hash = c.graph_signature_hash AND r.rowid <> c.rowid
+            AND r.workflow_name = c.workflow_name AND NOT"""  # noqa: S608 - constant SQL
+    + _CONTINUED
+    + """)
+"""
+)
+# The newest top-level row, whether it is continued (column 5) and whether it has a rival
+# (column 6): when both are false, the common case, it is the latest, alone.
 SELECT_LATEST = (
     "SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash,"  # noqa: S608
     + _HAS_SUCCESSOR
+    + ","
+    + _HAS_RIVAL
     + """
     FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT 1
@@ -220,10 +247,30 @@ SELECT_LATEST = (
 SELECT_LATEST_WITH_SIGNATURE = (
     "SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash,"  # noqa: S608
     + _HAS_SUCCESSOR
+    + ","
+    + _HAS_RIVAL
     + """
     FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
     ORDER BY sequence DESC LIMIT 1
 """
+)
+# A head's rivals (the head has a previous id), the RIVALS_LIMIT committed last, in ascending
+# sequence.
+_RIVALS = """
+    SELECT {columns} FROM (
+        SELECT r.checkpoint_id, r.body, r.workflow_name, r.previous_checkpoint_id,
+            r.graph_signature_hash, r.sequence
+        FROM checkpoints AS r INDEXED BY checkpoints_by_successor
+        WHERE r.previous_checkpoint_id = :previous AND r.nested = 0
+            AND r.graph_signature_hash = :signature AND r.workflow_name = :workflow
+            AND r.checkpoint_id <> :head AND NOT {continued}
+        ORDER BY r.sequence DESC LIMIT :limit
+    ) ORDER BY sequence
+"""
+SELECT_RIVALS = _RIVALS.replace("{columns}", _RECORD_COLUMNS).replace("{continued}", _CONTINUED)
+SELECT_RIVAL_IDS = _RIVALS.replace("{columns}", "checkpoint_id").replace("{continued}", _CONTINUED)
+SELECT_LINEAGE_ENTRY = (
+    "SELECT previous_checkpoint_id, graph_signature_hash FROM checkpoints WHERE checkpoint_id = ?"
 )
 SELECT_NEWEST_ID = (
     "SELECT checkpoint_id, graph_signature_hash,"  # noqa: S608
@@ -324,11 +371,6 @@ SELECT_PRUNED = """
     SELECT checkpoint_id FROM checkpoints
     WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT -1 OFFSET ?
-"""
-SELECT_NTH_NEWEST_ID = """
-    SELECT checkpoint_id FROM checkpoints
-    WHERE workflow_name = ? AND nested = 0
-    ORDER BY sequence DESC LIMIT 1 OFFSET ?
 """
 TOMBSTONE_FAMILY = """
     INSERT OR IGNORE INTO tombstones (checkpoint_id, workflow_name)

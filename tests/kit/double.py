@@ -15,7 +15,7 @@ import os
 import pickle
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,6 +32,7 @@ from storages.backend import (
     latest_record,
     nested_id_conflict,
     pruned_records,
+    rivals_of,
 )
 from storages.codec import CheckpointCodec
 from storages.codec.vocabulary import EncodedCheckpoint
@@ -232,8 +233,11 @@ class DoubleBackend(Backend):
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         rows = {row.record: row for row in self._read().top_level(workflow_name)}
-        latest = latest_record(list(rows), graph_signature_hash)
-        return None if latest is None else _stored(rows[latest])
+        head = latest_record(list(rows), graph_signature_hash)
+        if head is None:
+            return None
+        rivals = rivals_of(list(rows), head)
+        return replace(_stored(rows[head]), rivals=[_stored(rows[rival]) for rival in rivals])
 
     def _rows(self, workflow_name: str, signature: str | None, include_nested: bool) -> list[Row]:
         rows = self._read().rows.values()

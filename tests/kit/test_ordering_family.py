@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +34,6 @@ LATEST_CLAUSES = {
     "ordering.list_is_commit_order",
     "ordering.order_survives_delete",
     "ordering.save_after_delete_is_latest",
-    "ordering.concurrent_saves_commit_in_call_order",
 }
 """The clauses whose checkpoints' timestamps sort otherwise than their commit order."""
 
@@ -60,6 +59,15 @@ class LatestByCommitOrder(DoubleBackend):
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         stored = await self.list_bodies(workflow_name, graph_signature_hash)
         return stored[-1] if stored else None
+
+
+class RivalsByCommitOrder(DoubleBackend):
+    """The lineage rule without rivals: of checkpoints continuing one checkpoint, the one
+    committed last is latest, whatever their timestamps (parallel steps saved out of order)."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await super().latest(workflow_name, graph_signature_hash)
+        return None if stored is None else replace(stored, rivals=())
 
 
 class SavesOvertakeEachOther(DoubleStorage):
@@ -187,17 +195,29 @@ def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> No
         *LATEST_CLAUSES,
         "ordering.commit_order_across_handles",
         "ordering.latest_is_the_lineage_tip",
+        "ordering.latest_among_rivals_by_timestamp",  # the first saved of equal timestamps
     }
     message = backend.result("ordering.latest_with_equal_timestamps").message
     assert "after saving c1 with the same timestamp returned c0, expected c1" in message
 
 
-def test_latest_by_commit_order_fails_the_lineage_clause_only() -> None:
+def test_latest_by_commit_order_fails_the_lineage_and_rivals_clauses_only() -> None:
     backend = run_family(LatestByCommitOrder)
+    assert failed(backend) == {
+        "ordering.latest_is_the_lineage_tip",
+        "ordering.latest_among_rivals_by_timestamp",
+    }
+    assert "after saving c0, then c1, which c0 names as its previous returned c1, expected c0" in (
+        backend.result("ordering.latest_is_the_lineage_tip").message
+    )
+
+
+def test_rivals_by_commit_order_fail_the_rivals_clause_only() -> None:
+    backend = run_family(RivalsByCommitOrder)
     caught_only_by(
         backend,
-        "ordering.latest_is_the_lineage_tip",
-        "after saving c0, then c1, which c0 names as its previous returned c1, expected c0",
+        "ordering.latest_among_rivals_by_timestamp",
+        "after saving c1, c2 and c3, which all continue c0 (c1 the newest) returned c3, expected c1",
     )
 
 
@@ -226,10 +246,14 @@ def test_listing_in_id_order_fails_the_listing_clauses_only() -> None:
 
 def test_sequence_numbers_reused_after_delete_fail_save_after_delete_is_latest() -> None:
     backend = run_family(SequenceFromCount)
-    caught_only_by(
-        backend,
+    # It reads no rivals with the head either (a backend written before them).
+    assert failed(backend) == {
         "ordering.save_after_delete_is_latest",
-        "then saving c4 returned c2, expected c4",
+        "ordering.latest_among_rivals_by_timestamp",
+    }
+    assert (
+        "then saving c4 returned c2, expected c4"
+        in backend.result("ordering.save_after_delete_is_latest").message
     )
 
 
@@ -241,6 +265,7 @@ def test_one_latest_pointer_for_all_workflows_fails_workflows_are_independent() 
         "ordering.workflows_are_independent",
         "ordering.commit_order_across_handles",
         "ordering.latest_is_the_lineage_tip",
+        "ordering.latest_among_rivals_by_timestamp",
     }
     assert (
         "of another workflow returned 'ck-other-"
@@ -262,8 +287,13 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
             checkpoint_class=agent_framework.WorkflowCheckpoint,
         )
     )
-    # Its lineage rule (1.26) breaks timestamp ties only: the newest timestamp still decides.
-    assert failed(backend) == {*LATEST_CLAUSES, "ordering.latest_is_the_lineage_tip"}
+    # Its lineage rule (1.26) breaks timestamp ties only: the newest timestamp still decides, and
+    # equal timestamps without lineage go to the greatest id.
+    assert failed(backend) == {
+        *LATEST_CLAUSES,
+        "ordering.latest_is_the_lineage_tip",
+        "ordering.latest_among_rivals_by_timestamp",
+    }
     assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED
     # MAF's storage declares no capabilities, so the two-handle clause cannot run.
     assert backend.result("ordering.commit_order_across_handles").outcome is Outcome.SKIPPED

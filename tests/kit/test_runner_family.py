@@ -5,6 +5,7 @@ whose defects only show when a runner uses them."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ CHANGED_CHILD = "runner.changed_child_graph_is_rejected"
 CHAIN = "runner.chain_whole_after_parent_restore"
 RESUME_LATEST = "runner.resume_from_latest_continues"
 STALE_RUN = "runner.stale_run_cannot_clobber_successor"
+PARALLEL = "runner.parallel_steps_resume_where_the_runner_would"
 
 
 def run_family(subject: Any, **target: Any) -> BackendReport:
@@ -134,13 +136,22 @@ class LatestByIteration(DoubleBackend):
         return stored[max(ranked)[1]]
 
 
+class RivalsByCommitOrder(DoubleBackend):
+    """Reads no rivals with the head: of parallel steps' checkpoints, the one committed last is
+    latest, whatever order they were built in."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await super().latest(workflow_name, graph_signature_hash)
+        return None if stored is None else replace(stored, rivals=())
+
+
 # ---------------------------------------------------------------- tests: correct storages pass
 
 
 def test_in_memory_storage_passes_every_runner_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     all_passed(backend)
-    assert len(backend.results) == 6
+    assert len(backend.results) == 7
 
 
 @pytest.mark.sqlite
@@ -255,17 +266,27 @@ def test_a_fence_on_a_cached_latest_lets_the_stale_run_clobber_the_successor() -
     assert "although the storage declares 'fencing'" in backend.result(STALE_RUN).message
 
 
-def test_latest_by_iteration_count_fails_only_resume_from_latest() -> None:
+def test_latest_by_iteration_count_fails_resume_from_latest_and_parallel_steps() -> None:
     backend = run_family(LatestByIteration)
-    assert failed(backend) == {RESUME_LATEST}
+    # Parallel steps' checkpoints carry one iteration count: the newest commit wins among them.
+    assert failed(backend) == {RESUME_LATEST, PARALLEL}
     message = backend.result(RESUME_LATEST).message
     assert "(the newest checkpoint of the abandoned first run)" in message
     # The unit family for "latest" sees it only where its runs fork or save out of order.
     ordering = support.run_family("ordering", LatestByIteration)
     assert failed(ordering) == {
         "ordering.latest_is_the_lineage_tip",
+        "ordering.latest_among_rivals_by_timestamp",
         "ordering.concurrent_saves_commit_in_call_order",
     }
+
+
+def test_rivals_by_commit_order_fail_the_parallel_steps_clause() -> None:
+    backend = run_family(RivalsByCommitOrder)
+    assert failed(backend) == {PARALLEL}
+    message = backend.result(PARALLEL).message
+    assert "get_latest() returned" in message
+    assert "resuming from it ran ['" in message  # at least one completed step ran again
 
 
 @pytest.mark.maf

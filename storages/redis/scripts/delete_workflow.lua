@@ -7,7 +7,7 @@ for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do
   if #dropped > 0 then count = count + 1 end
   for _, item in ipairs(dropped) do removed[#removed + 1] = item end
 end
-redis.call('DEL', top)
+redis.call('DEL', top, H .. ':next')
 local tombs = redis.call('SMEMBERS', H .. ':tombs')
 if INLINE then
   for _, id in ipairs(tombs) do

@@ -12,7 +12,11 @@ local function drop_family(H, home, id)
       else
         redis.call('ZREM', H .. ':top', m)
         redis.call('ZREM', sigkey(H, f[2]), m)
-        if f[4] then redis.call('ZREM', H .. ':next', successor_member(f[4], f[2], tonumber(f[5]), m)) end
+        -- A root is in no sibling range; a damaged record without its signature or sequence
+        -- names no member.
+        if f[4] and f[2] and tonumber(f[5]) then
+          unindex_successor(H .. ':next', f[4], f[2], tonumber(f[5]), m)
+        end
       end
       redis.call('DEL', key, kkey(H, m))
       if INLINE and redis.call('GET', lockey(m)) == home then redis.call('DEL', lockey(m)) end

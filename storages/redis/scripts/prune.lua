@@ -1,21 +1,30 @@
--- Keep the latest and the `keep` - 1 other top-level records of workflow committed last;
--- tombstone and drop the rest with what is nested in them. Returns {top-level count dropped, {workflow, id, ...} removed}.
+-- Keep the head, its rivals and the `keep` - 1 other top-level records of workflow committed
+-- last (storages.backend.pruned_records; nothing with `keep` 0); tombstone and drop the rest with
+-- what is nested in them. Returns {top-level count dropped, {workflow, id, ...} removed}.
 local H = tag(workflow)
 for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do
   if redis.call('EXISTS', rkey(H, id)) == 0 then redis.call('ZREM', top, id) end
 end
 local count = redis.call('ZCARD', top)
 if count <= keep then return {0, {}} end
-local doomed = redis.call('ZRANGE', top, 0, count - keep - 1)
-if keep > 0 then
-  -- The latest stays wherever it is in the order; the oldest of the others kept goes instead.
+local doomed
+if keep == 0 then
+  doomed = redis.call('ZRANGE', top, 0, -1)
+else
+  -- The head and its rivals stay wherever they are in the order; of the others, the oldest go.
   local latest = head(workflow)
-  for i, id in ipairs(doomed) do
-    if id == latest then
-      doomed[i] = redis.call('ZRANGE', top, count - keep, count - keep)[1]
-      break
-    end
+  local kept = {[latest] = true}
+  local fields = redis.call('HMGET', rkey(H, latest), 'p', 's', 'r')
+  if fields[1] and fields[2] and fields[3] then
+    -- A rival whose record is gone needs no keeping (its entry left the top index above).
+    for _, id in ipairs((rivals(H, latest, fields[1], fields[2]))) do kept[id] = true end
   end
+  local others = {}
+  for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do
+    if not kept[id] then others[#others + 1] = id end
+  end
+  doomed = {}
+  for i = 1, #others - (keep - 1) do doomed[i] = others[i] end
 end
 local removed = {}
 for _, id in ipairs(doomed) do

@@ -44,6 +44,11 @@ for _, r in ipairs(records) do
   local key = rkey(H, r.id)
   local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
   if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
+  -- A root is in no sibling range: roots never rival.
+  local indexed = r.container == '' and r.previous ~= ''
+  if indexed and index_successor(H .. ':next', r.previous, r.signature, seq, r.id) then
+    fields[#fields + 1] = 'r'; fields[#fields + 1] = '1'
+  end
   if r.container ~= '' then
     fields[#fields + 1] = 'c'; fields[#fields + 1] = r.container
     fields[#fields + 1] = 'o'; fields[#fields + 1] = top.id
@@ -56,10 +61,7 @@ for _, r in ipairs(records) do
     redis.call('ZADD', signature, seq, r.id)
     touch(H .. ':top')
     touch(signature)
-    if r.previous ~= '' then
-      redis.call('ZADD', H .. ':next', 0, successor_member(r.previous, r.signature, seq, r.id))
-      touch(H .. ':next')
-    end
+    if indexed then touch(H .. ':next') end
   else
     redis.call('RPUSH', kkey(H, r.container), r.id)
     touch(kkey(H, r.container))

@@ -23,6 +23,10 @@ if fenced then
   end
 end
 local seq = redis.call('INCR', counter)
+-- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot. A root
+-- is in no sibling range (roots never rival) and costs nothing there.
+local successors = string.sub(top, 1, -4) .. 'next'
+local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
@@ -34,17 +38,14 @@ else
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
     'p', previous)
 end
+if siblings then redis.call('HSET', record, 'r', '1') end  -- saved after a sibling: one call more
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
-if previous ~= '' then
-  -- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot.
-  redis.call('ZADD', string.sub(top, 1, -4) .. 'next', 0, successor_member(previous, signature, seq, id))
-end
 redis.call('SET', pointer, workflow)
 local unindexed = listed(workflow)
 if TTL > 0 then
   for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
-  if previous ~= '' then redis.call('PEXPIRE', string.sub(top, 1, -4) .. 'next', TTL) end
+  if previous ~= '' then redis.call('PEXPIRE', successors, TTL) end
 end
 if unindexed then return 1 end
 return false
