@@ -471,8 +471,8 @@ async def test_the_probe_costs_five_requests_once_per_store(store: S3Store) -> N
             await second.save(checkpoint("wf"))
             await third.get_latest(workflow_name="wf")
         # No probe: the handles share the verdict; the save and the read cost what they always do
-        # (the read lists its checkpoint's successors and siblings while it reads the record).
-        assert store.requests.snapshot() == {"GetObject": 2, "ListObjectsV2": 4, "PutObject": 3}
+        # for a root (no group key; the read lists its successors while it reads the record).
+        assert store.requests.snapshot() == {"GetObject": 2, "ListObjectsV2": 3, "PutObject": 2}
     assert keys_under(f"{store.prefix}/probe/", store.client) == []
 
 
@@ -482,7 +482,17 @@ async def test_the_opt_out_sends_no_probe_and_one_head_per_conditional_write(in_
         await storage.get_latest(workflow_name="wf")
         assert in_process.requests.snapshot() == {"ListObjectsV2": 1}  # nothing at open
         in_process.requests.reset()
-        await storage.save(checkpoint("wf"))
+        await storage.save(root := checkpoint("wf"))
+        # A root: its record and its order key, each checked first.
+        assert in_process.requests.snapshot() == {
+            "GetObject": 1,
+            "ListObjectsV2": 1,
+            "HeadObject": 2,
+            "PutObject": 2,
+        }
+        in_process.requests.reset()
+        await storage.save(checkpoint("wf", previous=root))
+    # A continuation: its group key too (unconditional: not checked).
     assert in_process.requests.snapshot() == {
         "GetObject": 1,
         "ListObjectsV2": 1,
@@ -602,14 +612,14 @@ async def test_an_unreachable_endpoint_is_a_typed_error() -> None:
 
 async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Store) -> None:
     """get_latest is one one-item LIST, then one GET and two LISTs (successors, siblings) together
-    (two round trips), load a GET and a HEAD, save five requests, at 10 checkpoints and at 1,051
-    (more than one LIST page)."""
+    (two round trips), load a GET and a HEAD, a save continuing a checkpoint five requests, at 10
+    checkpoints and at 1,051 (more than one LIST page)."""
     counts: dict[int, dict[str, dict[str, int]]] = {}
     async with in_process.storage() as storage:
         stored = 0
         last: WorkflowCheckpoint | None = None
         for size in (10, 1050):
-            # One lineage (roots would all rival one another).
+            # One lineage: each save continues the one before (roots would have no group to list).
             items = []
             for i in range(stored, size):
                 last = checkpoint("history", previous=last, state={"i": i})
@@ -795,41 +805,43 @@ async def test_a_lost_record_is_reported_never_replaced_by_an_older_checkpoint(i
 # ---------------------------------------------------------------------- latest through the lineage
 
 
-async def test_every_checkpoint_has_a_group_key_and_its_order_key_names_the_group(
+async def test_every_continuation_has_a_group_key_and_its_order_key_names_the_group(
     in_process: S3Store,
 ) -> None:
-    """A root's group key is in the roots' group, a continuation's under its previous id, written
-    with its record (a save is 3 PUTs); the order key ends with the group, so get_latest walks
-    from the newest commit to the tip of its lineage, and a delete takes the group key along."""
+    """A continuation's group key is under its previous id, written with its record (its save is
+    3 PUTs); the order key ends with the group, so get_latest walks from the newest commit to the
+    tip of its lineage, and a delete takes the group key along. A root has neither (2 PUTs)."""
     groups = f"{in_process.prefix}/w/chain/s/"
     async with in_process.storage() as storage:
         first = checkpoint("chain", checkpoint_id="first")
         second = checkpoint("chain", previous=first, checkpoint_id="second")
+        in_process.requests.reset()
         await storage.save(first)
+        assert in_process.requests.snapshot()["PutObject"] == 2
+        assert keys_under(groups, in_process.client) == []
         in_process.requests.reset()
         await storage.save(second)
         assert in_process.requests.snapshot()["PutObject"] == 3
         written = keys_under(groups, in_process.client)
-        assert [key.rsplit("/", 2)[-2] for key in written] == ["first", "~"]
+        assert [key.rsplit("/", 2)[-2] for key in written] == ["first"]
         assert written[0].endswith(".second.c")
-        assert written[1].endswith(".first.r")
         order_keys = keys_under(f"{in_process.prefix}/w/chain/t/", in_process.client)
         assert order_keys[0].endswith(".second.c.first")
-        assert order_keys[1].endswith(".first.r")
+        assert order_keys[1].endswith(".first")  # a root's: no group named
         # A child saved before its parent, then the parent, then the child's own continuation.
         parent = checkpoint("chain", previous=second, checkpoint_id="parent")
         child = checkpoint("chain", previous=parent, checkpoint_id="child")
         after_child = checkpoint("chain", previous=child, checkpoint_id="after-child")
         for item in (child, parent, after_child):
             await storage.save(item)
-        assert len(keys_under(groups, in_process.client)) == 5
+        assert len(keys_under(groups, in_process.client)) == 4
         latest = await storage.get_latest(workflow_name="chain")
         assert latest is not None
         assert latest.checkpoint_id == after_child.checkpoint_id
         # Deleting the tip's checkpoints takes their group keys with them.
         await storage.delete(after_child.checkpoint_id)
         await storage.delete(child.checkpoint_id)
-        assert len(keys_under(groups, in_process.client)) == 3
+        assert len(keys_under(groups, in_process.client)) == 2
         latest = await storage.get_latest(workflow_name="chain")
         assert latest is not None
         assert latest.checkpoint_id == parent.checkpoint_id
@@ -846,8 +858,8 @@ async def test_a_successor_key_whose_save_never_committed_is_passed_over(in_proc
         with pytest.raises(SimulatedCrash):
             async with in_process.faults.crash_after_writes(2):
                 await storage.save(fork)
-        # The root's, the second's and the fork's group keys.
-        assert len(keys_under(f"{in_process.prefix}/w/crash-lineage/s/", in_process.client)) == 3
+        # The second's and the fork's group keys (the root has none).
+        assert len(keys_under(f"{in_process.prefix}/w/crash-lineage/s/", in_process.client)) == 2
         newest = checkpoint("crash-lineage", previous=first)
         await storage.save(newest)  # continues first too: a fork
     async with in_process.storage() as reopened:
@@ -909,20 +921,43 @@ async def test_a_sibling_that_has_a_continuation_is_not_a_rival(in_process: S3St
         assert latest.checkpoint_id == head.checkpoint_id
 
 
-async def test_roots_rival_roots_and_equal_timestamps_go_to_the_head(in_process: S3Store) -> None:
+async def test_roots_never_rival(in_process: S3Store) -> None:
+    """Unlinked checkpoints keep commit order, whatever their timestamps: a root's save writes no
+    group key (2 PUTs), its order key names no group, a root head lists no group and reads no
+    rivals, and prune keeps the head alone."""
     async with in_process.storage() as storage:
-        first = stamped("roots", None, 5, checkpoint_id="first")
-        second = stamped("roots", None, 4, checkpoint_id="second")
-        await storage.save(first)
-        await storage.save(second)
-        latest = await storage.get_latest(workflow_name="roots")
+        built_last = stamped("roots", None, 7, checkpoint_id="built-last")
+        built_first = stamped("roots", None, 1, checkpoint_id="built-first")
+        await storage.save(built_last)
+        in_process.requests.reset()
+        await storage.save(built_first)
+        assert in_process.requests.snapshot()["PutObject"] == 2
+        assert keys_under(f"{in_process.prefix}/w/roots/s/", in_process.client) == []
+        for key in keys_under(f"{in_process.prefix}/w/roots/t/", in_process.client):
+            entry = KeyLayout(f"{in_process.prefix}/").parse_order_key(key, False)
+            assert entry is not None
+            assert (entry.mark, entry.group, entry.rivals) == ("", None, False)
+        in_process.requests.reset()
+        assert await storage.get_latest(workflow_name="roots") == built_first
+        # The newest order key, then its record and its successors: no group listed.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 2, "GetObject": 1}
+        stored = await storage.backend.latest("roots", None)
+        assert stored is not None
+        assert (stored.checkpoint_id, tuple(stored.rivals)) == (built_first.checkpoint_id, ())
+        assert await storage.prune(workflow_name="roots", keep_last=1) == 1
+        assert await storage.list_checkpoint_ids(workflow_name="roots") == [built_first.checkpoint_id]
+
+
+async def test_equal_timestamps_go_to_the_head(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        start = stamped("equal", None, 0, checkpoint_id="start")
+        rival = stamped("equal", start, 5, checkpoint_id="rival")
+        head = stamped("equal", start, 5, checkpoint_id="head")
+        for item in (start, rival, head):
+            await storage.save(item)
+        latest = await storage.get_latest(workflow_name="equal")
         assert latest is not None
-        assert latest.checkpoint_id == first.checkpoint_id
-        third = stamped("roots", None, 5, checkpoint_id="third")
-        await storage.save(third)
-        latest = await storage.get_latest(workflow_name="roots")
-        assert latest is not None
-        assert latest.checkpoint_id == third.checkpoint_id
+        assert latest.checkpoint_id == head.checkpoint_id
 
 
 async def test_a_group_key_whose_save_never_committed_is_no_rival(in_process: S3Store) -> None:
@@ -939,6 +974,34 @@ async def test_a_group_key_whose_save_never_committed_is_no_rival(in_process: S3
         latest = await reopened.get_latest(workflow_name="crash-rival")
         assert latest is not None
         assert latest.checkpoint_id == head.checkpoint_id
+
+
+async def test_a_fenced_save_rewriting_a_crashed_attempt_leaves_no_group_key_of_it(
+    in_process: S3Store,
+) -> None:
+    """A fenced save crashed after its record and group key; another save commits in between, so
+    the retry rewrites the record at a later sequence with a new group key, and removes the crashed
+    attempt's (it names an order key no save will write)."""
+    groups = f"{in_process.prefix}/w/fenced-rewrite/s/"
+    async with in_process.storage() as storage:
+        first = checkpoint("fenced-rewrite", checkpoint_id="first")
+        await storage.save(first)
+        retried = checkpoint("fenced-rewrite", previous=first, checkpoint_id="retried")
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(2):  # its record and group key
+                await storage.save(retried, expected_latest_id=first.checkpoint_id)
+        (crashed_key,) = keys_under(groups, in_process.client)
+        between = checkpoint("fenced-rewrite", previous=first, checkpoint_id="between")
+        await storage.save(between)
+        assert await storage.save(retried, expected_latest_id=between.checkpoint_id) == "retried"
+        written = keys_under(groups, in_process.client)
+        assert crashed_key not in written
+        assert sorted(key.rsplit(".", 2)[-2] for key in written) == ["between", "retried"]
+        assert await storage.list_checkpoint_ids(workflow_name="fenced-rewrite") == [
+            "first",
+            "between",
+            "retried",
+        ]
 
 
 async def test_prune_keeps_the_head_and_its_rivals(in_process: S3Store) -> None:

@@ -8,7 +8,8 @@ the primitives and answers the reads. The key layout is in
 Reads: load is a GET of the record plus a HEAD of its order key (the visibility check: a record
 without its order key, left by a crashed save, reads as absent as it does in listings); latest is
 one one-item LIST, then one GET and two LISTs together (the newest record, its successors and its
-siblings: storages/s3/lineage.py), more only where there are rivals; ancestry walks cost one GET
+siblings: storages/s3/lineage.py; a root has no siblings to list), more only where there are
+rivals; ancestry walks cost one GET
 per step, sequential because each step reveals the next id (the nested records of a step are
 fetched concurrently).
 """

@@ -10,15 +10,17 @@ A save (one checkpoint with its nested records), each step one round trip of con
 1. **High-water mark** of each workflow it writes: GET the pointer, LIST (one item) the head of
    ``t/``. The new sequence is one more than the larger.
 2. **Records**, create-only: the nested records, then the checkpoint's own, with its group key
-   (storages/s3/lineage.py). The record key is the id, so this is where a duplicate id is caught
-   (two writers, one wins).
+   if it continues another (storages/s3/lineage.py; roots have none). The record key is the id,
+   so this is where a duplicate id is caught (two writers, one wins).
 3. **Pointer floors**, only for workflows that receive nested records: the pointer is moved
    (compare-and-swap, only forward) to the highest nested sequence. Top-level order keys need no
    floor: the ``t/`` head already says how far they went.
 4. **Order keys**, create-only: the nested records', then the checkpoint's own, **the commit
    point.** A record is visible (loadable, listed, latest) only once its order key exists.
 
-A plain save is therefore 1 GET + 1 LIST + 3 PUT, in 3 round trips. Every sequence a committed
+A plain save is therefore 1 GET + 1 LIST + 3 PUT in 3 round trips for a checkpoint continuing
+another (the group key is the third PUT, in the round trip of the record), 1 GET + 1 LIST + 2 PUT
+for a root. Every sequence a committed
 record holds is at most max(pointer, ``t/`` head) of its workflow, because nested records raise
 the pointer before their order keys exist; so a save that starts after another returned gets a
 higher number.
@@ -248,7 +250,8 @@ class CommitProtocol:
                 tuple(descendants(record.checkpoint_id)),
                 members if position == 0 else (),
                 False,
-                position == 0,  # the checkpoint has a group key (storages/s3/lineage.py)
+                # The checkpoint has a group key if it continues another (storages/s3/lineage.py).
+                position == 0 and record.previous_checkpoint_id is not None,
             )
             for position, (record, sequence) in enumerate(zip(records, sequences, strict=True))
         ]

@@ -6,13 +6,12 @@
     P w/E(workflow)/t/R(seq).S.E(id)     order key of a top-level checkpoint (empty object)
     P w/E(workflow)/n/R(seq).S.E(id)     order key of a nested record (same sequence space)
     P w/E(workflow)/t/R(seq).S.E(id).c.E(prev)  order key of a top-level checkpoint that continues
-                                         E(prev) (saved by this release: it names its group)
-    P w/E(workflow)/t/R(seq).S.E(id).r   order key of a top-level root (saved by this release)
+                                         E(prev) (saved by this release: it names its group); a
+                                         root's order key has no ending (roots never rival)
     P w/E(workflow)/s/E(prev)/R(seq).S.E(id).c  group key of a checkpoint continuing E(prev),
                                          written before its order key, the commit point: the
                                          group of one previous id lists its successors (latest
                                          through the lineage) and siblings (rivals)
-    P w/E(workflow)/s/~/R(seq).S.E(id).r        group key of a root: roots rival roots
     P w/E(workflow)/s/E(prev)/R(seq).S.E(id).s  successor key of a checkpoint an earlier release
                                          saved out of lineage order (its order key ends in
                                          ``.s``); an earlier release's checkpoints saved in order
@@ -24,7 +23,6 @@
 ``R(seq)`` is ``10**19 - 1 - seq``, zero-padded to 19 digits, so the newest checkpoint sorts
 first: get_latest is one ``ListObjectsV2(MaxKeys=1)`` plus one GET, whatever the history length.
 ``S`` is a 24-hex-digit hash of the graph signature, so signature filters need no bodies.
-``~`` is no escaped id (``escape_component`` spells it ``%7E``), so the roots' group is apart.
 Pure functions and values: nothing here sends a request.
 """
 
@@ -95,11 +93,11 @@ class OrderEntry:
     escaped_id: str
     nested: bool
     mark: str = ""
-    """How its name ends: "" (no group key), :data:`SUCCESSOR_MARK`, :data:`CONTINUES_MARK` or
-    :data:`ROOT_MARK` (see KeyLayout)."""
+    """How its name ends: "" (no group key: a root, or an earlier release's checkpoint),
+    :data:`SUCCESSOR_MARK` or :data:`CONTINUES_MARK` (see KeyLayout)."""
     group: str | None = None
-    """The group its record's group key is in (the escaped previous id, or :data:`ROOTS_GROUP`),
-    when the key says so: an order key saved by this release, or any group key."""
+    """The group its record's group key is in (the escaped previous id), when the key says so:
+    an order key of a checkpoint continuing another saved by this release, or any group key."""
 
     @property
     def checkpoint_id(self) -> str | None:
@@ -107,14 +105,15 @@ class OrderEntry:
 
     @property
     def successor(self) -> bool:
-        """Its record has a key in a group (the one of its previous id, or the roots')."""
+        """Its record has a key in a group (the one of its previous id)."""
         return bool(self.mark)
 
     @property
     def rivals(self) -> bool:
-        """Its record can rival its siblings: it was saved with its group named (by this
-        release). An earlier release's checkpoints are not all in a group, so none rival."""
-        return self.mark in (CONTINUES_MARK, ROOT_MARK)
+        """Its record can rival its siblings: it continues another and was saved with its group
+        named (by this release). An earlier release's checkpoints are not all in a group, so none
+        rival; roots never rival."""
+        return self.mark == CONTINUES_MARK
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +128,8 @@ class Member:
     """A top-level record an earlier release saved with a successor key (order key name ends in
     ``.s``)."""
     group: str | None = None
-    """A top-level record saved by this release: the group its group key is in (the escaped
-    previous id, or :data:`ROOTS_GROUP`), which its order key name ends with."""
+    """A top-level record continuing another, saved by this release: the group its group key is
+    in (the escaped previous id), which its order key name ends with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +154,9 @@ class Header:
     """Saved by an earlier release with a successor key (its parent was not, at its save, the
     workflow's newest checkpoint with a lineage complete to the root)."""
     grouped: bool = False
-    """Saved by this release: a top-level record with a key in the group of its previous id (or
-    the roots' group), whose order key names that group (storages/s3/lineage.py)."""
+    """Saved by this release, continuing another: a top-level record with a key in the group
+    of its previous id, whose order key names that group (storages/s3/lineage.py). A root has
+    neither (roots never rival): its header and keys are an earlier release's."""
 
     @property
     def member(self) -> Member:
@@ -171,11 +171,11 @@ class Header:
 
     @property
     def group(self) -> str | None:
-        """The group of a top-level record saved by this release (None for any other)."""
-        if not self.grouped or self.nested:
+        """The group of a top-level record continuing another, saved by this release (None for
+        any other: roots never rival)."""
+        if not self.grouped or self.nested or self.previous_checkpoint_id is None:
             return None
-        previous = self.previous_checkpoint_id
-        return ROOTS_GROUP if previous is None else escape_component(previous)
+        return escape_component(self.previous_checkpoint_id)
 
     @property
     def nested(self) -> bool:
@@ -316,20 +316,17 @@ SUCCESSOR_MARK = "s"
 CONTINUES_MARK = "c"
 """Ends the group key name (``.c``) of a record continuing another, and its order key name
 (``.c.E(previous id)``)."""
-ROOT_MARK = "r"
-"""Ends the order and group key names (``.r``) of a root."""
-ROOTS_GROUP = "~"
-"""The group of the roots: a path segment no escaped id spells."""
 
 
 def _mark(member: Member) -> str:
     if member.group is not None:
-        return ROOT_MARK if member.group == ROOTS_GROUP else CONTINUES_MARK
+        return CONTINUES_MARK
     return SUCCESSOR_MARK if member.successor else ""
 
 
 def group_name(member: Member) -> str:
-    """The last part of a group key: R(seq).S.E(id), then ``.c``, ``.r`` or ``.s``."""
+    """The last part of a group key: R(seq).S.E(id), then ``.c`` or ``.s``; with no ending, the
+    last part of the order key of a record in no group."""
     mark = _mark(member)
     return f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}" + (
         f".{mark}" if mark else ""
@@ -376,8 +373,7 @@ class KeyLayout:
 
     def successor_key(self, header: Header) -> str | None:
         """The group key of a top-level record saved with one (None for any other): in the group
-        of its previous id (or the roots'), named so that it names the order key that commits
-        it."""
+        of its previous id, named so that it names the order key that commits it."""
         if header.nested:
             return None
         group = header.group
@@ -436,24 +432,22 @@ class KeyLayout:
 
 
 def _parse_name(key: str, name: str, nested: bool, in_group: str | None) -> OrderEntry:
-    """Parse R(seq).S.E(id) and its ending: an order key's (``in_group`` None) is nothing, ``.s``,
-    ``.r`` or ``.c.E(previous id)`` (nested ones: nothing); a group key's is ``.s`` or ``.c`` in
-    the group of an escaped id, ``.r`` in the roots' group."""
+    """Parse R(seq).S.E(id) and its ending: an order key's (``in_group`` None) is nothing, ``.s``
+    or ``.c.E(previous id)`` (nested ones: nothing); a group key's is ``.s`` or ``.c``."""
     parts = name.split(".")
     reversed_sequence, tag, escaped_id = [*parts, "", ""][:3]
     ending = parts[3:]
     mark = ending[0] if ending else ""
     group: str | None
     if in_group is not None:
-        expected = (ROOT_MARK,) if in_group == ROOTS_GROUP else (SUCCESSOR_MARK, CONTINUES_MARK)
-        well_formed = len(ending) == 1 and mark in expected
+        well_formed = len(ending) == 1 and mark in (SUCCESSOR_MARK, CONTINUES_MARK)
         group = in_group
     elif mark == CONTINUES_MARK:
         well_formed = len(ending) == 2 and bool(ending[1]) and not nested
         group = ending[1] if well_formed else None
     else:
-        well_formed = not ending or (len(ending) == 1 and mark in (SUCCESSOR_MARK, ROOT_MARK) and not nested)
-        group = ROOTS_GROUP if mark == ROOT_MARK else None
+        well_formed = not ending or (len(ending) == 1 and mark == SUCCESSOR_MARK and not nested)
+        group = None
     if (
         not well_formed
         or len(reversed_sequence) != SEQUENCE_DIGITS
@@ -465,7 +459,7 @@ def _parse_name(key: str, name: str, nested: bool, in_group: str | None) -> Orde
         raise CheckpointCorruptedError(
             name[:256],
             f"the S3 {'order' if in_group is None else 'group'} key {key[:300]!r} is not one a save "
-            "writes (sequence.tag.id, then .s, .r or .c[.previous id])",
+            "writes (sequence.tag.id, then .s or .c[.previous id])",
         )
     return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested, mark, group)
 
@@ -476,7 +470,6 @@ __all__ = [
     "KeyLayout",
     "Member",
     "OrderEntry",
-    "ROOTS_GROUP",
     "Pointer",
     "Stored",
     "escape_component",

@@ -1,11 +1,12 @@
 """The head and its rivals (docs/contract.md, "Latest") on S3.
 
-Every top-level record this release saves has a group key, written in the round trip of its
-record (before its order key, the commit point): ``w/E(workflow)/s/E(previous)/`` followed by
-the name of its order key, or ``w/E(workflow)/s/~/`` for a root. Its order key name ends with
-its group (``.c.E(previous)``, or ``.r`` for a root), so the newest order key alone says which
-group to list. A group key counts only once the order key it names exists: a save that crashed
-before its commit point leaves one that names nothing.
+Every top-level record this release saves continuing another has a group key, written in the
+round trip of its record (before its order key, the commit point): ``w/E(workflow)/s/E(previous)/``
+followed by the name of its order key. Its order key name ends with its group
+(``.c.E(previous)``), so the newest order key alone says which group to list. A group key counts
+only once the order key it names exists: a save that crashed before its commit point leaves one
+that names nothing. Roots never rival (storages.backend.rivals_of): a root has no group key, its
+order key names no group, and a root head reads no rivals.
 
 The head is the newest order key of the workflow (of a signature, if given), then, while
 committed group keys of the same signature list the current record as previous id, the newest
@@ -13,13 +14,14 @@ one not visited yet. Its rivals are the other committed records of its group wit
 that no committed record of their signature continues.
 
 So get_latest lists, in the round trip that reads the newest record, the group of that record
-(its successors) and the group it is in (its siblings): in the common case the first holds
-nothing and the second only itself, and that costs two requests, no round trip. Only a record
+(its successors) and the group it is in (its siblings; none for a root): in the common case the
+first holds nothing and the second only itself, and that costs two requests (one for a root), no
+round trip. Only a record
 saved before the one it continues costs more (one HEAD per successor and one LIST per step on),
 and only rivals cost more (a HEAD and a LIST each, then their bodies).
 
-An earlier release wrote such keys (``.s``) only for checkpoints saved out of lineage order, and
-none for roots: its checkpoints are followed through the keys it wrote, and never rival.
+An earlier release wrote such keys (``.s``) only for checkpoints saved out of lineage order: its
+checkpoints are followed through the keys it wrote, and never rival.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .layout import OrderEntry, Stored
 @dataclass(frozen=True, slots=True)
 class Head:
     """The head's order entry, and the group keys of its group as listed (its own included;
-    None when its order key names no group: saved by an earlier release)."""
+    None when its order key names no group: a root, or saved by an earlier release)."""
 
     entry: OrderEntry
     group: list[OrderEntry] | None
@@ -49,7 +51,7 @@ async def successors(
 
 
 async def group(protocol: CommitProtocol, workflow_name: str, name: str, operation: str) -> list[OrderEntry]:
-    """The group keys of one group (an escaped previous id, or the roots'), newest first."""
+    """The group keys of one group (an escaped previous id), newest first."""
     keys = await protocol.client.list_keys(operation, protocol.keys.successor_prefix(workflow_name, name))
     return [entry for key in keys if (entry := protocol.keys.parse_group_key(key)) is not None]
 
@@ -128,8 +130,9 @@ async def rivals(
 ) -> list[OrderEntry]:
     """The head's rivals (storages.backend.rivals_of) as order entries, in ascending sequence:
     the committed records of its group with its signature, saved by this release, that no
-    committed record of their signature continues; the :data:`RIVALS_LIMIT` newest. No request
-    unless its group lists another record of its signature."""
+    committed record of their signature continues; the :data:`RIVALS_LIMIT` newest. None for a
+    root (it is in no group). No request unless its group lists another record of its
+    signature."""
     if not found.entry.rivals or not found.group:
         return []
     candidates = [
