@@ -35,6 +35,7 @@ from storages.errors import (
     UnsupportedOperationError,
 )
 from storages.s3 import S3Backend, S3CheckpointStorage, escape_component, unescape_component
+from storages.s3.layout import Header, KeyLayout
 
 pytestmark = pytest.mark.s3
 
@@ -157,8 +158,9 @@ def test_the_cli_passes_against_a_moto_server_url(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_a_crash_after_each_write_of_a_save_leaves_all_or_nothing(store: S3Store) -> None:
-    """A save writes the record, then the order key (the commit point). Crash after each."""
-    for crash_after, visible in ((1, False), (2, True)):
+    """A save writes the record and its group key, then the order key (the commit point). Crash
+    after each."""
+    for crash_after, visible in ((1, False), (2, False), (3, True)):
         workflow_name = f"crash-{crash_after}"
         async with store.storage() as storage:
             first = checkpoint(workflow_name)
@@ -283,7 +285,7 @@ async def test_a_pointer_behind_the_listing_does_not_hide_the_newest_checkpoint(
         await storage.save(first)
         newest = checkpoint(previous=first)
         with pytest.raises(SimulatedCrash):
-            async with in_process.faults.crash_after_writes(2):
+            async with in_process.faults.crash_after_writes(3):  # record, group key, order key
                 await storage.save(newest)
     async with in_process.storage() as other:
         after = checkpoint(previous=newest)
@@ -469,7 +471,7 @@ async def test_the_probe_costs_five_requests_once_per_store(store: S3Store) -> N
             await second.save(checkpoint("wf"))
             await third.get_latest(workflow_name="wf")
         # No probe: the handles share the verdict; the save and the read cost what they always do
-        # (the read lists its checkpoint's successor keys while it reads the record).
+        # for a root (no group key; the read lists its successors while it reads the record).
         assert store.requests.snapshot() == {"GetObject": 2, "ListObjectsV2": 3, "PutObject": 2}
     assert keys_under(f"{store.prefix}/probe/", store.client) == []
 
@@ -480,12 +482,22 @@ async def test_the_opt_out_sends_no_probe_and_one_head_per_conditional_write(in_
         await storage.get_latest(workflow_name="wf")
         assert in_process.requests.snapshot() == {"ListObjectsV2": 1}  # nothing at open
         in_process.requests.reset()
-        await storage.save(checkpoint("wf"))
+        await storage.save(root := checkpoint("wf"))
+        # A root: its record and its order key, each checked first.
+        assert in_process.requests.snapshot() == {
+            "GetObject": 1,
+            "ListObjectsV2": 1,
+            "HeadObject": 2,
+            "PutObject": 2,
+        }
+        in_process.requests.reset()
+        await storage.save(checkpoint("wf", previous=root))
+    # A continuation: its group key too (unconditional: not checked).
     assert in_process.requests.snapshot() == {
         "GetObject": 1,
         "ListObjectsV2": 1,
         "HeadObject": 2,
-        "PutObject": 2,
+        "PutObject": 3,
     }
 
 
@@ -599,19 +611,24 @@ async def test_an_unreachable_endpoint_is_a_typed_error() -> None:
 
 
 async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Store) -> None:
-    """get_latest is one one-item LIST, then one GET and one LIST of successor keys together (two
-    round trips), load a GET and a HEAD, save four requests, at 10 checkpoints and at 1,051 (more
-    than one LIST page)."""
+    """get_latest is one one-item LIST, then one GET and two LISTs (successors, siblings) together
+    (two round trips), load a GET and a HEAD, a save continuing a checkpoint five requests, at 10
+    checkpoints and at 1,051 (more than one LIST page)."""
     counts: dict[int, dict[str, dict[str, int]]] = {}
     async with in_process.storage() as storage:
         stored = 0
+        last: WorkflowCheckpoint | None = None
         for size in (10, 1050):
-            items = [checkpoint("history", state={"i": i}) for i in range(stored, size)]
+            # One lineage: each save continues the one before (roots would have no group to list).
+            items = []
+            for i in range(stored, size):
+                last = checkpoint("history", previous=last, state={"i": i})
+                items.append(last)
             for start in range(0, len(items), 50):
                 # Batches in order: each batch's saves are concurrent, batches follow each other.
                 await asyncio.gather(*(storage.save(item) for item in items[start : start + 50]))
             stored = size
-            newest = checkpoint("history", state={"newest": True})
+            newest = last = checkpoint("history", previous=last, state={"newest": True})
             per_operation: dict[str, dict[str, int]] = {}
             for name, operation in (
                 ("save", lambda newest=newest: storage.save(newest)),
@@ -629,9 +646,9 @@ async def test_requests_per_operation_do_not_grow_with_history(in_process: S3Sto
             per_operation["list_checkpoint_ids"] = in_process.requests.snapshot()
             counts[size] = per_operation
     for size in (10, 1050):
-        assert counts[size]["get_latest"] == {"ListObjectsV2": 2, "GetObject": 1}, size
+        assert counts[size]["get_latest"] == {"ListObjectsV2": 3, "GetObject": 1}, size
         assert counts[size]["load"] == {"GetObject": 1, "HeadObject": 1}, size
-        assert counts[size]["save"] == {"GetObject": 1, "ListObjectsV2": 1, "PutObject": 2}, size
+        assert counts[size]["save"] == {"GetObject": 1, "ListObjectsV2": 1, "PutObject": 3}, size
     # Listing ids reads keys only: one LIST request per 1,000 checkpoints, no GETs.
     assert counts[10]["list_checkpoint_ids"] == {"ListObjectsV2": 1}
     assert counts[1050]["list_checkpoint_ids"] == {"ListObjectsV2": 2}
@@ -788,35 +805,43 @@ async def test_a_lost_record_is_reported_never_replaced_by_an_older_checkpoint(i
 # ---------------------------------------------------------------------- latest through the lineage
 
 
-async def test_only_a_checkpoint_out_of_lineage_order_costs_a_successor_key(in_process: S3Store) -> None:
-    """A chain saved in order writes no successor key (a save is still 2 PUTs); a checkpoint saved
-    before the one it continues, and everything continuing it, writes one and marks its order key,
-    so get_latest can walk from the newest commit to the tip of its lineage."""
-    successors = f"{in_process.prefix}/w/chain/s/"
+async def test_every_continuation_has_a_group_key_and_its_order_key_names_the_group(
+    in_process: S3Store,
+) -> None:
+    """A continuation's group key is under its previous id, written with its record (its save is
+    3 PUTs); the order key ends with the group, so get_latest walks from the newest commit to the
+    tip of its lineage, and a delete takes the group key along. A root has neither (2 PUTs)."""
+    groups = f"{in_process.prefix}/w/chain/s/"
     async with in_process.storage() as storage:
-        first = checkpoint("chain")
-        second = checkpoint("chain", previous=first)
+        first = checkpoint("chain", checkpoint_id="first")
+        second = checkpoint("chain", previous=first, checkpoint_id="second")
+        in_process.requests.reset()
         await storage.save(first)
+        assert in_process.requests.snapshot()["PutObject"] == 2
+        assert keys_under(groups, in_process.client) == []
         in_process.requests.reset()
         await storage.save(second)
-        assert in_process.requests.snapshot()["PutObject"] == 2
-        assert keys_under(successors, in_process.client) == []
+        assert in_process.requests.snapshot()["PutObject"] == 3
+        written = keys_under(groups, in_process.client)
+        assert [key.rsplit("/", 2)[-2] for key in written] == ["first"]
+        assert written[0].endswith(".second.c")
+        order_keys = keys_under(f"{in_process.prefix}/w/chain/t/", in_process.client)
+        assert order_keys[0].endswith(".second.c.first")
+        assert order_keys[1].endswith(".first")  # a root's: no group named
         # A child saved before its parent, then the parent, then the child's own continuation.
         parent = checkpoint("chain", previous=second, checkpoint_id="parent")
         child = checkpoint("chain", previous=parent, checkpoint_id="child")
         after_child = checkpoint("chain", previous=child, checkpoint_id="after-child")
         for item in (child, parent, after_child):
             await storage.save(item)
-        written = keys_under(successors, in_process.client)
-        assert len(written) == 3  # child under parent, parent under second, after-child under child
-        assert all(key.endswith(".s") for key in written)
+        assert len(keys_under(groups, in_process.client)) == 4
         latest = await storage.get_latest(workflow_name="chain")
         assert latest is not None
         assert latest.checkpoint_id == after_child.checkpoint_id
-        # Deleting the tip's checkpoints takes their successor keys with them.
+        # Deleting the tip's checkpoints takes their group keys with them.
         await storage.delete(after_child.checkpoint_id)
         await storage.delete(child.checkpoint_id)
-        assert len(keys_under(successors, in_process.client)) == 1
+        assert len(keys_under(groups, in_process.client)) == 2
         latest = await storage.get_latest(workflow_name="chain")
         assert latest is not None
         assert latest.checkpoint_id == parent.checkpoint_id
@@ -827,15 +852,16 @@ async def test_a_successor_key_whose_save_never_committed_is_passed_over(in_proc
         first = checkpoint("crash-lineage")
         await storage.save(first)
         await storage.save(checkpoint("crash-lineage", previous=first))
-        # Continues first, which is no longer the newest: a successor key, then a crash before
-        # the order key (the record and the successor key are written together).
+        # Continues first, which is no longer the newest: a group key, then a crash before the
+        # order key (the record and the group key are written together).
         fork = checkpoint("crash-lineage", previous=first, checkpoint_id="fork")
         with pytest.raises(SimulatedCrash):
             async with in_process.faults.crash_after_writes(2):
                 await storage.save(fork)
-        assert len(keys_under(f"{in_process.prefix}/w/crash-lineage/s/", in_process.client)) == 1
+        # The second's and the fork's group keys (the root has none).
+        assert len(keys_under(f"{in_process.prefix}/w/crash-lineage/s/", in_process.client)) == 2
         newest = checkpoint("crash-lineage", previous=first)
-        await storage.save(newest)  # continues first too: a fork, with a successor key
+        await storage.save(newest)  # continues first too: a fork
     async with in_process.storage() as reopened:
         latest = await reopened.get_latest(workflow_name="crash-lineage")
         assert latest is not None
@@ -844,3 +870,190 @@ async def test_a_successor_key_whose_save_never_committed_is_passed_over(in_proc
         latest = await reopened.get_latest(workflow_name="crash-lineage")
         assert latest is not None
         assert latest.checkpoint_id == newest.checkpoint_id  # it kept its first sequence
+
+
+# ---------------------------------------------------------------------- the head's rivals
+
+
+def stamped(workflow_name: str, previous: Any, seconds: int, **fields: Any) -> WorkflowCheckpoint:
+    """A checkpoint built at 12:00:``seconds`` (its timestamp says when, whatever the commit order)."""
+    return checkpoint(workflow_name, previous, timestamp=f"2026-01-01T12:00:{seconds:02d}+00:00", **fields)
+
+
+async def test_get_latest_resumes_from_the_rival_built_last(in_process: S3Store) -> None:
+    """Parallel steps: siblings continuing one checkpoint, committed in another order than built.
+    The head (committed last) has less progress than a sibling committed before it."""
+    async with in_process.storage() as storage:
+        prepare = stamped("parallel", None, 0, checkpoint_id="prepare")
+        await storage.save(prepare)
+        built_last = stamped("parallel", prepare, 3, checkpoint_id="built-last")
+        built_first = stamped("parallel", prepare, 1, checkpoint_id="built-first")
+        built_second = stamped("parallel", prepare, 2, checkpoint_id="built-second")
+        for item in (built_last, built_first, built_second):
+            await storage.save(item)
+        in_process.requests.reset()
+        latest = await storage.get_latest(workflow_name="parallel")
+        assert latest is not None
+        assert latest.checkpoint_id == built_last.checkpoint_id
+        assert latest == built_last
+        # The rivals cost more: a HEAD and a LIST each, then their bodies.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 5, "GetObject": 3, "HeadObject": 2}
+        assert await storage.get_latest(workflow_name="parallel", graph_signature_hash="sig") == built_last
+        assert await storage.get_latest(workflow_name="parallel", graph_signature_hash="other") is None
+
+
+async def test_a_sibling_that_has_a_continuation_is_not_a_rival(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        root = stamped("fork", None, 0, checkpoint_id="root")
+        continued = stamped("fork", root, 8, checkpoint_id="continued")
+        after = stamped("fork", continued, 1, checkpoint_id="after")  # built before: its clock lags
+        head = stamped("fork", root, 2, checkpoint_id="head")
+        for item in (root, continued, after, head):
+            await storage.save(item)
+        latest = await storage.get_latest(workflow_name="fork")
+        assert latest is not None
+        assert latest.checkpoint_id == head.checkpoint_id
+        # A sibling of another signature neither rivals nor stops a rival.
+        other = stamped("fork", root, 9, checkpoint_id="other", graph_signature_hash="other")
+        await storage.save(other)
+        latest = await storage.get_latest(workflow_name="fork", graph_signature_hash="sig")
+        assert latest is not None
+        assert latest.checkpoint_id == head.checkpoint_id
+
+
+async def test_roots_never_rival(in_process: S3Store) -> None:
+    """Unlinked checkpoints keep commit order, whatever their timestamps: a root's save writes no
+    group key (2 PUTs), its order key names no group, a root head lists no group and reads no
+    rivals, and prune keeps the head alone."""
+    async with in_process.storage() as storage:
+        built_last = stamped("roots", None, 7, checkpoint_id="built-last")
+        built_first = stamped("roots", None, 1, checkpoint_id="built-first")
+        await storage.save(built_last)
+        in_process.requests.reset()
+        await storage.save(built_first)
+        assert in_process.requests.snapshot()["PutObject"] == 2
+        assert keys_under(f"{in_process.prefix}/w/roots/s/", in_process.client) == []
+        for key in keys_under(f"{in_process.prefix}/w/roots/t/", in_process.client):
+            entry = KeyLayout(f"{in_process.prefix}/").parse_order_key(key, False)
+            assert entry is not None
+            assert (entry.mark, entry.group, entry.rivals) == ("", None, False)
+        in_process.requests.reset()
+        assert await storage.get_latest(workflow_name="roots") == built_first
+        # The newest order key, then its record and its successors: no group listed.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 2, "GetObject": 1}
+        stored = await storage.backend.latest("roots", None)
+        assert stored is not None
+        assert (stored.checkpoint_id, tuple(stored.rivals)) == (built_first.checkpoint_id, ())
+        assert await storage.prune(workflow_name="roots", keep_last=1) == 1
+        assert await storage.list_checkpoint_ids(workflow_name="roots") == [built_first.checkpoint_id]
+
+
+async def test_equal_timestamps_go_to_the_head(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        start = stamped("equal", None, 0, checkpoint_id="start")
+        rival = stamped("equal", start, 5, checkpoint_id="rival")
+        head = stamped("equal", start, 5, checkpoint_id="head")
+        for item in (start, rival, head):
+            await storage.save(item)
+        latest = await storage.get_latest(workflow_name="equal")
+        assert latest is not None
+        assert latest.checkpoint_id == head.checkpoint_id
+
+
+async def test_a_group_key_whose_save_never_committed_is_no_rival(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        root = stamped("crash-rival", None, 0, checkpoint_id="root")
+        head = stamped("crash-rival", root, 1, checkpoint_id="head")
+        await storage.save(root)
+        await storage.save(head)
+        crashed = stamped("crash-rival", root, 9, checkpoint_id="crashed")
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(2):  # its record and group key
+                await storage.save(crashed)
+    async with in_process.storage() as reopened:
+        latest = await reopened.get_latest(workflow_name="crash-rival")
+        assert latest is not None
+        assert latest.checkpoint_id == head.checkpoint_id
+
+
+async def test_a_fenced_save_rewriting_a_crashed_attempt_leaves_no_group_key_of_it(
+    in_process: S3Store,
+) -> None:
+    """A fenced save crashed after its record and group key; another save commits in between, so
+    the retry rewrites the record at a later sequence with a new group key, and removes the crashed
+    attempt's (it names an order key no save will write)."""
+    groups = f"{in_process.prefix}/w/fenced-rewrite/s/"
+    async with in_process.storage() as storage:
+        first = checkpoint("fenced-rewrite", checkpoint_id="first")
+        await storage.save(first)
+        retried = checkpoint("fenced-rewrite", previous=first, checkpoint_id="retried")
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(2):  # its record and group key
+                await storage.save(retried, expected_latest_id=first.checkpoint_id)
+        (crashed_key,) = keys_under(groups, in_process.client)
+        between = checkpoint("fenced-rewrite", previous=first, checkpoint_id="between")
+        await storage.save(between)
+        assert await storage.save(retried, expected_latest_id=between.checkpoint_id) == "retried"
+        written = keys_under(groups, in_process.client)
+        assert crashed_key not in written
+        assert sorted(key.rsplit(".", 2)[-2] for key in written) == ["between", "retried"]
+        assert await storage.list_checkpoint_ids(workflow_name="fenced-rewrite") == [
+            "first",
+            "between",
+            "retried",
+        ]
+
+
+async def test_prune_keeps_the_head_and_its_rivals(in_process: S3Store) -> None:
+    async with in_process.storage() as storage:
+        prepare = stamped("prune-rivals", None, 0, checkpoint_id="prepare")
+        siblings = [stamped("prune-rivals", prepare, 10 - i, checkpoint_id=f"step-{i}") for i in range(3)]
+        for item in (prepare, *siblings):
+            await storage.save(item)
+        assert await storage.prune(workflow_name="prune-rivals", keep_last=1) == 1
+        assert sorted(await storage.list_checkpoint_ids(workflow_name="prune-rivals")) == [
+            "step-0",
+            "step-1",
+            "step-2",
+        ]
+        latest = await storage.get_latest(workflow_name="prune-rivals")
+        assert latest is not None
+        assert latest.checkpoint_id == "step-0"
+        assert await storage.prune(workflow_name="prune-rivals", keep_last=0) == 3
+        assert await storage.list_checkpoint_ids(workflow_name="prune-rivals") == []
+        assert keys_under(f"{in_process.prefix}/w/prune-rivals/s/", in_process.client) == []
+
+
+async def test_an_earlier_releases_checkpoints_still_read_and_never_rival(in_process: S3Store) -> None:
+    """Keys an earlier release wrote: order keys without a group (``.s`` for one saved out of
+    lineage order, with a successor key), no key for one saved in order nor for a root."""
+    prefix = in_process.prefix
+    async with in_process.storage() as storage:
+        root = stamped("old", None, 0, checkpoint_id="root")
+        sibling = stamped("old", root, 9, checkpoint_id="sibling")
+        await storage.save(root)
+        await storage.save(sibling)
+        # Rewrite both as an earlier release stored them: headers without "grouped", no group
+        # keys, order keys without the group.
+        for key in keys_under(f"{prefix}/w/old/", in_process.client):
+            in_process.client.delete_object(Bucket=BUCKET, Key=key)
+        keys = KeyLayout(f"{prefix}/")
+        for item in (root, sibling):
+            record_key = keys.record_key(item.checkpoint_id)
+            raw = in_process.client.get_object(Bucket=BUCKET, Key=record_key)["Body"].read()
+            line, _, body = raw.partition(b"\n")
+            line = line.replace(b',"grouped":true', b"")
+            in_process.client.put_object(Bucket=BUCKET, Key=record_key, Body=line + b"\n" + body)
+            header = Header.decode(item.checkpoint_id, line)
+            assert not header.grouped
+            in_process.client.put_object(Bucket=BUCKET, Key=keys.header_order_key(header), Body=b"")
+        latest = await storage.get_latest(workflow_name="old")
+        assert latest is not None
+        assert latest.checkpoint_id == sibling.checkpoint_id
+        # A new save continuing the root: the old sibling is in no group, so it never rivals.
+        head = stamped("old", root, 1, checkpoint_id="head")
+        await storage.save(head)
+        latest = await storage.get_latest(workflow_name="old")
+        assert latest is not None
+        assert latest.checkpoint_id == head.checkpoint_id
+        assert await storage.prune(workflow_name="old", keep_last=1) == 2

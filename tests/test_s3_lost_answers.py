@@ -83,8 +83,9 @@ async def test_a_fenced_save_whose_swap_answer_was_lost_commits_once(store: S3St
         store.requests.reset()
         assert await storage.save(second, expected_latest_id=first.checkpoint_id) == second.checkpoint_id
         assert lost.lost
-        # One record PUT, the swap and its resend, the order key: no record written again.
-        assert store.requests.snapshot()["PutObject"] == 4
+        # One record PUT and its group key, the swap and its resend, the order key: no record
+        # written again.
+        assert store.requests.snapshot()["PutObject"] == 5
         assert ids(await storage.list_checkpoints(workflow_name="wf")) == ids([first, second])
 
 
@@ -126,7 +127,8 @@ def test_verify_reports_an_order_key_without_its_record_and_repair_removes_it(
     assert gone.checkpoint_id in out
     assert cli_main(["verify", url, "--repair"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # lines wrap at 80 columns
-    assert f"repaired: removed 1 key(s) of lost checkpoint {gone.checkpoint_id!r}" in out
+    # Its order key and its group key.
+    assert f"repaired: removed 2 key(s) of lost checkpoint {gone.checkpoint_id!r}" in out
     assert "no problems found" in out
     assert cli_main(["verify", url]) == 0
 

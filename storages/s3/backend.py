@@ -7,8 +7,11 @@ the primitives and answers the reads. The key layout is in
 
 Reads: load is a GET of the record plus a HEAD of its order key (the visibility check: a record
 without its order key, left by a crashed save, reads as absent as it does in listings); latest is
-one one-item LIST plus one GET; ancestry walks cost one GET per step, sequential because each
-step reveals the next id (the nested records of a step are fetched concurrently).
+one one-item LIST, then one GET and two LISTs together (the newest record, its successors and its
+siblings: storages/s3/lineage.py; a root has no siblings to list), more only where there are
+rivals; ancestry walks cost one GET
+per step, sequential because each step reveals the next id (the nested records of a step are
+fetched concurrently).
 """
 
 from __future__ import annotations
@@ -122,12 +125,14 @@ class S3Backend(Backend):
         return await self._protocol.overwrite_body(checkpoint_id, body)
 
     async def prune(self, workflow_name: str, keep_last: int) -> int:
-        latest = None
+        protected: set[str] = set()
         if keep_last > 0:
             newest = await self._protocol.top_head(workflow_name, "prune")
             if newest is not None:
-                latest = await lineage.tip(self._protocol, workflow_name, newest, "prune")
-        return await self._protocol.prune(workflow_name, keep_last, latest)
+                head = await lineage.head(self._protocol, workflow_name, newest, "prune")
+                rivals = await lineage.rivals(self._protocol, workflow_name, head, "prune")
+                protected = {head.entry.key, *(rival.key for rival in rivals)}
+        return await self._protocol.prune(workflow_name, keep_last, protected)
 
     async def delete_workflow(self, workflow_name: str) -> int:
         return await self._protocol.delete_workflow(workflow_name)
@@ -158,11 +163,15 @@ class S3Backend(Backend):
                 entry = self._keys.parse_order_key(key, False)
                 if entry is None or (tag is not None and entry.tag != tag):
                     continue
-                stored = await lineage.latest_record(self._protocol, workflow_name, entry, "get_latest")
-                if stored is not None and (
-                    graph_signature_hash is None or stored.header.graph_signature_hash == graph_signature_hash
+                found = await lineage.latest_record(self._protocol, workflow_name, entry, "get_latest")
+                if found is not None and (
+                    graph_signature_hash is None
+                    or found.head.header.graph_signature_hash == graph_signature_hash
                 ):
-                    return stored.stored_body()
+                    stored = found.head.stored_body()
+                    if not found.rivals:
+                        return stored
+                    return dataclasses.replace(stored, rivals=[rival.stored_body() for rival in found.rivals])
             if not more:
                 return None
 

@@ -9,17 +9,21 @@ A save (one checkpoint with its nested records), each step one round trip of con
 
 1. **High-water mark** of each workflow it writes: GET the pointer, LIST (one item) the head of
    ``t/``. The new sequence is one more than the larger.
-2. **Records**, create-only: the nested records, then the checkpoint's own. The record key is the
-   id, so this is where a duplicate id is caught (two writers, one wins).
+2. **Records**, create-only: the nested records, then the checkpoint's own, with its group key
+   if it continues another (storages/s3/lineage.py; roots have none). The record key is the id,
+   so this is where a duplicate id is caught (two writers, one wins).
 3. **Pointer floors**, only for workflows that receive nested records: the pointer is moved
    (compare-and-swap, only forward) to the highest nested sequence. Top-level order keys need no
    floor: the ``t/`` head already says how far they went.
 4. **Order keys**, create-only: the nested records', then the checkpoint's own, **the commit
    point.** A record is visible (loadable, listed, latest) only once its order key exists.
 
-A plain save is therefore 1 GET + 1 LIST + 2 PUT. Every sequence a committed record holds is at
-most max(pointer, ``t/`` head) of its workflow, because nested records raise the pointer before
-their order keys exist; so a save that starts after another returned gets a higher number.
+A plain save is therefore 1 GET + 1 LIST + 3 PUT in 3 round trips for a checkpoint continuing
+another (the group key is the third PUT, in the round trip of the record), 1 GET + 1 LIST + 2 PUT
+for a root. Every sequence a committed
+record holds is at most max(pointer, ``t/`` head) of its workflow, because nested records raise
+the pointer before their order keys exist; so a save that starts after another returned gets a
+higher number.
 
 Deleting or pruning the newest records would let the ``t/`` head go back: delete, prune and
 delete_workflow raise each affected workflow's pointer to the highest sequence they remove
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..backend import CheckpointRecord
@@ -212,10 +216,6 @@ class CommitProtocol:
         marks = {name: known[name] if name in known else read[name] for name in names}
         next_sequence = {name: mark.sequence + 1 for name, mark in marks.items()}
         pointers = {name: mark.pointer for name, mark in marks.items()}
-        top = records[0]
-        successor = top.previous_checkpoint_id is not None and not completes_lineage(
-            marks[top.workflow_name].head, top.previous_checkpoint_id
-        )
         sequences: list[int] = []
         for record in records:
             sequences.append(next_sequence[record.workflow_name])
@@ -249,7 +249,9 @@ class CommitProtocol:
                 tuple(children[record.checkpoint_id]),
                 tuple(descendants(record.checkpoint_id)),
                 members if position == 0 else (),
-                successor if position == 0 else False,
+                False,
+                # The checkpoint has a group key if it continues another (storages/s3/lineage.py).
+                position == 0 and record.previous_checkpoint_id is not None,
             )
             for position, (record, sequence) in enumerate(zip(records, sequences, strict=True))
         ]
@@ -311,9 +313,9 @@ class CommitProtocol:
 
     async def create_record(self, header: Header, body: bytes, operation: str) -> bool:
         """Step 2 for the checkpoint's own record: create it (False if its id is stored) and, in
-        the same round trip, write its successor key (storages/s3/lineage.py). A successor key
-        written for a record that turned out to be stored already is removed again unless that
-        record's own save wrote the same one."""
+        the same round trip, write its group key (storages/s3/lineage.py). A group key written
+        for a record that turned out to be stored already is removed again unless that record's
+        own save wrote the same one."""
         record_key = self.keys.record_key(header.checkpoint_id)
         successor_key = self.keys.successor_key(header)
         if successor_key is None:
@@ -331,7 +333,7 @@ class CommitProtocol:
         return bool(created)
 
     async def finish(self, header: Header, operation: str) -> None:
-        """Commit a record an earlier attempt left uncommitted: its successor key first (that
+        """Commit a record an earlier attempt left uncommitted: its group key first (that
         attempt may have stopped before writing it), then steps 3 and 4."""
         successor_key = self.keys.successor_key(header)
         if successor_key is not None:
@@ -420,7 +422,7 @@ class CommitProtocol:
         )
 
     async def drop_families(self, operation: str, headers: Sequence[Header]) -> None:
-        """Order keys first (the records stop being visible) with the successor keys, then the
+        """Order keys first (the records stop being visible) with the group keys, then the
         records."""
         order_keys = [self.keys.order_key(h.member, False) for h in headers]
         order_keys += [self.keys.order_key(m, True) for h in headers for m in h.members]
@@ -439,17 +441,21 @@ class CommitProtocol:
         stored = await gather(self.read_entry(entry, operation) for entry in entries)
         return [item.header for item in stored if item is not None]
 
-    async def prune(self, workflow_name: str, keep_last: int, latest: OrderEntry | None = None) -> int:
-        """``latest``: the workflow's latest as read before (kept wherever it is in the order)."""
-        entries = await self.entries(workflow_name, nested=False, operation="prune")
-        doomed = entries[keep_last:]  # newest first
-        if keep_last and latest is not None and latest.key in {entry.key for entry in doomed}:
-            # The latest stays; the oldest of the others that would have stayed goes instead.
-            doomed = [entries[keep_last - 1], *(entry for entry in doomed if entry.key != latest.key)]
+    async def prune(self, workflow_name: str, keep_last: int, protected: Collection[str] = ()) -> int:
+        """Delete all but ``keep_last`` top-level records (everything with 0): the ones whose
+        order keys are ``protected`` (the head and its rivals, as read before) wherever they are
+        in the order, and the ``keep_last - 1`` others with the highest sequences."""
+        entries = await self.entries(workflow_name, nested=False, operation="prune")  # newest first
+        if keep_last <= 0:
+            doomed = entries
+        else:
+            doomed = [entry for entry in entries if entry.key not in protected][keep_last - 1 :]
+        gone = {entry.key for entry in doomed}
         headers = await self.headers_of(doomed, "prune")
         tombstones = {checkpoint_id for h in headers for checkpoint_id in (h.checkpoint_id, *h.descendants)}
         body = json.dumps({"workflow": workflow_name}).encode("utf-8")
-        kept = {workflow_name: entries[0].sequence} if keep_last and entries else {}
+        kept_sequences = [entry.sequence for entry in entries if entry.key not in gone]
+        kept = {workflow_name: max(kept_sequences)} if kept_sequences else {}
         # Tombstones first: a crash part-way leaves tombstones of live records, never a pruned
         # ancestor that a walk reports as a dangling link. Pruning again finishes the job.
         await gather(
@@ -493,21 +499,6 @@ class Mark:
     head: OrderEntry | None
 
 
-def completes_lineage(head: OrderEntry | None, previous_id: CheckpointID) -> bool:
-    """Whether a checkpoint continuing ``previous_id`` needs no successor key: its parent is the
-    workflow's newest checkpoint (``head``, read at the save) and was itself saved without one, so
-    every ancestor was committed before it. Then no later commit can start a walk that reaches the
-    parent (whatever continues it comes later), and the successor key would never be read; any
-    other parent (a fork, a parent saved after its child, a lineage that was once out of order)
-    gets its successors a key, so a walk finds every successor of every record it reaches."""
-    return (
-        head is not None
-        and not head.successor
-        and not head.nested
-        and head.escaped_id == escape_component(previous_id)
-    )
-
-
 def highest(members: Iterable[Member]) -> dict[str, int]:
     """The highest sequence of each workflow among ``members``."""
     found: dict[str, int] = {}
@@ -516,4 +507,4 @@ def highest(members: Iterable[Member]) -> dict[str, int]:
     return found
 
 
-__all__ = ["UNREAD", "CommitProtocol", "KnownPointers", "Mark", "completes_lineage", "highest"]
+__all__ = ["UNREAD", "CommitProtocol", "KnownPointers", "Mark", "highest"]

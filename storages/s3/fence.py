@@ -91,12 +91,26 @@ async def insert_fenced(
             if await protocol.visible(stored.header, "save") or stored.header.digest != top.digest:
                 return FenceCheck(current, InsertResult.of_stored_digest(stored.header.digest, top))
             # An earlier attempt at this save that never committed: rewrite it with this
-            # attempt's sequence, then commit it.
+            # attempt's sequence, with the group key naming this attempt's order key (the
+            # create above removed it, as the stored record named another), then commit it.
+            # The earlier attempt's group key names an order key no save will write: removed.
             try:
                 await protocol.client.put("save", key, frame(headers[0], top.body), {"IfMatch": stored.etag})
             except CONDITION_FAILED:
                 await backoff(attempt)
                 continue
+            group_key = protocol.keys.successor_key(headers[0])
+            stale_group_key = protocol.keys.successor_key(stored.header)
+            await gather(
+                [
+                    *([] if group_key is None else [protocol.client.put("save", group_key, b"")]),
+                    *(
+                        [protocol.client.delete_keys("save", [stale_group_key])]
+                        if stale_group_key is not None and stale_group_key != group_key
+                        else []
+                    ),
+                ]
+            )
         sequence = max(
             m.sequence for m in (headers[0].member, *headers[0].members) if m.workflow_name == workflow
         )

@@ -5,11 +5,17 @@
     P r/E(id)                            the record: a JSON header line, then the encoded body
     P w/E(workflow)/t/R(seq).S.E(id)     order key of a top-level checkpoint (empty object)
     P w/E(workflow)/n/R(seq).S.E(id)     order key of a nested record (same sequence space)
-    P w/E(workflow)/s/E(prev)/R(seq).S.E(id).s  successor key of a top-level record whose parent
-                                         was not, at its save, the newest checkpoint with a
-                                         complete lineage; named as its order key, which then
-                                         ends in ``.s`` (latest through the lineage; written
-                                         before that order key)
+    P w/E(workflow)/t/R(seq).S.E(id).c.E(prev)  order key of a top-level checkpoint that continues
+                                         E(prev) (saved by this release: it names its group); a
+                                         root's order key has no ending (roots never rival)
+    P w/E(workflow)/s/E(prev)/R(seq).S.E(id).c  group key of a checkpoint continuing E(prev),
+                                         written before its order key, the commit point: the
+                                         group of one previous id lists its successors (latest
+                                         through the lineage) and siblings (rivals)
+    P w/E(workflow)/s/E(prev)/R(seq).S.E(id).s  successor key of a checkpoint an earlier release
+                                         saved out of lineage order (its order key ends in
+                                         ``.s``); an earlier release's checkpoints saved in order
+                                         have no key in any group, and never rival
     P w/E(workflow)/head                 pointer: {"seq": a sequence floor, "id": a fenced writer}
     P w/E(workflow)/x/E(id)              tombstone of a pruned id, listed per workflow
     P x/E(id)                            the same tombstone, found by id during ancestry walks
@@ -86,12 +92,28 @@ class OrderEntry:
     tag: str
     escaped_id: str
     nested: bool
-    successor: bool = False
-    """The record has a successor key (its order key name ends in ``.s``): see KeyLayout."""
+    mark: str = ""
+    """How its name ends: "" (no group key: a root, or an earlier release's checkpoint),
+    :data:`SUCCESSOR_MARK` or :data:`CONTINUES_MARK` (see KeyLayout)."""
+    group: str | None = None
+    """The group its record's group key is in (the escaped previous id), when the key says so:
+    an order key of a checkpoint continuing another saved by this release, or any group key."""
 
     @property
     def checkpoint_id(self) -> str | None:
         return unescape_component(self.escaped_id)
+
+    @property
+    def successor(self) -> bool:
+        """Its record has a key in a group (the one of its previous id)."""
+        return bool(self.mark)
+
+    @property
+    def rivals(self) -> bool:
+        """Its record can rival its siblings: it continues another and was saved with its group
+        named (by this release). An earlier release's checkpoints are not all in a group, so none
+        rival; roots never rival."""
+        return self.mark == CONTINUES_MARK
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +125,11 @@ class Member:
     sequence: int
     tag: str
     successor: bool = False
-    """A top-level record saved with a successor key (its order key name ends in ``.s``)."""
+    """A top-level record an earlier release saved with a successor key (order key name ends in
+    ``.s``)."""
+    group: str | None = None
+    """A top-level record continuing another, saved by this release: the group its group key is
+    in (the escaped previous id), which its order key name ends with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +151,12 @@ class Header:
     members: tuple[Member, ...]
     """For a top-level checkpoint: every nested record saved with it."""
     successor: bool = False
-    """Saved with a successor key: its parent was not, at its save, the workflow's newest
-    checkpoint with a lineage complete to the root (storages/s3/lineage.py)."""
+    """Saved by an earlier release with a successor key (its parent was not, at its save, the
+    workflow's newest checkpoint with a lineage complete to the root)."""
+    grouped: bool = False
+    """Saved by this release, continuing another: a top-level record with a key in the group
+    of its previous id, whose order key names that group (storages/s3/lineage.py). A root has
+    neither (roots never rival): its header and keys are an earlier release's."""
 
     @property
     def member(self) -> Member:
@@ -136,7 +166,16 @@ class Header:
             self.sequence,
             signature_tag(self.graph_signature_hash),
             self.successor,
+            self.group,
         )
+
+    @property
+    def group(self) -> str | None:
+        """The group of a top-level record continuing another, saved by this release (None for
+        any other: roots never rival)."""
+        if not self.grouped or self.nested or self.previous_checkpoint_id is None:
+            return None
+        return escape_component(self.previous_checkpoint_id)
 
     @property
     def nested(self) -> bool:
@@ -157,6 +196,7 @@ class Header:
                 "descendants": list(self.descendants),
                 "members": [[m.checkpoint_id, m.workflow_name, m.sequence, m.tag] for m in self.members],
                 **({"successor": True} if self.successor else {}),
+                **({"grouped": True} if self.grouped else {}),
             },
             separators=(",", ":"),
             ensure_ascii=True,
@@ -181,6 +221,7 @@ class Header:
                 _ids(data, "descendants"),
                 tuple(_member(item) for item in _field(data, "members", list)),
                 data.get("successor", False) is True,
+                data.get("grouped", False) is True,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorruptedError(
@@ -270,15 +311,33 @@ def reverse(sequence: int) -> str:
     return f"{MAX_SEQUENCE - sequence:0{SEQUENCE_DIGITS}d}"
 
 
-SUCCESSOR_MARK = ".s"
-"""Ends the order key name of a record saved with a successor key."""
+SUCCESSOR_MARK = "s"
+"""Ends the order key name (``.s``) of a record an earlier release saved with a successor key."""
+CONTINUES_MARK = "c"
+"""Ends the group key name (``.c``) of a record continuing another, and its order key name
+(``.c.E(previous id)``)."""
+
+
+def _mark(member: Member) -> str:
+    if member.group is not None:
+        return CONTINUES_MARK
+    return SUCCESSOR_MARK if member.successor else ""
+
+
+def group_name(member: Member) -> str:
+    """The last part of a group key: R(seq).S.E(id), then ``.c`` or ``.s``; with no ending, the
+    last part of the order key of a record in no group."""
+    mark = _mark(member)
+    return f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}" + (
+        f".{mark}" if mark else ""
+    )
 
 
 def order_name(member: Member) -> str:
-    """The last part of an order key (and of a successor key): R(seq).S.E(id), then ``.s`` for a
-    record saved with a successor key."""
-    mark = SUCCESSOR_MARK if member.successor else ""
-    return f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}{mark}"
+    """The last part of an order key: the group key name, and for a record continuing another
+    (``.c``) the escaped previous id, so that the order key alone names its group."""
+    name = group_name(member)
+    return f"{name}.{member.group}" if _mark(member) == CONTINUES_MARK else name
 
 
 class KeyLayout:
@@ -313,16 +372,30 @@ class KeyLayout:
         return f"{self.successors_prefix(workflow_name)}{escaped_previous_id}/"
 
     def successor_key(self, header: Header) -> str | None:
-        """The successor key of a top-level record saved with one (None for any other): under its
-        previous id, named as its order key, so it names the order key that commits it."""
-        if not header.successor or header.nested or header.previous_checkpoint_id is None:
+        """The group key of a top-level record saved with one (None for any other): in the group
+        of its previous id, named so that it names the order key that commits it."""
+        if header.nested:
             return None
-        prefix = self.successor_prefix(header.workflow_name, escape_component(header.previous_checkpoint_id))
-        return prefix + order_name(header.member)
+        group = header.group
+        if group is None:
+            if not header.successor or header.previous_checkpoint_id is None:
+                return None
+            group = escape_component(header.previous_checkpoint_id)
+        return self.successor_prefix(header.workflow_name, group) + group_name(header.member)
+
+    def group_key_of_order(self, workflow_name: str, entry: OrderEntry) -> str | None:
+        """The group key of a top-level order entry that names its group (None for any other)."""
+        if entry.group is None or entry.nested:
+            return None
+        name = f"{reverse(entry.sequence)}.{entry.tag}.{entry.escaped_id}.{entry.mark}"
+        return self.successor_prefix(workflow_name, entry.group) + name
 
     def order_key_of_successor(self, workflow_name: str, successor: OrderEntry) -> str:
-        """The top-level order key a successor key names."""
-        return self.order_prefix(workflow_name, False) + successor.key.rpartition("/")[2]
+        """The top-level order key a group key names."""
+        name = successor.key.rpartition("/")[2]
+        if successor.mark == CONTINUES_MARK:
+            name = f"{name}.{successor.group}"
+        return self.order_prefix(workflow_name, False) + name
 
     def header_order_key(self, header: Header) -> str:
         return self.order_key(header.member, header.nested)
@@ -346,21 +419,49 @@ class KeyLayout:
         name = key.rpartition("/")[2]
         if not name:
             return None
-        reversed_sequence, _, rest = name.partition(".")
-        tag, _, escaped_id = rest.partition(".")
-        escaped_id, dot, mark = escaped_id.partition(".")
-        if (
-            len(reversed_sequence) != SEQUENCE_DIGITS
-            or not reversed_sequence.isascii()
-            or not reversed_sequence.isdigit()
-            or not escaped_id
-            or (dot and "." + mark != SUCCESSOR_MARK)
-        ):
-            raise CheckpointCorruptedError(
-                name[:256],
-                f"the S3 order key {key[:300]!r} is not one a save writes (sequence.tag.id[.s])",
-            )
-        return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested, bool(dot))
+        return _parse_name(key, name, nested, in_group=None)
+
+    @staticmethod
+    def parse_group_key(key: str) -> OrderEntry | None:
+        """The entry a key in a group (``s/<group>/``) names, its group filled in; None for a
+        folder marker; CheckpointCorruptedError for a key no save writes."""
+        rest, _, name = key.rpartition("/")
+        if not name:
+            return None
+        return _parse_name(key, name, False, in_group=rest.rpartition("/")[2])
+
+
+def _parse_name(key: str, name: str, nested: bool, in_group: str | None) -> OrderEntry:
+    """Parse R(seq).S.E(id) and its ending: an order key's (``in_group`` None) is nothing, ``.s``
+    or ``.c.E(previous id)`` (nested ones: nothing); a group key's is ``.s`` or ``.c``."""
+    parts = name.split(".")
+    reversed_sequence, tag, escaped_id = [*parts, "", ""][:3]
+    ending = parts[3:]
+    mark = ending[0] if ending else ""
+    group: str | None
+    if in_group is not None:
+        well_formed = len(ending) == 1 and mark in (SUCCESSOR_MARK, CONTINUES_MARK)
+        group = in_group
+    elif mark == CONTINUES_MARK:
+        well_formed = len(ending) == 2 and bool(ending[1]) and not nested
+        group = ending[1] if well_formed else None
+    else:
+        well_formed = not ending or (len(ending) == 1 and mark == SUCCESSOR_MARK and not nested)
+        group = None
+    if (
+        not well_formed
+        or len(reversed_sequence) != SEQUENCE_DIGITS
+        or not reversed_sequence.isascii()
+        or not reversed_sequence.isdigit()
+        or not tag
+        or not escaped_id
+    ):
+        raise CheckpointCorruptedError(
+            name[:256],
+            f"the S3 {'order' if in_group is None else 'group'} key {key[:300]!r} is not one a save "
+            "writes (sequence.tag.id, then .s or .c[.previous id])",
+        )
+    return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested, mark, group)
 
 
 __all__ = [

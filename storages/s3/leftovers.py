@@ -5,7 +5,7 @@
   storage's back does. The reads that reach it raise CheckpointCorruptedError naming it (a
   workflow's listings and latest stop there). Repair: raise the workflow's sequence floor to the
   entry's sequence (later saves still number above it), then delete the order key and its
-  successor key. The checkpoint is lost either way; the workflow reads again.
+  group key. The checkpoint is lost either way; the workflow reads again.
 * A record with no order key (``record_without_index``): a save that never committed (a crash,
   a fenced save refused after a lost answer), or one still between its requests. No read returns
   it; not repaired here, since a save in flight would lose its record: ``delete`` of its id
@@ -101,7 +101,10 @@ async def repair(protocol: CommitProtocol, leftover: Leftover) -> str | None:
     workflow = leftover.workflow_name
     await protocol.raise_pointer(workflow, entry.sequence, "verify")
     doomed = [entry.key]
-    if entry.successor:
+    group_key = keys.group_key_of_order(workflow, entry)
+    if group_key is not None:
+        doomed.append(group_key)
+    elif entry.successor:
         name = "/" + entry.key.rpartition("/")[2]
         successors = await protocol.client.list_keys("verify", keys.successors_prefix(workflow))
         doomed += [key for key in successors if key.endswith(name)]
