@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from s3_support import BUCKET, HeaderDroppingProxy, S3Store, s3_store, server_endpoint
 
-from conformance import Outcome, StorageTarget, avalidate
+from conformance import BackendReport, Outcome, StorageTarget, avalidate
 from conformance.builtin import BUILTIN_BACKENDS, builtin_target
 from conformance.cli import main as conformance_main
 from conformance.embedded import S3_MOTO
@@ -52,6 +52,14 @@ HTTP_FAULT_CLAUSES = (
 _MANY_WRITERS = "concurrency.many_writers_number_once"
 SHARED_SEQUENCES = {_MANY_WRITERS: S3_MOTO.expected_failures[_MANY_WRITERS]}
 """Overlapping saves may share a sequence number on S3 (docs/s3.md, Consistency)."""
+SHARED_SEQUENCE_RACES = frozenset({"model.concurrent_histories_linearize"})
+"""Clauses racing calls may fail through a shared sequence number (docs/s3.md, Consistency):
+whether they do depends on timing, so they may fail but need not."""
+
+
+def _failures(backend: BackendReport) -> list[tuple[str, str]]:
+    """The failures other than the shared-sequence races, as (clause, message)."""
+    return [(r.clause_id, r.message) for r in backend.failures if r.clause_id not in SHARED_SEQUENCE_RACES]
 
 
 @pytest.fixture(params=["in-process", "server"])
@@ -114,7 +122,7 @@ async def _whole_kit_with_every_http_fault(store: S3Store) -> None:
     finally:
         await root.aclose()
     assert not backend.error, backend.error
-    assert backend.failures == [], [(r.clause_id, r.message) for r in backend.failures]
+    assert _failures(backend) == []
     outcomes = {r.clause_id: r.outcome for r in backend.results}
     assert {clause_id: outcomes[clause_id] for clause_id in HTTP_FAULT_CLAUSES} == dict.fromkeys(
         HTTP_FAULT_CLAUSES, Outcome.PASSED
