@@ -3,9 +3,12 @@ id the backend says it read: a backend matching ids loosely cannot hand back ano
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from storages import WorkflowCheckpoint
+from storages.backend import StoredBody
 from storages.contract import CheckpointID
 from storages.errors import CheckpointCorruptedError
 from tests.kit.double import DoubleBackend, storage_of
@@ -29,4 +32,40 @@ async def test_a_record_found_under_a_near_id_is_refused_naming_the_id_asked_for
             await read(near)
         assert raised.value.checkpoint_id == near
         assert "'ck-near-Abc'" in str(raised.value)
+    await storage.aclose()
+
+
+class RivalOutsideTheGroup(DoubleBackend):
+    """Reads, as the head's rival, the checkpoint the head continues: one that does not share the
+    head's previous id, with a newer timestamp."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await super().latest(workflow_name, graph_signature_hash)
+        if stored is None or stored.rivals:
+            return stored
+        parent = await self.load("ck-parent")
+        return stored if parent is None else replace(stored, rivals=[parent])
+
+
+async def test_a_rival_outside_the_heads_group_is_refused_naming_it() -> None:
+    storage = storage_of(RivalOutsideTheGroup())
+    parent = WorkflowCheckpoint(
+        workflow_name="wf",
+        checkpoint_id="ck-parent",
+        graph_signature_hash="sig",
+        timestamp="2030-01-01T00:00:00+00:00",
+    )
+    child = WorkflowCheckpoint(
+        workflow_name="wf",
+        checkpoint_id="ck-child",
+        graph_signature_hash="sig",
+        previous_checkpoint_id="ck-parent",
+        timestamp="2020-01-01T00:00:00+00:00",
+    )
+    await storage.save(parent)
+    await storage.save(child)
+    with pytest.raises(CheckpointCorruptedError) as raised:
+        await storage.get_latest(workflow_name="wf")
+    assert raised.value.checkpoint_id == "ck-parent"
+    assert "read as a rival of 'ck-child'" in str(raised.value)
     await storage.aclose()

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Final, Generic
 
 from typing_extensions import Self, TypeVar
 
-from ..backend import Backend, CheckedIds, check_backend, resume_point
+from ..backend import RIVALS_LIMIT, Backend, CheckedIds, check_backend, resume_point
 from ..codec import CheckpointCodec, TypeRef
 from ..contract import (
     UNFENCED,
@@ -28,6 +28,7 @@ from ..contract import (
     validate_identifier,
 )
 from ..errors import (
+    CheckpointCorruptedError,
     CheckpointNotFoundError,
     GraphSignatureMismatchError,
     StorageConfigurationError,
@@ -319,7 +320,7 @@ class CheckpointStore(Generic[BackendT]):
                 )
             except ReadRaced:
                 continue  # the latest was deleted while being read: the one before it is latest now
-            return candidates[0] if len(candidates) == 1 else resume_point(candidates)
+            return candidates[0] if len(candidates) == 1 else resume_point(_checked_rivals(candidates))
         raise StorageUnavailableError("get_latest", f"workflow {workflow_name!r} kept changing")
 
     async def latest_id(
@@ -539,3 +540,26 @@ class CheckpointStore(Generic[BackendT]):
     async def delete_writes(self, checkpoint_id: CheckpointID, *, workflow_name: str) -> int:
         """Delete every write stored against a checkpoint; returns how many batches were deleted."""
         return await self._writes.delete_writes(checkpoint_id, workflow_name=workflow_name)
+
+
+def _checked_rivals(candidates: list[Any]) -> list[Any]:
+    """The head (last) and its rivals as a backend read them: more than RIVALS_LIMIT, or a rival
+    that does not continue the head's previous checkpoint under its signature, is the store's
+    error, named, never a resume point."""
+    head = candidates[-1]
+    if len(candidates) - 1 > RIVALS_LIMIT:
+        raise CheckpointCorruptedError(
+            head.checkpoint_id, f"the store read {len(candidates) - 1} rivals with it, over {RIVALS_LIMIT}"
+        )
+    for rival in candidates[:-1]:
+        if (
+            head.previous_checkpoint_id is None
+            or rival.previous_checkpoint_id != head.previous_checkpoint_id
+            or rival.graph_signature_hash != head.graph_signature_hash
+        ):
+            raise CheckpointCorruptedError(
+                rival.checkpoint_id,
+                f"read as a rival of {head.checkpoint_id!r}, but it does not continue "
+                f"{head.previous_checkpoint_id!r} under its graph signature",
+            )
+    return candidates
