@@ -59,18 +59,19 @@ _LOAD = (
     "FROM {s}.checkpoints WHERE checkpoint_id = %(id)s)" + _FAMILY_OF_HEAD
 )
 # The head, its rivals and the rows nested in each, as (id, body, workflow, previous id,
-# signature, kind, family, sequence): kind "h" for the head, "r" for a rival, "n" for a nested row
-# of the top-level row named by family.
+# signature, kind, family, sequence): kind 0 for the head, 1 for a rival, 2 for a nested row of
+# the top-level row named by family. Kinds are numbers: a database whose text is not UTF-8
+# (SQL_ASCII) hands text over as bytes, and a kind must still be told apart.
 _LATEST_HEAD = (
     f", head AS (SELECT {_COLUMNS} FROM {{s}}.checkpoints "  # noqa: S608
     "WHERE checkpoint_id = (SELECT checkpoint_id FROM lineage_tip)),\n    "
     + rivals_cte("c.checkpoint_id, c.body, c.workflow_name, c.previous_checkpoint_id, c.graph_signature_hash")
     + f"""
-    SELECT {_COLUMNS}, 'h', checkpoint_id, NULL::bigint FROM head
+    SELECT {_COLUMNS}, 0, checkpoint_id, NULL::bigint FROM head
     UNION ALL
-    SELECT {_COLUMNS}, 'r', checkpoint_id, sequence FROM rivals
+    SELECT {_COLUMNS}, 1, checkpoint_id, sequence FROM rivals
     UNION ALL
-    SELECT n.checkpoint_id, n.body, NULL, NULL, NULL, 'n', n.root_id, NULL
+    SELECT n.checkpoint_id, n.body, NULL, NULL, NULL, 2, n.root_id, NULL
     FROM (SELECT checkpoint_id FROM head UNION ALL SELECT checkpoint_id FROM rivals) AS t
     JOIN {{s}}.checkpoints AS n ON n.root_id = t.checkpoint_id
 """  # noqa: S608 - constant SQL
@@ -437,17 +438,21 @@ def _family(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
     return StoredBody(stored.checkpoint_id, stored.body, nested=nested, entry=stored.entry)
 
 
+_HEAD, _RIVAL, _NESTED = 0, 1, 2
+"""The kinds of row the latest statement returns."""
+
+
 def _head_and_rivals(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
-    """The head (kind "h") with its rivals (kind "r", in ascending sequence) in ``rivals``, each
-    with the bodies of the rows nested in it (kind "n", by family), or None."""
+    """The head (kind 0) with its rivals (kind 1, in ascending sequence) in ``rivals``, each with
+    the bodies of the rows nested in it (kind 2, by family), or None."""
     nested: dict[object, dict[CheckpointID, bytes]] = {}
     tops: list[Sequence[Any]] = []
     for row in rows:
-        if row[5] == "n":
+        if row[5] == _NESTED:
             nested.setdefault(row[6], {})[stored_id(row[0])] = stored_body(row[0], row[1])
         else:
             tops.append(row)
-    head = next((row for row in tops if row[5] == "h"), None)
+    head = next((row for row in tops if row[5] == _HEAD), None)
     if head is None:
         return None
 
@@ -457,7 +462,7 @@ def _head_and_rivals(rows: Sequence[Sequence[Any]]) -> StoredBody | None:
             stored.checkpoint_id, stored.body, nested=nested.get(row[6], {}), entry=stored.entry
         )
 
-    rivals = sorted((row for row in tops if row[5] == "r"), key=lambda row: int(row[7]))
+    rivals = sorted((row for row in tops if row[5] == _RIVAL), key=lambda row: int(row[7]))
     found = with_family(head)
     return replace(found, rivals=[with_family(row) for row in rivals]) if rivals else found
 
