@@ -97,8 +97,8 @@ class _Workflow:
         return rivals[-RIVALS_LIMIT:]
 
     def latest(self, graph_signature_hash: str | None) -> _Entry | None:
-        """The checkpoint a run resumes from (docs/contract.md, "Latest"): the newest commit, then
-        while a stored checkpoint of its signature names it as previous, the newest such one."""
+        """The head (docs/contract.md, "Latest"): the newest commit, then while a stored
+        checkpoint of its signature names it as previous, the newest such one."""
         newest = None
         for entry in reversed(self.entries.values()):
             if graph_signature_hash is None or entry.record.graph_signature_hash == graph_signature_hash:
