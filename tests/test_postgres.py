@@ -540,34 +540,6 @@ async def test_get_latest_resumes_from_the_rival_built_last_in_one_statement(
     assert set(stored.rivals[0].nested) == {child.checkpoint_id}
 
 
-async def test_a_sibling_with_a_continuation_is_no_rival(storage: PostgresCheckpointStorage) -> None:
-    prepare = stamped(None, 0)
-    continued = stamped(prepare, 5)
-    following = stamped(continued, 1)  # an older timestamp than the head: never a candidate
-    head = stamped(prepare, 2)
-    for saved in (prepare, continued, following, head):
-        await storage.save(saved)
-    assert await storage.get_latest(workflow_name="wf") == head
-
-
-async def test_roots_never_rival(storage: PostgresCheckpointStorage) -> None:
-    built_last, committed_last = stamped(None, 3), stamped(None, 2)
-    await storage.save(built_last)
-    await storage.save(committed_last)
-    assert await storage.get_latest(workflow_name="wf") == committed_last  # unlinked: commit order
-    continued = stamped(built_last, 1)
-    await storage.save(continued)
-    assert await storage.get_latest(workflow_name="wf") == continued
-
-
-async def test_equal_timestamps_resume_from_the_head(storage: PostgresCheckpointStorage) -> None:
-    prepare = stamped(None, 0)
-    first, head = stamped(prepare, 2), stamped(prepare, 2)
-    for saved in (prepare, first, head):
-        await storage.save(saved)
-    assert await storage.get_latest(workflow_name="wf") == head
-
-
 async def test_prune_keeps_the_head_and_its_rivals(storage: PostgresCheckpointStorage) -> None:
     root = stamped(None, 0)
     prepare = stamped(root, 1)
