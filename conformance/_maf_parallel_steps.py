@@ -28,18 +28,19 @@ from typing import Any
 from agent_framework import InMemoryCheckpointStorage, step, workflow
 
 from .scenario import ParallelStepsObservation
+from .six_methods import SixMethods
 
 PARALLEL_STEPS = ("left", "right", "middle")
 COMPLETED_STEPS = ("prepare", *PARALLEL_STEPS)
 """The steps the first run completes before ``finish`` fails it."""
 
 
-class SlowSaves:
+class SlowSaves(SixMethods):
     """MAF's six methods over a storage; each save first sleeps a random delay (up to
     ``max_delay`` seconds), then goes to MAF's in-memory storage and to the storage."""
 
     def __init__(self, inner: Any, rng: random.Random, max_delay: float) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.mirror = InMemoryCheckpointStorage()
         self._rng = rng
         self._max_delay = max_delay
@@ -49,21 +50,6 @@ class SlowSaves:
         await self.mirror.save(checkpoint)
         saved: str = await self.inner.save(checkpoint)
         return saved
-
-    async def load(self, checkpoint_id: str) -> Any:
-        return await self.inner.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
-        return list(await self.inner.list_checkpoints(workflow_name=workflow_name))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return list(await self.inner.list_checkpoint_ids(workflow_name=workflow_name))
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return bool(await self.inner.delete(checkpoint_id))
-
-    async def get_latest(self, *, workflow_name: str) -> Any | None:
-        return await self.inner.get_latest(workflow_name=workflow_name)
 
 
 class FinishFailed(RuntimeError):

@@ -29,13 +29,13 @@ import importlib.metadata
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from storages.errors import MissingDependencyError
 
 from ._maf_ids import PARENT_EXECUTOR_ID, WORK_EXECUTOR_ID
 from .scenario import ChildStorageMode, ParallelStepsObservation, RunnerProfile, RunObservation, Scenario
+from .six_methods import SixMethods
 
 
 def _require_maf() -> None:
@@ -45,42 +45,27 @@ def _require_maf() -> None:
         raise MissingDependencyError("the MAF runner profile", "maf", "agent-framework-core") from exc
 
 
-@dataclass
-class _Recorder:
+class _Recorder(SixMethods):
     """Forwards MAF's six storage methods to a storage and notes the ids ``save`` returns.
 
     The observation comes from what the runner saved, not from the storage's listings, so a
     storage whose listings are broken cannot hide its defect behind a wrong observation.
     """
 
-    storage: Any
-    saved: list[str] = field(default_factory=list)
-    failures: list[BaseException] = field(default_factory=list)
-    """Exceptions save raised: MAF only logs them and runs on, the profile raises the first."""
+    def __init__(self, storage: Any) -> None:
+        super().__init__(storage)
+        self.saved: list[str] = []
+        self.failures: list[BaseException] = []
+        """Exceptions save raised: MAF only logs them and runs on, the profile raises the first."""
 
     async def save(self, checkpoint: Any) -> str:
         try:
-            checkpoint_id: str = await self.storage.save(checkpoint)
+            checkpoint_id: str = await self.inner.save(checkpoint)
         except Exception as exc:
             self.failures.append(exc)
             raise
         self.saved.append(checkpoint_id)
         return checkpoint_id
-
-    async def load(self, checkpoint_id: str) -> Any:
-        return await self.storage.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
-        return list(await self.storage.list_checkpoints(workflow_name=workflow_name))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return list(await self.storage.list_checkpoint_ids(workflow_name=workflow_name))
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return bool(await self.storage.delete(checkpoint_id))
-
-    async def get_latest(self, *, workflow_name: str) -> Any | None:
-        return await self.storage.get_latest(workflow_name=workflow_name)
 
 
 _EXPECTED_WARNINGS: tuple[str, ...] = (

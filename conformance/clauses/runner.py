@@ -30,6 +30,7 @@ from storages.fencing import FencedStorage
 from ..clause import ClauseFailure, RunnerFinding, clause, ensure, ensure_runner, fail
 from ..context import ClauseContext
 from ..scenario import ChildStorageMode, GraphChange, RunnerProfile, RunObservation, Scenario, ScenarioRunner
+from ..six_methods import SixMethods
 from ._maf import is_not_found
 
 _SUPERSTEPS = 4
@@ -444,13 +445,13 @@ async def parallel_steps_resume_where_the_runner_would(ctx: ClauseContext) -> No
         )
 
 
-class _HeldSave:
+class _HeldSave(SixMethods):
     """MAF's six methods over a storage, holding one parent save until released: the save of a
     run dropped mid-superstep, whose late finalizer runs after a successor has taken over
     (microsoft/agent-framework#9473)."""
 
     def __init__(self, inner: Any, workflow: str, iteration: int) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._workflow = workflow
         self._iteration = iteration
         self.holding = asyncio.Event()
@@ -459,31 +460,14 @@ class _HeldSave:
     def __getattr__(self, name: str) -> Any:
         # Everything but the six methods (capabilities, extensions a runner's adapter needs, such
         # as LangGraph's pending writes) is the wrapped storage's own.
-        return getattr(self._inner, name)
+        return getattr(self.inner, name)
 
     async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
         if checkpoint.workflow_name == self._workflow and checkpoint.iteration_count == self._iteration:
             self.holding.set()
             await self.release.wait()
-        saved: CheckpointID = await self._inner.save(checkpoint, **options)
+        saved: CheckpointID = await self.inner.save(checkpoint, **options)
         return saved
-
-    async def load(self, checkpoint_id: CheckpointID) -> Any:
-        return await self._inner.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
-        checkpoints: list[Any] = await self._inner.list_checkpoints(workflow_name=workflow_name)
-        return checkpoints
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[CheckpointID]:
-        ids: list[CheckpointID] = await self._inner.list_checkpoint_ids(workflow_name=workflow_name)
-        return ids
-
-    async def delete(self, checkpoint_id: CheckpointID) -> bool:
-        return bool(await self._inner.delete(checkpoint_id))
-
-    async def get_latest(self, *, workflow_name: str) -> Any | None:
-        return await self._inner.get_latest(workflow_name=workflow_name)
 
 
 @clause(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import BackendReport, StorageTarget, select_clauses, validate
+from conformance.six_methods import SixMethods
 from storages.backend import Backend
 from storages.engine import CheckpointStore
 
@@ -40,29 +41,11 @@ def caught_only_by(backend: BackendReport, clause_id: str, says: str) -> None:
     assert says in backend.result(clause_id).message
 
 
-class SixMethodsOnly:
+class SixMethodsOnly(SixMethods):
     """An honest storage with MAF's six methods and nothing else: no ``capabilities``, no
     ``aclose``, no ``async with`` (over a new in-memory storage, or ``inner`` to share one)."""
 
     def __init__(self, inner: Any | None = None) -> None:
         from storages.memory import InMemoryCheckpointStorage
 
-        self.inner = inner if inner is not None else InMemoryCheckpointStorage()
-
-    async def save(self, checkpoint: Any) -> str:
-        return str(await self.inner.save(checkpoint))
-
-    async def load(self, checkpoint_id: str) -> Any:
-        return await self.inner.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
-        return list(await self.inner.list_checkpoints(workflow_name=workflow_name))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return list(await self.inner.list_checkpoint_ids(workflow_name=workflow_name))
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return bool(await self.inner.delete(checkpoint_id))
-
-    async def get_latest(self, *, workflow_name: str) -> Any:
-        return await self.inner.get_latest(workflow_name=workflow_name)
+        super().__init__(inner if inner is not None else InMemoryCheckpointStorage())
