@@ -22,6 +22,13 @@ def say(*words: object) -> None:
     sys.stdout.flush()
 
 
+def acknowledge(count: int) -> None:
+    """Say a step was saved, then wait for the parent's go before the next one: the parent's
+    kill lands between two steps, whatever its read of this pipe lags behind."""
+    say("ack", count)
+    sys.stdin.readline()
+
+
 def crewai(url: str, flow_id: str, mode: str) -> None:
     from crewai.flow.flow import Flow, FlowState, start
     from crewai.flow.persistence import persist
@@ -51,7 +58,7 @@ def crewai(url: str, flow_id: str, mode: str) -> None:
         persistence.close()
         return
     while True:
-        say("ack", step())
+        acknowledge(step())
 
 
 def burr(url: str, app_id: str, mode: str) -> None:
@@ -85,7 +92,7 @@ def burr(url: str, app_id: str, mode: str) -> None:
         return
     while True:
         _, _, state = app.step()
-        say("ack", state["count"])
+        acknowledge(state["count"])
 
 
 if __name__ == "__main__":

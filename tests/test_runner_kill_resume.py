@@ -52,6 +52,7 @@ async def store_url(backend: str, directory: Path) -> AsyncIterator[str]:
 def _worker(runner: str, url: str, identifier: str, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(WORKER), runner, url, identifier, mode],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -87,6 +88,9 @@ async def test_a_killed_run_resumes_at_the_next_step_with_nothing_acknowledged_l
                 if acknowledged >= ACKS_BEFORE_KILL:
                     process.send_signal(signal.SIGKILL)
                     break
+                assert process.stdin is not None
+                process.stdin.write("go\n")  # the worker waits for it before its next step
+                process.stdin.flush()
         process.wait(timeout=60)
         assert process.returncode == -signal.SIGKILL, process.stderr.read() if process.stderr else ""
         assert acknowledged == ACKS_BEFORE_KILL
