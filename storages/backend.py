@@ -93,10 +93,10 @@ class Backend(abc.ABC):
     saves one after another, so that they commit in the order ``save`` was called
     (docs/contract.md, "Latest")."""
 
-    @property
-    def ttl(self) -> float | None:
-        """Seconds a checkpoint lives after its save, on a backend declaring ``ttl``; else None."""
-        return None
+    ttl: float | None = None
+    """Seconds a checkpoint lives after its save, on a backend declaring ``ttl``; else None. A
+    plain attribute: a backend whose time to live is a setting assigns it in ``__init__``, as it
+    does its capabilities."""
 
     def describe(self) -> str:
         """A short human name for messages and reports, e.g. ``sqlite:///path.db`` (no secrets)."""

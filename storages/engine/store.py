@@ -9,6 +9,7 @@ docs/backends.md is the guide to writing a backend.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Iterable, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Generic
@@ -350,9 +351,11 @@ class CheckpointStore(Generic[BackendT]):
 
     def over(self, backend: BackendT) -> Self:  # type: ignore[misc]  # BackendT is read-only here
         """A handle of this storage's class over ``backend`` (another backend on the same store,
-        say a read-only one), with this handle's codec and keys. The storage class holds nothing
-        of its own: everything it needs is in the backend and the engine."""
-        handle = object.__new__(type(self))
+        say a read-only one), with this handle's codec and keys. A subclass's own attributes
+        (what its ``__init__`` set beside the engine's) are carried over, shallowly, as settings
+        are; the engine's parts are built anew, so the two handles share no connection, lock or
+        open state."""
+        handle = copy.copy(self)
         CheckpointStore.__init__(handle, backend, codec=self._codec, integrity_key=self.integrity_keys)
         return handle
 

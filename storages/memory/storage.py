@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 from typing_extensions import Self
@@ -22,6 +23,10 @@ URL_OPTIONS: tuple[str, ...] = ()
 class InMemoryCheckpointStorage(CheckpointStore[MemoryBackend]):
     """Checkpoints in this process's memory. Handles from :meth:`new_handle` share one store."""
 
+    backend_class: ClassVar[type[MemoryBackend]] = MemoryBackend
+    """The backend this class builds from its settings. A subclass names a subclass of it to
+    store through its own backend with this class's settings, URLs and handles."""
+
     def __init__(
         self,
         *,
@@ -31,7 +36,7 @@ class InMemoryCheckpointStorage(CheckpointStore[MemoryBackend]):
         integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
         super().__init__(
-            MemoryBackend(),
+            self.backend_class(),
             # The bytes never leave this process: a type met at save is trusted for this store's
             # reads, as MAF's own in-memory storage keeps any object.
             codec=CheckpointCodec(trust_saved_types=True) if codec is None else codec,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Self
@@ -26,6 +26,10 @@ class PostgresCheckpointStorage(CheckpointStore[PostgresBackend]):
     (:class:`~storages.postgres.backend.PostgresBackend` says what each does).
     """
 
+    backend_class: ClassVar[type[PostgresBackend]] = PostgresBackend
+    """The backend this class builds from its settings. A subclass names a subclass of it to
+    store through its own backend with this class's settings, URLs and handles."""
+
     def __init__(
         self,
         url: str | None = None,
@@ -42,7 +46,7 @@ class PostgresCheckpointStorage(CheckpointStore[PostgresBackend]):
         allowed_modules: Iterable[str] = (),
         integrity_key: IntegrityKeyInput | None = None,
     ) -> None:
-        backend = PostgresBackend(
+        backend = self.backend_class(
             url,
             pool=pool,
             connection=connection,

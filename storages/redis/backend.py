@@ -87,6 +87,7 @@ class RedisBackend(Backend):
         self._commits = Commits(self._connection, span)
         self._reads = Reads(self._connection, span)
         self._loads = Loads(self._connection, span)
+        self.ttl = settings.ttl
         if ttl is not None:
             # An instance attribute: TTL is a per-storage setting, so is its capability.
             self.capabilities = _BASE_CAPABILITIES | {Capability.TTL}
@@ -120,11 +121,6 @@ class RedisBackend(Backend):
     @property
     def prefix(self) -> str:
         return self._settings.prefix
-
-    @property
-    def ttl(self) -> float | None:
-        """Seconds a checkpoint lives after its save, or None."""
-        return self._settings.ttl
 
     @property
     def allow_evicting_policy(self) -> bool:

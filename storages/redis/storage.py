@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -26,6 +26,10 @@ class RedisCheckpointStorage(CheckpointStore[RedisBackend]):
     including the eviction-policy check made on first use).
     """
 
+    backend_class: ClassVar[type[RedisBackend]] = RedisBackend
+    """The backend this class builds from its settings. A subclass names a subclass of it to
+    store through its own backend with this class's settings, URLs and handles."""
+
     def __init__(
         self,
         client: Redis | RedisCluster | None = None,
@@ -40,7 +44,7 @@ class RedisCheckpointStorage(CheckpointStore[RedisBackend]):
         integrity_key: IntegrityKeyInput | None = None,
         allow_evicting_policy: bool = False,
     ) -> None:
-        backend = RedisBackend(
+        backend = self.backend_class(
             client,
             url=url,
             prefix=prefix,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from typing_extensions import Self
 
@@ -22,6 +22,10 @@ class S3CheckpointStorage(CheckpointStore[S3Backend]):
     :class:`~storages.s3.backend.S3Backend` says what opening checks, and what
     ``unsafe_single_writer`` gives up).
     """
+
+    backend_class: ClassVar[type[S3Backend]] = S3Backend
+    """The backend this class builds from its settings. A subclass names a subclass of it to
+    store through its own backend with this class's settings, URLs and handles."""
 
     def __init__(
         self,
@@ -58,7 +62,7 @@ class S3CheckpointStorage(CheckpointStore[S3Backend]):
             unsafe_single_writer=unsafe_single_writer,
         )
         super().__init__(
-            S3Backend(settings),
+            self.backend_class(settings),
             codec=codec,
             allowed_checkpoint_types=allowed_checkpoint_types,
             allowed_modules=allowed_modules,
@@ -90,7 +94,7 @@ class S3CheckpointStorage(CheckpointStore[S3Backend]):
         keys: what inspect, verify and diff open. Opening it checks the bucket exists
         (StoreNotFoundError if not) and writes nothing: no bucket, no conditional-write probe."""
         settings = dataclasses.replace(self.backend.settings, read_only=True, create_bucket=False)
-        return self.over(S3Backend(settings))
+        return self.over(self.backend_class(settings))
 
     @property
     def prefix(self) -> str:

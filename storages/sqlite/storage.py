@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import ClassVar
 
 from typing_extensions import Self
 
@@ -35,6 +36,10 @@ class SQLiteCheckpointStorage(CheckpointStore[SQLiteBackend]):
     transactions on its one thread, while separate handles contend for the file's write lock.
     """
 
+    backend_class: ClassVar[type[SQLiteBackend]] = SQLiteBackend
+    """The backend this class builds from its settings. A subclass names a subclass of it to
+    store through its own backend with this class's settings, URLs and handles."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -49,7 +54,7 @@ class SQLiteCheckpointStorage(CheckpointStore[SQLiteBackend]):
         immutable: bool = False,
         statement_trace: Callable[[str], object] | None = None,
     ) -> None:
-        backend = SQLiteBackend(
+        backend = self.backend_class(
             path,
             busy_timeout_ms=busy_timeout_ms,
             synchronous=synchronous,
