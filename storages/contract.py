@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from typing_extensions import Self
 
@@ -364,9 +364,17 @@ class CheckpointStorage(Protocol):
     async def __aexit__(self, *exc_info: object) -> None: ...
 
 
+def is_plain_identifier(value: object) -> TypeGuard[str]:
+    """An exact, non-empty, printable str within the limit: valid without a closer look (what
+    fails this test, :func:`validate_identifier` decides and names)."""
+    return type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()
+
+
 def validate_identifier(value: object, field_name: str) -> str:
     """Return ``value`` if it is an acceptable id or workflow name, else raise
     InvalidCheckpointIdError naming the field."""
+    if is_plain_identifier(value):  # every save checks three ids: the common case first
+        return value
     if not isinstance(value, str):
         raise InvalidCheckpointIdError(field_name, value, f"must be a str, not {type(value).__name__}")
     if not value:
@@ -405,5 +413,6 @@ __all__ = [
     "Unfenced",
     "PendingWrite",
     "WorkflowCheckpoint",
+    "is_plain_identifier",
     "validate_identifier",
 ]

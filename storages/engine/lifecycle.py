@@ -34,10 +34,6 @@ class Lifecycle:
         """True once the backend was opened (a handle's settings are fixed from then on)."""
         return self._connected
 
-    def is_ready(self) -> bool:
-        """True when an operation may call the backend now: open, on the loop it is bound to."""
-        return self._connected and not self._closed and self._loop is asyncio.get_running_loop()
-
     async def ensure(self, operation: str) -> None:
         """Make the backend ready for ``operation`` (named in every error): open it, or follow it
         to the running loop; StorageClosedError after close."""

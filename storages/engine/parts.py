@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
-from ..contract import MAX_ID_LENGTH, Capability, validate_identifier
+from ..contract import Capability, validate_identifier
 from ..errors import InvalidCheckpointError, UnsupportedOperationError
 from .lifecycle import Lifecycle
 from .reading import Reader
@@ -31,20 +31,14 @@ class HandleParts:
 
     async def ready(self, operation: str) -> None:
         """Make the backend ready for ``operation`` (see Lifecycle.ensure)."""
-        if not self.lifecycle.is_ready():
-            await self.lifecycle.ensure(operation)
+        await self.lifecycle.ensure(operation)
 
     def check_listing(
         self, operation: str, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
     ) -> None:
         """Refuse a listing's arguments before any round trip: an invalid workflow name, a
         signature filter or nested records the storage does not declare."""
-        if not (
-            type(workflow_name) is str
-            and 0 < len(workflow_name) <= MAX_ID_LENGTH
-            and workflow_name.isprintable()
-        ):
-            validate_identifier(workflow_name, "workflow_name")  # decides what is not plainly valid
+        validate_identifier(workflow_name, "workflow_name")
         if graph_signature_hash is not None:
             self.require(Capability.SIGNATURE_FILTER, f"{operation}(graph_signature_hash=...)")
             if not isinstance(graph_signature_hash, str):

@@ -176,8 +176,7 @@ class CheckpointStore(Generic[BackendT]):
             key, turn = self._save_order.take(drafts[0][1])
             holding = turn is None
         try:
-            if not self._lifecycle.is_ready():
-                await self._lifecycle.ensure("save")
+            await self._lifecycle.ensure("save")
             if turn is not None:
                 try:
                     await turn
@@ -221,8 +220,7 @@ class CheckpointStore(Generic[BackendT]):
             if anchor is None
             else self._required_sealer("reading with an anchor").parsed_anchor(anchor, None)
         )
-        if not self._lifecycle.is_ready():
-            await self._lifecycle.ensure("load")
+        await self._lifecycle.ensure("load")
         stored = as_asked(await self._backend.load(checkpoint_id), checkpoint_id)
         if stored is None:
             raise CheckpointNotFoundError(checkpoint_id)
@@ -253,8 +251,7 @@ class CheckpointStore(Generic[BackendT]):
         Nested records of that workflow name are left out unless ``include_nested`` is true.
         """
         self._parts.check_listing("list_checkpoints", workflow_name, graph_signature_hash, include_nested)
-        if not self._lifecycle.is_ready():
-            await self._lifecycle.ensure("list_checkpoints")
+        await self._lifecycle.ensure("list_checkpoints")
         for _ in range(READ_RACE_RETRIES):
             stored = await self._backend.list_bodies(
                 workflow_name, graph_signature_hash, include_nested=include_nested
@@ -274,8 +271,7 @@ class CheckpointStore(Generic[BackendT]):
     ) -> list[CheckpointID]:
         """Ids of every checkpoint of ``workflow_name``, oldest first; decodes no bodies."""
         self._parts.check_listing("list_checkpoint_ids", workflow_name, graph_signature_hash, include_nested)
-        if not self._lifecycle.is_ready():
-            await self._lifecycle.ensure("list_checkpoint_ids")
+        await self._lifecycle.ensure("list_checkpoint_ids")
         ids = await self._backend.list_ids(workflow_name, graph_signature_hash, include_nested=include_nested)
         if type(ids) is CheckedIds:
             return list(ids)
@@ -305,8 +301,7 @@ class CheckpointStore(Generic[BackendT]):
         self._parts.check_listing("get_latest", workflow_name, graph_signature_hash, False)
         sealer = None if anchor is None else self._required_sealer("reading with an anchor")
         parsed = None if sealer is None or anchor is None else sealer.parsed_anchor(anchor, workflow_name)
-        if not self._lifecycle.is_ready():
-            await self._lifecycle.ensure("get_latest")
+        await self._lifecycle.ensure("get_latest")
         backend = self._backend
         for _ in range(READ_RACE_RETRIES):
             stored = await backend.latest(workflow_name, graph_signature_hash)
@@ -331,8 +326,7 @@ class CheckpointStore(Generic[BackendT]):
         expect, and what get_latest returns unless a rival has a newer timestamp. No body is
         decoded, so a damaged head is still named."""
         self._parts.check_listing("latest_id", workflow_name, graph_signature_hash, False)
-        if not self._lifecycle.is_ready():
-            await self._lifecycle.ensure("latest_id")
+        await self._lifecycle.ensure("latest_id")
         stored = await self._backend.latest(workflow_name, graph_signature_hash)
         return None if stored is None else stored.checkpoint_id
 

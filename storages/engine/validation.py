@@ -9,10 +9,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..codec.packing import ATOMS
-from ..contract import CHECKPOINT_FIELDS, MAX_ID_LENGTH, CheckpointID, PendingWrite, validate_identifier
+from ..contract import CHECKPOINT_FIELDS, CheckpointID, PendingWrite, validate_identifier
 from ..errors import InvalidCheckpointError
-
-_MAX = MAX_ID_LENGTH
 
 _DICT_FIELDS = ("messages", "state", "pending_request_info_events", "metadata")
 _DICTS = (dict,) * len(_DICT_FIELDS)
@@ -65,16 +63,9 @@ def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) ->
             f"{type(checkpoint).__name__}{where} is not a checkpoint: missing field {missing!r}",
             field=missing,
         ) from None
-    # An exact, non-empty, printable str within the limit is valid: that test in line, and
-    # validate_identifier (which decides, and names what is wrong) only for anything else. Every
-    # save checks three ids; three calls were a seventh of a memory save's engine work.
-    if not (type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()):
-        validate_identifier(workflow_name, "workflow_name")
-    if not (type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()):
-        validate_identifier(checkpoint_id, "checkpoint_id")
-    if previous_id is not None and not (
-        type(previous_id) is str and 0 < len(previous_id) <= _MAX and previous_id.isprintable()
-    ):
+    validate_identifier(workflow_name, "workflow_name")
+    validate_identifier(checkpoint_id, "checkpoint_id")
+    if previous_id is not None:
         validate_identifier(previous_id, "previous_checkpoint_id")
     if not (isinstance(signature, str) and isinstance(timestamp, str) and isinstance(version, str)):
         _expect_field(checkpoint_id, "graph_signature_hash", signature, str)
@@ -130,8 +121,7 @@ def checked_writes(writes: Iterable[object]) -> list[PendingWrite]:
         # A call's writes are one task's: its id is checked once (a str is immutable).
         task_id = write.task_id
         if task_id is not checked_task_id:
-            if not (type(task_id) is str and 0 < len(task_id) <= _MAX and task_id.isprintable()):
-                validate_identifier(task_id, "task_id")  # as in check_fields: the full check decides
+            validate_identifier(task_id, "task_id")
             checked_task_id = task_id
         index = write.index
         if type(index) is not int and (isinstance(index, bool) or not isinstance(index, int)):

@@ -12,11 +12,11 @@ import ormsgpack
 
 from ..contract import (
     CHECKPOINT_VERSION,
-    MAX_ID_LENGTH,
     Capability,
     CheckpointID,
     PendingWrite,
     WorkflowCheckpoint,
+    is_plain_identifier,
     validate_identifier,
 )
 from ..errors import CheckpointCorruptedError
@@ -44,22 +44,15 @@ class PendingWritesLog:
         if Capability.PENDING_WRITES not in self._parts.capabilities:
             self._parts.require(Capability.PENDING_WRITES, "put_writes")
         # validate_identifier decides whatever is not plainly valid (validation.check_fields).
-        if not (
-            type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
-        ):
-            validate_identifier(checkpoint_id, "checkpoint_id")
-        if not (
-            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
-        ):
-            validate_identifier(workflow_name, "workflow_name")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
         batch: list[PendingWrite] = list(writes)
         # A plainly valid, plain batch (LangGraph's every one) is checked, keyed and given its
         # rows in one pass; any other is checked by checked_writes (which raises at a bad write).
         plain_rows = _plain_rows(batch, check=True) if batch else None
         if plain_rows is None:
             batch = checked_writes(batch)
-        if not self._parts.lifecycle.is_ready():  # in line: LangGraph calls these per step
-            await self._parts.lifecycle.ensure("put_writes")
+        await self._parts.lifecycle.ensure("put_writes")
         if not batch:
             return
         # One record per call is what makes the call atomic on every backend: each primitive
@@ -104,19 +97,15 @@ class PendingWritesLog:
         if (
             plain_rows is None
             or Capability.PENDING_WRITES not in self._parts.capabilities
-            or not (
-                type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
-            )
-            or not (
-                type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
-            )
-            or not self._parts.lifecycle.is_ready()
+            or not is_plain_identifier(checkpoint_id)
+            or not is_plain_identifier(workflow_name)
         ):
             batch = [
                 PendingWrite(task_id, index, channel, value, task_path) for index, channel, value in writes
             ]
             await self.put_writes(checkpoint_id, batch, workflow_name=workflow_name)
             return
+        await self._parts.lifecycle.ensure("put_writes")
         record = self._plain_batch_record(checkpoint_id, workflow_name, *plain_rows)
         sealer = self._parts.sealer
         if sealer is not None:
@@ -145,16 +134,9 @@ class PendingWritesLog:
         (task_id, index) was first stored."""
         if Capability.PENDING_WRITES not in self._parts.capabilities:
             self._parts.require(Capability.PENDING_WRITES, "list_writes")
-        if not (
-            type(checkpoint_id) is str and 0 < len(checkpoint_id) <= _MAX and checkpoint_id.isprintable()
-        ):
-            validate_identifier(checkpoint_id, "checkpoint_id")
-        if not (
-            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
-        ):
-            validate_identifier(workflow_name, "workflow_name")
-        if not self._parts.lifecycle.is_ready():  # in line: LangGraph calls these per step
-            await self._parts.lifecycle.ensure("list_writes")
+        validate_identifier(checkpoint_id, "checkpoint_id")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._parts.lifecycle.ensure("list_writes")
         log = writes_log_name(workflow_name)
         sealer = self._parts.sealer
         merged: dict[tuple[str, int], PendingWrite] = {}
@@ -170,12 +152,8 @@ class PendingWritesLog:
         the workflow's log instead of one per checkpoint, for a caller listing a whole history."""
         if Capability.PENDING_WRITES not in self._parts.capabilities:
             self._parts.require(Capability.PENDING_WRITES, "list_workflow_writes")
-        if not (
-            type(workflow_name) is str and 0 < len(workflow_name) <= _MAX and workflow_name.isprintable()
-        ):
-            validate_identifier(workflow_name, "workflow_name")
-        if not self._parts.lifecycle.is_ready():  # in line: LangGraph calls these per step
-            await self._parts.lifecycle.ensure("list_workflow_writes")
+        validate_identifier(workflow_name, "workflow_name")
+        await self._parts.lifecycle.ensure("list_workflow_writes")
         log = writes_log_name(workflow_name)
         sealer = self._parts.sealer
         merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
@@ -213,8 +191,6 @@ class PendingWritesLog:
             if owner not in survivors:
                 await self._parts.backend.remove(stored.checkpoint_id)
 
-
-_MAX = MAX_ID_LENGTH
 
 _WRITES_BATCH_TIMESTAMP = "1970-01-01T00:00:00+00:00"
 """Every write batch carries this timestamp, so equal batches encode to equal bodies."""
@@ -299,7 +275,7 @@ def _plain_rows(writes: Sequence[Any], *, check: bool = False) -> tuple[bytes, l
         if check:
             # A call's writes are one task's: its id is checked once (as checked_writes does).
             if task_id is not checked_task_id:
-                if not (0 < len(task_id) <= _MAX and task_id.isprintable()):
+                if not is_plain_identifier(task_id):
                     return None
                 checked_task_id = task_id
             if not channel:
@@ -334,13 +310,7 @@ def _plain_task_rows(
     """What ``_plain_rows([PendingWrite(task_id, index, channel, value, task_path) for index,
     channel, value in writes], check=True)`` returns (the same packed rows, so the same batch id),
     from the fields themselves; None where it would be None, and for no writes."""
-    if not (
-        writes
-        and type(task_id) is str
-        and type(task_path) is str
-        and 0 < len(task_id) <= _MAX
-        and task_id.isprintable()
-    ):
+    if not (writes and type(task_path) is str and is_plain_identifier(task_id)):
         return None
     atoms = _PLAIN_VALUE_ATOMS
     key_rows: list[tuple[Any, ...]] = []
