@@ -61,6 +61,8 @@ cancelled call left held, a reply awaited forever) fails its clause with
 "`save()` did not return within 20 s" and marks the storage stuck, and every later clause of the
 run fails at once ("not run: the storage is stuck since ...") instead of waiting out its own
 timeout, so a storage that hangs costs about one bound more than a healthy one, not 45 minutes.
+Under pytest the mark lasts for the test class's storage across the session: the clause tests
+after the stuck one fail at once the same way (tests/kit/test_pytest_plugin.py).
 A clause may allow its calls longer (`@clause(operation_timeout=...)`). What the bound, the
 counted walks and the many-writers clause cost, measured with `checkpoint-conformance` (no URL)
 run for main and for the change one after the other on this 2-core machine while other work ran
