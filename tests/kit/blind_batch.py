@@ -1,9 +1,9 @@
 """A blind batch of broken storages, written from the author docs alone (docs/backends.md,
 docs/contract.md, docs/conformance.md, README.md, examples/dict_storage.py) before reading what
 the kit's clauses or its model check. Each has exactly one defect of a kind outside authors write:
-an own backend on ``storages.backend`` (the worked example's ``DictBackend`` grown, or a backend
-over the built-in memory one that redoes one primitive), a wrapper around a built-in storage (a
-cache, metrics, a retry layer), or a storage with MAF's six methods.
+an own backend on ``storages.backend`` (the worked example's ``DictBackend`` grown, persisted to a
+JSON-lines file, or a backend over the built-in memory one that redoes one primitive), a wrapper
+around a built-in storage (a cache, metrics, a retry layer), or a storage with MAF's six methods.
 
 ``BATCH`` maps each storage's name to a factory of its :class:`~conformance.StorageTarget`;
 tests/kit/test_blind_batch.py runs the kit on every one and requires each to be caught.
@@ -12,12 +12,18 @@ tests/kit/test_blind_batch.py runs the kit on every one and requires each to be 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import datetime
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
+
+from typing_extensions import Self
 
 from conformance import StorageTarget
 from conformance.six_methods import SixMethods
@@ -31,7 +37,7 @@ from storages.backend import (
     is_engine_log_name,
     rivals_of,
 )
-from storages.contract import CheckpointID, CheckpointInfo
+from storages.contract import Capability, CheckpointID, CheckpointInfo
 from storages.engine import CheckpointStore
 from storages.errors import (
     CheckpointConflictError,
@@ -257,6 +263,120 @@ class DictCheckThenInsert(DictBackend):
             tables.sequences[record.workflow_name] = sequence
             tables.records[record.checkpoint_id] = (sequence, record)
         return InsertResult.INSERTED
+
+
+# ---------------------------------------------------------------------------------------------
+# A durable own backend: the worked example persisted to a JSON file after every write, read back
+# whole when a storage is built on the path (the rows are docs/backends.md's).
+
+
+class JsonFileBackend(DictBackend):
+    """The worked example kept in a JSON-lines file (``durable``): each change appends a line, and
+    building a backend on the path replays them."""
+
+    capabilities = DictBackend.capabilities | {Capability.DURABLE}
+
+    def __init__(self, path: str, tables: Tables | None = None) -> None:
+        self.path = path
+        super().__init__(tables if tables is not None else self.read())
+
+    def new_handle(self) -> Self:
+        return type(self)(self.path, self.tables)
+
+    def body_text(self, body: bytes) -> str:
+        return base64.b64encode(body).decode("ascii")
+
+    def body_bytes(self, text: str) -> bytes:
+        return base64.b64decode(text)
+
+    def read(self) -> Tables:
+        tables = Tables()
+        if not os.path.exists(self.path):
+            return tables
+        with open(self.path, encoding="utf-8") as file:
+            for line in file:
+                self.replay(tables, json.loads(line))
+        return tables
+
+    def replay(self, tables: Tables, row: dict[str, Any]) -> None:
+        if row["op"] == "remove":
+            tables.records.pop(row["id"], None)
+            return
+        record = CheckpointRecord(
+            row["id"],
+            row["workflow"],
+            row["previous"],
+            row["signature"],
+            self.body_bytes(row["body"]),
+            row["digest"],
+        )
+        tables.records[record.checkpoint_id] = (row["sequence"], record)
+        if row["op"] == "insert":
+            tables.sequences[record.workflow_name] = max(
+                tables.sequences.get(record.workflow_name, 0), row["sequence"]
+            )
+
+    def append(self, row: dict[str, Any]) -> None:
+        with self.tables.lock, open(self.path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(row) + "\n")
+
+    def row(self, op: str, checkpoint_id: CheckpointID) -> dict[str, Any]:
+        sequence, record = self.tables.records[checkpoint_id]
+        return {
+            "op": op,
+            "id": record.checkpoint_id,
+            "workflow": record.workflow_name,
+            "previous": record.previous_checkpoint_id,
+            "signature": record.graph_signature_hash,
+            "digest": record.digest,
+            "sequence": sequence,
+            "body": self.body_text(record.body),
+        }
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        result = await super().insert(records)
+        if result is InsertResult.INSERTED:
+            self.append(self.row("insert", records[0].checkpoint_id))
+        return result
+
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        removed = await super().remove(checkpoint_id)
+        if removed:
+            self.append({"op": "remove", "id": checkpoint_id})
+        return removed
+
+    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
+        written = await super().overwrite_body(checkpoint_id, body, digest)
+        if written:
+            self.append(self.row("overwrite", checkpoint_id))
+        return written
+
+
+class JsonBodyAsText(JsonFileBackend):
+    """Bodies are kept in the file as UTF-8 text (errors replaced), not base64."""
+
+    def body_text(self, body: bytes) -> str:
+        return body.decode("utf-8", errors="replace")
+
+    def body_bytes(self, text: str) -> bytes:
+        return text.encode("utf-8")
+
+
+class JsonRowsById(JsonFileBackend):
+    """Reading the file back numbers the records again in id order (a dict keyed by id, sorted)."""
+
+    def read(self) -> Tables:
+        tables = super().read()
+        ordered = sorted(tables.records.values(), key=lambda row: row[1].checkpoint_id)
+        tables.records = {r.checkpoint_id: (n + 1, r) for n, (_, r) in enumerate(ordered)}
+        return tables
+
+
+class JsonDeleteNotWritten(JsonFileBackend):
+    """A delete changes the handle's tables but is not written to the file."""
+
+    async def remove(self, checkpoint_id: CheckpointID) -> bool:
+        return await DictBackend.remove(self, checkpoint_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -874,6 +994,27 @@ def _engine(backend_class: type[Any]) -> Callable[[], StorageTarget]:
     return target
 
 
+def _json_file(backend_class: type[JsonFileBackend]) -> Callable[[], StorageTarget]:
+    def target() -> StorageTarget:
+        directory = tempfile.mkdtemp(prefix="blind-json-")
+        path = os.path.join(directory, "store.json")
+
+        def reopen() -> Any:
+            return CheckpointStore(backend_class(path))
+
+        async def cleanup() -> None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+        return StorageTarget(
+            name=backend_class.__name__,
+            factory=CheckpointStore(backend_class(path)).new_handle,
+            reopen=reopen,
+            cleanup=cleanup,
+        )
+
+    return target
+
+
 def _wrapped(wrapper_class: type[Any]) -> Callable[[], StorageTarget]:
     def target() -> StorageTarget:
         root = wrapper_class(InMemoryCheckpointStorage())
@@ -953,6 +1094,7 @@ BATCH: dict[str, Callable[[], StorageTarget]] = {
             ExpectedSignatureCaseless,
         )
     },
+    **{cls.__name__: _json_file(cls) for cls in (JsonBodyAsText, JsonRowsById, JsonDeleteNotWritten)},
     **{
         cls.__name__: _six(cls)
         for cls in (
@@ -970,5 +1112,6 @@ HEALTHY: dict[str, Callable[[], StorageTarget]] = {
     "MemOwnPrune": _engine(_OwnPrune),
     "MemPaged": _engine(_Paged),
     "SixOwnLatest": _six(SixOwnLatest),
+    "JsonFileBackend": _json_file(JsonFileBackend),
 }
 """The honest bases the batch's defects were written over: each must pass the kit."""
