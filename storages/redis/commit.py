@@ -18,6 +18,7 @@ from ..contract import CheckpointID
 from ..errors import NestedCheckpointDeletionError
 from ..records import index_text
 from .client import NOT_RUN, RedisConnection
+from .keys import NEXT, SEQUENCE, TOP
 from .replies import optional_id, pairs, text
 from .scripts import (
     DeleteWorkflow,
@@ -91,9 +92,9 @@ class Commits:
         self.connection = connection
         self.keys = connection.keys
         self.span = span
-        self._workflow_keys: dict[tuple[str, str], tuple[str, str, str, str]] = {}
-        """(workflow, signature) -> its tag, counter, top index and signature index: every save
-        of a workflow names the same four, and building them was a quarter of a save's client
+        self._workflow_keys: dict[tuple[str, str], tuple[str, str, str, str, str]] = {}
+        """(workflow, signature) -> its tag, counter, top, signature and successor indexes: every
+        save of a workflow names the same five, and building them was a quarter of a save's client
         work. Bounded: cleared when it reaches _REMEMBERED_WORKFLOWS entries."""
 
     async def insert(self, record: CheckpointRecord) -> str | None:
@@ -130,22 +131,25 @@ class Commits:
         keys = self.keys
         known = self._workflow_keys.get((workflow_name, record.graph_signature_hash))
         if known is None:
+            tag = keys.tag(workflow_name)
             known = (
-                keys.tag(workflow_name),
-                keys.sequence(workflow_name),
-                keys.top(workflow_name),
-                keys.signature(workflow_name, record.graph_signature_hash),
+                tag,
+                keys.under(tag, SEQUENCE),
+                keys.under(tag, TOP),
+                keys.signature_under(tag, record.graph_signature_hash),
+                keys.under(tag, NEXT),
             )
             if len(self._workflow_keys) >= _REMEMBERED_WORKFLOWS:
                 self._workflow_keys.clear()
             self._workflow_keys[workflow_name, record.graph_signature_hash] = known
-        tag, counter, top, signature_index = known
+        tag, counter, top, signature_index, successors = known
         return SaveOne(
             pointer=keys.location(checkpoint_id),
             record=keys.record_under(tag, checkpoint_id),
             counter=counter,
             top=top,
             signature_index=signature_index,
+            successors=successors,
             workflow=workflow_name,
             id=checkpoint_id,
             body=b"" if staged else record.body,

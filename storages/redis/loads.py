@@ -13,7 +13,6 @@ from ..backend import StoredBody
 from ..contract import CheckpointID
 from .client import RedisConnection
 from .commit import SlotSpan
-from .keys import escape
 from .replies import body_pairs, index_entry, lost_record, no_body, text
 from .scripts import Load
 
@@ -150,11 +149,10 @@ class Loads:
         """
         keys = self.keys
         tag = keys.tag(home)
-        escaped = escape(checkpoint_id)
         commands = (
             ("GET", keys.location(checkpoint_id)),
-            ("HMGET", f"{tag}:r:{escaped}", "b", "w", "p", "s"),
-            ("EXISTS", f"{tag}:k:{escaped}"),
+            ("HMGET", keys.record_under(tag, checkpoint_id), "b", "w", "p", "s"),
+            ("EXISTS", keys.children_under(tag, checkpoint_id)),
         )
         reply = await self.connection.transaction("load", commands)
         if reply is None or len(reply) != 3 or not isinstance(reply[1], list) or len(reply[1]) != 4:

@@ -23,9 +23,7 @@ if fenced then
   end
 end
 local seq = redis.call('INCR', counter)
--- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot. A root
--- is in no sibling range (roots never rival) and costs nothing there.
-local successors = string.sub(top, 1, -4) .. 'next'
+-- A root is in no sibling range (roots never rival) and costs nothing in the successor index.
 local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
@@ -44,7 +42,7 @@ redis.call('ZADD', signature_index, seq, id)
 redis.call('SET', pointer, workflow)
 local unindexed = listed(workflow)
 if TTL > 0 then
-  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
+  for _, key in ipairs({pointer, record, counter, top, signature_index}) do redis.call('PEXPIRE', key, TTL) end
   if previous ~= '' then redis.call('PEXPIRE', successors, TTL) end
 end
 if unindexed then return 1 end
