@@ -210,17 +210,10 @@ class RedisBackend(Backend):
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         self._refuse_if_read_only("save")
-        top = records[0]
-        if len(records) == 1 and top.container_id is None:
-            stored = await self._commits.insert(top)
-            if stored is None:
-                self._loads.remember(top.checkpoint_id, top.workflow_name)
-                self._loads.note_body(len(top.body))
-        else:
-            stored = await self._commits.insert_family(records)
-            if stored is None:
-                self._remember_family(records)
-        return InsertResult.of_stored_digest(stored, top)
+        stored = await self._commits.insert(records)
+        if stored is None:
+            self._remember_family(records)
+        return InsertResult.of_stored_digest(stored, records[0])
 
     def _remember_family(self, records: Sequence[CheckpointRecord]) -> None:
         # Every record of a family lives in the home of its top-level record. Records with
