@@ -115,7 +115,7 @@ def test_each_kind_is_encoded_as_its_binding_decodes_it() -> None:
 @pytest.mark.parametrize(
     ("call", "says"),
     [
-        (Load(route=b"p", id="id", given_home=None, inline_limit=0), "route: expected text"),  # type: ignore[arg-type]
+        (Load(route="p", id=b"id", given_home=None, inline_limit=0), "id: expected text"),  # type: ignore[arg-type]
         (ListAdd(index="i", complete=True, names=["a", 3]), "names: expected text"),  # type: ignore[list-item]
         (
             Save(
@@ -130,7 +130,9 @@ def test_each_kind_is_encoded_as_its_binding_decodes_it() -> None:
         (Load(route="p", id="id", given_home=None, inline_limit=True), "inline_limit: expected int"),
     ],
 )
-def test_a_key_a_rest_item_or_a_row_field_of_the_wrong_type_is_refused(call: ScriptCall, says: str) -> None:
+def test_an_argument_a_rest_item_or_a_row_field_of_the_wrong_type_is_refused(
+    call: ScriptCall, says: str
+) -> None:
     with pytest.raises(TypeError, match=says):
         call.encode()
 

@@ -218,12 +218,12 @@ class RedisBackend(Backend):
     def _remember_family(self, records: Sequence[CheckpointRecord]) -> None:
         # Every record of a family lives in the home of its top-level record. Records with
         # others nested in them are left to the load script, which reads their bodies too.
-        home = records[0].workflow_name
-        containers = {record.container_id for record in records}
+        loads, home = self._loads, records[0].workflow_name
+        containers = {record.container_id for record in records} if len(records) > 1 else ()
         for record in records:
-            self._loads.note_body(len(record.body))
+            loads.note_body(len(record.body))
             if record.checkpoint_id not in containers:
-                self._loads.remember(record.checkpoint_id, home)
+                loads.remember(record.checkpoint_id, home)
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None

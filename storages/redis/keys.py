@@ -44,7 +44,7 @@ SEQUENCE, TOP, NEXT, NESTED, TOMBS = "seq", "top", "next", "nested", "tombs"
 SIGNATURE, RECORD, STAGE, CHILDREN, FAMILY = "sig", "r", "stage", "k", "f"
 LOCATION, PRUNED = "loc", "pruned"
 WORKFLOWS = "workflows"
-ESCAPED = "%{}:"
+ESCAPED = "%:{}"
 """The characters :func:`escape` writes as ``%XX``."""
 
 _UNESCAPE = re.compile(r"%([0-9A-F]{2})")

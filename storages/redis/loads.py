@@ -44,6 +44,11 @@ class LoadPath(enum.Enum):
     larger one with nothing nested by its home, and the transaction reads it."""
 
 
+# The members as module globals: on Python 3.11 ``LoadPath.SCRIPT`` is a descriptor call, about
+# 400 ns, and a load would pay it twice.
+_SCRIPT, _REMEMBERED, _LOCATED = LoadPath.SCRIPT, LoadPath.REMEMBERED, LoadPath.LOCATED
+
+
 class Loads:
     """``load``: one record by its id, with the homes this handle remembers."""
 
@@ -85,11 +90,11 @@ class Loads:
         place the choice is made (docs/redis.md, "One path per operation", has the figures).
         Every path answers as the script would (tests/test_redis_paths.py)."""
         if self.script_only or not self.span.locates_by_pointer_key:
-            return LoadPath.SCRIPT, None
+            return _SCRIPT, None
         home = self.homes.get(checkpoint_id)
         if home is not None:
-            return LoadPath.REMEMBERED, home
-        return (LoadPath.LOCATED if self.large_bodies else LoadPath.SCRIPT), None
+            return _REMEMBERED, home
+        return (_LOCATED if self.large_bodies else _SCRIPT), None
 
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         path, home = self.path(checkpoint_id)
@@ -100,12 +105,12 @@ class Loads:
             if stored is _NOT_STORED:
                 self.forget(checkpoint_id)
                 return None
-            path = LoadPath.LOCATED if self.large_bodies else LoadPath.SCRIPT
+            path = _LOCATED if self.large_bodies else _SCRIPT
         # The script returns the nested bodies with the body and the index fields the decoded
         # body is checked against: one round trip, one consistent snapshot.
         if self.span.locates_by_pointer_key:
             # Plain Redis: the script follows the pointer, so no locate step (and no coroutine).
-            limit = INLINE_BODY_LIMIT if path is LoadPath.LOCATED else 0
+            limit = INLINE_BODY_LIMIT if path is _LOCATED else 0
             call = Load(
                 route=self.keys.location(checkpoint_id), id=checkpoint_id, given_home=None, inline_limit=limit
             )

@@ -88,8 +88,7 @@ _TESTS: dict[str, Callable[[Any], bool]] = {
 def _refuse(call: Any) -> None:
     """Raise the TypeError naming the first input of ``call`` its kind refuses."""
     spec = _spec(type(call))
-    named = [(name, "text", getattr(call, name)) for name in spec.keys]
-    named += [(name, kind, getattr(call, name)) for name, kind in spec.args]
+    named = [(name, kind, getattr(call, name)) for name, kind in spec.args]
     if spec.tail_role == _REST:
         named += [(spec.tail or "", "text", value) for value in getattr(call, spec.tail or "")]
     elif spec.tail_role == _ROWS:
@@ -219,18 +218,18 @@ class ScriptCall:
 
 
 def encoder(cls: type) -> Callable[[Any], tuple[list[str], list[Encoded]]]:
-    """A call class's encode, written from its fields: each input read once, tested and encoded
-    inline as its kind says (_ACCEPTS, _ENCODES). A loop over the fields with a call per
-    argument was a fifth of the client's work on a save, so the code is generated once per
-    class instead, and a refused input is named by :func:`_refuse`."""
+    """A call class's encode, written from its fields: each argument read once, tested and
+    encoded inline as its kind says (_ACCEPTS, _ENCODES); keys are sent as they are. A loop
+    over the fields with a call per argument was a fifth of the client's work on a save, so
+    the code is generated once per class instead, and a refused input is named by
+    :func:`_refuse`."""
     spec = _spec(cls)
     lines = ["def encode(self):"]
     tests: list[str] = []
     keys: list[str] = []
-    for index, name in enumerate(spec.keys):
-        lines.append(f"    k{index} = self.{name}")
-        keys.append(f"k{index}")
-        tests.append(f"type(k{index}) is str")
+    for name in spec.keys:
+        # Key names come from RedisKeys, never from a caller: sent as they are.
+        keys.append(f"self.{name}")
     encoded: list[str] = []
     for index, (name, kind) in enumerate(spec.args):
         lines.append(f"    a{index} = self.{name}")
