@@ -37,7 +37,6 @@ def _save_one(**changes: object) -> SaveOne:
         "counter": "p:{wf}:seq",
         "top": "p:{wf}:top",
         "signature_index": "p:{wf}:sig:s",
-        "successors": "p:{wf}:next",
         "workflow": "wf",
         "id": "id",
         "body": b"\x00body",
@@ -52,7 +51,7 @@ def _save_one(**changes: object) -> SaveOne:
 
 def test_a_call_encodes_its_keys_and_typed_arguments_in_declaration_order() -> None:
     keys, args = _save_one().encode()
-    assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s", "p:{wf}:next"]
+    assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s"]
     assert args == ["wf", "id", b"\x00body", "d", "s", "", "1", "before", ""]
     _, staged = _save_one(body=b"", stage="p:{wf}:stage:id").encode()
     assert staged == ["wf", "id", b"", "d", "s", "", "1", "before", "p:{wf}:stage:id"]
@@ -252,7 +251,8 @@ async def test_the_scripts_build_every_key_name_as_the_layout_module_does() -> N
         + "local w, id = ARGV[1], ARGV[2]\nlocal h = tag(w)\n"
         + "return {h, seqkey(h), topkey(h), nextkey(h), nestedkey(h), tombskey(h), sigkey(h, id),"
         + " rkey(h, id), kkey(h, id), fkey(h, id), stagekey(h, id), rprefix(h) .. esc(id), lockey(id),"
-        + " prunedkey(id), workflowskey(), nmember(w, id), esc(id), tostring(unescaped(id))}"
+        + " prunedkey(id), workflowskey(), nmember(w, id), esc(id), tostring(unescaped(id)),"
+        + " nextkey_beside(topkey(h))}"
     )
     client = Redis.from_url(redis_servers.redis_url())
     try:
@@ -282,6 +282,7 @@ async def test_the_scripts_build_every_key_name_as_the_layout_module_does() -> N
                     nested_member(name, checkpoint_id),
                     escape(checkpoint_id),
                     str(escape(checkpoint_id) == checkpoint_id).lower(),
+                    layout.under(tag, keys.NEXT),
                 ], (name, checkpoint_id)
     finally:
         await client.aclose()

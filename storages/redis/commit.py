@@ -19,7 +19,7 @@ from ..contract import CheckpointID
 from ..errors import NestedCheckpointDeletionError
 from ..records import index_text
 from .client import NOT_RUN, RedisConnection
-from .keys import NEXT, SEQUENCE, TOP
+from .keys import SEQUENCE, TOP
 from .replies import optional_id, pairs, text
 from .scripts import (
     DeleteWorkflow,
@@ -110,9 +110,9 @@ class Commits:
         self.connection = connection
         self.keys = connection.keys
         self.span = span
-        self._workflow_keys: dict[tuple[str, str], tuple[str, str, str, str, str]] = {}
-        """(workflow, signature) -> its tag, counter, top, signature and successor indexes: every
-        save of a workflow names the same five, and building them was a quarter of a save's client
+        self._workflow_keys: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+        """(workflow, signature) -> its tag, counter, top and signature indexes: every save of a
+        workflow names the same four, and building them was a quarter of a save's client
         work. Bounded: cleared when it reaches _REMEMBERED_WORKFLOWS entries."""
         self.general_only = False
         """True: every save takes the save script (SavePath.SCRIPT), for the tests that compare
@@ -171,19 +171,17 @@ class Commits:
                 keys.under(tag, SEQUENCE),
                 keys.under(tag, TOP),
                 keys.signature_under(tag, record.graph_signature_hash),
-                keys.under(tag, NEXT),
             )
             if len(self._workflow_keys) >= _REMEMBERED_WORKFLOWS:
                 self._workflow_keys.clear()
             self._workflow_keys[workflow_name, record.graph_signature_hash] = known
-        tag, counter, top, signature_index, successors = known
+        tag, counter, top, signature_index = known
         return SaveOne(
             pointer=keys.location(checkpoint_id),
             record=keys.record_under(tag, checkpoint_id),
             counter=counter,
             top=top,
             signature_index=signature_index,
-            successors=successors,
             workflow=workflow_name,
             id=checkpoint_id,
             body=b"" if staged else record.body,

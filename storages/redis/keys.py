@@ -55,7 +55,7 @@ WORKFLOW_KINDS = (TOP, NESTED, TOMBS)
 
 def escape(text: str) -> str:
     """``%``, ``{``, ``}`` and ``:`` as ``%XX``: what the key layout puts ids and names through."""
-    # Four plain searches first, as keys.lua does: most names need no escaping, and a save
+    # Four plain searches first, as the Lua esc() does: most names need no escaping, and a save
     # builds seven escaped names (a pattern substitution each was about 4,000 instructions).
     # A name that does (every LangGraph workflow name holds ':') takes four C replaces, "%"
     # first so no escape is escaped again: a pattern with a Python callback per match cost more.
@@ -211,7 +211,8 @@ def _lua_text(text: str) -> str:
 def lua_layout() -> str:
     """The Lua functions that build this module's key names, ahead of every script that uses
     them: ``esc`` (as :func:`escape`) and ``unescaped(s)`` (whether ``esc`` leaves ``s`` as it
-    is), ``tag(w)``, ``topkey(h)`` and the other per-workflow keys of a tag ``h``, ``rkey(h, id)``
+    is), ``tag(w)``, ``topkey(h)`` and the other per-workflow keys of a tag ``h`` (and
+    ``nextkey_beside(top)``, a top index's successor index), ``rkey(h, id)``
     and the other keys of a name under a tag, ``rprefix(h)`` (a record key before its escaped
     id), ``lockey(id)``, ``prunedkey(id)``, ``workflowskey()`` and ``nmember(home, id)``. ``P``
     is the prefix, a common input of every script."""
@@ -244,6 +245,9 @@ def lua_layout() -> str:
         for name, kind in _LUA_UNDER_TAG_NAMED.items()
     ]
     lines.append(f"local function rprefix(h) return h .. {_lua_text(':' + RECORD + ':')} end")
+    # The successor index from its workflow's top index, beside it: no escaping, no key sent.
+    beside = f"string.sub(top, 1, -{len(TOP) + 2}) .. {_lua_text(':' + NEXT)}"
+    lines.append(f"local function nextkey_beside(top) return {beside} end")
     lines += [
         f"local function {name}(id) return tag(id) .. {_lua_text(':' + kind)} end"
         for name, kind in _LUA_OF_ID.items()

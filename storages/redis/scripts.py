@@ -46,8 +46,6 @@ class SaveOne(ScriptCall):
     counter: Key
     top: Key
     signature_index: Key
-    successors: Key
-    """The home's successor index (``RedisKeys.under(tag, NEXT)``), written when ``previous`` is set."""
     workflow: str
     id: str
     body: bytes

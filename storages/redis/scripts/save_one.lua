@@ -23,7 +23,9 @@ if fenced then
   end
 end
 local seq = redis.call('INCR', counter)
--- A root is in no sibling range (roots never rival) and costs nothing in the successor index.
+-- The home's successor index, beside its top index: same slot. A root is in no sibling range
+-- (roots never rival) and costs nothing there.
+local successors = nextkey_beside(top)
 local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
@@ -42,7 +44,7 @@ redis.call('ZADD', signature_index, seq, id)
 redis.call('SET', pointer, workflow)
 local unindexed = listed(workflow)
 if TTL > 0 then
-  for _, key in ipairs({pointer, record, counter, top, signature_index}) do redis.call('PEXPIRE', key, TTL) end
+  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, TTL) end
   if previous ~= '' then redis.call('PEXPIRE', successors, TTL) end
 end
 if unindexed then return 1 end
