@@ -11,8 +11,9 @@ process: its time is not in these figures, see ``INFO commandstats``).
 
 Pairs: ``load`` against ``get_decode`` (GET + our decode of the same bytes), ``load_by_script``
 (a load of an id whose home the handle does not remember: the load script) and ``latest`` (the
-latest of the stored workflow: the latest script) against the same, ``save`` against
-``raw_save_encode`` (our encode + a pipelined SET+ZADD), ``list`` against ``zrange`` (ZRANGE of the
+latest of the stored workflow: the latest script) against the same, ``save`` (save_one) and
+``save_by_script`` (the same saves through the general save script, ``commits.general_only``)
+against ``raw_save_encode`` (our encode + a pipelined SET+ZADD), ``list`` against ``zrange`` (ZRANGE of the
 same index, ids decoded), at ``STORED`` checkpoints.
 """
 
@@ -36,6 +37,7 @@ PAIRS = (
     ("load_by_script", "get_decode"),
     ("latest", "get_decode"),
     ("save", "raw_save_encode"),
+    ("save_by_script", "raw_save_encode"),
     ("list", "zrange"),
 )
 
@@ -76,6 +78,7 @@ async def _prepared(url: str, op: str, n: int, stored: int) -> tuple[Any, Any]:
     stored_id = numbered(base, stored // 2).checkpoint_id
     await client.set(raw_body_key, codec.encode_checkpoint(numbered(base, 0)))
     pending = [numbered(base, 10 * stored + index, "timed") for index in range(n + 1)]
+    storage.backend.commits.general_only = op == "save_by_script"
 
     async def once(index: int) -> Any:
         if op == "load":
@@ -85,7 +88,7 @@ async def _prepared(url: str, op: str, n: int, stored: int) -> tuple[Any, Any]:
             return await storage.load(stored_id)
         if op == "get_decode":
             return codec.decode_checkpoint(await client.get(raw_body_key), checkpoint_id="x")
-        if op == "save":
+        if op in ("save", "save_by_script"):
             return await storage.save(pending[index])
         if op == "raw_save_encode":
             checkpoint = pending[index]

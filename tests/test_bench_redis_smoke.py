@@ -85,7 +85,8 @@ async def test_the_server_callgrind_pairs_run_every_operation() -> None:
         "GET",
         "get_latest of an empty workflow (script)",
         "ZREVRANGE 0 0 of an empty index",
-        "save",
+        "save (save_one)",
+        "save (the general save script)",
         "SET+ZADD (pipelined)",
     ]
-    assert len(calls) == 9
+    assert len(calls) == 10

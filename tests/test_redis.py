@@ -456,9 +456,9 @@ async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointSto
     child = WorkflowCheckpoint("child", "sig")
     checkpoint = _with_child("wf", child)
     records = records_of(real_storage, checkpoint)
-    assert await real_storage.backend.commits.insert_family(records) is None
+    assert await real_storage.backend.commits.insert(records) is None
     # The same request again, as redis-py sends it after an ambiguous connection failure.
-    assert await real_storage.backend.commits.insert_family(records) == records[0].digest
+    assert await real_storage.backend.commits.insert(records) == records[0].digest
     assert await real_storage.list_checkpoint_ids(workflow_name="wf") == [checkpoint.checkpoint_id]
     assert await real_storage.list_checkpoint_ids(workflow_name="child", include_nested=True) == [
         child.checkpoint_id
@@ -474,8 +474,8 @@ async def test_a_retried_save_script_is_a_no_op(real_storage: RedisCheckpointSto
 @redis_mark
 async def test_a_retried_one_record_save_is_a_no_op(real_storage: RedisCheckpointStorage) -> None:
     (record,) = records_of(real_storage, WorkflowCheckpoint("wf", "sig"))
-    assert await real_storage.backend.commits.insert(record) is None
-    assert await real_storage.backend.commits.insert(record) == record.digest
+    assert await real_storage.backend.commits.insert([record]) is None
+    assert await real_storage.backend.commits.insert([record]) == record.digest
     after = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=record.checkpoint_id)
     await real_storage.save(after)
     info = await real_storage.checkpoint_info(after.checkpoint_id)
@@ -511,7 +511,8 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
             for checkpoint in chain:
                 await fast.save(checkpoint)
                 await general.backend.open("save")
-                assert await general.backend.commits.insert_family(records_of(general, checkpoint)) is None
+                general.backend.commits.general_only = True
+                assert await general.backend.commits.insert(records_of(general, checkpoint)) is None
             assert fast_saves == [checkpoint.checkpoint_id for checkpoint in chain]  # the fast path ran
             written = await dump(fast)
             # per checkpoint a record and a pointer; counter, top, signature, successors; the
@@ -577,7 +578,8 @@ async def test_a_large_body_is_saved_by_a_transaction_and_leaves_what_the_genera
                 assert counter.commands[0] == "MULTI HSET PEXPIRE EVALSHA", checkpoint.checkpoint_id
                 assert "EVALSHA" not in counter.commands[:2], checkpoint.checkpoint_id
                 await general.backend.open("save")
-                assert await general.backend.commits.insert_family(records_of(general, checkpoint)) is None
+                general.backend.commits.general_only = True
+                assert await general.backend.commits.insert(records_of(general, checkpoint)) is None
             written = await _dump(client, staged)
             assert len(written) == 9  # no stage left; with no TTL, the stage's own did not stay
             assert written == await _dump(client, general)

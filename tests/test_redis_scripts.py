@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import re
 from dataclasses import dataclass
 
 import pytest
+import redis_servers
+from redis.asyncio import Redis
 
-from storages.redis import script_sha
+from storages.redis import RedisKeys, escape, keys, script_sha
+from storages.redis.keys import nested_member
 from storages.redis.scripts import (
     CALLS,
     SCRIPTS,
     Key,
+    ListAdd,
     Load,
     Save,
     SavedRecord,
@@ -88,26 +93,47 @@ def test_an_argument_of_the_wrong_type_is_refused_before_it_is_sent(
         _save_one(**changes).encode()
 
 
+def test_each_kind_is_encoded_as_its_binding_decodes_it() -> None:
+    # Every kind, the rows' optional int included, through the one encoder of each call class.
+    load = Load(route="p:{id}:loc", id="id", given_home=None, inline_limit=65536)
+    assert load.encode() == (["p:{id}:loc"], ["id", "", "65536"])
+    assert dataclasses.replace(load, given_home="wf").encode()[1] == ["id", "wf", "65536"]
+    rows = [
+        SavedRecord("a", "wf", "before", "s", b"x", "d", "a", 2, None),
+        SavedRecord("b", "wf", None, "s", b"y", "d", None, 0, 12),
+    ]
+    _, args = Save(counter="c", home="wf", fenced=True, expected="e", records=rows).encode()
+    assert args[:12] == ["wf", "1", "e", "a", "wf", "before", "s", b"x", "d", "a", "2", ""]
+    assert args[12:] == ["b", "wf", "", "s", b"y", "d", "", "0", "12"]
+    assert ListAdd(index="p:workflows", complete=False, names=["a", "b"]).encode() == (
+        ["p:workflows"],
+        ["0", "a", "b"],
+    )
+
+
 @pytest.mark.parametrize(
-    "changes",
+    ("call", "says"),
     [
-        {},
-        {"fenced": False, "expected": None},
-        {"previous": "before"},
-        {"previous": ""},
-        {"expected": ""},
-        {"body": b"", "stage": "p:{wf}:stage:id"},
+        (Load(route="p", id=b"id", given_home=None, inline_limit=0), "id: expected text"),  # type: ignore[arg-type]
+        (ListAdd(index="i", complete=True, names=["a", 3]), "names: expected text"),  # type: ignore[list-item]
+        (
+            Save(
+                counter="c",
+                home="wf",
+                fenced=False,
+                expected=None,
+                records=[SavedRecord("a", "wf", None, "s", b"x", "d", None, 0, "7")],  # type: ignore[arg-type]
+            ),
+            "sequence: expected optional_int",
+        ),
+        (Load(route="p", id="id", given_home=None, inline_limit=True), "inline_limit: expected int"),
     ],
 )
-def test_save_one_encodes_as_the_generic_walk_does(changes: dict[str, object]) -> None:
-    call = _save_one(**changes)
-    assert call.encode() == ScriptCall.encode(call)
-
-
-@pytest.mark.parametrize("home", [None, "wf"])
-def test_load_encodes_as_the_generic_walk_does(home: str | None) -> None:
-    call = Load(route="p:{id}:loc", id="id", given_home=home, inline_limit=65536)
-    assert call.encode() == ScriptCall.encode(call)
+def test_an_argument_a_rest_item_or_a_row_field_of_the_wrong_type_is_refused(
+    call: ScriptCall, says: str
+) -> None:
+    with pytest.raises(TypeError, match=says):
+        call.encode()
 
 
 @pytest.mark.parametrize(
@@ -154,3 +180,109 @@ def test_every_script_is_a_packaged_lua_file_and_every_file_is_used() -> None:
         body = text[len(binding(call)) :]
         assert not re.search(r"ARGV\[\d", body), call.script
         assert len(script_sha(call.script)) == 40
+
+
+# ---------------------------------------------------------------------- the key layout, once
+
+_MARKERS = "|".join(
+    sorted(
+        {keys.SEQUENCE, keys.TOP, keys.NEXT, keys.NESTED, keys.TOMBS, keys.SIGNATURE, keys.RECORD}
+        | {keys.STAGE, keys.CHILDREN, keys.FAMILY, keys.LOCATION, keys.PRUNED, keys.WORKFLOWS}
+    )
+)
+_QUOTED = re.compile(r"""(?:[rbf]{0,2})("[^"\n]*"|'[^'\n]*')""")
+_SPELLED = re.compile(rf"(?:^.?:|\}}:)(?:{_MARKERS})(?:$|.?:|.$)|\}}:\{{|:\{{.$|^.?\}}:")
+"""A quoted text that spells part of a key name: ``:top``, ``':r:'``, ``f"{tag}:{kind}"``,
+``':{'`` (a hash tag opened by hand), ``'}:'``."""
+
+
+def _spellings(source: str) -> list[str]:
+    """The string literals of ``source`` (Python or Lua) that spell part of a key name."""
+    found = []
+    for line in source.splitlines():
+        code = line.split("--", 1)[0] if line.lstrip().startswith("--") else line
+        if code.lstrip().startswith("#"):
+            continue
+        found += [quoted for quoted in _QUOTED.findall(code) if _SPELLED.search(quoted)]
+    return found
+
+
+def test_the_spelling_check_finds_a_key_built_by_hand() -> None:
+    # Each way a key was once spelled beside the layout module, which the check below must find.
+    for line in (
+        'key = f"{tag}:r:{escaped}"',
+        'top = f"{tag}:top"',
+        'pipeline.exists(*(f"{tag}:{kind}" for kind in kinds))',
+        "local key = H .. ':r:' .. escaped",
+        "redis.call('DEL', top, H .. ':next')",
+        "local index = P .. ':workflows'",
+        "local function lockey(id) return P .. ':{' .. esc(id) .. '}:loc' end",
+    ):
+        assert _spellings(line), line
+    for line in ('raise ValueError(f"{name}: bad")', "redis.call('HSET', key, 'r', '1')", "'%%%02X'"):
+        assert not _spellings(line), line
+
+
+def test_no_key_is_spelled_outside_the_layout_module() -> None:
+    package = importlib.resources.files("storages.redis")
+    sources = [entry for entry in package.iterdir() if entry.name.endswith(".py")]
+    sources += [entry for entry in package.joinpath("scripts").iterdir() if entry.name.endswith(".lua")]
+    assert len(sources) > 20
+    spelled = {
+        entry.name: found
+        for entry in sources
+        if entry.name != "keys.py" and (found := _spellings(entry.read_text("utf-8")))
+    }
+    assert spelled == {}
+    # The layout module itself is where they are: the check would find them there.
+    assert _spellings(package.joinpath("keys.py").read_text("utf-8"))
+
+
+_NAMES = ["plain", "a:b", "{x}", "100%", "%3A", "w:{x}%:}{", "é ü", ""]
+
+
+@pytest.mark.redis
+async def test_the_scripts_build_every_key_name_as_the_layout_module_does() -> None:
+    # The generated Lua functions, run on the server, against RedisKeys for the same inputs.
+    prefix = "p:{odd}%"
+    layout = RedisKeys(prefix)
+    probe = (
+        keys.lua_layout()
+        + "local w, id = ARGV[1], ARGV[2]\nlocal h = tag(w)\n"
+        + "return {h, seqkey(h), topkey(h), nextkey(h), nestedkey(h), tombskey(h), sigkey(h, id),"
+        + " rkey(h, id), kkey(h, id), fkey(h, id), stagekey(h, id), rprefix(h) .. esc(id), lockey(id),"
+        + " prunedkey(id), workflowskey(), nmember(w, id), esc(id), tostring(unescaped(id)),"
+        + " nextkey_beside(topkey(h))}"
+    )
+    client = Redis.from_url(redis_servers.redis_url())
+    try:
+        for name in _NAMES:
+            for checkpoint_id in _NAMES:
+                lua = [
+                    item.decode()
+                    for item in await client.eval(f"local P = {prefix!r}\n" + probe, 0, name, checkpoint_id)
+                ]
+                tag = layout.tag(name)
+                assert lua == [
+                    tag,
+                    layout.sequence(name),
+                    layout.top(name),
+                    layout.under(tag, keys.NEXT),
+                    layout.nested(name),
+                    layout.tombstones(name),
+                    layout.signature(name, checkpoint_id),
+                    layout.record(name, checkpoint_id),
+                    layout.children_under(tag, checkpoint_id),
+                    layout.under(tag, keys.FAMILY) + ":" + escape(checkpoint_id),
+                    layout.stage_under(tag, checkpoint_id),
+                    layout.record(name, checkpoint_id),
+                    layout.location(checkpoint_id),
+                    layout.pruned(checkpoint_id),
+                    layout.workflows,
+                    nested_member(name, checkpoint_id),
+                    escape(checkpoint_id),
+                    str(escape(checkpoint_id) == checkpoint_id).lower(),
+                    layout.under(tag, keys.NEXT),
+                ], (name, checkpoint_id)
+    finally:
+        await client.aclose()

@@ -206,27 +206,20 @@ class RedisBackend(Backend):
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         self._refuse_if_read_only("save")
-        top = records[0]
-        if len(records) == 1 and top.container_id is None:
-            stored = await self._commits.insert(top)
-            if stored is None:
-                self._loads.remember(top.checkpoint_id, top.workflow_name)
-                self._loads.note_body(len(top.body))
-        else:
-            stored = await self._commits.insert_family(records)
-            if stored is None:
-                self._remember_family(records)
-        return InsertResult.of_stored_digest(stored, top)
+        stored = await self._commits.insert(records)
+        if stored is None:
+            self._remember_family(records)
+        return InsertResult.of_stored_digest(stored, records[0])
 
     def _remember_family(self, records: Sequence[CheckpointRecord]) -> None:
         # Every record of a family lives in the home of its top-level record. Records with
         # others nested in them are left to the load script, which reads their bodies too.
-        home = records[0].workflow_name
-        containers = {record.container_id for record in records}
+        loads, home = self._loads, records[0].workflow_name
+        containers = {record.container_id for record in records} if len(records) > 1 else ()
         for record in records:
-            self._loads.note_body(len(record.body))
+            loads.note_body(len(record.body))
             if record.checkpoint_id not in containers:
-                self._loads.remember(record.checkpoint_id, home)
+                loads.remember(record.checkpoint_id, home)
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None

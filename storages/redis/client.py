@@ -32,7 +32,7 @@ from .config import (
     url_is_cluster,
 )
 from .driver import check_client, client_from_url, close_abandoned
-from .keys import GLOB_SPECIAL, RedisKeys
+from .keys import RedisKeys
 from .replies import text
 from .scripts import SCRIPTS, ScriptCall, script_sha
 
@@ -441,8 +441,8 @@ def warn_unverified(server: str, refusals: Sequence[str]) -> None:
 async def delete_prefix(client: Any, prefix: str) -> int:
     """Delete every key of the storage with this prefix, found with SCAN (never FLUSHALL); for
     tests and tooling. Keys of a longer prefix (``prefix:more``) are left alone."""
-    pattern = GLOB_SPECIAL.sub(r"\\\1", prefix) + ":{*"
-    deleted = int(await client.delete(RedisKeys(prefix).workflows))
-    async for found in client.scan_iter(match=pattern, count=1000):
+    keys = RedisKeys(prefix)
+    deleted = int(await client.delete(keys.workflows))
+    async for found in client.scan_iter(match=keys.tagged_pattern(), count=1000):
         deleted += int(await client.delete(found))
     return deleted

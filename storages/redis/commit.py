@@ -9,6 +9,7 @@ script has run).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from ..contract import CheckpointID
 from ..errors import NestedCheckpointDeletionError
 from ..records import index_text
 from .client import NOT_RUN, RedisConnection
+from .keys import SEQUENCE, TOP
 from .replies import optional_id, pairs, text
 from .scripts import (
     DeleteWorkflow,
@@ -31,8 +33,25 @@ from .scripts import (
 from .workflows import WorkflowIndex
 
 STAGED_BODY_MIN = 64 * 1024
-"""Bodies from this size on are saved by a transaction that stages them (Commits._run_save_one)."""
+"""Bodies from this size on are saved by a transaction that stages them (Commits.path)."""
 _REMEMBERED_WORKFLOWS = 1024
+
+
+class SavePath(enum.Enum):
+    """The ways a save reaches the server (:meth:`Commits.path` picks one)."""
+
+    SCRIPT = "the save script"
+    """Any save: a record and those nested in it, on plain Redis or a cluster."""
+    ONE = "save_one"
+    """One top-level record with nothing nested, on plain Redis: the script handed its key
+    names, running only the commands that case needs."""
+    STAGED = "a transaction staging the body, then save_one"
+    """The same, with a body of STAGED_BODY_MIN bytes or more, on a pooled plain client."""
+
+
+# The members as module globals: on Python 3.11 ``SavePath.SCRIPT`` is a descriptor call, about
+# 400 ns, and a save would pay it three times.
+_SCRIPT, _ONE, _STAGED = SavePath.SCRIPT, SavePath.ONE, SavePath.STAGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,30 +111,46 @@ class Commits:
         self.keys = connection.keys
         self.span = span
         self._workflow_keys: dict[tuple[str, str], tuple[str, str, str, str]] = {}
-        """(workflow, signature) -> its tag, counter, top index and signature index: every save
-        of a workflow names the same four, and building them was a quarter of a save's client
+        """(workflow, signature) -> its tag, counter, top and signature indexes: every save of a
+        workflow names the same four, and building them was a quarter of a save's client
         work. Bounded: cleared when it reaches _REMEMBERED_WORKFLOWS entries."""
+        self.general_only = False
+        """True: every save takes the save script (SavePath.SCRIPT), for the tests that compare
+        the paths and the bench rows that measure what the others save."""
 
-    async def insert(self, record: CheckpointRecord) -> str | None:
-        """Save one top-level record; None if written, else the digest already stored."""
-        if not self.span.one_record_script:
-            return await self.insert_family((record,))
-        digest = await self._run_save_one(record, fenced=False, expected=None)
+    def path(self, records: Sequence[CheckpointRecord]) -> SavePath:
+        """How ``records`` (a top-level record, then those nested in it) are saved: the one place
+        the choice is made (docs/redis.md, "One path per operation", has the figures). Every
+        path stores the same keys, values and TTLs (tests/test_redis_paths.py)."""
+        if self.general_only or len(records) != 1 or not self.span.one_record_script:
+            return _SCRIPT
+        if len(records[0].body) >= STAGED_BODY_MIN and self.connection.transactions:
+            return _STAGED
+        return _ONE
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+        """Save a top-level record and those nested in it; None if written, else the digest
+        already stored under the top id."""
+        path = self.path(records)
+        if path is _SCRIPT:
+            return await self._insert_by_script(records)
+        digest = await self._run_save_one(records[0], path, fenced=False, expected=None)
         if digest is None:
             return None
         if type(digest) is int:  # written, and the workflow index is not complete yet
             await self.span.index.complete("save")
             return None
-        return index_text(digest, record.checkpoint_id, "digest")
+        return index_text(digest, records[0].checkpoint_id, "digest")
 
     async def _run_save_one(
-        self, record: CheckpointRecord, *, fenced: bool, expected: CheckpointID | None
+        self, record: CheckpointRecord, path: SavePath, *, fenced: bool, expected: CheckpointID | None
     ) -> Any:
-        """save_one's reply. A body of STAGED_BODY_MIN bytes or more goes in by one transaction
-        that writes it to a key of its own for the script to rename into place, never through
-        Lua (into a script and into the record from there costs the server about 2 ms a
-        megabyte); if that transaction cannot be had, the plain call."""
-        if len(record.body) >= STAGED_BODY_MIN and self.connection.transactions:
+        """save_one's reply. A staged save goes in by one transaction that writes the body to a
+        key of its own for the script to rename into place, never through Lua (into a script
+        and into the record from there costs the server about 2 ms a megabyte); if that
+        transaction cannot be had, the plain call, which an id the transaction did store
+        answers with its digest."""
+        if path is _STAGED:
             call = self._save_one(record, fenced=fenced, expected=expected, staged=True)
             assert call.stage is not None
             reply = await self.connection.run_staged("save", call, call.stage, record.body)
@@ -130,11 +165,12 @@ class Commits:
         keys = self.keys
         known = self._workflow_keys.get((workflow_name, record.graph_signature_hash))
         if known is None:
+            tag = keys.tag(workflow_name)
             known = (
-                keys.tag(workflow_name),
-                keys.sequence(workflow_name),
-                keys.top(workflow_name),
-                keys.signature(workflow_name, record.graph_signature_hash),
+                tag,
+                keys.under(tag, SEQUENCE),
+                keys.under(tag, TOP),
+                keys.signature_under(tag, record.graph_signature_hash),
             )
             if len(self._workflow_keys) >= _REMEMBERED_WORKFLOWS:
                 self._workflow_keys.clear()
@@ -157,7 +193,7 @@ class Commits:
             stage=keys.stage_under(tag, checkpoint_id) if staged else None,
         )
 
-    async def insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def _insert_by_script(self, records: Sequence[CheckpointRecord]) -> str | None:
         reply = await self._save_family(records, fenced=False, expected=None)
         if reply is None or isinstance(reply, str):
             return reply
@@ -174,8 +210,9 @@ class Commits:
         # The check runs inside the script that writes the checkpoint, in the workflow's slot, so
         # it is atomic on a cluster too. A refused cluster save may leave the location pointers
         # it claimed first; they name no record, so reads treat them as not found (as after a crash).
-        if len(records) == 1 and self.span.one_record_script:
-            reply = await self._run_save_one(records[0], fenced=True, expected=expected_latest_id)
+        path = self.path(records)
+        if path is not _SCRIPT:
+            reply = await self._run_save_one(records[0], path, fenced=True, expected=expected_latest_id)
             if type(reply) is int:  # written, and the workflow index is not complete yet
                 await self.span.index.complete("save")
                 return None

@@ -12,6 +12,7 @@ from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from ..errors import StorageConfigurationError
 from ..query_options import is_common_option, parse_url_options
 from ..redaction import redact_url
+from .keys import prefix_under
 
 DEFAULT_PREFIX = "checkpoints"
 RETRIES = 3
@@ -177,5 +178,5 @@ def scoped_url(url: str, run_prefix: str) -> str:
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     given = next((value for name, value in reversed(pairs) if name == "prefix"), "") or DEFAULT_PREFIX
     pairs = [(name, value) for name, value in pairs if name != "prefix"]
-    pairs.append(("prefix", f"{given}:{run_prefix}"))
+    pairs.append(("prefix", prefix_under(given, run_prefix)))
     return urlunsplit(parts._replace(query=urlencode(pairs, safe=":")))

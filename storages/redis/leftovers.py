@@ -19,24 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import Leftover, LeftoverKind, stored_id
-from .keys import GLOB_SPECIAL, escape
-
-UNINDEX_LOST = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-local last = #KEYS
-if ARGV[2] == '1' then last = last - 1 end
-for i = 4, last do redis.call('ZREM', KEYS[i], ARGV[1]) end
-redis.call('ZREM', KEYS[2], ARGV[1])
-for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  local _, _, id = string.find(member, '^[^:]*:[^:]*:%x+:(.*)$')
-  if id == ARGV[1] then redis.call('ZREM', KEYS[3], member) end
-end
-if ARGV[2] == '1' and redis.call('GET', KEYS[#KEYS]) == ARGV[3] then redis.call('DEL', KEYS[#KEYS]) end
-return 1
-"""
-"""KEYS: record, top index, successor index, the signature indexes, then (ARGV[2] == '1', plain
-Redis) the location pointer; ARGV: id, whether the pointer is given, the workflow."""
+from .keys import TOP, escape
+from .scripts import UnindexLost
 
 
 async def find(backend: Any, workflow_name: str | None) -> list[Leftover]:
@@ -49,8 +33,7 @@ async def find(backend: Any, workflow_name: str | None) -> list[Leftover]:
         names = await backend.span.index.names("verify", ("top",))
     found: list[Leftover] = []
     for name in names:
-        tag = keys.tag(name)
-        top = f"{tag}:top"
+        top = keys.under(keys.tag(name), TOP)
         members = await connection.call("verify", connection.client.zrange(top, 0, -1))
         ids = [stored_id(member) for member in members]
         if not ids:
@@ -86,23 +69,20 @@ async def repair(backend: Any, leftover: Leftover) -> str | None:
     connection, keys = backend.connection, backend.keys
     name, checkpoint_id = leftover.workflow_name, leftover.checkpoint_id
     tag = keys.tag(name)
-    pattern = GLOB_SPECIAL.sub(r"\\\1", f"{tag}:sig:") + "*"
-    signatures = [key async for key in connection.client.scan_iter(match=pattern)]
-    with_pointer = not backend.cluster
-    script_keys = [
-        keys.record(name, checkpoint_id),
-        f"{tag}:top",
-        f"{tag}:next",
-        *signatures,
-        *([keys.location(checkpoint_id)] if with_pointer else []),
-    ]
-    script = connection.client.register_script(UNINDEX_LOST)
-    removed = await connection.call(
-        "verify", script(keys=script_keys, args=[checkpoint_id, "1" if with_pointer else "0", name])
+    signatures = [key async for key in connection.client.scan_iter(match=keys.signature_pattern(tag))]
+    call = UnindexLost(
+        record=keys.record_under(tag, checkpoint_id),
+        home_tag=tag,
+        id=checkpoint_id,
+        workflow=name,
+        signature_indexes=[
+            key.decode(errors="replace") if isinstance(key, bytes) else key for key in signatures
+        ],
     )
+    removed = await connection.run("verify", call)
     if not removed:
         return None
     return f"removed lost checkpoint {checkpoint_id!r} from the index of workflow {name!r} ({escape(name)})"
 
 
-__all__ = ["UNINDEX_LOST", "find", "repair"]
+__all__ = ["find", "repair"]

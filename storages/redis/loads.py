@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 from collections import OrderedDict
 from typing import Any
 
@@ -13,7 +14,6 @@ from ..backend import StoredBody
 from ..contract import CheckpointID
 from .client import RedisConnection
 from .commit import SlotSpan
-from .keys import escape
 from .replies import body_pairs, index_entry, lost_record, no_body, text
 from .scripts import Load
 
@@ -31,6 +31,24 @@ _NOT_STORED = object()
 """What :meth:`Loads._load_at` returns for an id without a location pointer."""
 
 
+class LoadPath(enum.Enum):
+    """The ways a load reaches the server (:meth:`Loads.path` picks one)."""
+
+    SCRIPT = "the load script"
+    """Any load, on plain Redis or a cluster: pointer, record and nested bodies in one script."""
+    REMEMBERED = "a transaction at the remembered home"
+    """Plain Redis, an id whose home the handle remembers: one MULTI of plain commands
+    (:meth:`Loads._load_at`), the script if that cannot answer."""
+    LOCATED = "the load script, then for a large body a transaction"
+    """Plain Redis, a handle that has met a body over INLINE_BODY_LIMIT: the script answers a
+    larger one with nothing nested by its home, and the transaction reads it."""
+
+
+# The members as module globals: on Python 3.11 ``LoadPath.SCRIPT`` is a descriptor call, about
+# 400 ns, and a load would pay it twice.
+_SCRIPT, _REMEMBERED, _LOCATED = LoadPath.SCRIPT, LoadPath.REMEMBERED, LoadPath.LOCATED
+
+
 class Loads:
     """``load``: one record by its id, with the homes this handle remembers."""
 
@@ -46,6 +64,9 @@ class Loads:
         the load script is not asked to measure bodies: that one more call is about 3% of the
         script's server work (python -m bench.redis_server_callgrind), which every load of a
         store holding no large body would pay for nothing."""
+        self.script_only = False
+        """True: every load takes the load script (LoadPath.SCRIPT), for the tests that compare
+        the paths and the bench rows that measure what the others save."""
 
     def note_body(self, size: int) -> None:
         """A body of ``size`` bytes was saved or read through this handle."""
@@ -64,24 +85,34 @@ class Loads:
     def forget(self, checkpoint_id: CheckpointID) -> None:
         self.homes.pop(checkpoint_id, None)
 
+    def path(self, checkpoint_id: CheckpointID) -> tuple[LoadPath, str | None]:
+        """How ``checkpoint_id`` is loaded, and the home a transaction reads it from: the one
+        place the choice is made (docs/redis.md, "One path per operation", has the figures).
+        Every path answers as the script would (tests/test_redis_paths.py)."""
+        if self.script_only or not self.span.locates_by_pointer_key:
+            return _SCRIPT, None
+        home = self.homes.get(checkpoint_id)
+        if home is not None:
+            return _REMEMBERED, home
+        return (_LOCATED if self.large_bodies else _SCRIPT), None
+
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        path, home = self.path(checkpoint_id)
+        if home is not None:
+            stored = await self._load_at(checkpoint_id, home)
+            if isinstance(stored, StoredBody):
+                return stored
+            if stored is _NOT_STORED:
+                self.forget(checkpoint_id)
+                return None
+            path = _LOCATED if self.large_bodies else _SCRIPT
         # The script returns the nested bodies with the body and the index fields the decoded
         # body is checked against: one round trip, one consistent snapshot.
         if self.span.locates_by_pointer_key:
-            home = self.homes.get(checkpoint_id)
-            if home is not None:
-                stored = await self._load_at(checkpoint_id, home)
-                if isinstance(stored, StoredBody):
-                    return stored
-                if stored is _NOT_STORED:
-                    self.forget(checkpoint_id)
-                    return None
             # Plain Redis: the script follows the pointer, so no locate step (and no coroutine).
+            limit = INLINE_BODY_LIMIT if path is _LOCATED else 0
             call = Load(
-                route=self.keys.location(checkpoint_id),
-                id=checkpoint_id,
-                given_home=None,
-                inline_limit=INLINE_BODY_LIMIT if self.large_bodies else 0,
+                route=self.keys.location(checkpoint_id), id=checkpoint_id, given_home=None, inline_limit=limit
             )
         else:
             located = await self.span.locate("load", checkpoint_id)
@@ -150,11 +181,10 @@ class Loads:
         """
         keys = self.keys
         tag = keys.tag(home)
-        escaped = escape(checkpoint_id)
         commands = (
             ("GET", keys.location(checkpoint_id)),
-            ("HMGET", f"{tag}:r:{escaped}", "b", "w", "p", "s"),
-            ("EXISTS", f"{tag}:k:{escaped}"),
+            ("HMGET", keys.record_under(tag, checkpoint_id), "b", "w", "p", "s"),
+            ("EXISTS", keys.children_under(tag, checkpoint_id)),
         )
         reply = await self.connection.transaction("load", commands)
         if reply is None or len(reply) != 3 or not isinstance(reply[1], list) or len(reply[1]) != 4:

@@ -58,36 +58,6 @@ class SaveOne(ScriptCall):
     """The key a transaction wrote a large body to just before this call (plain Redis): renamed
     into place whole, never copied through Lua; ``body`` is then empty. None: ``body`` is it."""
 
-    def encode(self) -> tuple[list[str], list[Encoded]]:
-        # The commonest save's call, encoded directly as the generic walk would (a fifth of the
-        # client's work on a save was that walk); any other type takes the walk, which refuses it.
-        previous, expected, fenced, stage = self.previous, self.expected, self.fenced, self.stage
-        if (
-            type(self.workflow) is str
-            and type(self.id) is str
-            and type(self.body) is bytes
-            and type(self.digest) is str
-            and type(self.signature) is str
-            and (previous is None or type(previous) is str)
-            and type(fenced) is bool
-            and (expected is None or type(expected) is str)
-            and (stage is None or type(stage) is str)
-        ):
-            keys = [self.pointer, self.record, self.counter, self.top, self.signature_index]
-            args: list[Encoded] = [
-                self.workflow,
-                self.id,
-                self.body,
-                self.digest,
-                self.signature,
-                "" if previous is None else previous,
-                "1" if fenced else "0",
-                "" if expected is None else expected,
-                "" if stage is None else stage,
-            ]
-            return keys, args
-        return ScriptCall.encode(self)
-
 
 @dataclass(frozen=True, slots=True)
 class Claim(ScriptCall):
@@ -114,19 +84,6 @@ class Load(ScriptCall):
     inline_limit: int
     """The largest body the script returns (plain Redis); a larger one with nothing nested
     comes back as ``{home, size}``, for the client to read without Lua. 0: any size."""
-
-    def encode(self) -> tuple[list[str], list[Encoded]]:
-        # Every load encodes these four: what the generic encode gives for them, without its
-        # walk over the fields; any other type takes that walk, which refuses it.
-        route, checkpoint_id, home, limit = self.route, self.id, self.given_home, self.inline_limit
-        if (
-            type(route) is str
-            and type(checkpoint_id) is str
-            and (home is None or type(home) is str)
-            and type(limit) is int
-        ):
-            return [route], [checkpoint_id, "" if home is None else home, str(limit)]
-        return ScriptCall.encode(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,14 +114,6 @@ class Latest(ScriptCall):
     index: Key
     home_tag: str
     """``RedisKeys.tag`` of the index's workflow, the prefix of its record keys."""
-
-    def encode(self) -> tuple[list[str], list[Encoded]]:
-        # Every latest encodes these two (LangGraph asks for a new namespace's latest at each
-        # subgraph step): without the generic walk; any other type takes it, which refuses it.
-        index, home_tag = self.index, self.home_tag
-        if type(index) is str and type(home_tag) is str:
-            return [index], [home_tag]
-        return ScriptCall.encode(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +188,19 @@ class Overwrite(ScriptCall):
     body: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class UnindexLost(ScriptCall):
+    script = "unindex_lost"
+    record: Key
+    """The lost record's key: routes the call to its workflow's slot."""
+    home_tag: str
+    """``RedisKeys.tag`` of the workflow."""
+    id: str
+    workflow: str
+    signature_indexes: Rest
+    """The workflow's signature indexes (found by SCAN)."""
+
+
 CALLS: tuple[type[ScriptCall], ...] = (
     Save,
     SaveOne,
@@ -256,6 +218,7 @@ CALLS: tuple[type[ScriptCall], ...] = (
     ListAdd,
     Walk,
     Overwrite,
+    UnindexLost,
 )
 SCRIPTS: dict[str, str] = {call.script: script_text(call) for call in CALLS}
 """Script name -> the text the server runs."""

@@ -66,7 +66,7 @@ class WorkflowIndex:
             pipeline = self._pipeline()
             for name in chunk:
                 tag = keys.tag(name)
-                pipeline.exists(*(f"{tag}:{kind}" for kind in kinds))
+                pipeline.exists(*(keys.under(tag, kind) for kind in kinds))
             counts = await connection.call(operation, pipeline.execute())
             present += [name for name, count in zip(chunk, counts, strict=True) if count]
         return present
@@ -112,7 +112,7 @@ class WorkflowIndex:
         connection, client = self.connection, self.connection.client
         for name in dict.fromkeys(names):
             tag = self.keys.tag(name)
-            workflow_keys = [f"{tag}:{kind}" for kind in WORKFLOW_KINDS]
+            workflow_keys = [self.keys.under(tag, kind) for kind in WORKFLOW_KINDS]
             if await connection.call(operation, client.exists(*workflow_keys)):
                 continue
             await connection.call(operation, client.zrem(self.keys.workflows, name))

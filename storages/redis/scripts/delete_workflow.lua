@@ -7,13 +7,13 @@ for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do
   if #dropped > 0 then count = count + 1 end
   for _, item in ipairs(dropped) do removed[#removed + 1] = item end
 end
-redis.call('DEL', top, H .. ':next')
-local tombs = redis.call('SMEMBERS', H .. ':tombs')
+redis.call('DEL', top, nextkey(H))
+local tombs = redis.call('SMEMBERS', tombskey(H))
 if INLINE then
   for _, id in ipairs(tombs) do
     if redis.call('GET', prunedkey(id)) == workflow then redis.call('DEL', prunedkey(id)) end
   end
 end
-redis.call('DEL', H .. ':tombs')
+redis.call('DEL', tombskey(H))
 unlist_emptied(workflow, removed)
 return {count, removed, tombs}

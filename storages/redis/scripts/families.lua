@@ -8,14 +8,14 @@ local function drop_family(H, home, id)
     local f = redis.call('HMGET', key, 'w', 's', 'c', 'p', 'q')
     if f[1] then
       if f[3] then
-        if INLINE then redis.call('ZREM', tag(f[1]) .. ':nested', nmember(home, m)) end
+        if INLINE then redis.call('ZREM', nestedkey(tag(f[1])), nmember(home, m)) end
       else
-        redis.call('ZREM', H .. ':top', m)
+        redis.call('ZREM', topkey(H), m)
         redis.call('ZREM', sigkey(H, f[2]), m)
         -- A root is in no sibling range; a damaged record without its signature or sequence
         -- names no member.
         if f[4] and f[2] and tonumber(f[5]) then
-          unindex_successor(H .. ':next', f[4], f[2], tonumber(f[5]), m)
+          unindex_successor(nextkey(H), f[4], f[2], tonumber(f[5]), m)
         end
       end
       redis.call('DEL', key, kkey(H, m))
@@ -34,12 +34,12 @@ end
 local function head(w)
   local H = tag(w)
   while true do
-    local ids = redis.call('ZREVRANGE', H .. ':top', 0, 0)
+    local ids = redis.call('ZREVRANGE', topkey(H), 0, 0)
     if #ids == 0 then return '' end
     local signature = redis.call('HGET', rkey(H, ids[1]), 's')
     if signature then return (tip(H, ids[1], signature)) end
     if TTL == 0 then return ids[1] end
-    redis.call('ZREM', H .. ':top', ids[1])
+    redis.call('ZREM', topkey(H), ids[1])
   end
 end
 -- Plain Redis: drop from the workflow index home and the workflows of the dropped records
@@ -53,8 +53,8 @@ local function unlist_emptied(home, dropped)
     if not seen[w] then
       seen[w] = true
       local h = tag(w)
-      if redis.call('EXISTS', h .. ':top', h .. ':nested', h .. ':tombs') == 0 then
-        redis.call('ZREM', P .. ':workflows', w)
+      if redis.call('EXISTS', topkey(h), nestedkey(h), tombskey(h)) == 0 then
+        redis.call('ZREM', workflowskey(), w)
       end
     end
   end

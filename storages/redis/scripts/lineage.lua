@@ -37,7 +37,7 @@ local function tip(H, id, signature)
   local from = false
   while true do
     local prefix = esc(id) .. tail
-    local members = redis.call('ZREVRANGEBYLEX', H .. ':next', '[' .. prefix .. '\255', '(' .. prefix)
+    local members = redis.call('ZREVRANGEBYLEX', nextkey(H), '[' .. prefix .. '\255', '(' .. prefix)
     local following = false
     for _, member in ipairs(members) do
       local candidate = string.sub(member, #prefix + 18)
@@ -63,7 +63,7 @@ end
 -- TTL one gone expired and is passed.
 local function rivals(H, head, previous, signature)
   local limit = 64  -- storages.backend.RIVALS_LIMIT (tests/test_redis.py checks they agree)
-  local successors = H .. ':next'
+  local successors = nextkey(H)
   local tail = ':' .. esc(signature) .. ':'
   local prefix = esc(previous) .. tail
   local high, low = '[' .. prefix .. '\255', '(' .. prefix

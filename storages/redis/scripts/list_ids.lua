@@ -18,11 +18,10 @@ local n = #rows / step
 -- or esc() per id, was half the server's work per entry; a block of about 200 ids joins into
 -- one string (one joined string of every id was built through many intermediate ones).
 local CHUNK, BLOCK = 1000, 200
-local base = H .. ':r:'
+local base = rprefix(H)
 local function plain(first, last)
   local joined = table.concat(rows, ' ', step * first - step + 1, step * last)
-  return not (string.find(joined, '%', 1, true) or string.find(joined, ':', 1, true)
-    or string.find(joined, '{', 1, true) or string.find(joined, '}', 1, true))
+  return unescaped(joined)
 end
 local keys = {}
 local complete = true

@@ -8,13 +8,13 @@
 local found
 if INLINE then found = redis.call('GET', route) else found = locate(id, given_home) end
 if not found then return false end
-local H, escaped = tag(found), esc(id)
-local key = H .. ':r:' .. escaped
+local H = tag(found)
+local key, children = rkey(H, id), kkey(H, id)
 if INLINE and inline_limit > 0 then
   -- A large body costs the server a copy into Lua and one out (about 2 ms a megabyte) where the
   -- HMGET of a transaction copies it once: {home, size}, and the client reads it that way.
   local size = redis.call('HSTRLEN', key, 'b')
-  if size > inline_limit and redis.call('EXISTS', H .. ':k:' .. escaped) == 0 then return {found, size} end
+  if size > inline_limit and redis.call('EXISTS', children) == 0 then return {found, size} end
 end
 local out = redis.call('HMGET', key, 'b', 'w', 'p', 's')
 if not out[1] then
@@ -30,5 +30,5 @@ if not out[1] then
 end
 out[5] = found
 -- Most records have nothing nested: descendants() (which reads the list again) only if it says so.
-if redis.call('EXISTS', H .. ':k:' .. escaped) == 1 then descendants(H, id, out) end
+if redis.call('EXISTS', children) == 1 then descendants(H, id, out) end
 return out

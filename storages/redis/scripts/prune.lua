@@ -30,7 +30,7 @@ local removed = {}
 for _, id in ipairs(doomed) do
   local dropped = drop_family(H, workflow, id)
   for i = 2, #dropped, 2 do
-    redis.call('SADD', H .. ':tombs', dropped[i])
+    redis.call('SADD', tombskey(H), dropped[i])
     if INLINE then
       redis.call('SET', prunedkey(dropped[i]), workflow)
       touch(prunedkey(dropped[i]))
@@ -39,7 +39,7 @@ for _, id in ipairs(doomed) do
     removed[#removed + 1] = dropped[i]
   end
 end
-touch(H .. ':tombs')
+touch(tombskey(H))
 if INLINE then
   listed(workflow) -- its tombstones now live as long as its index entry
   unlist_emptied(workflow, removed)

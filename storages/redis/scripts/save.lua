@@ -33,11 +33,11 @@ for i = 2, #records do
   if stored(records[i].id) then return {'conflict', records[i].id} end
 end
 local created, unindexed = 0, 0
-if not INLINE and redis.call('EXISTS', H .. ':top', H .. ':nested', H .. ':tombs') == 0 then created = 1 end
+if not INLINE and redis.call('EXISTS', topkey(H), nestedkey(H), tombskey(H)) == 0 then created = 1 end
 for _, r in ipairs(records) do
   local seq = r.sequence
   if seq == '' then
-    local next_counter = tag(r.workflow) .. ':seq'
+    local next_counter = seqkey(tag(r.workflow))
     seq = redis.call('INCR', next_counter)
     touch(next_counter)
   end
@@ -46,7 +46,7 @@ for _, r in ipairs(records) do
   if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
   -- A root is in no sibling range: roots never rival.
   local indexed = r.container == '' and r.previous ~= ''
-  if indexed and index_successor(H .. ':next', r.previous, r.signature, seq, r.id) then
+  if indexed and index_successor(nextkey(H), r.previous, r.signature, seq, r.id) then
     fields[#fields + 1] = 'r'; fields[#fields + 1] = '1'
   end
   if r.container ~= '' then
@@ -57,18 +57,18 @@ for _, r in ipairs(records) do
   touch(key)
   if r.container == '' then
     local signature = sigkey(H, r.signature)
-    redis.call('ZADD', H .. ':top', seq, r.id)
+    redis.call('ZADD', topkey(H), seq, r.id)
     redis.call('ZADD', signature, seq, r.id)
-    touch(H .. ':top')
+    touch(topkey(H))
     touch(signature)
-    if indexed then touch(H .. ':next') end
+    if indexed then touch(nextkey(H)) end
   else
     redis.call('RPUSH', kkey(H, r.container), r.id)
     touch(kkey(H, r.container))
     redis.call('RPUSH', fkey(H, top.id), r.id)
     touch(fkey(H, top.id))
     if INLINE then
-      local index = tag(r.workflow) .. ':nested'
+      local index = nestedkey(tag(r.workflow))
       redis.call('ZADD', index, 'NX', seq, nmember(home, r.id))
       touch(index)
     end

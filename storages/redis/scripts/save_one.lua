@@ -23,9 +23,9 @@ if fenced then
   end
 end
 local seq = redis.call('INCR', counter)
--- The home's successor index, beside its top index (P:{W}:top -> P:{W}:next): same slot. A root
--- is in no sibling range (roots never rival) and costs nothing there.
-local successors = string.sub(top, 1, -4) .. 'next'
+-- The home's successor index, beside its top index: same slot. A root is in no sibling range
+-- (roots never rival) and costs nothing there.
+local successors = nextkey_beside(top)
 local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
