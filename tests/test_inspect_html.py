@@ -261,7 +261,7 @@ def test_a_langgraph_page_marks_interrupts_and_next_nodes_and_names_each_field_o
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from conformance._langgraph_graphs import build_tour, thread_config
-    from storages.langgraph import StorageSaver
+    from storages.runners.langgraph import StorageSaver
 
     url = f"sqlite:///{tmp_path}/waiting.db"
 

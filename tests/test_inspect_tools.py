@@ -325,7 +325,7 @@ async def _langgraph_store(url: str, thread_id: str) -> str:
     from langgraph.types import Command
 
     from conformance._langgraph_graphs import build_tour, thread_config
-    from storages.langgraph import StorageSaver
+    from storages.runners.langgraph import StorageSaver
 
     async with StorageSaver.from_url(url) as saver:
         graph = build_tour(saver)

@@ -1,6 +1,6 @@
 """CrewAI's and Burr's coordinates in what ``inspect`` shows: a checkpoint written by
-``storages.crewai`` shows its flow, the method that completed, the flow state and any pending
-human feedback; one written by ``storages.burr`` its partition, application, step (sequence_id),
+``storages.runners.crewai`` shows its flow, the method that completed, the flow state and any pending
+human feedback; one written by ``storages.runners.burr`` its partition, application, step (sequence_id),
 position, status and the application state, as Burr serialized it. Both adapters store plain
 values through our codec, so nothing here needs the runner installed."""
 

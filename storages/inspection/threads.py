@@ -34,7 +34,7 @@ class AmbiguousCheckpointIdError(CheckpointStorageError, ValueError):
 @functools.cache
 def _parse_workflow() -> Callable[[str], tuple[str, str, str] | None] | None:
     try:
-        from ..langgraph.mapping import parse_workflow
+        from ..runners.langgraph.mapping import parse_workflow
     except ImportError:  # no langgraph extra: LangGraph workflows are shown as workflows
         return None
     return parse_workflow
@@ -138,7 +138,7 @@ async def _parent_checkpoint(
     parent_id = parents.get(parent_ns)
     if not isinstance(parent_id, str):
         return None
-    from ..langgraph.mapping import stored_id_for, workflow_for
+    from ..runners.langgraph.mapping import stored_id_for, workflow_for
 
     stored_parent = stored_id_for(workflow_for(thread_id, parent_ns), parent_id)
     return stored_parent if tree.record(stored_parent) is not None else None

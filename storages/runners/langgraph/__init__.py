@@ -7,7 +7,7 @@ the async interface in :mod:`.saver`, the sync one in :mod:`.sync`.
 
 from __future__ import annotations
 
-from ..errors import MissingDependencyError
+from ...errors import MissingDependencyError
 
 try:
     import langchain_core.runnables  # noqa: F401 - the extra's presence, checked once

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ..errors import MissingDependencyError
+from ...errors import MissingDependencyError
 
 try:
     import crewai.flow.persistence.base  # noqa: F401 - the extra's presence, checked once

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from ..errors import MissingDependencyError
+from ...errors import MissingDependencyError
 
 try:
     import burr.core.persistence  # noqa: F401 - the extra's presence, checked once

@@ -1,13 +1,13 @@
 """The operations Burr's persisters perform, async, over one storage handle: :class:`StepRecords`.
 
-Both persisters (storages.burr.persister) run these: the async one on the caller's loop, the sync
+Both persisters (storages.runners.burr.persister) run these: the async one on the caller's loop, the sync
 one on its private loop. Semantics (docs/burr.md):
 
 * ``load`` without a ``sequence_id`` is the application's latest completed step: the storage's
   latest checkpoint of the application (commit order), or, while that one is a failed step, the
   checkpoint it followed. With a ``sequence_id``, the step of that number that completed.
 * A save continues the checkpoint the persister last saw of the application and is fenced on the
-  latest it saw (storages.runner_heads): a run dropped mid-step whose save lands after another run
+  latest it saw (storages.runners.heads): a run dropped mid-step whose save lands after another run
   resumed the application is refused with StaleWriterError and stores nothing. A persister that
   never read the application checks that the step follows the application's latest: the next
   ``sequence_id``, or the same one again after a failed step.
@@ -21,15 +21,15 @@ from typing import Any, Final
 
 from burr.core.state import State
 
-from ..contract import Capability
-from ..errors import (
+from ...contract import Capability
+from ...errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     InvalidCheckpointError,
     StaleWriterError,
     UnsupportedOperationError,
 )
-from ..runner_heads import Heads, Seen
+from ..heads import Heads, Seen
 from .mapping import (
     FAILED,
     build_checkpoint,

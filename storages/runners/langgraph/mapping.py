@@ -17,8 +17,8 @@ from urllib.parse import quote, unquote
 
 from langchain_core.runnables import RunnableConfig
 
-from ..contract import MAX_ID_LENGTH
-from ..errors import InvalidCheckpointError, InvalidCheckpointIdError
+from ...contract import MAX_ID_LENGTH
+from ...errors import InvalidCheckpointError, InvalidCheckpointIdError
 
 WORKFLOW_PREFIX = "langgraph:"
 """Every workflow StorageSaver writes starts with this; other workflows of the store are ignored."""

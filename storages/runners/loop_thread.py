@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from .errors import StorageClosedError
+from ..errors import StorageClosedError
 
 T = TypeVar("T")
 

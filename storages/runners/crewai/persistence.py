@@ -1,7 +1,7 @@
 """StorageFlowPersistence: CrewAI's ``FlowPersistence`` over any storage of this project.
 
 CrewAI calls a flow persistence synchronously, from a plain thread or from a coroutine on its own
-event loop. Every storage call here runs on the adapter's private loop (storages.loop_thread), so
+event loop. Every storage call here runs on the adapter's private loop (storages.runners.loop_thread), so
 no call re-enters or blocks a loop other than by the wait CrewAI's synchronous API asks for.
 
 Semantics (docs/crewai.md):
@@ -25,12 +25,12 @@ from crewai.flow.persistence.base import FlowPersistence
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from typing_extensions import Self
 
-from ..engine import CheckpointStore
-from ..errors import StorageConfigurationError
+from ...engine import CheckpointStore
+from ...errors import StorageConfigurationError
+from ...redaction import redact_url
+from ...urls import open_storage
+from ..heads import Heads, Seen
 from ..loop_thread import LoopPortal, LoopThread
-from ..redaction import redact_url
-from ..runner_heads import Heads, Seen
-from ..urls import open_storage
 from .mapping import build_checkpoint, state_dict, stored_state, workflow_for
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class StorageFlowPersistence(FlowPersistence):
         return redact_url(self.url) if storage is None and self.url else type(storage).__name__
 
     def workflow_name(self, flow_uuid: str) -> str:
-        """The workflow of one flow: :func:`storages.crewai.mapping.workflow_for` (a subclass may
+        """The workflow of one flow: :func:`storages.runners.crewai.mapping.workflow_for` (a subclass may
         name them otherwise)."""
         return workflow_for(flow_uuid)
 

@@ -30,15 +30,15 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..contract import CHECKPOINT_VERSION, Capability, PendingWrite, WorkflowCheckpoint
-from ..engine import CheckpointStore
-from ..errors import (
+from ...contract import CHECKPOINT_VERSION, Capability, PendingWrite, WorkflowCheckpoint
+from ...engine import CheckpointStore
+from ...errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     InvalidCheckpointError,
     UnsupportedOperationError,
 )
-from ..urls import open_storage
+from ...urls import open_storage
 from .mapping import (
     GRAPH_SIGNATURE,
     config_for,

@@ -3,9 +3,9 @@
 
 ``ApplicationBuilder().with_state_persister(p).initialize_from(p, resume_at_next_action=True, ...)``
 with either: the sync one for ``build()``/``run()``, the async one for ``abuild()``/``arun()``.
-The sync persister runs every storage call on a private loop of its own (storages.loop_thread), so
+The sync persister runs every storage call on a private loop of its own (storages.runners.loop_thread), so
 it never re-enters or blocks a running loop other than by the wait Burr's synchronous API asks for;
-the async one runs on the caller's loop. Both do the same operations (storages.burr.steps).
+the async one runs on the caller's loop. Both do the same operations (storages.runners.burr.steps).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from burr.core.persistence import AsyncBaseStatePersister, BaseStatePersister, P
 from burr.core.state import State
 from typing_extensions import Self
 
-from ..engine import CheckpointStore
-from ..errors import StorageConfigurationError
+from ...engine import CheckpointStore
+from ...errors import StorageConfigurationError
+from ...redaction import redact_url
+from ...urls import open_storage
 from ..loop_thread import LoopThread
-from ..redaction import redact_url
-from ..urls import open_storage
 from .mapping import workflow_for
 from .steps import StepRecords
 
@@ -74,7 +74,7 @@ class StorageStatePersister(BaseStatePersister, BaseCopyable):
         return self._opened.handle
 
     def workflow_name(self, partition_key: str, app_id: str) -> str:
-        """The workflow of one application: :func:`storages.burr.mapping.workflow_for` (a subclass
+        """The workflow of one application: :func:`storages.runners.burr.mapping.workflow_for` (a subclass
         may name them otherwise; ``list_app_ids`` finds applications by the default names)."""
         return workflow_for(partition_key, app_id)
 

@@ -1,8 +1,8 @@
 """What a runner adapter last saw of each workflow, and the fenced save that continues it.
 
 CrewAI and Burr call their persister with a flow or application id and the state, never with the
-checkpoint a save continues. The adapters (storages.crewai, storages.burr) remember it for them,
-per workflow, from what the runner read and wrote through the adapter:
+checkpoint a save continues. The adapters (storages.runners.crewai, storages.runners.burr)
+remember it for them, per workflow, from what the runner read and wrote through the adapter:
 
 * after a save, the saved checkpoint is both what the next save continues and the latest expected;
 * after a read of the latest, the latest is both;
@@ -27,8 +27,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .contract import Capability, CheckpointID
-from .errors import CheckpointConflictError, StaleWriterError
+from ..contract import Capability, CheckpointID
+from ..errors import CheckpointConflictError, StaleWriterError
 
 REMEMBERED_WORKFLOWS: Final = 4096
 """Workflows an adapter remembers at once."""

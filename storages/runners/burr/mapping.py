@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
-from ..contract import CHECKPOINT_VERSION, MAX_ID_LENGTH, WorkflowCheckpoint
-from ..errors import CheckpointCorruptedError, InvalidCheckpointError, InvalidCheckpointIdError
+from ...contract import CHECKPOINT_VERSION, MAX_ID_LENGTH, WorkflowCheckpoint
+from ...errors import CheckpointCorruptedError, InvalidCheckpointError, InvalidCheckpointIdError
 
 WORKFLOW_PREFIX: Final = "burr:"
 """Every workflow the Burr adapter writes starts with this."""

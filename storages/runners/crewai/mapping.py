@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
-from ..contract import CHECKPOINT_VERSION, MAX_ID_LENGTH, WorkflowCheckpoint
-from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnserializableValueError
+from ...contract import CHECKPOINT_VERSION, MAX_ID_LENGTH, WorkflowCheckpoint
+from ...errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnserializableValueError
 
 WORKFLOW_PREFIX: Final = "crewai:"
 """Every workflow the CrewAI adapter writes starts with this."""
