@@ -6,4 +6,4 @@ from .moved import warn_moved
 from .runners.burr import *  # noqa: F403
 from .runners.burr import __all__ as __all__
 
-warn_moved(__name__, "storages.runners.burr")
+warn_moved("storages.burr", "storages.runners.burr")

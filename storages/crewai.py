@@ -6,4 +6,4 @@ from .moved import warn_moved
 from .runners.crewai import *  # noqa: F403
 from .runners.crewai import __all__ as __all__
 
-warn_moved(__name__, "storages.runners.crewai")
+warn_moved("storages.crewai", "storages.runners.crewai")

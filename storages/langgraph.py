@@ -6,4 +6,4 @@ from .moved import warn_moved
 from .runners.langgraph import *  # noqa: F403
 from .runners.langgraph import __all__ as __all__
 
-warn_moved(__name__, "storages.runners.langgraph")
+warn_moved("storages.langgraph", "storages.runners.langgraph")

@@ -6,4 +6,4 @@ from .moved import warn_moved
 from .runners.maf import *  # noqa: F403
 from .runners.maf import __all__ as __all__
 
-warn_moved(__name__, "storages.runners.maf")
+warn_moved("storages.maf", "storages.runners.maf")

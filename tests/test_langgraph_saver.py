@@ -17,7 +17,7 @@ from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 from storages.runners.langgraph import StorageSaver, escape_part, stored_id_for, workflow_for
-from storages.verify import verify
+from storages.tools.verify import verify
 
 pytestmark = [pytest.mark.langgraph, pytest.mark.memory]
 

@@ -16,6 +16,10 @@ MOVED = {
     "storages.langgraph": "storages.runners.langgraph",
     "storages.crewai": "storages.runners.crewai",
     "storages.burr": "storages.runners.burr",
+    "storages.copying": "storages.tools.copying",
+    "storages.inspection": "storages.tools.inspection",
+    "storages.maf_import": "storages.tools.copying.maf_import",
+    "storages.verify": "storages.tools.verify",
 }
 
 
@@ -33,6 +37,18 @@ def test_an_old_path_warns_and_hands_on_the_same_objects(old: str, new: str) -> 
     assert shim.__all__ == moved.__all__
     for name in moved.__all__:
         assert getattr(shim, name) is getattr(moved, name), name
+
+
+def test_the_old_script_entry_point_still_runs_the_command_and_stays_quiet() -> None:
+    # An install made before the move runs storages.cli:main; its stderr must stay the command's own.
+    from storages.tools.cli import main as moved
+
+    sys.modules.pop("storages.cli", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shim = importlib.import_module("storages.cli")
+    assert shim.main is moved.main
+    assert shim.__all__ == moved.__all__
 
 
 def test_the_configured_filter_fails_a_run_that_imports_an_old_path() -> None:

@@ -11,8 +11,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..contract import CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointStorageError
+from ...contract import CheckpointID, CheckpointInfo, CheckpointStorage
+from ...errors import CheckpointCorruptedError, CheckpointNotFoundError, CheckpointStorageError
 from .lineage import LineageStart, LineageTree, index_pages, lineage_from_index
 from .lineage_index import LineageIndex
 
@@ -34,7 +34,7 @@ class AmbiguousCheckpointIdError(CheckpointStorageError, ValueError):
 @functools.cache
 def _parse_workflow() -> Callable[[str], tuple[str, str, str] | None] | None:
     try:
-        from ..runners.langgraph.mapping import parse_workflow
+        from ...runners.langgraph.mapping import parse_workflow
     except ImportError:  # no langgraph extra: LangGraph workflows are shown as workflows
         return None
     return parse_workflow
@@ -138,7 +138,7 @@ async def _parent_checkpoint(
     parent_id = parents.get(parent_ns)
     if not isinstance(parent_id, str):
         return None
-    from ..runners.langgraph.mapping import stored_id_for, workflow_for
+    from ...runners.langgraph.mapping import stored_id_for, workflow_for
 
     stored_parent = stored_id_for(workflow_for(thread_id, parent_ns), parent_id)
     return stored_parent if tree.record(stored_parent) is not None else None

@@ -26,8 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..contract import CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import CheckpointCorruptedError, CheckpointStorageError, CheckpointTypeNotAllowedError
+from ...contract import CheckpointID, CheckpointInfo, CheckpointStorage
+from ...errors import CheckpointCorruptedError, CheckpointStorageError, CheckpointTypeNotAllowedError
 from ..verify import abbreviate_signature
 from .diff import Change, CheckpointDiff, checkpoint_sections, diff_sections
 from .lineage import LineageEntry, LineageStart, LineageTree, Relation, stream_lineage

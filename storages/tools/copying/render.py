@@ -13,9 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .copy_report import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
-from .findings_render import name_ids
-from .terminal import plain
+from ..terminal import plain
+from ..verify.render import name_ids
+from .report import CopyProblem, CopyProgress, CopyReport, WorkflowCopy
 
 _COLUMNS = ("Workflow", "Check-\npoints", "Nested", "Pruned", "Writes", "Written", "Present", "Bytes")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import msgspec
 
-from ..codec import frame as framing
-from ..codec.decoding import RECORD_VERSION
-from ..contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointStorage
-from ..errors import CheckpointCorruptedError, InvalidCheckpointIdError
+from ...codec import frame as framing
+from ...codec.decoding import RECORD_VERSION
+from ...contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointStorage
+from ...errors import CheckpointCorruptedError, InvalidCheckpointIdError
 
 _TIMESTAMP = 2 + CHECKPOINT_FIELDS.index("timestamp")
 _ITERATION = 2 + CHECKPOINT_FIELDS.index("iteration_count")

@@ -1,4 +1,4 @@
-"""How ``checkpoint-storages inspect`` and ``diff`` draw what :mod:`storages.inspection.views`
+"""How ``checkpoint-storages inspect`` and ``diff`` draw what :mod:`storages.tools.inspection.views`
 builds: the workflow table, the lineage tree, the one-checkpoint table and the changes (rich
 renderables; every stored string is shown as data, never as markup).
 

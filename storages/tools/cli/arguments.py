@@ -1,7 +1,7 @@
 """The command line of ``checkpoint-storages``: every command, its arguments and their help, the
 options that cannot go together, and the exit statuses each command returns.
 
-Kept apart from storages/cli.py, which carries the commands out: this is what ``--help`` shows,
+Kept apart from storages/tools/cli/main.py, which carries the commands out: this is what ``--help`` shows,
 read and changed on its own. :data:`EXIT_STATUSES` is the one table of exit statuses: each
 command's ``--help`` prints its rows and docs/tooling.md shows :func:`exit_status_table`
 (tests/test_cli_contract.py holds the two, and the commands' behaviour, to it).
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
-from .urls import supported_schemes
-from .version import installed_version
+from ...urls import supported_schemes
+from ...version import installed_version
 
 PROG = "checkpoint-storages"
 

@@ -1,6 +1,6 @@
 """``checkpoint-storages copy`` and ``import-maf``: a source is checked to hold something before
 the destination is opened (a copy or an import of nothing creates nothing), the copy or import
-runs with a progress display, and the report is shown (storages.copy_render) with the fixes of
+runs with a progress display, and the report is shown (storages.tools.copying.render) with the fixes of
 refused types in the command line's words."""
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .cli_arguments import EXIT_FOUND, EXIT_OK, PROG
-from .cli_common import NothingThere, UsageError, codec_of, holds_nothing, open_read_only, policy_of
-from .contract import Capability
-from .copy_render import copy_progress, render_copy
-from .copying import CopyReport, copy_store
-from .engine import CheckpointStore
-from .findings_render import findings_table, type_advice
-from .maf_import import import_maf_directory
-from .memory import InMemoryCheckpointStorage
-from .redaction import redact_url
-from .terminal import json_dumps
-from .urls import open_storage
-from .verify import describe_storage
+from ...contract import Capability
+from ...engine import CheckpointStore
+from ...memory import InMemoryCheckpointStorage
+from ...redaction import redact_url
+from ...urls import open_storage
+from ..copying import CopyReport, copy_store
+from ..copying.maf_import import import_maf_directory
+from ..copying.render import copy_progress, render_copy
+from ..terminal import json_dumps
+from ..verify import describe_storage
+from ..verify.render import findings_table, type_advice
+from .arguments import EXIT_FOUND, EXIT_OK, PROG
+from .common import NothingThere, UsageError, codec_of, holds_nothing, open_read_only, policy_of
 
 
 async def copy_command(args: argparse.Namespace, console: Console) -> int:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..contract import CheckpointStorage
+from ...contract import CheckpointStorage
 from .report import (
     KIND_ORDER,
     REQUIRED_CAPABILITIES,

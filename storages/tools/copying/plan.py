@@ -14,16 +14,16 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import (
+from ...contract import (
     Capability,
     CheckpointID,
     CheckpointInfo,
     CheckpointStorage,
     PendingWrite,
 )
-from .copy_report import CopyProblem, CopyReport, WorkflowCopy
-from .errors import UnsupportedOperationError
-from .verify import describe_storage
+from ...errors import UnsupportedOperationError
+from ..verify import describe_storage
+from .report import CopyProblem, CopyReport, WorkflowCopy
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The scan behind :func:`storages.verify.verify`: one pass over the index and every body, one
+"""The scan behind :func:`storages.tools.verify.verify`: one pass over the index and every body, one
 family (a checkpoint and what is nested in it) at a time, then the links, containers, cycles and
 signatures between them."""
 
@@ -9,15 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codec import CheckpointCodec
-from ..codec.sealed_calls import decode_plain, decode_sealed
-from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import (
+from ...codec import CheckpointCodec
+from ...codec.sealed_calls import decode_plain, decode_sealed
+from ...contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from ...errors import (
     CheckpointCorruptedError,
     CheckpointTamperedError,
     CheckpointTypeNotAllowedError,
 )
-from ..integrity import Link, Seal, TamperKind
+from ...integrity import Link, Seal, TamperKind
 from .index_findings import cycles, descendants, names, signature_change
 from .report import (
     KIND_ORDER,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from ..contract import CheckpointInfo
+from ...contract import CheckpointInfo
 
 CREWAI_PREFIX = "crewai:"
 BURR_PREFIX = "burr:"

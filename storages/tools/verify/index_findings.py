@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from ..contract import CheckpointID, CheckpointInfo
+from ...contract import CheckpointID, CheckpointInfo
 from .report import Finding, FindingKind, abbreviate_signature
 
 

@@ -1,4 +1,4 @@
-"""What :func:`storages.verify.verify` reports: the kinds of finding, the findings and the report,
+"""What :func:`storages.tools.verify.verify` reports: the kinds of finding, the findings and the report,
 and the checks every read-only tool makes first (capabilities, a redacted storage name)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..contract import Capability, CheckpointID, CheckpointStorage
-from ..errors import UnsupportedOperationError
-from ..records import Leftover, LeftoverKind
-from ..redaction import redact_url
+from ...contract import Capability, CheckpointID, CheckpointStorage
+from ...errors import UnsupportedOperationError
+from ...records import Leftover, LeftoverKind
+from ...redaction import redact_url
 
 VerifyProgress = Callable[[int, int], None]
 """Called as ``progress(records_checked, records_known)`` while bodies are read."""

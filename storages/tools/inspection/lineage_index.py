@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from ..contract import CheckpointID, CheckpointInfo
+from ...contract import CheckpointID, CheckpointInfo
 
 NESTED: Final = "nested"
 CHILD: Final = "child"

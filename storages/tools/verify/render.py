@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import plain, printable
-from .verify import Finding, FindingKind, VerifyReport
+from ..terminal import plain, printable
+from .report import Finding, FindingKind, VerifyReport
 
 ROWS_PER_KIND = 20
 """Findings of one kind drawn one per row; the rest are counted (``--json`` lists every one)."""

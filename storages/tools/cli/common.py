@@ -10,12 +10,12 @@ import importlib
 import sys
 from pathlib import Path
 
-from .codec import CheckpointCodec
-from .contract import Capability
-from .engine import CheckpointStore
-from .findings_render import TypePolicy
-from .urls import open_storage
-from .verify import describe_storage
+from ...codec import CheckpointCodec
+from ...contract import Capability
+from ...engine import CheckpointStore
+from ...urls import open_storage
+from ..verify import describe_storage
+from ..verify.render import TypePolicy
 
 
 class UsageError(Exception):

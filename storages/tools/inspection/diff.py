@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..contract import Capability, CheckpointID, CheckpointStorage
+from ...contract import Capability, CheckpointID, CheckpointStorage
 from ..verify import require_capabilities
 from .threads import langgraph_fields, resolve_checkpoint_id
 from .values import json_value
@@ -59,7 +59,7 @@ class Change:
     new_value: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        """For scripts: the values as JSON data (storages.inspection.values), not abbreviated;
+        """For scripts: the values as JSON data (storages.tools.inspection.values), not abbreviated;
         ``old`` is null for an added path, ``new`` for a removed one."""
         return {
             "path": self.path,

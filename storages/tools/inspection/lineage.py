@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import CheckpointStorageError
+from ...contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from ...errors import CheckpointStorageError
 from ..verify import require_capabilities
 from .lineage_index import LineageIndex
 from .peek import BodyFields, peek_body_fields

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .contract import CheckpointID
-from .verify import VerifyReport
+from ...contract import CheckpointID
+from ..verify import VerifyReport
 
 CopyProgress = Callable[[int, int], None]
 """Called as ``progress(checkpoints_done, checkpoints_total)`` (top-level checkpoints)."""

@@ -1,5 +1,5 @@
 """What ``inspect`` shows, as data: workflow summaries, lineage trees and one checkpoint's fields,
-built from the index (see the package's docstring); :mod:`storages.inspection.render` draws them."""
+built from the index (see the package's docstring); :mod:`storages.tools.inspection.render` draws them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from ..backend import latest_record, rivals_of
-from ..contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
-from ..errors import (
+from ...backend import latest_record, rivals_of
+from ...contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
+from ...errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
@@ -83,7 +83,7 @@ class CheckpointView:
 
     def to_dict(self) -> dict[str, Any]:
         """The view for scripts: the index entry and every decoded field as JSON data
-        (storages.inspection.values), not its abbreviation."""
+        (storages.tools.inspection.values), not its abbreviation."""
         return {
             **dataclasses.asdict(self.info),
             "previous_status": self.previous_status,
