@@ -1,6 +1,6 @@
 """The operations beyond MAF's six, each gated by its capability: ancestry walks, nested
 listing, retention, workflow listing, inspection and raw access. Each validates its arguments,
-then calls the capability's primitives (engine/primitives.py's table)."""
+then calls the capability's primitives (backend.py's ``CAPABILITY_PRIMITIVES``)."""
 
 from __future__ import annotations
 
