@@ -22,7 +22,8 @@ from storages import (
     open_storage,
 )
 from storages.contract import AncestryEnd
-from storages.integrity import is_sealed, key_id_of
+from storages.integrity import is_sealed
+from storages.integrity_keys import key_id_of
 from storages.tools.cli.main import main
 
 KEY = b"integrity-test-key-0123456789abc"
