@@ -34,8 +34,8 @@ from storages.contract import WorkflowCheckpoint
 from storages.redis import delete_prefix
 from storages.runners.langgraph import StorageSaver
 
-from .measure import AsyncCase, Budget, ratio, time_async
-from .report import TIMES, TableData, fmt_ratio, fmt_us
+from .measure import TIMES, AsyncCase, Budget, ratio, time_async
+from .report import TableData, fmt_ratio, fmt_us
 from .workload import template
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"

@@ -1,4 +1,4 @@
-"""No import cycles in storages/ or conformance/, read from the source with ast (nothing imported).
+"""No import cycles in storages/, conformance/ or bench/, read from the source with ast (nothing imported).
 
 Three graphs: imports a module runs when it is imported (module level, ``if TYPE_CHECKING:``
 blocks left out, since they never run); those plus the imports inside functions (deferred
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("storages", "conformance")
+PACKAGES = ("storages", "conformance", "bench")
 
 KNOWN_CYCLES: dict[str, str] = {}
 """Cycle (its modules, sorted, joined by " <-> ") -> why it is still there. Empty is the goal."""
