@@ -168,3 +168,40 @@ def test_the_type_level_graph_sees_type_checking_imports() -> None:
     plain, typed = import_graph(deferred=True), import_graph(deferred=True, typing=True)
     assert "conformance.context" not in plain["conformance.clause"]  # only under TYPE_CHECKING
     assert "conformance.context" in typed["conformance.clause"]
+
+
+def _shims() -> set[str]:
+    """The old import paths (tests/test_moved_paths.py), each handing on a module of a higher
+    floor: told by their docstring's first words."""
+    return {
+        module
+        for module, path in _modules().items()
+        if (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").startswith(
+            "The old name of"
+        )
+    }
+
+
+def _floor(module: str) -> int:
+    """0: the library core and the backends; 1: the runner adapters; 2: the operator's tools."""
+    if module.startswith("storages.tools"):
+        return 2
+    if module.startswith("storages.runners"):
+        return 1
+    return 0
+
+
+def test_no_arrow_runs_back_up_from_core_to_runners_to_tools() -> None:
+    # The package's face (storages/__init__.py) imports the MAF adapter to register its codec
+    # plug-in, and the shims stand where moved modules were: neither is a floor of its own.
+    graph = import_graph(deferred=True, typing=True)
+    shims = _shims()
+    assert "storages.langgraph" in shims
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("storages") and module != "storages" and module not in shims
+        for target in targets
+        if _floor(target) > _floor(module)
+    )
+    assert upward == []
