@@ -17,8 +17,8 @@ from typing import Any
 
 from rich.progress import Progress
 
-from bench.measure import Budget, _gc_paused
-from bench.report import TIMES, TableData, fmt_ratio, fmt_us
+from bench.measure import TIMES, Budget, _gc_paused
+from bench.report import TableData, fmt_ratio, fmt_us
 from bench.subjects import _temp_dir
 from bench.workload import template
 

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as ``python bench/codec_rows.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.callgrind_codec import program_instructions
-from bench.report import TIMES
+from bench.measure import TIMES
 from bench.sections import CODEC_ROWS_END, CODEC_ROWS_HEADING, CODEC_ROWS_START
 
 SIZES: tuple[tuple[str, int], ...] = (("small", 1_000), ("100 KB", 100_000), ("1 MB", 1_000_000))

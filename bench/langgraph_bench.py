@@ -58,7 +58,7 @@ from bench.langgraph_workload import (
 )
 from bench.measure import _gc_paused
 from bench.sections import LANGGRAPH_END, LANGGRAPH_START
-from storages.langgraph import StorageSaver
+from storages.runners.langgraph import StorageSaver
 
 TARGET = 1.0
 """The issue's target for every ratio: StorageSaver at least as fast as the native saver."""

@@ -14,6 +14,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+TIMES = "\N{MULTIPLICATION SIGN}"
+"""The sign a ratio is written with in every table and note."""
+
 AsyncOp = Callable[[Any], Awaitable[Any]]
 
 

@@ -37,8 +37,8 @@ from psycopg.rows import dict_row
 
 from storages.codec import CheckpointCodec
 from storages.contract import WorkflowCheckpoint
-from storages.langgraph import StorageSaver
 from storages.postgres import PostgresCheckpointStorage
+from storages.runners.langgraph import StorageSaver
 
 from .measure import AsyncCase, Budget, ratio, time_async
 from .postgres_drivers import scratch_database

@@ -42,10 +42,10 @@ from storages.contract import WorkflowCheckpoint
 from storages.redis import RedisCheckpointStorage, delete_prefix
 
 from .ancestry_bench import load_chain
-from .measure import AsyncCase, Budget, Measurement, ratio, time_async
+from .measure import TIMES, AsyncCase, Budget, Measurement, ratio, time_async
 from .redis_peer_bench import QUICK_STORED, STORED, run_peer
 from .redis_peer_bench import table as peer_table
-from .report import TIMES, TableData, fmt_ratio, fmt_us
+from .report import TableData, fmt_ratio, fmt_us
 from .workload import WORKFLOW_NAME, numbered, template
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"

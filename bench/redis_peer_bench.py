@@ -2,7 +2,7 @@
 
 ``python -m bench.redis_peer_bench [--url redis://...] [--quick]``. Both sides are LangGraph
 checkpointers on the same server, each under a key prefix of its own (deleted afterwards):
-StorageSaver (storages/langgraph.py) over our RedisCheckpointStorage, and plainredis's
+StorageSaver (storages/runners/langgraph/) over our RedisCheckpointStorage, and plainredis's
 AsyncRedisSaver. Each gets the same checkpoints (the benchmark state of bench/workload.py as one
 channel value), interleaved in one process:
 
@@ -31,11 +31,11 @@ from langgraph_checkpoint_plainredis import AsyncRedisSaver
 from redis.asyncio import Redis
 
 from storages.contract import WorkflowCheckpoint
-from storages.langgraph import StorageSaver
 from storages.redis import delete_prefix
+from storages.runners.langgraph import StorageSaver
 
-from .measure import AsyncCase, Budget, ratio, time_async
-from .report import TIMES, TableData, fmt_ratio, fmt_us
+from .measure import TIMES, AsyncCase, Budget, ratio, time_async
+from .report import TableData, fmt_ratio, fmt_us
 from .workload import template
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"

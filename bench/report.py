@@ -12,9 +12,8 @@ from typing import Any
 
 from rich.table import Table
 
+from .measure import TIMES
 from .storage_bench import OPERATIONS, op_key
-
-TIMES = "\N{MULTIPLICATION SIGN}"
 
 OPERATION_NAMES = {"save": "save", "load": "load", "latest": "get_latest"}
 FLAT_LIMIT = 1.5

@@ -32,10 +32,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench.ancestry_bench import ancestry_table, run_ancestry
 from bench.codec_bench import run_codec
 from bench.maf_bench import maf_arguments, maf_only, maf_section, run_maf_section
-from bench.measure import Budget
+from bench.measure import TIMES, Budget
 from bench.postgres_bench import postgres_arguments, postgres_section, run_postgres_section
 from bench.redis_bench import redis_arguments, redis_section, run_redis_section
-from bench.report import TIMES, all_tables, conclusions, targets_table
+from bench.report import all_tables, conclusions, targets_table
 from bench.sections import kept_section, with_kept_sections
 from bench.storage_bench import Sizes, run_storages
 from bench.subjects import sqlite_settings, sqlite_unavailable_reason, subjects

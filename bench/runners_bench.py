@@ -74,7 +74,7 @@ def _crewai_pair(directory: Path) -> tuple[Subject, Subject]:
         os.environ.setdefault(name, value)  # before crewai is imported: it sends nothing
     from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
 
-    from storages.crewai import StorageFlowPersistence
+    from storages.runners.crewai import StorageFlowPersistence
 
     ours = StorageFlowPersistence(f"sqlite:///{directory}/ours.db")
     theirs = SQLiteFlowPersistence(str(directory / "crewai.db"))
@@ -97,7 +97,7 @@ def _crewai_pair(directory: Path) -> tuple[Subject, Subject]:
 def _burr_sqlite_pair(directory: Path) -> tuple[Subject, Subject]:
     from burr.core.persistence import SQLitePersister
 
-    from storages.burr import StorageStatePersister
+    from storages.runners.burr import StorageStatePersister
 
     ours = StorageStatePersister(f"sqlite:///{directory}/ours-burr.db")
     theirs = SQLitePersister(str(directory / "burr.db"))
@@ -123,7 +123,7 @@ def _burr_redis_pair() -> tuple[Subject, Subject]:
 
     from burr.integrations.persisters.b_redis import RedisBasePersister
 
-    from storages.burr import StorageStatePersister
+    from storages.runners.burr import StorageStatePersister
 
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     parts = urlsplit(url)

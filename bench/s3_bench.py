@@ -27,7 +27,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report import TIMES
+from bench.measure import TIMES
 from bench.s3_costs import count_operations
 from bench.s3_costs import markdown as costs_markdown
 from bench.workload import WORKFLOW_NAME, numbered, template

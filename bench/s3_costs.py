@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.report import TIMES
+from bench.measure import TIMES
 
 PRICE_LIST = (
     "Amazon S3 Standard request prices, US East (N. Virginia), aws.amazon.com/s3/pricing as quoted "

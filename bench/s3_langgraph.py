@@ -18,8 +18,8 @@ from bench.s3_costs import cost_per_million, total
 async def measure(client: Any, counter: Any, bucket: str, *, supersteps: int, runs: int) -> dict[str, Any]:
     from bench.langgraph_workload import build_loop
     from bench.langgraph_workload import run_graph as run_once
-    from storages.langgraph import StorageSaver
     from storages.memory import InMemoryCheckpointStorage
+    from storages.runners.langgraph import StorageSaver
     from storages.s3 import S3CheckpointStorage
 
     s3_times: list[float] = []

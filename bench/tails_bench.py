@@ -58,8 +58,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python bench/tails_bench.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.measure import Budget
-from bench.report import TIMES
+from bench.measure import TIMES, Budget
 from bench.workload import numbered, template
 from storages.codec import CheckpointCodec
 from storages.contract import WorkflowCheckpoint

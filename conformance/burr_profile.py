@@ -1,5 +1,5 @@
 """The ``runner`` clauses driven through real Apache Burr applications, over
-:class:`~storages.burr.AsyncStorageStatePersister`.
+:class:`~storages.runners.burr.AsyncStorageStatePersister`.
 
 :class:`BurrRunnerProfile` runs each :class:`~conformance.scenario.Scenario` as Burr applications:
 
@@ -70,7 +70,7 @@ class BurrRunnerProfile(RunnerProfile):
         return f"burr {self._version}"
 
     async def run(self, scenario: Scenario) -> RunObservation:
-        from storages.burr import AsyncStorageStatePersister
+        from storages.runners.burr import AsyncStorageStatePersister
 
         if scenario.child_storage is ChildStorageMode.SEPARATE:
             raise ValueError("the Burr profile's child application saves through the parent's persister")

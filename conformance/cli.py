@@ -33,8 +33,8 @@ from rich.text import Text
 from storages.contract import Capability
 from storages.errors import MissingDependencyError, StorageConfigurationError
 from storages.redaction import redact_text, scrubbed_output, url_secrets
-from storages.terminal import EXIT_BROKEN_PIPE, silence_stdout
-from storages.terminal import console as terminal_console
+from storages.tools.terminal import EXIT_BROKEN_PIPE, silence_stdout
+from storages.tools.terminal import console as terminal_console
 from storages.urls import supported_schemes
 from storages.version import installed_version
 

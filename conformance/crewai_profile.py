@@ -1,5 +1,5 @@
 """The ``runner`` clauses driven through real CrewAI Flows, over
-:class:`~storages.crewai.StorageFlowPersistence`.
+:class:`~storages.runners.crewai.StorageFlowPersistence`.
 
 :class:`CrewAIRunnerProfile` runs each :class:`~conformance.scenario.Scenario` as CrewAI flows:
 
@@ -110,7 +110,7 @@ class CrewAIRunnerProfile(RunnerProfile):
 
 
 def _persistence(scenario: Scenario, storage: Any, loop: asyncio.AbstractEventLoop) -> Any:
-    from storages.crewai import StorageFlowPersistence, workflow_for
+    from storages.runners.crewai import StorageFlowPersistence, workflow_for
 
     class ScenarioPersistence(StorageFlowPersistence):
         """Names the parent flow the parent workflow and every child flow the child workflow."""

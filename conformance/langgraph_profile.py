@@ -69,7 +69,7 @@ class _Saved:
 
 
 def _saver_for(scenario: Scenario, saved: _Saved) -> Any:
-    from storages.langgraph import StorageSaver, stored_id_for
+    from storages.runners.langgraph import StorageSaver, stored_id_for
 
     class ScenarioSaver(StorageSaver):
         """Names workflows after the scenario and notes every checkpoint it saves."""
@@ -147,7 +147,7 @@ def _build(scenario: Scenario, saver: Any) -> Any:
 
 
 class LangGraphRunnerProfile(RunnerProfile):
-    """Real LangGraph graphs with a subgraph, over :class:`~storages.langgraph.StorageSaver`."""
+    """Real LangGraph graphs with a subgraph, over :class:`~storages.runners.langgraph.StorageSaver`."""
 
     def __init__(self) -> None:
         _require_langgraph()

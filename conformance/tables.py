@@ -11,7 +11,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from storages.terminal import plain
+from storages.tools.terminal import plain
 
 from .clause import FAMILIES, Clause
 from .report import BackendReport, ClauseResult, Outcome, Report

@@ -15,7 +15,7 @@ from typing import Any
 
 from burr.core import ApplicationBuilder, State, action
 
-from storages.burr import StorageStatePersister
+from storages.runners.burr import StorageStatePersister
 
 
 @action(reads=["count"], writes=["count"])

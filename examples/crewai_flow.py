@@ -19,7 +19,7 @@ from crewai.flow.flow import Flow, FlowState, listen, start
 from crewai.flow.persistence import persist
 from pydantic import Field
 
-from storages.crewai import StorageFlowPersistence
+from storages.runners.crewai import StorageFlowPersistence
 
 url = sys.argv[1] if len(sys.argv) > 1 else f"sqlite:///{tempfile.mkdtemp()}/flows.db"
 persistence = StorageFlowPersistence(url)  # switch-over line 1 of 2

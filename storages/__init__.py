@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import maf as _maf  # noqa: F401  (registers MAF's codec plug-in before any codec is made)
 from .contract import (
     AncestryEnd,
     AncestryWalk,
@@ -42,6 +41,7 @@ from .fencing import FencedStorage
 from .integrity import IntegrityKeys
 from .memory import InMemoryCheckpointStorage
 from .registry import lazy_exports
+from .runners import maf as _maf  # noqa: F401  (registers MAF's codec plug-in before any codec is made)
 from .urls import open_storage, supported_schemes
 
 if TYPE_CHECKING:  # precise types for the lazy exports below (at run time they come from the registry)

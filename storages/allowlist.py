@@ -61,7 +61,7 @@ MAF_SERIALIZED_TYPES: Final[frozenset[str]] = frozenset(
 requests), stored through their own ``to_dict`` / ``from_dict``."""
 
 MAF_WORKFLOW_EVENT: Final = f"{_EVENTS}:WorkflowEvent"
-"""A pending request; stored through hooks of storages/maf.py."""
+"""A pending request; stored through hooks of storages/runners/maf.py."""
 
 MAF_CHECKPOINT_TYPES: Final[frozenset[str]] = MAF_PLAIN_TYPES | MAF_SERIALIZED_TYPES | {MAF_WORKFLOW_EVENT}
 """Every MAF type a body may name without the application allowing it."""

@@ -36,14 +36,12 @@ from typing import Any, Final, NamedTuple
 
 from .errors import CheckpointTamperedError, InvalidCheckpointError
 from .integrity_keys import (
-    MIN_KEY_BYTES,
     IntegrityKeyInput,
     IntegrityKeyProvider,
     IntegrityKeys,
     accepts_unsigned,
     as_provider,
     key_from_env,
-    key_id_of,
 )
 
 MAC_SIZE: Final = 32
@@ -381,7 +379,6 @@ def _unb64(text: str) -> bytes:
 
 __all__ = [
     "MAC_SIZE",
-    "MIN_KEY_BYTES",
     "SEAL_MAGIC",
     "Anchor",
     "IntegrityKeyInput",
@@ -397,7 +394,6 @@ __all__ = [
     "as_provider",
     "is_sealed",
     "key_from_env",
-    "key_id_of",
     "mac_mismatch",
     "open_sealed",
     "parse_seal",

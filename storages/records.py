@@ -317,8 +317,8 @@ def body_digest(body: bytes | bytearray | memoryview) -> str:
     mismatch is never a verdict on its own (the engine compares decoded contents before it calls
     a save a conflict). So it needs no resistance to a crafted collision, only to accidents
     (128 bits), and it must be cheap on large bodies: XXH3 costs about 34 µs a megabyte here,
-    BLAKE2b (what releases before this one kept) 1,330 µs, more than the codec's whole round
-    trip of that megabyte. A digest written by an earlier release simply does not match one of
+    BLAKE2b 1,330 µs, more than the codec's whole round trip of that
+    megabyte. A digest written by an earlier release simply does not match one of
     this release: that re-save is settled by the decoded comparison, as equal content encoded
     differently always was. Tamper evidence is the integrity key's MAC (a keyed record's digest
     is taken from its MAC), never this."""

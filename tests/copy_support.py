@@ -21,7 +21,7 @@ from conformance._langgraph_graphs import build_tour, thread_config
 from storages import CheckpointStore
 from storages.codec import CheckpointCodec
 from storages.contract import CheckpointStorage, PendingWrite
-from storages.langgraph import StorageSaver
+from storages.runners.langgraph import StorageSaver
 
 MAF_WORKFLOWS = ("copy-loop", "copy-sub", "copy-pruned", "copy-two-sigs")
 

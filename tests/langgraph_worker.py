@@ -13,7 +13,7 @@ import sys
 from langgraph.types import Command
 
 from conformance._langgraph_graphs import build_tour, thread_config
-from storages.langgraph import StorageSaver
+from storages.runners.langgraph import StorageSaver
 
 
 async def resume(url: str, thread_id: str, answer: str) -> None:

@@ -33,7 +33,7 @@ def crewai(url: str, flow_id: str, mode: str) -> None:
     from crewai.flow.flow import Flow, FlowState, start
     from crewai.flow.persistence import persist
 
-    from storages.crewai import StorageFlowPersistence
+    from storages.runners.crewai import StorageFlowPersistence
 
     class Tally(FlowState):
         count: int = 0
@@ -64,7 +64,7 @@ def crewai(url: str, flow_id: str, mode: str) -> None:
 def burr(url: str, app_id: str, mode: str) -> None:
     from burr.core import ApplicationBuilder, State, action
 
-    from storages.burr import StorageStatePersister
+    from storages.runners.burr import StorageStatePersister
 
     @action(reads=["count"], writes=["count"])
     def tick(state: State[Any]) -> tuple[dict[str, Any], State[Any]]:

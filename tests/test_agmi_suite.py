@@ -28,7 +28,7 @@ from storages import (
     WorkflowCheckpoint,
 )
 from storages.integrity import is_sealed, split_sealed
-from storages.verify import verify
+from storages.tools.verify import verify
 
 KEY = IntegrityKeys(b"agmi-suite-key-0123456789abcdefgh")
 SIGNATURE = "sig-real"

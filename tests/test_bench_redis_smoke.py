@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import redis_servers
 
-from bench.measure import Budget
-from bench.report import TIMES
+from bench.measure import TIMES, Budget
 
 pytestmark = pytest.mark.redis
 

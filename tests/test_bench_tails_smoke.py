@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from bench.measure import Budget
-from bench.report import TIMES
+from bench.measure import TIMES, Budget
 from bench.tails_bench import (
     READ_POSITIONS,
     SERVER_ROWS,

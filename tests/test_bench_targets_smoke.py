@@ -8,8 +8,8 @@ import math
 import pytest
 
 from bench.callgrind_codec import SUBJECTS, ratios, table
-from bench.measure import Budget
-from bench.report import TIMES, callgrind_target_rows, targets_table
+from bench.measure import TIMES, Budget
+from bench.report import callgrind_target_rows, targets_table
 from bench.targets_bench import FLOORS, TARGETS, run_targets, target_met
 
 

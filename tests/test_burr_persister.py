@@ -13,7 +13,6 @@ from burr.core import ApplicationBuilder, State, action
 from conftest import StorageMaker
 
 from storages import open_storage
-from storages.burr import AsyncStorageStatePersister, StorageStatePersister, workflow_for
 from storages.contract import WorkflowCheckpoint
 from storages.errors import (
     CheckpointCorruptedError,
@@ -22,6 +21,7 @@ from storages.errors import (
     InvalidCheckpointIdError,
     StaleWriterError,
 )
+from storages.runners.burr import AsyncStorageStatePersister, StorageStatePersister, workflow_for
 
 pytestmark = pytest.mark.burr
 

@@ -22,7 +22,7 @@ import pytest
 from burr.core import ApplicationBuilder, State, action
 from conftest import StorageMaker
 
-from storages.burr import AsyncStorageStatePersister, StorageStatePersister
+from storages.runners.burr import AsyncStorageStatePersister, StorageStatePersister
 
 pytestmark = pytest.mark.burr
 

@@ -25,15 +25,15 @@ from typing import Any
 import pytest
 
 from storages import WorkflowCheckpoint, open_storage
-from storages.cli import main
-from storages.cli_arguments import (
+from storages.tools.cli.arguments import (
     COMMANDS,
     EXIT_CLOSED_PIPE,
     EXIT_STATUSES,
     exit_status_epilog,
     exit_status_table,
 )
-from storages.terminal import EXIT_BROKEN_PIPE
+from storages.tools.cli.main import main
+from storages.tools.terminal import EXIT_BROKEN_PIPE
 
 pytestmark = pytest.mark.sqlite
 
@@ -158,7 +158,8 @@ def test_every_exit_status_of_every_command_is_what_the_table_says(
     assert not (tmp_path / "never.db").exists()
 
     # A refused entry point (backends 1), Ctrl-C (130) and a closed pipe (141), for every command.
-    from storages import cli, registry
+    from storages import registry
+    from storages.tools.cli import main as cli
 
     refused = registry.BackendRegistry.build(
         registry.BUILTIN_BACKENDS, [_BrokenEntryPoint("broken", "no_such_module:BACKEND", "group")]
@@ -518,7 +519,7 @@ def test_inspect_and_diff_json_carry_the_values_themselves(
 
 
 def test_a_hostile_depth_is_bounded_in_json() -> None:
-    from storages.inspection.values import MAX_DEPTH, json_value
+    from storages.tools.inspection.values import MAX_DEPTH, json_value
 
     deep: Any = "bottom"
     for _ in range(10_000):  # far beyond the recursion limit

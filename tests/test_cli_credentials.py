@@ -18,7 +18,7 @@ import pytest
 import redis_servers
 
 from storages import WorkflowCheckpoint, open_storage
-from storages.cli import main
+from storages.tools.cli.main import main
 
 SECRET = f"Zq{uuid.uuid4().hex[:10]}Xy"
 """A password: random, so that only a leak could put it in the output."""

@@ -29,12 +29,12 @@ from copy_support import (
 from maf_workflows import allow_user_types
 
 from storages import CheckpointStore, InMemoryCheckpointStorage, WorkflowCheckpoint
-from storages.cli import main
 from storages.contract import PendingWrite
-from storages.copying import PLACEHOLDER_SIGNATURE, copy_store
 from storages.integrity import IntegrityKeys
 from storages.sqlite import SQLiteCheckpointStorage
-from storages.verify import verify
+from storages.tools.cli.main import main
+from storages.tools.copying import PLACEHOLDER_SIGNATURE, copy_store
+from storages.tools.verify import verify
 
 
 @asynccontextmanager

@@ -24,7 +24,7 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.cli import main
+from storages.tools.cli.main import main
 
 SECRET = "hunter2"
 
@@ -126,7 +126,7 @@ def test_verify_never_shows_a_storage_description_with_credentials(
 ) -> None:
     seeded = _ChattyStorage()
     asyncio.run(seeded.save(WorkflowCheckpoint("wf", "sig")))
-    monkeypatch.setattr("storages.cli_common.open_storage", lambda url, **options: seeded.new_handle())
+    monkeypatch.setattr("storages.tools.cli.common.open_storage", lambda url, **options: seeded.new_handle())
     monkeypatch.setenv("COLUMNS", "200")
     for arguments in (["verify", "memory://", "--json"], ["verify", "memory://"], ["inspect", "memory://"]):
         assert main(arguments) == 0

@@ -24,7 +24,7 @@ from crewai.flow.human_feedback import human_feedback
 from crewai.flow.persistence import persist
 from pydantic import BaseModel, Field
 
-from storages.crewai import StorageFlowPersistence
+from storages.runners.crewai import StorageFlowPersistence
 
 pytestmark = pytest.mark.crewai
 

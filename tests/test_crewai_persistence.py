@@ -17,7 +17,6 @@ from pydantic import Field
 
 from storages import open_storage
 from storages.contract import WorkflowCheckpoint
-from storages.crewai import StorageFlowPersistence, workflow_for
 from storages.errors import (
     CheckpointCorruptedError,
     CheckpointTamperedError,
@@ -26,6 +25,7 @@ from storages.errors import (
     StorageConfigurationError,
     UnserializableValueError,
 )
+from storages.runners.crewai import StorageFlowPersistence, workflow_for
 
 pytestmark = pytest.mark.crewai
 

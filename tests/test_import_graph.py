@@ -1,4 +1,4 @@
-"""No import cycles in storages/ or conformance/, read from the source with ast (nothing imported).
+"""No import cycles in storages/, conformance/ or bench/, read from the source with ast (nothing imported).
 
 Three graphs: imports a module runs when it is imported (module level, ``if TYPE_CHECKING:``
 blocks left out, since they never run); those plus the imports inside functions (deferred
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("storages", "conformance")
+PACKAGES = ("storages", "conformance", "bench")
 
 KNOWN_CYCLES: dict[str, str] = {}
 """Cycle (its modules, sorted, joined by " <-> ") -> why it is still there. Empty is the goal."""
@@ -168,3 +168,40 @@ def test_the_type_level_graph_sees_type_checking_imports() -> None:
     plain, typed = import_graph(deferred=True), import_graph(deferred=True, typing=True)
     assert "conformance.context" not in plain["conformance.clause"]  # only under TYPE_CHECKING
     assert "conformance.context" in typed["conformance.clause"]
+
+
+def _shims() -> set[str]:
+    """The old import paths (tests/test_moved_paths.py), each handing on a module of a higher
+    floor: told by their docstring's first words."""
+    return {
+        module
+        for module, path in _modules().items()
+        if (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").startswith(
+            "The old name of"
+        )
+    }
+
+
+def _floor(module: str) -> int:
+    """0: the library core and the backends; 1: the runner adapters; 2: the operator's tools."""
+    if module.startswith("storages.tools"):
+        return 2
+    if module.startswith("storages.runners"):
+        return 1
+    return 0
+
+
+def test_no_arrow_runs_back_up_from_core_to_runners_to_tools() -> None:
+    # The package's face (storages/__init__.py) imports the MAF adapter to register its codec
+    # plug-in, and the shims stand where moved modules were: neither is a floor of its own.
+    graph = import_graph(deferred=True, typing=True)
+    shims = _shims()
+    assert "storages.langgraph" in shims
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("storages") and module != "storages" and module not in shims
+        for target in targets
+        if _floor(target) > _floor(module)
+    )
+    assert upward == []

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from storages import Capability, InMemoryCheckpointStorage, WorkflowCheckpoint, open_storage
-from storages.cli import main
 from storages.memory import MemoryBackend
+from storages.tools.cli.main import main
 
 pytestmark = pytest.mark.sqlite
 
@@ -330,7 +330,7 @@ def test_verify_on_a_storage_without_raw_access_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(
-        "storages.cli_common.open_storage", lambda url, **options: WithoutRawAccess(**options)
+        "storages.tools.cli.common.open_storage", lambda url, **options: WithoutRawAccess(**options)
     )
 
     status, _, err = run(["verify", "memory://"], capsys)

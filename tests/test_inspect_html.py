@@ -18,9 +18,9 @@ import pytest
 from test_inspect_tools import _langgraph_store, _maf_store
 
 from storages import InMemoryCheckpointStorage, WorkflowCheckpoint
-from storages.cli import main
-from storages.inspection import build_lineage
-from storages.inspection.page import lineage_page_data, page
+from storages.tools.cli.main import main
+from storages.tools.inspection import build_lineage
+from storages.tools.inspection.page import lineage_page_data, page
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -261,7 +261,7 @@ def test_a_langgraph_page_marks_interrupts_and_next_nodes_and_names_each_field_o
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from conformance._langgraph_graphs import build_tour, thread_config
-    from storages.langgraph import StorageSaver
+    from storages.runners.langgraph import StorageSaver
 
     url = f"sqlite:///{tmp_path}/waiting.db"
 

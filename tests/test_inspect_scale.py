@@ -15,9 +15,9 @@ import pytest
 from storages import CheckpointCorruptedError, InvalidCheckpointError, WorkflowCheckpoint
 from storages.contract import CheckpointID, CheckpointInfo
 from storages.engine import CheckpointStore
-from storages.inspection import build_lineage, stream_lineage
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 from storages.sqlite import SQLiteCheckpointStorage
+from storages.tools.inspection import build_lineage, stream_lineage
 
 
 async def _chain(storage: CheckpointStore, workflow: str, length: int) -> list[CheckpointID]:

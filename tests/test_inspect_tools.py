@@ -20,9 +20,9 @@ import maf_workflows as flows
 import pytest
 
 from storages import InMemoryCheckpointStorage, WorkflowCheckpoint, open_storage
-from storages.cli import main
-from storages.inspection import LineageLine, build_lineage, stream_lineage
-from storages.inspection.diff import diff_checkpoints
+from storages.tools.cli.main import main
+from storages.tools.inspection import LineageLine, build_lineage, stream_lineage
+from storages.tools.inspection.diff import diff_checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent
 SAME_MOMENT = "2026-01-02T03:04:05+00:00"
@@ -325,7 +325,7 @@ async def _langgraph_store(url: str, thread_id: str) -> str:
     from langgraph.types import Command
 
     from conformance._langgraph_graphs import build_tour, thread_config
-    from storages.langgraph import StorageSaver
+    from storages.runners.langgraph import StorageSaver
 
     async with StorageSaver.from_url(url) as saver:
         graph = build_tour(saver)
@@ -415,7 +415,7 @@ def test_every_table_keeps_every_column_whole_at_80_columns(tmp_path: Path) -> N
 
     def piped(*args: str) -> str:
         completed = subprocess.run(
-            [sys.executable, "-m", "storages.cli", *args],
+            [sys.executable, "-m", "storages.tools.cli.main", *args],
             capture_output=True,
             text=True,
             env=environment,
@@ -556,7 +556,7 @@ def test_a_maf_checkpoint_waiting_on_a_person_is_marked(
 async def test_inspect_names_the_newest_rival_as_latest() -> None:
     """Parallel steps' checkpoints saved out of the order they were built in: the Latest column
     agrees with get_latest (the newest timestamp), not with the index's head."""
-    from storages.inspection import list_workflow_summaries
+    from storages.tools.inspection import list_workflow_summaries
 
     async with InMemoryCheckpointStorage() as storage:
         await storage.save(cp("wf", "entry", timestamp="2026-01-01T00:00:00+00:00"))

@@ -21,9 +21,10 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.cli import main
 from storages.contract import AncestryEnd
-from storages.integrity import is_sealed, key_id_of
+from storages.integrity import is_sealed
+from storages.integrity_keys import key_id_of
+from storages.tools.cli.main import main
 
 KEY = b"integrity-test-key-0123456789abc"
 ROTATED = b"integrity-test-key-rotated-98765"
@@ -248,7 +249,7 @@ async def test_under_a_ttl_an_expired_ancestor_is_not_reported_as_a_deletion() -
     from redis_servers import fresh_prefix
 
     from storages.redis import RedisCheckpointStorage
-    from storages.verify import FindingKind, verify
+    from storages.tools.verify import FindingKind, verify
 
     client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     prefix = fresh_prefix("ttl")

@@ -22,8 +22,8 @@ from bench.langgraph_bench import (
 )
 from bench.langgraph_callgrind import PHASES, STORAGE_PHASES, _inner
 from bench.langgraph_workload import OPERATIONS, record_calls, replay
-from storages.langgraph import StorageSaver
 from storages.memory import InMemoryCheckpointStorage
+from storages.runners.langgraph import StorageSaver
 
 pytestmark = [pytest.mark.langgraph, pytest.mark.memory]
 

@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
-from storages.langgraph import StorageSaver
+from storages.runners.langgraph import StorageSaver
 
 pytestmark = pytest.mark.langgraph
 

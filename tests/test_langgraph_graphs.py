@@ -17,7 +17,7 @@ import redis_servers
 from langgraph.types import Command
 
 from conformance._langgraph_graphs import QUESTION, build_tour, finished, thread_config
-from storages.langgraph import StorageSaver
+from storages.runners.langgraph import StorageSaver
 
 pytestmark = pytest.mark.langgraph
 

@@ -15,9 +15,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from storages.contract import Capability
 from storages.errors import CheckpointCorruptedError, InvalidCheckpointIdError, UnsupportedOperationError
-from storages.langgraph import StorageSaver, escape_part, stored_id_for, workflow_for
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
-from storages.verify import verify
+from storages.runners.langgraph import StorageSaver, escape_part, stored_id_for, workflow_for
+from storages.tools.verify import verify
 
 pytestmark = [pytest.mark.langgraph, pytest.mark.memory]
 

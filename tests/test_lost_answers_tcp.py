@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from storages import CheckpointStore, StorageUnavailableError, WorkflowCheckpoint
 from storages.redis import RedisCheckpointStorage, escape, script_sha
 from storages.redis.commit import STAGED_BODY_MIN
-from storages.verify import verify
+from storages.tools.verify import verify
 
 LARGE_BODY = STAGED_BODY_MIN + 32 * 1024
 """A body Redis saves through its staged transaction (random bytes: nothing compresses them)."""

@@ -17,9 +17,9 @@ from copy_support import comparable
 from maf_workflows import LOOP_INPUT, allow_user_types, hitl_workflow, loop_workflow, sub_workflow
 
 from storages import InMemoryCheckpointStorage
-from storages.cli import main
-from storages.maf_import import import_maf_directory
 from storages.sqlite import SQLiteCheckpointStorage
+from storages.tools.cli.main import main
+from storages.tools.copying.maf_import import import_maf_directory
 
 pytestmark = pytest.mark.maf
 

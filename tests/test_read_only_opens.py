@@ -22,7 +22,7 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.cli import main
+from storages.tools.cli.main import main
 
 READ_ONLY_COMMANDS = (
     ["verify", "{url}"],

@@ -41,13 +41,13 @@ from storages import (
 )
 from storages.backend import RIVALS_LIMIT, CheckpointRecord
 from storages.engine.encoding import plain_records, record_drafts
-from storages.inspection import list_workflow_summaries
-from storages.inspection.render import render_workflows
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
 from storages.redis.commit import STAGED_BODY_MIN
 from storages.redis.loads import INLINE_BODY_LIMIT
 from storages.redis.scripts import SCRIPTS
-from storages.verify import FindingKind, repair, verify
+from storages.tools.inspection import list_workflow_summaries
+from storages.tools.inspection.render import render_workflows
+from storages.tools.verify import FindingKind, repair, verify
 
 redis_mark = pytest.mark.redis
 cluster_mark = pytest.mark.redis_cluster

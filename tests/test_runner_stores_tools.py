@@ -14,12 +14,12 @@ import runner_env  # noqa: F401 - before crewai
 from burr.core import State
 
 from storages import open_storage
-from storages.burr import StorageStatePersister
-from storages.burr import workflow_for as burr_workflow
-from storages.cli import main
-from storages.crewai import StorageFlowPersistence
-from storages.crewai import workflow_for as crewai_workflow
-from storages.inspection.runner_records import runner_place
+from storages.runners.burr import StorageStatePersister
+from storages.runners.burr import workflow_for as burr_workflow
+from storages.runners.crewai import StorageFlowPersistence
+from storages.runners.crewai import workflow_for as crewai_workflow
+from storages.tools.cli.main import main
+from storages.tools.inspection.runner_records import runner_place
 
 pytestmark = pytest.mark.sqlite
 

@@ -14,10 +14,10 @@ import pytest
 from s3_support import BUCKET, LostAnswers, S3Store, s3_store, server_endpoint
 
 from conformance.s3_moto import make_client
-from storages.cli import main as cli_main
 from storages.contract import WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError
 from storages.s3 import S3CheckpointStorage, escape_component
+from storages.tools.cli.main import main as cli_main
 
 pytestmark = pytest.mark.s3
 

@@ -18,7 +18,7 @@ from s3_support import BUCKET, s3_store
 from conformance.s3_moto import make_client
 from storages.contract import WorkflowCheckpoint
 from storages.s3 import S3CheckpointStorage
-from storages.verify import verify
+from storages.tools.verify import verify
 
 pytestmark = pytest.mark.s3
 

@@ -23,7 +23,7 @@ from storages import (
 from storages.codec import CheckpointCodec
 from storages.codec import frame as framing
 from storages.integrity import TamperKind, is_sealed, record_mac, split_sealed
-from storages.verify import verify
+from storages.tools.verify import verify
 
 KEY = b"sealed-frame-test-key-0123456789"
 

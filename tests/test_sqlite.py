@@ -1009,7 +1009,7 @@ def test_read_only_and_immutable_come_from_the_url(tmp_path: Path) -> None:
 def test_inspect_and_verify_read_an_immutable_url_writing_nothing(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from storages.cli import main
+    from storages.tools.cli.main import main
 
     asyncio.run(_stored_file(db_path))
     before = _untouched(db_path)
@@ -1033,7 +1033,7 @@ def test_inspect_and_verify_run_on_a_read_only_mount(db_path: Path) -> None:
         script = (
             f"mount --bind {directory} {directory} && mount -o remount,bind,ro {directory} && "
             f"! touch {directory}/probe 2>/dev/null && "
-            f"{sys.executable} -m storages.cli {command} '{url}' --json"
+            f"{sys.executable} -m storages.tools.cli.main {command} '{url}' --json"
         )
         done = subprocess.run(
             ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
@@ -1044,7 +1044,7 @@ def test_inspect_and_verify_run_on_a_read_only_mount(db_path: Path) -> None:
     # error that says what to do, and nothing written.
     script = (
         f"mount --bind {directory} {directory} && mount -o remount,bind,ro {directory} && "
-        f"{sys.executable} -m storages.cli inspect 'sqlite:///{db_path}'"
+        f"{sys.executable} -m storages.tools.cli.main inspect 'sqlite:///{db_path}'"
     )
     done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0

@@ -25,7 +25,7 @@ from storages import (
     WorkflowCheckpoint,
 )
 from storages.integrity import split_sealed
-from storages.verify import FindingKind, verify
+from storages.tools.verify import FindingKind, verify
 
 KEY = IntegrityKeys(b"harness-key-0123456789abcdefghij")
 OTHER_KEY = IntegrityKeys(b"someone-else-0123456789abcdefghi")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from storages import WorkflowCheckpoint, open_storage
-from storages.cli import main
-from storages.terminal import EXIT_BROKEN_PIPE, json_dumps, printable
+from storages.tools.cli.main import main
+from storages.tools.terminal import EXIT_BROKEN_PIPE, json_dumps, printable
 
 sqlite_mark = pytest.mark.sqlite
 

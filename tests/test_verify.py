@@ -1,4 +1,4 @@
-"""storages.verify: every seeded defect is reported naming its ids, and a clean storage (forks,
+"""storages.tools.verify: every seeded defect is reported naming its ids, and a clean storage (forks,
 nested records, a pruned workflow) gives nothing. Runs on every backend of the shared fixture."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.cli import main
 from storages.codec import CheckpointCodec
 from storages.memory import MemoryBackend
 from storages.sqlite import SQLiteCheckpointStorage
-from storages.verify import FindingKind, VerifyReport, verify
+from storages.tools.cli.main import main
+from storages.tools.verify import FindingKind, VerifyReport, verify
 
 SEEDABLE_BACKENDS = [
     pytest.param("memory", marks=pytest.mark.memory),

@@ -158,7 +158,7 @@ async def unedited_store_verifies(ctx: ClauseContext) -> None:
             await _latest_id(fresh, workflow, anchor=anchor), more.checkpoint_id, "latest after a save"
         )
         if ctx.has(Capability.INSPECT):
-            from storages.verify import verify
+            from storages.tools.verify import verify
 
             report = await verify(fresh, workflow_name=workflow, anchors={workflow: anchor})
             ensure(report.ok, f"verify found {[f.message for f in report.findings]} in an unedited store")
@@ -223,7 +223,7 @@ async def tail_truncation(ctx: ClauseContext) -> None:
     requires=(*_BASE, Capability.ANCESTRY, Capability.INSPECT),
 )
 async def middle_deletion(ctx: ClauseContext) -> None:
-    from storages.verify import FindingKind, verify
+    from storages.tools.verify import FindingKind, verify
 
     async with keyed(ctx) as storage:
         chain = await _chain(ctx, storage, "middle", 3)
@@ -319,7 +319,7 @@ async def _expect_prune_end(
         return
     if unreceipted and ctx.has(Capability.TTL):
         return  # verify takes a missing receipt for an expired one
-    from storages.verify import FindingKind, verify
+    from storages.tools.verify import FindingKind, verify
 
     report = await verify(reader, workflow_name=workflow)
     if end is AncestryEnd.PRUNED:
@@ -509,7 +509,7 @@ async def snapshot_rollback(ctx: ClauseContext) -> None:
                 (TamperKind.ROLLED_BACK,),
             )
         if ctx.has(Capability.INSPECT):
-            from storages.verify import FindingKind, verify
+            from storages.tools.verify import FindingKind, verify
 
             rolled = set()
             for workflow, anchor in anchors.items():

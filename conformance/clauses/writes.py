@@ -6,7 +6,7 @@ saved; on resume, a task with stored writes is not run again. So a call's writes
 none, a retried call must change nothing, the first write per (task_id, index) is kept except at a
 negative index (a special channel: error, interrupt, resume), where the latest replaces it, and
 pruning or deleting a workflow must take its checkpoints' writes along. A storage that declares
-the capability gets StorageSaver (storages.langgraph) on top of it.
+the capability gets StorageSaver (storages.runners.langgraph) on top of it.
 """
 
 from __future__ import annotations

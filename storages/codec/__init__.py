@@ -30,7 +30,7 @@ checkpoint becomes a body of its own, the container holds only a reference to it
 ``nested refs`` header flag says the body needs those records to decode.
 
 Integrations extend every codec through storages/codec/plugins.py (MAF's types do, from
-storages/maf.py); the codec imports none of them.
+storages/runners/maf.py); the codec imports none of them.
 """
 
 from __future__ import annotations

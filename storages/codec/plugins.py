@@ -1,6 +1,6 @@
 """How integrations (MAF) extend every codec without the generic codec knowing them.
 
-A plug-in registers itself once, at import (storages/maf.py does, and ``import storages``
+A plug-in registers itself once, at import (storages/runners/maf.py does, and ``import storages``
 imports it): every codec created afterwards calls its :meth:`CodecPlugin.install`, asks it about
 type keys its runner allowed, and lets it name checkpoint classes the codec was not given. The
 codec imports no plug-in, so there is no import cycle between the codec and an integration.

@@ -49,7 +49,7 @@ class EncodedCheckpoint:
     """Id of the checkpoint this one is embedded in; None for the checkpoint being saved."""
 
     def __init__(self, checkpoint: Any, body: bytes, container_id: str | None) -> None:
-        # Through the slots' own setters, as CheckpointRecord (engine/records.py): the generated
+        # Through the slots' own setters, as CheckpointRecord (storages/records.py): the generated
         # __init__ of a frozen class goes through object.__setattr__, and every save builds one.
         set_checkpoint, set_body, set_container_id = _ENCODED_SETTERS
         set_checkpoint(self, checkpoint)

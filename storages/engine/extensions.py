@@ -1,10 +1,10 @@
 """The operations beyond MAF's six, each gated by its capability: ancestry walks, nested
 listing, retention, workflow listing, inspection and raw access. Each validates its arguments,
-then calls the capability's primitives (engine/primitives.py's table)."""
+then calls the capability's primitives (backend.py's ``CAPABILITY_PRIMITIVES``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..backend import implements
@@ -50,20 +50,12 @@ class Extensions:
     """walk_ancestry ... write_raw_body, on top of the backend's primitives. The storage checks
     nothing before it calls these: each validates its own arguments."""
 
-    __slots__ = ("_check_receipt", "_parts", "_receipts", "_writes")
+    __slots__ = ("_parts", "_receipts", "_writes")
 
-    def __init__(
-        self,
-        parts: HandleParts,
-        receipts: PruneReceipts,
-        writes: PendingWritesLog,
-        check_receipt: Callable[[CheckpointID, bytes], Awaitable[None]],
-    ) -> None:
+    def __init__(self, parts: HandleParts, receipts: PruneReceipts, writes: PendingWritesLog) -> None:
         self._parts = parts
         self._receipts = receipts
         self._writes = writes
-        self._check_receipt = check_receipt
-        """The storage's own check_prune_receipt: a walk ending at a tombstone asks it."""
 
     async def walk_ancestry(self, checkpoint_id: CheckpointID, max_depth: int) -> AncestryWalk[Any]:
         """Checkpoints from ``checkpoint_id`` back to its root, newest first.
@@ -100,7 +92,7 @@ class Extensions:
             items.append(item)
         if sealer is not None:
             check_walk_chain(ids, records.links, seals)
-            ids = await self._receipts.vouched_walk(ids, seals, self._check_receipt)
+            ids = await self._receipts.vouched_walk(ids, seals)
         return AncestryWalk(tuple(items), ids.end, ids.end_id)
 
     async def walk_ancestry_ids(

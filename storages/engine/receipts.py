@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..codec import CheckpointCodec
 from ..codec.sealed_calls import decode_sealed
@@ -106,7 +106,6 @@ class PruneReceipts:
         self,
         walk: AncestryWalk[CheckpointID],
         seals: Mapping[CheckpointID, Seal | None],
-        check: Callable[[CheckpointID, bytes], Awaitable[None]],
     ) -> AncestryWalk[CheckpointID]:
         """A walk that the index says ends at a pruned record ends ``missing`` unless a receipt
         vouches for the prune of the record its last step was signed after."""
@@ -116,7 +115,7 @@ class PruneReceipts:
         if last is None or last.link_kind is not Link.PRESENT:
             return walk  # unsigned, or signed as a chain restart: no record of the chain is behind it
         try:
-            await check(walk.end_id, last.link)
+            await self.check_prune_receipt(walk.end_id, last.link)
         except CheckpointTamperedError:
             return AncestryWalk(walk.items, AncestryEnd.MISSING, walk.end_id)
         return walk

@@ -75,6 +75,10 @@ class CheckpointStore(Generic[BackendT]):
     """What a keyed handle seals and verifies with. A test hook: the kit's tamper mutants weaken
     one step of it each (docs/backends.md, "Test hooks"); a storage keeps the default."""
 
+    receipts_type: ClassVar[type[PruneReceipts]] = PruneReceipts
+    """What a keyed handle writes prune receipts with, and checks a tombstone against: a walk
+    and :meth:`check_prune_receipt` ask the same one. A test hook like :attr:`sealer_type`."""
+
     def __init__(
         self,
         backend: BackendT,
@@ -111,10 +115,10 @@ class CheckpointStore(Generic[BackendT]):
         self._sealed_frames = self._reader.sealed_frames
         parts = HandleParts(backend, self._codec, self._lifecycle, self._reader, sealer, self._capabilities)
         self._parts = parts
-        self._receipts = PruneReceipts(parts)
+        self._receipts = self.receipts_type(parts)
         self._writes = PendingWritesLog(parts)
         self._resaves = Resaves(backend, self._codec, self._reader, self._sealed_frames)
-        self._extensions = Extensions(parts, self._receipts, self._writes, self.check_prune_receipt)
+        self._extensions = Extensions(parts, self._receipts, self._writes)
 
     @property
     def backend(self) -> BackendT:

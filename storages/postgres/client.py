@@ -59,6 +59,7 @@ class PostgresClient:
         self._injected_connection = connection
         self._pool: AsyncConnectionPool[Any] | None = pool
         self._abandoned: weakref.finalize[Any, Any] | None = None
+        self._made: _Made | None = None
         self.statements = 0
         """Statements sent so far (round trips; the kit's ``scale`` clauses count them)."""
 
@@ -92,27 +93,29 @@ class PostgresClient:
 
     def _new_pool(self) -> AsyncConnectionPool[Any]:
         assert self._conninfo is not None
+        made = _Made(read_only=self.read_only)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self._conninfo,
             min_size=0,  # connections are made on demand: idle handles hold none
             max_size=self._options.pool_size,
             timeout=self._options.pool_timeout,
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, "client_encoding": "UTF8"},
-            configure=_read_only_session if self.read_only else None,
+            configure=made.configure,
             open=False,
             name="checkpoint-storages",
         )
         if self._abandoned is not None:
             self._abandoned.detach()
-        self._abandoned = weakref.finalize(self, _finish_connections, pool)
+        self._abandoned = weakref.finalize(self, _finish_connections, pool, made)
+        self._made = made
         return pool
 
     async def follow_loop(self) -> None:
         """Our pool's workers and locks belong to the old event loop: drop it without awaiting
         (that loop is usually closed) and let the next operation start a new one here."""
-        if self.injected or self._pool is None:
+        if self.injected or self._pool is None or self._made is None:
             return
-        _finish_connections(self._pool)
+        _finish_connections(self._pool, self._made)
         self._pool = self._new_pool()
         await _start_detached(self._pool)
 
@@ -404,14 +407,31 @@ async def _start_detached(pool: AsyncConnectionPool[Any]) -> None:
     await opening
 
 
-def _finish_connections(pool: AsyncConnectionPool[Any]) -> None:
+class _Made:
+    """The connections a pool made, known through its public ``configure`` hook, so that they can
+    be closed without the pool's loop (:func:`_finish_connections`); and the read-only session a
+    read-only handle's connections start with."""
+
+    def __init__(self, *, read_only: bool) -> None:
+        self.read_only = read_only
+        self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+    async def configure(self, connection: Connection) -> None:
+        self.connections.add(connection)
+        if self.read_only:
+            await _read_only_session(connection)
+
+
+def _finish_connections(pool: AsyncConnectionPool[Any], made: _Made) -> None:
     """Close a pool's sockets without an event loop: its storage was collected unclosed, or its
     loop ended. Best effort, as nobody is left to tell."""
     with contextlib.suppress(Exception):
-        connections = list(getattr(pool, "_pool", ()))
-        for connection in connections:
+        for connection in list(made.connections):
             connection.pgconn.finish()
-        pool._closed = True  # what close() sets first; keeps __del__ from warning
+        # The pool's one private field we touch: psycopg_pool has no close without the pool's
+        # loop, and an unclosed pool's __del__ makes a coroutine that is never awaited (a
+        # RuntimeWarning at collection). close() sets this first; nothing else here needs it.
+        pool._closed = True
 
 
 __all__ = ["PostgresClient", "SchemaState", "missing_privilege"]

@@ -156,7 +156,7 @@ class SQLiteBackend(Backend):
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         # An id already stored is recognised by its bytes in the transaction (commit.py): an
-        # unkeyed save hashes nothing (blake2b was a sixth of a save's instructions).
+        # unkeyed save hashes nothing (hashing the body would be a sixth of a save's instructions).
         return await self._client.save(records)
 
     async def insert_fenced(

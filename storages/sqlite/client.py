@@ -192,7 +192,7 @@ class SQLiteClient:
         return result
 
     async def save(self, records: Sequence[CheckpointRecord]) -> InsertResult:
-        """Insert a family (see ``commit.insert_family``) by group commit: saves made while the
+        """Insert a family (see ``commit.insert_families``) by group commit: saves made while the
         previous group is on the thread queue up and commit together, in one transaction and
         one hand-off (``commit.insert_families``). A lone save is a group of one.
 

@@ -48,7 +48,7 @@ class Abandon:
     """Set on the loop when a caller is cancelled, read on the connection's thread before COMMIT.
 
     One boolean attribute: its store and load are atomic under the GIL, and the thread only
-    needs to see it before COMMIT, so no lock is needed (a ``Abandon`` builds a
+    needs to see it before COMMIT, so no lock is needed (a ``threading.Event`` would build a
     condition and a lock per save: several microseconds on the save's path)."""
 
     __slots__ = ("_set",)
@@ -82,17 +82,6 @@ def immediate_transaction(connection: sqlite3.Connection, abandon: Abandon | Non
         raise
 
 
-def insert_family(
-    connection: sqlite3.Connection,
-    abandon: Abandon,
-    records: Sequence[CheckpointRecord],
-) -> InsertResult:
-    """Insert a family whose top id is absent; else say whether the stored body is the same
-    (see the module's docstring)."""
-    with immediate_transaction(connection, abandon):
-        return _insert_absent(connection, records)
-
-
 def insert_families(
     connection: sqlite3.Connection, saves: Sequence[tuple[Sequence[CheckpointRecord], Abandon]]
 ) -> list[InsertResult | BaseException]:
@@ -100,7 +89,8 @@ def insert_families(
     transaction (one fsync for all of them), each family of several rows in a savepoint of its
     own (a family of one row is one statement, all or nothing by itself).
 
-    Each save gets what :func:`insert_family` would have returned, or the error that refused it
+    Each save gets its :class:`InsertResult` (its family inserted when its top id is absent, else
+    whether the stored body is the same: see the module's docstring), or the error that refused it
     alone (an embedded id already stored); that save's rows are rolled back, the others commit.
     An error of the transaction itself (the lock not obtained, the disk failing, COMMIT failing)
     fails every save of the group and writes none. No save is acknowledged before COMMIT

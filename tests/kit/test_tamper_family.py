@@ -14,6 +14,7 @@ from conformance import Outcome, select_clauses, target_from_url
 from conformance.clauses.tamper import KIT_KEY
 from storages.backend import StoredBody
 from storages.contract import Capability
+from storages.engine.receipts import PruneReceipts
 from storages.engine.sealing import Sealer
 from storages.errors import CheckpointCorruptedError
 from storages.integrity import IntegrityKeys, Link, Seal, is_sealed, record_mac, split_sealed
@@ -130,11 +131,15 @@ class IgnoresTheIndexEntry(DecodesItself):
             )
 
 
+class TrustingReceipts(PruneReceipts):
+    async def check_prune_receipt(self, pruned_id: str, signed_after: bytes) -> None:
+        return None
+
+
 class TrustsBareTombstones(InMemoryCheckpointStorage):
     """Takes every tombstone for a prune of its own: a deletion dressed as a prune passes."""
 
-    async def check_prune_receipt(self, pruned_id: str, signed_after: bytes) -> None:
-        return None
+    receipts_type = TrustingReceipts
 
 
 class WritesNoReceipts(InMemoryCheckpointStorage):
