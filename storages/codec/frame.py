@@ -157,7 +157,7 @@ def plain_frame(payload: bytes, nested_refs: bool) -> bytes:
     """``payload`` before its trailer, uncompressed (its size already checked)."""
     if nested_refs or len(payload) >= IN_PLACE_MIN:
         return framed(payload, FLAG_NESTED_REFS if nested_refs else 0)
-    return payload + (_PLAIN_FLAGS + checksum(payload) + TRAILER_END)  # framed's, in line
+    return b"".join((payload, _PLAIN_FLAGS, checksum(payload), TRAILER_END))  # framed's, in line
 
 
 def append_frame(owned: list[bytes], end: bytes) -> bytes:
