@@ -34,7 +34,7 @@ from storages import (
     UnserializableValueError,
     WorkflowCheckpoint,
 )
-from storages.codec import HEADER_SIZE, CheckpointCodec
+from storages.codec import HEADER_SIZE, TRAILER_SIZE, CheckpointCodec
 
 SameTypes = Callable[[Any, Any], bool]
 
@@ -925,12 +925,21 @@ def test_hooks_stored_but_registered_without_hooks_is_corrupted() -> None:
 
 
 HEADER = struct.Struct(">2sBB8s")
+TRAILER = struct.Struct(">B8sB2s")
 CRC32_HEADER = struct.Struct(">2sBBI")
+T = -TRAILER.size
+"""Where a version-3 body's trailer starts, from its end."""
 
 
-def frame(payload: bytes, *, magic: bytes = b"CK", version: int = 2, flags: int = 0) -> bytes:
-    """A body as the format describes it: magic, version, flags, XXH3-64 of the payload."""
-    return HEADER.pack(magic, version, flags, xxhash.xxh3_64_digest(payload)) + payload
+def frame(payload: bytes, *, magic: bytes = b"CK", version: int = 3, flags: int = 0) -> bytes:
+    """A body as the format describes it: the payload, then flags, XXH3-64 of the payload seeded
+    with the flags, version, magic."""
+    return payload + TRAILER.pack(flags, xxhash.xxh3_64_digest(payload, flags), version, magic)
+
+
+def header_frame(payload: bytes, *, flags: int = 0) -> bytes:
+    """A body as format version 2 describes it: magic, version, flags, XXH3-64 of the payload."""
+    return HEADER.pack(b"CK", 2, flags, xxhash.xxh3_64_digest(payload)) + payload
 
 
 def crc32_frame(payload: bytes, *, flags: int = 0) -> bytes:
@@ -941,7 +950,7 @@ def crc32_frame(payload: bytes, *, flags: int = 0) -> bytes:
 def raw_record(body: bytes) -> list[Any]:
     """The checkpoint record inside a body, extensions left undecoded."""
     record = msgspec.msgpack.decode(
-        body[HEADER_SIZE:], ext_hook=lambda code, data: msgspec.msgpack.Ext(code, bytes(data))
+        body[:T], ext_hook=lambda code, data: msgspec.msgpack.Ext(code, bytes(data))
     )
     assert isinstance(record, list)
     return record
@@ -954,17 +963,21 @@ def body() -> bytes:
     )
 
 
-def test_header_carries_magic_version_flags_and_payload_checksum(body: bytes) -> None:
-    assert HEADER_SIZE == HEADER.size == 12
-    magic, version, flags, digest = HEADER.unpack_from(body)
-    assert (magic, version, flags) == (b"CK", 2, 0)
-    assert digest == xxhash.xxh3_64_digest(body[HEADER_SIZE:])
-    assert frame(body[HEADER_SIZE:]) == body
+def test_trailer_carries_flags_payload_checksum_version_and_magic(body: bytes) -> None:
+    assert HEADER_SIZE == HEADER.size == TRAILER_SIZE == TRAILER.size == 12
+    flags, digest, version, magic = TRAILER.unpack_from(body, len(body) + T)
+    assert (flags, version, magic) == (0, 3, b"CK")
+    assert digest == xxhash.xxh3_64_digest(body[:T])
+    assert frame(body[:T]) == body
+    assert not body.startswith(b"CK")
     CheckpointCodec.verify_frame(body, checkpoint_id="cp-1")
 
 
-def test_a_version_1_body_of_the_same_payload_reads_as_the_same_checkpoint(body: bytes) -> None:
-    old = crc32_frame(body[HEADER_SIZE:])
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_earlier_version_body_of_the_same_payload_reads_as_the_same_checkpoint(
+    body: bytes, version: int
+) -> None:
+    old = crc32_frame(body[:T]) if version == 1 else header_frame(body[:T])
     CheckpointCodec.verify_frame(old, checkpoint_id="cp-1")
     codec = full_codec()
     assert codec.decode_checkpoint(old, checkpoint_id="cp-1") == codec.decode_checkpoint(
@@ -977,26 +990,26 @@ def test_a_version_1_body_of_the_same_payload_reads_as_the_same_checkpoint(body:
     [
         pytest.param(lambda b: b"", id="empty"),
         pytest.param(lambda b: b[:1], id="one byte"),
-        pytest.param(lambda b: b[: HEADER_SIZE - 1], id="short header"),
-        pytest.param(lambda b: b[:HEADER_SIZE], id="header only"),
+        pytest.param(lambda b: b[-(TRAILER_SIZE - 1) :], id="short trailer"),
+        pytest.param(lambda b: b[T:], id="trailer only"),
         pytest.param(lambda b: b[:-1], id="truncated by one"),
+        pytest.param(lambda b: b[1:], id="first byte cut"),
         pytest.param(lambda b: b[: len(b) // 2], id="truncated by half"),
         pytest.param(lambda b: b + b"\x00", id="trailing byte"),
-        pytest.param(lambda b: b"XX" + b[2:], id="wrong magic"),
-        pytest.param(lambda b: b[:2] + b"\x03" + b[3:], id="future version"),
-        pytest.param(lambda b: b[:2] + b"\x01" + b[3:], id="version 1 header on a version 2 body"),
-        pytest.param(lambda b: b[:2] + b"\xff" + b[3:], id="version 255"),
-        pytest.param(lambda b: b[:2] + b"\x00" + b[3:], id="version 0"),
-        pytest.param(lambda b: b[:3] + b"\x04" + b[4:], id="unknown flag"),
-        pytest.param(lambda b: b[:3] + b"\x02" + b[4:], id="nested flag without nested refs"),
-        pytest.param(lambda b: b[:3] + b"\x01" + b[4:], id="zstd flag on plain payload"),
-        pytest.param(lambda b: b[:4] + bytes([b[4] ^ 0x01]) + b[5:], id="checksum bit flipped"),
-        pytest.param(lambda b: b[:11] + bytes([b[11] ^ 0x80]) + b[12:], id="last checksum bit flipped"),
-        pytest.param(lambda b: b[:-1] + bytes([b[-1] ^ 0x80]), id="last payload bit flipped"),
-        pytest.param(
-            lambda b: b[:HEADER_SIZE] + bytes([b[HEADER_SIZE] ^ 0x10]) + b[HEADER_SIZE + 1 :],
-            id="first payload bit flipped",
-        ),
+        pytest.param(lambda b: b[:-2] + b"XX", id="wrong magic"),
+        pytest.param(lambda b: b"CK" + b[2:], id="the magic at the start"),
+        pytest.param(lambda b: b[:-3] + b"\x04" + b[-2:], id="future version"),
+        pytest.param(lambda b: b[:-3] + b"\x02" + b[-2:], id="version 2 trailer on a version 3 body"),
+        pytest.param(lambda b: b[:-3] + b"\xff" + b[-2:], id="version 255"),
+        pytest.param(lambda b: b[:-3] + b"\x00" + b[-2:], id="version 0"),
+        pytest.param(lambda b: b[:T] + b"\x08" + b[T + 1 :], id="unknown flag"),
+        pytest.param(lambda b: b[:T] + b"\x04" + b[T + 1 :], id="sealed flag"),
+        pytest.param(lambda b: b[:T] + b"\x02" + b[T + 1 :], id="nested flag without nested refs"),
+        pytest.param(lambda b: b[:T] + b"\x01" + b[T + 1 :], id="zstd flag on plain payload"),
+        pytest.param(lambda b: b[: T + 1] + bytes([b[T + 1] ^ 0x01]) + b[T + 2 :], id="checksum bit flipped"),
+        pytest.param(lambda b: b[:-4] + bytes([b[-4] ^ 0x80]) + b[-3:], id="last checksum bit flipped"),
+        pytest.param(lambda b: b[: T - 1] + bytes([b[T - 1] ^ 0x80]) + b[T:], id="last payload bit flipped"),
+        pytest.param(lambda b: bytes([b[0] ^ 0x10]) + b[1:], id="first payload bit flipped"),
         pytest.param(lambda b: b"\x00" * len(b), id="zeroed"),
         pytest.param(lambda b: b"{}", id="json"),
     ],
@@ -1096,10 +1109,10 @@ def test_zstd_compresses_above_the_threshold_and_round_trips(same_types: SameTyp
     cp = large_checkpoint()
     plain = CheckpointCodec().encode_checkpoint(cp)
     compressed = CheckpointCodec(compress_threshold=1024).encode_checkpoint(cp)
-    assert plain[3] == 0
-    assert compressed[3] & 0x01
+    assert plain[T] == 0
+    assert compressed[T] & 0x01
     assert len(compressed) < len(plain) // 10
-    assert compressed[HEADER.size :] != plain[HEADER.size :]
+    assert compressed[:T] != plain[:T]
     CheckpointCodec.verify_frame(compressed, checkpoint_id="big")
     for reader in (CheckpointCodec(), CheckpointCodec(compress_threshold=1024)):
         assert same_types(reader.decode_checkpoint(compressed, checkpoint_id="big"), cp)
@@ -1109,12 +1122,12 @@ def test_payloads_below_the_threshold_stay_uncompressed() -> None:
     small = checkpoint(state={"k": 1})
     body = CheckpointCodec(compress_threshold=10_000).encode_checkpoint(small)
     assert body == CheckpointCodec().encode_checkpoint(small)
-    assert body[3] == 0
+    assert body[T] == 0
 
 
 def test_damaged_zstd_payload_with_a_valid_crc_is_corrupted() -> None:
     compressed = CheckpointCodec(compress_threshold=0).encode_checkpoint(large_checkpoint())
-    payload = compressed[HEADER_SIZE:]
+    payload = compressed[:T]
     crafted = frame(payload[: len(payload) // 2], flags=0x01)
     with pytest.raises(CheckpointCorruptedError, match="big"):
         CheckpointCodec().decode_checkpoint(crafted, checkpoint_id="big")

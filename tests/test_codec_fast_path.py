@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storages.codec import HEADER_SIZE, CheckpointCodec
+from storages.codec import TRAILER_SIZE, CheckpointCodec
 from storages.codec.frame import CRC32_HEADER_SIZE
 from storages.contract import WorkflowCheckpoint
 from storages.errors import UnserializableValueError
@@ -47,10 +47,10 @@ def test_committed_format_v1_bodies_decode_and_reencode_to_the_same_payload(name
     assert isinstance(state["nested"], WorkflowCheckpoint)
     assert state["nested"].state == {"k": (1, 2)}
     assert ("big" in state) == (name == "codec-format-v1.body")
-    # Written again, the payload is the same bytes behind a version-2 header.
+    # Written again, the payload is the same bytes before a version-3 trailer.
     again = codec.encode_checkpoint(checkpoint)
-    assert again[2] == 2
-    assert again[HEADER_SIZE:] == body[CRC32_HEADER_SIZE:]
+    assert again[-3] == 3
+    assert again[:-TRAILER_SIZE] == body[CRC32_HEADER_SIZE:]
 
 
 def _both_payloads(codec: CheckpointCodec, checkpoint: Any) -> tuple[bytes | None, bytes]:

@@ -14,6 +14,7 @@ import tracemalloc
 import zlib
 from typing import Any
 
+import ormsgpack
 import pytest
 import xxhash
 
@@ -32,19 +33,20 @@ def test_the_header_crc_is_zlibs_crc32(size: int) -> None:
     assert framing.crc32(memoryview(data)[1:]) == zlib.crc32(data[1:])
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_a_large_body_of_either_version_reads_and_a_flipped_byte_does_not(version: int) -> None:
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_a_large_body_of_any_version_reads_and_a_flipped_byte_does_not(version: int) -> None:
     codec = CheckpointCodec()
     blob = os.urandom(300_000)
     checkpoint = WorkflowCheckpoint(workflow_name="w", graph_signature_hash="g", state={"blob": blob})
     body = codec.encode_checkpoint(checkpoint)
-    payload = body[framing.HEADER_SIZE :]
-    assert body[:4] == b"CK\x02\x00"
-    assert body[4:12] == xxhash.xxh3_64_digest(payload)
+    payload = body[: -framing.TRAILER_SIZE]
+    assert body[-framing.TRAILER_SIZE :] == b"\x00" + xxhash.xxh3_64_digest(payload) + b"\x03CK"
     if version == 1:  # the header as any release before version 2 wrote it: zlib's CRC
         body = b"CK\x01\x00" + framing.CRC.pack(zlib.crc32(payload)) + payload
+    elif version == 2:  # the header as releases from version 2 on wrote it: XXH3-64
+        body = b"CK\x02\x00" + xxhash.xxh3_64_digest(payload) + payload
     assert codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id) == checkpoint
-    damaged = body[:-1] + bytes([body[-1] ^ 0x01])
+    damaged = body[:-1] + bytes([body[-1] ^ 0x01]) if version < 3 else bytes([body[0] ^ 0x01]) + body[1:]
     with pytest.raises(CheckpointCorruptedError, match="checksum"):
         codec.decode_checkpoint(damaged, checkpoint_id=checkpoint.checkpoint_id)
 
@@ -61,7 +63,7 @@ def test_a_repeated_one_megabyte_encode_reuses_its_buffer() -> None:
     assert faults < 64, f"{faults:.0f} page faults per 1 MB encode: its buffer is mapped afresh each time"
 
 
-@pytest.mark.parametrize("form", ["version 2", "version 1", "bytearray", "memoryview"])
+@pytest.mark.parametrize("form", ["version 3", "version 2", "version 1", "bytearray", "memoryview"])
 def test_a_decode_copies_a_large_bytes_value_once(form: str) -> None:
     """The checksum and the decode read the stored body through a view: the only copy of a
     1 MiB ``bytes`` value a decode makes is the value it returns (traced allocations, counted)."""
@@ -71,9 +73,11 @@ def test_a_decode_copies_a_large_bytes_value_once(form: str) -> None:
         workflow_name="w", graph_signature_hash="g", state={"blob": os.urandom(size)}
     )
     body: Any = codec.encode_checkpoint(checkpoint)
-    payload = body[framing.HEADER_SIZE :]
+    payload = body[: -framing.TRAILER_SIZE]
     if form == "version 1":
         body = framing.CRC32_PLAIN_PREFIX + framing.CRC.pack(zlib.crc32(payload)) + payload
+    elif form == "version 2":
+        body = framing.PLAIN_PREFIX + xxhash.xxh3_64_digest(payload) + payload
     elif form == "bytearray":
         body = bytearray(body)
     elif form == "memoryview":
@@ -125,7 +129,7 @@ def test_an_encode_with_large_state_bytes_writes_the_exact_walks_body(
     for _ in range(2):
         body = codec.encode_checkpoint(checkpoint, sealed=sealed)
         if sealed:
-            assert body == framing.SEALED_PREFIX + exact[framing.HEADER_SIZE :]
+            assert body == exact[: -framing.TRAILER_SIZE] + framing.SEALED_TRAILER
         else:
             assert body == exact
         decoded = codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id, sealed=sealed)
@@ -165,3 +169,44 @@ def test_an_encode_copies_a_large_bytes_value_once() -> None:
         tracemalloc.stop()
     assert body == codec.exact_body(checkpoint)
     assert size <= peak < size + size // 8, f"an encode of a 1 MiB value peaked at {peak:,} bytes traced"
+
+
+# ------------------------------------------------------------- the frame appended to the payload
+
+
+def _fresh_payload() -> bytes:
+    packed: bytes = ormsgpack.packb(["lorem ipsum " * 80] * 1200)
+    return packed
+
+
+def test_the_frame_appended_in_place_gives_the_payload_and_its_trailer() -> None:
+    payload = _fresh_payload()
+    expected = payload + framing.trailer(payload, 0)
+    owned = [payload]
+    del payload
+    body = framing.append_frame(owned, framing.trailer(owned[0], 0))
+    assert owned == []
+    assert body == expected
+    assert CheckpointCodec.verify_frame(body, checkpoint_id="x") is None
+
+
+def test_the_frame_is_never_appended_to_a_payload_held_elsewhere() -> None:
+    payload = _fresh_payload()
+    before = bytes(bytearray(payload))  # an independent copy of its bytes
+    end = framing.trailer(payload, 0)
+    body = framing.append_frame([payload], end)
+    assert payload == before  # the holder's bytes did not change
+    assert body == before + end
+    assert body is not payload
+
+
+def test_a_large_text_body_is_its_payload_and_trailer_and_reads_back() -> None:
+    codec = CheckpointCodec()
+    text = "lorem ipsum dolor sit amet " * 37
+    checkpoint = _state_checkpoint({"history": [{"content": f"{i}: {text}"} for i in range(1000)]})
+    body = codec.encode_checkpoint(checkpoint)
+    assert len(body) > framing.IN_PLACE_MIN
+    assert body == codec.exact_body(checkpoint)
+    assert codec.decode_checkpoint(body, checkpoint_id=checkpoint.checkpoint_id) == checkpoint
+    sealed = codec.encode_checkpoint(checkpoint, sealed=True)
+    assert sealed == body[: -framing.TRAILER_SIZE] + framing.SEALED_TRAILER

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from storages.codec import CheckpointCodec, EncodedCheckpoint
+from storages.codec import frame as framing
 from storages.contract import WorkflowCheckpoint
 from storages.errors import CheckpointCorruptedError, UnserializableValueError
 
@@ -128,7 +129,8 @@ def test_a_damaged_nested_body_fails_the_container_naming_both() -> None:
     codec = CheckpointCodec()
     child = checkpoint("child")
     nodes = codec.encode_checkpoint_tree(checkpoint("parent", state={"sub": child}))
-    damaged = {child.checkpoint_id: nodes[1].body[:-1] + bytes([nodes[1].body[-1] ^ 1])}
+    inner = nodes[1].body
+    damaged = {child.checkpoint_id: inner[:-13] + bytes([inner[-13] ^ 1]) + inner[-12:]}
     with pytest.raises(CheckpointCorruptedError) as raised:
         codec.decode_checkpoint(nodes[0].body, checkpoint_id="parent-id", nested=damaged)
     assert raised.value.checkpoint_id == "parent-id"
@@ -148,7 +150,8 @@ def test_a_nested_body_of_another_checkpoint_is_refused() -> None:
 def test_the_nested_flag_and_the_payload_must_agree() -> None:
     codec = CheckpointCodec()
     plain = codec.encode_checkpoint(checkpoint("plain"))
-    flagged = plain[:3] + bytes([plain[3] | 0x02]) + plain[4:]
+    # Flagged and checked again (the flags seed the checksum): only the payload disagrees.
+    flagged = framing.framed(plain[: -framing.TRAILER_SIZE], framing.FLAG_NESTED_REFS)
     with pytest.raises(CheckpointCorruptedError, match="announces nested records"):
         codec.decode_checkpoint(flagged, checkpoint_id="plain")
 

@@ -27,7 +27,7 @@ from storages import (
     UnserializableValueError,
     WorkflowCheckpoint,
 )
-from storages.codec import HEADER_SIZE, CheckpointCodec, OpaqueValue
+from storages.codec import TRAILER_SIZE, CheckpointCodec, OpaqueValue
 from storages.codec.stack import MAX_NESTING
 from storages.codec.values import EXT_DATACLASS, EXT_NAMEDTUPLE, EXT_PYDANTIC
 
@@ -531,7 +531,8 @@ def test_common_objects_are_stored_in_the_forms_every_release_wrote() -> None:
         (FrozenModel(items=(1,)), None),
     ]:
         wire = msgspec.msgpack.decode(
-            CODEC.encode_value(value)[HEADER_SIZE:], ext_hook=lambda code, data: msgspec.msgpack.decode(data)
+            CODEC.encode_value(value)[:-TRAILER_SIZE],
+            ext_hook=lambda code, data: msgspec.msgpack.decode(data),
         )
         if form is not None:
             assert wire == form

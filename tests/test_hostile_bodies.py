@@ -35,7 +35,7 @@ from storages import (
 from storages.codec import DEFAULT_MAX_COMPRESSION_RATIO, CheckpointCodec, OpaqueValue
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_HEADER = struct.Struct(">2sBB8s")
+_TRAILER = struct.Struct(">B8sB2s")
 _FLAG_ZSTD = 0x01
 DECODE_MEMORY_FACTOR = 128
 """docs/contract.md: decoding a body of n bytes builds at most about 128 x n bytes of objects."""
@@ -48,11 +48,16 @@ def checkpoint(**fields: Any) -> WorkflowCheckpoint:
 
 
 def framed(payload: bytes, flags: int = 0) -> bytes:
-    return _HEADER.pack(b"CK", 2, flags, xxhash.xxh3_64_digest(payload)) + payload
+    """A version-3 body: the payload, then its trailer."""
+    return payload + _TRAILER.pack(flags, xxhash.xxh3_64_digest(payload, flags), 3, b"CK")
 
 
 def payload_of(body: bytes) -> bytes:
-    return body[_HEADER.size :]
+    return body[: -_TRAILER.size]
+
+
+def flags_of(body: bytes) -> int:
+    return body[-_TRAILER.size]
 
 
 def peak_bytes_while(action: Any) -> tuple[int, Any]:
@@ -106,11 +111,11 @@ def test_every_body_a_compressing_codec_writes_reads_back_even_when_it_compresse
     codec = CheckpointCodec(compress_threshold=64)
     state = {"zeros": b"\x00" * 2_000_000, "text": "a" * 500_000}
     body = codec.encode_checkpoint(checkpoint(checkpoint_id="dense", state=state))
-    assert not body[3] & _FLAG_ZSTD  # over the ratio a reader allows: stored as it is
+    assert not flags_of(body) & _FLAG_ZSTD  # over the ratio a reader allows: stored as it is
     assert codec.decode_checkpoint(body, checkpoint_id="dense").state == state
     ordinary = {"rows": [{"n": index, "label": f"row {index}"} for index in range(2000)]}
     small = codec.encode_checkpoint(checkpoint(checkpoint_id="ordinary", state=ordinary))
-    assert small[3] & _FLAG_ZSTD
+    assert flags_of(small) & _FLAG_ZSTD
     assert len(payload_of(small)) * DEFAULT_MAX_COMPRESSION_RATIO >= 2000
     assert codec.decode_checkpoint(small, checkpoint_id="ordinary").state == ordinary
 

@@ -369,7 +369,7 @@ def test_inspect_draws_a_broken_run_one_line_of_descent_each(
         "├── line 1 of 4",
         f"│   └── r1  #1  step 0  {SHOWN}  sig a1b2c3d4…  root",
         "├── line 2 of 4",
-        "│   ├── r3  #3  body unreadable: body does not start with the checkpoint magic  sig a1b2c3d4…  "
+        "│   ├── r3  #3  body unreadable: body has the checkpoint magic at neither end  sig a1b2c3d4…  "
         "previous r2 missing",
         f"│   └── r4  #4  step 0  {SHOWN}",
         "├── line 3 of 4",

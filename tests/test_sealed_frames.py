@@ -35,7 +35,9 @@ def checkpoint(workflow: str, previous: str | None = None, **state: object) -> W
 
 
 def flags_and_check(body: bytes) -> tuple[int, bytes]:
-    return body[framing.FLAGS_OFFSET], body[framing.CHECK_OFFSET : framing.HEADER_SIZE]
+    """A version-3 body's flags and checksum, from its trailer."""
+    end = len(body) - framing.TRAILER_SIZE
+    return body[end], body[end + 1 : end + 9]
 
 
 async def raw_of(storage: Any, checkpoint_id: str) -> bytes:
@@ -47,8 +49,8 @@ async def raw_of(storage: Any, checkpoint_id: str) -> bytes:
 def with_crc(body: bytes) -> bytes:
     """The same codec body as written before the flag: format version 1, FLAG_SEALED cleared,
     its CRC computed."""
-    payload = body[framing.HEADER_SIZE :]
-    flags = body[framing.FLAGS_OFFSET] & ~framing.FLAG_SEALED
+    payload = body[: -framing.TRAILER_SIZE]
+    flags = framing.flags_of(body) & ~framing.FLAG_SEALED
     return b"CK\x01" + bytes((flags,)) + framing.CRC.pack(zlib.crc32(payload)) + payload
 
 
@@ -83,7 +85,7 @@ async def test_a_keyless_save_still_writes_a_checksum(storage_url: str) -> None:
         body = await raw_of(storage, item.checkpoint_id)
         flags, check = flags_and_check(body)
         assert not flags & framing.FLAG_SEALED
-        assert check == xxhash.xxh3_64_digest(body[framing.HEADER_SIZE :])
+        assert check == xxhash.xxh3_64_digest(body[: -framing.TRAILER_SIZE])
 
 
 async def test_a_body_framed_for_a_seal_is_refused_without_a_verified_seal(storage_url: str) -> None:
@@ -144,9 +146,9 @@ async def test_a_sealed_body_written_with_a_crc_still_reads_and_its_crc_is_not_c
                 calls.append(len(data))
                 return real(data, value)
 
-            def counted_checksum(data: Any) -> bytes:
+            def counted_checksum(data: Any, seed: int = 0) -> bytes:
                 calls.append(len(data))
-                return xxhash.xxh3_64_digest(data)
+                return xxhash.xxh3_64_digest(data, seed)
 
             monkeypatch.setattr(framing, "crc32", counted)
             monkeypatch.setattr(framing, "checksum", counted_checksum)
@@ -170,7 +172,8 @@ async def test_a_bit_flipped_in_a_body_framed_for_a_seal_is_caught_as_tampered(s
         checkpoint_id = item.checkpoint_id
         raw = await raw_of(storage, checkpoint_id)
         body_start = len(raw) - len(split_sealed(checkpoint_id, raw)[1].body)
-        for offset in (body_start + framing.FLAGS_OFFSET, body_start + framing.HEADER_SIZE + 5, len(raw) - 1):
+        flags_at = len(raw) - framing.TRAILER_SIZE
+        for offset in (flags_at, body_start + 5, len(raw) - 1):
             edited = bytearray(raw)
             edited[offset] ^= 0x04
             await storage.write_raw_body(checkpoint_id, bytes(edited))
@@ -189,7 +192,7 @@ async def test_an_unsigned_body_in_migration_mode_still_has_its_crc_checked(stor
         item = checkpoint("wf", step=1)
         await before.save(item)
         body = bytearray(await raw_of(before, item.checkpoint_id))
-        body[-1] ^= 0x01
+        body[5] ^= 0x01
         await before.write_raw_body(item.checkpoint_id, bytes(body))
         async with before.with_integrity_key(IntegrityKeys(KEY, accept_unsigned=True)) as migrating:
             with pytest.raises(CheckpointCorruptedError, match="checksum mismatch"):
@@ -219,7 +222,7 @@ async def test_a_codec_overriding_decode_without_the_keyword_keeps_crc_bodies(tm
         item = checkpoint("wf", step=1)
         await storage.save(item)
         body = split_sealed(item.checkpoint_id, await raw_of(storage, item.checkpoint_id))[1].body
-        assert not body[framing.FLAGS_OFFSET] & framing.FLAG_SEALED
+        assert not framing.flags_of(body) & framing.FLAG_SEALED
         async with storage.new_handle() as cold:
             assert (await cold.load(item.checkpoint_id)).state == {"step": 1}
         assert (await verify(storage)).ok

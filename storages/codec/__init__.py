@@ -1,8 +1,9 @@
 """The safe checkpoint codec: msgpack with typed extensions, no pickle.
 
-A body is ``header + payload`` (storages/codec/frame.py): a magic, the format version, flags and
-a checksum of the payload (XXH3-64; CRC-32 in version-1 bodies, which still read), so damaged
-bytes are detected instead of decoded into silently different data. The
+A body is ``payload + trailer`` (storages/codec/frame.py): flags, a checksum of the payload
+(XXH3-64 seeded with the flags), the format version and a magic, so damaged bytes are detected
+instead of decoded into silently different data; bodies of versions 1 and 2, ``header + payload``
+(CRC-32 and XXH3-64), still read. The
 payload is msgpack; every non-JSON type travels as an extension whose code names the type
 (storages/codec/values.py), so a user dict can never be mistaken for an envelope.
 
@@ -27,7 +28,7 @@ Checkpoints embedded in a checkpoint (a sub-workflow's state inside its parent's
 one of two ways. :meth:`CheckpointCodec.encode_checkpoint` writes them inline. A storage that keeps
 nested records uses :meth:`CheckpointCodec.encode_checkpoint_tree` instead: every embedded
 checkpoint becomes a body of its own, the container holds only a reference to its id, and the
-``nested refs`` header flag says the body needs those records to decode.
+``nested refs`` flag says the body needs those records to decode.
 
 Integrations extend every codec through storages/codec/plugins.py (MAF's types do, from
 storages/runners/maf.py); the codec imports none of them.
@@ -36,7 +37,7 @@ storages/runners/maf.py); the codec imports none of them.
 from __future__ import annotations
 
 from .codec import CheckpointCodec
-from .frame import DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_PAYLOAD_BYTES, HEADER_SIZE
+from .frame import DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_PAYLOAD_BYTES, HEADER_SIZE, TRAILER_SIZE
 from .plugins import CodecPlugin, register_codec_plugin
 from .vocabulary import EncodedCheckpoint, OpaqueValue, TypeRef, Unencodable, type_key
 
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_MAX_COMPRESSION_RATIO",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "HEADER_SIZE",
+    "TRAILER_SIZE",
     "CheckpointCodec",
     "CodecPlugin",
     "EncodedCheckpoint",

@@ -49,13 +49,18 @@ from .vocabulary import (
 
 _checkpoint_fields = operator.attrgetter(*CHECKPOINT_FIELDS)
 """A checkpoint's field values in record order, read in one native call."""
-_HEADER_SIZE = framing.HEADER_SIZE
-_CHECK_OFFSET = framing.CHECK_OFFSET
-_SEALED_PREFIX = framing.SEALED_PREFIX
-_PLAIN_PREFIX = framing.PLAIN_PREFIX
-_VERSION_PREFIX = framing.PLAIN_PREFIX[: framing.FLAGS_OFFSET]
-"""Magic and format version: what every body this codec writes starts with (a version-1 body
+_TRAILER_SIZE = framing.TRAILER_SIZE
+_TRAILER_END = framing.TRAILER_END
+"""Format version and magic: what every body this codec writes ends with (a version-1 or -2 body
 takes unframe's checks)."""
+_MAGIC = framing.MAGIC
+_SEALED_TRAILER = framing.SEALED_TRAILER
+_PLAIN_FLAGS = bytes(1)
+"""A plain body's flags byte, which starts its trailer (its checksum then is the unseeded one)."""
+_IN_PLACE_MIN = framing.IN_PLACE_MIN
+_join = b"".join
+"""One join of the payload and the trailer's three parts: fewer instructions than concatenating
+them (a plain small body's frame, under callgrind: 4,290 against 4,705 with the checksum)."""
 _SLOW_FLAGS = 0xFF & ~(framing.FLAG_SEALED | framing.FLAG_NESTED_REFS)
 """Flags a sealed body's in-line decode leaves to unframe: zstd, and any it does not know."""
 _NO_NESTED: NestedResolver = NestedResolver({}, given=False)
@@ -189,9 +194,15 @@ class CheckpointCodec(Fidelity):
             if self._compress_threshold is None and len(payload) <= self._max_payload_bytes:
                 if len(payload) >= SPLICED_MIN_BYTES and not self._splicing:
                     self._splicing = holds_spliced_values(plain)
-                if sealed:
-                    return _SEALED_PREFIX + payload
-                return _PLAIN_PREFIX + framing.checksum(payload) + payload  # plain_frame, in line
+                if len(payload) < _IN_PLACE_MIN:  # framing.framed, in line
+                    if sealed:
+                        return payload + _SEALED_TRAILER
+                    return _join((payload, _PLAIN_FLAGS, framing.checksum(payload), _TRAILER_END))
+                # The trailer appended in place: the list is the payload's only holder.
+                owned = [payload]
+                del payload
+                flags = framing.FLAG_SEALED if sealed else 0
+                return framing.append_frame(owned, framing.trailer(owned[0], flags))
             return self._frame(payload, sealed=sealed)
         return self._frame(
             self._encode_with_location(checkpoint, tag, bin_checked=bin_from_bytes_only), sealed=sealed
@@ -283,29 +294,28 @@ class CheckpointCodec(Fidelity):
         seal (written with ``sealed=True``) are read; without it such a body is refused.
         """
         payload: bytes | memoryview | None = None
-        if sealed:
+        flags = 0
+        end = len(body) - _TRAILER_SIZE
+        if type(body) is not bytes or end < 0 or not body.endswith(_TRAILER_END):
+            pass  # not a version-3 body of bytes: unframe's checks
+        elif sealed:
             # The MAC covered every byte: the checksum (none in a body framed for a seal) is not
-            # computed. Compressed bodies, version-1 bodies and any failed check take unframe's.
-            if (
-                type(body) is bytes
-                and len(body) >= _HEADER_SIZE
-                and body.startswith(_VERSION_PREFIX)
-                and not body[framing.FLAGS_OFFSET] & _SLOW_FLAGS
-            ):
-                payload = memoryview(body)[_HEADER_SIZE:]
-                if len(payload) > self._max_payload_bytes:
-                    payload = None
-        # The common body (bytes, version 2, no flags, intact) in line, its payload a view (the
+            # computed. Compressed bodies, earlier versions and any failed check take unframe's.
+            # A body that starts with the magic has a header instead: its end only looks like a
+            # trailer by chance.
+            flags = body[end]
+            if not flags & _SLOW_FLAGS and end <= self._max_payload_bytes and not body.startswith(_MAGIC):
+                payload = memoryview(body)[:end]
+        # The common body (bytes, version 3, no flags, intact) in line, its payload a view (the
         # checksum and the decode each read it once, nothing copies it); any other takes
         # unframe's checks.
-        elif type(body) is bytes and len(body) >= _HEADER_SIZE and body.startswith(framing.PLAIN_PREFIX):
-            payload = memoryview(body)[_HEADER_SIZE:]
-            if len(payload) > self._max_payload_bytes or not body.startswith(
-                framing.checksum(payload), _CHECK_OFFSET
-            ):
+        elif not body[end]:
+            payload = memoryview(body)[:end]
+            if end > self._max_payload_bytes or not body.startswith(framing.checksum(payload), end + 1):
                 payload = None
         if payload is None:
             payload = self._unframe(body, checkpoint_id, sealed)
+            flags = framing.flags_of(body)
         # No resolver is set when none is given and none is in force (the default state): a
         # reference then finds none, and is refused just as by an empty one.
         resolver = None if nested is None else NestedResolver(nested, given=True, sealed=sealed)
@@ -319,9 +329,9 @@ class CheckpointCodec(Fidelity):
         try:
             checkpoint = self._build_checkpoint(self._decoder.decode(payload))
             refers = resolver is not None and bool(resolver.decoded)
-            if body[framing.FLAGS_OFFSET] & framing.FLAG_NESTED_REFS and not refers:
+            if flags & framing.FLAG_NESTED_REFS and not refers:
                 # The flag and the payload disagree: one of them was altered.
-                raise Undecodable("the header announces nested records but the payload refers to none")
+                raise Undecodable("the frame announces nested records but the payload refers to none")
             return checkpoint
         except (CheckpointCorruptedError, MissingDependencyError):
             raise
@@ -340,7 +350,7 @@ class CheckpointCodec(Fidelity):
 
     @staticmethod
     def has_nested_refs(body: bytes) -> bool:
-        """True if ``body`` refers to nested records (reads the header flag only)."""
+        """True if ``body`` refers to nested records (reads the frame's flag only)."""
         return framing.has_nested_refs(body)
 
     @staticmethod
@@ -368,7 +378,7 @@ class CheckpointCodec(Fidelity):
 
     @staticmethod
     def verify_frame(body: bytes, *, checkpoint_id: str) -> None:
-        """Check the header and checksum only (cheap; decodes nothing)."""
+        """Check the frame and checksum only (cheap; decodes nothing)."""
         framing.check_frame(body, checkpoint_id)
 
     # ------------------------------------------------------------------ framing
@@ -411,9 +421,7 @@ class CheckpointCodec(Fidelity):
         """``_frame(b"".join(pieces), sealed=sealed)`` of an uncompressing codec, joined once."""
         if sum(map(len, pieces)) > self._max_payload_bytes:
             return self._frame(b"".join(pieces), sealed=sealed)  # refused there, by name
-        if sealed:
-            return b"".join((_SEALED_PREFIX, *pieces))
-        return framing.plain_frame_of_pieces(pieces)
+        return framing.plain_frame_of_pieces(pieces, sealed)
 
     def _unframe(self, body: bytes, checkpoint_id: str, sealed: bool = False) -> bytes | memoryview:
         return framing.unframe(

@@ -341,8 +341,8 @@ class NativePacker:
         for byte, with each ``bytes`` value of at least SPLICED_MIN_BYTES at the top of its state
         a piece of its own, by reference; None when the state holds none (pack the payload then).
 
-        A large value is otherwise copied twice on encode: into ormsgpack's payload, then with it
-        behind the header. Here ormsgpack packs the record with a placeholder in the value's
+        A large value is otherwise copied into ormsgpack's payload, whose buffer it grows (and
+        so reallocates) on the way. Here ormsgpack packs the record with a placeholder in the value's
         place, the payload is split at the placeholders, and each value's bin32 header and the
         value itself go between the parts: the frame's one join is the value's only copy, and its
         checksum reads the pieces in order (a streamed XXH3 is the one-shot's value)."""
