@@ -301,8 +301,11 @@ async def test_a_fresh_run_on_a_used_workflow_name_starts_a_branch(storage: Chec
 
 @pytest.mark.memory
 def test_a_storage_without_fencing_cannot_be_fenced() -> None:
-    class Unfenced(InMemoryCheckpointStorage):
+    class UnfencedBackend(MemoryBackend):
         capabilities = MemoryBackend.capabilities - {Capability.FENCING}
+
+    class Unfenced(InMemoryCheckpointStorage):
+        backend_class = UnfencedBackend
 
     with pytest.raises(UnsupportedOperationError, match="fenced"):
         FencedStorage(Unfenced())

@@ -318,8 +318,12 @@ def test_verify_exits_1_and_names_every_defect(url: str, capsys: pytest.CaptureF
     )
 
 
-class WithoutRawAccess(InMemoryCheckpointStorage):
+class WithoutRawAccessBackend(MemoryBackend):
     capabilities = MemoryBackend.capabilities - {Capability.RAW_ACCESS}
+
+
+class WithoutRawAccess(InMemoryCheckpointStorage):
+    backend_class = WithoutRawAccessBackend
 
 
 def test_verify_on_a_storage_without_raw_access_exits_2(

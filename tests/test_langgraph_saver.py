@@ -151,8 +151,11 @@ async def test_over_long_thread_ids_are_refused_naming_the_field() -> None:
 
 
 def test_a_storage_without_pending_writes_is_refused_when_the_saver_is_built() -> None:
-    class NoWrites(InMemoryCheckpointStorage):
+    class NoWritesBackend(MemoryBackend):
         capabilities = MemoryBackend.capabilities - {Capability.PENDING_WRITES}
+
+    class NoWrites(InMemoryCheckpointStorage):
+        backend_class = NoWritesBackend
 
     with pytest.raises(UnsupportedOperationError, match="pending_writes"):
         StorageSaver(NoWrites())

@@ -249,12 +249,20 @@ async def test_progress_reports_every_record(storage: CheckpointStore) -> None:
     assert calls[-1] == (report.records_checked, stored)
 
 
-class WithoutInspect(InMemoryCheckpointStorage):
+class WithoutInspectBackend(MemoryBackend):
     capabilities = MemoryBackend.capabilities - {Capability.INSPECT}
 
 
-class WithoutRawAccess(InMemoryCheckpointStorage):
+class WithoutInspect(InMemoryCheckpointStorage):
+    backend_class = WithoutInspectBackend
+
+
+class WithoutRawAccessBackend(MemoryBackend):
     capabilities = MemoryBackend.capabilities - {Capability.RAW_ACCESS}
+
+
+class WithoutRawAccess(InMemoryCheckpointStorage):
+    backend_class = WithoutRawAccessBackend
 
 
 @pytest.mark.parametrize(

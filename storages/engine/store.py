@@ -105,11 +105,7 @@ class CheckpointStore(Generic[BackendT]):
         # Saves go straight to a backend that commits them in call order; a seal may await a
         # read of the store first, so keyed saves take their turn like any other.
         self._inserts_ordered = backend.orders_inserts and sealer is None
-        # A storage class may narrow what its backend declares (``capabilities = ...`` on the
-        # class, say without fencing); else it declares what its backend does.
-        declared: object = type(self).capabilities
-        own = declared if isinstance(declared, (set, frozenset)) else backend.capabilities
-        self._capabilities = frozenset(own)
+        self._capabilities = frozenset(backend.capabilities)
         self._nested = Capability.NESTED in self._capabilities
         self._reader = Reader(backend, self._codec, sealer)
         self._sealed_frames = self._reader.sealed_frames
@@ -127,7 +123,8 @@ class CheckpointStore(Generic[BackendT]):
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        """What this storage supports: its backend's declaration, or its class's own."""
+        """What this storage supports: its backend's declaration, which every operation
+        enforces (a storage built on another backend declares through that backend)."""
         return self._capabilities
 
     @property

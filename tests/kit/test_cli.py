@@ -18,7 +18,7 @@ import pytest
 from conformance import StorageTarget, all_clauses, validate
 from conformance.builtin import BUILTIN_BACKENDS, builtin_target, builtin_targets
 from conformance.cli import main, run
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 
 class BrokenLoad(InMemoryCheckpointStorage):
@@ -390,10 +390,14 @@ def test_console_script_is_installed_and_works(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- coverage and --require
 
 
+class DeclaresNothingBackend(MemoryBackend):
+    capabilities = frozenset()
+
+
 class DeclaresNothing(InMemoryCheckpointStorage):
     """MAF's six methods and nothing else declared: most of the kit does not apply."""
 
-    capabilities = frozenset()
+    backend_class = DeclaresNothingBackend
 
 
 def test_a_storage_declaring_nothing_is_told_how_much_of_the_kit_did_not_apply(
