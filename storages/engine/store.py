@@ -342,10 +342,10 @@ class CheckpointStore(Generic[BackendT]):
 
     def over(self, backend: BackendT) -> Self:  # type: ignore[misc]  # BackendT is read-only here
         """A handle of this storage's class over ``backend`` (another backend on the same store,
-        say a read-only one), with this handle's codec and keys. A subclass's own attributes
-        (what its ``__init__`` set beside the engine's) are carried over, shallowly, as settings
-        are; the engine's parts are built anew, so the two handles share no connection, lock or
-        open state."""
+        say a read-only one), with this handle's codec and keys. The handle is a shallow copy of
+        this one (``copy.copy``: a subclass's own attributes come along, and its ``__copy__``
+        decides otherwise), with the engine's parts built anew, so the two share no connection,
+        lock or open state."""
         handle = copy.copy(self)
         CheckpointStore.__init__(handle, backend, codec=self._codec, integrity_key=self.integrity_keys)
         return handle

@@ -53,9 +53,10 @@ class SecondCloseRaises(DoubleStorage):
     """Closes once; a second aclose() raises."""
 
     async def aclose(self) -> None:
-        if getattr(self, "closed_once", False):
+        # Kept on the handle's backend: a new handle copies the storage's own attributes.
+        if getattr(self.backend, "closed_once", False):
             raise RuntimeError("connection already closed")
-        self.closed_once = True
+        self.backend.closed_once = True
         await super().aclose()
 
 
