@@ -61,6 +61,8 @@ cancelled call left held, a reply awaited forever) fails its clause with
 "`save()` did not return within 20 s" and marks the storage stuck, and every later clause of the
 run fails at once ("not run: the storage is stuck since ...") instead of waiting out its own
 timeout, so a storage that hangs costs about one bound more than a healthy one, not 45 minutes.
+Under pytest the mark lasts for the test class's storage across the session: the clause tests
+after the stuck one fail at once the same way (tests/kit/test_pytest_plugin.py).
 A clause may allow its calls longer (`@clause(operation_timeout=...)`). What the bound, the
 counted walks and the many-writers clause cost, measured with `checkpoint-conformance` (no URL)
 run for main and for the change one after the other on this 2-core machine while other work ran
@@ -74,6 +76,17 @@ storages, the worked example `examples/dict_storage.py`, the memory backend, a d
 and a six-method storage, and runs the kit on each mutant; the score, every survivor judged
 equivalent or a kit gap, and the command per target are in [mutation.md](mutation.md). CI runs a
 fixed sample (tests/test_mutation_sample.py).
+
+**Blind batch.** tests/kit/blind_batch.py holds 52 broken storages written from the author docs
+alone, before reading the clauses or the model: own backends on `storages.backend` (the worked
+example grown, persisted to a JSON-lines file, and backends redoing one primitive of the memory
+one), wrappers around a built-in storage (caches, metrics, a retry layer) and six-method
+storages, each with one defect (listing limits and paging, LIKE matching, latest's successors
+and rivals, sequence numbers, fences, prune and tombstones, nested records, re-save equality,
+error messages, handles, what a reopen reads back). The kit as it was caught 41 of 52; the 11 it
+missed are now each caught by a clause
+(tests/kit/test_blind_batch.py names the clause for every one, and the honest storages the
+defects were written over pass the whole kit).
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

@@ -33,7 +33,11 @@ pytest-asyncio this plugin runs it with ``asyncio.run`` (the fixture must then b
 Set ``required_capabilities`` to fail (not skip) the clauses that need a capability the storage
 does not declare. A runner finding (see :class:`~conformance.report.Outcome`) is reported as an
 xfail. Clause timeouts are cooperative here: the clause runs in the fixture's event loop, so a
-storage that blocks that loop is stopped by pytest-timeout, not by the kit's watchdog.
+storage that blocks that loop is stopped by pytest-timeout, not by the kit's watchdog. A storage
+call that does not return within ``operation_timeout`` fails its clause and marks the class's
+storage stuck for the rest of the session: every later clause of the class fails at once ("not
+run: the storage is stuck since ..."), so a storage that hangs everything costs one bound, not
+one per test.
 
 Options: ``--conformance-clause ID_OR_FAMILY`` (repeatable) narrows every conformance class.
 Importing this module has no side effects: no I/O, no storages, not even clause registration.
@@ -50,11 +54,11 @@ import pytest
 
 from storages.contract import Capability, WorkflowCheckpoint
 
-from .bounded import OPERATION_TIMEOUT
+from .bounded import OPERATION_TIMEOUT, OperationWatch
 from .clause import Clause
 from .faults import FaultInjector
 from .report import ClauseResult, Outcome
-from .runner import capabilities_from_names, run_clause
+from .runner import capabilities_from_names, operation_watch, run_clause
 from .scenario import RunnerProfile
 from .selection import select_clauses
 from .target import StorageTarget
@@ -129,7 +133,9 @@ class CheckpointStorageConformance:
             [pytest.param(c, id=c.id, marks=marks) for c in selected],
         )
 
-    async def test_clause(self, conformance_storage: Any, conformance_clause: Clause) -> None:
+    async def test_clause(
+        self, conformance_storage: Any, conformance_clause: Clause, request: pytest.FixtureRequest
+    ) -> None:
         """The clause's guarantee holds on ``storage``."""
         target = StorageTarget(
             name=type(self).__qualname__,
@@ -147,7 +153,21 @@ class CheckpointStorageConformance:
             model_budget=self.model_budget,
             operation_timeout=self.operation_timeout,
         )
-        report_outcome(await run_clause(conformance_clause, target))
+        report_outcome(await run_clause(conformance_clause, target, _session_watch(request, target)))
+
+
+_WATCHES = pytest.StashKey[dict[type, OperationWatch]]()
+
+
+def _session_watch(request: pytest.FixtureRequest, target: StorageTarget) -> OperationWatch:
+    """The bound on the calls of the test class's storage, one for the whole session: once a
+    call of one clause does not return, the storage is marked stuck and every later clause of the
+    class fails at once, as in a kit run, instead of each waiting out a bound of its own."""
+    watches = request.config.stash.setdefault(_WATCHES, {})
+    owner = type(request.instance)
+    if owner not in watches:
+        watches[owner] = operation_watch(target)
+    return watches[owner]
 
 
 def _overrides(instance: CheckpointStorageConformance, name: str) -> bool:

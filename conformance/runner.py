@@ -45,9 +45,14 @@ class ConformanceUsageError(RuntimeError):
     """The kit was called in a way that cannot work; the message says what to do instead."""
 
 
-async def run_clause(clause: Clause, target: StorageTarget) -> ClauseResult:
-    """Run one clause on a fresh handle of ``target`` in the running loop; never raises."""
-    watch = operation_watch(target)
+async def run_clause(
+    clause: Clause, target: StorageTarget, watch: OperationWatch | None = None
+) -> ClauseResult:
+    """Run one clause on a fresh handle of ``target`` in the running loop; never raises.
+    ``watch``: the bound on the storage's calls, shared by the clauses of one run so that a
+    storage marked stuck by one fails the later ones at once (None: a watch for this clause)."""
+    if watch is None:
+        watch = operation_watch(target)
     result, created = await _run_clause(clause, target, watch)
     if created and target.remove_workflows:
         leftovers = await _remove_workflows(target, created, watch)

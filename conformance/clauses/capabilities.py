@@ -312,8 +312,8 @@ async def raw_access(ctx: ClauseContext) -> None:
 
 @clause(
     "capabilities.inspect",
-    "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered) describe "
-    "stored records; undeclared: refused.",
+    "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered, past the "
+    "engine's own records in the index) describe stored records; undeclared: refused.",
 )
 async def inspect(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
@@ -367,7 +367,16 @@ async def _streamed_index_is_the_listing(ctx: ClauseContext) -> None:
     stream = getattr(ctx.storage, "iter_records", None)
     if stream is None:
         return
-    await ctx.save_chain(ctx.workflow_name("streamed"), 5)
+    chain = await ctx.save_chain(ctx.workflow_name("streamed"), 5)
+    if ctx.has(Capability.PENDING_WRITES):
+        # The engine's own records are in the index too (their ids sort before every checkpoint's):
+        # pages the backend shortens by leaving them out must not end the stream early.
+        for index, checkpoint in enumerate(chain):
+            await ctx.storage.put_writes(
+                checkpoint.checkpoint_id,
+                [PendingWrite("task", 0, "out", index)],
+                workflow_name=checkpoint.workflow_name,
+            )
     streamed = [info.checkpoint_id async for info in stream(page_size=STREAM_PAGE)]
     listed = [info.checkpoint_id for info in await ctx.storage.list_records()]
     repeated = sorted(item for item, times in Counter(streamed).items() if times > 1)

@@ -37,6 +37,12 @@ async def _expect_not_found(ctx: ClauseContext, checkpoint_id: str, when: str) -
         loaded = await ctx.storage.load(checkpoint_id)
     except Exception as exc:
         if is_not_found(exc):
+            # The error names the id, as MAF's does: a caller loading several learns which is missing.
+            ensure(
+                getattr(exc, "checkpoint_id", checkpoint_id) == checkpoint_id and checkpoint_id in str(exc),
+                f"load({checkpoint_id!r}) {when} raised {type(exc).__name__}({str(exc)!r}), which does not "
+                "name the id",
+            )
             return
         fail(f"load({checkpoint_id!r}) {when} raised {type(exc).__name__}: {exc}")
     fail(f"load({checkpoint_id!r}) {when} returned {type(loaded).__name__} instead of raising")
@@ -65,7 +71,8 @@ async def load_returns_saved(ctx: ClauseContext) -> None:
 
 @clause(
     "contract.load_missing_raises",
-    "load() of an unknown id raises CheckpointNotFoundError (a WorkflowCheckpointException under MAF).",
+    "load() of an unknown id raises CheckpointNotFoundError naming the id (a WorkflowCheckpointException "
+    "under MAF).",
 )
 async def load_missing_raises(ctx: ClauseContext) -> None:
     await _expect_not_found(ctx, f"missing-{ctx.workflow_name()}", "of an id never saved")

@@ -152,15 +152,16 @@ async def order_survives_delete(ctx: ClauseContext) -> None:
 
 @clause(
     "ordering.save_after_delete_is_latest",
-    "A checkpoint saved after deletes (of a middle and of the newest checkpoint) is the latest and "
-    "listed last.",
+    "A checkpoint saved after deletes (of a middle and of the newest checkpoint, then of the two "
+    "oldest) is the latest and listed last.",
 )
 async def save_after_delete_is_latest(ctx: ClauseContext) -> None:
     # Catches sequence numbers derived from the number of stored checkpoints, which repeat
-    # after a delete.
+    # after a delete: a repeat ties with a stored one (which a stable sort may hide) or, once the
+    # oldest are gone, falls below the newest.
     run = _Run(ctx)
-    saved = run.scrambled(6)
-    first, later = saved[:4], saved[4:]
+    saved = [*run.scrambled(6), run.make(f"{run.workflow}-g", _at(-1))]
+    first, later = saved[:4], saved[4:6]
     for checkpoint in first:
         await ctx.storage.save(checkpoint)
     for victim in (first[1], first[3]):
@@ -172,12 +173,19 @@ async def save_after_delete_is_latest(ctx: ClauseContext) -> None:
         when = f"after deleting c1 and c3, then saving {run.name(checkpoint)}"
         await run.expect_latest(checkpoint, when)
         await run.expect_listed(remaining, when)
+    for victim in remaining[:2]:
+        await ctx.storage.delete(victim.checkpoint_id)
+    last = saved[-1]
+    await ctx.storage.save(last)
+    when = f"after deleting the two oldest, then saving {run.name(last)}"
+    await run.expect_latest(last, when)
+    await run.expect_listed([*remaining[2:], last], when)
 
 
 @clause(
     "ordering.workflows_are_independent",
-    "Saves to another workflow, interleaved and with newer timestamps, never change this workflow's "
-    "get_latest() or listing.",
+    "Saves to another workflow, interleaved, with newer timestamps and continuing this workflow's "
+    "checkpoints, never change this workflow's get_latest() or listing.",
 )
 async def workflows_are_independent(ctx: ClauseContext) -> None:
     mine, other = _Run(ctx, "mine"), _Run(ctx, "other")
@@ -188,8 +196,14 @@ async def workflows_are_independent(ctx: ClauseContext) -> None:
         saved_mine.append(checkpoint)
         # The other workflow's checkpoints are newer by timestamp and saved after mine.
         for extra in range(2):
-            await ctx.storage.save(other.make(f"{other.workflow}-{position}-{extra}", _at(500 + position)))
-        when = f"after saving {mine.name(checkpoint)} and then two checkpoints of another workflow"
+            theirs = other.make(f"{other.workflow}-{position}-{extra}", _at(500 + position))
+            # The second names mine as its previous id: lineage stays within a workflow.
+            theirs.previous_checkpoint_id = checkpoint.checkpoint_id if extra else None
+            await ctx.storage.save(theirs)
+        when = (
+            f"after saving {mine.name(checkpoint)} and then two checkpoints of another workflow, "
+            "the second naming it as previous"
+        )
         await mine.expect_latest(checkpoint, when)
         await mine.expect_listed(saved_mine, when)
 
@@ -218,8 +232,8 @@ async def commit_order_across_handles(ctx: ClauseContext) -> None:
     "ordering.latest_is_the_lineage_tip",
     "A checkpoint saved after one that names it as previous (same workflow and signature) is not "
     "the latest: get_latest() follows the newest commit to the tip of its lineage (a chain saved "
-    "in reverse, a fork, a successor of another signature that does not count, a cycle of previous "
-    "ids followed until it comes back).",
+    "in reverse, a fork, a parent saved after two continued children, a successor of another "
+    "signature that does not count, a cycle of previous ids followed until it comes back).",
 )
 async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
     run = _Run(ctx)
@@ -276,6 +290,28 @@ async def latest_is_the_lineage_tip(ctx: ClauseContext) -> None:
             f"expected {run.name(other)} {run.legend}",
         )
     await _latest_through_a_cycle(ctx)
+    await _latest_through_two_continued_children(ctx)
+
+
+async def _latest_through_two_continued_children(ctx: ClauseContext) -> None:
+    """c0 and c2 continue c4, c1 continues c0 and c3 continues c2; c4 is committed last. From c4
+    the rule moves to its successor committed last (c2), then to c3: the first branch, whose tip
+    has the newer timestamp, is not where the run resumes."""
+    run = _Run(ctx, "branches")
+    root = ctx.checkpoint(run.workflow, checkpoint_id=f"{run.workflow}-root", timestamp=_at(0))
+    first, first_tip = run.make(f"{run.workflow}-b1", _at(1)), run.make(f"{run.workflow}-b1-tip", _at(9))
+    second, second_tip = run.make(f"{run.workflow}-b2", _at(2)), run.make(f"{run.workflow}-b2-tip", _at(3))
+    first.previous_checkpoint_id = second.previous_checkpoint_id = root.checkpoint_id
+    first_tip.previous_checkpoint_id, second_tip.previous_checkpoint_id = (
+        first.checkpoint_id,
+        second.checkpoint_id,
+    )
+    run.names[root.checkpoint_id] = "c4"
+    for checkpoint in (first, first_tip, second, second_tip, root):
+        await ctx.storage.save(checkpoint)
+    await run.expect_latest(
+        second_tip, "after saving c0 and c2 continuing c4, c1 continuing c0, c3 continuing c2, then c4"
+    )
 
 
 @clause(
@@ -306,6 +342,52 @@ async def latest_among_rivals_by_timestamp(ctx: ClauseContext) -> None:
     onwards.previous_checkpoint_id = rivals[1].checkpoint_id
     await ctx.storage.save(onwards)
     await run.expect_latest(onwards, f"after saving {run.name(onwards)}, which continues c2")
+
+
+@clause(
+    "ordering.rival_timestamps_compare_as_instants",
+    "Rivals' timestamps compare as instants (an offset, Z, or none for UTC), one that does not "
+    "parse ranks below every one that does, and of rivals tied on the newest the one committed "
+    "last is the latest, also when it is not the newest commit.",
+)
+async def rival_timestamps_compare_as_instants(ctx: ClauseContext) -> None:
+    # Each case: the rivals' timestamps in commit order (the last one is the head), and which wins.
+    cases = (
+        ("two rivals tied on the newest timestamp, then an older one", (_at(10), _at(10), _at(5)), 1),
+        (
+            "rivals at 08:00Z written with +02:00, at 09:00 with Z, then 07:00 without an offset",
+            ("2024-01-01T10:00:00+02:00", "2024-01-01T09:00:00Z", "2024-01-01T07:00:00"),
+            1,
+        ),
+        ("a rival with a timestamp, then one whose timestamp does not parse", (_at(0), "not a time"), 0),
+    )
+    for number, (shape, stamps, winner) in enumerate(cases):
+        run = _Run(ctx, f"case{number}")
+        entry = run.make(f"{run.workflow}-entry", _at(-100))
+        await ctx.storage.save(entry)
+        rivals = [run.make(f"{run.workflow}-{position}", stamp) for position, stamp in enumerate(stamps)]
+        for rival in rivals:
+            rival.previous_checkpoint_id = entry.checkpoint_id
+            await ctx.storage.save(rival)
+        await run.expect_latest(rivals[winner], f"after saving c0, then {shape} continuing it")
+
+
+@clause(
+    "ordering.latest_reads_the_rivals_committed_last",
+    "With more rivals than the 64 a latest reads, the rivals read are the 64 committed last: the "
+    "newest of them by timestamp is the latest, not one of the first committed.",
+)
+async def latest_reads_the_rivals_committed_last(ctx: ClauseContext) -> None:
+    run = _Run(ctx)
+    entry = run.make(f"{run.workflow}-entry", _at(-100))
+    await ctx.storage.save(entry)
+    # 70 rivals: the 69th committed has the newest timestamp, the head (70th) an old one.
+    ranks = [*range(1, 69), 500, 0]
+    rivals = [run.make(f"{run.workflow}-{position:02d}", _at(rank)) for position, rank in enumerate(ranks)]
+    for rival in rivals:
+        rival.previous_checkpoint_id = entry.checkpoint_id
+        await ctx.storage.save(rival)
+    await run.expect_latest(rivals[-2], "after saving 70 rivals continuing c0, c69 the newest by timestamp")
 
 
 async def _latest_through_a_cycle(ctx: ClauseContext) -> None:

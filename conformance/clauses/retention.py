@@ -11,6 +11,7 @@ Checkpoint ids here are readable, ``<workflow>-<label>``; see :class:`~.ancestry
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from storages.contract import AncestryEnd, Capability
@@ -309,6 +310,21 @@ async def delete_workflow_removes_all(ctx: ClauseContext) -> None:
     requires=_PRUNE,
 )
 async def delete_workflow_spares_others(ctx: ClauseContext) -> None:
+    await _spares_others(ctx, "delete_workflow", lambda name: ctx.storage.delete_workflow(workflow_name=name))
+
+
+@clause(
+    "retention.prune_spares_others",
+    "prune('wf_1', keep_last=0) leaves workflows named 'wf_10', 'wf_', 'wfx1' and 'WF_1' untouched: "
+    "names match exactly, never by prefix, pattern or case.",
+    requires=_PRUNE,
+)
+async def prune_spares_others(ctx: ClauseContext) -> None:
+    await _spares_others(ctx, "prune", lambda name: ctx.storage.prune(workflow_name=name, keep_last=0))
+
+
+async def _spares_others(ctx: ClauseContext, operation: str, call: Callable[[str], Awaitable[int]]) -> None:
+    """``call`` (deleting every checkpoint of a workflow) of 'wf_1' leaves its neighbours whole."""
     target = ctx.workflow_name("wf_1")
     neighbours = {
         "a longer name it is a prefix of": target + "0",
@@ -325,16 +341,16 @@ async def delete_workflow_spares_others(ctx: ClauseContext) -> None:
             checkpoint = books[reason].make(f"k{index}", workflow=name)
             await ctx.storage.save(checkpoint)
             kept[reason].append(checkpoint)
-    deleted = await ctx.storage.delete_workflow(workflow_name=target)
+    deleted = await call(target)
     # Neighbours first: a lost neighbour says more than the count it inflated.
     for reason, name in neighbours.items():
         book = books[reason]
-        when = f"after delete_workflow({target!r}), for workflow {name!r}, {reason}"
+        when = f"after {operation}({target!r}), for workflow {name!r}, {reason}"
         await expect_listed(book, name, kept[reason], when)
         for checkpoint in kept[reason]:
             await expect_loads_equal(book, checkpoint, when)
-    ensure_equal(deleted, 2, f"count returned by delete_workflow(workflow_name={target!r}) of 2 checkpoints")
-    await expect_listed(doomed, target, [], f"after delete_workflow({target!r})")
+    ensure_equal(deleted, 2, f"count returned by {operation}(workflow_name={target!r}) of 2 checkpoints")
+    await expect_listed(doomed, target, [], f"after {operation}({target!r})")
 
 
 @clause(

@@ -28,6 +28,7 @@ ODD_SIGNATURES: tuple[str, ...] = (
     "0123456789abcdef" * 4,
     "0123456789ABCDEF" * 4,
     " ",
+    "",
     "sig-with-trailing-space ",
     "sig-with-trailing-space",
     " sig-with-leading-space",
@@ -35,9 +36,10 @@ ODD_SIGNATURES: tuple[str, ...] = (
     unicodedata.normalize("NFC", _CAFE),
     unicodedata.normalize("NFD", _CAFE),
 )
-"""Hashes a backend may mangle: unicode, long hex in both cases, whitespace-only, trailing and
-leading whitespace, and the same text in two unicode normal forms. Pairs differ only in case,
-whitespace or normal form: a storage must keep them apart."""
+"""Hashes a backend may mangle: unicode, long hex in both cases, whitespace-only, the empty string
+(a filter a truthiness test drops), trailing and leading whitespace, and the same text in two
+unicode normal forms. Pairs differ only in case, whitespace or normal form: a storage must keep
+them apart."""
 
 _EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -69,7 +71,7 @@ def _odd_checkpoints(ctx: ClauseContext, workflow_name: str) -> list[Any]:
 
 @clause(
     "signature.preserved_exactly",
-    "graph_signature_hash comes back byte for byte (unicode, 64-hex in either case, ' ', trailing "
+    "graph_signature_hash comes back byte for byte (unicode, 64-hex in either case, ' ', '', trailing "
     "spaces), at the top and at every level of embedded checkpoints.",
 )
 async def preserved_exactly(ctx: ClauseContext) -> None:
@@ -205,8 +207,8 @@ async def list_by_signature(ctx: ClauseContext) -> None:
 
 @clause(
     "signature.filter_is_exact",
-    "Signatures differing only in case, surrounding whitespace or unicode normal form filter apart: "
-    "each selects only its own checkpoint.",
+    "Signatures differing only in case, surrounding whitespace or unicode normal form, and the empty "
+    "signature, filter apart: each selects only its own checkpoint.",
     requires=[Capability.SIGNATURE_FILTER],
 )
 async def filter_is_exact(ctx: ClauseContext) -> None:

@@ -162,7 +162,8 @@ async def all_or_nothing(ctx: ClauseContext) -> None:
 @clause(
     "writes.go_with_checkpoints",
     "delete_writes removes one checkpoint's writes; prune drops the pruned checkpoints' writes and keeps the "
-    "survivors'; delete_workflow removes the workflow's; list_workflows never names a writes log.",
+    "survivors' (embedded ones of a kept checkpoint too); delete_workflow removes the workflow's; "
+    "list_workflows never names a writes log.",
     requires=(Capability.PENDING_WRITES, Capability.PRUNE, Capability.LIST_WORKFLOWS),
 )
 async def go_with_checkpoints(ctx: ClauseContext) -> None:
@@ -196,3 +197,32 @@ async def go_with_checkpoints(ctx: ClauseContext) -> None:
     # The same ids saved again start clean: nothing of the deleted workflow's writes comes back.
     await ctx.storage.save(chain[2])
     ensure_equal(await _listed(ctx, chain[2], "of a re-saved checkpoint"), [], "writes of a re-saved id")
+    if ctx.has(Capability.NESTED):
+        await _writes_of_an_embedded_survivor(ctx)
+
+
+async def _writes_of_an_embedded_survivor(ctx: ClauseContext) -> None:
+    """A checkpoint embedded in one prune keeps is still stored, so its writes stay: survivors are
+    every record of the workflow, not only its top-level ones."""
+    workflow = ctx.workflow_name("embedded-writes")
+    child = ctx.checkpoint(workflow, checkpoint_id=f"{workflow}-child")
+    old = ctx.checkpoint(workflow, checkpoint_id=f"{workflow}-old")
+    kept = ctx.checkpoint(
+        workflow,
+        checkpoint_id=f"{workflow}-kept",
+        previous_checkpoint_id=old.checkpoint_id,
+        state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+    )
+    await ctx.storage.save(old)
+    await ctx.storage.save(kept)
+    for index, checkpoint in enumerate((old, child)):
+        await ctx.storage.put_writes(
+            checkpoint.checkpoint_id, [PendingWrite("task", 0, "out", index)], workflow_name=workflow
+        )
+    await ctx.storage.prune(workflow_name=workflow, keep_last=1)
+    ensure_equal(await _listed(ctx, old, "of a pruned checkpoint"), [], "writes of a pruned checkpoint")
+    ensure_equal(
+        await _listed(ctx, child, "of a checkpoint embedded in the one prune(keep_last=1) kept"),
+        [("task", 0, "out", 1, "")],
+        "the writes of a kept checkpoint's embedded one",
+    )

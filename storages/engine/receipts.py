@@ -91,13 +91,13 @@ class PruneReceipts:
         backend = self._parts.backend
         if self._parts.sealer is None:
             return await backend.prune(workflow_name, keep_last)
-        stored = await backend.list_bodies(workflow_name, None)
+        stored = await backend.list_bodies(workflow_name, None, include_nested=False)
         doomed = len(stored) - min(keep_last, len(stored))
         await self._write_receipts(workflow_name, stored[:doomed], with_nested=True)
         pruned = await backend.prune(workflow_name, keep_last)
         if pruned > doomed:
             # Saves landed between the listing and the prune, which then went further back.
-            survivors = set(await backend.list_ids(workflow_name, None))
+            survivors = set(await backend.list_ids(workflow_name, None, include_nested=False))
             further = [item for item in stored[doomed:] if item.checkpoint_id not in survivors]
             await self._write_receipts(workflow_name, further, with_nested=False)
         return pruned

@@ -140,7 +140,7 @@ class PendingWritesLog:
         log = writes_log_name(workflow_name)
         sealer = self._parts.sealer
         merged: dict[tuple[str, int], PendingWrite] = {}
-        for stored in await self._parts.backend.list_bodies(log, checkpoint_id):
+        for stored in await self._parts.backend.list_bodies(log, checkpoint_id, include_nested=False):
             if sealer is not None:
                 stored = sealer.open(stored)[0]
             _merge(merged, _batch_writes(self._parts.reader.decode(stored, log, None, checkpoint_id)))
@@ -157,7 +157,7 @@ class PendingWritesLog:
         log = writes_log_name(workflow_name)
         sealer = self._parts.sealer
         merged: dict[CheckpointID, dict[tuple[str, int], PendingWrite]] = {}
-        for stored in await self._parts.backend.list_bodies(log, None):
+        for stored in await self._parts.backend.list_bodies(log, None, include_nested=False):
             if sealer is not None:
                 stored = sealer.open(stored)[0]
             # The owner the body names; _decode checks it against the index entry where there is one.
@@ -172,7 +172,9 @@ class PendingWritesLog:
         validate_identifier(workflow_name, "workflow_name")
         await self._parts.ready("delete_writes")
         removed = 0
-        for batch_id in await self._parts.backend.list_ids(writes_log_name(workflow_name), checkpoint_id):
+        for batch_id in await self._parts.backend.list_ids(
+            writes_log_name(workflow_name), checkpoint_id, include_nested=False
+        ):
             removed += await self._parts.backend.remove(batch_id)
         return removed
 
@@ -180,10 +182,12 @@ class PendingWritesLog:
         # The log is read before the survivors: a checkpoint saved meanwhile is a survivor, and
         # a batch stored meanwhile is not in the snapshot, so neither loses its writes.
         log = writes_log_name(workflow_name)
-        batches = await self._parts.backend.list_bodies(log, None)
+        batches = await self._parts.backend.list_bodies(log, None, include_nested=False)
         if not batches:
             return
-        survivors = set(await self._parts.backend.list_ids(workflow_name, None))
+        # Every checkpoint of the workflow still stored keeps its writes, an embedded one too
+        # (its container was kept): only writes of records no longer stored are dropped.
+        survivors = set(await self._parts.backend.list_ids(workflow_name, None, include_nested=True))
         sealer = self._parts.sealer
         for stored in batches:
             opened = stored if sealer is None else sealer.open(stored)[0]

@@ -196,6 +196,7 @@ def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> No
         "ordering.commit_order_across_handles",
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",  # the first saved of equal timestamps
+        "ordering.rival_timestamps_compare_as_instants",
     }
     message = backend.result("ordering.latest_with_equal_timestamps").message
     assert "after saving c1 with the same timestamp returned c0, expected c1" in message
@@ -206,18 +207,23 @@ def test_latest_by_commit_order_fails_the_lineage_and_rivals_clauses_only() -> N
     assert failed(backend) == {
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",
     }
     assert "after saving c0, then c1, which c0 names as its previous returned c1, expected c0" in (
         backend.result("ordering.latest_is_the_lineage_tip").message
     )
 
 
-def test_rivals_by_commit_order_fail_the_rivals_clause_only() -> None:
+def test_rivals_by_commit_order_fail_the_rivals_clauses_only() -> None:
     backend = run_family(RivalsByCommitOrder)
-    caught_only_by(
-        backend,
+    assert failed(backend) == {
         "ordering.latest_among_rivals_by_timestamp",
-        "after saving c1, c2 and c3, which all continue c0 (c1 the newest) returned c3, expected c1",
+        "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",
+    }
+    assert "after saving c1, c2 and c3, which all continue c0 (c1 the newest) returned c3, expected c1" in (
+        backend.result("ordering.latest_among_rivals_by_timestamp").message
     )
 
 
@@ -250,6 +256,8 @@ def test_sequence_numbers_reused_after_delete_fail_save_after_delete_is_latest()
     assert failed(backend) == {
         "ordering.save_after_delete_is_latest",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",
     }
     assert (
         "then saving c4 returned c2, expected c4"
@@ -266,9 +274,11 @@ def test_one_latest_pointer_for_all_workflows_fails_workflows_are_independent() 
         "ordering.commit_order_across_handles",
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",
     }
     assert (
-        "of another workflow returned 'ck-other-"
+        "the second naming it as previous returned 'ck-other-"
         in backend.result("ordering.workflows_are_independent").message
     )
     # Within one workflow on one handle the pointer is right, so those clauses pass.
@@ -293,6 +303,7 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
         *LATEST_CLAUSES,
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.rival_timestamps_compare_as_instants",
     }
     assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED
     # MAF's storage declares no capabilities, so the two-handle clause cannot run.

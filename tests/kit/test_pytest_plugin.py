@@ -309,3 +309,48 @@ def test_neither_make_storage_nor_a_fixture_says_what_to_define(pytester: pytest
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'storage' not found*"])
+
+
+HANGING_SUITE = """
+import asyncio
+
+from conformance.pytest_plugin import CheckpointStorageConformance
+from storages.memory import InMemoryCheckpointStorage
+
+
+class HangsOnSave(InMemoryCheckpointStorage):
+    async def save(self, checkpoint, **options):
+        await asyncio.Event().wait()  # never answers, as a lock a cancelled call left held
+
+
+class TestHangs(CheckpointStorageConformance):
+    clauses = ["contract"]
+    operation_timeout = 0.5
+
+    def make_storage(self):
+        return HangsOnSave()
+
+
+class TestHealthyAfterwards(CheckpointStorageConformance):
+    clauses = ["contract.save_returns_id"]
+
+    def make_storage(self):
+        return InMemoryCheckpointStorage()
+"""
+
+
+def test_a_stuck_storage_stays_stuck_for_the_rest_of_the_session(pytester: pytest.Pytester) -> None:
+    """The first clause whose call does not return marks the class's storage stuck; every later
+    clause of that class fails at once, saying so, instead of waiting out a bound of its own, and
+    another class's storage is not affected."""
+    auto_mode(pytester)
+    pytester.makepyfile(HANGING_SUITE)
+    result = pytester.runpytest("-p", "no:randomly")
+    contract = [c for c in all_clauses() if c.family == "contract"]
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1, result.stdout.str()  # the healthy class
+    assert outcomes.get("failed") == len(contract), result.stdout.str()
+    text = result.stdout.str()
+    assert text.count("did not return within 0.5 s") >= 1
+    # Every clause after the first stuck one is failed without running, not given its own bound.
+    assert text.count("not run: the storage is stuck since") == len(contract) - 1, text

@@ -302,10 +302,11 @@ def test_prune_leaving_nested_orphans_fails_the_nested_prune_clauses() -> None:
 
 def test_prune_slice_bug_fails_prune_edge_counts_only() -> None:
     backend = run_family(PruneSliceKeepsAllAtZero)
-    # The shared-name clause prunes to keep_last=0 as well.
+    # The shared-name and similar-name clauses prune to keep_last=0 as well.
     assert failed(backend) == {
         "retention.prune_edge_counts",
         "retention.prune_keeps_records_embedded_elsewhere",
+        "retention.prune_spares_others",
     }
     assert (
         "keep_last=0) of 3 checkpoints: expected 3, got 0"

@@ -162,3 +162,24 @@ def test_whole_workflow_writes_without_the_reading_rule_fail_whole_workflow_only
     caught_only_by(
         run_family(WholeWorkflowListsEveryWrite), "writes.whole_workflow", "a special channel's latest"
     )
+
+
+class PruneDropsEmbeddedWrites(InMemoryCheckpointStorage):
+    """After a prune, deletes the writes of every checkpoint the top-level listing does not name:
+    a kept checkpoint's embedded one loses its writes."""
+
+    async def prune(self, *, workflow_name: str, keep_last: int) -> int:
+        pruned = await super().prune(workflow_name=workflow_name, keep_last=keep_last)
+        listed = set(await self.list_checkpoint_ids(workflow_name=workflow_name))
+        for owner in await self.list_workflow_writes(workflow_name=workflow_name):
+            if owner not in listed:
+                await self.delete_writes(owner, workflow_name=workflow_name)
+        return pruned
+
+
+def test_a_prune_dropping_embedded_writes_is_caught() -> None:
+    caught_only_by(
+        run_family(PruneDropsEmbeddedWrites),
+        "writes.go_with_checkpoints",
+        "the writes of a kept checkpoint's embedded one",
+    )
