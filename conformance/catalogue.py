@@ -86,7 +86,18 @@ and rivals, sequence numbers, fences, prune and tombstones, nested records, re-s
 error messages, handles, what a reopen reads back). The kit as it was caught 41 of 52; the 11 it
 missed are now each caught by a clause
 (tests/kit/test_blind_batch.py names the clause for every one, and the honest storages the
-defects were written over pass the whole kit).
+defects were written over pass the whole kit). A second batch, tests/kit/blind_batch_two.py, by
+another author under the same rule, holds 41 more: backends redoing one primitive of the memory
+backend or of the worked example (a journal write between reading and storing a sequence number,
+chunked large bodies, case-insensitive names, prefix-matched tombstones, a counter dropped with
+an emptied workflow), wrappers (caches, a metrics layer, a retry layer, JSON and compressing
+transforms, shards by workflow name, write-behind, a read replica) and six-method storages (key
+prefixes, Unicode normalisation, timestamps compared as text, read-modify-write indexes). The
+kit as it was caught 38 of 41 (a 42nd, a backend rewriting its digest on `overwrite_body`, is
+correct under docs/backends.md and passes); two more were caught only by luck or by a second
+slip (a shard chosen by the name's hash met the one other workflow half the time; a `name:` key
+scan, only because its listing skipped name validation). Stronger clauses now catch all 41 by
+their own defect (tests/kit/test_blind_batch_two.py names each clause).
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

@@ -292,36 +292,45 @@ async def resave_conflict_raises(ctx: ClauseContext) -> None:
 
 @clause(
     "contract.ids_are_global",
-    "save() of an id stored under one workflow, under another workflow, raises CheckpointConflictError.",
+    "save() of an id stored under one workflow, under any of 16 other workflows, raises "
+    "CheckpointConflictError.",
 )
 async def ids_are_global(ctx: ClauseContext) -> None:
-    first, second = ctx.workflow_name("owner"), ctx.workflow_name("claimant")
+    first = ctx.workflow_name("owner")
+    # Several claimants: a store sharded by workflow name refuses the claims that land on the
+    # owner's shard and takes the others, so one claimant would pass it about half the time.
+    claimants = [ctx.workflow_name(f"claimant{index}") for index in range(16)]
     original = ctx.checkpoint(first, timestamp=_at(0), state={"same": "state"})
     await ctx.storage.save(original)
-    # The same id and content, only the workflow differs: a store keyed by (workflow, id) takes it.
-    moved = copy.deepcopy(original)
-    moved.workflow_name = second
-    try:
-        await ctx.storage.save(moved)
-    except CheckpointConflictError:
-        pass
-    except Exception as exc:
-        fail(f"saving {original.checkpoint_id!r} under a second workflow raised {type(exc).__name__}: {exc}")
-    else:
-        fail(
-            f"saving {original.checkpoint_id!r} under a second workflow returned instead of raising "
-            "CheckpointConflictError: one id now names two checkpoints"
+    for second in claimants:
+        # The same id and content, only the workflow differs: a store keyed by (workflow, id) takes it.
+        moved = copy.deepcopy(original)
+        moved.workflow_name = second
+        try:
+            await ctx.storage.save(moved)
+        except CheckpointConflictError:
+            pass
+        except Exception as exc:
+            fail(
+                f"saving {original.checkpoint_id!r} under workflow {second!r} raised "
+                f"{type(exc).__name__}: {exc}"
+            )
+        else:
+            fail(
+                f"saving {original.checkpoint_id!r} under workflow {second!r}, another than its own, "
+                "returned instead of raising CheckpointConflictError: one id now names two checkpoints"
+            )
+    ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "load after the refused saves")
+    for second in claimants:
+        ensure_equal(
+            await ctx.storage.list_checkpoint_ids(workflow_name=second),
+            [],
+            f"list_checkpoint_ids({second!r}) after the refused save",
         )
-    ensure_equal(await ctx.storage.load(original.checkpoint_id), original, "load after the refused save")
-    ensure_equal(
-        await ctx.storage.list_checkpoint_ids(workflow_name=second),
-        [],
-        f"list_checkpoint_ids({second!r}) after the refused save",
-    )
     ensure_equal(
         await ctx.storage.list_checkpoint_ids(workflow_name=first),
         [original.checkpoint_id],
-        f"list_checkpoint_ids({first!r}) after the refused save",
+        f"list_checkpoint_ids({first!r}) after the refused saves",
     )
 
 

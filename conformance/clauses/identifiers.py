@@ -59,6 +59,8 @@ _LOOKALIKES: tuple[Builder, ...] = (
     lambda t: f"{t}-wf1 ",
     lambda t: f" {t}-wf1",
     lambda t: f"{t}-wf1.json",
+    lambda t: f"{t}-wf1:x",  # extends wf1 past a key delimiter: a scan of "wf1:" takes it
+    lambda t: f"{t}-wf1/x",  # the same with a path delimiter ("wf1/" as an object prefix)
     lambda t: f"{t}-a/b",
     lambda t: f"{t}-a_b",
     lambda t: f"{t}-a\\b",

@@ -183,6 +183,32 @@ async def save_after_delete_is_latest(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "ordering.sequence_survives_emptying_a_workflow",
+    "After delete() of every checkpoint of a workflow, the next save's sequence (checkpoint_info) is "
+    "above every one handed out before: a workflow's counter outlives its checkpoints.",
+    requires=[Capability.INSPECT],
+)
+async def sequence_survives_emptying_a_workflow(ctx: ClauseContext) -> None:
+    # Catches a backend that drops an emptied workflow's state (its counter with it) to save
+    # space: numbering restarts, and a reader that resumes "after sequence N" (a copy, a
+    # follower) skips the new checkpoints while two records of one workflow share a number.
+    workflow_name = ctx.workflow_name("emptied")
+    chain = await ctx.save_chain(workflow_name, 2)
+    before = [r.sequence for r in await ctx.storage.list_records(workflow_name=workflow_name)]
+    for checkpoint in chain:
+        await ctx.storage.delete(checkpoint.checkpoint_id)
+    again = ctx.checkpoint(workflow_name, checkpoint_id=f"{workflow_name}-again", iteration_count=9)
+    await ctx.storage.save(again)
+    info = await ctx.storage.checkpoint_info(again.checkpoint_id)
+    sequence = getattr(info, "sequence", None)
+    ensure(
+        isinstance(sequence, int) and sequence > max(before),
+        f"checkpoint_info({again.checkpoint_id!r}).sequence is {sequence!r} after deleting every checkpoint "
+        f"of {workflow_name!r} (sequences {before}); it must be above {max(before)}: sequences never go back",
+    )
+
+
+@clause(
     "ordering.workflows_are_independent",
     "Saves to another workflow, interleaved, with newer timestamps and continuing this workflow's "
     "checkpoints, never change this workflow's get_latest() or listing.",

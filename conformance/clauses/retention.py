@@ -356,11 +356,13 @@ async def _spares_others(ctx: ClauseContext, operation: str, call: Callable[[str
 @clause(
     "retention.delete_workflow_clears_tombstones",
     "delete_workflow clears the workflow's tombstones (a link to a pruned id is then MISSING) and no "
-    "other workflow's.",
+    "other workflow's, not even those of a workflow whose name extends its own.",
     requires=[Capability.PRUNE, Capability.INSPECT],
 )
 async def delete_workflow_clears_tombstones(ctx: ClauseContext) -> None:
     book, other = Book(ctx, "cleared"), Book(ctx, "still-pruned")
+    # The bystander's name extends the cleared one's: a key-prefix scan over tombstones takes both.
+    other.workflow = book.workflow + "0"
     chain = await book.chain(4)
     others = await other.chain(3)
     await _prune(book, book.workflow, 2, 2, "of 4 checkpoints")

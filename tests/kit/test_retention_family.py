@@ -323,9 +323,13 @@ def test_lax_keep_last_check_fails_prune_invalid_keep_last_only() -> None:
     )
 
 
-def test_delete_workflow_by_prefix_fails_delete_workflow_spares_others_only() -> None:
+def test_delete_workflow_by_prefix_fails_the_clauses_with_a_longer_bystander() -> None:
     backend = run_family(DeleteWorkflowByPrefix)
-    assert failed(backend) == {"retention.delete_workflow_spares_others"}
+    # The tombstone clause's bystander extends the cleared name, so it loses its records too.
+    assert failed(backend) == {
+        "retention.delete_workflow_spares_others",
+        "retention.delete_workflow_clears_tombstones",
+    }
     message = backend.result("retention.delete_workflow_spares_others").message
     assert "a longer name it is a prefix of returned [], expected [k0, k1]" in message
 
