@@ -112,12 +112,13 @@ would; the pytest base class's `reopen_storage()`), `process_opener` (a storage 
 `"module:function"` returning a storage: how another process opens the same store, for
 `durability.across_processes`; a URL target gives its URL, and it serves as `reopen` too) and
 `round_trips` (a function counting the backend round trips a handle made, for the `scale`
-family; without it, latest is timed on 2,000 checkpoints against 10, calls interleaved, and the
-walk clauses count calls instead, on a storage that is the engine over a `Backend`: the kit
-opens a handle over a new backend whose primitives count their calls, the backend's calls to its
-own primitives included (not the requests a primitive makes inside), and a walk a hop at a time
-or one spinning a cycle to `max_depth` fails with a 20x margin; on any other storage they are
-not applicable). The built-in targets count SQLite statements, Redis commands and S3 requests.
+family; without it, the clauses count calls instead, on a storage that is the engine over a
+`Backend`: the kit opens a handle over a new backend whose primitives count their calls, the
+backend's calls to its own primitives included (not the requests a primitive makes inside), and
+the records each hands back, and a latest or load that reads every checkpoint, a walk a hop at a
+time or one spinning a cycle to `max_depth` fails with a 20x margin; on any other storage latest
+is timed on 2,000 checkpoints against 10, calls interleaved, and the walk clauses are not
+applicable). The built-in targets count SQLite statements, Redis commands and S3 requests.
 The `expiry` family waits out the storage's own `ttl`, so run it on a store configured with a
 short one (`--clause expiry` with `?ttl=1`).
 

@@ -58,7 +58,7 @@ FAULT_CLAUSES = {c.id for c in all_clauses() if c.injects}
 NO_TTL = "expiry.checkpoints_expire_after_ttl"
 """Skipped without a configured ttl (tests/kit/test_expiry_family.py runs it with one)."""
 UNCOUNTED_LATEST = "scale.latest_is_constant_cost"
-"""Timed instead of counted on such a target, or skipped when filling 2,000 checkpoints is too slow."""
+"""Counted through a counting backend instead of by round trips on such a target."""
 
 
 CLUSTER_RACES = {

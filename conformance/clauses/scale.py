@@ -5,18 +5,20 @@ Where the target counts its backend round trips (``StorageTarget.round_trips``),
 count: ``get_latest`` (with and without a signature filter) and ``load`` must cost as many
 round trips after 60 saves as after 3, and a walk as many at depth 30 as at depth 3. Counting
 is exact, so a loaded machine cannot make it flaky.
-Without a counter, latest falls back to timing: ``get_latest`` on a workflow of 2,000 checkpoints
-and on one of 10, called back to back in rounds, and the median of the per-round ratios against a
+Without a counter, where the storage is the engine over a :class:`~storages.backend.Backend`
+(every storage built on the author API), the kit counts another way: it opens a handle over a new
+backend of the store (``storage.over(storage.backend.new_handle())``) whose primitives count their
+calls, the backend's calls to its own primitives included, and the records each hands back, and
+compares counts with a margin of 20x: ``get_latest`` and ``load`` may make at most twice the calls,
+handing back at most twice the records, at 60 checkpoints as at 3 (one that reads every checkpoint
+makes 20 times as many), a walk at most twice the calls at depth 80 as at depth 2 (a walk a hop at
+a time makes 40 times as many), and a walk into a cycle at most twice the calls with ``max_depth``
+10,000 as with 10 (one that spins the cycle to the limit makes 1,000 times as many).
+Other storages' latest falls back to timing: ``get_latest`` on a workflow of 2,000 checkpoints and
+on one of 10, called back to back in rounds, and the median of the per-round ratios against a
 generous bound, so load on a shared machine slows both sides of each round alike. Whether a clause
 applies never depends on how fast the machine is: the same storage gets the same verdict every run.
-Without a counter, a walk is counted another way where the storage is the engine over a
-:class:`~storages.backend.Backend` (every storage built on the author API): the kit opens a handle
-over a new backend of the store (``storage.over(storage.backend.new_handle())``) whose primitives
-count their calls, the backend's calls to its own primitives included, and compares counts with a
-margin of 20x: a walk may make at most twice the calls at depth 80 as at depth 2 (a walk a hop at
-a time makes 40 times as many), and a walk into a cycle at most twice the calls with ``max_depth``
-10,000 as with 10 (one that spins the cycle to the limit makes 1,000 times as many). Other
-storages' walks are not applicable without a counter (a property of the target, not of its
+Other storages' walks are not applicable without a counter (a property of the target, not of its
 speed): time cannot tell one round trip of O(depth) work from depth round trips.
 
 ``history_is_kept`` saves a few thousand checkpoints over several workflows and then finds every
@@ -35,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from storages.backend import CAPABILITY_PRIMITIVES, CORE_PRIMITIVES, Backend
+from storages.backend import CAPABILITY_PRIMITIVES, CORE_PRIMITIVES, Backend, StoredBody, WalkRecords
 from storages.contract import Capability
 from storages.engine import CheckpointStore
 
@@ -60,6 +62,12 @@ _FILL_BATCH = 50
 """Saves sent together while filling the large history of the timing fallback."""
 
 
+_CALLS_BOUND = 2
+"""How many times the backend calls (and the records they hand back) of the smaller case the
+larger may make: 20 times below what a walk a hop at a time (40x at depth 80), one spinning a
+cycle to the limit (1,000x) or a latest reading every checkpoint (20x at 60 checkpoints) makes."""
+
+
 _KEPT_WORKFLOWS, _KEPT_PER_WORKFLOW = 8, 300
 """History the keeping clause writes: 2,400 checkpoints, saved a round at a time (one save per
 workflow per round, concurrently), so a store is filled in seconds even over a network."""
@@ -73,14 +81,15 @@ _SIGNATURE = "sig-" + "0" * 60
 
 def _single_reads(
     ctx: ClauseContext, workflow_name: str, first_id: str
-) -> dict[str, Callable[[], Awaitable[Any]]]:
-    """The reads of one checkpoint whose cost must not grow with the history."""
-    reads: dict[str, Callable[[], Awaitable[Any]]] = {
-        "get_latest()": lambda: ctx.storage.get_latest(workflow_name=workflow_name),
-        f"load({first_id!r})": lambda: ctx.storage.load(first_id),
+) -> dict[str, Callable[[Any], Awaitable[Any]]]:
+    """The reads of one checkpoint whose cost must not grow with the history, on whichever handle
+    they are given."""
+    reads: dict[str, Callable[[Any], Awaitable[Any]]] = {
+        "get_latest()": lambda storage: storage.get_latest(workflow_name=workflow_name),
+        f"load({first_id!r})": lambda storage: storage.load(first_id),
     }
     if ctx.has(Capability.SIGNATURE_FILTER):
-        reads["get_latest(graph_signature_hash=...)"] = lambda: ctx.storage.get_latest(
+        reads["get_latest(graph_signature_hash=...)"] = lambda storage: storage.get_latest(
             workflow_name=workflow_name, graph_signature_hash=_SIGNATURE
         )
     return reads
@@ -107,7 +116,8 @@ async def _extend(ctx: ClauseContext, workflow_name: str, count: int, previous: 
 @clause(
     "scale.latest_is_constant_cost",
     "get_latest (filtered by signature too) and load cost the same round trips after 60 saves as after 3 "
-    "(uncounted: get_latest takes about the same time at 2,000 checkpoints as at 10).",
+    f"(uncounted, on the engine: at most {_CALLS_BOUND}x the backend calls and the records they hand back; "
+    "elsewhere: get_latest takes about the same time at 2,000 checkpoints as at 10).",
     timeout=180,
 )
 async def latest_is_constant_cost(ctx: ClauseContext) -> None:
@@ -116,15 +126,21 @@ async def latest_is_constant_cost(ctx: ClauseContext) -> None:
         first = await _extend(ctx, workflow_name, 1, None)
         tip = await _extend(ctx, workflow_name, _FEW - 1, first)
         reads = _single_reads(ctx, workflow_name, first)
-        few = {name: await _round_trips_of(ctx, read) for name, read in reads.items()}
+        few = {}
+        for name, read in reads.items():
+            few[name] = await _round_trips_of(ctx, functools.partial(read, ctx.storage))
         await _extend(ctx, workflow_name, _MANY - _FEW, tip)
         for name, read in reads.items():
-            many = await _round_trips_of(ctx, read)
+            many = await _round_trips_of(ctx, functools.partial(read, ctx.storage))
             ensure(
                 many <= few[name],
                 f"{name} took {many} round trips at {_MANY} checkpoints and {few[name]} at {_FEW}: it grows "
                 "with the history (does it scan every checkpoint?)",
             )
+        return
+    counter = _counted_handle(ctx)
+    if counter is not None:
+        await _counted_reads(ctx, counter)
         return
     small_name = ctx.workflow_name("latest-small")
     await _extend(ctx, small_name, _SMALL_HISTORY, None)
@@ -168,9 +184,6 @@ _COUNTED_SHALLOW, _COUNTED_DEEP = 2, 80
 """Walk depths the counted calls compare: a walk a hop at a time makes 40 times the calls."""
 _CYCLE_DEPTHS = (10, 10_000)
 """max_depth of the two walks into one cycle the counted calls compare."""
-_CALLS_BOUND = 2
-"""How many times the calls of the smaller walk the larger may make: 20 times below what a walk
-a hop at a time (40x) or one spinning a cycle to the limit (1,000x) makes."""
 _PRIMITIVES = frozenset(
     {*CORE_PRIMITIVES, "records_after", *(name for names in CAPABILITY_PRIMITIVES.values() for name in names)}
 )
@@ -183,6 +196,8 @@ class _CountedHandle:
     def __init__(self, storage: Any, backend: Backend) -> None:
         self.storage = storage
         self.calls = 0
+        self.records = 0
+        """Records the primitives handed back (bodies, ids, index entries, rivals)."""
         for name in _PRIMITIVES:
             primitive = getattr(backend, name, None)
             if primitive is not None:
@@ -192,7 +207,9 @@ class _CountedHandle:
         @functools.wraps(primitive)
         async def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
-            return await primitive(*args, **kwargs)
+            result = await primitive(*args, **kwargs)
+            self.records += _records_in(result)
+            return result
 
         return counted
 
@@ -200,6 +217,42 @@ class _CountedHandle:
         before = self.calls
         await call(self.storage)
         return self.calls - before
+
+    async def cost_of(self, call: Callable[[Any], Awaitable[Any]]) -> tuple[int, int]:
+        """The backend calls ``call`` made on this handle, and the records they handed back."""
+        calls, records = self.calls, self.records
+        await call(self.storage)
+        return self.calls - calls, self.records - records
+
+
+def _records_in(result: object) -> int:
+    """How many records a primitive's answer holds: one body (and its rivals and nested bodies),
+    or the entries of a listing, a mapping or a walk."""
+    if isinstance(result, StoredBody):
+        return 1 + len(result.rivals) + len(result.nested or ())
+    if isinstance(result, WalkRecords):
+        return len(result.links)
+    if isinstance(result, (list, tuple, dict, set, frozenset)):
+        return len(result)
+    return 0
+
+
+async def _counted_reads(ctx: ClauseContext, counter: _CountedHandle) -> None:
+    workflow_name = ctx.workflow_name("latest-calls")
+    first = await _extend(ctx, workflow_name, 1, None)
+    tip = await _extend(ctx, workflow_name, _FEW - 1, first)
+    reads = _single_reads(ctx, workflow_name, first)
+    few = {name: await counter.cost_of(read) for name, read in reads.items()}
+    await _extend(ctx, workflow_name, _MANY - _FEW, tip)
+    for name, read in reads.items():
+        calls, records = await counter.cost_of(read)
+        few_calls, few_records = few[name]
+        ensure(
+            calls <= _CALLS_BOUND * max(few_calls, 1) and records <= _CALLS_BOUND * max(few_records, 1),
+            f"{name} made {calls} backend calls handing back {records} records at {_MANY} checkpoints, and "
+            f"{few_calls} calls with {few_records} records at {_FEW} (counted, bound {_CALLS_BOUND}x): it "
+            "grows with the history (does it read every checkpoint?)",
+        )
 
 
 def _counted_handle(ctx: ClauseContext) -> _CountedHandle | None:

@@ -37,7 +37,7 @@ def failed(backend: BackendReport) -> set[str]:
 
 def caught_only_by(backend: BackendReport, clause_id: str, says: str) -> None:
     """A mutant's defect is caught by ``clause_id`` alone, and its message contains ``says``."""
-    assert failed(backend) == {clause_id}
+    assert failed(backend) == {clause_id}, {r.clause_id: r.message for r in backend.failures}
     assert says in backend.result(clause_id).message
 
 

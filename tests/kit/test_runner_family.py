@@ -277,6 +277,8 @@ def test_latest_by_iteration_count_fails_resume_from_latest_and_parallel_steps()
     assert failed(ordering) == {
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",
         "ordering.concurrent_saves_commit_in_call_order",
     }
 

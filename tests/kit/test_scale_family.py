@@ -149,7 +149,7 @@ def test_a_constant_cost_double_passes_counted_and_timed() -> None:
             LatestDecodesEverything,
             {"round_trips": None},
             "scale.latest_is_constant_cost",
-            "at 2000 checkpoints",
+            "records at 60 checkpoints",
         ),
         (WalksHopByHop, {}, "scale.walk_is_one_round_trip", "a hop at a time"),
         (LoadsEachHop, {"round_trips": None}, "scale.walk_is_one_round_trip", "backend calls at depth 80"),
