@@ -1126,12 +1126,12 @@ async def test_get_latest_resumes_from_the_rival_built_last(storage: SQLiteCheck
         await storage.save(saved)
     latest, handoffs = await _latest_and_handoffs(storage)
     assert latest == built_last
-    assert handoffs == 2  # the probe finds a rival: head and rivals read in one transaction
+    assert handoffs == 1  # head and rivals read in one transaction, in one hand-off
     alone = stamped(built_first, 4)
     await storage.save(alone)
     latest, handoffs = await _latest_and_handoffs(storage)
     assert latest == alone
-    assert handoffs == 1  # no rival, no successor: the one statement
+    assert handoffs == 1  # no rival, no successor: the same one hand-off
 
 
 async def test_prune_keeps_the_head_and_its_rivals(db_path: Path, storage: SQLiteCheckpointStorage) -> None:
