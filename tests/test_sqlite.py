@@ -234,8 +234,8 @@ async def test_a_save_finds_its_next_sequence_by_index_searches_and_writes_no_co
 
     for _ in range(3):
         await storage.save(checkpoint())
-    parameters = {"id": "x", "body": b"", "workflow": "wf"}
-    sql = "EXPLAIN QUERY PLAN " + schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE
+    parameters = ("x", "wf", None, "sig", "", b"body", 0, None, None, 0)
+    sql = "EXPLAIN QUERY PLAN " + schema.INSERT_CHECKPOINT
     plan = " | ".join(str(row[-1]) for row in query(db_path, sql, parameters))
     assert "SCAN checkpoints" not in plan, plan
     assert "TEMP B-TREE" not in plan, plan
@@ -243,15 +243,15 @@ async def test_a_save_finds_its_next_sequence_by_index_searches_and_writes_no_co
     assert query(db_path, "SELECT count(*) FROM workflows") == [(0,)]
 
 
-def test_a_lone_save_inserts_from_values_without_a_temporary_copy_of_the_row() -> None:
+def test_a_save_inserts_from_values_without_a_temporary_copy_of_the_row() -> None:
     from storages.sqlite import schema
 
     with closing(sqlite3.connect(":memory:")) as connection:
         for step in MIGRATIONS:
             for statement in step:
                 connection.execute(statement)
-        parameters = ("x", "wf", None, "sig", "", b"body")
-        plan = connection.execute("EXPLAIN " + schema.INSERT_LONE_CHECKPOINT, parameters)
+        parameters = ("x", "wf", None, "sig", "", b"body", 0, None, None, 0)
+        plan = connection.execute("EXPLAIN " + schema.INSERT_CHECKPOINT, parameters)
         opcodes = [row[1] for row in plan]
     # INSERT ... SELECT from the table inserted into copies each row into an ephemeral table first.
     assert "OpenEphemeral" not in opcodes
@@ -1126,12 +1126,12 @@ async def test_get_latest_resumes_from_the_rival_built_last(storage: SQLiteCheck
         await storage.save(saved)
     latest, handoffs = await _latest_and_handoffs(storage)
     assert latest == built_last
-    assert handoffs == 2  # the probe finds a rival: head and rivals read in one transaction
+    assert handoffs == 1  # head and rivals read in one transaction, in one hand-off
     alone = stamped(built_first, 4)
     await storage.save(alone)
     latest, handoffs = await _latest_and_handoffs(storage)
     assert latest == alone
-    assert handoffs == 1  # no rival, no successor: the one statement
+    assert handoffs == 1  # no rival, no successor: the same one hand-off
 
 
 async def test_prune_keeps_the_head_and_its_rivals(db_path: Path, storage: SQLiteCheckpointStorage) -> None:

@@ -255,6 +255,16 @@ class PostgresBackend(Backend):
         """Statements (round trips) this handle has sent; the kit's ``scale`` clauses count them."""
         return self._client.statements
 
+    @property
+    def general_path(self) -> bool:
+        """A test hook (docs/postgres.md, "One path per operation"): True sends every save through
+        ``save_family``, the general path, so a test can hold ``save_one`` to it."""
+        return self._commits.general_path
+
+    @general_path.setter
+    def general_path(self, value: bool) -> None:
+        self._commits.general_path = value
+
     def describe(self) -> str:
         return self._describe
 

@@ -177,15 +177,14 @@ class CommitProtocol:
         retries = self.settings.conflict_retries
         for attempt in range(retries + 1):
             headers, pointers = await self.headers_for(records)
-            if len(records) > 1:
-                nested = await self.settle_nested(
-                    top, headers[1:], records[1:], may_replace=attempt >= retries - 1
-                )
-                if nested is None:
-                    await backoff(attempt)
-                    continue  # a nested record changed under the save, or is being saved: try again
-                # Records adopted from an earlier attempt keep the sequences they were written with.
-                headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
+            nested = await self.settle_nested(
+                top, headers[1:], records[1:], may_replace=attempt >= retries - 1
+            )
+            if nested is None:
+                await backoff(attempt)
+                continue  # a nested record changed under the save, or is being saved: try again
+            # Records adopted from an earlier attempt keep the sequences they were written with.
+            headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
             if await self.create_record(headers[0], top.body, "save"):
                 await self.commit(headers[0], "save", pointers)
                 return None

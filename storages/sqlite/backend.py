@@ -174,16 +174,9 @@ class SQLiteBackend(Backend):
         return {stored_id(row[0]): stored_body(row[0], row[1]) for row in rows}
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        query, parameters = _query_for(
-            schema.SELECT_LATEST, schema.SELECT_LATEST_WITH_SIGNATURE, workflow_name, graph_signature_hash
-        )
-        rows = await self._client.fetchall("get_latest", query, parameters)
-        if not rows:
-            return None
-        if not rows[0][5] and not rows[0][6]:
-            return _stored(rows[0])
-        # A checkpoint continues the newest one, or continues what it continues (parallel steps):
-        # the walk to the head and the read of its rivals see one state of the file.
+        # One path (docs/sqlite.md, "One path per operation"): the newest row says whether the
+        # walk to the head or the read of rivals is needed, and both run in one read transaction,
+        # so they see one state of the file.
         found = await self._client.read(
             "get_latest", lineage.latest_rows, workflow_name, graph_signature_hash
         )

@@ -89,8 +89,7 @@ def insert_families(
     transaction (one fsync for all of them), each family of several rows in a savepoint of its
     own (a family of one row is one statement, all or nothing by itself).
 
-    Each save gets its :class:`InsertResult` (its family inserted when its top id is absent, else
-    whether the stored body is the same: see the module's docstring), or the error that refused it
+    Each save gets what inserting its family alone would have returned, or the error that refused it
     alone (an embedded id already stored); that save's rows are rolled back, the others commit.
     An error of the transaction itself (the lock not obtained, the disk failing, COMMIT failing)
     fails every save of the group and writes none. No save is acknowledged before COMMIT
@@ -104,8 +103,8 @@ def insert_families(
             if abandon.is_set():
                 outcomes.append(Abandoned())
                 continue
-            if len(records) == 1:  # one row: all or nothing without a savepoint
-                outcomes.append(_insert_lone(connection, records[0]))
+            if len(records) == 1:  # one statement, all or nothing by itself: nothing to undo
+                outcomes.append(_insert_absent(connection, records))
                 continue
             connection.execute("SAVEPOINT save")
             try:
@@ -117,39 +116,14 @@ def insert_families(
     return outcomes
 
 
-def _insert_lone(connection: sqlite3.Connection, record: CheckpointRecord) -> InsertResult:
-    """A family of one row (a top-level checkpoint without nested records, the common save):
-    one statement that reads its sequence and inserts, where :func:`_insert_absent` needs a probe
-    and an insert, and no savepoint in a group (one row is all or nothing by itself). For an id
-    already stored, the comparison of its bytes (the transaction holds the write lock, so the row
-    the INSERT skipped is still there)."""
-    if record.container_id is not None:  # a nested record saved alone: the general path
-        return _insert_absent(connection, (record,))
-    body = record.body
-    row = (
-        record.checkpoint_id,
-        record.workflow_name,
-        record.previous_checkpoint_id,
-        record.graph_signature_hash,
-        record.known_digest,
-        body,
-    )
-    if connection.execute(schema.INSERT_LONE_CHECKPOINT, row).rowcount:
-        return InsertResult.INSERTED
-    (same,) = connection.execute(schema.SELECT_SAME_BODY, (record.checkpoint_id, body)).fetchone()
-    return _COMPARED[same]
-
-
 def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> InsertResult:
+    """Insert a family whose top id is absent; else say whether the stored body is the same
+    (see the module's docstring)."""
     top = records[0]
-    same, next_sequence = connection.execute(
-        schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE,
-        {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
-    ).fetchone()
-    if same is not None:
-        return _COMPARED[same]
-    _write_family(connection, records, next_sequence)
-    return InsertResult.INSERTED
+    if _write_family(connection, records):
+        return InsertResult.INSERTED
+    (same,) = connection.execute(schema.SELECT_SAME_BODY, (top.checkpoint_id, top.body)).fetchone()
+    return _COMPARED[same]
 
 
 def insert_fenced(
@@ -162,44 +136,34 @@ def insert_fenced(
     transaction, so no other writer, in this process or another, can commit between them."""
     top = records[0]
     with immediate_transaction(connection, abandon):
-        same, next_sequence = connection.execute(
-            schema.SELECT_SAME_BODY_AND_NEXT_SEQUENCE,
-            {"id": top.checkpoint_id, "body": top.body, "workflow": top.workflow_name},
-        ).fetchone()
+        stored = connection.execute(schema.SELECT_SAME_BODY, (top.checkpoint_id, top.body)).fetchone()
         latest = lineage.latest_id(connection, top.workflow_name)
         latest_id = None if latest is None else stored_id(latest)
-        if same is not None:
-            return FenceCheck(latest_id, _COMPARED[same])
+        if stored is not None:
+            return FenceCheck(latest_id, _COMPARED[stored[0]])
         if latest_id != expected_latest_id:
             return FenceCheck(latest_id, None)
-        _write_family(connection, records, next_sequence)
+        _write_family(connection, records)
     return None
 
 
-def _write_family(
-    connection: sqlite3.Connection, records: Sequence[CheckpointRecord], next_sequence: object
-) -> None:
+def _write_family(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> bool:
+    """Write a family's rows, each numbered by its insert (schema.INSERT_CHECKPOINT); False, and
+    nothing written, if the top id is stored. A nested id already stored raises, and the caller's
+    transaction or savepoint rolls the family back: none of it is written."""
     top = records[0]
-    sequences: dict[str, int] = {top.workflow_name: int(str(next_sequence))}
-    for record in records:
-        if record.workflow_name not in sequences:
-            parameters = {"workflow": record.workflow_name}
-            found = connection.execute(schema.SELECT_NEXT_SEQUENCE, parameters).fetchone()
-            sequences[record.workflow_name] = int(found[0])
-        sequence = sequences[record.workflow_name]
-        sequences[record.workflow_name] = sequence + 1
-        try:
-            connection.execute(schema.INSERT_CHECKPOINT, _row(record, sequence))
-        except sqlite3.IntegrityError as exc:
-            # The transaction rolls back: none of the family is written.
-            raise nested_id_conflict(records, record.checkpoint_id) from exc
+    if not connection.execute(schema.INSERT_CHECKPOINT, _row(top)).rowcount:
+        return False
+    for record in records[1:]:
+        if not connection.execute(schema.INSERT_CHECKPOINT, _row(record)).rowcount:
+            raise nested_id_conflict(records, record.checkpoint_id)
+    return True
 
 
-def _row(record: CheckpointRecord, sequence: int) -> tuple[object, ...]:
+def _row(record: CheckpointRecord) -> tuple[object, ...]:
     return (
         record.checkpoint_id,
         record.workflow_name,
-        sequence,
         record.previous_checkpoint_id,
         record.graph_signature_hash,
         record.known_digest,

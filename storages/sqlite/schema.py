@@ -142,35 +142,17 @@ RECORD_SCHEMA_VERSION = """
     ON CONFLICT (singleton) DO UPDATE SET version = excluded.version
 """
 
-# A workflow's next sequence: past its largest row of either kind and past its high-water mark.
-_NEXT_SEQUENCE = """
-        max(
-            coalesce((SELECT next_sequence FROM workflows WHERE name = :workflow), 1),
-            1 + coalesce((SELECT max(sequence) FROM checkpoints
-                WHERE workflow_name = :workflow AND nested = 0), 0),
-            1 + coalesce((SELECT max(sequence) FROM checkpoints
-                WHERE workflow_name = :workflow AND nested = 1), 0)
-        )
-"""
-# Whether the row stored under an id holds exactly the bytes being saved: NULL if no row has the
-# id, else 1 or 0 (0 too for a stored value that is not a BLOB). A re-save is recognised by its
-# bytes, compared here on the connection's thread, not by a digest hashed on every save.
-_SAME_BODY = "(SELECT coalesce(body = :body, 0) FROM checkpoints WHERE checkpoint_id = :id)"
-# One query tells an insert whether the id exists (and holds these bytes) and, if not, which
-# sequence it gets.
-SELECT_SAME_BODY_AND_NEXT_SEQUENCE = "SELECT " + _SAME_BODY + "," + _NEXT_SEQUENCE
-SELECT_NEXT_SEQUENCE = "SELECT " + _NEXT_SEQUENCE
-# A family of one row (a top-level checkpoint without nested records, the common save) in one
-# statement, inside the save's BEGIN IMMEDIATE transaction: the INSERT reads its own sequence
-# (as SELECT_NEXT_SEQUENCE does); an id already stored inserts nothing (rowcount 0), and the save
-# then compares the stored bytes (SELECT_SAME_BODY).
+# Every row of a save, top-level or nested, in one statement inside the save's BEGIN IMMEDIATE
+# transaction: the INSERT reads its own sequence, one past the largest its workflow holds of
+# either kind and at least the workflow's high-water mark (the rows a family wrote before it count,
+# so a family's rows of one workflow take consecutive numbers); an id already stored inserts
+# nothing (rowcount 0), and the save then compares the stored bytes (SELECT_SAME_BODY) or refuses
+# a nested id.
 # VALUES, not INSERT ... SELECT: a SELECT that reads the table it inserts into is first copied
 # into a temporary table (EXPLAIN shows OpenEphemeral), the whole 2.5 KB row with it, which cost
 # a quarter of the statement; a one-row VALUES evaluates its sub-selects in place.
-# A top-level row: nested 0, no container or root, position 0 are constants, not bound (binding
-# None takes sqlite3's adapter lookup, which raises and clears an AttributeError each time).
 # Numbered parameters bind the row as a tuple: ?2 (the workflow) is used four times.
-INSERT_LONE_CHECKPOINT = """
+INSERT_CHECKPOINT = """
     INSERT INTO checkpoints (
         checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
         nested, container_id, root_id, position
@@ -179,16 +161,13 @@ INSERT_LONE_CHECKPOINT = """
             coalesce((SELECT next_sequence FROM workflows WHERE name = ?2), 1),
             1 + coalesce((SELECT max(sequence) FROM checkpoints WHERE workflow_name = ?2 AND nested = 0), 0),
             1 + coalesce((SELECT max(sequence) FROM checkpoints WHERE workflow_name = ?2 AND nested = 1), 0)
-        ), ?3, ?4, ?5, ?6, 0, NULL, NULL, 0)
+        ), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
     ON CONFLICT (checkpoint_id) DO NOTHING
 """
+# Whether the row stored under an id holds exactly the bytes being saved: no row if the id is
+# absent, else 1 or 0 (0 too for a stored value that is not a BLOB). A re-save is recognised by its
+# bytes, compared here on the connection's thread, not by a digest hashed on every save.
 SELECT_SAME_BODY = "SELECT coalesce(body = ?2, 0) FROM checkpoints WHERE checkpoint_id = ?1"
-INSERT_CHECKPOINT = """
-    INSERT INTO checkpoints (
-        checkpoint_id, workflow_name, sequence, previous_checkpoint_id, graph_signature_hash, digest, body,
-        nested, container_id, root_id, position
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
 # Before a family's rows are deleted: each of its workflows keeps the high-water mark of what it
 # held, so the next save there does not take a deleted row's sequence again.
 RECORD_HIGH_WATER = """
