@@ -93,7 +93,7 @@ from .common import (
     policy_of,
     use_app_dirs,
 )
-from .copy import copy_command, import_maf_command
+from .copy_command import copy_command, import_maf_command
 
 __all__ = ["NothingThere", "UsageError", "main"]
 
