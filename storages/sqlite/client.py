@@ -159,7 +159,13 @@ class SQLiteClient:
         on the connection's thread: one hand-off, on a read-only handle too."""
         connection = self._live(operation)
         try:
-            return await connection.call(function, *args)
+            try:
+                return await connection.call(function, *args)
+            except sqlite3.OperationalError as exc:
+                if not str(exc).startswith(_NOT_UTF8):
+                    raise
+            # As in fetchall: read again with TEXT values that are not UTF-8 as NotText.
+            return await connection.call(_call_marking_not_text, function, *args)
         except sqlite3.Error as exc:
             raise self.translate(operation, exc) from exc
         except ConnectionClosed as exc:
@@ -357,12 +363,18 @@ def _text_or_marked(value: bytes) -> str | NotText:
 
 
 def _fetch_marking_not_text(connection: sqlite3.Connection, sql: str, parameters: Any) -> list[Any]:
-    """One statement's rows with TEXT values that are not UTF-8 as NotText (on the thread, where
-    no other statement runs meanwhile, so no other read sees the changed text factory)."""
+    """One statement's rows with TEXT values that are not UTF-8 as NotText."""
+    return _call_marking_not_text(connection, lambda c: c.execute(sql, parameters).fetchall())
+
+
+def _call_marking_not_text(connection: sqlite3.Connection, function: Callable[..., T], *args: Any) -> T:
+    """``function(connection, *args)`` with TEXT values that are not UTF-8 read as NotText (on the
+    thread, where no other statement runs meanwhile, so no other read sees the changed text
+    factory)."""
     previous = connection.text_factory
     connection.text_factory = _text_or_marked
     try:
-        return connection.execute(sql, parameters).fetchall()
+        return function(connection, *args)
     finally:
         connection.text_factory = previous
 
