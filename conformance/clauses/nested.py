@@ -622,8 +622,8 @@ async def _snapshot(ctx: ClauseContext, checkpoints: list[Any]) -> dict[str, Any
 
 @clause(
     "nested.resave_changed_child_conflicts",
-    "Saving a checkpoint again with an embedded checkpoint changed under the same id raises "
-    "CheckpointConflictError and changes nothing stored.",
+    "Saving a checkpoint again with an embedded checkpoint changed under the same id, or replaced by "
+    "one under a new id, raises CheckpointConflictError and changes nothing stored.",
     requires=[Capability.NESTED],
 )
 async def resave_changed_child_conflicts(ctx: ClauseContext) -> None:
@@ -662,3 +662,25 @@ async def resave_changed_child_conflicts(ctx: ClauseContext) -> None:
         )
     await expect_loads(ctx, parent, "after the conflicting save")
     await expect_loads(ctx, child, "after the conflicting save of its container")
+    renamed_child = embedded(ctx, "renamed-child", state={"value": 1})
+    renamed_parent = ctx.checkpoint(
+        parent.workflow_name,
+        checkpoint_id=parent.checkpoint_id,
+        timestamp=FIXED_TIMESTAMP,
+        graph_signature_hash=parent.graph_signature_hash,
+        state=sub_workflow_state(renamed_child),
+    )
+    what = (
+        f"save() of {parent.checkpoint_id!r} again with {renamed_child.checkpoint_id!r} "
+        f"embedded in place of {child.checkpoint_id!r}"
+    )
+    try:
+        await ctx.storage.save(renamed_parent)
+    except CheckpointConflictError:
+        pass
+    except Exception as exc:
+        fail(f"{what} raised {type(exc).__name__}: {exc}, not CheckpointConflictError")
+    else:
+        fail(f"{what} was accepted; checkpoints are immutable")
+    await expect_loads(ctx, parent, "after the save that embedded another checkpoint")
+    await expect_loads(ctx, child, "after the save of its container that embedded another checkpoint")

@@ -128,6 +128,36 @@ async def prune_keeps_the_latest(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "retention.prune_keeps_the_rivals",
+    "prune(keep_last=N) keeps the head, every rival of it and N-1 other commits: siblings that fill "
+    "keep_last by themselves cost the checkpoints before them nothing.",
+    requires=_PRUNE,
+)
+async def prune_keeps_the_rivals(ctx: ClauseContext) -> None:
+    book = Book(ctx, "prune-rivals")
+    root = await book.save("c0")
+    first = await book.save("c1", previous=root.checkpoint_id)
+    second = await book.save("c2", previous=root.checkpoint_id)
+    when = "after saving c0, then c1 and c2 (both continuing c0: the head c2 and its rival c1)"
+    await _prune(book, book.workflow, 2, 0, f"{when}, prune(keep_last=2)")
+    await expect_listed(book, book.workflow, [root, first, second], f"{when} and prune(keep_last=2)")
+    await _prune(book, book.workflow, 1, 1, f"{when}, prune(keep_last=1)")
+    await expect_listed(book, book.workflow, [first, second], f"{when} and prune(keep_last=1)")
+
+    book = Book(ctx, "prune-rival-fan")
+    chain = await book.chain(3)
+    fan = [await book.save(f"s{index}", previous=chain[-1].checkpoint_id) for index in range(3)]
+    when = (
+        "after saving the chain c0, c1, c2, then s0, s1 and s2 "
+        "(each continuing c2: the head s2, its rivals s0, s1)"
+    )
+    await _prune(book, book.workflow, 5, 0, f"{when}, prune(keep_last=5)")
+    await expect_listed(book, book.workflow, [*chain, *fan], f"{when} and prune(keep_last=5)")
+    await _prune(book, book.workflow, 2, 2, f"{when}, prune(keep_last=2)")
+    await expect_listed(book, book.workflow, [chain[-1], *fan], f"{when} and prune(keep_last=2)")
+
+
+@clause(
     "retention.prune_edge_counts",
     "prune with keep_last at or above the count deletes nothing and returns 0; keep_last=0 deletes every "
     "checkpoint and returns the count; pruning an empty or unknown workflow returns 0.",

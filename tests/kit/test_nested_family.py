@@ -13,7 +13,7 @@ from conformance import BackendReport, Outcome, select_clauses, target_from_url
 from storages.backend import CheckpointRecord, FenceCheck, InsertResult
 from storages.contract import CHECKPOINT_FIELDS, CheckpointID, CheckpointInfo
 from storages.errors import CheckpointConflictError, NestedCheckpointDeletionError
-from storages.memory import InMemoryCheckpointStorage
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .double import DoubleBackend, DoubleStorage, FencingDouble, InlineStorage, ReadsThrough
@@ -262,3 +262,21 @@ def test_the_fencing_double_passes_every_nested_clause() -> None:
 
 def test_a_fence_looking_up_the_last_record_is_caught() -> None:
     caught_only_by(run_family(FenceLooksUpTheLastRecord), "nested.save_is_atomic", "not the reused id")
+
+
+class ReplacesFamilyWithNewEmbeddedIds(MemoryBackend):
+    """Takes a family whose last embedded id is not stored for a new save, and replaces the stored
+    checkpoint of the same id with it."""
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        if len(records) > 1 and await self.load(records[-1].checkpoint_id) is None:
+            await self.remove(records[0].checkpoint_id)
+        return await super().insert(records)
+
+
+def test_a_family_with_new_embedded_ids_replacing_the_stored_one_is_caught() -> None:
+    caught_only_by(
+        run_family(ReplacesFamilyWithNewEmbeddedIds),
+        "nested.resave_changed_child_conflicts",
+        "was accepted; checkpoints are immutable",
+    )

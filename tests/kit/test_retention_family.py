@@ -273,17 +273,21 @@ def test_prune_without_tombstones_fails_every_tombstone_clause() -> None:
 
 def test_prune_by_timestamp_fails_the_clauses_that_say_what_prune_keeps() -> None:
     backend = run_family(PrunesByTimestamp)
-    assert failed(backend) == {"retention.prune_keeps_newest", "retention.prune_keeps_the_latest"}
+    assert failed(backend) == {
+        "retention.prune_keeps_newest",
+        "retention.prune_keeps_the_latest",
+        "retention.prune_keeps_the_rivals",
+    }
     assert "after prune(keep_last=2) returned [c2, c5], expected [c4, c5]" in (
         backend.result("retention.prune_keeps_newest").message
     )
 
 
-def test_prune_keeping_the_newest_commits_fails_the_latest_clause_only() -> None:
-    caught_only_by(
-        run_family(PruneKeepsTheNewestCommits),
-        "retention.prune_keeps_the_latest",
-        "then c1, and prune(keep_last=1) returned [c1], expected [c2]",
+def test_prune_keeping_the_newest_commits_fails_the_clauses_on_the_latest_and_its_rivals() -> None:
+    backend = run_family(PruneKeepsTheNewestCommits)
+    assert failed(backend) == {"retention.prune_keeps_the_latest", "retention.prune_keeps_the_rivals"}
+    assert "then c1, and prune(keep_last=1) returned [c1], expected [c2]" in (
+        backend.result("retention.prune_keeps_the_latest").message
     )
 
 
@@ -376,4 +380,22 @@ def test_keep_last_overflowing_a_64_bit_integer_fails_prune_edge_counts_only() -
         backend,
         "retention.prune_edge_counts",
         "keep_last=18446744073709551616) of 3 checkpoints raised OverflowError: Python int too large",
+    )
+
+
+class RivalsCountTowardKeepLast(MemoryBackend):
+    """Counts the head's rivals inside keep_last, so siblings that fill it cost the commits before
+    them (prune keeps the head, its rivals and keep_last - 1 others)."""
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        head = await self.latest(workflow_name, None)
+        rivals = 0 if head is None else len(head.rivals)
+        return await super().prune(workflow_name, max(1, keep_last - rivals) if keep_last else 0)
+
+
+def test_rivals_counted_inside_keep_last_fail_the_rivals_prune_clause() -> None:
+    caught_only_by(
+        run_family(RivalsCountTowardKeepLast),
+        "retention.prune_keeps_the_rivals",
+        "prune(keep_last=2)",
     )
