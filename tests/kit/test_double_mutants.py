@@ -220,11 +220,6 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
             "embedded checkpoint",
         ),
         (
-            PruneRanksEmbeddedRecords,
-            "retention.prune_keeps_records_embedded_elsewhere",
-            "it is the newest of the workflow's own",
-        ),
-        (
             DeleteWorkflowTakesEmbeddedRecords,
             "retention.delete_workflow_keeps_records_embedded_elsewhere",
             "embedded checkpoint",
@@ -234,6 +229,18 @@ def test_the_double_passes_the_families_its_mutants_break(family: str) -> None:
 def test_double_mutants_are_caught(mutant: type[DoubleBackend], clause_id: str, says: str) -> None:
     family = clause_id.partition(".")[0]
     caught_only_by(support.run_family(family, double_target(mutant)), clause_id, says)
+
+
+def test_a_prune_ranking_embedded_records_is_caught_keeping_too_few_of_its_own_and_no_rivals() -> None:
+    # It keeps the latest but not its rivals: the rivals clause sees that side of it.
+    backend = support.run_family("retention", double_target(PruneRanksEmbeddedRecords))
+    assert support.failed(backend) == {
+        "retention.prune_keeps_records_embedded_elsewhere",
+        "retention.prune_keeps_the_rivals",
+    }
+    assert "it is the newest of the workflow's own" in (
+        backend.result("retention.prune_keeps_records_embedded_elsewhere").message
+    )
 
 
 def test_a_repaired_dangling_link_is_caught_where_it_is_stored() -> None:
