@@ -309,7 +309,7 @@ def test_a_damaged_node_is_coloured_and_its_cause_named(
                 )
                 previous = f"r{index}"
             body = bytearray(await storage.read_raw_body("r1") or b"")
-            body[-1] ^= 0xFF  # one bit flipped on disk: its checksum no longer matches
+            body[len(body) // 2] ^= 0x01  # a payload bit flipped on disk: its checksum no longer matches
             await storage.write_raw_body("r1", bytes(body))
             await storage.save(
                 WorkflowCheckpoint("run", "sig", "r4", "r3", state={"app": _AppType(1)}),
