@@ -41,6 +41,20 @@ def caught_only_by(backend: BackendReport, clause_id: str, says: str) -> None:
     assert says in backend.result(clause_id).message
 
 
+def caught_by_alone(name: str, target: Any, clause_id: str) -> None:
+    """``target`` (a StorageTarget, or a factory) fails ``clause_id``, the one clause run."""
+    (backend,) = validate(target, clauses=[clause_id]).backends
+    assert not backend.error, backend.error
+    assert [r.clause_id for r in backend.failures] == [clause_id], f"{name} got past {clause_id}"
+
+
+def passes_the_whole_kit(target: Any) -> None:
+    """``target`` passes every clause of the kit."""
+    (backend,) = validate(target).backends
+    assert not backend.error, backend.error
+    assert backend.failures == [], [(r.clause_id, r.message) for r in backend.failures]
+
+
 class SixMethodsOnly(SixMethods):
     """An honest storage with MAF's six methods and nothing else: no ``capabilities``, no
     ``aclose``, no ``async with`` (over a new in-memory storage, or ``inner`` to share one)."""
