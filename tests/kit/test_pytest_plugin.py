@@ -345,7 +345,9 @@ def test_a_stuck_storage_stays_stuck_for_the_rest_of_the_session(pytester: pytes
     another class's storage is not affected."""
     auto_mode(pytester)
     pytester.makepyfile(HANGING_SUITE)
-    result = pytester.runpytest("-p", "no:randomly")
+    # -rN: no short summary, whose lines pytest leaves untruncated when CI is set, so each
+    # failure's message is counted once whatever the environment.
+    result = pytester.runpytest("-p", "no:randomly", "-rN")
     contract = [c for c in all_clauses() if c.family == "contract"]
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1, result.stdout.str()  # the healthy class
