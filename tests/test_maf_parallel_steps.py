@@ -25,7 +25,6 @@ from conftest import BACKENDS, StorageMaker
 from conformance._maf_parallel_steps import run_parallel_steps
 from conformance.maf_profile import MafRunnerProfile
 from storages import StaleWriterError
-from storages.memory import InMemoryCheckpointStorage as OurInMemoryStorage
 
 pytestmark = pytest.mark.maf
 
@@ -79,14 +78,9 @@ async def test_parallel_steps_save_through_a_fenced_handle(storage: Any) -> None
     await PROFILE.run_parallel_steps(storage.fenced(), "parallel-fenced", seed=0, max_delay=0.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parallel steps before a run's first checkpoint build checkpoints with no previous id; roots "
-    "never rival (docs/contract.md, Latest), so the one committed last is latest, not the one built last",
-)
-@pytest.mark.memory
-async def test_parallel_first_steps_delayed_in_front_of_the_storage_resume_where_maf_would() -> None:
-    storage = OurInMemoryStorage()
+async def test_parallel_first_steps_delayed_in_front_of_the_storage_resume_where_maf_would(
+    storage: Any,
+) -> None:
     found = []
     for seed in SEEDS:
         run = await run_parallel_steps(storage, f"parallel-first-{seed}", seed=seed, starts_parallel=True)
