@@ -103,7 +103,7 @@ class _Run:
 @clause(
     "ordering.latest_ignores_older_timestamp",
     "get_latest() returns the checkpoint saved last even when its timestamp is older than every "
-    "earlier checkpoint's (a clock that went backwards).",
+    "earlier checkpoint's (a clock that went backwards), of checkpoints that rival none.",
 )
 async def latest_ignores_older_timestamp(ctx: ClauseContext) -> None:
     run = _Run(ctx)
