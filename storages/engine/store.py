@@ -294,7 +294,8 @@ class CheckpointStore(Generic[BackendT]):
     ) -> Any | None:
         """The checkpoint a run of ``workflow_name`` resumes from, or None: the head (the
         newest commit, through its lineage) or, of the head and its rivals (checkpoints that
-        continue the same one and that none continues: parallel steps), the newest timestamp.
+        continue the same one, or for a root head the roots committed right before it, and that
+        none continues: parallel steps), the newest timestamp.
 
         With an ``anchor`` (from head_anchor), raises CheckpointTamperedError if the store went back
         before it: the anchored checkpoint is no longer the newest nor an ancestor of the newest.
@@ -542,8 +543,8 @@ class CheckpointStore(Generic[BackendT]):
 
 def _checked_rivals(candidates: list[Any]) -> list[Any]:
     """The head (last) and its rivals as a backend read them: more than RIVALS_LIMIT, or a rival
-    that does not continue the head's previous checkpoint under its signature, is the store's
-    error, named, never a resume point."""
+    that does not continue the head's previous checkpoint under its signature (a root head's
+    rivals are roots of its signature), is the store's error, named, never a resume point."""
     head = candidates[-1]
     if len(candidates) - 1 > RIVALS_LIMIT:
         raise CheckpointCorruptedError(
@@ -551,13 +552,17 @@ def _checked_rivals(candidates: list[Any]) -> list[Any]:
         )
     for rival in candidates[:-1]:
         if (
-            head.previous_checkpoint_id is None
-            or rival.previous_checkpoint_id != head.previous_checkpoint_id
+            rival.previous_checkpoint_id != head.previous_checkpoint_id
             or rival.graph_signature_hash != head.graph_signature_hash
         ):
+            shared = (
+                "a root"
+                if head.previous_checkpoint_id is None
+                else f"a continuation of {head.previous_checkpoint_id!r}"
+            )
             raise CheckpointCorruptedError(
                 rival.checkpoint_id,
-                f"read as a rival of {head.checkpoint_id!r}, but it does not continue "
-                f"{head.previous_checkpoint_id!r} under its graph signature",
+                f"read as a rival of {head.checkpoint_id!r}, but it is not {shared} under its graph "
+                "signature",
             )
     return candidates
