@@ -9,9 +9,10 @@ it delegates), which reach it in another order: the parallel steps' checkpoints 
 same checkpoint and none continues them, so they are rivals, and the one with the newest timestamp
 (the one MAF built last, which holds every completed step) is the latest (docs/contract.md,
 "Latest"). Parallel steps that are a run's first build checkpoints that continue none: roots
-committed one after another at the end of the order rival the same way. Through a fenced handle (``storage.fenced()``) the same runs commit every step and
-resume where MAF would: the siblings continue the handle's own line, so each is fenced on the
-handle's own last commit rather than on the checkpoint a sibling has already moved on from.
+committed one after another at the end of the order rival the same way. Through a fenced handle
+(``storage.fenced()``) the same runs commit every step and resume where MAF would: the siblings
+continue the handle's own line, so each is fenced on the handle's own last commit rather than on
+the checkpoint a sibling has already moved on from.
 """
 
 from __future__ import annotations

@@ -554,11 +554,11 @@ def _checked_rivals(candidates: list[Any]) -> list[Any]:
             rival.previous_checkpoint_id != head.previous_checkpoint_id
             or rival.graph_signature_hash != head.graph_signature_hash
         ):
-            continues = (
-                "a root" if head.previous_checkpoint_id is None else f"a successor of {head.previous_checkpoint_id!r}"
-            )
+            previous = head.previous_checkpoint_id
+            continues = "a root" if previous is None else f"a successor of {previous!r}"
             raise CheckpointCorruptedError(
                 rival.checkpoint_id,
-                f"read as a rival of {head.checkpoint_id!r}, but it is not {continues} under its graph signature",
+                f"read as a rival of {head.checkpoint_id!r}, but it is not {continues} "
+                "under its graph signature",
             )
     return candidates
