@@ -932,9 +932,9 @@ async def test_a_sibling_that_has_a_continuation_is_not_a_rival(in_process: S3St
 
 async def test_parallel_roots_rival_at_the_end_of_the_order(in_process: S3Store) -> None:
     """Parallel first steps: roots saved in another order than built. A root's save writes no
-    group key (2 PUTs) and its order key ends in ``.r``; the head's listing names the root right
-    before it, whose successors are listed with the head's record (the probe): a leaf, so a
-    rival, read with the head, and prune keeps both."""
+    group key (2 PUTs) and its order key ends in ``.r``; the order key right before the head's is
+    listed with the head's record (the probe): a root of its signature, then its successors: a
+    leaf, so a rival, read with the head, and prune keeps both."""
     async with in_process.storage() as storage:
         built_last = stamped("roots", None, 7, checkpoint_id="built-last")
         built_first = stamped("roots", None, 1, checkpoint_id="built-first")
@@ -949,9 +949,9 @@ async def test_parallel_roots_rival_at_the_end_of_the_order(in_process: S3Store)
             assert (entry.mark, entry.group, entry.root, entry.rivals) == ("r", None, True, False)
         in_process.requests.reset()
         assert await storage.get_latest(workflow_name="roots") == built_last
-        # Two order keys, then the head's record, its successors and the probe (the successors of
-        # the root before it) together, then the rival's body.
-        assert in_process.requests.snapshot() == {"ListObjectsV2": 3, "GetObject": 2}
+        # The newest order key; the head's record, its successors and the probe (the order key
+        # before it) together; the successors of that root; then the rival's body.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 4, "GetObject": 2}
         assert await storage.latest_id(workflow_name="roots") == built_first.checkpoint_id
         stored = await storage.backend.latest("roots", None)
         assert stored is not None
@@ -964,8 +964,8 @@ async def test_parallel_roots_rival_at_the_end_of_the_order(in_process: S3Store)
 async def test_roots_past_the_first_listing_are_listed_only_when_the_probe_says_rival(
     in_process: S3Store,
 ) -> None:
-    """Three parallel roots: the probe finds the second a leaf, so the order keys after it are
-    listed (one LIST, at most the 64 the run can take), then each one's successors."""
+    """Three parallel roots: the second is a leaf root, so the order keys after it are listed
+    (one LIST, at most the 64 the run can take), then each one's successors."""
     async with in_process.storage() as storage:
         for name, seconds in (("r2", 2), ("r3", 3), ("r1", 1)):
             await storage.save(stamped("three", None, seconds, checkpoint_id=name))
@@ -973,14 +973,14 @@ async def test_roots_past_the_first_listing_are_listed_only_when_the_probe_says_
         latest = await storage.get_latest(workflow_name="three")
         assert latest is not None
         assert latest.checkpoint_id == "r3"
-        # 2 order keys (r1, r3); r1's record, its successors and r3's (the probe); the order keys
-        # after r3 (r2); r2's successors; then the rivals' bodies.
-        assert in_process.requests.snapshot() == {"ListObjectsV2": 5, "GetObject": 3}
+        # r1's order key; r1's record, its successors and the order key before it (r3, the probe);
+        # r3's successors; the order keys after r3 (r2); r2's successors; the rivals' bodies.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 6, "GetObject": 3}
 
 
-async def test_a_root_after_a_run_that_saved_twice_costs_what_it_did(in_process: S3Store) -> None:
+async def test_a_root_after_a_run_that_saved_twice_costs_no_round_trip_more(in_process: S3Store) -> None:
     """The record right before a root head continues another (an earlier run saved twice): no
-    probe, no rival, whatever the clocks; 2 round trips as before."""
+    rival, whatever the clocks; the probe is one LIST more in the round trip of the record."""
     async with in_process.storage() as storage:
         first = stamped("runs", None, 50, checkpoint_id="first")
         await storage.save(first)
@@ -989,7 +989,7 @@ async def test_a_root_after_a_run_that_saved_twice_costs_what_it_did(in_process:
         await storage.save(new_run)
         in_process.requests.reset()
         assert await storage.get_latest(workflow_name="runs") == new_run
-        assert in_process.requests.snapshot() == {"ListObjectsV2": 2, "GetObject": 1}
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 3, "GetObject": 1}
         assert await storage.prune(workflow_name="runs", keep_last=1) == 2
 
 

@@ -7,10 +7,9 @@ the primitives and answers the reads. The key layout is in
 
 Reads: load is a GET of the record plus a HEAD of its order key (the visibility check: a record
 without its order key, left by a crashed save, reads as absent as it does in listings); latest is
-one two-item LIST (the newest order key and the one committed right before it), then one GET and
-two LISTs together (the newest record, its successors and its siblings: storages/s3/lineage.py;
-a root has no siblings, and lists the successors of the root right before it, if any, instead),
-more only where there are rivals; ancestry walks cost one GET
+one one-item LIST, then one GET and two LISTs together (the newest record, its successors and its
+siblings: storages/s3/lineage.py; a root has no siblings, and lists the order key committed right
+before it instead), more only where there are rivals; ancestry walks cost one GET
 per step, sequential because each step reveals the next id (the nested records of a step are
 fetched concurrently).
 """
@@ -155,10 +154,10 @@ class S3Backend(Backend):
         tag = None if graph_signature_hash is None else signature_tag(graph_signature_hash)
         start_after: str | None = None
         while True:
-            # Unfiltered: the first key is the answer, and the second says whether a root answer may
-            # have rivals (storages/s3/lineage.py). Filtered: a page at a time.
+            # Unfiltered: the first key is the answer, one item suffices (a root's probe lists the
+            # one before it with its record: storages/s3/lineage.py). Filtered: a page at a time.
             page, more = await self._client.list_page(
-                "get_latest", prefix, start_after, 2 if tag is None else LIST_PAGE
+                "get_latest", prefix, start_after, 1 if tag is None else LIST_PAGE
             )
             for index, key in enumerate(page):
                 start_after = key

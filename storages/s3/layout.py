@@ -24,8 +24,7 @@
     P x/E(id)                            the same tombstone, found by id during ancestry walks
 
 ``R(seq)`` is ``10**19 - 1 - seq``, zero-padded to 19 digits, so the newest checkpoint sorts
-first: get_latest is one ``ListObjectsV2(MaxKeys=2)`` (the newest and the one committed right
-before it) plus one GET, whatever the history length.
+first: get_latest is one ``ListObjectsV2(MaxKeys=1)`` plus one GET, whatever the history length.
 ``S`` is a 24-hex-digit hash of the graph signature, so signature filters need no bodies.
 Pure functions and values: nothing here sends a request.
 """

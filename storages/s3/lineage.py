@@ -21,8 +21,9 @@ its signature, up to the first that is not one, at most :data:`RIVALS_LIMIT`.
 So get_latest lists, in the round trip that reads the newest record, the group of that record
 (its successors) and the group it is in (its siblings): in the common case the first holds
 nothing and the second only itself, and that costs two requests, no round trip. A root is in no
-group; its listing gave the order key committed right before it, and only when that one is a
-root of its signature are its successors listed too (the probe). Only a record saved before the
+group; that round trip lists the order key committed right before it instead (the probe; a
+listing of the workflow's order keys by signature has it already, and lists that one's
+successors when it is a root of the root's signature). Only a record saved before the
 one it continues costs more (one HEAD per successor and one LIST per step on), and only rivals
 cost more: siblings a HEAD and a LIST each, roots up to :data:`RIVALS_LIMIT` order keys in one
 LIST and a LIST each; then their bodies.
@@ -298,10 +299,13 @@ async def latest_record(
 ) -> Latest | None:
     """The head's record and its rivals', from the workflow's newest entry (of the signature
     read) and the order keys its listing gave after it (``before``): its record, its successors
-    and its group are read in one round trip, with, for a root whose listing names a root of its
-    signature right before it, that root's successors (the probe: is it a leaf, so a rival).
-    None if the head's record was deleted since (the caller reads again). A rival deleted since
-    is left out, as if read a moment later."""
+    and its group are read in one round trip. For a root, the same round trip reads the probe:
+    the order key committed right before it if its listing stopped at the root, else, when that
+    key is a root of its signature, that root's successors (is it a leaf, so a rival). None if
+    the head's record was deleted since (the caller reads again). A rival deleted since is left
+    out, as if read a moment later."""
+    order_prefix = protocol.keys.order_prefix(workflow_name, False)
+    list_prior = newest.root and not before.keys and before.more
     prior = protocol.keys.parse_order_key(before.keys[0], False) if newest.root and before.keys else None
     probed = prior if prior is not None and _may_rival(prior, newest) else None
     read = await gather(
@@ -309,12 +313,15 @@ async def latest_record(
             protocol.read_entry(newest, operation, lost_is_error=True),
             successors(protocol, workflow_name, newest.escaped_id, operation),
             _group_of(protocol, workflow_name, newest, operation),
+            *([protocol.client.list_page(operation, order_prefix, newest.key, 1)] if list_prior else []),
             *([] if probed is None else [successors(protocol, workflow_name, probed.escaped_id, operation)]),
         ]
     )
     stored: Stored | None = read[0]
     listed: list[OrderEntry] = read[1]
     found = Head(newest, read[2])
+    if list_prior:  # then no key was listed before, so none was probed: read[3] is this listing
+        before = Before(*read[3])
     probe = None if probed is None else Probe(probed, read[3])
     if any(entry.tag == newest.tag for entry in listed):
         found = await _walk(protocol, workflow_name, found, listed, operation)
