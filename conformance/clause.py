@@ -42,7 +42,7 @@ _ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")
 FAMILIES: dict[str, str] = {
     "contract": "MAF's six-method protocol behaves as MAF's runner expects.",
     "isolation": "Objects handed in and out are copies; the store never aliases caller state.",
-    "ordering": "Latest is commit order, decided by the backend, never by timestamps.",
+    "ordering": "Latest is the newest commit through its lineage; timestamps rank rivals only.",
     "fidelity": "Every value the codec supports comes back equal and of the same type.",
     "identifiers": "Hostile ids and names are stored safely or refused with a typed error.",
     "corruption": "Damaged bodies raise CheckpointCorruptedError naming the id; nothing is skipped.",

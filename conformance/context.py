@@ -15,6 +15,9 @@ from .faults import FaultInjector
 from .target import StorageTarget
 from .verdicts import fail
 
+KIT_TIMESTAMP = "2024-01-01T00:00:00+00:00"
+"""The timestamp of every checkpoint the kit builds without one (see ClauseContext.checkpoint)."""
+
 _counter = itertools.count()
 
 
@@ -62,8 +65,12 @@ class ClauseContext:
         return list(self._created_workflows)
 
     def checkpoint(self, workflow_name: str, **fields: Any) -> Any:
-        """A checkpoint of the target's checkpoint class with the given fields."""
+        """A checkpoint of the target's checkpoint class with the given fields; without a
+        timestamp, :data:`KIT_TIMESTAMP`: checkpoints built one after another never rank by their
+        clock, so wherever they rival (roots committed one after another), commit order ranks
+        them, as a clause that saves them concurrently expects."""
         fields.setdefault("graph_signature_hash", "sig-" + "0" * 60)
+        fields.setdefault("timestamp", KIT_TIMESTAMP)
         if isinstance(workflow_name, str):
             self._created_workflows[workflow_name] = None
         return self.target.checkpoint_class(workflow_name=workflow_name, **fields)

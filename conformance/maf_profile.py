@@ -117,12 +117,20 @@ class MafRunnerProfile(RunnerProfile):
         return f"agent_framework {version}{suffix}"
 
     async def run_parallel_steps(
-        self, storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+        self,
+        storage: Any,
+        workflow_name: str,
+        *,
+        seed: int,
+        max_delay: float = 0.005,
+        starts_parallel: bool = False,
     ) -> ParallelStepsObservation:
         """A functional workflow with parallel steps (``conformance._maf_parallel_steps``)."""
         from ._maf_parallel_steps import run_parallel_steps
 
-        return await run_parallel_steps(storage, workflow_name, seed=seed, max_delay=max_delay)
+        return await run_parallel_steps(
+            storage, workflow_name, seed=seed, max_delay=max_delay, starts_parallel=starts_parallel
+        )
 
     def is_signature_rejection(self, exc: BaseException) -> bool:
         from agent_framework import WorkflowCheckpointException

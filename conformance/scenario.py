@@ -180,11 +180,18 @@ class RunnerProfile(abc.ABC):
         """Run (or restore and continue) the scenario's parent workflow and its sub-workflow."""
 
     async def run_parallel_steps(
-        self, storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+        self,
+        storage: Any,
+        workflow_name: str,
+        *,
+        seed: int,
+        max_delay: float = 0.005,
+        starts_parallel: bool = False,
     ) -> ParallelStepsObservation | None:
         """Run the runner's parallel-steps scenario on ``storage`` (see
         :class:`ParallelStepsObservation`), each save delayed by up to ``max_delay`` seconds drawn
-        from ``seed``; None if the runner has no such workflows."""
+        from ``seed``; with ``starts_parallel``, the parallel steps are the run's first, so their
+        checkpoints continue none. None if the runner has no such workflows."""
         return None
 
     def is_signature_rejection(self, exc: BaseException) -> bool:
@@ -304,14 +311,21 @@ class ScenarioRunner(RunnerProfile):
         return RunObservation(tuple(run.parent_saved), tuple(run.child_saved), tuple(run.child_progress))
 
     async def run_parallel_steps(
-        self, storage: Any, workflow_name: str, *, seed: int, max_delay: float = 0.005
+        self,
+        storage: Any,
+        workflow_name: str,
+        *,
+        seed: int,
+        max_delay: float = 0.005,
+        starts_parallel: bool = False,
     ) -> ParallelStepsObservation:
-        """MAF 1.26's functional-workflow protocol in miniature: an entry step's checkpoint, then
-        three parallel steps, each completing one after another and building a checkpoint that
-        continues the entry's (none of their saves has returned) and records every step done so
-        far, timestamped when built; each save runs as a task of its own after a random delay.
-        The runner's own answer is the checkpoint built last; a resume from the storage's
-        latest runs again every completed step its state lacks."""
+        """MAF 1.26's functional-workflow protocol in miniature: an entry step's checkpoint (none
+        with ``starts_parallel``), then three parallel steps, each completing one after another
+        and building a checkpoint that continues the entry's (none of their saves has returned;
+        with ``starts_parallel`` they continue none) and records every step done so far,
+        timestamped when built; each save runs as a task of its own after a random delay. The
+        runner's own answer is the checkpoint built last; a resume from the storage's latest
+        runs again every completed step its state lacks."""
         rng = random.Random(seed)  # noqa: S311 - delays, not secrets
         signature = _signatures(GraphChange.NONE)[0]
         start = datetime.now(timezone.utc)
@@ -329,17 +343,24 @@ class ScenarioRunner(RunnerProfile):
             await asyncio.sleep(rng.uniform(0.0, max_delay))
             await storage.save(checkpoint)
 
-        entry = build(["prepare"], None)
-        await storage.save(entry)
-        built = [build(["prepare", *PARALLEL_STEP_NAMES[: n + 1]], entry.checkpoint_id) for n in range(3)]
+        steps: tuple[str, ...] = PARALLEL_STEP_NAMES if starts_parallel else ("prepare", *PARALLEL_STEP_NAMES)
+        first_parallel = len(steps) - len(PARALLEL_STEP_NAMES)
+        entry_id = None
+        if not starts_parallel:
+            entry = build(["prepare"], None)
+            await storage.save(entry)
+            entry_id = entry.checkpoint_id
+        built = [
+            build(list(steps[: first_parallel + n + 1]), entry_id) for n in range(len(PARALLEL_STEP_NAMES))
+        ]
         await asyncio.gather(*(save_later(checkpoint) for checkpoint in built))
         latest = await storage.get_latest(workflow_name=workflow_name)
         done = () if latest is None else tuple(latest.state["_executor_state"][_PARALLEL_STEPS]["done"])
         return ParallelStepsObservation(
-            saved=1 + len(built),
+            saved=first_parallel + len(built),
             latest_id=None if latest is None else latest.checkpoint_id,
             runner_latest_id=built[-1].checkpoint_id,
-            rerun=tuple(step for step in ("prepare", *PARALLEL_STEP_NAMES) if step not in done),
+            rerun=tuple(step for step in steps if step not in done),
         )
 
     # ------------------------------------------------------------------ restore

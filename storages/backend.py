@@ -304,22 +304,43 @@ than this can resume from a checkpoint with less progress (docs/contract.md, "La
 
 
 def rivals_of(records: Sequence[EntryT], head: EntryT) -> list[EntryT]:
-    """The head's rivals, given every top-level record of its workflow in ascending sequence:
-    the other records with the head's previous id and signature that no record with their
-    signature names as previous id, the :data:`RIVALS_LIMIT` with the highest sequences, in
-    ascending sequence; none for a head without a previous id (unlinked checkpoints keep commit
-    order). Parallel steps build such siblings, and only their timestamps say which holds the
-    most progress."""
-    if head.previous_checkpoint_id is None:
-        return []
+    """The head's rivals, given every top-level record of its workflow in ascending sequence, in
+    ascending sequence, at most the :data:`RIVALS_LIMIT` committed last. Each is a leaf: no record
+    with its signature names it as previous id. Parallel steps build such leaves, and only their
+    timestamps say which holds the most progress.
+
+    * A head with a previous id: the other leaves with its previous id and signature (siblings).
+    * A root head (no previous id; it is then the newest record of its signature): the leaf roots
+      with its signature committed right before it, back to the first record (any signature) that
+      is not one. Parallel steps that run before a run's first checkpoint build such roots, one
+      after another at the end of the order; a root that some checkpoint continues, or any other
+      record, ends the run, so separate runs that saved more than once never rival.
+    """
     continued = {(r.previous_checkpoint_id, r.graph_signature_hash) for r in records}
+
+    def is_leaf(record: EntryT) -> bool:
+        return (record.checkpoint_id, record.graph_signature_hash) not in continued
+
+    if head.previous_checkpoint_id is None:
+        position = next(i for i, r in enumerate(records) if r.checkpoint_id == head.checkpoint_id)
+        roots: list[EntryT] = []
+        for record in reversed(records[:position]):
+            if (
+                record.previous_checkpoint_id is not None
+                or record.graph_signature_hash != head.graph_signature_hash
+                or not is_leaf(record)
+                or len(roots) == RIVALS_LIMIT
+            ):
+                break
+            roots.append(record)
+        return roots[::-1]
     rivals = [
         r
         for r in records
         if r.previous_checkpoint_id == head.previous_checkpoint_id
         and r.graph_signature_hash == head.graph_signature_hash
         and r.checkpoint_id != head.checkpoint_id
-        and (r.checkpoint_id, r.graph_signature_hash) not in continued
+        and is_leaf(r)
     ]
     return rivals[-RIVALS_LIMIT:]
 

@@ -185,6 +185,8 @@ class StaleWriterError(CheckpointConflictError):
         self.workflow_name = workflow_name
         self.expected_latest_id = expected_latest_id
         self.actual_latest_id = actual_latest_id
+        self.already_stored = already_stored
+        """True when the checkpoint is stored already, with this content, but is not the latest."""
 
 
 class GraphSignatureMismatchError(CheckpointStorageError):

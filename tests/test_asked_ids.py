@@ -69,3 +69,39 @@ async def test_a_rival_outside_the_heads_group_is_refused_naming_it() -> None:
     assert raised.value.checkpoint_id == "ck-parent"
     assert "read as a rival of 'ck-child'" in str(raised.value)
     await storage.aclose()
+
+
+class ContinuedRivalOfARoot(DoubleBackend):
+    """Reads, as a root head's rival, a checkpoint with a previous id (the head's own successor's
+    sibling), with a newer timestamp."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await super().latest(workflow_name, graph_signature_hash)
+        if stored is None or stored.rivals:
+            return stored
+        linked = await self.load("ck-linked")
+        return stored if linked is None else replace(stored, rivals=[linked])
+
+
+async def test_a_rival_of_a_root_head_that_is_no_root_is_refused_naming_it() -> None:
+    storage = storage_of(ContinuedRivalOfARoot())
+    linked = WorkflowCheckpoint(
+        workflow_name="wf",
+        checkpoint_id="ck-linked",
+        graph_signature_hash="sig",
+        previous_checkpoint_id="ck-elsewhere",
+        timestamp="2030-01-01T00:00:00+00:00",
+    )
+    root = WorkflowCheckpoint(
+        workflow_name="wf",
+        checkpoint_id="ck-root",
+        graph_signature_hash="sig",
+        timestamp="2020-01-01T00:00:00+00:00",
+    )
+    await storage.save(linked)
+    await storage.save(root)
+    with pytest.raises(CheckpointCorruptedError) as raised:
+        await storage.get_latest(workflow_name="wf")
+    assert raised.value.checkpoint_id == "ck-linked"
+    assert "read as a rival of 'ck-root', but it is not a root" in str(raised.value)
+    await storage.aclose()

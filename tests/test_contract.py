@@ -311,11 +311,13 @@ async def test_lists_are_oldest_first_in_commit_order_never_timestamp_order(
     storage: CheckpointStore,
 ) -> None:
     # Ids sort against commit order and timestamps run backwards: only commit order gives c, a, b.
+    # Each continues a checkpoint that is not stored, so none rivals another (roots committed one
+    # after another would, by timestamp: test_root_rivals.py).
     saves = [
-        checkpoint("c", timestamp="2030-01-01T00:00:00+00:00"),
+        checkpoint("c", timestamp="2030-01-01T00:00:00+00:00", previous_checkpoint_id="c-parent"),
         checkpoint("x", workflow_name="other"),
-        checkpoint("a", timestamp="2020-01-01T00:00:00+00:00"),
-        checkpoint("b", timestamp="2010-01-01T00:00:00+00:00"),
+        checkpoint("a", timestamp="2020-01-01T00:00:00+00:00", previous_checkpoint_id="a-parent"),
+        checkpoint("b", timestamp="2010-01-01T00:00:00+00:00", previous_checkpoint_id="b-parent"),
     ]
     await save_all(storage, *saves)
     assert await storage.list_checkpoint_ids(workflow_name="wf") == ["c", "a", "b"]

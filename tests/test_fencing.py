@@ -221,9 +221,11 @@ async def test_one_fenced_handle_shared_by_both_runs_fences_as_well(storage: Che
     with pytest.raises(StaleWriterError):
         await shared.save(after(a_last))
     assert await latest_id(storage) == fork.checkpoint_id
-    # One restore, one fork: a second continuation of the restored checkpoint is fenced.
+    # A second continuation of the restored checkpoint is the fork's sibling (a parallel step of
+    # the resumed run): it is on the line the fork began, so it commits; the stale run is not.
+    await shared.save(after(restored))
     with pytest.raises(StaleWriterError):
-        await shared.save(after(restored))
+        await shared.save(after(a_last))
 
 
 async def test_saves_of_the_superseded_run_before_the_forks_first_save_are_superseded(

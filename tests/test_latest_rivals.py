@@ -28,14 +28,17 @@ async def test_a_sibling_with_a_continuation_is_no_rival(storage: Any) -> None:
     assert await storage.get_latest(workflow_name="wf") == head
 
 
-async def test_roots_never_rival(storage: Any) -> None:
+async def test_roots_rival_until_one_is_continued(storage: Any) -> None:
     built_last, committed_last = stamped(None, 3), stamped(None, 2)
     await storage.save(built_last)
     await storage.save(committed_last)
-    assert await storage.get_latest(workflow_name="wf") == committed_last  # unlinked: commit order
+    assert await storage.get_latest(workflow_name="wf") == built_last  # parallel first steps
     continued = stamped(built_last, 1)
     await storage.save(continued)
     assert await storage.get_latest(workflow_name="wf") == continued
+    next_run = stamped(None, 0)  # a root after a checkpoint with a previous id rivals nothing
+    await storage.save(next_run)
+    assert await storage.get_latest(workflow_name="wf") == next_run
 
 
 async def test_equal_timestamps_resume_from_the_head(storage: Any) -> None:

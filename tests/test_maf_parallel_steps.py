@@ -8,8 +8,11 @@ backend, and so do saves delayed at random *in front of* the storage (a wrapper 
 it delegates), which reach it in another order: the parallel steps' checkpoints all continue the
 same checkpoint and none continues them, so they are rivals, and the one with the newest timestamp
 (the one MAF built last, which holds every completed step) is the latest (docs/contract.md,
-"Latest"). A fenced handle (``storage.fenced()``) under parallel steps is an expected failure: it
-fences each save on the checkpoint the save continues, which a sibling has already moved on.
+"Latest"). Parallel steps that are a run's first build checkpoints that continue none: roots
+committed one after another at the end of the order rival the same way. Through a fenced handle
+(``storage.fenced()``) the same runs commit every step and resume where MAF would: the siblings
+continue the handle's own line, so each is fenced on the handle's own last commit rather than on
+the checkpoint a sibling has already moved on from.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ from conftest import BACKENDS, StorageMaker
 
 from conformance._maf_parallel_steps import run_parallel_steps
 from conformance.maf_profile import MafRunnerProfile
-from storages import StaleWriterError
-from storages.memory import InMemoryCheckpointStorage as OurInMemoryStorage
 
 pytestmark = pytest.mark.maf
 
@@ -42,10 +43,11 @@ async def storage_maker(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         yield maker
 
 
-async def _disagreements(storage: Any, max_delay: float) -> list[str]:
+async def _disagreements(storage: Any, max_delay: float, workflow_prefix: str = "parallel") -> list[str]:
     found = []
     for seed in SEEDS:
-        run = await PROFILE.run_parallel_steps(storage, f"parallel-{seed}", seed=seed, max_delay=max_delay)
+        workflow_name = f"{workflow_prefix}-{seed}"
+        run = await PROFILE.run_parallel_steps(storage, workflow_name, seed=seed, max_delay=max_delay)
         assert run.saved == 4, run  # prepare and the three parallel steps
         if run.latest_id != run.runner_latest_id or run.rerun:
             found.append(
@@ -69,24 +71,17 @@ async def test_mafs_own_storage_resumes_where_it_would_with_delayed_saves() -> N
     assert await _disagreements(InMemoryCheckpointStorage(), max_delay=0.005) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=StaleWriterError,
-    reason="a fenced handle fences each save on the checkpoint it continues; parallel steps' checkpoints "
-    "all continue the same one, so the second sibling's save is refused and MAF fails the run",
-)
 async def test_parallel_steps_save_through_a_fenced_handle(storage: Any) -> None:
-    await PROFILE.run_parallel_steps(storage.fenced(), "parallel-fenced", seed=0, max_delay=0.0)
+    """The siblings continue the checkpoint ``prepare`` saved, on the handle's own line: each is
+    fenced on the handle's last commit, so all commit, in whatever order they reach it."""
+    fenced = storage.fenced()
+    assert await _disagreements(fenced, max_delay=0.0, workflow_prefix="in-order") == []
+    assert await _disagreements(fenced, max_delay=0.005, workflow_prefix="delayed") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parallel steps before a run's first checkpoint build checkpoints with no previous id; roots "
-    "never rival (docs/contract.md, Latest), so the one committed last is latest, not the one built last",
-)
-@pytest.mark.memory
-async def test_parallel_first_steps_delayed_in_front_of_the_storage_resume_where_maf_would() -> None:
-    storage = OurInMemoryStorage()
+async def test_parallel_first_steps_delayed_in_front_of_the_storage_resume_where_maf_would(
+    storage: Any,
+) -> None:
     found = []
     for seed in SEEDS:
         run = await run_parallel_steps(storage, f"parallel-first-{seed}", seed=seed, starts_parallel=True)

@@ -1330,22 +1330,33 @@ async def test_a_sibling_that_is_continued_is_no_rival(any_storage: RedisCheckpo
     assert [rival.checkpoint_id for rival in stored.rivals] == [head.checkpoint_id]
 
 
-async def test_roots_never_rival(any_storage: RedisCheckpointStorage) -> None:
+async def test_roots_committed_last_rival(any_storage: RedisCheckpointStorage) -> None:
+    # Parallel first steps, committed in the other order: built_first is the head, built_last its
+    # rival; the root committed before them has a successor, which ends the roots.
+    continued = _step(None, 30)
     built_last, built_first = _step(None, 7), _step(None, 1)
-    await _save_all(any_storage, built_last, built_first)
-    # Unlinked checkpoints keep commit order, whatever their timestamps.
-    assert await any_storage.get_latest(workflow_name="wf") == built_first
+    await _save_all(any_storage, continued, _step(continued.checkpoint_id, 31), built_last, built_first)
+    assert await any_storage.latest_id(workflow_name="wf") == built_first.checkpoint_id
+    for signature in (None, "sig"):
+        assert await any_storage.get_latest(workflow_name="wf", graph_signature_hash=signature) == built_last
     stored = await any_storage.backend.latest("wf", None)
     assert stored is not None
-    assert (stored.checkpoint_id, stored.rivals) == (built_first.checkpoint_id, ())
-    # A root is in no sibling range and never marked: its save writes nothing for rivals.
-    assert await _successor_entries(any_storage) == set()
+    assert (stored.checkpoint_id, [r.checkpoint_id for r in stored.rivals]) == (
+        built_first.checkpoint_id,
+        [built_last.checkpoint_id],
+    )
+    # A root is in no sibling range: its save marks it '0' (its rivals are in the order) and
+    # writes nothing to the successor index.
     client, keys = any_storage.backend.client, any_storage.keys
     for root in (built_last, built_first):
-        assert await client.hget(keys.record("wf", root.checkpoint_id), "r") is None
-    # Prune keeps the head alone.
-    assert await any_storage.prune(workflow_name="wf", keep_last=1) == 1
-    assert await any_storage.list_checkpoint_ids(workflow_name="wf") == [built_first.checkpoint_id]
+        assert await client.hget(keys.record("wf", root.checkpoint_id), "r") == b"0"
+    assert {previous for previous, _ in await _successor_entries(any_storage)} == {continued.checkpoint_id}
+    # Prune keeps the head and its rival.
+    assert await any_storage.prune(workflow_name="wf", keep_last=1) == 2
+    assert await any_storage.list_checkpoint_ids(workflow_name="wf") == [
+        built_last.checkpoint_id,
+        built_first.checkpoint_id,
+    ]
 
 
 async def test_equal_timestamps_go_to_the_head(any_storage: RedisCheckpointStorage) -> None:
@@ -1445,6 +1456,12 @@ async def test_a_head_alone_or_unmarked_has_no_rivals(real_storage: RedisCheckpo
     assert await real_storage.get_latest(workflow_name="unmarked") == rival
     await real_storage.backend.client.hdel(real_storage.keys.record("unmarked", head.checkpoint_id), "r")
     assert await real_storage.get_latest(workflow_name="unmarked") == head
+    # So does a root saved without its mark.
+    rival, root = _step(None, 9, "unmarked-root"), _step(None, 1, "unmarked-root")
+    await _save_all(real_storage, rival, root)
+    assert await real_storage.get_latest(workflow_name="unmarked-root") == rival
+    await real_storage.backend.client.hdel(real_storage.keys.record("unmarked-root", root.checkpoint_id), "r")
+    assert await real_storage.get_latest(workflow_name="unmarked-root") == root
 
 
 @redis_mark
@@ -1452,6 +1469,17 @@ async def test_a_rival_whose_record_is_gone_is_reported(real_storage: RedisCheck
     start = _step(None, 0)
     lost, head = _step(start.checkpoint_id, 5), _step(start.checkpoint_id, 1)
     await _save_all(real_storage, start, lost, head)
+    await real_storage.backend.client.delete(real_storage.keys.record("wf", lost.checkpoint_id))
+    with pytest.raises(CheckpointCorruptedError) as caught:
+        await real_storage.get_latest(workflow_name="wf")
+    assert caught.value.checkpoint_id == lost.checkpoint_id
+
+
+@redis_mark
+async def test_a_record_gone_before_a_root_head_is_reported(real_storage: RedisCheckpointStorage) -> None:
+    # Nothing says whether the lost record was a root that rivals the head: reported.
+    lost, head = _step(None, 5), _step(None, 1)
+    await _save_all(real_storage, _step(None, 9), lost, head)
     await real_storage.backend.client.delete(real_storage.keys.record("wf", lost.checkpoint_id))
     with pytest.raises(CheckpointCorruptedError) as caught:
         await real_storage.get_latest(workflow_name="wf")
@@ -1469,6 +1497,12 @@ async def test_a_rival_gone_under_a_ttl_has_expired_and_is_passed() -> None:
             await _save_all(storage, start, expired, rival, head)
             await client.delete(storage.keys.record("wf", expired.checkpoint_id))  # as expiry does
             assert await storage.get_latest(workflow_name="wf") == rival
+            # Roots: records expire oldest first, so every root committed before one expired has
+            # expired too; the roots after it still rival.
+            older, expired, rival, head = (_step(None, second, "roots") for second in (9, 8, 5, 1))
+            await _save_all(storage, older, expired, rival, head)
+            await client.delete(storage.keys.record("roots", expired.checkpoint_id))
+            assert await storage.get_latest(workflow_name="roots") == rival
     finally:
         await redis_servers.delete_prefix(client, prefix)
         await client.aclose()

@@ -51,6 +51,9 @@ def _workload() -> list[tuple[str, Any]]:
     parent = _checkpoint("parent", LARGE, "big")
     parent.state["_executor_state"] = {"sub": {"sub_workflow_checkpoint": child}}
     fenced = _checkpoint("fenced", LARGE, "parent")
+    # Parallel first steps: roots committed last, the one built last (the rival) committed first.
+    built_last = _checkpoint("built-last", SMALL, timestamp="2026-01-01T00:00:09+00:00")
+    built_first = _checkpoint("built-first", LARGE, timestamp="2026-01-01T00:00:01+00:00")
     return [
         ("save", root),
         ("save", big),
@@ -76,6 +79,11 @@ def _workload() -> list[tuple[str, Any]]:
         ("fresh load", "big-2"),
         ("prune", 2),
         ("fresh load", "big"),
+        ("list", None),
+        ("save", built_last),
+        ("save", built_first),
+        ("latest", None),
+        ("prune", 1),
         ("list", None),
     ]
 
@@ -187,6 +195,9 @@ async def test_every_path_answers_and_stores_what_the_general_path_does(ttl: str
         answer for answer in answers if isinstance(answer, str)
     }
     assert any(isinstance(answer, WorkflowCheckpoint) and answer.checkpoint_id == "big" for answer in answers)
+    # The roots committed last rival: the one built last is the latest, and prune keeps both.
+    latest_of_roots, _, listed = answers[-3:]
+    assert (latest_of_roots.checkpoint_id, listed) == ("built-last", ["built-last", "built-first"])
 
 
 @pytest.mark.redis_cluster

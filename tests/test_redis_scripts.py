@@ -168,6 +168,18 @@ def test_an_input_may_not_hide_a_library_function() -> None:
         script_text(Clashing)
 
 
+def test_a_script_is_sent_the_library_functions_its_code_calls_and_no_other() -> None:
+    # Each function sent is a closure the server builds on every call: one only a comment names
+    # is not sent (save_one's comments speak of rivals, latest's of the save's index_successor).
+    sent = {name: set(re.findall(r"^local function (\w+)", SCRIPTS[name], re.MULTILINE)) for name in SCRIPTS}
+    assert {"tip", "rivals", "descendants"} <= sent["latest"]
+    assert "index_successor" in SCRIPTS["latest"]
+    assert "index_successor" not in sent["latest"]
+    assert "rivals" in SCRIPTS["save_one"]
+    assert "rivals" not in sent["save_one"]
+    assert {"rivals", "tip", "drop_family"} <= sent["prune"]
+
+
 def test_every_script_is_a_packaged_lua_file_and_every_file_is_used() -> None:
     folder = importlib.resources.files("storages.redis").joinpath("scripts")
     files = {entry.name.removesuffix(".lua") for entry in folder.iterdir() if entry.name.endswith(".lua")}

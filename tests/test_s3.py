@@ -818,7 +818,8 @@ async def test_every_continuation_has_a_group_key_and_its_order_key_names_the_gr
 ) -> None:
     """A continuation's group key is under its previous id, written with its record (its save is
     3 PUTs); the order key ends with the group, so get_latest walks from the newest commit to the
-    tip of its lineage, and a delete takes the group key along. A root has neither (2 PUTs)."""
+    tip of its lineage, and a delete takes the group key along. A root has no group key (2 PUTs)
+    and its order key ends in ``.r``."""
     groups = f"{in_process.prefix}/w/chain/s/"
     async with in_process.storage() as storage:
         first = checkpoint("chain", checkpoint_id="first")
@@ -835,7 +836,7 @@ async def test_every_continuation_has_a_group_key_and_its_order_key_names_the_gr
         assert written[0].endswith(".second.c")
         order_keys = keys_under(f"{in_process.prefix}/w/chain/t/", in_process.client)
         assert order_keys[0].endswith(".second.c.first")
-        assert order_keys[1].endswith(".first")  # a root's: no group named
+        assert order_keys[1].endswith(".first.r")  # a root's: no group named
         # A child saved before its parent, then the parent, then the child's own continuation.
         parent = checkpoint("chain", previous=second, checkpoint_id="parent")
         child = checkpoint("chain", previous=parent, checkpoint_id="child")
@@ -929,10 +930,11 @@ async def test_a_sibling_that_has_a_continuation_is_not_a_rival(in_process: S3St
         assert latest.checkpoint_id == head.checkpoint_id
 
 
-async def test_roots_never_rival(in_process: S3Store) -> None:
-    """Unlinked checkpoints keep commit order, whatever their timestamps: a root's save writes no
-    group key (2 PUTs), its order key names no group, a root head lists no group and reads no
-    rivals, and prune keeps the head alone."""
+async def test_parallel_roots_rival_at_the_end_of_the_order(in_process: S3Store) -> None:
+    """Parallel first steps: roots saved in another order than built. A root's save writes no
+    group key (2 PUTs) and its order key ends in ``.r``; the order key right before the head's is
+    listed with the head's record (the probe): a root of its signature, then its successors: a
+    leaf, so a rival, read with the head, and prune keeps both."""
     async with in_process.storage() as storage:
         built_last = stamped("roots", None, 7, checkpoint_id="built-last")
         built_first = stamped("roots", None, 1, checkpoint_id="built-first")
@@ -944,16 +946,67 @@ async def test_roots_never_rival(in_process: S3Store) -> None:
         for key in keys_under(f"{in_process.prefix}/w/roots/t/", in_process.client):
             entry = KeyLayout(f"{in_process.prefix}/").parse_order_key(key, False)
             assert entry is not None
-            assert (entry.mark, entry.group, entry.rivals) == ("", None, False)
+            assert (entry.mark, entry.group, entry.root, entry.rivals) == ("r", None, True, False)
         in_process.requests.reset()
-        assert await storage.get_latest(workflow_name="roots") == built_first
-        # The newest order key, then its record and its successors: no group listed.
-        assert in_process.requests.snapshot() == {"ListObjectsV2": 2, "GetObject": 1}
+        assert await storage.get_latest(workflow_name="roots") == built_last
+        # The newest order key; the head's record, its successors and the probe (the order key
+        # before it) together; the successors of that root; then the rival's body.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 4, "GetObject": 2}
+        assert await storage.latest_id(workflow_name="roots") == built_first.checkpoint_id
         stored = await storage.backend.latest("roots", None)
         assert stored is not None
-        assert (stored.checkpoint_id, tuple(stored.rivals)) == (built_first.checkpoint_id, ())
-        assert await storage.prune(workflow_name="roots", keep_last=1) == 1
-        assert await storage.list_checkpoint_ids(workflow_name="roots") == [built_first.checkpoint_id]
+        assert stored.checkpoint_id == built_first.checkpoint_id
+        assert [rival.checkpoint_id for rival in stored.rivals] == [built_last.checkpoint_id]
+        assert await storage.prune(workflow_name="roots", keep_last=1) == 0
+        assert await storage.list_checkpoint_ids(workflow_name="roots") == ["built-last", "built-first"]
+
+
+async def test_roots_past_the_first_listing_are_listed_only_when_the_probe_says_rival(
+    in_process: S3Store,
+) -> None:
+    """Three parallel roots: the second is a leaf root, so the order keys after it are listed
+    (one LIST, at most the 64 the run can take), then each one's successors."""
+    async with in_process.storage() as storage:
+        for name, seconds in (("r2", 2), ("r3", 3), ("r1", 1)):
+            await storage.save(stamped("three", None, seconds, checkpoint_id=name))
+        in_process.requests.reset()
+        latest = await storage.get_latest(workflow_name="three")
+        assert latest is not None
+        assert latest.checkpoint_id == "r3"
+        # r1's order key; r1's record, its successors and the order key before it (r3, the probe);
+        # r3's successors; the order keys after r3 (r2); r2's successors; the rivals' bodies.
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 6, "GetObject": 3}
+
+
+async def test_a_root_after_a_run_that_saved_twice_costs_no_round_trip_more(in_process: S3Store) -> None:
+    """The record right before a root head continues another (an earlier run saved twice): no
+    rival, whatever the clocks; the probe is one LIST more in the round trip of the record."""
+    async with in_process.storage() as storage:
+        first = stamped("runs", None, 50, checkpoint_id="first")
+        await storage.save(first)
+        await storage.save(stamped("runs", first, 51, checkpoint_id="second"))
+        new_run = stamped("runs", None, 1, checkpoint_id="new-run")
+        await storage.save(new_run)
+        in_process.requests.reset()
+        assert await storage.get_latest(workflow_name="runs") == new_run
+        assert in_process.requests.snapshot() == {"ListObjectsV2": 3, "GetObject": 1}
+        assert await storage.prune(workflow_name="runs", keep_last=1) == 2
+
+
+async def test_a_root_whose_continuation_never_committed_is_a_rival(in_process: S3Store) -> None:
+    """A group key under a root whose save crashed before its order key names nothing: the root
+    is still a leaf (its HEAD says so), so it rivals the root committed after it."""
+    async with in_process.storage() as storage:
+        built_last = stamped("crash-root", None, 9, checkpoint_id="built-last")
+        await storage.save(built_last)
+        with pytest.raises(SimulatedCrash):
+            async with in_process.faults.crash_after_writes(2):  # its record and group key
+                await storage.save(stamped("crash-root", built_last, 10, checkpoint_id="crashed"))
+        head = stamped("crash-root", None, 1, checkpoint_id="head")
+        await storage.save(head)
+    async with in_process.storage() as reopened:
+        assert await reopened.get_latest(workflow_name="crash-root") == built_last
+        assert await reopened.latest_id(workflow_name="crash-root") == head.checkpoint_id
 
 
 async def test_equal_timestamps_go_to_the_head(in_process: S3Store) -> None:
@@ -1065,3 +1118,26 @@ async def test_an_earlier_releases_checkpoints_still_read_and_never_rival(in_pro
         assert latest is not None
         assert latest.checkpoint_id == head.checkpoint_id
         assert await storage.prune(workflow_name="old", keep_last=1) == 2
+
+
+async def test_an_earlier_releases_root_never_rivals(in_process: S3Store) -> None:
+    """An earlier release's order keys do not say which records are roots (no ``.r``): a root it
+    saved ends the run of a root head saved after it, whatever the timestamps."""
+    prefix = in_process.prefix
+    async with in_process.storage() as storage:
+        old_root = stamped("old-root", None, 9, checkpoint_id="old-root")
+        await storage.save(old_root)
+        for key in keys_under(f"{prefix}/w/old-root/", in_process.client):
+            in_process.client.delete_object(Bucket=BUCKET, Key=key)
+        keys = KeyLayout(f"{prefix}/")
+        record_key = keys.record_key(old_root.checkpoint_id)
+        raw = in_process.client.get_object(Bucket=BUCKET, Key=record_key)["Body"].read()
+        line, _, body = raw.partition(b"\n")
+        line = line.replace(b',"grouped":true', b"")
+        in_process.client.put_object(Bucket=BUCKET, Key=record_key, Body=line + b"\n" + body)
+        order_key = keys.header_order_key(Header.decode(old_root.checkpoint_id, line))
+        assert order_key.endswith(".old-root")
+        in_process.client.put_object(Bucket=BUCKET, Key=order_key, Body=b"")
+        new_root = stamped("old-root", None, 1, checkpoint_id="new-root")
+        await storage.save(new_root)
+        assert await storage.get_latest(workflow_name="old-root") == new_root

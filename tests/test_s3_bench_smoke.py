@@ -17,7 +17,7 @@ async def test_the_s3_bench_reports_requests_ratios_and_costs() -> None:
     ours, raw = results["rows"][s3_bench.OURS], results["rows"][s3_bench.RAW]
     for operation in ("save@3", "save@6", "load@3", "get_latest@6"):
         assert len(ours[operation]["samples_s"]) == len(raw[operation]["samples_s"]) == 2
-    # The counted save is the first of its series, a root: no group key (roots never rival).
+    # The counted save is the first of its series, a root: no group key (its order key says it is one).
     assert ours["save@6"]["requests"] == {"GetObject": 1, "ListObjectsV2": 1, "PutObject": 2}
     # The head continues a checkpoint: its successors and its group are listed with its record.
     assert ours["get_latest@6"]["requests"] == {"GetObject": 1, "ListObjectsV2": 3}

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,12 @@ from storages import (
 )
 from storages.backend import body_digest
 from storages.codec import CheckpointCodec
-from storages.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteCheckpointStorage
+from storages.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteCheckpointStorage, lineage
 from storages.sqlite.schema import (
     SELECT_LATEST,
     SELECT_LATEST_WITH_SIGNATURE,
     SELECT_RIVALS,
+    SELECT_ROOT_RIVALS,
     WALK_IDS,
 )
 
@@ -66,7 +67,9 @@ async def storage(db_path: Path) -> AsyncIterator[SQLiteCheckpointStorage]:
         yield opened
 
 
-def query(path: Path, sql: str, parameters: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+def query(
+    path: Path, sql: str, parameters: tuple[object, ...] | Mapping[str, object] = ()
+) -> list[tuple[object, ...]]:
     """Rows read through a plain sqlite3 connection, bypassing the storage."""
     with closing(sqlite3.connect(path)) as connection:
         return connection.execute(sql, parameters).fetchall()
@@ -1176,3 +1179,96 @@ async def test_the_rival_probes_search_the_successor_index_only(
         assert "SEARCH r USING INDEX checkpoints_by_successor" in plan, plan
         assert "SCAN checkpoints" not in plan, plan
         assert "SCAN r" not in plan, plan
+
+
+async def test_a_root_heads_rivals_are_a_bounded_step_back_in_commit_order(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    await storage.save(checkpoint())
+    parameters = {"head": "h", "signature": "sig", "workflow": "wf", "limit": 64}
+    for sql, arguments in ((SELECT_LATEST, ("wf",)), (SELECT_ROOT_RIVALS, parameters)):
+        plan = " | ".join(str(row[-1]) for row in query(db_path, "EXPLAIN QUERY PLAN " + sql, arguments))
+        step_back = "(workflow_name=? AND nested=? AND sequence<?)"
+        assert f"SEARCH r USING INDEX checkpoints_by_kind_and_sequence {step_back}" in plan, plan
+        assert "SCAN checkpoints" not in plan, plan
+        assert "SCAN r" not in plan, plan
+        assert "TEMP B-TREE" not in plan, plan  # rows come newest first as fetched: no sort reads them all
+
+
+async def _traced_latest(
+    storage: SQLiteCheckpointStorage, trace: list[str]
+) -> tuple[WorkflowCheckpoint | None, list[str]]:
+    """get_latest of "wf" and the first word of each statement it ran (``trace`` is the
+    storage's statement_trace list)."""
+    trace.clear()
+    latest = await storage.get_latest(workflow_name="wf")
+    return latest, [sql.split()[0] for sql in trace]
+
+
+async def test_parallel_first_steps_resume_from_the_root_built_last_in_one_transaction(db_path: Path) -> None:
+    trace: list[str] = []
+    async with SQLiteCheckpointStorage(db_path, statement_trace=trace.append) as storage:
+        built_second, built_last, built_first = stamped(None, 2), stamped(None, 3), stamped(None, 1)
+        for saved in (built_second, built_last, built_first):  # each step's save is its own task
+            await storage.save(saved)
+        latest, handoffs = await _latest_and_handoffs(storage)
+        assert latest == built_last
+        assert handoffs == 1
+        assert await _traced_latest(storage, trace) == (built_last, ["BEGIN", "SELECT", "SELECT", "COMMIT"])
+        assert await storage.latest_id(workflow_name="wf") == built_first.checkpoint_id  # the head
+
+
+async def test_a_root_after_anything_but_a_leaf_root_reads_no_rivals(db_path: Path) -> None:
+    trace: list[str] = []
+    async with SQLiteCheckpointStorage(db_path, statement_trace=trace.append) as storage:
+        first_run = stamped(None, 9)
+        await storage.save(first_run)
+        await storage.save(stamped(first_run, 9))
+        new_run = stamped(None, 1)  # the root before it is continued: no rival, whatever the clock
+        await storage.save(new_run)
+        assert await _traced_latest(storage, trace) == (new_run, ["BEGIN", "SELECT", "COMMIT"])
+        continued = stamped(new_run, 2)  # the common case: a previous id, no successor, no sibling
+        await storage.save(continued)
+        assert await _traced_latest(storage, trace) == (continued, ["BEGIN", "SELECT", "COMMIT"])
+
+
+async def test_reading_a_root_heads_rivals_stops_at_the_row_that_ends_them(db_path: Path) -> None:
+    histories = {"short": 3, "long": 60}  # both under RIVALS_LIMIT rows back, read whole by a LIMIT alone
+    async with SQLiteCheckpointStorage(db_path) as storage:
+        for workflow, length in histories.items():
+            previous = None
+            for _ in range(length):
+                saved = checkpoint(workflow, previous_checkpoint_id=previous)
+                await storage.save(saved)
+                previous = saved.checkpoint_id
+            for second in (2, 1):
+                await storage.save(checkpoint(workflow, timestamp=f"2026-01-01T00:00:0{second}+00:00"))
+    steps = dict.fromkeys(histories, 0)
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as connection:
+        lineage.latest_rows(connection, "short", None)  # reads the schema and prepares the statements
+        for workflow in histories:
+
+            def count(workflow: str = workflow) -> int:
+                steps[workflow] += 1
+                return 0
+
+            connection.set_progress_handler(count, 1)
+            read = lineage.latest_rows(connection, workflow, None)
+            assert read is not None
+            assert len(read[1]) == 1, workflow
+    assert steps["short"] == steps["long"], steps  # SQLite virtual machine steps: the same work
+
+
+async def test_prune_keeps_a_root_head_and_the_leaf_roots_committed_right_before_it(
+    db_path: Path, storage: SQLiteCheckpointStorage
+) -> None:
+    earlier_run = stamped(None, 50)
+    earlier_step = stamped(earlier_run, 51)
+    roots = [stamped(None, second) for second in (2, 3, 1)]
+    for saved in (earlier_run, earlier_step, *roots):
+        await storage.save(saved)
+    assert await storage.prune(workflow_name="wf", keep_last=1) == 2
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == [r.checkpoint_id for r in roots]
+    assert await storage.get_latest(workflow_name="wf") == roots[1]
+    tombstoned = {row[0] for row in query(db_path, "SELECT checkpoint_id FROM tombstones")}
+    assert tombstoned == {earlier_run.checkpoint_id, earlier_step.checkpoint_id}

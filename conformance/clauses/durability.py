@@ -119,12 +119,37 @@ async def survives_reopen(ctx: ClauseContext) -> None:
 )
 async def sequence_continues(ctx: ClauseContext) -> None:
     workflow_name = ctx.workflow_name("sequence")
-    chain = await ctx.save_chain(workflow_name, 3)
+    # Ids that sort neither ascending nor descending in commit order, before or after the reopen:
+    # a store that numbers its records again by id when it reads them back cannot pass by luck.
+    chain: list[Any] = []
+    for index, suffix in enumerate("cab"):
+        previous = chain[-1].checkpoint_id if chain else None
+        chain.append(
+            ctx.checkpoint(
+                workflow_name,
+                checkpoint_id=f"{workflow_name}-{suffix}",
+                previous_checkpoint_id=previous,
+                iteration_count=index,
+            )
+        )
+        await ctx.storage.save(chain[-1])
     before = await _view(ctx.storage, workflow_name)
     storage = await rebuilt(ctx)
-    after = [ctx.checkpoint(workflow_name, previous_checkpoint_id=chain[-1].checkpoint_id, iteration_count=3)]
+    after = [
+        ctx.checkpoint(
+            workflow_name,
+            checkpoint_id=f"{workflow_name}-e",
+            previous_checkpoint_id=chain[-1].checkpoint_id,
+            iteration_count=3,
+        )
+    ]
     after.append(
-        ctx.checkpoint(workflow_name, previous_checkpoint_id=after[0].checkpoint_id, iteration_count=4)
+        ctx.checkpoint(
+            workflow_name,
+            checkpoint_id=f"{workflow_name}-d",
+            previous_checkpoint_id=after[0].checkpoint_id,
+            iteration_count=4,
+        )
     )
     for checkpoint in after:
         await storage.save(checkpoint)

@@ -1,12 +1,18 @@
-"""ordering: latest is the newest commit resolved through its lineage, never timestamps.
+"""ordering: latest is the newest commit resolved through its lineage; timestamps decide only
+between rivals.
 
 MAF's runner resumes from ``get_latest()``. Timestamps come from the clocks of whichever
 process saved, so they tie (same millisecond) and go backwards (clock skew, NTP steps); ids are
 random. What a storage can promise is the order its commits happened in, and the lineage the
 checkpoints name: a checkpoint that another stored one continues (names as its previous id) is
 not where a run resumes, whichever was committed first (MAF 1.26 resolves latest the same way).
+Only rivals (leaves that continue one checkpoint, or leaf roots committed one after another at
+the end of the order: parallel steps) are ranked by timestamp, as MAF ranks them.
+
 So every clause here gives checkpoints ids and timestamps that sort differently from the commit
-order, and the lineage clauses commit checkpoints before the ones they continue.
+order, and the lineage clauses commit checkpoints before the ones they continue. The checkpoints
+of the commit-order clauses each continue a checkpoint of their own that is not stored (as after
+a prune): none rivals another, so only commit order can rank them.
 """
 
 from __future__ import annotations
@@ -44,9 +50,15 @@ class _Run:
         """``count`` checkpoints whose ids and timestamps sort in an order other than their index."""
         return [self.make(f"{self.workflow}-{suffix}", _at(rank)) for suffix, rank in _SCRAMBLE[:count]]
 
-    def make(self, checkpoint_id: str, timestamp: str) -> Any:
+    def make(self, checkpoint_id: str, timestamp: str, *, root: bool = False) -> Any:
+        """A checkpoint continuing one of its own that is not stored, so that it rivals no other
+        (a clause links it otherwise by setting its previous id); with ``root``, none."""
         checkpoint = self.ctx.checkpoint(
-            self.workflow, checkpoint_id=checkpoint_id, timestamp=timestamp, iteration_count=len(self.names)
+            self.workflow,
+            checkpoint_id=checkpoint_id,
+            previous_checkpoint_id=None if root else f"{checkpoint_id}-unstored-parent",
+            timestamp=timestamp,
+            iteration_count=len(self.names),
         )
         self.names[checkpoint_id] = f"c{len(self.names)}"
         return checkpoint
@@ -91,7 +103,7 @@ class _Run:
 @clause(
     "ordering.latest_ignores_older_timestamp",
     "get_latest() returns the checkpoint saved last even when its timestamp is older than every "
-    "earlier checkpoint's (a clock that went backwards).",
+    "earlier checkpoint's (a clock that went backwards), of checkpoints that rival none.",
 )
 async def latest_ignores_older_timestamp(ctx: ClauseContext) -> None:
     run = _Run(ctx)
@@ -368,6 +380,51 @@ async def latest_among_rivals_by_timestamp(ctx: ClauseContext) -> None:
     onwards.previous_checkpoint_id = rivals[1].checkpoint_id
     await ctx.storage.save(onwards)
     await run.expect_latest(onwards, f"after saving {run.name(onwards)}, which continues c2")
+
+
+@clause(
+    "ordering.latest_among_root_rivals_by_timestamp",
+    "Checkpoints without a previous id that none continues, committed one after another at the end "
+    "of the order (parallel first steps), are rivals: get_latest() returns the newest timestamp; a "
+    "checkpoint with a previous id, or a root that is continued, ends them.",
+)
+async def latest_among_root_rivals_by_timestamp(ctx: ClauseContext) -> None:
+    run = _Run(ctx)
+    # An earlier run that saved twice, with the newest clock of all: it never rivals.
+    earlier = run.make(f"{run.workflow}-earlier", _at(50), root=True)
+    earlier_next = run.make(f"{run.workflow}-earlier-next", _at(51))
+    earlier_next.previous_checkpoint_id = earlier.checkpoint_id
+    # Built in the order 2, 3, 1 (their timestamps), committed in the order 1, 2, 3.
+    roots = [
+        run.make(f"{run.workflow}-{suffix}", _at(rank), root=True)
+        for suffix, rank in (("x", 3), ("y", 1), ("z", 2))
+    ]
+    for checkpoint in (earlier, earlier_next, *roots):
+        await ctx.storage.save(checkpoint)
+    await run.expect_latest(
+        roots[0], "after saving c0, c1 continuing it, then roots c2, c3 and c4 (c2 the newest)"
+    )
+    # The run resumed from the oldest root and went on: the continued root stops being a rival.
+    onwards = run.make(f"{run.workflow}-v", _at(-5))
+    onwards.previous_checkpoint_id = roots[1].checkpoint_id
+    await ctx.storage.save(onwards)
+    await run.expect_latest(onwards, f"after saving {run.name(onwards)}, which continues c3")
+    # A root after it rivals nothing: the checkpoint before it has a previous id.
+    later = run.make(f"{run.workflow}-later", _at(-9), root=True)
+    await ctx.storage.save(later)
+    await run.expect_latest(later, f"after saving root {run.name(later)}, the oldest clock of all")
+    # A root after a continued root rivals nothing either, whatever its clock.
+    parent = run.make(f"{run.workflow}-parent", _at(90), root=True)
+    child = run.make(f"{run.workflow}-child", _at(91))
+    child.previous_checkpoint_id = parent.checkpoint_id
+    last = run.make(f"{run.workflow}-last", _at(-20), root=True)
+    for checkpoint in (child, parent, last):
+        await ctx.storage.save(checkpoint)
+    await run.expect_latest(
+        last,
+        f"after saving {run.name(child)}, then root {run.name(parent)} which it continues, "
+        f"then root {run.name(last)}",
+    )
 
 
 @clause(

@@ -422,8 +422,8 @@ delays: eight runs that all agree by chance are rarer than 1 in 5,000."""
 @clause(
     "runner.parallel_steps_resume_where_the_runner_would",
     "After parallel steps whose saves reach the storage after random delays, in another order than "
-    "they were built, get_latest() names the checkpoint the runner's own storage would, and "
-    "resuming from it runs no completed step again.",
+    "they were built (after a first step, and as a run's first steps), get_latest() names the "
+    "checkpoint the runner's own storage would, and resuming from it runs no completed step again.",
 )
 async def parallel_steps_resume_where_the_runner_would(ctx: ClauseContext) -> None:
     profile = runner_profile(ctx)
@@ -432,17 +432,21 @@ async def parallel_steps_resume_where_the_runner_would(ctx: ClauseContext) -> No
         and type(profile).run_parallel_steps is RunnerProfile.run_parallel_steps
     ):
         profile = ScenarioRunner(ctx.target.checkpoint_class)  # the runner has no parallel steps
-    for seed in range(_PARALLEL_RUNS):
-        workflow = ctx.workflow_name(f"parallel-{seed}")
-        run = await profile.run_parallel_steps(ctx.storage, workflow, seed=seed)
-        ensure(run is not None, f"runner {profile.name!r} ran no parallel-steps scenario")
-        assert run is not None
-        ensure(
-            run.latest_id == run.runner_latest_id and not run.rerun,
-            f"runner {profile.name!r}, run {seed} of workflow {workflow!r}: get_latest() returned "
-            f"{run.latest_id!r}, the runner's own storage {run.runner_latest_id!r}; resuming from it "
-            f"ran {list(run.rerun)} again",
-        )
+    for starts_parallel in (False, True):
+        shape = "parallel-first" if starts_parallel else "parallel"
+        for seed in range(_PARALLEL_RUNS):
+            workflow = ctx.workflow_name(f"{shape}-{seed}")
+            run = await profile.run_parallel_steps(
+                ctx.storage, workflow, seed=seed, starts_parallel=starts_parallel
+            )
+            ensure(run is not None, f"runner {profile.name!r} ran no parallel-steps scenario")
+            assert run is not None
+            ensure(
+                run.latest_id == run.runner_latest_id and not run.rerun,
+                f"runner {profile.name!r}, {shape} run {seed} of workflow {workflow!r}: get_latest() "
+                f"returned {run.latest_id!r}, the runner's own storage {run.runner_latest_id!r}; resuming "
+                f"from it ran {list(run.rerun)} again",
+            )
 
 
 class _HeldSave(SixMethods):

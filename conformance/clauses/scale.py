@@ -155,10 +155,16 @@ async def latest_is_constant_cost(ctx: ClauseContext) -> None:
 
 async def _fill(ctx: ClauseContext, workflow_name: str, count: int) -> None:
     """``count`` checkpoints in ``workflow_name``, saved a batch at a time concurrently: what latest
-    costs does not depend on their order, and a remote store fills in seconds."""
+    costs does not depend on their order, and a remote store fills in seconds. Each continues a
+    checkpoint of its own that is not stored, so none rivals another (roots committed one after
+    another would: the latest would read 64 of them, a cost of rivals, not of the history)."""
     for start in range(0, count, _FILL_BATCH):
         batch = [
-            ctx.checkpoint(workflow_name, iteration_count=index)
+            ctx.checkpoint(
+                workflow_name,
+                previous_checkpoint_id=f"{workflow_name}-{index}-unstored-parent",
+                iteration_count=index,
+            )
             for index in range(start, min(start + _FILL_BATCH, count))
         ]
         await asyncio.gather(*(ctx.storage.save(checkpoint) for checkpoint in batch))

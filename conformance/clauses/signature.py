@@ -132,9 +132,12 @@ async def latest_by_signature(ctx: ClauseContext) -> None:
     )
     saved: list[Any] = []
     for position, signature in enumerate(signatures):
+        # Each continues a checkpoint of its own that is not stored, so none rivals another (two
+        # roots committed one after another would, by timestamp): only commit order ranks them.
         checkpoint = ctx.checkpoint(
             workflow_name,
             checkpoint_id=f"{workflow_name}-{position}",
+            previous_checkpoint_id=f"{workflow_name}-{position}-unstored-parent",
             graph_signature_hash=signature,
             timestamp=_falling_timestamp(position),
             iteration_count=position,

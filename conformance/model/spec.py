@@ -143,20 +143,36 @@ class ContractModel:
             visited.add(current.checkpoint_id)
 
     def rivals(self, head: Record) -> list[Record]:
-        """The head's rivals: the other top-level checkpoints of its workflow with its previous
-        id and signature that none with their signature continues, the RIVALS_LIMIT committed
-        last, in commit order; none for a head without a previous id."""
-        if head.draft.previous_checkpoint_id is None:
-            return []
+        """The head's rivals, in commit order, the RIVALS_LIMIT committed last, each a leaf (none
+        with its signature continues it): for a head with a previous id, the other top-level
+        checkpoints of its workflow with that previous id and signature; for a root head, the
+        roots of its signature committed right before it, back to the first top-level
+        checkpoint of the workflow that is not such a leaf root."""
         everyone = self.top_level(head.workflow)
         continued = {(r.draft.previous_checkpoint_id, r.draft.graph_signature_hash) for r in everyone}
+
+        def leaf_with_heads_signature(r: Record) -> bool:
+            signature = r.draft.graph_signature_hash
+            return (
+                signature == head.draft.graph_signature_hash and (r.checkpoint_id, signature) not in continued
+            )
+
+        if head.draft.previous_checkpoint_id is None:
+            before = [r for r in everyone if r.sequence < head.sequence]
+            run: list[Record] = []
+            while (
+                before
+                and before[-1].draft.previous_checkpoint_id is None
+                and leaf_with_heads_signature(before[-1])
+            ):
+                run.insert(0, before.pop())
+            return run[-RIVALS_LIMIT:]
         rivals = [
             r
             for r in everyone
             if r is not head
             and r.draft.previous_checkpoint_id == head.draft.previous_checkpoint_id
-            and r.draft.graph_signature_hash == head.draft.graph_signature_hash
-            and (r.checkpoint_id, r.draft.graph_signature_hash) not in continued
+            and leaf_with_heads_signature(r)
         ]
         return rivals[-RIVALS_LIMIT:]
 

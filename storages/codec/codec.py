@@ -1,15 +1,13 @@
-"""CheckpointCodec: the public encode/decode API over the frame, the registry and the packers."""
+"""CheckpointCodec: the public encode/decode API, composed of the frame, the type registry, the
+packers, the readers and the fidelity checks (each a module of this package)."""
 
 from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Iterable, Mapping
-from contextvars import Token
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
-
-import msgspec
 
 from ..contract import CHECKPOINT_FIELDS
 from ..errors import (
@@ -19,7 +17,7 @@ from ..errors import (
     UnserializableValueError,
 )
 from . import frame as framing
-from .decoding import OPAQUE, RECORD_VERSION, RESOLVER, nested_ref_ids
+from .decoding import RECORD_VERSION, Reader, nested_ref_ids
 from .fidelity import Fidelity
 from .locate import describe, refusal
 from .packing import (
@@ -31,8 +29,10 @@ from .packing import (
     holds_spliced_values,
 )
 from .plugins import codec_plugins
+from .registry import TypeRegistry
+from .sealed_calls import frame_plainly_where_overrides_predate_sealed
 from .stack import at_walk_floor, on_fresh_stack, ran_out_of_stack
-from .values import EXT_CHECKPOINT, Packer
+from .values import EXT_CHECKPOINT, Packer, Reducer
 from .vocabulary import (
     EXPECTED_FIELD_TYPES,
     TREE,
@@ -63,9 +63,6 @@ _join = b"".join
 them (a plain small body's frame, under callgrind: 4,290 against 4,705 with the checksum)."""
 _SLOW_FLAGS = 0xFF & ~(framing.FLAG_SEALED | framing.FLAG_NESTED_REFS)
 """Flags a sealed body's in-line decode leaves to unframe: zstd, and any it does not know."""
-_NO_NESTED: NestedResolver = NestedResolver({}, given=False)
-"""The resolver of a decode given no nested bodies: it refuses every reference before looking at
-its (always empty) state."""
 
 
 def _record(tag: str, fields: tuple[Any, ...]) -> list[Any]:
@@ -81,7 +78,7 @@ def _record(tag: str, fields: tuple[Any, ...]) -> list[Any]:
 _ID_POSITION = CHECKPOINT_FIELDS.index("checkpoint_id")
 
 
-class CheckpointCodec(Fidelity):
+class CheckpointCodec:
     """Encodes checkpoints to bytes and back, allowing only known types.
 
     Args:
@@ -120,9 +117,11 @@ class CheckpointCodec(Fidelity):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {limit!r}")
         plugins = codec_plugins()
-        super().__init__(
+        self._registry = registry = TypeRegistry(
             allowed_modules=allowed_modules, trust_saved_types=trust_saved_types, plugins=plugins
         )
+        self._checkpoint_tags = registry.checkpoint_tags
+        """The registry's table, read in line by every encode."""
         self._max_payload_bytes = max_payload_bytes
         self._max_compression_ratio = max_compression_ratio
         for cls in checkpoint_classes:
@@ -131,7 +130,7 @@ class CheckpointCodec(Fidelity):
             # MAF's runner stores its own messages and events in every checkpoint; a codec that
             # refused them would make MAF drop checkpoints with nothing but a logged warning.
             plugin.install(self)
-        self._builtin_type_keys = frozenset(self._by_key)
+        registry.count_registered_as_builtin()
         for ref in (*allowed_types, *allowed_checkpoint_types):
             self.register(ref)
         self._compress_threshold = compress_threshold
@@ -147,12 +146,71 @@ class CheckpointCodec(Fidelity):
                 raise MissingDependencyError("zstd compression", "zstd", "zstandard") from exc
             self._compressor = lambda: zstandard.ZstdCompressor(level=compression_level)
         self._natives = threading.local()  # a NativePacker per thread: a walk counts on its packer
-        self._exact = ExactPacker(self._reducers, self._reducer_for)
+        self._exact = ExactPacker(registry.reducers, self._reducer_for)
         self._boxing: ExactPacker | None = None
-        self._canonical = None
-        self._rebuilt = set()
-        self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
-        self._ext_decoders = self._decoders()
+        # The readers of the stateless decodes, shared by every call (one per call given nested
+        # bodies: it records what each reference became).
+        self._reader = Reader(registry, self._unframe)
+        self._opaque_reader = Reader(registry, self._unframe, construct_types=False)
+        self._fidelity = Fidelity(
+            reducers=registry.reducers,
+            reducer_for=self._reducer_for,
+            exact=self._exact,
+            boxing=self._boxing_packer,
+            reader=self._reader,
+            reader_with=self._reader_with,
+        )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        frame_plainly_where_overrides_predate_sealed(cls, CheckpointCodec)
+
+    # ------------------------------------------------------------------ the allow-list
+
+    def register(
+        self,
+        type_ref: TypeRef,
+        *,
+        encode: Callable[[Any], Any] | None = None,
+        decode: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Allow a type. Enums, dataclasses and pydantic models need no hooks; any other class
+        needs ``encode`` (to a codec-encodable value) and ``decode`` (back to the object)."""
+        self._registry.register(type_ref, encode=encode, decode=decode)
+
+    def register_checkpoint_class(self, cls: type[Any]) -> None:
+        """Accept another class with the 11 checkpoint fields and give it back on load."""
+        self._registry.register_checkpoint_class(cls)
+
+    def allow(self, *, types: Iterable[TypeRef] = (), modules: Iterable[str] = ()) -> None:
+        """Extend the allow-list: more types (as ``allowed_types``) and modules."""
+        for ref in types:
+            self.register(ref)
+        self._registry.allow_modules(modules)
+
+    def allowed_class(self, key: str, cls: type[Any] | None = None) -> type[Any] | None:
+        """The class ``key`` names if this codec may name it in a body, else None.
+
+        For references to classes (a pending request's type) rather than values of them: with
+        ``cls`` (at save) the allowances are checked for that class, without it (at load) the key
+        is resolved exactly, importing its module only when the key is allowed.
+        """
+        return self._registry.allowed_class(key, cls)
+
+    @property
+    def allowed_type_keys(self) -> frozenset[str]:
+        """Keys of the types allowed beyond the built-in ones (plug-ins' types, MAF's when installed)."""
+        return self._registry.allowed_type_keys
+
+    @property
+    def allowed_modules(self) -> tuple[str, ...]:
+        return self._registry.allowed_modules
+
+    def same_value(self, first: Any, second: Any) -> bool:
+        """True if ``first`` and ``second`` are one value to this codec: each would be stored as
+        the other (storages/codec/fidelity.py says what that allows and refuses). False for a
+        value it could not store."""
+        return self._fidelity.same_value(first, second)
 
     # ------------------------------------------------------------------ public API
 
@@ -316,18 +374,14 @@ class CheckpointCodec(Fidelity):
         if payload is None:
             payload = self._unframe(body, checkpoint_id, sealed)
             flags = framing.flags_of(body)
-        # No resolver is set when none is given and none is in force (the default state): a
-        # reference then finds none, and is refused just as by an empty one.
-        resolver = None if nested is None else NestedResolver(nested, given=True, sealed=sealed)
-        token: Token[NestedResolver | None] | None
-        if resolver is not None:
-            token = RESOLVER.set(resolver)
+        if nested is None:
+            reader = self._reader if construct_types else self._opaque_reader
+            resolver = None
         else:
-            token = None if RESOLVER.get() is None else RESOLVER.set(_NO_NESTED)
-        # Constructing types is the default state: it is set only when it is not already so.
-        opaque_token = None if construct_types and not OPAQUE.get() else OPAQUE.set(not construct_types)
+            resolver = NestedResolver(nested, given=True, sealed=sealed)
+            reader = self._reader_with(resolver, construct_types=construct_types)
         try:
-            checkpoint = self._build_checkpoint(self._decoder.decode(payload))
+            checkpoint = reader.checkpoint(reader.decode(payload))
             refers = resolver is not None and bool(resolver.decoded)
             if flags & framing.FLAG_NESTED_REFS and not refers:
                 # The flag and the payload disagree: one of them was altered.
@@ -342,11 +396,6 @@ class CheckpointCodec(Fidelity):
                 again = partial(self.decode_checkpoint, body, checkpoint_id=checkpoint_id, nested=nested)
                 return on_fresh_stack(partial(again, construct_types=construct_types, sealed=sealed))
             raise CheckpointCorruptedError(checkpoint_id, describe(exc)) from exc
-        finally:
-            if opaque_token is not None:
-                OPAQUE.reset(opaque_token)
-            if token is not None:
-                RESOLVER.reset(token)
 
     @staticmethod
     def has_nested_refs(body: bytes) -> bool:
@@ -366,7 +415,7 @@ class CheckpointCodec(Fidelity):
     def decode_value(self, body: bytes, *, label: str = "value") -> Any:
         payload = self._unframe(body, label)
         try:
-            return self._decoder.decode(payload)
+            return self._reader.decode(payload)
         except (CheckpointCorruptedError, MissingDependencyError):
             raise
         except TypeNotAllowed as exc:
@@ -428,10 +477,14 @@ class CheckpointCodec(Fidelity):
             body, checkpoint_id, self._max_payload_bytes, self._max_compression_ratio, sealed
         )
 
+    def _reader_with(self, resolver: NestedResolver, *, construct_types: bool = True) -> Reader:
+        """A reader of one decode given nested bodies: ``resolver`` records what each became."""
+        return Reader(self._registry, self._unframe, construct_types=construct_types, resolver=resolver)
+
     # ------------------------------------------------------------------ encoding
 
     def _require_checkpoint_tag(self, checkpoint: Any) -> str:
-        tag = self._checkpoint_tag(type(checkpoint))
+        tag = self._registry.checkpoint_tag(type(checkpoint))
         if tag is None:
             raise UnserializableValueError(
                 type_key(type(checkpoint)),
@@ -482,20 +535,27 @@ class CheckpointCodec(Fidelity):
         try:
             packer: NativePacker = self._natives.packer
         except AttributeError:
-            packer = self._natives.packer = NativePacker(self._reducers, self._reducer_for)
+            packer = self._natives.packer = NativePacker(self._registry.reducers, self._reducer_for)
         return packer
 
     def _boxing_packer(self) -> ExactPacker:
         if self._boxing is None:
-            self._boxing = ExactPacker(self._reducers, self._reducer_for, boxing=True)
+            self._boxing = ExactPacker(self._registry.reducers, self._reducer_for, boxing=True)
         return self._boxing
+
+    def _reducer_for(self, cls: type[Any], value: Any) -> Reducer:
+        """The packers' reducer of a class not in the registry's table yet."""
+        return self._registry.reducer_for(
+            cls, value, reduce_checkpoint=self._reduce_checkpoint, rebuilds=self._fidelity
+        )
 
     @staticmethod
     def _checkpoint_plain(checkpoint: Any, tag: str) -> list[Any]:
         return _record(tag, _checkpoint_fields(checkpoint))
 
     def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:
-        tag = self._checkpoint_tag(type(checkpoint))
+        """An embedded checkpoint: inline, or (in an encode_checkpoint_tree) a body of its own."""
+        tag = self._registry.checkpoint_tag(type(checkpoint))
         assert tag is not None
         tree = TREE.get()
         if tree is None:

@@ -1,5 +1,11 @@
 """The reading side of the codec: extensions back to values, bodies back to checkpoints.
 
+A :class:`Reader` is one way of reading: whether types are constructed, and which nested bodies
+references resolve to (with what each already became). That is the state of one decode call, so
+it lives in the reader the call uses, never in the codec: the codec keeps one reader for each
+stateless way (constructing types or not, no nested bodies) and builds one per call given nested
+bodies.
+
 Decoding only ever constructs built-in value types, the checkpoint classes, and the types on the
 codec's allow-list, and rebuilds those objects from their stored state without calling their
 classes (storages/codec/objects.py). msgpack lengths are checked by msgspec against the bytes
@@ -13,12 +19,10 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
 import msgspec
 
-from ..allowlist import TypeNotResolvable
 from ..contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError
 from . import frame as framing
@@ -45,8 +49,6 @@ from .vocabulary import (
     UNSET,
     NestedResolver,
     OpaqueValue,
-    Registration,
-    TypeNotAllowed,
     Undecodable,
     check_checkpoint_field_types,
     is_namedtuple,
@@ -64,36 +66,71 @@ RECORD_VERSION = 1
 _RECORD_LENGTH = 2 + len(CHECKPOINT_FIELDS)
 """The record version, the checkpoint class's tag, then the fields."""
 
-# Context variables, not attributes: one codec serves many tasks and threads at once.
-RESOLVER: ContextVar[NestedResolver | None] = ContextVar("checkpoint_nested_resolver", default=None)
-OPAQUE: ContextVar[bool] = ContextVar("checkpoint_decode_opaque", default=False)
+Unframe = Callable[[bytes, str, bool], bytes | memoryview]
+"""The codec's frame check of a body (its id, whether its seal was verified) -> its payload."""
 
 
 def _is_model_class(cls: type[Any]) -> bool:
     return kind_of_or_none(cls) == EXT_PYDANTIC
 
 
-class Decoding(TypeRegistry):
-    """Extension hooks and checkpoint construction (a base of CheckpointCodec)."""
+class Reader:
+    """Reads payloads for one decode: types constructed or not (``construct_types``), references
+    to nested records resolved through ``resolver`` (None: the call was given none)."""
 
-    _decoder: msgspec.msgpack.Decoder[Any]
+    __slots__ = (
+        "_checkpoint_classes",
+        "_ext_decoders",
+        "_registry",
+        "_unframe",
+        "construct_types",
+        "decode",
+        "resolver",
+    )
 
-    def _unframe(  # pragma: no cover
-        self, body: bytes, checkpoint_id: str, sealed: bool = False
-    ) -> bytes | memoryview:
-        raise NotImplementedError
-
-    def _decoders(self) -> dict[int, Callable[[Any], Any]]:
-        return {
+    def __init__(
+        self,
+        registry: TypeRegistry,
+        unframe: Unframe,
+        *,
+        construct_types: bool = True,
+        resolver: NestedResolver | None = None,
+    ) -> None:
+        self._registry = registry
+        self._checkpoint_classes = registry.checkpoint_classes
+        self._unframe = unframe
+        self.construct_types = construct_types
+        self.resolver = resolver
+        decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self.decode = decoder.decode
+        """Payload -> value, every extension read by this reader."""
+        objects: dict[int, Callable[[Any], Any]]
+        if construct_types:
+            objects = {
+                EXT_ENUM: self._decode_enum,
+                EXT_DATACLASS: self._decode_dataclass,
+                EXT_PYDANTIC: self._decode_pydantic,
+                EXT_CUSTOM: self._decode_custom,
+                EXT_NAMEDTUPLE: self._decode_namedtuple,
+            }
+        else:
+            objects = {
+                EXT_ENUM: _opaque_pair,
+                EXT_DATACLASS: _opaque_object("a dataclass"),
+                EXT_PYDANTIC: _opaque_object("a pydantic model"),
+                EXT_CUSTOM: _opaque_pair,
+                EXT_NAMEDTUPLE: _opaque_object("a NamedTuple"),
+            }
+        self._ext_decoders: dict[int, Callable[[Any], Any]] = {
             **BUILTIN_DECODERS,
-            EXT_ENUM: self._decode_enum,
-            EXT_DATACLASS: self._decode_dataclass,
-            EXT_PYDANTIC: self._decode_pydantic,
-            EXT_CUSTOM: self._decode_custom,
-            EXT_CHECKPOINT: self._build_checkpoint,
+            **objects,
+            EXT_CHECKPOINT: self.checkpoint,
             EXT_NESTED_REF: self._decode_nested_ref,
-            EXT_NAMEDTUPLE: self._decode_namedtuple,
         }
+
+    def rebuild(self, code: int, data: bytes) -> Any:
+        """The value extension ``code`` with contents ``data`` reads back as."""
+        return self._ext_decoders[code](self.decode(data))
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         # Called once per extension value of every body read: the common codes are tested first
@@ -104,13 +141,13 @@ class Decoding(TypeRegistry):
             key = bytes(data)
             value = _DATETIMES.get(key)
             if value is None:
-                value = decode_datetime(self._decoder.decode(key))
+                value = decode_datetime(self.decode(key))
                 if len(_DATETIMES) >= _REMEMBERED_DATETIMES:
                     _DATETIMES.clear()
                 _DATETIMES[key] = value
             return value
         if code == EXT_TUPLE:
-            return tuple(self._decoder.decode(data))
+            return tuple(self.decode(data))
         if code == EXT_UUID:
             return uuid.UUID(bytes=bytes(data))
         if code == EXT_BYTEARRAY:
@@ -118,72 +155,49 @@ class Decoding(TypeRegistry):
         decode = self._ext_decoders.get(code)
         if decode is None:
             raise Undecodable(f"unknown extension code {code}")
-        return decode(self._decoder.decode(data))
-
-    _ext_decoders: dict[int, Callable[[Any], Any]]
-
-    def _registered_class(self, key: Any) -> tuple[type[Any], Registration]:
-        if not isinstance(key, str):
-            raise Undecodable(f"a type key is {type(key).__name__}, not str")
-        registration = self._by_key.get(key) or self._implicit_registration(key)
-        if registration is None:
-            raise TypeNotAllowed(key, "it is not on this storage's allow-list")
-        try:
-            return registration.resolve(), registration
-        except TypeNotResolvable as exc:
-            raise TypeNotAllowed(key, str(exc)) from None
+        return decode(self.decode(data))
 
     def _decode_enum(self, wire: Any) -> Any:
         key, value = wire
-        if OPAQUE.get():
-            return OpaqueValue(key, value)
-        cls, _ = self._registered_class(key)
+        cls, _ = self._registry.registered_class(key)
         if not isinstance(cls, enum.EnumMeta):
             raise Undecodable(f"{key} is stored as an enum but is not one")
         return cls(value)
 
     def _decode_namedtuple(self, wire: Any) -> Any:
         key, shape, form = self._object_wire(wire, "a NamedTuple", is_namedtuple)
-        if shape is None:
-            return form
         if not 1 <= len(form) <= 3:
             raise Undecodable(f"{key} is not stored in a form of this format")
         return rebuild_namedtuple(shape, key, form)
 
     def _decode_dataclass(self, wire: Any) -> Any:
         key, shape, form = self._object_wire(wire, "a dataclass", dataclasses.is_dataclass)
-        return form if shape is None else rebuild(shape, key, form)
+        return rebuild(shape, key, form)
 
     def _decode_pydantic(self, wire: Any) -> Any:
         key, shape, form = self._object_wire(wire, "a pydantic model", _is_model_class)
-        return form if shape is None else rebuild_model(shape, key, form)
+        return rebuild_model(shape, key, form)
 
     def _object_wire(
         self, wire: Any, kind: str, is_kind: Callable[[type[Any]], bool]
-    ) -> tuple[str, ObjectShape | None, Any]:
-        """An object extension's key, its class's shape and its form after the key; without
-        constructing types, (key, None, the OpaqueValue)."""
-        if type(wire) is not list or len(wire) < 2:
-            raise Undecodable(f"{kind} is not stored as a list of its key and state")
+    ) -> tuple[str, ObjectShape, Any]:
+        """An object extension's key, its class's shape and its form after the key."""
+        _check_object_wire(wire, kind)
         key = wire[0]
-        if OPAQUE.get():
-            return key, None, OpaqueValue(key, wire[1] if len(wire) == 2 else wire[1:])
-        cls, _ = self._registered_class(key)
+        cls, _ = self._registry.registered_class(key)
         if not is_kind(cls):
             raise Undecodable(f"{key} is stored as {kind} but is not one")
         return key, object_shape(cls), wire[1:]
 
     def _decode_custom(self, wire: Any) -> Any:
         key, state = wire
-        if OPAQUE.get():
-            return OpaqueValue(key, state)
-        _, registration = self._registered_class(key)
+        _, registration = self._registry.registered_class(key)
         if registration.custom is None:
             raise Undecodable(f"{key} was stored with hooks but is registered without them")
         return registration.custom.decode(state)
 
     def _decode_nested_ref(self, checkpoint_id: Any) -> Any:
-        resolver = RESOLVER.get()
+        resolver = self.resolver
         if not isinstance(checkpoint_id, str):
             raise Undecodable("a nested checkpoint reference is not a str id")
         if resolver is None or not resolver.given:
@@ -201,10 +215,10 @@ class Decoding(TypeRegistry):
         resolver.in_progress.add(checkpoint_id)
         try:
             payload = self._unframe(body, checkpoint_id, resolver.sealed)
-            wire = self._decoder.decode(payload)
+            wire = self.decode(payload)
             if not isinstance(wire, list):
                 raise Undecodable("payload is not a checkpoint record")
-            checkpoint = self._build_checkpoint(wire)
+            checkpoint = self.checkpoint(wire)
         except CheckpointCorruptedError as exc:
             raise Undecodable(f"embedded checkpoint {checkpoint_id!r}: {exc.reason}") from exc
         except Undecodable as exc:
@@ -218,13 +232,16 @@ class Decoding(TypeRegistry):
         resolver.decoded[checkpoint_id] = checkpoint
         return checkpoint
 
-    def _build_checkpoint(self, wire: Any) -> Any:
+    def checkpoint(self, wire: Any) -> Any:
+        """The checkpoint a decoded record stands for (without constructing types, always this
+        project's WorkflowCheckpoint)."""
         if type(wire) is not list or len(wire) != _RECORD_LENGTH or wire[0] != RECORD_VERSION:
             raise Undecodable("not a checkpoint record of this format version")
-        tag = wire[1]
-        cls = WorkflowCheckpoint if OPAQUE.get() else self._checkpoint_classes.get(tag)
-        if cls is None:
-            cls = self._plugin_checkpoint_class(tag)
+        if self.construct_types:
+            tag = wire[1]
+            cls = self._checkpoint_classes.get(tag) or self._registry.checkpoint_class(tag)
+        else:
+            cls = WorkflowCheckpoint
         values = wire[2:]
         if not all(map(isinstance, values, EXPECTED_FIELD_TYPES)):  # the common case, in line
             check_checkpoint_field_types(values)
@@ -232,13 +249,26 @@ class Decoding(TypeRegistry):
             return WorkflowCheckpoint(*values)  # its fields are CHECKPOINT_FIELDS, in this order
         return cls(**dict(zip(CHECKPOINT_FIELDS, values, strict=True)))
 
-    def _plugin_checkpoint_class(self, tag: Any) -> type[Any]:
-        for plugin in self._plugins:
-            cls = plugin.checkpoint_class(tag) if isinstance(tag, str) else None
-            if cls is not None:
-                self._add_checkpoint_class(cls, tag)
-                return cls
-        raise Undecodable(f"checkpoint class {tag!r} is not registered with this storage's codec")
+
+def _check_object_wire(wire: Any, kind: str) -> None:
+    if type(wire) is not list or len(wire) < 2:
+        raise Undecodable(f"{kind} is not stored as a list of its key and state")
+
+
+def _opaque_pair(wire: Any) -> OpaqueValue:
+    """An enum member or a value with hooks, read without constructing its type."""
+    key, state = wire
+    return OpaqueValue(key, state)
+
+
+def _opaque_object(kind: str) -> Callable[[Any], OpaqueValue]:
+    """The reader of an object extension of ``kind`` that constructs no type: its key and form."""
+
+    def read(wire: Any) -> OpaqueValue:
+        _check_object_wire(wire, kind)
+        return OpaqueValue(wire[0], wire[1] if len(wire) == 2 else wire[1:])
+
+    return read
 
 
 def nested_ref_ids(body: bytes, checkpoint_id: str, sealed: bool) -> list[str]:

@@ -12,31 +12,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import xxhash
 
 from .canonical import CanonicalPacker
-from .decoding import OPAQUE, RESOLVER, Decoding
+from .decoding import Reader
 from .locate import describe
 from .packing import ExactPacker
 from .stack import on_fresh_stack, ran_out_of_stack
+from .values import Reducer
 from .vocabulary import TREE, NestedResolver, TypeNotAllowed, Unencodable
 
 _REMEMBERED_REBUILDS: Final = 4096
 """Digests of the contents rebuilt at save that a codec remembers (16 bytes each)."""
 
 
-class Fidelity(Decoding):
-    """Save-time rebuilds and the comparison of values (a base of CheckpointCodec)."""
+class Fidelity:
+    """Save-time rebuilds and the comparison of values, for one codec (its Rebuilds: the
+    registry's reducers call :meth:`try_rebuild` and :meth:`try_member`)."""
 
-    _exact: ExactPacker
-    _canonical: CanonicalPacker | None
-    _rebuilt: set[bytes]
-    """Digests of contents that rebuilt at save (seeded with their extension code)."""
-
-    def _boxing_packer(self) -> ExactPacker:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        reducers: dict[type[Any], Reducer],
+        reducer_for: Callable[[type[Any], Any], Reducer],
+        exact: ExactPacker,
+        boxing: Callable[[], ExactPacker],
+        reader: Reader,
+        reader_with: Callable[[NestedResolver], Reader],
+    ) -> None:
+        """``reducers`` and ``reducer_for`` as the codec's packers take them; ``exact`` and
+        ``boxing`` its exact packers (the boxing one built on first use); ``reader`` its reader of
+        bodies given no nested records, ``reader_with`` a reader resolving references by one."""
+        self._reducers = reducers
+        self._reducer_for = reducer_for
+        self._exact = exact
+        self._boxing = boxing
+        self._reader = reader
+        self._reader_with = reader_with
+        # A reference finds nothing in it: nothing records what it resolved, so one serves all.
+        self._rebuilding = reader_with(NestedResolver({}, given=True))
+        self._canonical: CanonicalPacker | None = None
+        self._rebuilt: set[bytes] = set()
+        """Digests of contents that rebuilt at save (seeded with their extension code)."""
 
     def try_rebuild(self, code: int, data: bytes, value: Any) -> None:
         """Rebuild ``value`` from ``data``, the contents just written for it, as a load would: for
@@ -51,15 +71,13 @@ class Fidelity(Decoding):
         key = None if embedded else xxhash.xxh3_128_digest(data, seed=code)
         if key is not None and key in self._rebuilt:
             return
-        token = RESOLVER.set(NestedResolver({}, given=True, decoded=embedded))
-        opaque_token = OPAQUE.set(False)
+        reader = self._rebuilding
+        if embedded:
+            reader = self._reader_with(NestedResolver({}, given=True, decoded=embedded))
         try:
-            self._ext_decoders[code](self._decoder.decode(data))
+            reader.rebuild(code, data)
         except Exception as exc:
             raise Unencodable(value, f"it would not load back: {_reason(exc)}") from exc
-        finally:
-            OPAQUE.reset(opaque_token)
-            RESOLVER.reset(token)
         if key is not None:
             if len(self._rebuilt) >= _REMEMBERED_REBUILDS:
                 self._rebuilt.clear()
@@ -73,8 +91,8 @@ class Fidelity(Decoding):
             try:
                 data = self._exact.pack(member.value)
             except OverflowError:
-                data = self._boxing_packer().pack(member.value)
-            found = type(member)(self._decoder.decode(data))
+                data = self._boxing().pack(member.value)
+            found = type(member)(self._reader.decode(data))
         except Unencodable:
             raise
         except Exception as exc:

@@ -1,8 +1,12 @@
-"""The allow-list side of the codec: which types it may store and read, and how each reduces.
+"""The codec's allow-list: which types it may store and read, and how each registered type reduces.
 
-A class becomes storable by registration (``allowed_types``, :meth:`register`), by an allowed
-module, by a plug-in's runner registry (MAF's ``register_checkpoint_type``) or, on stores whose
-bytes never leave the process, by trust. See storages/allowlist.py for the exact rules.
+A class becomes storable by registration (``allowed_types``, :meth:`TypeRegistry.register`), by an
+allowed module, by a plug-in's runner registry (MAF's ``register_checkpoint_type``) or, on stores
+whose bytes never leave the process, by trust. See storages/allowlist.py for the exact rules.
+
+The registry is a component of CheckpointCodec, shared by its encoding (reducers), its decoding
+(:meth:`TypeRegistry.registered_class`, :meth:`TypeRegistry.checkpoint_class`) and its fidelity
+checks; it knows nothing of how checkpoints are framed or embedded.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from .values import (
 from .vocabulary import (
     CustomType,
     Registration,
+    TypeNotAllowed,
     TypeRef,
+    Undecodable,
     Unencodable,
     check_key_syntax,
     field_names,
@@ -40,7 +46,8 @@ NATIVE_CHECKPOINT_TAG = "native"
 
 
 class Rebuilds(Protocol):
-    """The part of the codec a reducer asks to rebuild what it just wrote (CheckpointCodec)."""
+    """What a reducer asks of the codec's save-time checks (storages/codec/fidelity.py): to rebuild
+    what it just wrote as a load would, for values whose rebuild runs code of their class."""
 
     def try_rebuild(self, code: int, data: bytes, value: Any) -> None:
         """Rebuild ``value`` from ``data`` (its extension's contents) as a load would; raise
@@ -51,7 +58,7 @@ class Rebuilds(Protocol):
 
 
 class TypeRegistry:
-    """Registration state and the reducers of registered types (a base of CheckpointCodec)."""
+    """Registrations, checkpoint classes and the reducers of registered types, for one codec."""
 
     def __init__(
         self, *, allowed_modules: Iterable[str], trust_saved_types: bool, plugins: tuple[CodecPlugin, ...]
@@ -60,21 +67,14 @@ class TypeRegistry:
         self._trust_saved_types = trust_saved_types
         self._plugins = plugins
         self._by_key: dict[str, Registration] = {}
-        # Type -> reducer of one value; registered types are added as they are first met.
-        self._reducers: dict[type[Any], Reducer] = dict(BUILTIN_REDUCERS)
-        self._reducers[WorkflowCheckpoint] = self._reduce_checkpoint
-        self._checkpoint_tags: dict[type[Any], str] = {WorkflowCheckpoint: NATIVE_CHECKPOINT_TAG}
-        self._checkpoint_classes: dict[str, type[Any]] = {NATIVE_CHECKPOINT_TAG: WorkflowCheckpoint}
+        self.reducers: dict[type[Any], Reducer] = dict(BUILTIN_REDUCERS)
+        """Type -> reducer of one value: the built-in ones, and registered types as they are first
+        met (:meth:`reducer_for`). The packers read it directly, one lookup per value."""
+        self.checkpoint_tags: dict[type[Any], str] = {WorkflowCheckpoint: NATIVE_CHECKPOINT_TAG}
+        """Checkpoint class -> the tag its records carry (read in line by every encode)."""
+        self.checkpoint_classes: dict[str, type[Any]] = {NATIVE_CHECKPOINT_TAG: WorkflowCheckpoint}
+        """Tag -> the checkpoint class a load gives back."""
         self._builtin_type_keys: frozenset[str] = frozenset()
-
-    def _reduce_checkpoint(self, checkpoint: Any, packer: Packer) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def try_rebuild(self, code: int, data: bytes, value: Any) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def try_member(self, member: Any) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
 
     def register(
         self,
@@ -99,7 +99,7 @@ class TypeRegistry:
             raise TypeError(f"expected a class or 'module:qualname', got {type_ref!r}")
         self._by_key[registration.key] = registration
         if registration.cls is not None:
-            self._reducers.pop(registration.cls, None)
+            self.reducers.pop(registration.cls, None)
 
     def register_checkpoint_class(self, cls: type[Any]) -> None:
         """Accept another class with the 11 checkpoint fields and give it back on load."""
@@ -109,12 +109,15 @@ class TypeRegistry:
         self._add_checkpoint_class(cls, type_key(cls))
 
     def _add_checkpoint_class(self, cls: type[Any], tag: str) -> None:
-        self._checkpoint_tags[cls] = tag
-        self._checkpoint_classes[tag] = cls
-        self._reducers[cls] = self._reduce_checkpoint
+        self.checkpoint_tags[cls] = tag
+        self.checkpoint_classes[tag] = cls
+        # The codec reduces checkpoints itself; a reducer cached for ``cls`` as a value type goes.
+        self.reducers.pop(cls, None)
 
-    def _checkpoint_tag(self, cls: type[Any]) -> str | None:
-        tag = self._checkpoint_tags.get(cls)
+    def checkpoint_tag(self, cls: type[Any]) -> str | None:
+        """The tag records of checkpoint class ``cls`` carry, asking plug-ins about a class not
+        registered; None if ``cls`` is no checkpoint class this codec knows."""
+        tag = self.checkpoint_tags.get(cls)
         if tag is None:
             for plugin in self._plugins:
                 tag = plugin.checkpoint_tag(cls)
@@ -150,6 +153,10 @@ class TypeRegistry:
             return None
         return self._by_key[key]
 
+    def count_registered_as_builtin(self) -> None:
+        """Leave the types registered so far (plug-ins' own) out of :attr:`allowed_type_keys`."""
+        self._builtin_type_keys = frozenset(self._by_key)
+
     @property
     def allowed_type_keys(self) -> frozenset[str]:
         """Keys of the types allowed beyond the built-in ones (plug-ins' types, MAF's when installed)."""
@@ -159,10 +166,8 @@ class TypeRegistry:
     def allowed_modules(self) -> tuple[str, ...]:
         return self._allowed_modules
 
-    def allow(self, *, types: Iterable[TypeRef] = (), modules: Iterable[str] = ()) -> None:
-        """Extend the allow-list: more types (as ``allowed_types``) and modules."""
-        for ref in types:
-            self.register(ref)
+    def allow_modules(self, modules: Iterable[str]) -> None:
+        """Extend the allow-list by more modules (as ``allowed_modules``)."""
         self._allowed_modules = (*self._allowed_modules, *normalise_modules(modules))
 
     def allowed_class(self, key: str, cls: type[Any] | None = None) -> type[Any] | None:
@@ -182,9 +187,42 @@ class TypeRegistry:
         except TypeNotResolvable:
             return None
 
-    def _reducer_for(self, cls: type[Any], value: Any) -> Reducer:
-        if self._checkpoint_tag(cls) is not None:
-            return self._reduce_checkpoint
+    def registered_class(self, key: Any) -> tuple[type[Any], Registration]:
+        """The class a stored type key names and its registration, for a load: raises
+        TypeNotAllowed for a key the allow-list does not cover or that does not resolve."""
+        if not isinstance(key, str):
+            raise Undecodable(f"a type key is {type(key).__name__}, not str")
+        registration = self._by_key.get(key) or self._implicit_registration(key)
+        if registration is None:
+            raise TypeNotAllowed(key, "it is not on this storage's allow-list")
+        try:
+            return registration.resolve(), registration
+        except TypeNotResolvable as exc:
+            raise TypeNotAllowed(key, str(exc)) from None
+
+    def checkpoint_class(self, tag: Any) -> type[Any]:
+        """The checkpoint class a stored record's tag names, asking plug-ins about a tag not
+        registered; raises Undecodable for a tag no one knows."""
+        cls = self.checkpoint_classes.get(tag)
+        if cls is not None:
+            return cls
+        for plugin in self._plugins:
+            cls = plugin.checkpoint_class(tag) if isinstance(tag, str) else None
+            if cls is not None:
+                self._add_checkpoint_class(cls, tag)
+                return cls
+        raise Undecodable(f"checkpoint class {tag!r} is not registered with this storage's codec")
+
+    def reducer_for(
+        self, cls: type[Any], value: Any, *, reduce_checkpoint: Reducer, rebuilds: Rebuilds
+    ) -> Reducer:
+        """The reducer of ``cls`` (``value`` is one of its values, named if it is refused),
+        remembered in :attr:`reducers`: ``reduce_checkpoint`` for a checkpoint class, else the
+        registered type's, whose ``rebuilds`` checks at save what a load would run of the class's
+        code. Raises Unencodable for a class the allow-list does not cover."""
+        if self.checkpoint_tag(cls) is not None:
+            self.reducers[cls] = reduce_checkpoint
+            return reduce_checkpoint
         key = type_key(cls)
         registration = self._by_key.get(key) or self._implicit_registration(key, cls)
         if registration is None:
@@ -206,11 +244,11 @@ class TypeRegistry:
         elif registration.cls is not cls:
             raise Unencodable(value, "another class is registered under the same 'module:qualname'")
         try:
-            reducer = _reducer_of(registration, self)
+            reducer = _reducer_of(registration, rebuilds)
         except TypeError as exc:
             # Registered by "module:qualname" without hooks, and not an enum, dataclass or model.
             raise Unencodable(value, str(exc)) from None
-        self._reducers[cls] = reducer
+        self.reducers[cls] = reducer
         return reducer
 
 

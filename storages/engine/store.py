@@ -542,8 +542,8 @@ class CheckpointStore(Generic[BackendT]):
 
 def _checked_rivals(candidates: list[Any]) -> list[Any]:
     """The head (last) and its rivals as a backend read them: more than RIVALS_LIMIT, or a rival
-    that does not continue the head's previous checkpoint under its signature, is the store's
-    error, named, never a resume point."""
+    that does not continue the head's previous checkpoint under its signature (is not a root, for
+    a root head), is the store's error, named, never a resume point."""
     head = candidates[-1]
     if len(candidates) - 1 > RIVALS_LIMIT:
         raise CheckpointCorruptedError(
@@ -551,13 +551,14 @@ def _checked_rivals(candidates: list[Any]) -> list[Any]:
         )
     for rival in candidates[:-1]:
         if (
-            head.previous_checkpoint_id is None
-            or rival.previous_checkpoint_id != head.previous_checkpoint_id
+            rival.previous_checkpoint_id != head.previous_checkpoint_id
             or rival.graph_signature_hash != head.graph_signature_hash
         ):
+            previous = head.previous_checkpoint_id
+            continues = "a root" if previous is None else f"a successor of {previous!r}"
             raise CheckpointCorruptedError(
                 rival.checkpoint_id,
-                f"read as a rival of {head.checkpoint_id!r}, but it does not continue "
-                f"{head.previous_checkpoint_id!r} under its graph signature",
+                f"read as a rival of {head.checkpoint_id!r}, but it is not {continues} "
+                "under its graph signature",
             )
     return candidates

@@ -84,17 +84,35 @@ class _Workflow:
         """The head's rivals (storages.backend.rivals_of), in commit order."""
         record = head.record
         if record.previous_checkpoint_id is None:
-            return []
+            return self._roots_before(head)
         siblings = self.successors.get((record.previous_checkpoint_id, record.graph_signature_hash))
         if siblings is None or len(siblings) < 2:
             return []
-        rivals = [
-            entry
-            for entry in siblings.values()
-            if entry is not head
-            and (entry.record.checkpoint_id, entry.record.graph_signature_hash) not in self.successors
-        ]
+        rivals = [entry for entry in siblings.values() if entry is not head and self._is_leaf(entry)]
         return rivals[-RIVALS_LIMIT:]
+
+    def _roots_before(self, head: _Entry) -> list[_Entry]:
+        """The leaf roots of the head's signature committed right before it, in commit order."""
+        signature = head.record.graph_signature_hash
+        before = reversed(self.entries.values())
+        for entry in before:  # a root head is the newest of its signature: few entries to pass
+            if entry is head:
+                break
+        roots: list[_Entry] = []
+        for entry in before:
+            record = entry.record
+            if (
+                record.previous_checkpoint_id is not None
+                or record.graph_signature_hash != signature
+                or not self._is_leaf(entry)
+                or len(roots) == RIVALS_LIMIT
+            ):
+                break
+            roots.append(entry)
+        return roots[::-1]
+
+    def _is_leaf(self, entry: _Entry) -> bool:
+        return (entry.record.checkpoint_id, entry.record.graph_signature_hash) not in self.successors
 
     def latest(self, graph_signature_hash: str | None) -> _Entry | None:
         """The head (docs/contract.md, "Latest"): the newest commit, then while a stored

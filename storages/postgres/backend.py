@@ -6,7 +6,8 @@ in client.py, the tables in schema.py; this module wires them into the primitive
 Reads are single statements, so each sees one snapshot: a load or latest returns the record and
 the bodies of everything nested in it in one round trip; latest is one descent of the index
 ``(workflow_name, nested, sequence)`` (O(log n) whatever the history) and one probe of the
-successor index, walking on only where a checkpoint continues the newest (lineage.py); an
+successor index, walking on only where a checkpoint continues the newest; a root head's
+rivals are read one descent back at a time, RIVALS_LIMIT descents at most (lineage.py). An
 ancestry walk is one recursive CTE over the primary key. The walk uses ``UNION`` on (id,
 previous id) rows, so a cycle yields a repeated row that PostgreSQL drops and the recursion ends
 by itself, and ``LIMIT`` on the walked rows caps it at ``max_depth`` (PostgreSQL evaluates a
@@ -63,7 +64,7 @@ _LOAD = (
 # the top-level row named by family. Kinds are numbers: a database whose text is not UTF-8
 # (SQL_ASCII) hands text over as bytes, and a kind must still be told apart.
 _LATEST_HEAD = (
-    f", head AS (SELECT {_COLUMNS} FROM {{s}}.checkpoints "  # noqa: S608
+    f", head AS (SELECT {_COLUMNS}, sequence FROM {{s}}.checkpoints "  # noqa: S608
     "WHERE checkpoint_id = (SELECT checkpoint_id FROM lineage_tip)),\n    "
     + rivals_cte("c.checkpoint_id, c.body, c.workflow_name, c.previous_checkpoint_id, c.graph_signature_hash")
     + f"""

@@ -61,7 +61,8 @@ _PRUNE = (
     + tip_ctes("%(workflow)s")
     + """,
     head AS (
-        SELECT c.checkpoint_id, c.workflow_name, c.previous_checkpoint_id, c.graph_signature_hash
+        SELECT c.checkpoint_id, c.workflow_name, c.previous_checkpoint_id, c.graph_signature_hash,
+            c.sequence
         FROM {s}.checkpoints AS c
         WHERE c.checkpoint_id = (SELECT checkpoint_id FROM lineage_tip) AND %(keep)s > 0
     ),

@@ -9,9 +9,16 @@ step; and ``lineage_tip``, the row the walk ended at. In the common case the fir
 nothing and the walk is one row. A statement using them starts with ``WITH RECURSIVE``.
 
 :func:`rivals_cte` renders ``rivals``, the head's rivals (storages.backend.rivals_of) of a CTE
-named ``head``: one probe of ``checkpoints_by_successor`` that, in the common case, finds the head
-alone (a root, with a NULL previous id, finds nothing: roots have no rivals), so a read of the
-head alone costs one index probe more.
+named ``head``, in two arms, of which a head takes one:
+
+* a head with a previous id, its siblings: one probe of ``checkpoints_by_successor`` that, in
+  the common case, finds the head alone, so a read of the head alone costs one index probe more;
+* a root head (no previous id), the leaf roots of its signature committed right before it
+  (``root_run``): one descent of ``checkpoints_by_kind_and_sequence`` to the top-level row
+  committed right before the head and, if it is a root of the head's signature, one probe of the
+  successor index (is it a leaf?); only if it is such a leaf root, the same step again from it,
+  and on, :data:`~storages.backend.RIVALS_LIMIT` steps at most, ending at the first row that is
+  not. A head with a previous id never takes a step.
 """
 
 from __future__ import annotations
@@ -59,29 +66,71 @@ def tip_subquery(name: str) -> str:
     return "(WITH RECURSIVE " + tip_ctes(name) + " SELECT checkpoint_id FROM lineage_tip)"  # noqa: S608
 
 
-# OFFSET 0 keeps the NOT EXISTS a subplan, one probe of the successor index per candidate, which
+# OFFSET 0 keeps each NOT EXISTS a subplan, one probe of the successor index per candidate, which
 # the planner would otherwise turn into an anti join hashing every top-level row of the workflow.
-_RIVALS_ARM = """
-        SELECT r.* FROM head CROSS JOIN LATERAL (
-            SELECT {columns}, c.sequence FROM {s}.checkpoints AS c
-            WHERE c.previous_checkpoint_id = head.previous_checkpoint_id AND NOT c.nested
-                AND c.graph_signature_hash = head.graph_signature_hash
-                AND c.workflow_name = head.workflow_name AND c.checkpoint_id <> head.checkpoint_id
-                AND NOT EXISTS (
+_IS_LEAF = """NOT EXISTS (
                     SELECT 1 FROM {s}.checkpoints AS s
                     WHERE s.previous_checkpoint_id = c.checkpoint_id AND NOT s.nested
                         AND s.graph_signature_hash = c.graph_signature_hash
                         AND s.workflow_name = c.workflow_name
                     OFFSET 0
-                )
+                )"""
+_SIBLINGS = """
+        SELECT r.* FROM head CROSS JOIN LATERAL (
+            SELECT {columns}, c.sequence FROM {s}.checkpoints AS c
+            WHERE c.previous_checkpoint_id = head.previous_checkpoint_id AND NOT c.nested
+                AND c.graph_signature_hash = head.graph_signature_hash
+                AND c.workflow_name = head.workflow_name AND c.checkpoint_id <> head.checkpoint_id
+                AND {is_leaf}
             ORDER BY c.sequence DESC LIMIT {limit}
         ) AS r"""
+# The run of leaf roots before a root head, newest first. Step 0 is the head, only if it is a
+# root; step n is the top-level row committed right before step n - 1's, kept while it is a root
+# of the head's signature that no top-level row of its signature continues: the first row that
+# is not ends the run (the WHERE drops it, and the recursion stops). A head with a previous id
+# starts no run, and the depth check comes before each step, so the step past the limit never
+# descends the index. Each step reads the whole row (``*``), so a root of the run is read once,
+# with the columns it is returned with; the run's columns are named after ``columns``, so they
+# read the same from the run as from ``c``. One recursive CTE, starting from ``head`` itself,
+# rather than a first step apart: every plan node costs each latest its setup, run or not.
+_ROOT_RUN = """root_run AS (
+        SELECT {columns}, c.sequence, c.workflow_name AS run_workflow,
+            c.graph_signature_hash AS run_signature, 0 AS depth
+        FROM head AS c WHERE c.previous_checkpoint_id IS NULL
+        UNION ALL
+        SELECT {columns}, c.sequence, r.run_workflow, r.run_signature, r.depth + 1
+        FROM root_run AS r CROSS JOIN LATERAL (
+            SELECT * FROM {s}.checkpoints AS b
+            WHERE b.workflow_name = r.run_workflow AND NOT b.nested AND b.sequence < r.sequence
+            ORDER BY b.sequence DESC LIMIT 1
+        ) AS c
+        WHERE r.depth < {limit} AND c.previous_checkpoint_id IS NULL
+            AND c.graph_signature_hash = r.run_signature AND {is_leaf}
+    )"""
+_ROOTS = """
+        SELECT {columns}, c.sequence FROM root_run AS c WHERE c.depth > 0"""
 
 
 def rivals_cte(columns: str) -> str:
-    """The CTE ``rivals`` (without a leading comma): ``columns`` (of ``c``, a rival's row) and
-    ``sequence`` of the :data:`~storages.backend.RIVALS_LIMIT` rivals committed last of the row
-    in the CTE ``head`` (its ``checkpoint_id``, ``workflow_name``, ``previous_checkpoint_id`` and
-    ``graph_signature_hash``), in no particular order."""
-    arm = _RIVALS_ARM.replace("{columns}", columns).replace("{limit}", str(RIVALS_LIMIT))
-    return "rivals AS (" + arm + "\n    )"
+    """The CTEs ``root_run`` and ``rivals`` (without a leading comma): ``rivals`` has
+    ``columns`` (of ``c``, a rival's row) and ``sequence`` of the rivals of the row in the CTE
+    ``head``, at most :data:`~storages.backend.RIVALS_LIMIT`, in no particular order. ``head``
+    has ``columns`` too, and ``checkpoint_id``, ``workflow_name``, ``previous_checkpoint_id``,
+    ``graph_signature_hash`` and ``sequence``. A statement using them starts with
+    ``WITH RECURSIVE``."""
+
+    def rendered(template: str) -> str:
+        return (
+            template.replace("{is_leaf}", _IS_LEAF)
+            .replace("{columns}", columns)
+            .replace("{limit}", str(RIVALS_LIMIT))
+        )
+
+    return (
+        rendered(_ROOT_RUN)
+        + ",\n    rivals AS ("
+        + rendered(_SIBLINGS)
+        + "\n        UNION ALL"
+        + rendered(_ROOTS)
+        + "\n    )"
+    )

@@ -24,7 +24,8 @@ Indexes, each justified by the statements that use it:
   delete, the ancestry walk's recursive step, the nested-bodies join.
 * ``checkpoints_by_kind_and_sequence (workflow_name, nested, sequence)``, unique: latest, list,
   list ids, prune and the fenced save's latest probe (top-level rows, newest first, one descent);
-  the save's next sequence (the largest of each kind, one descent each); listings that include
+  a root head's rivals (the row committed right before each, one descent per step back); the
+  save's next sequence (the largest of each kind, one descent each); listings that include
   nested rows (one workflow's rows of both kinds, sorted). Version 1 had a unique
   ``(workflow_name, sequence)`` and a partial ``(workflow_name, sequence) WHERE NOT nested``
   instead: one index more per save.
@@ -33,7 +34,7 @@ Indexes, each justified by the statements that use it:
 * ``checkpoints_by_successor (previous_checkpoint_id, graph_signature_hash, sequence) WHERE NOT
   nested AND previous_checkpoint_id IS NOT NULL`` (version 3): whether a row is continued by
   another, for latest through the lineage (lineage.py): one probe per latest, finding nothing in
-  the common case.
+  the common case; a head's siblings; whether a root before a root head is a leaf.
 * ``checkpoints_by_container (container_id, position)`` and ``checkpoints_by_root (root_id)``,
   partial (nested rows only, so a top-level save does not touch them): a checkpoint's children
   in order; a family's nested bodies, deletes and prunes.

@@ -13,13 +13,14 @@ key, or produce another key's name::
     P:{W}:sig:S        sorted set: W's top-level ids saved with graph signature S
     P:{W}:next         sorted set (score 0): "esc(previous):esc(S):<seq, 16 hex>:id" for each
                        top-level record with a previous id (latest through the lineage, and
-                       the head's rivals; roots never rival), and each range's marker
-                       "esc(previous):esc(S):" alone (the save learns from it whether the
-                       range had a record)
+                       the head's rivals; a root's rivals are the roots before it in top),
+                       and each range's marker "esc(previous):esc(S):" alone (the save
+                       learns from it whether the range had a record)
     P:{W}:nested       sorted set: records named W nested in any checkpoint, as "home:id"
     P:{W}:tombs        set: ids pruned from W
-    P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields; r=1
-                       on a top-level record saved after a sibling: only it can have rivals)
+    P:{H}:r:ID         hash: one record stored in home H (body, digest, index fields; r,
+                       where a top-level record's rivals may be, should it be the head: 1 when
+                       saved after a sibling, 0 on a root; an unmarked head has none)
     P:{H}:stage:ID     hash: a large body on its way into P:{H}:r:ID, written and consumed
                        by one MULTI (save_one renames it into place); 60 s TTL as a net
     P:{H}:k:ID         list: the direct children of a record, in the order met

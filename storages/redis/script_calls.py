@@ -263,6 +263,8 @@ def encoder(cls: type) -> Callable[[Any], tuple[list[str], list[Encoded]]]:
 
 
 _LUA_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
+_LUA_COMMENT = re.compile(r"--.*")
+"""A Lua comment to the end of its line (no script holds ``--`` inside a string)."""
 
 
 def _functions(library: str) -> list[tuple[str, str]]:
@@ -295,17 +297,19 @@ def _functions(library: str) -> list[tuple[str, str]]:
 
 
 def _used_functions(libraries: list[str], body: str) -> str:
-    """The library functions ``body`` names, directly or through one another, in file order:
-    the server builds a closure for every local function on every call, so unused ones cost."""
+    """The library functions ``body``'s code names (its comments aside), directly or through one
+    another, in file order: the server builds a closure for every local function on every call,
+    so unused ones cost."""
     functions = [item for library in libraries for item in _functions(library)]
+    code = {name: _LUA_COMMENT.sub("", source) for name, source in functions}
     needed: set[str] = set()
-    pending = [body]
+    pending = [_LUA_COMMENT.sub("", body)]
     while pending:
         text = pending.pop()
-        for name, source in functions:
+        for name, _ in functions:
             if name not in needed and re.search(rf"\b{name}\b", text):
                 needed.add(name)
-                pending.append(source)
+                pending.append(code[name])
     return "".join(source for name, source in functions if name in needed)
 
 

@@ -8,8 +8,8 @@ the primitives and answers the reads. The key layout is in
 Reads: load is a GET of the record plus a HEAD of its order key (the visibility check: a record
 without its order key, left by a crashed save, reads as absent as it does in listings); latest is
 one one-item LIST, then one GET and two LISTs together (the newest record, its successors and its
-siblings: storages/s3/lineage.py; a root has no siblings to list), more only where there are
-rivals; ancestry walks cost one GET
+siblings: storages/s3/lineage.py; a root has no siblings, and lists the order key committed right
+before it instead), more only where there are rivals; ancestry walks cost one GET
 per step, sequential because each step reveals the next id (the nested records of a step are
 fetched concurrently).
 """
@@ -130,7 +130,7 @@ class S3Backend(Backend):
             newest = await self._protocol.top_head(workflow_name, "prune")
             if newest is not None:
                 head = await lineage.head(self._protocol, workflow_name, newest, "prune")
-                rivals = await lineage.rivals(self._protocol, workflow_name, head, "prune")
+                rivals = await lineage.rivals(self._protocol, workflow_name, head, "prune", lineage.UNLISTED)
                 protected = {head.entry.key, *(rival.key for rival in rivals)}
         return await self._protocol.prune(workflow_name, keep_last, protected)
 
@@ -154,16 +154,20 @@ class S3Backend(Backend):
         tag = None if graph_signature_hash is None else signature_tag(graph_signature_hash)
         start_after: str | None = None
         while True:
-            # Unfiltered: the first key is the answer, one item suffices. Filtered: a page at a time.
+            # Unfiltered: the first key is the answer, one item suffices (a root's probe lists the
+            # one before it with its record: storages/s3/lineage.py). Filtered: a page at a time.
             page, more = await self._client.list_page(
                 "get_latest", prefix, start_after, 1 if tag is None else LIST_PAGE
             )
-            for key in page:
+            for index, key in enumerate(page):
                 start_after = key
                 entry = self._keys.parse_order_key(key, False)
                 if entry is None or (tag is not None and entry.tag != tag):
                     continue
-                found = await lineage.latest_record(self._protocol, workflow_name, entry, "get_latest")
+                before = lineage.Before(page[index + 1 :], more)
+                found = await lineage.latest_record(
+                    self._protocol, workflow_name, entry, "get_latest", before
+                )
                 if found is not None and (
                     graph_signature_hash is None
                     or found.head.header.graph_signature_hash == graph_signature_hash

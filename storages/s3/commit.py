@@ -10,8 +10,9 @@ A save (one checkpoint with its nested records), each step one round trip of con
 1. **High-water mark** of each workflow it writes: GET the pointer, LIST (one item) the head of
    ``t/``. The new sequence is one more than the larger.
 2. **Records**, create-only: the nested records, then the checkpoint's own, with its group key
-   if it continues another (storages/s3/lineage.py; roots have none). The record key is the id,
-   so this is where a duplicate id is caught (two writers, one wins).
+   if it continues another (storages/s3/lineage.py; a root has none: its order key ends in
+   ``.r``). The record key is the id, so this is where a duplicate id is caught (two writers,
+   one wins).
 3. **Pointer floors**, only for workflows that receive nested records: the pointer is moved
    (compare-and-swap, only forward) to the highest nested sequence. Top-level order keys need no
    floor: the ``t/`` head already says how far they went.
@@ -249,8 +250,9 @@ class CommitProtocol:
                 tuple(descendants(record.checkpoint_id)),
                 members if position == 0 else (),
                 False,
-                # The checkpoint has a group key if it continues another (storages/s3/lineage.py).
-                position == 0 and record.previous_checkpoint_id is not None,
+                # The checkpoint's order key says what it is: a root (``.r``), or continuing
+                # another, with a group key (storages/s3/lineage.py).
+                position == 0,
             )
             for position, (record, sequence) in enumerate(zip(records, sequences, strict=True))
         ]

@@ -6,8 +6,10 @@
     P w/E(workflow)/t/R(seq).S.E(id)     order key of a top-level checkpoint (empty object)
     P w/E(workflow)/n/R(seq).S.E(id)     order key of a nested record (same sequence space)
     P w/E(workflow)/t/R(seq).S.E(id).c.E(prev)  order key of a top-level checkpoint that continues
-                                         E(prev) (saved by this release: it names its group); a
-                                         root's order key has no ending (roots never rival)
+                                         E(prev) (saved by this release: it names its group)
+    P w/E(workflow)/t/R(seq).S.E(id).r   order key of a top-level root saved by this release (it
+                                         has no group key; roots rival only the leaf roots
+                                         committed right before them: storages/s3/lineage.py)
     P w/E(workflow)/s/E(prev)/R(seq).S.E(id).c  group key of a checkpoint continuing E(prev),
                                          written before its order key, the commit point: the
                                          group of one previous id lists its successors (latest
@@ -15,7 +17,8 @@
     P w/E(workflow)/s/E(prev)/R(seq).S.E(id).s  successor key of a checkpoint an earlier release
                                          saved out of lineage order (its order key ends in
                                          ``.s``); an earlier release's checkpoints saved in order
-                                         have no key in any group, and never rival
+                                         have no key in any group, its order keys have no ending
+                                         (roots too), and they never rival
     P w/E(workflow)/head                 pointer: {"seq": a sequence floor, "id": a fenced writer}
     P w/E(workflow)/x/E(id)              tombstone of a pruned id, listed per workflow
     P x/E(id)                            the same tombstone, found by id during ancestry walks
@@ -93,8 +96,8 @@ class OrderEntry:
     escaped_id: str
     nested: bool
     mark: str = ""
-    """How its name ends: "" (no group key: a root, or an earlier release's checkpoint),
-    :data:`SUCCESSOR_MARK` or :data:`CONTINUES_MARK` (see KeyLayout)."""
+    """How its name ends: "" (an earlier release's checkpoint), :data:`SUCCESSOR_MARK`,
+    :data:`CONTINUES_MARK` or :data:`ROOT_MARK` (see KeyLayout)."""
     group: str | None = None
     """The group its record's group key is in (the escaped previous id), when the key says so:
     an order key of a checkpoint continuing another saved by this release, or any group key."""
@@ -106,14 +109,21 @@ class OrderEntry:
     @property
     def successor(self) -> bool:
         """Its record has a key in a group (the one of its previous id)."""
-        return bool(self.mark)
+        return self.mark in (SUCCESSOR_MARK, CONTINUES_MARK)
 
     @property
     def rivals(self) -> bool:
         """Its record can rival its siblings: it continues another and was saved with its group
         named (by this release). An earlier release's checkpoints are not all in a group, so none
-        rival; roots never rival."""
+        rival."""
         return self.mark == CONTINUES_MARK
+
+    @property
+    def root(self) -> bool:
+        """A root saved by this release: it can rival the leaf roots committed right before it,
+        and be one of them (an earlier release's order keys do not say which are roots, so its
+        roots never rival)."""
+        return self.mark == ROOT_MARK
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +140,8 @@ class Member:
     group: str | None = None
     """A top-level record continuing another, saved by this release: the group its group key is
     in (the escaped previous id), which its order key name ends with."""
+    root: bool = False
+    """A top-level root saved by this release (order key name ends in ``.r``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +166,10 @@ class Header:
     """Saved by an earlier release with a successor key (its parent was not, at its save, the
     workflow's newest checkpoint with a lineage complete to the root)."""
     grouped: bool = False
-    """Saved by this release, continuing another: a top-level record with a key in the group
-    of its previous id, whose order key names that group (storages/s3/lineage.py). A root has
-    neither (roots never rival): its header and keys are an earlier release's."""
+    """A top-level record saved by this release, whose order key says what it is
+    (storages/s3/lineage.py): continuing another, it has a key in the group of its previous id
+    and its order key names that group; a root has no group key and its order key ends in
+    ``.r``."""
 
     @property
     def member(self) -> Member:
@@ -167,12 +180,13 @@ class Header:
             signature_tag(self.graph_signature_hash),
             self.successor,
             self.group,
+            self.grouped and not self.nested and self.previous_checkpoint_id is None,
         )
 
     @property
     def group(self) -> str | None:
         """The group of a top-level record continuing another, saved by this release (None for
-        any other: roots never rival)."""
+        any other: a root is in no group)."""
         if not self.grouped or self.nested or self.previous_checkpoint_id is None:
             return None
         return escape_component(self.previous_checkpoint_id)
@@ -316,17 +330,21 @@ SUCCESSOR_MARK = "s"
 CONTINUES_MARK = "c"
 """Ends the group key name (``.c``) of a record continuing another, and its order key name
 (``.c.E(previous id)``)."""
+ROOT_MARK = "r"
+"""Ends the order key name (``.r``) of a root saved by this release (it has no group key)."""
 
 
 def _mark(member: Member) -> str:
     if member.group is not None:
         return CONTINUES_MARK
+    if member.root:
+        return ROOT_MARK
     return SUCCESSOR_MARK if member.successor else ""
 
 
 def group_name(member: Member) -> str:
-    """The last part of a group key: R(seq).S.E(id), then ``.c`` or ``.s``; with no ending, the
-    last part of the order key of a record in no group."""
+    """The last part of a group key: R(seq).S.E(id), then ``.c`` or ``.s``; with ``.r`` or no
+    ending, the last part of the order key of a record in no group."""
     mark = _mark(member)
     return f"{reverse(member.sequence)}.{member.tag}.{escape_component(member.checkpoint_id)}" + (
         f".{mark}" if mark else ""
@@ -432,8 +450,8 @@ class KeyLayout:
 
 
 def _parse_name(key: str, name: str, nested: bool, in_group: str | None) -> OrderEntry:
-    """Parse R(seq).S.E(id) and its ending: an order key's (``in_group`` None) is nothing, ``.s``
-    or ``.c.E(previous id)`` (nested ones: nothing); a group key's is ``.s`` or ``.c``."""
+    """Parse R(seq).S.E(id) and its ending: an order key's (``in_group`` None) is nothing, ``.s``,
+    ``.r`` or ``.c.E(previous id)`` (nested ones: nothing); a group key's is ``.s`` or ``.c``."""
     parts = name.split(".")
     reversed_sequence, tag, escaped_id = [*parts, "", ""][:3]
     ending = parts[3:]
@@ -446,7 +464,7 @@ def _parse_name(key: str, name: str, nested: bool, in_group: str | None) -> Orde
         well_formed = len(ending) == 2 and bool(ending[1]) and not nested
         group = ending[1] if well_formed else None
     else:
-        well_formed = not ending or (len(ending) == 1 and mark == SUCCESSOR_MARK and not nested)
+        well_formed = not ending or (len(ending) == 1 and mark in (SUCCESSOR_MARK, ROOT_MARK) and not nested)
         group = None
     if (
         not well_formed
@@ -459,7 +477,7 @@ def _parse_name(key: str, name: str, nested: bool, in_group: str | None) -> Orde
         raise CheckpointCorruptedError(
             name[:256],
             f"the S3 {'order' if in_group is None else 'group'} key {key[:300]!r} is not one a save "
-            "writes (sequence.tag.id, then .s or .c[.previous id])",
+            "writes (sequence.tag.id, then .s, .r or .c[.previous id])",
         )
     return OrderEntry(key, MAX_SEQUENCE - int(reversed_sequence), tag, escaped_id, nested, mark, group)
 
@@ -471,6 +489,7 @@ __all__ = [
     "Member",
     "OrderEntry",
     "Pointer",
+    "ROOT_MARK",
     "Stored",
     "escape_component",
     "frame",

@@ -5,27 +5,37 @@ round trip of its record (before its order key, the commit point): ``w/E(workflo
 followed by the name of its order key. Its order key name ends with its group
 (``.c.E(previous)``), so the newest order key alone says which group to list. A group key counts
 only once the order key it names exists: a save that crashed before its commit point leaves one
-that names nothing. Roots never rival (storages.backend.rivals_of): a root has no group key, its
-order key names no group, and a root head reads no rivals.
+that names nothing. A root has no group key; its order key ends in ``.r``, so the order keys
+alone say which records are roots of which signature.
 
 The head is the newest order key of the workflow (of a signature, if given), then, while
 committed group keys of the same signature list the current record as previous id, the newest
-one not visited yet. Its rivals are the other committed records of its group with its signature
-that no committed record of their signature continues.
+one not visited yet. The rivals of a head continuing another are the other committed records of
+its group with its signature that no committed record of their signature continues. A root head
+is the newest order key of its signature (the walk only moves to records continuing another);
+its rivals are the leaf roots of its signature committed right before it
+(storages.backend.rivals_of): the order keys listed after its own, newest first, taken while
+each is a root of its signature whose successors (its group, listed) hold no committed record of
+its signature, up to the first that is not one, at most :data:`RIVALS_LIMIT`.
 
 So get_latest lists, in the round trip that reads the newest record, the group of that record
-(its successors) and the group it is in (its siblings; none for a root): in the common case the
-first holds nothing and the second only itself, and that costs two requests (one for a root), no
-round trip. Only a record
-saved before the one it continues costs more (one HEAD per successor and one LIST per step on),
-and only rivals cost more (a HEAD and a LIST each, then their bodies).
+(its successors) and the group it is in (its siblings): in the common case the first holds
+nothing and the second only itself, and that costs two requests, no round trip. A root is in no
+group; that round trip lists the order key committed right before it instead (the probe; a
+listing of the workflow's order keys by signature has it already, and lists that one's
+successors when it is a root of the root's signature). Only a record saved before the
+one it continues costs more (one HEAD per successor and one LIST per step on), and only rivals
+cost more: siblings a HEAD and a LIST each, roots up to :data:`RIVALS_LIMIT` order keys in one
+LIST and a LIST each; then their bodies.
 
-An earlier release wrote such keys (``.s``) only for checkpoints saved out of lineage order: its
-checkpoints are followed through the keys it wrote, and never rival.
+An earlier release wrote such keys (``.s``) only for checkpoints saved out of lineage order, and
+its order keys do not say which records are roots: its checkpoints are followed through the keys
+it wrote, and never rival.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..backend import RIVALS_LIMIT
@@ -41,6 +51,28 @@ class Head:
 
     entry: OrderEntry
     group: list[OrderEntry] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Before:
+    """The order keys a listing gave right after an entry's, newest first: the top-level records
+    committed right before it (any signature)."""
+
+    keys: Sequence[str]
+    more: bool
+    """Order keys older than these exist, or may: not listed yet."""
+
+
+UNLISTED = Before((), True)
+"""Nothing listed after the entry yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The root committed right before a root head, with its successors as listed."""
+
+    entry: OrderEntry
+    successors: list[OrderEntry]
 
 
 async def successors(
@@ -126,13 +158,28 @@ async def _group_of(
 
 
 async def rivals(
-    protocol: CommitProtocol, workflow_name: str, found: Head, operation: str
+    protocol: CommitProtocol,
+    workflow_name: str,
+    found: Head,
+    operation: str,
+    before: Before = UNLISTED,
+    probe: Probe | None = None,
 ) -> list[OrderEntry]:
     """The head's rivals (storages.backend.rivals_of) as order entries, in ascending sequence:
-    the committed records of its group with its signature, saved by this release, that no
-    committed record of their signature continues; the :data:`RIVALS_LIMIT` newest. None for a
-    root (it is in no group). No request unless its group lists another record of its
-    signature."""
+    a root's by :func:`root_rivals` (``before`` and ``probe`` as it takes them), any other's
+    by :func:`siblings`."""
+    if found.entry.root:
+        return await root_rivals(protocol, workflow_name, found.entry, before, probe, operation)
+    return await siblings(protocol, workflow_name, found, operation)
+
+
+async def siblings(
+    protocol: CommitProtocol, workflow_name: str, found: Head, operation: str
+) -> list[OrderEntry]:
+    """The rivals of a head continuing another, in ascending sequence: the committed records of
+    its group with its signature, saved by this release, that no committed record of their
+    signature continues; the :data:`RIVALS_LIMIT` newest. No request unless its group lists
+    another record of its signature."""
     if not found.entry.rivals or not found.group:
         return []
     candidates = [
@@ -176,6 +223,69 @@ async def _leaf(
     return protocol.keys.parse_order_key(order_key, False)
 
 
+def _may_rival(candidate: OrderEntry, head: OrderEntry) -> bool:
+    """A root of the head's signature saved by this release: the head's rival if it is a leaf."""
+    return candidate.root and candidate.tag == head.tag
+
+
+async def root_rivals(
+    protocol: CommitProtocol,
+    workflow_name: str,
+    head: OrderEntry,
+    before: Before,
+    probe: Probe | None,
+    operation: str,
+) -> list[OrderEntry]:
+    """The rivals of a root head, in ascending sequence: the leaf roots of its signature
+    committed right before it. ``before``: the order keys listed after the head's; more are
+    listed (newest first, never more than the run can still take) only while every one listed
+    is a leaf root of the head's signature and the run has room. ``probe``: the successors of the first of
+    them, if read with the head. One LIST of its successors per candidate, concurrent, and a
+    HEAD per successor of its signature (is it committed); reads only, safe to resend."""
+    order_prefix = protocol.keys.order_prefix(workflow_name, False)
+    listed = {} if probe is None else {probe.entry.key: probe.successors}
+    keys, more, after = before.keys, before.more, head.key
+    run: list[OrderEntry] = []  # newest first
+    while True:
+        room = RIVALS_LIMIT - len(run)
+        taken = keys[:room]
+        more = more or len(keys) > room
+        entries = [entry for key in taken if (entry := protocol.keys.parse_order_key(key, False)) is not None]
+        candidates: list[OrderEntry] = []
+        for entry in entries:
+            if not _may_rival(entry, head):
+                break
+            candidates.append(entry)
+        leaves = await gather(
+            _leaf_root(protocol, workflow_name, entry, listed.get(entry.key), operation)
+            for entry in candidates
+        )
+        for entry, leaf in zip(candidates, leaves, strict=True):
+            if not leaf:
+                return run[::-1]
+            run.append(entry)
+        if len(candidates) < len(entries) or not more or len(run) >= RIVALS_LIMIT:
+            return run[::-1]
+        after = taken[-1] if taken else after
+        keys, more = await protocol.client.list_page(operation, order_prefix, after, RIVALS_LIMIT - len(run))
+
+
+async def _leaf_root(
+    protocol: CommitProtocol,
+    workflow_name: str,
+    root: OrderEntry,
+    listed: list[OrderEntry] | None,
+    operation: str,
+) -> bool:
+    """No committed record of its signature continues ``root`` (``listed``: its successors, if
+    read)."""
+    if listed is None:
+        listed = await successors(protocol, workflow_name, root.escaped_id, operation)
+    keys = protocol.keys
+    continuations = [keys.order_key_of_successor(workflow_name, e) for e in listed if e.tag == root.tag]
+    return not any(await gather(protocol.client.exists(operation, key) for key in continuations))
+
+
 @dataclass(frozen=True, slots=True)
 class Latest:
     """The head's record and its rivals' records, in ascending sequence."""
@@ -185,29 +295,41 @@ class Latest:
 
 
 async def latest_record(
-    protocol: CommitProtocol, workflow_name: str, newest: OrderEntry, operation: str
+    protocol: CommitProtocol, workflow_name: str, newest: OrderEntry, operation: str, before: Before
 ) -> Latest | None:
-    """The head's record and its rivals', from the workflow's newest entry: its record, its
-    successors and its group are read in one round trip; None if the head's record was deleted
-    since (the caller reads again). A rival deleted since is left out, as if read a moment
-    later."""
+    """The head's record and its rivals', from the workflow's newest entry (of the signature
+    read) and the order keys its listing gave after it (``before``): its record, its successors
+    and its group are read in one round trip. For a root, the same round trip reads the probe:
+    the order key committed right before it if its listing stopped at the root, else, when that
+    key is a root of its signature, that root's successors (is it a leaf, so a rival). None if
+    the head's record was deleted since (the caller reads again). A rival deleted since is left
+    out, as if read a moment later."""
+    order_prefix = protocol.keys.order_prefix(workflow_name, False)
+    list_prior = newest.root and not before.keys and before.more
+    prior = protocol.keys.parse_order_key(before.keys[0], False) if newest.root and before.keys else None
+    probed = prior if prior is not None and _may_rival(prior, newest) else None
     read = await gather(
         [
             protocol.read_entry(newest, operation, lost_is_error=True),
             successors(protocol, workflow_name, newest.escaped_id, operation),
             _group_of(protocol, workflow_name, newest, operation),
+            *([protocol.client.list_page(operation, order_prefix, newest.key, 1)] if list_prior else []),
+            *([] if probed is None else [successors(protocol, workflow_name, probed.escaped_id, operation)]),
         ]
     )
     stored: Stored | None = read[0]
     listed: list[OrderEntry] = read[1]
     found = Head(newest, read[2])
+    if list_prior:  # then no key was listed before, so none was probed: read[3] is this listing
+        before = Before(*read[3])
+    probe = None if probed is None else Probe(probed, read[3])
     if any(entry.tag == newest.tag for entry in listed):
         found = await _walk(protocol, workflow_name, found, listed, operation)
         if found.entry is not newest:
             stored = await protocol.read_entry(found.entry, operation, lost_is_error=True)
     if stored is None:
         return None
-    chosen = await rivals(protocol, workflow_name, found, operation)
+    chosen = await rivals(protocol, workflow_name, found, operation, before, probe)
     if not chosen:
         return Latest(stored, [])
     read_rivals = await gather(protocol.read_entry(entry, operation, lost_is_error=True) for entry in chosen)

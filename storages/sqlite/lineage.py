@@ -3,12 +3,16 @@ connection's thread.
 
 ``SELECT_LATEST`` returns the top-level row committed last with whether a top-level row of its
 workflow and signature names it as previous id (one probe of ``checkpoints_by_successor``) and
-whether it has a rival (one more probe of the same index; a root has none). Only then, which
-takes a checkpoint saved before the one it continues or parallel steps, does
+whether it has a rival: for a row with a previous id, one more probe of the same index (another
+leaf under that previous id); for a root, whether the top-level row committed right before it is
+a root of its signature that nothing continues (one step back along
+``checkpoints_by_kind_and_sequence`` and one probe of ``checkpoints_by_successor``). Only then,
+which takes a checkpoint saved before the one it continues or parallel steps, does
 :func:`latest_rows` read again: the walk from each row to the successor committed last, never
-to a row already visited, until a row has none (the head), then the head's rivals. It runs as
-one call on the connection's thread, inside one read transaction (or the write transaction of a
-fenced save or a prune), so it sees one state of the file.
+to a row already visited, until a row has none (the head), then the head's rivals (for a root
+head, the run of such roots committed right before it, at most ``RIVALS_LIMIT`` rows back). It
+runs as one call on the connection's thread, inside one read transaction (or the write
+transaction of a fenced save or a prune), so it sees one state of the file.
 """
 
 from __future__ import annotations
@@ -88,19 +92,36 @@ def _rivals(
     *,
     ids_only: bool,
 ) -> list[Sequence[object]]:
-    """The rows (or ids) of the head's rivals (storages.backend.rivals_of), as stored: none for
-    a root."""
+    """The rows (or ids) of the head's rivals (storages.backend.rivals_of), as stored, in
+    ascending sequence: for a head with a previous id, the leaves under that id; for a root, the
+    leaf roots of its signature committed right before it."""
+    parameters = {"head": head, "signature": signature, "workflow": workflow_name, "limit": RIVALS_LIMIT}
     if previous is None:
-        return []
-    parameters = {
-        "head": head,
-        "previous": previous,
-        "signature": signature,
-        "workflow": workflow_name,
-        "limit": RIVALS_LIMIT,
-    }
+        return _root_rivals(connection, parameters, ids_only=ids_only)
+    parameters["previous"] = previous
     query = schema.SELECT_RIVAL_IDS if ids_only else schema.SELECT_RIVALS
     return connection.execute(query, parameters).fetchall()
+
+
+def _root_rivals(
+    connection: sqlite3.Connection, parameters: dict[str, object], *, ids_only: bool
+) -> list[Sequence[object]]:
+    """A root head's rivals: the rows committed right before it, newest first, while each is a
+    leaf root of its signature (their last column), returned in ascending sequence. The rows
+    are fetched one at a time and the statement is closed at the first that is not one, so the
+    run and the row that ends it are all that is read."""
+    cursor = connection.execute(
+        schema.SELECT_ROOT_RIVAL_IDS if ids_only else schema.SELECT_ROOT_RIVALS, parameters
+    )
+    try:
+        rivals: list[Sequence[object]] = []
+        for row in cursor:
+            if not row[-1]:
+                break
+            rivals.append(row[:-1])
+    finally:
+        cursor.close()
+    return rivals[::-1]
 
 
 def _newest(

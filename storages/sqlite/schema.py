@@ -6,18 +6,21 @@ Indexes, each justified by the statements that use it (every other index would o
   delete, the ancestry walk's recursive step, the nested-bodies join.
 * ``checkpoints_by_kind_and_sequence (workflow_name, nested, sequence)``, unique: latest, list,
   list ids, prune and the fenced save's latest probe (top-level rows only, newest first, one
-  index step); the save's next sequence (the largest of each kind, one index step each); the
-  listings that include nested records (both kinds of one workflow, sorted: listing reads every
-  row anyway). Until version 4 a second unique index on ``(workflow_name, sequence)`` served only
-  those listings; one index now serves both, a page fewer per save.
+  index step); a root head's rivals (the row committed right before it, one index step back,
+  and only when that row is a leaf root of its signature, at most ``RIVALS_LIMIT`` rows back);
+  the save's next sequence (the largest of each kind, one index step each); the listings that
+  include nested records (both kinds of one workflow, sorted: listing reads every row anyway).
+  Until version 4 a second unique index on ``(workflow_name, sequence)`` served only those
+  listings; one index now serves both, a page fewer per save.
 * ``checkpoints_top_by_signature (workflow_name, nested, graph_signature_hash, sequence)``: the
   same with a signature filter (MAF restores and ``get_latest(graph_signature_hash=...)``).
 * ``checkpoints_by_successor (previous_checkpoint_id, graph_signature_hash, sequence)``,
   top-level rows with a previous id only: whether the newest row of a workflow is continued by
   another (latest through the lineage, lineage.py), and whether another row continues the one
-  it continues (the head's rivals); two probes per latest that find nothing in the common case,
-  the walk to the tip and the read of the rivals when they find something. A root (no previous
-  id) has no rivals, so the index need not hold roots.
+  it continues (the head's rivals), or, for a root, whether the root committed right before it
+  is continued; two probes per latest that find nothing in the common case, the walk to the tip
+  and the read of the rivals when they find something. Rows are only ever looked up here by the
+  id they continue, never by a NULL one, so the index need not hold roots.
 * ``checkpoints_by_container (container_id, position)``, nested rows only: the children of one
   checkpoint, in order.
 * ``checkpoints_by_root (root_id)``, nested rows only: deleting or pruning a family, reading a
@@ -197,28 +200,42 @@ _CONTINUED = """
         WHERE s.previous_checkpoint_id = r.checkpoint_id AND s.nested = 0
             AND s.graph_signature_hash = r.graph_signature_hash AND s.workflow_name = r.workflow_name)
 """
-# Whether the row ``c`` has a rival (storages.backend.rivals_of): another top-level row of its
-# workflow and signature naming its previous id that nothing continues. A root has none: ``=``
-# with a NULL previous id is never true. The row itself is told by rowid, which the index entry
-# holds: the common probe (the row alone under its previous id) reads no table row for it.
+# Whether the row ``c`` has a rival (storages.backend.rivals_of).
+# * ``c`` has a previous id: another top-level row of its workflow and signature naming that id
+#   that nothing continues. The row itself is told by rowid, which the index entry holds: the
+#   common probe (the row alone under its previous id) reads no table row for it.
+# * ``c`` is a root: the top-level row committed right before it (one step back in
+#   checkpoints_by_kind_and_sequence, any signature) is a root of its signature that nothing
+#   continues. Only then is the run of such roots before ``c`` read (SELECT_ROOT_RIVALS).
+# CASE evaluates one branch only, so a row with a previous id pays nothing for the root probe.
 _HAS_RIVAL = (
     """
-    EXISTS (SELECT 1 FROM checkpoints AS r INDEXED BY checkpoints_by_successor
+    CASE WHEN c.previous_checkpoint_id IS NULL THEN coalesce((
+        SELECT CASE WHEN r.previous_checkpoint_id IS NULL AND r.graph_signature_hash = c.graph_signature_hash
+            THEN NOT"""  # noqa: S608 - constant SQL
+    + _CONTINUED
+    + """ ELSE 0 END
+        FROM checkpoints AS r INDEXED BY checkpoints_by_kind_and_sequence
+        WHERE r.workflow_name = c.workflow_name AND r.nested = 0 AND r.sequence < c.sequence
+        ORDER BY r.sequence DESC LIMIT 1
+    ), 0) ELSE EXISTS (SELECT 1 FROM checkpoints AS r INDEXED BY checkpoints_by_successor
         WHERE r.previous_checkpoint_id = c.previous_checkpoint_id AND r.nested = 0
             AND r.graph_signature_hash = c.graph_signature_hash AND r.rowid <> c.rowid
-            AND r.workflow_name = c.workflow_name AND NOT"""  # noqa: S608 - constant SQL
+            AND r.workflow_name = c.workflow_name AND NOT"""
     + _CONTINUED
-    + """)
+    + """) END
 """
 )
 # The newest top-level row, whether it is continued (column 5) and whether it has a rival
-# (column 6): when both are false, the common case, it is the latest, alone.
+# (column 6): when both are false, the common case, it is the latest, alone. The flags are named:
+# sqlite3 builds each result column's name on every execution, and an unnamed one is named by
+# its whole expression text (decoding it cost more than the root probe's branch does).
 SELECT_LATEST = (
     "SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash,"  # noqa: S608
     + _HAS_SUCCESSOR
-    + ","
+    + " AS continued,"
     + _HAS_RIVAL
-    + """
+    + """ AS rivalled
     FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT 1
 """
@@ -226,15 +243,14 @@ SELECT_LATEST = (
 SELECT_LATEST_WITH_SIGNATURE = (
     "SELECT checkpoint_id, body, workflow_name, previous_checkpoint_id, graph_signature_hash,"  # noqa: S608
     + _HAS_SUCCESSOR
-    + ","
+    + " AS continued,"
     + _HAS_RIVAL
-    + """
+    + """ AS rivalled
     FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0 AND graph_signature_hash = ?
     ORDER BY sequence DESC LIMIT 1
 """
 )
-# A head's rivals (the head has a previous id), the RIVALS_LIMIT committed last, in ascending
-# sequence.
+# The rivals of a head with a previous id, the RIVALS_LIMIT committed last, in ascending sequence.
 _RIVALS = """
     SELECT {columns} FROM (
         SELECT r.checkpoint_id, r.body, r.workflow_name, r.previous_checkpoint_id,
@@ -248,13 +264,29 @@ _RIVALS = """
 """
 SELECT_RIVALS = _RIVALS.replace("{columns}", _RECORD_COLUMNS).replace("{continued}", _CONTINUED)
 SELECT_RIVAL_IDS = _RIVALS.replace("{columns}", "checkpoint_id").replace("{continued}", _CONTINUED)
+# The top-level rows committed right before a root head, newest first (a step back along
+# checkpoints_by_kind_and_sequence, any signature, at most RIVALS_LIMIT rows), each with whether
+# it is a root of the head's signature that nothing continues (the last column). lineage.py
+# steps through them and stops at the first that is not: SQLite reads rows as they are fetched,
+# so a run of n rivals costs n + 1 rows, never the workflow's history.
+_ROOT_RIVALS = """
+    SELECT {columns},
+        CASE WHEN r.previous_checkpoint_id IS NULL AND r.graph_signature_hash = :signature
+            THEN NOT {continued} ELSE 0 END AS rival
+    FROM checkpoints AS r INDEXED BY checkpoints_by_kind_and_sequence
+    WHERE r.workflow_name = :workflow AND r.nested = 0
+        AND r.sequence < (SELECT sequence FROM checkpoints WHERE checkpoint_id = :head)
+    ORDER BY r.sequence DESC LIMIT :limit
+"""
+SELECT_ROOT_RIVALS = _ROOT_RIVALS.replace("{columns}", _RECORD_COLUMNS).replace("{continued}", _CONTINUED)
+SELECT_ROOT_RIVAL_IDS = _ROOT_RIVALS.replace("{columns}", "checkpoint_id").replace("{continued}", _CONTINUED)
 SELECT_LINEAGE_ENTRY = (
     "SELECT previous_checkpoint_id, graph_signature_hash FROM checkpoints WHERE checkpoint_id = ?"
 )
 SELECT_NEWEST_ID = (
     "SELECT checkpoint_id, graph_signature_hash,"  # noqa: S608
     + _HAS_SUCCESSOR
-    + """
+    + """ AS continued
     FROM checkpoints AS c WHERE workflow_name = ? AND nested = 0
     ORDER BY sequence DESC LIMIT 1
 """

@@ -920,19 +920,8 @@ class SixOwnLatest(SixMethods):
                 break
             head = following[-1]
             visited.add(head.checkpoint_id)
-        if head.previous_checkpoint_id is None:
-            return head
-        continued = {(c.previous_checkpoint_id, c.graph_signature_hash) for c in items}
-        group = [
-            c
-            for c in items
-            if c is head
-            or (
-                c.previous_checkpoint_id == head.previous_checkpoint_id
-                and c.graph_signature_hash == head.graph_signature_hash
-                and (c.checkpoint_id, c.graph_signature_hash) not in continued
-            )
-        ]
+        rivals = {id(c) for c in rivals_of(items, head)}
+        group = [c for c in items if c is head or id(c) in rivals]
         ranked = [(self.rank(c.timestamp), position, c) for position, c in enumerate(group)]
         return max(ranked, key=lambda r: (r[0], r[1]))[2]
 

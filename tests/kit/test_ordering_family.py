@@ -70,6 +70,17 @@ class RivalsByCommitOrder(DoubleBackend):
         return None if stored is None else replace(stored, rivals=())
 
 
+class RootsNeverRival(DoubleBackend):
+    """Rivals only for a head with a previous id: of roots committed one after another (parallel
+    first steps saved out of order), the one committed last is latest, whatever their timestamps."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await super().latest(workflow_name, graph_signature_hash)
+        if stored is None or (await self.decode(stored)).previous_checkpoint_id is not None:
+            return stored
+        return replace(stored, rivals=())
+
+
 class SavesOvertakeEachOther(DoubleStorage):
     """A wrapper whose saves reach the store in the reverse of their call order when several run
     at once (each waits longer the earlier it was called), as a client pool on a slow network
@@ -196,6 +207,7 @@ def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> No
         "ordering.commit_order_across_handles",
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",  # the first saved of equal timestamps
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
     }
     message = backend.result("ordering.latest_with_equal_timestamps").message
@@ -207,6 +219,7 @@ def test_latest_by_commit_order_fails_the_lineage_and_rivals_clauses_only() -> N
     assert failed(backend) == {
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",
     }
@@ -219,11 +232,21 @@ def test_rivals_by_commit_order_fail_the_rivals_clauses_only() -> None:
     backend = run_family(RivalsByCommitOrder)
     assert failed(backend) == {
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",
     }
     assert "after saving c1, c2 and c3, which all continue c0 (c1 the newest) returned c3, expected c1" in (
         backend.result("ordering.latest_among_rivals_by_timestamp").message
+    )
+
+
+def test_roots_that_never_rival_fail_the_root_rivals_clause_only() -> None:
+    backend = run_family(RootsNeverRival)
+    caught_only_by(
+        backend,
+        "ordering.latest_among_root_rivals_by_timestamp",
+        "then roots c2, c3 and c4 (c2 the newest) returned c4, expected c2",
     )
 
 
@@ -256,6 +279,7 @@ def test_sequence_numbers_reused_after_delete_fail_save_after_delete_is_latest()
     assert failed(backend) == {
         "ordering.save_after_delete_is_latest",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",
     }
@@ -274,6 +298,7 @@ def test_one_latest_pointer_for_all_workflows_fails_workflows_are_independent() 
         "ordering.commit_order_across_handles",
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",
     }
@@ -303,6 +328,7 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
         *LATEST_CLAUSES,
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
     }
     assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED

@@ -33,6 +33,7 @@ from . import support
 from .double import DoubleBackend, InlineStorage
 from .support import failed
 from .test_fencing_family import ComparesWithCachedLatest, WithoutFencing
+from .test_ordering_family import RootsNeverRival
 
 FAMILY = "runner"
 
@@ -277,6 +278,7 @@ def test_latest_by_iteration_count_fails_resume_from_latest_and_parallel_steps()
     assert failed(ordering) == {
         "ordering.latest_is_the_lineage_tip",
         "ordering.latest_among_rivals_by_timestamp",
+        "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",
         "ordering.concurrent_saves_commit_in_call_order",
@@ -289,6 +291,12 @@ def test_rivals_by_commit_order_fail_the_parallel_steps_clause() -> None:
     message = backend.result(PARALLEL).message
     assert "get_latest() returned" in message
     assert "resuming from it ran ['" in message  # at least one completed step ran again
+
+
+def test_roots_that_never_rival_fail_the_parallel_steps_clause_only() -> None:
+    backend = run_family(RootsNeverRival)
+    assert failed(backend) == {PARALLEL}
+    assert "parallel-first run" in backend.result(PARALLEL).message
 
 
 @pytest.mark.maf

@@ -26,13 +26,17 @@ end
 if body then
   local out = {id, body}
   descendants(H, id, out)
-  -- Only a head saved after a sibling (marked: lineage.lua, index_successor) has rivals; a root
-  -- is never marked.
+  -- Only a head its save marked (field 'r', lineage.lua: rivals) can have rivals: a root ('0')
+  -- when the record committed right before it is a leaf root of its signature, a head saved
+  -- after a sibling ('1') when its range has other leaves.
   if not (marked and signature) then return out end
-  -- The walk's last step came from the head's previous id; a head it did not move to says it.
-  local previous = from or redis.call('HGET', rkey(H, id), 'p')
-  if not previous then return out end  -- a damaged record: marked, yet no previous id
-  local others, lost = rivals(H, id, previous, signature)
+  local previous = false
+  if marked ~= '0' then
+    -- The walk's last step came from the head's previous id; a head it did not move to says it.
+    previous = from or redis.call('HGET', rkey(H, id), 'p')
+    if not previous then return out end  -- a damaged record: marked '1', yet no previous id
+  end
+  local others, lost = rivals(H, id, previous, signature, index == topkey(H))
   if lost then return {lost} end
   if #others == 0 then return out end
   local found = {}

@@ -3,8 +3,8 @@
 -- 0), its range being esc(previous):esc(signature):, so the records naming one previous id with
 -- one signature are one lexicographic range, the one committed last first; and each range's
 -- marker, the range's name alone, which every read of a range excludes ('(' bound). Roots are
--- in no range: they never rival (storages.backend.rivals_of). Records saved before markers
--- were indexed count as no sibling.
+-- in no range: a root's rivals are roots committed right before it, read from the order (the
+-- top index; rivals). Records saved before markers were indexed count as no sibling.
 local function sibling_range(previous, signature)
   return esc(previous) .. ':' .. esc(signature) .. ':'
 end
@@ -55,37 +55,73 @@ local function tip(H, id, signature)
     id = following
   end
 end
--- The rivals of head, a top-level record of H saved with the mark (index_successor) with the
--- given previous id (never empty: a root has no rival) and signature
--- (storages.backend.rivals_of): the other records of its range that no record with the
--- signature continues (leaves), the `limit` committed last, in ascending sequence. Returns their ids, and the first one whose record is
--- gone with no TTL to explain it (lost: the caller reports it or passes it) or false; with a
--- TTL one gone expired and is passed.
-local function rivals(H, head, previous, signature)
+-- The rivals of head, a top-level record of H with the given signature that its save marked
+-- (field 'r', latest.lua), at most `limit`, in ascending sequence (storages.backend.rivals_of):
+-- each a leaf, that no record with the signature continues (no member in its range of H:next).
+-- Returns their ids, and the first one whose record is gone with no TTL to explain it (lost: the
+-- caller reports it or passes it) or false.
+-- * A head with a previous id (marked '1': saved after a sibling, index_successor): the other
+--   leaves of its range, the `limit` committed last. With a TTL one gone expired and is passed.
+-- * A root head (previous false, marked '0'; the newest root of its signature, and the newest
+--   top-level record when newest is true): the top-level records committed right before it,
+--   newest first, while each is a leaf root with the signature. Parallel steps that run before
+--   a run's first checkpoint save such roots in any order. The first record read is the probe:
+--   when the record before the head is anything else (a checkpoint, another signature, a root
+--   some checkpoint continues, none) nothing more is read. A record gone with no TTL ends the
+--   walk, reported (nothing says whether it rivals); with a TTL it has expired, and so has every
+--   record committed before it (records expire oldest first): the walk ends there.
+local function rivals(H, head, previous, signature, newest)
   local limit = 64  -- storages.backend.RIVALS_LIMIT (tests/test_redis.py checks they agree)
   local successors = nextkey(H)
   local tail = ':' .. esc(signature) .. ':'
-  local prefix = esc(previous) .. tail
-  local high, low = '[' .. prefix .. '\255', '(' .. prefix
   local newest_first, lost = {}, false
-  local offset, page = 0, 256
-  while #newest_first < limit do
-    local members = redis.call('ZREVRANGEBYLEX', successors, high, low, 'LIMIT', offset, page)
-    for _, member in ipairs(members) do
-      local id = string.sub(member, #prefix + 18)
-      local own = esc(id) .. tail
-      if id ~= head
-        and #redis.call('ZRANGEBYLEX', successors, '(' .. own, '[' .. own .. '\255', 'LIMIT', 0, 1) == 0 then
-        if redis.call('EXISTS', rkey(H, id)) == 1 then
-          newest_first[#newest_first + 1] = id
-          if #newest_first == limit then break end
-        elseif TTL == 0 and not lost then
-          lost = id
+  if previous then
+    local prefix = esc(previous) .. tail
+    local high, low = '[' .. prefix .. '\255', '(' .. prefix
+    local offset, page = 0, 256
+    while #newest_first < limit do
+      local members = redis.call('ZREVRANGEBYLEX', successors, high, low, 'LIMIT', offset, page)
+      for _, member in ipairs(members) do
+        local id = string.sub(member, #prefix + 18)
+        local own = esc(id) .. tail
+        if id ~= head
+          and #redis.call('ZRANGEBYLEX', successors, '(' .. own, '[' .. own .. '\255', 'LIMIT', 0, 1) == 0 then
+          if redis.call('EXISTS', rkey(H, id)) == 1 then
+            newest_first[#newest_first + 1] = id
+            if #newest_first == limit then break end
+          elseif TTL == 0 and not lost then
+            lost = id
+          end
         end
       end
+      if #members < page then break end
+      offset = offset + page
     end
-    if #members < page then break end
-    offset = offset + page
+  else
+    local top = topkey(H)
+    local rank = newest and 0 or redis.call('ZREVRANK', top, head)
+    local first, count, more = rank and rank + 1, 1, rank ~= false
+    while more do
+      local ids = redis.call('ZREVRANGE', top, first, first + count - 1)
+      more = #ids == count
+      for _, id in ipairs(ids) do
+        local fields = redis.call('HMGET', rkey(H, id), 's', 'p')
+        local leaf_root = fields[1] == signature and not fields[2]
+        if leaf_root then
+          local own = esc(id) .. tail
+          leaf_root = #redis.call('ZRANGEBYLEX', successors, '(' .. own, '[' .. own .. '\255', 'LIMIT', 0, 1) == 0
+        elseif not fields[1] and TTL == 0 and redis.call('EXISTS', rkey(H, id)) == 0 then
+          lost = id
+        end
+        if leaf_root then newest_first[#newest_first + 1] = id end
+        if not leaf_root or #newest_first == limit then
+          more = false
+          break
+        end
+      end
+      first = first + count
+      count = limit - #newest_first
+    end
   end
   local ids = {}
   for i = #newest_first, 1, -1 do ids[#ids + 1] = newest_first[i] end

@@ -44,10 +44,14 @@ for _, r in ipairs(records) do
   local key = rkey(H, r.id)
   local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
   if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
-  -- A root is in no sibling range: roots never rival.
+  -- The mark says where a head's rivals may be (latest.lua): a top-level root is in no sibling
+  -- range, and is marked '0' (the roots committed right before it); a record saved after a
+  -- sibling, '1' (its range).
   local indexed = r.container == '' and r.previous ~= ''
   if indexed and index_successor(nextkey(H), r.previous, r.signature, seq, r.id) then
     fields[#fields + 1] = 'r'; fields[#fields + 1] = '1'
+  elseif r.container == '' and r.previous == '' then
+    fields[#fields + 1] = 'r'; fields[#fields + 1] = '0'
   end
   if r.container ~= '' then
     fields[#fields + 1] = 'c'; fields[#fields + 1] = r.container

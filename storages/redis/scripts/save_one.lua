@@ -24,16 +24,21 @@ if fenced then
 end
 local seq = redis.call('INCR', counter)
 -- The home's successor index, beside its top index: same slot. A root is in no sibling range
--- (roots never rival) and costs nothing there.
+-- and costs nothing there; it is marked '0' (save.lua: where a head's rivals may be).
 local successors = nextkey_beside(top)
 local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
-  redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
-  if previous ~= '' then redis.call('HSET', record, 'p', previous) end  -- rare: one call more
+  if previous == '' then
+    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0', 'r', '0')
+  else
+    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
+      'p', previous)
+  end
 elseif previous == '' then
-  redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0')
+  redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
+    'r', '0')
 else
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
     'p', previous)
