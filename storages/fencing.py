@@ -59,12 +59,12 @@ from .contract import (
     CheckpointStorage,
     Unfenced,
 )
-from .engine.save_order import SaveOrder, handed
 from .errors import (
     CheckpointNotFoundError,
     StaleWriterError,
     UnsupportedOperationError,
 )
+from .save_order import SaveOrder, handed
 
 TAKEOVER_DEPTH: Final = 1_000
 """How far back a fork looks for the latest it saw at its restore when the latest has moved."""

@@ -38,6 +38,7 @@ from ..errors import (
 from ..fencing import FencedStorage
 from ..integrity import IntegrityKeyInput, IntegrityKeyProvider, Seal, as_provider
 from ..records import CheckpointRecord, InsertResult, Leftover, StoredBody, as_asked, listed_ids
+from ..save_order import SaveOrder, handed
 from .encoding import plain_records, record_drafts
 from .extensions import Extensions
 from .lifecycle import Lifecycle
@@ -45,7 +46,6 @@ from .parts import HandleParts
 from .reading import Reader, ReadRaced
 from .receipts import PruneReceipts
 from .resaves import Resaves
-from .save_order import SaveOrder, handed
 from .sealing import Chain, Sealer
 from .validation import as_list
 from .walk import DEFAULT_MAX_DEPTH

@@ -1,4 +1,5 @@
-"""Saves of one workflow through one handle commit in the order ``save`` was called.
+"""Saves of one workflow through one handle commit in the order ``save`` was called: the engine
+queues a handle's saves with it, and a fenced handle its own.
 
 A runner that saves from several tasks at once builds its checkpoints in one order and awaits
 their saves concurrently: MAF's functional workflows save each completed step as a task of its
