@@ -228,46 +228,6 @@ async def test_a_codec_overriding_decode_without_the_keyword_keeps_crc_bodies(tm
         assert (await verify(storage)).ok
 
 
-class DecodeOnlyOldStyle(CheckpointCodec):
-    """Overrides only decode, without ``sealed=``: its inherited encode must frame plainly too."""
-
-    def decode_checkpoint(
-        self, body: bytes, *, checkpoint_id: str, nested: Any = None, construct_types: bool = True
-    ) -> Any:
-        return super().decode_checkpoint(
-            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
-        )
-
-
-class BelowOldStyle(DecodeOnlyOldStyle):
-    """A further subclass, its decode taking the keyword and passing it up."""
-
-    def decode_checkpoint(
-        self, body: bytes, *, checkpoint_id: str, sealed: bool = False, **kwargs: Any
-    ) -> Any:
-        return super().decode_checkpoint(body, checkpoint_id=checkpoint_id, sealed=sealed, **kwargs)
-
-
-@pytest.mark.parametrize("codec_class", [DecodeOnlyOldStyle, BelowOldStyle])
-async def test_one_override_without_the_keyword_frames_every_body_of_its_class_plainly(
-    codec_class: type[CheckpointCodec],
-) -> None:
-    inner = checkpoint("wf", step="inner")
-    outer = checkpoint("wf", step="outer", inner=inner)
-    codec: CheckpointCodec = codec_class()
-    assert not framing.flags_of(codec.encode_checkpoint(outer, sealed=True)) & framing.FLAG_SEALED
-    assert not any(
-        framing.flags_of(node.body) & framing.FLAG_SEALED
-        for node in codec.encode_checkpoint_tree(outer, sealed=True)
-    )
-    async with InMemoryCheckpointStorage(codec=codec, integrity_key=KEY) as storage:
-        await storage.save(outer)
-        async with storage.new_handle() as cold:
-            loaded = await cold.load(outer.checkpoint_id)
-            assert loaded.state["inner"].state == {"step": "inner"}
-        assert (await verify(storage)).ok
-
-
 async def test_nested_bodies_are_framed_for_their_seals_too() -> None:
     inner = checkpoint("wf", step="inner")
     outer = checkpoint("wf", step="outer", inner=inner)

@@ -30,7 +30,6 @@ from .packing import (
 )
 from .plugins import codec_plugins
 from .registry import TypeRegistry
-from .sealed_calls import frame_plainly_where_overrides_predate_sealed
 from .stack import at_walk_floor, on_fresh_stack, ran_out_of_stack
 from .values import EXT_CHECKPOINT, Packer, Reducer
 from .vocabulary import (
@@ -160,10 +159,6 @@ class CheckpointCodec:
             reader=self._reader,
             reader_with=self._reader_with,
         )
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        frame_plainly_where_overrides_predate_sealed(cls, CheckpointCodec)
 
     # ------------------------------------------------------------------ the allow-list
 

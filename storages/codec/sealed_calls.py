@@ -1,46 +1,67 @@
-"""Codec subclasses whose encode or decode overrides predate the ``sealed=`` keyword.
+"""Calling a codec for a body inside a seal: with ``sealed=True`` when the codec's class takes
+it, without it when a subclass overrides encode or decode from before the keyword existed.
 
-A keyed storage frames every body for its seal (no checksum: the MAC covers it) and decodes it with
-``sealed=True``. A subclass written before the keyword existed overrides ``encode_checkpoint``,
-``encode_checkpoint_tree`` or ``decode_checkpoint`` without it, and would fail on the keyword.
-
-Decision: such a class is adapted once, when it is created (``CheckpointCodec.__init_subclass__``),
-so that every call site passes ``sealed=`` alike and none inspects the codec it holds. If any of the
-three methods lacks the keyword, all three of the class take it and ignore it: the class keeps
-writing bodies framed with a checksum and reading them with the checksum checked, as before the
-keyword existed. Inside a seal that is safe (the MAC still covers every byte) and costs only the
-checksum a seal makes redundant, so it is supported without a warning. A body framed for a seal
-(written by another codec) is refused by such a class, by name.
+Apart from codec.py because the engine and verify, not the codec, decide a body is sealed.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
-_TAKING_SEALED = ("encode_checkpoint", "encode_checkpoint_tree", "decode_checkpoint")
+from .codec import CheckpointCodec
+
+_TAKES_SEALED: dict[type[Any], bool] = {}
 
 
-def frame_plainly_where_overrides_predate_sealed(cls: type[Any], base: type[Any]) -> None:
-    """Adapt subclass ``cls`` of codec class ``base`` if one of its overrides lacks ``sealed=``:
-    its three methods then take the keyword and call what ``cls`` had without it."""
-    if all(_accepts_sealed(getattr(cls, name), getattr(base, name)) for name in _TAKING_SEALED):
-        return
-    for name in _TAKING_SEALED:
-        setattr(cls, name, _ignoring_sealed(getattr(cls, name)))
+def takes_sealed(codec: CheckpointCodec) -> bool:
+    """True if ``codec`` reads and writes bodies framed for a seal (``sealed=``): its class keeps
+    this one's encode and decode methods, or its overrides take the keyword. A keyed storage whose
+    codec overrides one without it frames bodies with a checksum and decodes without the keyword, as
+    before the keyword existed (a body framed for a seal is then refused, by name)."""
+    cls = type(codec)
+    known = _TAKES_SEALED.get(cls)
+    if known is None:
+        known = _TAKES_SEALED[cls] = all(
+            _accepts_sealed(getattr(cls, name), getattr(CheckpointCodec, name))
+            for name in ("encode_checkpoint", "encode_checkpoint_tree", "decode_checkpoint")
+        )
+    return known
 
 
-def _ignoring_sealed(method: Callable[..., Any]) -> Callable[..., Any]:
-    def framed_plainly(self: Any, *args: Any, sealed: bool = False, **kwargs: Any) -> Any:
-        return method(self, *args, **kwargs)
+def decode_sealed(
+    codec: CheckpointCodec,
+    body: bytes,
+    *,
+    checkpoint_id: str,
+    nested: Mapping[str, bytes] | None = None,
+    construct_types: bool = True,
+) -> Any:
+    """``codec.decode_checkpoint`` of a body whose seal was just verified (or, stored without
+    one, whose frame was checked): with ``sealed=True`` if the codec takes it."""
+    if takes_sealed(codec):
+        return codec.decode_checkpoint(
+            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types, sealed=True
+        )
+    return decode_plain(
+        codec, body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+    )
 
-    # Named after the method it adapts, without ``__wrapped__``: a further subclass's signature
-    # check must see that this one takes the keyword.
-    framed_plainly.__name__ = method.__name__
-    framed_plainly.__qualname__ = method.__qualname__
-    framed_plainly.__doc__ = method.__doc__
-    return framed_plainly
+
+def decode_plain(
+    codec: CheckpointCodec,
+    body: bytes,
+    *,
+    checkpoint_id: str,
+    nested: Mapping[str, bytes] | None = None,
+    construct_types: bool = True,
+) -> Any:
+    """``codec.decode_checkpoint`` of a body stored without a seal: :func:`decode_sealed`'s
+    counterpart, with the same signature, for a caller that chooses between the two."""
+    return codec.decode_checkpoint(
+        body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+    )
 
 
 def _accepts_sealed(method: Any, base: Any) -> bool:
@@ -53,4 +74,4 @@ def _accepts_sealed(method: Any, base: Any) -> bool:
     return any(p.name == "sealed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
-__all__ = ["frame_plainly_where_overrides_predate_sealed"]
+__all__ = ["decode_plain", "decode_sealed", "takes_sealed"]

@@ -16,12 +16,16 @@ def record_drafts(
     codec: CheckpointCodec, checkpoint: Any, *, nested: bool, sealed: bool
 ) -> list[RecordDraft]:
     """The drafts of one save, fields checked. ``sealed`` frames the bodies for a seal (no checksum:
-    the MAC covers them). A flat checkpoint
+    the MAC covers them; codec.takes_sealed says whether the codec can). A flat checkpoint
     (check_fields: nothing can be embedded) is one body on every backend, encoded without the
     codec's look for embedded checkpoints."""
     flat = check_fields(checkpoint)
     if flat or not nested:
-        body = codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat, sealed=sealed)
+        body = (
+            codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat, sealed=True)
+            if sealed  # only then: a codec overriding encode_checkpoint may not take the keyword
+            else codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat)
+        )
         return [
             (
                 checkpoint.checkpoint_id,
@@ -34,7 +38,11 @@ def record_drafts(
                 0,
             )
         ]
-    nodes = codec.encode_checkpoint_tree(checkpoint, sealed=sealed)
+    nodes = (
+        codec.encode_checkpoint_tree(checkpoint, sealed=True)
+        if sealed
+        else codec.encode_checkpoint_tree(checkpoint)
+    )
     top_id = checkpoint.checkpoint_id
     drafts: list[RecordDraft] = []
     for position, node in enumerate(nodes):

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
+from ..codec.sealed_calls import takes_sealed
 from ..contract import Capability, CheckpointID
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError
 from ..integrity import TamperKind
@@ -31,10 +32,9 @@ class Reader:
         self._codec = codec
         self._nested = Capability.NESTED in backend.capabilities
         self.sealer = sealer
-        self.sealed_frames = sealer is not None
-        """A keyed handle frames bodies for their seal and decodes them with ``sealed=True``: what
-        a save writes and a read expects (storages/codec/sealed_calls.py for a codec whose
-        overrides predate the keyword)."""
+        self.sealed_frames = sealer is not None and takes_sealed(codec)
+        """A keyed handle frames bodies for their seal and decodes them with ``sealed=True`` (the
+        codec can): what a save writes and a read expects."""
 
     async def decode_all(
         self,
@@ -94,9 +94,14 @@ class Reader:
     ) -> Any:
         """Decode one body; on a keyed handle ``stored`` (and ``nested``) must be opened: a
         verified seal's body, or an unsigned body whose frame the sealer checked."""
-        checkpoint = self._codec.decode_checkpoint(
-            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=self.sealed_frames
-        )
+        if self.sealed_frames:
+            checkpoint = self._codec.decode_checkpoint(
+                stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=True
+            )
+        else:
+            checkpoint = self._codec.decode_checkpoint(
+                stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
+            )
         try:
             check_against_index(stored, checkpoint, workflow_name, graph_signature_hash)
         except CheckpointCorruptedError as exc:

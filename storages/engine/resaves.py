@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
+from ..codec.sealed_calls import decode_sealed
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, StaleWriterError
 from ..records import CheckpointRecord, InsertResult, as_asked
@@ -82,9 +83,13 @@ class Resaves:
             record.checkpoint_id: unsealed_own(record.body) for record in records[1:]
         } or None
         top_body = unsealed_own(top.body)
-        # This handle's own records, built just now: framed for the seal on a keyed handle.
-        incoming = self._codec.decode_checkpoint(
-            top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested, sealed=self._sealed_frames
-        )
+        if self._sealed_frames:  # this handle's own records, built just now: framed for the seal
+            incoming = decode_sealed(
+                self._codec, top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
+            )
+        else:
+            incoming = self._codec.decode_checkpoint(
+                top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
+            )
         if not self._codec.same_value(existing, incoming):
             raise CheckpointConflictError(top.checkpoint_id)

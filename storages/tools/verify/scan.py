@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import CheckpointCodec
+from ...codec.sealed_calls import decode_plain, decode_sealed
 from ...contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ...errors import (
     CheckpointCorruptedError,
@@ -194,17 +195,15 @@ class Scan:
             nested = bodies if CheckpointCodec.has_nested_refs(body) else None
             # On a keyed storage the bodies are what open_sealed returned: verified, so decoded
             # as sealed (their checksums are not computed again; bodies framed for a seal read).
-            sealed = self._open_sealed is not None
+            decode = decode_sealed if self._open_sealed is not None else decode_plain
             if self._structure_only:
                 # Every value is read, none is constructed: app and MAF types come back opaque.
                 codec = self._codec if self._codec is not None else CheckpointCodec()
-                checkpoint: Any = codec.decode_checkpoint(
-                    body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False, sealed=sealed
+                checkpoint: Any = decode(
+                    codec, body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False
                 )
             elif self._codec is not None:
-                checkpoint = self._codec.decode_checkpoint(
-                    body, checkpoint_id=checkpoint_id, nested=nested, sealed=sealed
-                )
+                checkpoint = decode(self._codec, body, checkpoint_id=checkpoint_id, nested=nested)
             else:
                 checkpoint = await self._storage.load(checkpoint_id)
         except CheckpointTypeNotAllowedError as exc:
