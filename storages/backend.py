@@ -304,8 +304,8 @@ than this can resume from a checkpoint with less progress (docs/contract.md, "La
 
 
 def rivals_of(records: Sequence[EntryT], head: EntryT) -> list[EntryT]:
-    """The head's rivals, given every top-level record of its workflow in ascending sequence, in
-    ascending sequence, at most the :data:`RIVALS_LIMIT` committed last. Each is a leaf: no record
+    """The head's rivals in ascending sequence, at most the :data:`RIVALS_LIMIT` committed last,
+    given every top-level record of its workflow in ascending sequence. Each is a leaf: no record
     with its signature names it as previous id. Parallel steps build such leaves, and only their
     timestamps say which holds the most progress.
 
