@@ -64,11 +64,15 @@ timeout, so a storage that hangs costs about one bound more than a healthy one, 
 Under pytest the mark lasts for the test class's storage across the session: the clause tests
 after the stuck one fail at once the same way (tests/kit/test_pytest_plugin.py).
 A clause may allow its calls longer (`@clause(operation_timeout=...)`). What the bound, the
-counted walks and the many-writers clause cost, measured with `checkpoint-conformance` (no URL)
-run for main and for the change one after the other on this 2-core machine while other work ran
-(load average 7 to 9): 215 s before, 255 s after (+19%; memory 6.7 s to 5.3 s, SQLite 18.8 s to
-17.5 s, fakeredis 22.2 s to 20.9 s, the embedded S3 157 s to 203 s); `checkpoint-conformance
-memory://` alone, 6.96 s before and 7.12 s after with three clauses more. The clauses the two
+counted walks, the many-writers clause, the blind batches' clauses and the root rivals cost,
+measured with `checkpoint-conformance` (no URL) for 3f20012 (before them) and 85e0d7a, alternated
+twice on this 2-core machine with nothing else running (load average 1.2 to 1.6): 99.0 s and
+101.3 s before, 124.1 s and 123.7 s after (+24%). Nearly all of it is the embedded S3 (83 s to
+108 s; memory, SQLite and fakeredis 13.1 s to 14.3 s together): its concurrency family 10.3 s to
+17.5 s (a get_latest after concurrent saves of roots now reads the roots before the head as
+rivals, a LIST and a GET each, up to 64), scale 25.4 s to 32.0 s (counted walks and cycles),
+model 12.7 s to 15.2 s. An earlier run of main against the change on a loaded machine (load
+average 7 to 9): 215 s before, 255 s after (+19%). The clauses the two
 blind batches added or strengthened (below): `checkpoint-conformance memory:// sqlite:///k.db`
 for the commit before them (02d5af4) and after, alternated five times on this machine while a CI
 run used it, medians 16.3 s before and 15.0 s after (ranges 11.4 to 18.6 s and 13.3 to 18.6 s),
