@@ -568,3 +568,19 @@ async def test_inspect_names_the_newest_rival_as_latest() -> None:
         latest = await storage.get_latest(workflow_name="wf")
         assert latest is not None
         assert latest.checkpoint_id == "built-last"
+
+
+async def test_inspect_names_the_newest_root_rival_as_latest() -> None:
+    """A run's parallel first steps (roots) saved out of the order they were built in: the Latest
+    column agrees with get_latest (the newest timestamp), not with the index's head."""
+    from storages.tools.inspection import list_workflow_summaries
+
+    async with InMemoryCheckpointStorage() as storage:
+        for name, second in (("built-last", 3), ("built-first", 1), ("built-second", 2)):
+            await storage.save(cp("wf", name, timestamp=f"2026-01-01T00:00:0{second}+00:00"))
+        (summary,) = await list_workflow_summaries(storage)
+        assert summary.latest_id == "built-last"
+        assert await storage.latest_id(workflow_name="wf") == "built-second"  # the head
+        latest = await storage.get_latest(workflow_name="wf")
+        assert latest is not None
+        assert latest.checkpoint_id == "built-last"
