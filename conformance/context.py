@@ -18,6 +18,14 @@ from .verdicts import fail
 KIT_TIMESTAMP = "2024-01-01T00:00:00+00:00"
 """The timestamp of every checkpoint the kit builds without one (see ClauseContext.checkpoint)."""
 
+
+def unstored_parent(checkpoint_id: str) -> str:
+    """A previous id for ``checkpoint_id`` that no clause stores (as after a prune): checkpoints
+    that each continue one of their own rival none (docs/contract.md, "Latest"), so only commit
+    order ranks them, whatever their timestamps."""
+    return f"{checkpoint_id}-unstored-parent"
+
+
 _counter = itertools.count()
 
 

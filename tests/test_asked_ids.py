@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from typing_extensions import Self
 
 from storages import WorkflowCheckpoint
 from storages.backend import StoredBody
 from storages.contract import CheckpointID
 from storages.errors import CheckpointCorruptedError
-from tests.kit.double import DoubleBackend, storage_of
+from tests.kit.double import Backing, DoubleBackend, storage_of
 
 
 class FoldsIds(DoubleBackend):
@@ -35,20 +36,27 @@ async def test_a_record_found_under_a_near_id_is_refused_naming_the_id_asked_for
     await storage.aclose()
 
 
-class RivalOutsideTheGroup(DoubleBackend):
-    """Reads, as the head's rival, the checkpoint the head continues: one that does not share the
-    head's previous id, with a newer timestamp."""
+class ReadsARival(DoubleBackend):
+    """Reads, as the head's rival when it has none, the stored checkpoint ``rival_id``: one that
+    does not belong among the head's rivals."""
+
+    def __init__(self, rival_id: CheckpointID, backing: Backing | None = None) -> None:
+        super().__init__(backing)
+        self.rival_id = rival_id
+
+    def new_handle(self) -> Self:
+        return type(self)(self.rival_id, self.backing)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         stored = await super().latest(workflow_name, graph_signature_hash)
         if stored is None or stored.rivals:
             return stored
-        parent = await self.load("ck-parent")
-        return stored if parent is None else replace(stored, rivals=[parent])
+        rival = await self.load(self.rival_id)
+        return stored if rival is None else replace(stored, rivals=[rival])
 
 
 async def test_a_rival_outside_the_heads_group_is_refused_naming_it() -> None:
-    storage = storage_of(RivalOutsideTheGroup())
+    storage = storage_of(ReadsARival("ck-parent"))  # the checkpoint the head continues
     parent = WorkflowCheckpoint(
         workflow_name="wf",
         checkpoint_id="ck-parent",
@@ -71,20 +79,8 @@ async def test_a_rival_outside_the_heads_group_is_refused_naming_it() -> None:
     await storage.aclose()
 
 
-class ContinuedRivalOfARoot(DoubleBackend):
-    """Reads, as a root head's rival, a checkpoint with a previous id (the head's own successor's
-    sibling), with a newer timestamp."""
-
-    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        stored = await super().latest(workflow_name, graph_signature_hash)
-        if stored is None or stored.rivals:
-            return stored
-        linked = await self.load("ck-linked")
-        return stored if linked is None else replace(stored, rivals=[linked])
-
-
 async def test_a_rival_of_a_root_head_that_is_no_root_is_refused_naming_it() -> None:
-    storage = storage_of(ContinuedRivalOfARoot())
+    storage = storage_of(ReadsARival("ck-linked"))  # a checkpoint with a previous id
     linked = WorkflowCheckpoint(
         workflow_name="wf",
         checkpoint_id="ck-linked",

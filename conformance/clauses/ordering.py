@@ -24,7 +24,7 @@ from typing import Any
 from storages.contract import Capability
 
 from ..clause import clause, ensure
-from ..context import ClauseContext
+from ..context import ClauseContext, unstored_parent
 
 _EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -56,7 +56,7 @@ class _Run:
         checkpoint = self.ctx.checkpoint(
             self.workflow,
             checkpoint_id=checkpoint_id,
-            previous_checkpoint_id=None if root else f"{checkpoint_id}-unstored-parent",
+            previous_checkpoint_id=None if root else unstored_parent(checkpoint_id),
             timestamp=timestamp,
             iteration_count=len(self.names),
         )

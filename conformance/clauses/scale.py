@@ -43,7 +43,7 @@ from storages.engine import CheckpointStore
 
 from ..bounded import unbound
 from ..clause import clause, ensure, fail, not_applicable
-from ..context import ClauseContext
+from ..context import ClauseContext, unstored_parent
 
 _FEW, _MANY = 3, 60
 """History sizes the round-trip counts compare."""
@@ -155,14 +155,14 @@ async def latest_is_constant_cost(ctx: ClauseContext) -> None:
 
 async def _fill(ctx: ClauseContext, workflow_name: str, count: int) -> None:
     """``count`` checkpoints in ``workflow_name``, saved a batch at a time concurrently: what latest
-    costs does not depend on their order, and a remote store fills in seconds. Each continues a
-    checkpoint of its own that is not stored, so none rivals another (roots committed one after
-    another would: the latest would read 64 of them, a cost of rivals, not of the history)."""
+    costs does not depend on their order, and a remote store fills in seconds. None rivals another
+    (roots committed one after another would: the latest would read 64 of them, a cost of rivals,
+    not of the history)."""
     for start in range(0, count, _FILL_BATCH):
         batch = [
             ctx.checkpoint(
                 workflow_name,
-                previous_checkpoint_id=f"{workflow_name}-{index}-unstored-parent",
+                previous_checkpoint_id=unstored_parent(f"{workflow_name}-{index}"),
                 iteration_count=index,
             )
             for index in range(start, min(start + _FILL_BATCH, count))

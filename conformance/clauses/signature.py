@@ -17,7 +17,7 @@ from storages.contract import Capability
 from storages.errors import GraphSignatureMismatchError
 
 from ..clause import clause, ensure, ensure_equal, fail, not_applicable
-from ..context import ClauseContext
+from ..context import ClauseContext, unstored_parent
 from .fidelity import read_back
 from .nested import FIXED_TIMESTAMP, embedded, expect_loads, expect_same, ids, sub_workflow_state
 
@@ -132,12 +132,10 @@ async def latest_by_signature(ctx: ClauseContext) -> None:
     )
     saved: list[Any] = []
     for position, signature in enumerate(signatures):
-        # Each continues a checkpoint of its own that is not stored, so none rivals another (two
-        # roots committed one after another would, by timestamp): only commit order ranks them.
         checkpoint = ctx.checkpoint(
             workflow_name,
             checkpoint_id=f"{workflow_name}-{position}",
-            previous_checkpoint_id=f"{workflow_name}-{position}-unstored-parent",
+            previous_checkpoint_id=unstored_parent(f"{workflow_name}-{position}"),
             graph_signature_hash=signature,
             timestamp=_falling_timestamp(position),
             iteration_count=position,
