@@ -11,6 +11,7 @@ All three must be empty. An edge goes to the module named, not to its parent pac
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,12 +77,18 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, k
     return found
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    # Read once per session: the tests here build several graphs of the same tree.
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def import_graph(*, deferred: bool, typing: bool = False) -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _parsed(path)
         is_package = path.name == "__init__.py"
         edges: set[str] = set()
         for node in _imports(tree, deferred=deferred, typing=typing):
@@ -176,35 +183,8 @@ def _shims() -> set[str]:
     return {
         module
         for module, path in _modules().items()
-        if (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").startswith(
-            "The old name of"
-        )
+        if (ast.get_docstring(_parsed(path)) or "").startswith("The old name of")
     }
-
-
-def _floor(module: str) -> int:
-    """0: the library core and the backends; 1: the runner adapters; 2: the operator's tools."""
-    if module.startswith("storages.tools"):
-        return 2
-    if module.startswith("storages.runners"):
-        return 1
-    return 0
-
-
-def test_no_arrow_runs_back_up_from_core_to_runners_to_tools() -> None:
-    # The package's face (storages/__init__.py) imports the MAF adapter to register its codec
-    # plug-in, and the shims stand where moved modules were: neither is a floor of its own.
-    graph = import_graph(deferred=True, typing=True)
-    shims = _shims()
-    assert "storages.langgraph" in shims
-    upward = sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items()
-        if module.startswith("storages") and module != "storages" and module not in shims
-        for target in targets
-        if _floor(target) > _floor(module)
-    )
-    assert upward == []
 
 
 def _unit(module: str) -> str:
@@ -229,3 +209,78 @@ def test_no_cycle_between_the_parts_of_storages() -> None:
         edges.update(_unit(t) for t in targets if t.startswith("storages.") and t not in shims)
         edges.discard(unit)
     assert [_named(component) for component in cycles(parts)] == []
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+Room = tuple[str, int, tuple[str, ...], set[str]]
+"""A row of docs/architecture.md's rooms table: name, floor, module names, rooms it imports from."""
+
+
+def _documented_rooms() -> list[Room]:
+    """docs/architecture.md's rooms table: (room, floor, module names, rooms it imports from)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("<!-- rooms:start -->", 1)[1].split("<!-- rooms:end -->", 1)[0]
+    rooms = []
+    for line in table.strip().splitlines()[2:]:
+        room, floor, modules, imports = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        names = tuple(name.strip().strip("`") for name in modules.split(","))
+        rooms.append((room, int(floor), names, {name.strip() for name in imports.split(",") if name.strip()}))
+    return rooms
+
+
+def _room_of(module: str, rooms: list[Room]) -> str | None:
+    """The room listing the module's own name or its longest listed parent."""
+    best: tuple[int, str] | None = None
+    for room, _, names, _ in rooms:
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[0]):
+                best = (len(name), room)
+    return None if best is None else best[1]
+
+
+def _room_arrows(rooms: list[Room]) -> dict[str, set[str]]:
+    graph = import_graph(deferred=True, typing=True)
+    arrows: dict[str, set[str]] = {room: set() for room, *_ in rooms}
+    for module, targets in graph.items():
+        source = _room_of(module, rooms)
+        assert source is not None
+        arrows[source].update(
+            room for target in targets if (room := _room_of(target, rooms)) not in (None, source)
+        )
+    return arrows
+
+
+def test_every_module_has_exactly_one_room_in_the_architecture_drawing() -> None:
+    rooms = _documented_rooms()
+    listed = [name for _, _, names, _ in rooms for name in names]
+    assert len(listed) == len(set(listed)), "a name is listed in two rooms"
+    assert [module for module in sorted(_modules()) if _room_of(module, rooms) is None] == []
+    # Every listed name is a module or package of the tree: a stale name never hides a new one.
+    modules = _modules()
+    assert [name for name in listed if not any(m == name or m.startswith(name + ".") for m in modules)] == []
+
+
+def test_the_architecture_drawing_is_the_import_graph_between_rooms() -> None:
+    rooms = _documented_rooms()
+    documented = {room: imports for room, _, _, imports in rooms}
+    assert _room_arrows(rooms) == documented
+
+
+def test_every_arrow_between_rooms_runs_down_a_floor() -> None:
+    rooms = _documented_rooms()
+    floors = {room: floor for room, floor, _, _ in rooms}
+    upward = sorted(
+        f"{room} -> {target}"
+        for room, floor, _, imports in rooms
+        for target in imports
+        if floors[target] >= floor
+    )
+    assert upward == []
+
+
+def test_the_room_check_sees_an_arrow_the_drawing_does_not_list() -> None:
+    rooms: list[Room] = [(room, floor, names, set()) for room, floor, names, _ in _documented_rooms()]
+    arrows = _room_arrows(rooms)
+    assert "core" in arrows["backends"]  # every backend imports the contract
+    assert arrows != {room: imports for room, _, _, imports in rooms}
