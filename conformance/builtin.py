@@ -90,6 +90,12 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
         expected_failures=backend.expected_failures,
         process_opener=embedded.process_opener,
         reopen=embedded.rebuild,
+        timeout_factor=backend.timeout_factor,
+        # Each clause's workflows go when it ends, as on a server: a store that only grows makes
+        # every later listing dearer (moto reads every key of the bucket for each LIST, and S3's
+        # list_workflows sends one LIST per workflow prefix), and the removal runs delete_workflow
+        # on what every clause wrote.
+        remove_workflows=True,
     )
 
 
