@@ -265,6 +265,7 @@ def test_listing_in_id_order_fails_the_listing_clauses_only() -> None:
         "ordering.list_is_commit_order",
         "ordering.order_survives_delete",
         "ordering.save_after_delete_is_latest",
+        "ordering.raw_write_keeps_commit_order",
         "ordering.commit_order_across_handles",
         "ordering.concurrent_saves_commit_in_call_order",
     }
