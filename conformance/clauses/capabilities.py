@@ -367,7 +367,14 @@ async def _streamed_index_is_the_listing(ctx: ClauseContext) -> None:
     stream = getattr(ctx.storage, "iter_records", None)
     if stream is None:
         return
-    chain = await ctx.save_chain(ctx.workflow_name("streamed"), 5)
+    workflow_name = ctx.workflow_name("streamed")
+    chain = await ctx.save_chain(workflow_name, 5)
+    # Ids that sort apart by case (upper case sorts before the digits' successors and lower-case
+    # hex in code points, after them case-folded): pages must resume in the order they were cut.
+    for prefix in ("Z", "a", "B"):
+        cased = ctx.checkpoint(workflow_name, checkpoint_id=f"{prefix}-{workflow_name}")
+        await ctx.storage.save(cased)
+        chain.append(cased)
     if ctx.has(Capability.PENDING_WRITES):
         # The engine's own records are in the index too (their ids sort before every checkpoint's):
         # pages the backend shortens by leaving them out must not end the stream early.

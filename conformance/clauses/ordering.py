@@ -221,6 +221,28 @@ async def sequence_survives_emptying_a_workflow(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "ordering.raw_write_keeps_commit_order",
+    "write_raw_body of an older checkpoint keeps its place in commit order: listings and get_latest() "
+    "are what they were before.",
+    requires=[Capability.RAW_ACCESS],
+)
+async def raw_write_keeps_commit_order(ctx: ClauseContext) -> None:
+    # A rewrite is a repair, not a save: a backend that makes it a delete and an insert moves the
+    # checkpoint to the end of the order, and a run resumes from it.
+    run = _Run(ctx, "rewritten")
+    saved = run.scrambled(3)
+    for checkpoint in saved:
+        await ctx.storage.save(checkpoint)
+    oldest = saved[0].checkpoint_id
+    body = await ctx.storage.read_raw_body(oldest)
+    ensure(isinstance(body, bytes), f"read_raw_body({oldest!r}) returned {type(body).__name__}, not bytes")
+    await ctx.storage.write_raw_body(oldest, body)
+    when = "after write_raw_body of c0 with its own bytes"
+    await run.expect_listed(saved, when)
+    await run.expect_latest(saved[-1], when)
+
+
+@clause(
     "ordering.workflows_are_independent",
     "Saves to another workflow, interleaved, with newer timestamps and continuing this workflow's "
     "checkpoints, never change this workflow's get_latest() or listing.",

@@ -160,7 +160,8 @@ async def prune_keeps_the_rivals(ctx: ClauseContext) -> None:
 @clause(
     "retention.prune_edge_counts",
     "prune with keep_last at or above the count deletes nothing and returns 0; keep_last=0 deletes every "
-    "checkpoint and returns the count; pruning an empty or unknown workflow returns 0.",
+    "checkpoint (get_latest, read just before, then answers None) and returns the count; pruning an "
+    "empty or unknown workflow returns 0.",
     requires=_PRUNE,
 )
 async def prune_edge_counts(ctx: ClauseContext) -> None:
@@ -171,6 +172,8 @@ async def prune_edge_counts(ctx: ClauseContext) -> None:
     for keep_last in (5, 3, 2**64):
         await _prune(book, workflow, keep_last, 0, "of 3 checkpoints")
         await expect_listed(book, workflow, chain, f"after prune(keep_last={keep_last}) of 3 checkpoints")
+    # A latest the storage just answered must not outlive the prune (a cache a prune forgets).
+    await expect_latest(book, workflow, chain[-1], "before prune(keep_last=0)")
     await _prune(book, workflow, 0, 3, "of 3 checkpoints")
     when = "after prune(keep_last=0)"
     await expect_listed(book, workflow, [], when)
@@ -219,7 +222,7 @@ async def pruned_ancestor_leaves_tombstone(ctx: ClauseContext) -> None:
 @clause(
     "retention.tombstones_listed",
     "list_tombstones(workflow_name=) names exactly the ids pruned from that workflow, accumulating over "
-    "prunes; other workflows' lists are unaffected.",
+    "prunes, keep_last=0 included; other workflows' lists are unaffected.",
     requires=[Capability.PRUNE, Capability.INSPECT],
 )
 async def tombstones_listed(ctx: ClauseContext) -> None:
@@ -234,6 +237,9 @@ async def tombstones_listed(ctx: ClauseContext) -> None:
     everything = set(await ctx.storage.list_tombstones())
     missing = [i for i in ids_of(chain[:4]) if i not in everything]
     ensure(not missing, f"list_tombstones() without a workflow lacks {book.show(missing)} {book.legend}")
+    # keep_last=0 is a prune like any other, not a delete_workflow: it adds, and clears nothing.
+    await _prune(book, book.workflow, 0, 1, "of the last one left")
+    await _expect_tombstones(book, book.workflow, ids_of(chain), "after a third prune(keep_last=0)")
 
 
 @clause(
@@ -291,7 +297,8 @@ async def walk_reaches_pruned_nested(ctx: ClauseContext) -> None:
 @clause(
     "retention.delete_workflow_removes_all",
     "delete_workflow deletes every checkpoint of the workflow and those embedded in them, returns the "
-    "count, and leaves get_latest None, listing empty and other workflows intact.",
+    "count, and leaves get_latest None (also when read just before), listing empty and other workflows "
+    "intact.",
     requires=_PRUNE,
 )
 async def delete_workflow_removes_all(ctx: ClauseContext) -> None:
@@ -304,6 +311,8 @@ async def delete_workflow_removes_all(ctx: ClauseContext) -> None:
     else:
         tops = await book.chain(3)
     bystanders += await other.chain(1, prefix="later", previous=bystanders[-1].checkpoint_id)
+    # A latest the storage just answered must not outlive the delete (a cache it forgets).
+    await expect_latest(book, book.workflow, tops[-1], "before delete_workflow")
     deleted = await ctx.storage.delete_workflow(workflow_name=book.workflow)
     ensure_equal(
         deleted, 3, f"count returned by delete_workflow(workflow_name={book.workflow!r}) of 3 checkpoints"

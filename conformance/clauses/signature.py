@@ -164,6 +164,57 @@ async def latest_by_signature(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "signature.latest_root_rivals_across_signatures",
+    "get_latest(graph_signature_hash=h) ranks roots as the unfiltered order does: a checkpoint of another "
+    "signature committed between roots of h ends their rivalry; roots of h committed one after another "
+    "still rival by timestamp.",
+    requires=[Capability.SIGNATURE_FILTER],
+)
+async def latest_root_rivals_across_signatures(ctx: ClauseContext) -> None:
+    workflow_name = ctx.workflow_name("root-rivals-by-signature")
+    # Commit order r0..r4; timestamps rise with the hour given. r0, the newest clock of the first
+    # three, must not rival r2 across r1; r3 and r2 rival r4, and r3 has the newest clock of those.
+    plan = (
+        ("sig-root-a", 90),
+        ("sig-root-b", 10),
+        ("sig-root-a", 20),
+        ("sig-root-a", 80),
+        ("sig-root-a", 30),
+    )
+    saved: list[Any] = []
+    for position, (signature, hour) in enumerate(plan):
+        checkpoint = ctx.checkpoint(
+            workflow_name,
+            checkpoint_id=f"{workflow_name}-r{position}",
+            graph_signature_hash=signature,
+            timestamp=(_EPOCH + timedelta(hours=hour)).isoformat(),
+            iteration_count=position,
+        )
+        await ctx.storage.save(checkpoint)
+        saved.append(checkpoint)
+        if position == 2:
+            await _expect_latest_of(
+                ctx, workflow_name, "sig-root-a", saved[2], "after roots r0 (a), r1 (b), r2 (a)"
+            )
+            await _expect_latest_of(ctx, workflow_name, None, saved[2], "after roots r0 (a), r1 (b), r2 (a)")
+    when = "after roots r0 (a), r1 (b), r2, r3, r4 (a)"
+    await _expect_latest_of(ctx, workflow_name, "sig-root-a", saved[3], when)
+    await _expect_latest_of(ctx, workflow_name, "sig-root-b", saved[1], when)
+
+
+async def _expect_latest_of(
+    ctx: ClauseContext, workflow_name: str, signature: str | None, expected: Any, when: str
+) -> None:
+    latest = await ctx.storage.get_latest(workflow_name=workflow_name, graph_signature_hash=signature)
+    ensure(
+        latest is not None and latest.checkpoint_id == expected.checkpoint_id,
+        f"get_latest(graph_signature_hash={signature!r}) {when} returned {_show_ids(latest)}, expected "
+        f"{expected.checkpoint_id!r} (roots rival only when nothing else is committed between them; "
+        "among rivals the newest timestamp wins)",
+    )
+
+
+@clause(
     "signature.list_by_signature",
     "list_checkpoints/list_checkpoint_ids(graph_signature_hash=h) return exactly h's checkpoints in "
     "commit order; an unknown h gives [].",

@@ -61,6 +61,35 @@ async def round_trip(ctx: ClauseContext) -> None:
     ensure_equal(_rows(stray), [], f"writes listed for the same id under workflow {elsewhere!r}")
 
 
+LARGE_CALL = 37
+"""Writes in one call: past every small batch size a wrapper or driver splits calls at (8, 16, 32),
+and no multiple of one."""
+
+
+@clause(
+    "writes.large_call_whole",
+    f"One put_writes call of {LARGE_CALL} writes (several tasks, special channels included) lists back "
+    "whole, in the order stored.",
+    requires=_WRITES,
+)
+async def large_call_whole(ctx: ClauseContext) -> None:
+    (owner,) = await ctx.save_chain(ctx.workflow_name("writes-large"), 1)
+    batch = [
+        PendingWrite(
+            f"task-{number % 3}", -1 - number // 3 if number % 12 == 11 else number // 3, "out", number
+        )
+        for number in range(LARGE_CALL)
+    ]
+    await ctx.storage.put_writes(owner.checkpoint_id, batch, workflow_name=owner.workflow_name)
+    listed = await _listed(ctx, owner, f"after one call of {LARGE_CALL} writes")
+    ensure(
+        len(listed) == LARGE_CALL,
+        f"list_writes after one put_writes call of {LARGE_CALL} writes returned {len(listed)} of them "
+        f"(missing {[row for row in _rows(batch) if row not in listed][:3]!r:.200})",
+    )
+    ensure_equal(listed, _rows(batch), f"writes listed after one call of {LARGE_CALL} writes")
+
+
 @clause(
     "writes.idempotent",
     "Repeating a put_writes call changes nothing; per (task_id, index) the first write is kept, except at a "

@@ -18,6 +18,7 @@ from storages.errors import CheckpointNotFoundError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
+from .blind_batch_three import OverwriteReinserts, over
 from .double import DoubleBackend, DoubleStorage
 from .support import SixMethodsOnly, caught_only_by, failed
 
@@ -265,6 +266,7 @@ def test_listing_in_id_order_fails_the_listing_clauses_only() -> None:
         "ordering.list_is_commit_order",
         "ordering.order_survives_delete",
         "ordering.save_after_delete_is_latest",
+        "ordering.raw_write_keeps_commit_order",
         "ordering.commit_order_across_handles",
         "ordering.concurrent_saves_commit_in_call_order",
     }
@@ -378,3 +380,12 @@ def test_latest_lost_in_a_cycle_is_caught() -> None:
     (result,) = backend.results
     assert result.outcome is Outcome.FAILED
     assert "after saving c0 naming c1 as previous, then c1 naming c0" in result.message
+
+
+def test_a_raw_write_made_a_delete_and_insert_fails_the_raw_write_clause_only() -> None:
+    backend = run_family(over(OverwriteReinserts))
+    caught_only_by(
+        backend,
+        "ordering.raw_write_keeps_commit_order",
+        "after write_raw_body of c0 with its own bytes returned [c1, c2, c0], expected [c0, c1, c2]",
+    )

@@ -306,9 +306,11 @@ def test_prune_leaving_nested_orphans_fails_the_nested_prune_clauses() -> None:
 
 def test_prune_slice_bug_fails_prune_edge_counts_only() -> None:
     backend = run_family(PruneSliceKeepsAllAtZero)
-    # The shared-name and similar-name clauses prune to keep_last=0 as well.
+    # The shared-name and similar-name clauses, and the tombstones' last prune, prune to
+    # keep_last=0 as well.
     assert failed(backend) == {
         "retention.prune_edge_counts",
+        "retention.tombstones_listed",
         "retention.prune_keeps_records_embedded_elsewhere",
         "retention.prune_spares_others",
     }

@@ -16,6 +16,7 @@ from storages.contract import CheckpointID
 from storages.memory import InMemoryCheckpointStorage
 
 from . import support
+from .blind_batch_three import RootRivalsOverFilteredRows, over
 from .double import DoubleBackend, DoubleStorage
 from .support import caught_only_by, failed
 
@@ -162,7 +163,11 @@ def test_case_insensitive_signature_index_fails_the_filter_clauses() -> None:
 
 def test_signature_latest_by_timestamp_fails_latest_by_signature() -> None:
     backend = run_family(SignatureLatestByTimestamp)
-    assert failed(backend) == {"signature.latest_by_signature"}
+    # Among roots, too, the clock decides where only commit order should.
+    assert failed(backend) == {
+        "signature.latest_by_signature",
+        "signature.latest_root_rivals_across_signatures",
+    }
     message = backend.result("signature.latest_by_signature").message
     assert "get_latest(graph_signature_hash='sig-latest-a') after saving" in message
     assert message.endswith("(saved last with that signature; timestamps fall as commits rise)")
@@ -181,6 +186,7 @@ def test_latest_ignoring_the_signature_fails_every_filtered_latest() -> None:
     backend = run_family(SignatureFilterIgnored)
     assert failed(backend) == {
         "signature.latest_by_signature",
+        "signature.latest_root_rivals_across_signatures",
         "signature.filter_is_exact",
         "signature.nested_keep_own",
     }
@@ -196,4 +202,13 @@ def test_nested_records_indexed_with_the_container_signature_fail_nested_keep_ow
     assert failed(backend) == {"signature.nested_keep_own", "signature.load_rejects_mismatch"}
     assert "indexed with graph signature 'sig-own-parent' but its body says 'sig-own-middle'" in (
         backend.result("signature.nested_keep_own").message
+    )
+
+
+def test_root_rivals_chosen_among_filtered_rows_fail_the_root_rivals_clause_only() -> None:
+    backend = run_family(over(RootRivalsOverFilteredRows))
+    caught_only_by(
+        backend,
+        "signature.latest_root_rivals_across_signatures",
+        "get_latest(graph_signature_hash='sig-root-a') after roots r0 (a), r1 (b), r2 (a) returned",
     )

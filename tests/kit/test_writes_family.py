@@ -16,6 +16,7 @@ from storages.engine import writes_log_name
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
+from .blind_batch_three import PutWritesDropsTailChunk
 from .support import caught_only_by, failed
 
 FAMILY = "writes"
@@ -183,3 +184,8 @@ def test_a_prune_dropping_embedded_writes_is_caught() -> None:
         "writes.go_with_checkpoints",
         "the writes of a kept checkpoint's embedded one",
     )
+
+
+def test_a_call_split_in_chunks_that_drops_the_last_fails_large_call_whole_only() -> None:
+    backend = run_family(PutWritesDropsTailChunk)
+    caught_only_by(backend, "writes.large_call_whole", "of 37 writes returned 32 of them")
