@@ -213,7 +213,10 @@ With no URL, configured servers (`CHECKPOINT_POSTGRESQL_URL`, a third-party back
 `server_url_env`) are checked first, then every registered backend on its embedded default; the
 run ends with a `Not run:` line for each registered backend it could not check and what that
 backend needs (a server variable, a URL), also in the JSON report's `not_run`. A configured
-server that does not answer ends the run with exit status 2 before any embedded backend starts.
+server that does not answer ends the run with exit status 2 before any embedded backend starts. As on a
+server, each clause's workflows are deleted when it ends, so no clause pays for the ones before
+it; the embedded S3 (moto, which answers every request in Python and reads the whole bucket for
+each listing) runs with three times the timeouts and the bound on each call.
 
 Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
 finding; 1 when any clause failed, a backend could not be opened or a required capability is not
