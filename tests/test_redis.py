@@ -9,6 +9,7 @@ and delete only that prefix's keys. An unreachable server fails these tests; not
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -1364,6 +1365,31 @@ async def test_equal_timestamps_go_to_the_head(any_storage: RedisCheckpointStora
     rival, head = _step(start.checkpoint_id, 4), _step(start.checkpoint_id, 4)
     await _save_all(any_storage, start, rival, head)
     assert await any_storage.get_latest(workflow_name="wf") == head
+
+
+async def test_a_fence_names_the_head_as_get_latest_does_on_every_save_path(
+    any_storage: RedisCheckpointStorage,
+) -> None:
+    # The newest entry is not the head here: a checkpoint saved before the one it continues. A
+    # fenced save of an id stored under another workflow (on a cluster found by the client before
+    # the script runs) still names the head, through the lineage.
+    head = _step("continued", 2)
+    await _save_all(any_storage, head, _step(None, 0, checkpoint_id="continued"))
+    stored = await any_storage.get_latest(workflow_name="wf")
+    assert stored is not None
+    assert stored.checkpoint_id == head.checkpoint_id
+    taken = WorkflowCheckpoint("elsewhere", "sig", checkpoint_id="taken")
+    await any_storage.save(taken)
+    moved = records_of(any_storage, dataclasses.replace(taken, workflow_name="wf"))
+    backend = any_storage.backend
+    for general_only in (False, True):
+        backend.commits.general_only = general_only
+        check = await backend.insert_fenced(moved, "not-the-latest")
+        assert check is not None
+        assert check.latest_id == head.checkpoint_id
+        check = await backend.insert_fenced(records_of(any_storage, _step(head.checkpoint_id, 4)), "stale")
+        assert check is not None
+        assert (check.latest_id, check.existing) == (head.checkpoint_id, None)
 
 
 async def test_rivals_come_with_their_nested_checkpoints(any_storage: RedisCheckpointStorage) -> None:

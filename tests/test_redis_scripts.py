@@ -170,14 +170,37 @@ def test_an_input_may_not_hide_a_library_function() -> None:
 
 def test_a_script_is_sent_the_library_functions_its_code_calls_and_no_other() -> None:
     # Each function sent is a closure the server builds on every call: one only a comment names
-    # is not sent (save_one's comments speak of rivals, latest's of the save's index_successor).
-    sent = {name: set(re.findall(r"^local function (\w+)", SCRIPTS[name], re.MULTILINE)) for name in SCRIPTS}
-    assert {"tip", "rivals", "descendants"} <= sent["latest"]
-    assert "index_successor" in SCRIPTS["latest"]
-    assert "index_successor" not in sent["latest"]
-    assert "rivals" in SCRIPTS["save_one"]
-    assert "rivals" not in sent["save_one"]
-    assert {"rivals", "tip", "drop_family"} <= sent["prune"]
+    # is not sent (latest's comments speak of the save's index_top_level, load's code of nothing
+    # in lineage.lua).
+    sent = _sent_functions()
+    assert {"latest_of", "descendants"} <= sent["latest"]
+    assert "index_top_level" in SCRIPTS["latest"]
+    assert "index_top_level" not in sent["latest"]
+    assert {"latest_of", "drop_family"} <= sent["prune"]
+    assert not {"latest_of", "index_top_level"} & sent["load"]
+
+
+def _sent_functions() -> dict[str, set[str]]:
+    """Script name -> the library functions sent with it."""
+    return {name: set(re.findall(r"^local function (\w+)", SCRIPTS[name], re.MULTILINE)) for name in SCRIPTS}
+
+
+def test_the_latest_is_chosen_by_one_lua_function() -> None:
+    # get_latest, the fences (both saves, and the cluster's answer for an id stored elsewhere)
+    # and prune ask lineage.lua's latest_of; nothing else walks the successor index or the top
+    # index's order, so a change of the rule is a change of latest_of alone.
+    sent = _sent_functions()
+    assert all("latest_of" in sent[name] for name in ("latest", "latest_head", "save", "save_one", "prune"))
+    walks = re.compile(r"'(ZREVRANGEBYLEX|ZREVRANK)'")
+    folder = importlib.resources.files("storages.redis").joinpath("scripts")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".lua") and entry.name != "lineage.lua":
+            assert not walks.search(entry.read_text("utf-8")), entry.name
+    lineage = folder.joinpath("lineage.lua").read_text("utf-8")
+    # Split at each function's start: name, then the rest of its text (its body, past the name).
+    parts = re.split(r"^local function (\w+)", lineage, flags=re.MULTILINE)[1:]
+    walkers = {name for name, text in zip(parts[::2], parts[1::2], strict=True) if walks.search(text)}
+    assert walkers == {"latest_of"}
 
 
 def test_every_script_is_a_packaged_lua_file_and_every_file_is_used() -> None:

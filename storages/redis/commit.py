@@ -23,6 +23,7 @@ from .keys import SEQUENCE, TOP
 from .replies import optional_id, pairs, text
 from .scripts import (
     DeleteWorkflow,
+    LatestHead,
     Overwrite,
     Prune,
     Remove,
@@ -221,10 +222,9 @@ class Commits:
             if isinstance(reply, str):
                 # The top id is stored under another workflow, found before the script ran: read
                 # this workflow's latest for the error message (nothing is written either way).
-                client = self.connection.client
-                top = self.keys.top(records[0].workflow_name)
-                newest = await self.connection.call("save", client.zrevrange(top, 0, 0))
-                latest = text(newest[0]) if newest else None
+                tag = self.keys.tag(records[0].workflow_name)
+                call = LatestHead(index=self.keys.index_under(tag, None), home_tag=tag)
+                latest = optional_id(await self.connection.run("save", call))
                 return FenceCheck(latest, InsertResult.of_stored_digest(reply, records[0]))
         if reply is None:
             return None

@@ -28,7 +28,7 @@ class SavedRecord:
 @dataclass(frozen=True, slots=True)
 class Save(ScriptCall):
     script = "save"
-    libraries = ("keys", "lineage", "families")
+    libraries = ("keys", "lineage")
     counter: Key
     """The home's sequence counter: routes the call to the home's slot."""
     home: str
@@ -40,7 +40,7 @@ class Save(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class SaveOne(ScriptCall):
     script = "save_one"
-    libraries = ("keys", "lineage", "families")
+    libraries = ("keys", "lineage")
     pointer: Key
     record: Key
     counter: Key
@@ -114,6 +114,16 @@ class Latest(ScriptCall):
     index: Key
     home_tag: str
     """``RedisKeys.tag`` of the index's workflow, the prefix of its record keys."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatestHead(ScriptCall):
+    script = "latest_head"
+    libraries = ("keys", "lineage")
+    index: Key
+    """The workflow's top index."""
+    home_tag: str
+    """``RedisKeys.tag`` of the workflow."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +201,7 @@ class Overwrite(ScriptCall):
 @dataclass(frozen=True, slots=True)
 class UnindexLost(ScriptCall):
     script = "unindex_lost"
+    libraries = ("keys", "lineage")
     record: Key
     """The lost record's key: routes the call to its workflow's slot."""
     home_tag: str
@@ -210,6 +221,7 @@ CALLS: tuple[type[ScriptCall], ...] = (
     Read,
     Fetch,
     Latest,
+    LatestHead,
     ListIds,
     Page,
     Remove,

@@ -27,21 +27,6 @@ local function drop_family(H, home, id)
   redis.call('DEL', fkey(H, id))
   return dropped
 end
--- Workflow w's latest top-level id ('' for none) as the index says, for a fence to compare: the
--- newest index entry, then through the lineage. Without a TTL an entry whose record is gone is a
--- lost record: it is the latest (the reads report it), and it stays indexed until it is saved
--- again. With a TTL such an entry has expired and is dropped (write scripts only).
-local function head(w)
-  local H = tag(w)
-  while true do
-    local ids = redis.call('ZREVRANGE', topkey(H), 0, 0)
-    if #ids == 0 then return '' end
-    local signature = redis.call('HGET', rkey(H, ids[1]), 's')
-    if signature then return (tip(H, ids[1], signature)) end
-    if TTL == 0 then return ids[1] end
-    redis.call('ZREM', topkey(H), ids[1])
-  end
-end
 -- Plain Redis: drop from the workflow index home and the workflows of the dropped records
 -- ({workflow, id, ...}) that have nothing left: no top-level index, nested index or tombstones.
 local function unlist_emptied(home, dropped)

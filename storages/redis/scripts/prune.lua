@@ -11,18 +11,12 @@ local doomed
 if keep == 0 then
   doomed = redis.call('ZRANGE', top, 0, -1)
 else
-  -- The head and its rivals stay wherever they are in the order; of the others, the oldest go.
-  local latest = head(workflow)
+  -- The head and its rivals (lineage.lua: latest_of) stay wherever they are in the order; of
+  -- the others, the oldest go. A rival whose record is gone needs no keeping (its entry left the
+  -- top index above).
+  local latest, _, _, rivals_of_latest = latest_of(H, top, false, true)
   local kept = {[latest] = true}
-  -- The rivals latest.lua reads, by the head's mark: a root's ('0'; the newest top-level
-  -- record), or those of a head saved after a sibling ('1', with its previous id). A rival whose
-  -- record is gone needs no keeping (its entry left the top index above).
-  local fields = redis.call('HMGET', rkey(H, latest), 'p', 's', 'r')
-  local previous, signature, marked = fields[1], fields[2], fields[3]
-  if marked == '0' then previous = false end
-  if signature and marked and (marked == '0' or previous) then
-    for _, id in ipairs((rivals(H, latest, previous, signature, true))) do kept[id] = true end
-  end
+  for _, id in ipairs(rivals_of_latest or {}) do kept[id] = true end
   local others = {}
   for _, id in ipairs(redis.call('ZRANGE', top, 0, -1)) do
     if not kept[id] then others[#others + 1] = id end

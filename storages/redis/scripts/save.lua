@@ -21,11 +21,11 @@ end
 local top = records[1]
 local existing = stored(top.id)
 if existing then
-  if fenced then return {'exists', redis.call('HGET', existing, 'd'), head(home)} end
+  if fenced then return {'exists', redis.call('HGET', existing, 'd'), latest_of(H, topkey(H), false, false) or ''} end
   return {'exists', redis.call('HGET', existing, 'd')}
 end
 if fenced then
-  local latest = head(home)
+  local latest = latest_of(H, topkey(H), false, false) or ''
   -- The latest may be this very checkpoint, indexed with its record lost: saving it restores it.
   if latest ~= expected and latest ~= top.id then return {'stale', latest} end
 end
@@ -44,15 +44,9 @@ for _, r in ipairs(records) do
   local key = rkey(H, r.id)
   local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
   if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
-  -- The mark says where a head's rivals may be (latest.lua): a top-level root is in no sibling
-  -- range, and is marked '0' (the roots committed right before it); a record saved after a
-  -- sibling, '1' (its range).
-  local indexed = r.container == '' and r.previous ~= ''
-  if indexed and index_successor(nextkey(H), r.previous, r.signature, seq, r.id) then
-    fields[#fields + 1] = 'r'; fields[#fields + 1] = '1'
-  elseif r.container == '' and r.previous == '' then
-    fields[#fields + 1] = 'r'; fields[#fields + 1] = '0'
-  end
+  -- A top-level record's mark says where its rivals may be, should it be the head (lineage.lua).
+  local mark = r.container == '' and index_top_level(nextkey(H), r.previous, r.signature, seq, r.id)
+  if mark then fields[#fields + 1] = 'r'; fields[#fields + 1] = mark end
   if r.container ~= '' then
     fields[#fields + 1] = 'c'; fields[#fields + 1] = r.container
     fields[#fields + 1] = 'o'; fields[#fields + 1] = top.id
@@ -65,7 +59,7 @@ for _, r in ipairs(records) do
     redis.call('ZADD', signature, seq, r.id)
     touch(topkey(H))
     touch(signature)
-    if indexed then touch(nextkey(H)) end
+    if r.previous ~= '' then touch(nextkey(H)) end
   else
     redis.call('RPUSH', kkey(H, r.container), r.id)
     touch(kkey(H, r.container))

@@ -10,12 +10,12 @@ if found then
   local stored_digest = redis.call('HGET', rkey(tag(found), id), 'd')
   if stored_digest then
     if staged then redis.call('DEL', stage) end
-    if fenced then return {'exists', stored_digest, head(workflow)} end
+    if fenced then return {'exists', stored_digest, latest_of(tag(workflow), top, false, false) or ''} end
     return stored_digest
   end
 end
 if fenced then
-  local latest = head(workflow)
+  local latest = latest_of(tag(workflow), top, false, false) or ''
   -- The latest may be this very checkpoint, indexed with its record lost: saving it restores it.
   if latest ~= expected and latest ~= id then
     if staged then redis.call('DEL', stage) end
@@ -23,27 +23,27 @@ if fenced then
   end
 end
 local seq = redis.call('INCR', counter)
--- The home's successor index, beside its top index: same slot. A root is in no sibling range
--- and costs nothing there; it is marked '0' (save.lua: where a head's rivals may be).
+-- The home's successor index, beside its top index: same slot. The record's mark says where its
+-- rivals may be, should it be the head (lineage.lua: index_top_level); a root always has one.
 local successors = nextkey_beside(top)
-local siblings = previous ~= '' and index_successor(successors, previous, signature, seq, id)
+local mark = index_top_level(successors, previous, signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
   if previous == '' then
-    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0', 'r', '0')
+    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0', 'r', mark)
   else
     redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
       'p', previous)
   end
 elseif previous == '' then
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
-    'r', '0')
+    'r', mark)
 else
   redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
     'p', previous)
 end
-if siblings then redis.call('HSET', record, 'r', '1') end  -- saved after a sibling: one call more
+if previous ~= '' and mark then redis.call('HSET', record, 'r', mark) end  -- one call more
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
 redis.call('SET', pointer, workflow)

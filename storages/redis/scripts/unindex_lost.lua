@@ -9,8 +9,7 @@ for _, index in ipairs(signature_indexes) do redis.call('ZREM', index, id) end
 redis.call('ZREM', top, id)
 local successors = nextkey(home_tag)
 for _, member in ipairs(redis.call('ZRANGE', successors, 0, -1)) do
-  local _, _, named = string.find(member, '^[^:]*:[^:]*:%x+:(.*)$')
-  if named == id then redis.call('ZREM', successors, member) end
+  if indexed_successor(member) == id then redis.call('ZREM', successors, member) end
 end
 if INLINE and redis.call('GET', lockey(id)) == workflow then redis.call('DEL', lockey(id)) end
 return 1
