@@ -47,3 +47,18 @@ async def test_equal_timestamps_resume_from_the_head(storage: Any) -> None:
     for saved in (prepare, first, head):
         await storage.save(saved)
     assert await storage.get_latest(workflow_name="wf") == head
+
+
+async def test_successors_saved_before_their_parent_are_followed_to_the_one_committed_last(
+    storage: Any,
+) -> None:
+    # The newest record's successors can be older than it: a run that saves each step's checkpoint
+    # as it finishes may commit a continuation before the checkpoint it continues. The walk then
+    # follows the successor committed last (b), never the first (a), whatever the clocks say.
+    prepare = stamped(None, 0)
+    late_parent = stamped(prepare, 1)
+    first, last = stamped(late_parent, 2), stamped(late_parent, 3)
+    after_first, after_last = stamped(first, 9), stamped(last, 4)
+    for saved in (prepare, first, last, after_first, after_last, late_parent):
+        await storage.save(saved)
+    assert await storage.get_latest(workflow_name="wf") == after_last
