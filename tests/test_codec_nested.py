@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,6 +18,13 @@ from storages.errors import CheckpointCorruptedError, UnserializableValueError
 
 @dataclasses.dataclass
 class Holder:
+    inner: Any
+
+
+@dataclasses.dataclass
+class Probe:
+    """Stored through a hook that encodes a tree of its own (a codec called from inside a walk)."""
+
     inner: Any
 
 
@@ -162,3 +172,80 @@ def test_inline_bodies_still_decode_without_nested_records() -> None:
     body = codec.encode_checkpoint(parent)
     assert not codec.has_nested_refs(body)
     assert codec.decode_checkpoint(body, checkpoint_id="p") == parent
+
+
+def test_a_tree_encode_inside_another_keeps_its_own_bodies_and_hands_the_outer_one_back() -> None:
+    codec = CheckpointCodec()
+    inner_trees: list[list[str]] = []
+
+    def encode_probe(probe: Probe) -> str:
+        inner_trees.append(
+            [node.checkpoint.checkpoint_id for node in codec.encode_checkpoint_tree(probe.inner)]
+        )
+        return "probed"
+
+    codec.register(Probe, encode=encode_probe, decode=lambda _: Probe(None))
+    first, second, third = checkpoint("first"), checkpoint("second"), checkpoint("third")
+    other = checkpoint("other", state={"sub": second})
+    # The hook runs between two embedded checkpoints of the outer walk: both must land in its tree.
+    parent = checkpoint("parent", state={"a": first, "probe": Probe(other), "b": third})
+    nodes = codec.encode_checkpoint_tree(parent)
+    assert [node.checkpoint for node in nodes] == [parent, first, third]
+    assert inner_trees
+    assert all(ids == [other.checkpoint_id, second.checkpoint_id] for ids in inner_trees)
+    back = codec.decode_checkpoint(nodes[0].body, checkpoint_id="p", nested=nested_bodies(nodes))
+    assert back.state["a"] == first
+    assert back.state["b"] == third
+
+
+def test_tree_and_inline_encodes_on_many_threads_at_once_keep_to_their_own_walks() -> None:
+    codec = CheckpointCodec()
+
+    def parent(n: int) -> WorkflowCheckpoint:
+        # An int key takes the exact walk, whose packers the threads share unless a tree's walk
+        # has its own.
+        child = checkpoint("child", state={"n": n, 1: "int key"})
+        return checkpoint("parent", state={"sub": child, 2: [child.checkpoint_id]})
+
+    parents = [parent(n) for n in range(8)]
+    trees = [[node.body for node in codec.encode_checkpoint_tree(item)] for item in parents]
+    inline = [codec.encode_checkpoint(item) for item in parents]
+    assert all(len(tree) == 2 for tree in trees)
+    start = threading.Barrier(len(parents))
+
+    def encode_many(index: int) -> None:
+        start.wait()
+        item = parents[index]
+        for _ in range(500):
+            if index % 2:
+                assert [node.body for node in codec.encode_checkpoint_tree(item)] == trees[index]
+            else:
+                assert codec.encode_checkpoint(item) == inline[index]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside walks, not only between them
+    try:
+        with ThreadPoolExecutor(len(parents)) as pool:
+            list(pool.map(encode_many, range(len(parents))))
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_tree_holding_a_deep_value_saves_from_a_deep_stack() -> None:
+    # Int keys take the exact walk, deep in calls: from a deep stack it is redone on a fresh one,
+    # a thread of its own, which must still collect into this tree.
+    codec = CheckpointCodec()
+    deep: Any = "leaf"
+    for _ in range(200):
+        deep = {1: deep}
+    child = checkpoint("child", state={"deep": deep})
+    parent = checkpoint("parent", state={"sub": child})
+
+    def from_depth(levels: int) -> list[EncodedCheckpoint]:
+        return codec.encode_checkpoint_tree(parent) if levels == 0 else from_depth(levels - 1)
+
+    nodes = from_depth(sys.getrecursionlimit() - 150)
+    assert [node.checkpoint for node in nodes] == [parent, child]
+    assert [node.body for node in nodes] == [node.body for node in codec.encode_checkpoint_tree(parent)]
+    back = codec.decode_checkpoint(nodes[0].body, checkpoint_id="p", nested=nested_bodies(nodes))
+    assert back == parent

@@ -5,6 +5,7 @@ version 1) still read, and a verified read does not compute their CRC again."""
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from storages import (
     WorkflowCheckpoint,
     open_storage,
 )
-from storages.codec import CheckpointCodec
+from storages.codec import CheckpointCodec, EncodedCheckpoint
 from storages.codec import frame as framing
+from storages.codec.overrides import WithoutSealed, body_codec
 from storages.integrity import TamperKind, is_sealed, record_mac, split_sealed
 from storages.tools.verify import verify
 
@@ -217,15 +219,23 @@ class OldStyleCodec(CheckpointCodec):
 
 
 async def test_a_codec_overriding_decode_without_the_keyword_keeps_crc_bodies(tmp_path: Path) -> None:
-    storage = InMemoryCheckpointStorage(codec=OldStyleCodec(), integrity_key=KEY)
-    async with storage:
-        item = checkpoint("wf", step=1)
-        await storage.save(item)
-        body = split_sealed(item.checkpoint_id, await raw_of(storage, item.checkpoint_id))[1].body
-        assert not framing.flags_of(body) & framing.FLAG_SEALED
-        async with storage.new_handle() as cold:
-            assert (await cold.load(item.checkpoint_id)).state == {"step": 1}
-        assert (await verify(storage)).ok
+    # Each storage (a new handle too) and verify decide how to call it, and say so.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        storage = InMemoryCheckpointStorage(codec=OldStyleCodec(), integrity_key=KEY)
+        async with storage:
+            item = checkpoint("wf", step=1)
+            await storage.save(item)
+            body = split_sealed(item.checkpoint_id, await raw_of(storage, item.checkpoint_id))[1].body
+            assert not framing.flags_of(body) & framing.FLAG_SEALED
+            async with storage.new_handle() as cold:
+                assert (await cold.load(item.checkpoint_id)).state == {"step": 1}
+            assert (await verify(storage)).ok
+    assert len(seen) >= 2
+    for warning in seen:
+        assert warning.category is DeprecationWarning
+        assert "overrides encode_checkpoint, decode_checkpoint without the sealed=" in str(warning.message)
+        assert warning.filename == __file__  # the line that built the storage or ran verify
 
 
 async def test_nested_bodies_are_framed_for_their_seals_too() -> None:
@@ -271,3 +281,75 @@ def test_a_compressed_body_and_a_tree_framed_for_their_seals_read_only_as_sealed
         CheckpointCodec().decode_checkpoint(
             with_crc(nodes[0].body), checkpoint_id=outer.checkpoint_id, nested=nested
         )
+
+
+class OldTreeOnly(CheckpointCodec):
+    """Only encode_checkpoint_tree is overridden from before ``sealed=``."""
+
+    def encode_checkpoint_tree(self, checkpoint: Any) -> list[EncodedCheckpoint]:
+        return super().encode_checkpoint_tree(checkpoint)
+
+
+class TakesAnyKeyword(CheckpointCodec):
+    def decode_checkpoint(self, body: bytes, **options: Any) -> Any:
+        return super().decode_checkpoint(body, **options)
+
+
+def test_how_to_call_a_codec_is_decided_once_when_a_storage_takes_it() -> None:
+    plain = CheckpointCodec()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert body_codec(plain) is plain
+        takes_any = TakesAnyKeyword()
+        assert body_codec(takes_any) is takes_any
+    old = OldStyleCodec()
+    with pytest.warns(
+        DeprecationWarning, match="OldStyleCodec overrides encode_checkpoint, decode_checkpoint"
+    ) as seen:
+        adapted = body_codec(old)
+    assert seen[0].filename == __file__  # the caller's line, not the package's
+    assert isinstance(adapted, WithoutSealed)
+    assert adapted.codec is old
+    item = checkpoint("wf", step=1)
+    # Asked for sealed bodies, it writes and reads checksummed ones: the overrides never see the keyword.
+    body = adapted.encode_checkpoint(item, sealed=True)
+    assert not framing.flags_of(body) & framing.FLAG_SEALED
+    assert adapted.decode_checkpoint(body, checkpoint_id=item.checkpoint_id, sealed=True) == item
+    framed_for_a_seal = plain.encode_checkpoint(item, sealed=True)
+    with pytest.raises(CheckpointCorruptedError, match="without a verified seal"):
+        adapted.decode_checkpoint(framed_for_a_seal, checkpoint_id=item.checkpoint_id, sealed=True)
+    # One older override is enough: every method drops the keyword, so bodies stay readable by it.
+    with pytest.warns(DeprecationWarning, match="overrides encode_checkpoint_tree without"):
+        tree_only = body_codec(OldTreeOnly())
+    outer = checkpoint("wf", inner=checkpoint("wf", step="inner"))
+    assert all(
+        not framing.flags_of(node.body) & framing.FLAG_SEALED
+        for node in tree_only.encode_checkpoint_tree(outer, sealed=True)
+    )
+    assert not framing.flags_of(tree_only.encode_checkpoint(item, sealed=True)) & framing.FLAG_SEALED
+
+
+async def test_a_storage_calls_a_current_codec_with_sealed_and_an_older_one_without() -> None:
+    calls: list[tuple[str, bool]] = []
+
+    class Recording(CheckpointCodec):
+        def encode_checkpoint(
+            self, checkpoint: Any, *, bin_from_bytes_only: bool = False, sealed: bool = False
+        ) -> bytes:
+            calls.append(("encode", sealed))
+            return super().encode_checkpoint(
+                checkpoint, bin_from_bytes_only=bin_from_bytes_only, sealed=sealed
+            )
+
+        def decode_checkpoint(self, body: bytes, *, sealed: bool = False, **options: Any) -> Any:
+            calls.append(("decode", sealed))
+            return super().decode_checkpoint(body, sealed=sealed, **options)
+
+    async with InMemoryCheckpointStorage(codec=Recording(), integrity_key=KEY) as storage:
+        item = checkpoint("wf", step=1)
+        await storage.save(item)
+        async with storage.new_handle() as cold:
+            assert (await cold.load(item.checkpoint_id)).state == {"step": 1}
+    assert calls[0] == ("encode", True)
+    assert ("decode", True) in calls
+    assert all(sealed for _, sealed in calls)

@@ -347,13 +347,19 @@ class RefusesTickets(CheckpointCodec):
     a body that names ``Ticket`` raises CheckpointTypeNotAllowedError, everything else decodes."""
 
     def decode_checkpoint(
-        self, body: bytes, *, checkpoint_id: str, nested: Any = None, construct_types: bool = True
+        self,
+        body: bytes,
+        *,
+        checkpoint_id: str,
+        nested: Any = None,
+        construct_types: bool = True,
+        sealed: bool = False,
     ) -> Any:
         holds_ticket = b"Ticket" in body or any(b"Ticket" in item for item in (nested or {}).values())
         if construct_types and holds_ticket:
             raise CheckpointTypeNotAllowedError(TICKET, checkpoint_id, "checkpoint.state['ticket']")
         return super().decode_checkpoint(
-            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types
+            body, checkpoint_id=checkpoint_id, nested=nested, construct_types=construct_types, sealed=sealed
         )
 
 

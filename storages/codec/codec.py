@@ -34,7 +34,6 @@ from .stack import at_walk_floor, on_fresh_stack, ran_out_of_stack
 from .values import EXT_CHECKPOINT, Packer, Reducer
 from .vocabulary import (
     EXPECTED_FIELD_TYPES,
-    TREE,
     EncodedCheckpoint,
     NestedResolver,
     TreeEncoding,
@@ -224,13 +223,14 @@ class CheckpointCodec:
         reads it.
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
-        if TREE.get() is None:
+        try:  # this thread's packer, in line: a call for it was a hundredth of an encode
+            native = self._natives.packer
+        except AttributeError:
+            native = self._native()
+        # A tree is set only when a hook encodes from inside a tree encode's walk: that path below.
+        if native.tree is None:
             # The common encode in line: the native walk, then the plain frame.
             plain = _record(tag, _checkpoint_fields(checkpoint))
-            try:  # this thread's packer, in line: a call for it was a hundredth of an encode
-                native = self._natives.packer
-            except AttributeError:
-                native = self._native()
             try:
                 if self._splicing and type(state := plain[STATE_IN_RECORD]) is dict:
                     # A large bytes value at the top of the state is joined into the body by
@@ -273,7 +273,6 @@ class CheckpointCodec:
         tag = self._checkpoint_tags.get(checkpoint_class)
         if (
             tag is not None
-            and TREE.get() is None
             and self._compress_threshold is None
             and type(self).encode_checkpoint is CheckpointCodec.encode_checkpoint
         ):
@@ -281,13 +280,14 @@ class CheckpointCodec:
                 native = self._natives.packer
             except AttributeError:
                 native = self._native()
-            try:
-                payload = native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
-            except NeedsExactPath:
-                pass
-            else:
-                if len(payload) <= self._max_payload_bytes:
-                    return framing.plain_frame(payload, False)
+            if native.tree is None:
+                try:
+                    payload = native.pack_payload(_record(tag, fields), bin_checked=bin_from_bytes_only)
+                except NeedsExactPath:
+                    pass
+                else:
+                    if len(payload) <= self._max_payload_bytes:
+                        return framing.plain_frame(payload, False)
         # Anything else (a tree encode under way, compression, a subclass's own encode, a value
         # the native walk cannot take): the object, through encode_checkpoint.
         return self.encode_checkpoint(checkpoint_class(*fields), bin_from_bytes_only=bin_from_bytes_only)
@@ -301,20 +301,23 @@ class CheckpointCodec:
         ``sealed``: every body goes inside a seal of its own (see :meth:`encode_checkpoint`).
         """
         tag = self._checkpoint_tags.get(type(checkpoint)) or self._require_checkpoint_tag(checkpoint)
-        state = TreeEncoding([None], [checkpoint.checkpoint_id], {}, sealed=sealed)
-        token = TREE.set(state)
+        state = TreeEncoding([None], [checkpoint.checkpoint_id], {}, self._frame, sealed=sealed)
+        native = self._native()
+        # The walk's packer carries the tree to the reducers it calls; a tree encode inside this
+        # one (from a hook) sets its own and this one's is put back after it.
+        outer, native.tree = native.tree, state
         try:
             # The native walk in line (as encode_checkpoint): nothing is collected before it, so
             # a refused attempt rewinds to the empty state rather than to a copied mark.
             plain = _record(tag, _checkpoint_fields(checkpoint))
             try:
-                payload = self._native().pack_payload(plain)
+                payload = native.pack_payload(plain)
             except NeedsExactPath:
                 empty: tuple[int, int, dict[str, int], int] = (1, 1, {}, 0)
                 state.rewind(empty)
                 payload = self._encode_exactly(checkpoint, tag, plain, state, empty)
         finally:
-            TREE.reset(token)
+            native.tree = outer
         top = EncodedCheckpoint(
             checkpoint, self._frame(payload, nested_refs=state.references > 0, sealed=sealed), None
         )
@@ -492,10 +495,11 @@ class CheckpointCodec:
         self, root: Any, checkpoint_tag: str | None, *, bin_checked: bool = False
     ) -> bytes:
         plain = root if checkpoint_tag is None else _record(checkpoint_tag, _checkpoint_fields(root))
-        tree = TREE.get()
+        native = self._native()
+        tree = native.tree  # set when this encode runs inside a tree encode's walk (from a hook)
         mark = tree.mark() if tree is not None else None
         try:
-            return self._native().pack_payload(plain, bin_checked=bin_checked)
+            return native.pack_payload(plain, bin_checked=bin_checked)
         except NeedsExactPath:
             if tree is not None and mark is not None:
                 tree.rewind(mark)  # the nested bodies the native attempt collected
@@ -510,15 +514,17 @@ class CheckpointCodec:
         mark: tuple[int, int, dict[str, int], int] | None,
     ) -> bytes:
         """The exact walk, for what the native one refused (``tree`` rewound to ``mark`` already)."""
+        exact = self._exact if tree is None else self._tree_packer(tree)
         try:
             try:
-                return at_walk_floor(lambda: self._exact.pack(plain))
+                return at_walk_floor(lambda: exact.pack(plain))
             except OverflowError:
                 # An int outside msgpack's 64-bit range: redo on the walk that boxes such ints,
                 # forgetting the nested bodies the first attempt collected.
                 if tree is not None and mark is not None:
                     tree.rewind(mark)
-                return at_walk_floor(lambda: self._boxing_packer().pack(plain))
+                boxing = self._boxing_packer() if tree is None else self._tree_packer(tree, boxing=True)
+                return at_walk_floor(lambda: boxing.pack(plain))
         except (Unencodable, UnicodeEncodeError, RecursionError) as exc:
             if ran_out_of_stack(exc):  # a deep value saved from deep inside a runner's calls
                 if tree is not None and mark is not None:
@@ -532,6 +538,11 @@ class CheckpointCodec:
         except AttributeError:
             packer = self._natives.packer = NativePacker(self._registry.reducers, self._reducer_for)
         return packer
+
+    def _tree_packer(self, tree: TreeEncoding, *, boxing: bool = False) -> ExactPacker:
+        """An exact packer of one tree encode's walk, carrying its tree: the codec's own exact
+        packers serve every thread at once, so none of them can carry one."""
+        return ExactPacker(self._registry.reducers, self._reducer_for, boxing=boxing, tree=tree)
 
     def _boxing_packer(self) -> ExactPacker:
         if self._boxing is None:
@@ -552,7 +563,7 @@ class CheckpointCodec:
         """An embedded checkpoint: inline, or (in an encode_checkpoint_tree) a body of its own."""
         tag = self._registry.checkpoint_tag(type(checkpoint))
         assert tag is not None
-        tree = TREE.get()
+        tree = packer.tree
         if tree is None:
             return packer.ext(EXT_CHECKPOINT, packer.pack(self._checkpoint_plain(checkpoint, tag)))
-        return tree.nest(checkpoint, self._checkpoint_plain(checkpoint, tag), packer, self._frame)
+        return tree.nest(checkpoint, self._checkpoint_plain(checkpoint, tag), packer)

@@ -22,8 +22,8 @@ from .decoding import Reader
 from .locate import describe
 from .packing import ExactPacker
 from .stack import on_fresh_stack, ran_out_of_stack
-from .values import Reducer
-from .vocabulary import TREE, NestedResolver, TypeNotAllowed, Unencodable
+from .values import Nesting, Reducer
+from .vocabulary import NestedResolver, TypeNotAllowed, Unencodable
 
 _REMEMBERED_REBUILDS: Final = 4096
 """Digests of the contents rebuilt at save that a codec remembers (16 bytes each)."""
@@ -58,12 +58,12 @@ class Fidelity:
         self._rebuilt: set[bytes] = set()
         """Digests of contents that rebuilt at save (seeded with their extension code)."""
 
-    def try_rebuild(self, code: int, data: bytes, value: Any) -> None:
+    def try_rebuild(self, code: int, data: bytes, value: Any, tree: Nesting | None) -> None:
         """Rebuild ``value`` from ``data``, the contents just written for it, as a load would: for
         values whose rebuild runs code of their class (a decode hook, a ``__setstate__`` or
         ``__new__`` of its own), which a load could find refusing. Raises Unencodable naming the
-        value, so the save fails naming where it sits."""
-        tree = TREE.get()
+        value, so the save fails naming where it sits. ``tree``: the tree encode that wrote
+        ``data`` (the packer's), if any."""
         # Checkpoints embedded in it are references by now: they resolve to the objects saved.
         embedded = tree.embedded() if tree is not None else {}
         # The same bytes rebuild alike: a workflow saves the same values superstep after
@@ -86,7 +86,7 @@ class Fidelity:
     def try_member(self, member: Any) -> None:
         """Find enum ``member`` again from its value encoded and decoded, as a load would; raise
         Unencodable if that finds another member or none (a NaN value finds none)."""
-        token = TREE.set(None)
+        # The codec's own exact packers, which pack for no tree: embedded checkpoints inline.
         try:
             try:
                 data = self._exact.pack(member.value)
@@ -97,8 +97,6 @@ class Fidelity:
             raise
         except Exception as exc:
             raise Unencodable(member, f"its value would not find it on load: {_reason(exc)}") from exc
-        finally:
-            TREE.reset(token)
         if found is not member and found != member:
             raise Unencodable(member, f"its value would find {found!r} on load, not this member")
 
@@ -113,16 +111,13 @@ class Fidelity:
         it could not store."""
         if self._canonical is None:
             self._canonical = CanonicalPacker(self._reducers, self._reducer_for)
-        packer = self._canonical
-        token = TREE.set(None)  # embedded checkpoints inline: their content, not a reference
+        packer = self._canonical  # packs for no tree: embedded checkpoints inline, by content
         try:
             return packer.pack(first) == packer.pack(second)
         except Exception as exc:
             if ran_out_of_stack(exc):
                 return on_fresh_stack(lambda: self.same_value(first, second))
             return False
-        finally:
-            TREE.reset(token)
 
 
 def _reason(exc: BaseException) -> str:

@@ -40,7 +40,7 @@ from .values import (
     datetime_data,
     reduce_int_boxed,
 )
-from .vocabulary import Unencodable
+from .vocabulary import TreeEncoding, Unencodable
 
 ReducerLookup = Callable[[type[Any], Any], Reducer]
 """The reducer of a class that is not an atom (registering it on first use), or Unencodable."""
@@ -237,14 +237,18 @@ def holds_spliced_values(record: list[Any]) -> bool:
 class NativePacker:
     """ormsgpack's native walk; our reducers only for the types it passes through.
 
-    One per thread (CheckpointCodec keeps them): a walk keeps its count of nesting on its packer,
-    and a walk, which never awaits, is never interleaved with another in its own thread."""
+    One per thread (CheckpointCodec keeps them): a walk keeps its count of nesting and its
+    :attr:`tree` on its packer, and a walk, which never awaits, is never interleaved with another
+    in its own thread."""
 
-    __slots__ = ("_below", "_default", "_reducer_for", "_reducers")
+    __slots__ = ("_below", "_default", "_reducer_for", "_reducers", "tree")
 
     def __init__(self, reducers: dict[type[Any], Reducer], reducer_for: ReducerLookup) -> None:
         self._reducers = reducers
         self._reducer_for = reducer_for
+        self.tree: TreeEncoding | None = None
+        """The tree encode under way on this thread, if any: CheckpointCodec.encode_checkpoint_tree
+        sets it for its walk and puts back what was there (an encode inside it, from a hook)."""
         self._below = 0
         """The deepest bound of the segments packed so far under the one being packed."""
         # The extension of a datetime, or of a tuple of atoms, by the object's id: a workflow's
@@ -374,14 +378,21 @@ class ExactPacker:
     """The Python walk: every container visited, every value converted exactly as the format says.
 
     With ``boxing`` ints outside msgpack's 64-bit range travel as extensions (and so int keys as
-    pairs); the codec uses it only after a plain walk overflowed.
+    pairs); the codec uses it only after a plain walk overflowed. With ``tree`` it packs for that
+    tree encode: one such packer per walk (the codec's shared ones, serving every thread, have none).
     """
 
-    __slots__ = ("_atoms", "_encode", "_key_atoms", "_reducer_for", "_reducers")
+    __slots__ = ("_atoms", "_encode", "_key_atoms", "_reducer_for", "_reducers", "tree")
 
     def __init__(
-        self, reducers: dict[type[Any], Reducer], reducer_for: ReducerLookup, *, boxing: bool = False
+        self,
+        reducers: dict[type[Any], Reducer],
+        reducer_for: ReducerLookup,
+        *,
+        boxing: bool = False,
+        tree: TreeEncoding | None = None,
     ) -> None:
+        self.tree = tree
         self._encode = msgspec.msgpack.Encoder().encode
         self._reducers = {**reducers, int: reduce_int_boxed} if boxing else reducers
         self._reducer_for = reducer_for

@@ -25,6 +25,7 @@ from .values import (
     EXT_ENUM,
     EXT_NAMEDTUPLE,
     EXT_PYDANTIC,
+    Nesting,
     Packer,
     Reducer,
 )
@@ -49,9 +50,9 @@ class Rebuilds(Protocol):
     """What a reducer asks of the codec's save-time checks (storages/codec/fidelity.py): to rebuild
     what it just wrote as a load would, for values whose rebuild runs code of their class."""
 
-    def try_rebuild(self, code: int, data: bytes, value: Any) -> None:
-        """Rebuild ``value`` from ``data`` (its extension's contents) as a load would; raise
-        Unencodable, naming the value, if that fails."""
+    def try_rebuild(self, code: int, data: bytes, value: Any, tree: Nesting | None) -> None:
+        """Rebuild ``value`` from ``data`` (its extension's contents, written for ``tree`` if the
+        packer packs for one) as a load would; raise Unencodable, naming the value, if that fails."""
 
     def try_member(self, member: Any) -> None:
         """Find enum ``member`` again from its stored value as a load would, or raise Unencodable."""
@@ -260,7 +261,7 @@ def _reducer_of(registration: Registration, rebuilds: Rebuilds) -> Reducer:
 
         def reduce_custom(value: Any, packer: Packer) -> Any:
             data = packer.pack([key, hook(value)])
-            rebuilds.try_rebuild(EXT_CUSTOM, data, value)  # the decode hook is the class's code
+            rebuilds.try_rebuild(EXT_CUSTOM, data, value, packer.tree)  # the decode hook is the class's code
             return packer.ext(EXT_CUSTOM, data)
 
         return reduce_custom
@@ -283,7 +284,7 @@ def _reducer_of(registration: Registration, rebuilds: Rebuilds) -> Reducer:
     def reduce_object(value: Any, packer: Packer) -> Any:
         data = packer.pack([key, *form(value, shape)])
         if shape.runs_class_code:
-            rebuilds.try_rebuild(kind, data, value)
+            rebuilds.try_rebuild(kind, data, value, packer.tree)
         return packer.ext(kind, data)
 
     return reduce_object

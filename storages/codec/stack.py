@@ -31,15 +31,18 @@ MAX_NESTING: Final = 900
 WALK_FLOOR: Final = 64
 """The fewest calls deep the encoder's Python walk starts."""
 
-_ON_FRESH_STACK: contextvars.ContextVar[bool] = contextvars.ContextVar("codec_on_fresh_stack", default=False)
-
 T = TypeVar("T")
+
+
+class _FreshStack(threading.Thread):
+    """The thread :func:`on_fresh_stack` runs work on: work that runs out of stack on it has had
+    its fresh stack already."""
 
 
 def ran_out_of_stack(exc: BaseException) -> bool:
     """True if ``exc`` is, or was caused while handling, a RecursionError, and the work that
     raised it has not already had a fresh stack."""
-    if _ON_FRESH_STACK.get():
+    if isinstance(threading.current_thread(), _FreshStack):
         return False
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -52,19 +55,19 @@ def ran_out_of_stack(exc: BaseException) -> bool:
 
 
 def on_fresh_stack(call: Callable[[], T]) -> T:
-    """``call()`` on a new thread, in a copy of the caller's context; its exception re-raised."""
+    """``call()`` on a new thread, in a copy of the caller's context (a hook may read the
+    application's context variables); its exception re-raised."""
     context = contextvars.copy_context()
     outcome: list[T] = []
     failure: list[BaseException] = []
 
     def run() -> None:
-        _ON_FRESH_STACK.set(True)
         try:
             outcome.append(call())
         except BaseException as exc:  # re-raised in the caller's thread
             failure.append(exc)
 
-    thread = threading.Thread(target=context.run, args=(run,), name="checkpoint-codec-fresh-stack")
+    thread = _FreshStack(target=context.run, args=(run,), name="checkpoint-codec-fresh-stack")
     thread.start()
     thread.join()
     if failure:

@@ -41,8 +41,28 @@ INT64_MIN: Final = -(2**63)
 UINT64_MAX: Final = 2**64 - 1
 
 
+class Nesting(Protocol):
+    """The bodies one tree encode is collecting (vocabulary.TreeEncoding): the walk that packs
+    for it makes each checkpoint embedded in the value a body of its own."""
+
+    def nest(self, checkpoint: Any, plain: list[Any], packer: Packer) -> Any:
+        """The reference an embedded checkpoint (``plain``: its record) leaves in its container,
+        its own body collected."""
+        ...
+
+    def embedded(self) -> dict[str, Any]:
+        """The checkpoints collected so far as bodies of their own, by id."""
+        ...
+
+
 class Packer(Protocol):
     """Packs an extension's contents and builds the extension object its encoder takes."""
+
+    @property
+    def tree(self) -> Nesting | None:
+        """The tree encode this walk packs for (None: embedded checkpoints go inline). On the
+        packer, not in ambient state, so a walk's reducers see only the tree of their own walk."""
+        ...
 
     def pack(self, value: Any) -> bytes: ...
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from typing import Any, Final
 
 import msgspec
@@ -106,11 +105,14 @@ class Registration:
 
 @dataclasses.dataclass(slots=True)
 class TreeEncoding:
-    """State of one encode_checkpoint_tree call, shared by the nested encoder calls it makes."""
+    """State of one encode_checkpoint_tree call: the packers of its walk hold it (their ``tree``)
+    and its reducers reach it through them."""
 
     nodes: list[EncodedCheckpoint | None]
     containers: list[str]
     first_seen: dict[str, int]
+    frame: Callable[..., bytes]
+    """Frames each nested body (the codec's frame: its compression and limits)."""
     references: int = 0
     """References written so far; a body wrote some if this grew while it was encoded."""
     sealed: bool = False
@@ -137,9 +139,9 @@ class TreeEncoding:
         self.first_seen = dict(mark[2])
         self.references = mark[3]
 
-    def nest(self, checkpoint: Any, plain: list[Any], packer: Packer, frame: Callable[..., bytes]) -> Any:
-        """Encode an embedded checkpoint (``plain``: its record) as a body of its own, framed by
-        ``frame``; what its container keeps is a reference to its id."""
+    def nest(self, checkpoint: Any, plain: list[Any], packer: Packer) -> Any:
+        """Encode an embedded checkpoint (``plain``: its record) as a body of its own; what its
+        container keeps is a reference to its id."""
         checkpoint_id = checkpoint.checkpoint_id
         if checkpoint_id in self.containers:
             raise Unencodable(checkpoint, f"checkpoint {checkpoint_id!r} is embedded in itself")
@@ -152,7 +154,7 @@ class TreeEncoding:
             payload = packer.pack_nested(plain)
         finally:
             self.containers.pop()
-        body = frame(payload, nested_refs=self.references > references_before, sealed=self.sealed)
+        body = self.frame(payload, nested_refs=self.references > references_before, sealed=self.sealed)
         first = self.first_seen.get(checkpoint_id)
         if first is None:
             self.first_seen[checkpoint_id] = index
@@ -167,11 +169,6 @@ class TreeEncoding:
             del self.nodes[index:]
         self.references += 1
         return packer.ext(EXT_NESTED_REF, msgspec.msgpack.encode(checkpoint_id))
-
-
-TREE: ContextVar[TreeEncoding | None] = ContextVar("checkpoint_tree_encoding", default=None)
-"""The encode_checkpoint_tree call under way in this context, if any (one codec serves many tasks
-and threads at once)."""
 
 
 @dataclasses.dataclass(slots=True)

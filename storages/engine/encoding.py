@@ -7,25 +7,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..codec import CheckpointCodec
+from ..codec.overrides import BodyCodec
 from ..records import CheckpointRecord, RecordDraft
 from .validation import check_fields
 
 
-def record_drafts(
-    codec: CheckpointCodec, checkpoint: Any, *, nested: bool, sealed: bool
-) -> list[RecordDraft]:
+def record_drafts(codec: BodyCodec, checkpoint: Any, *, nested: bool, sealed: bool) -> list[RecordDraft]:
     """The drafts of one save, fields checked. ``sealed`` frames the bodies for a seal (no checksum:
-    the MAC covers them; codec.takes_sealed says whether the codec can). A flat checkpoint
+    the MAC covers them; a codec whose overrides predate the keyword keeps it). A flat checkpoint
     (check_fields: nothing can be embedded) is one body on every backend, encoded without the
     codec's look for embedded checkpoints."""
     flat = check_fields(checkpoint)
     if flat or not nested:
-        body = (
-            codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat, sealed=True)
-            if sealed  # only then: a codec overriding encode_checkpoint may not take the keyword
-            else codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat)
-        )
+        body = codec.encode_checkpoint(checkpoint, bin_from_bytes_only=flat, sealed=sealed)
         return [
             (
                 checkpoint.checkpoint_id,
@@ -38,11 +32,7 @@ def record_drafts(
                 0,
             )
         ]
-    nodes = (
-        codec.encode_checkpoint_tree(checkpoint, sealed=True)
-        if sealed
-        else codec.encode_checkpoint_tree(checkpoint)
-    )
+    nodes = codec.encode_checkpoint_tree(checkpoint, sealed=sealed)
     top_id = checkpoint.checkpoint_id
     drafts: list[RecordDraft] = []
     for position, node in enumerate(nodes):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
+from ..codec.overrides import BodyCodec
 from ..contract import Capability, validate_identifier
 from ..errors import InvalidCheckpointError, UnsupportedOperationError
 from .lifecycle import Lifecycle
@@ -19,6 +20,8 @@ from .sealing import Sealer
 class HandleParts:
     backend: Backend
     codec: CheckpointCodec
+    bodies: BodyCodec
+    """The codec as the handle calls it for bodies a seal covers (overrides.body_codec)."""
     lifecycle: Lifecycle
     reader: Reader
     sealer: Sealer | None

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
-from ..codec.sealed_calls import takes_sealed
+from ..codec.overrides import BodyCodec
 from ..contract import Capability, CheckpointID
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError
 from ..integrity import TamperKind
@@ -25,16 +25,19 @@ class ReadRaced(Exception):
 class Reader:
     """Decodes what a backend returned, for one handle."""
 
-    __slots__ = ("_backend", "_codec", "_nested", "sealed_frames", "sealer")
+    __slots__ = ("_backend", "_bodies", "_codec", "_nested", "_sealed", "sealer")
 
-    def __init__(self, backend: Backend, codec: CheckpointCodec, sealer: Sealer | None) -> None:
+    def __init__(
+        self, backend: Backend, codec: CheckpointCodec, bodies: BodyCodec, sealer: Sealer | None
+    ) -> None:
+        """``bodies``: ``codec`` as the handle calls it (overrides.body_codec)."""
         self._backend = backend
         self._codec = codec
+        self._bodies = bodies
         self._nested = Capability.NESTED in backend.capabilities
         self.sealer = sealer
-        self.sealed_frames = sealer is not None and takes_sealed(codec)
-        """A keyed handle frames bodies for their seal and decodes them with ``sealed=True`` (the
-        codec can): what a save writes and a read expects."""
+        self._sealed = sealer is not None
+        """A keyed handle decodes opened bodies with ``sealed=True``: their seal was verified."""
 
     async def decode_all(
         self,
@@ -94,14 +97,9 @@ class Reader:
     ) -> Any:
         """Decode one body; on a keyed handle ``stored`` (and ``nested``) must be opened: a
         verified seal's body, or an unsigned body whose frame the sealer checked."""
-        if self.sealed_frames:
-            checkpoint = self._codec.decode_checkpoint(
-                stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=True
-            )
-        else:
-            checkpoint = self._codec.decode_checkpoint(
-                stored.body, checkpoint_id=stored.checkpoint_id, nested=nested
-            )
+        checkpoint = self._bodies.decode_checkpoint(
+            stored.body, checkpoint_id=stored.checkpoint_id, nested=nested, sealed=self._sealed
+        )
         try:
             check_against_index(stored, checkpoint, workflow_name, graph_signature_hash)
         except CheckpointCorruptedError as exc:

@@ -18,7 +18,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ..codec import CheckpointCodec
-from ..codec.sealed_calls import decode_sealed
 from ..contract import AncestryEnd, AncestryWalk, Capability, CheckpointID, WorkflowCheckpoint
 from ..errors import CheckpointCorruptedError, CheckpointTamperedError, StorageConfigurationError
 from ..integrity import Link, Seal, TamperKind, is_sealed, parse_seal
@@ -77,7 +76,9 @@ class PruneReceipts:
             opened, seal = sealer.open(StoredBody(checkpoint_id, stored.body))
             if seal is None:
                 raise _unreceipted(pruned_id, "its receipt is not signed")
-            receipt = decode_sealed(self._parts.codec, opened.body, checkpoint_id=checkpoint_id)
+            receipt = self._parts.bodies.decode_checkpoint(
+                opened.body, checkpoint_id=checkpoint_id, sealed=True
+            )
         except CheckpointCorruptedError as exc:  # a CheckpointTamperedError too
             raise _unreceipted(pruned_id, f"its receipt is not authentic ({exc.reason})") from None
         state = receipt.state if isinstance(receipt.state, dict) else {}

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from ..backend import Backend
 from ..codec import CheckpointCodec
-from ..codec.sealed_calls import decode_sealed
+from ..codec.overrides import BodyCodec
 from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, StaleWriterError
 from ..records import CheckpointRecord, InsertResult, as_asked
@@ -24,13 +24,18 @@ from .sealing import Chain, Sealer, unsealed_own
 class Resaves:
     """Decides a save that found its id stored (a cold path: a retry, or a runner saving again)."""
 
-    __slots__ = ("_backend", "_codec", "_reader", "_sealed_frames")
+    __slots__ = ("_backend", "_bodies", "_codec", "_reader", "_sealed")
 
-    def __init__(self, backend: Backend, codec: CheckpointCodec, reader: Reader, sealed_frames: bool) -> None:
+    def __init__(
+        self, backend: Backend, codec: CheckpointCodec, bodies: BodyCodec, reader: Reader, sealed: bool
+    ) -> None:
+        """``bodies``: ``codec`` as the handle calls it; ``sealed``: the handle is keyed, so its
+        own records are framed for their seals."""
         self._backend = backend
         self._codec = codec
+        self._bodies = bodies
         self._reader = reader
-        self._sealed_frames = sealed_frames
+        self._sealed = sealed
 
     async def insert_fenced(
         self,
@@ -83,13 +88,9 @@ class Resaves:
             record.checkpoint_id: unsealed_own(record.body) for record in records[1:]
         } or None
         top_body = unsealed_own(top.body)
-        if self._sealed_frames:  # this handle's own records, built just now: framed for the seal
-            incoming = decode_sealed(
-                self._codec, top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
-            )
-        else:
-            incoming = self._codec.decode_checkpoint(
-                top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested
-            )
+        # This handle's own records, built just now: on a keyed handle, framed for their seals.
+        incoming = self._bodies.decode_checkpoint(
+            top_body, checkpoint_id=top.checkpoint_id, nested=incoming_nested, sealed=self._sealed
+        )
         if not self._codec.same_value(existing, incoming):
             raise CheckpointConflictError(top.checkpoint_id)

@@ -18,6 +18,7 @@ from typing_extensions import Self, TypeVar
 
 from ..backend import RIVALS_LIMIT, Backend, CheckedIds, check_backend, resume_point
 from ..codec import CheckpointCodec, TypeRef
+from ..codec.overrides import body_codec
 from ..contract import (
     UNFENCED,
     AncestryWalk,
@@ -97,6 +98,9 @@ class CheckpointStore(Generic[BackendT]):
             raise StorageConfigurationError(f"{type(self).__name__}: {exc}") from None
         self._backend = backend
         self._codec = codec
+        self._bodies = body_codec(codec)
+        """The codec as this handle calls it for bodies: how to call its overrides is decided here,
+        once (storages/codec/overrides.py)."""
         self._lifecycle = Lifecycle(backend)
         self._save_order = SaveOrder()
         self._assemble(None if integrity_key is None else as_provider(integrity_key))
@@ -111,13 +115,16 @@ class CheckpointStore(Generic[BackendT]):
         self._inserts_ordered = backend.orders_inserts and sealer is None
         self._capabilities = frozenset(backend.capabilities)
         self._nested = Capability.NESTED in self._capabilities
-        self._reader = Reader(backend, self._codec, sealer)
-        self._sealed_frames = self._reader.sealed_frames
-        parts = HandleParts(backend, self._codec, self._lifecycle, self._reader, sealer, self._capabilities)
+        self._reader = Reader(backend, self._codec, self._bodies, sealer)
+        self._sealed_frames = sealer is not None
+        """A keyed handle frames its bodies for their seals and reads them as sealed."""
+        parts = HandleParts(
+            backend, self._codec, self._bodies, self._lifecycle, self._reader, sealer, self._capabilities
+        )
         self._parts = parts
         self._receipts = self.receipts_type(parts)
         self._writes = PendingWritesLog(parts)
-        self._resaves = Resaves(backend, self._codec, self._reader, self._sealed_frames)
+        self._resaves = Resaves(backend, self._codec, self._bodies, self._reader, self._sealed_frames)
         self._extensions = Extensions(parts, self._receipts, self._writes)
 
     @property
@@ -170,7 +177,7 @@ class CheckpointStore(Generic[BackendT]):
         # The snapshot and the place in the workflow's commit order are both taken at the call,
         # before the first await (save_order.py says why the order matters). A backend that keeps
         # the order itself needs no turn.
-        drafts = record_drafts(self._codec, checkpoint, nested=self._nested, sealed=self._sealed_frames)
+        drafts = record_drafts(self._bodies, checkpoint, nested=self._nested, sealed=self._sealed_frames)
         if self._inserts_ordered:
             key, turn, holding = None, None, False
         else:
@@ -335,7 +342,7 @@ class CheckpointStore(Generic[BackendT]):
         """The records an unkeyed save of ``checkpoint`` hands the backend (the checkpoint, then
         with ``nested`` each one embedded in it). A test and bench hook: tests drive a backend's
         insert with exactly what a save sends."""
-        return plain_records(record_drafts(self._codec, checkpoint, nested=self._nested, sealed=False))
+        return plain_records(record_drafts(self._bodies, checkpoint, nested=self._nested, sealed=False))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import CheckpointCodec
-from ...codec.sealed_calls import decode_plain, decode_sealed
+from ...codec.overrides import BodyCodec, body_codec
 from ...contract import Capability, CheckpointID, CheckpointInfo, CheckpointStorage
 from ...errors import (
     CheckpointCorruptedError,
@@ -55,6 +55,8 @@ class Scan:
         self._progress = progress
         codec = getattr(storage, "codec", None)
         self._codec = codec if isinstance(codec, CheckpointCodec) else None
+        self._bodies: BodyCodec | None = None if self._codec is None else body_codec(self._codec)
+        """The storage's codec as verify calls it for bodies (storages/codec/overrides.py)."""
         self.report = VerifyReport(describe_storage(storage), workflow_name)
         self._scope: dict[CheckpointID, CheckpointInfo] = {}
         """Records to check: the listed ones plus the records nested in them."""
@@ -195,15 +197,17 @@ class Scan:
             nested = bodies if CheckpointCodec.has_nested_refs(body) else None
             # On a keyed storage the bodies are what open_sealed returned: verified, so decoded
             # as sealed (their checksums are not computed again; bodies framed for a seal read).
-            decode = decode_sealed if self._open_sealed is not None else decode_plain
+            sealed = self._open_sealed is not None
             if self._structure_only:
                 # Every value is read, none is constructed: app and MAF types come back opaque.
-                codec = self._codec if self._codec is not None else CheckpointCodec()
-                checkpoint: Any = decode(
-                    codec, body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False
+                decoder = self._bodies if self._bodies is not None else CheckpointCodec()
+                checkpoint: Any = decoder.decode_checkpoint(
+                    body, checkpoint_id=checkpoint_id, nested=nested, construct_types=False, sealed=sealed
                 )
-            elif self._codec is not None:
-                checkpoint = decode(self._codec, body, checkpoint_id=checkpoint_id, nested=nested)
+            elif self._bodies is not None:
+                checkpoint = self._bodies.decode_checkpoint(
+                    body, checkpoint_id=checkpoint_id, nested=nested, sealed=sealed
+                )
             else:
                 checkpoint = await self._storage.load(checkpoint_id)
         except CheckpointTypeNotAllowedError as exc:
