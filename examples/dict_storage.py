@@ -2,11 +2,12 @@
 
 ``DictBackend`` implements the primitives (storages/backend.py) over dicts shared by every handle
 from ``new_handle()``; a lock makes each primitive one atomic step, as a transaction or a script
-would on a real backend. ``DictCheckpointStorage`` is the engine over it, with the constructor a
-user calls. It declares ``signature_filter``, ``ancestry``, ``list_workflows``, ``raw_access`` and
-``shared``, and passes every conformance clause those capabilities make applicable
-(tests/test_examples_backend.py runs the kit on it, and the README's pytest snippet uses it as
-``MyStorage``).
+would on a real backend. It declares ``signature_filter``, ``ancestry``, ``list_workflows``,
+``raw_access`` and ``shared``; ``FencedDictBackend`` adds ``fencing``, whose fenced save makes the
+same one write as a plain save (``DictBackend._insert``). ``DictCheckpointStorage`` is the engine
+over the fenced one, with the constructor a user calls, and passes every conformance clause its
+capabilities make applicable (tests/test_examples_backend.py runs the kit on it, and the README's
+pytest snippet uses it as ``MyStorage``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing_extensions import Self
 from storages.backend import (
     Backend,
     CheckpointRecord,
+    FenceCheck,
     InsertResult,
     StoredBody,
     WalkRecords,
@@ -67,17 +69,8 @@ class DictBackend(Backend):
     # ---------------------------------------------------------------- core primitives
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
-        record = records[0]  # no ``nested``: a save is one record
-        tables = self.tables
-        with tables.lock:
-            existing = tables.records.get(record.checkpoint_id)
-            if existing is not None:
-                # Same body: a no-op; another body: the engine compares contents, then conflicts.
-                return InsertResult.of_stored_digest(existing[1].digest, record)
-            sequence = tables.sequences.get(record.workflow_name, 0) + 1
-            tables.sequences[record.workflow_name] = sequence
-            tables.records[record.checkpoint_id] = (sequence, record)
-        return InsertResult.INSERTED
+        with self.tables.lock:
+            return self._insert(records[0])  # no ``nested``: a save is one record
 
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         # The index entry with the body lets the engine check the body against it.
@@ -145,16 +138,53 @@ class DictBackend(Backend):
 
     # ---------------------------------------------------------------- helpers
 
+    def _insert(self, record: CheckpointRecord) -> InsertResult:
+        """The one write of a save, plain or fenced (lock held): a change to what a save stores
+        (a field, the numbering, the duplicate check) is made here once."""
+        tables = self.tables
+        existing = tables.records.get(record.checkpoint_id)
+        if existing is not None:
+            # Same body: a no-op; another body: the engine compares contents, then conflicts.
+            return InsertResult.of_stored_digest(existing[1].digest, record)
+        sequence = tables.sequences.get(record.workflow_name, 0) + 1
+        tables.sequences[record.workflow_name] = sequence
+        tables.records[record.checkpoint_id] = (sequence, record)
+        return InsertResult.INSERTED
+
     def _rows(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointRecord]:
         with self.tables.lock:
-            rows = [
-                (sequence, record)
-                for sequence, record in self.tables.records.values()
-                if record.workflow_name == workflow_name
-                and graph_signature_hash in (None, record.graph_signature_hash)
-            ]
+            return self._rows_held(workflow_name, graph_signature_hash)
+
+    def _rows_held(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointRecord]:
+        """The workflow's records in ascending sequence (lock held)."""
+        rows = [
+            (sequence, record)
+            for sequence, record in self.tables.records.values()
+            if record.workflow_name == workflow_name
+            and graph_signature_hash in (None, record.graph_signature_hash)
+        ]
         rows.sort(key=lambda row: row[0])
         return [record for _, record in rows]
+
+
+class FencedDictBackend(DictBackend):
+    """:class:`DictBackend` with ``fencing``: the fence decides, in the same atomic step, whether
+    a save reaches the one write ``insert`` makes; nothing of the save is written twice."""
+
+    capabilities = DictBackend.capabilities | {Capability.FENCING}
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        record = records[0]
+        with self.tables.lock:  # the check and the write in one step, as one transaction would be
+            head = latest_record(self._rows_held(record.workflow_name, None))
+            latest = None if head is None else head.checkpoint_id
+            # A stored id goes on to the write, which compares it and writes nothing: the engine
+            # tells a retry of a save that won from a stale writer.
+            if latest != expected_latest_id and record.checkpoint_id not in self.tables.records:
+                return FenceCheck(latest, None)
+            return FenceCheck.after_insert(latest, self._insert(record))
 
 
 def _stored(record: CheckpointRecord) -> StoredBody:
@@ -165,8 +195,9 @@ def _with_body(record: CheckpointRecord, body: bytes) -> CheckpointRecord:
     return record.replaced(body=body, digest=record.digest)
 
 
-class DictCheckpointStorage(CheckpointStore[DictBackend]):
-    """The storage users construct: the engine over a fresh :class:`DictBackend` (or ``tables``)."""
+class DictCheckpointStorage(CheckpointStore[FencedDictBackend]):
+    """The storage users construct: the engine over a fresh :class:`FencedDictBackend` (or
+    ``tables``)."""
 
     def __init__(self, *, tables: Tables | None = None, **options: Any) -> None:
-        super().__init__(DictBackend(tables), **options)  # codec=, allowed_checkpoint_types=, ...
+        super().__init__(FencedDictBackend(tables), **options)  # codec=, allowed_checkpoint_types=, ...

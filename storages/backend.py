@@ -183,7 +183,11 @@ class Backend(abc.ABC):
         write nothing and return the latest and whether the body is the same; else if the
         workflow's latest top-level record (as :meth:`latest` chooses it, any signature) is not
         ``expected_latest_id``, write nothing and return the latest; else insert and return
-        None. Needed by ``fencing``."""
+        None. Needed by ``fencing``.
+
+        Make the same write as :meth:`insert` (one private function both call in their atomic
+        step), so what a save stores is written once: check the fence, then write, and return
+        ``FenceCheck.after_insert(latest, result)`` (docs/backends.md, "One write for a save")."""
         raise MissingPrimitiveError(type(self), "insert_fenced")
 
     async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:

@@ -248,6 +248,13 @@ class FenceCheck:
     """SAME_BODY or DIFFERENT_BODY when the checkpoint's id is already stored, else None (the
     insert was refused because ``latest_id`` is not the expected one)."""
 
+    @classmethod
+    def after_insert(cls, latest_id: CheckpointID | None, result: InsertResult) -> FenceCheck | None:
+        """What ``insert_fenced`` returns once the fence let the save through to the backend's
+        one write (the one ``insert`` makes): None if it wrote, else the verdict on the stored
+        id with the latest."""
+        return None if result is InsertResult.INSERTED else cls(latest_id, result)
+
 
 class LeftoverKind(str, enum.Enum):
     """What a fault (a request whose answer was lost, a crash between requests, a key deleted

@@ -8,7 +8,16 @@ from bench.mutation import TARGETS, equivalents, mutate, run_mutant, sample
 
 SEED = 8
 SIZE = 6
-FAMILIES = ["contract", "ordering", "identifiers", "ancestry", "corruption", "tamper", "capabilities"]
+FAMILIES = [
+    "contract",
+    "ordering",
+    "identifiers",
+    "ancestry",
+    "corruption",
+    "tamper",
+    "capabilities",
+    "fencing",
+]
 """The cheap families: enough to kill this sample, a few seconds a mutant."""
 
 

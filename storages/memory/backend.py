@@ -191,6 +191,10 @@ class MemoryBackend(Backend):
 
     # ------------------------------------------------------------------ writes
 
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        with self._store.lock:
+            return self._insert_locked(records)
+
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
@@ -199,21 +203,19 @@ class MemoryBackend(Backend):
             workflow = store.workflows.get(records[0].workflow_name)
             tip = None if workflow is None else workflow.latest(None)
             latest = None if tip is None else tip.record.checkpoint_id
-            existing = store.by_id.get(records[0].checkpoint_id)
-            if existing is not None:
-                return FenceCheck(latest, _compared(existing, records[0]))
-            if latest != expected_latest_id:
+            # An id already stored goes on to the write, which compares it and writes nothing:
+            # a retry of a save that won is told apart from a stale writer whatever the fence.
+            if latest != expected_latest_id and records[0].checkpoint_id not in store.by_id:
                 return FenceCheck(latest, None)
-            self._write_family(records)
-        return None
+            return FenceCheck.after_insert(latest, self._insert_locked(records))
 
-    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
-        store = self._store
-        with store.lock:
-            existing = store.by_id.get(records[0].checkpoint_id)
-            if existing is not None:
-                return _compared(existing, records[0])
-            self._write_family(records)
+    def _insert_locked(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        """The one write of a save, plain or fenced (lock held): an id stored is compared, else
+        the family is written."""
+        existing = self._store.by_id.get(records[0].checkpoint_id)
+        if existing is not None:
+            return _compared(existing, records[0])
+        self._write_family(records)
         return InsertResult.INSERTED
 
     def _write_family(self, records: Sequence[CheckpointRecord]) -> None:
@@ -262,17 +264,7 @@ class MemoryBackend(Backend):
                 return False
             old = entry.record
             # The digest of what was saved is kept, so a re-save still compares with that.
-            entry.record = CheckpointRecord(
-                old.checkpoint_id,
-                old.workflow_name,
-                old.previous_checkpoint_id,
-                old.graph_signature_hash,
-                body,
-                "",
-                old.container_id,
-                old.root_id,
-                old.position,
-            )
+            entry.record = old.replaced(body=body)
             if entry.saved_digest is None:
                 entry.saved_digest = old.digest  # a keyed record's is its MAC's
             entry.stored = None

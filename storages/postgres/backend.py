@@ -284,7 +284,7 @@ class PostgresBackend(Backend):
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         self._refuse_if_read_only("save")
-        return InsertResult.of_stored_digest(await self._commits.insert_family(records), records[0])
+        return await self._commits.insert(records)
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None

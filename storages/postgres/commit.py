@@ -188,9 +188,9 @@ class PostgresCommits:
 
         return await self._client.run("save", work)
 
-    async def insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         _, existing, _ = await self.save(records, fenced=False, expected_latest_id=None)
-        return existing
+        return InsertResult.of_stored_digest(existing, records[0])
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None

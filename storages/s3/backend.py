@@ -111,7 +111,7 @@ class S3Backend(Backend):
     # ------------------------------------------------------------------ writes
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
-        return InsertResult.of_stored_digest(await self._protocol.insert_family(records), records[0])
+        return InsertResult.of_stored_digest(await self._protocol.insert(records), records[0])
 
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None

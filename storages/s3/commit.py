@@ -173,21 +173,16 @@ class CommitProtocol:
 
     # ------------------------------------------------------------------ saving
 
-    async def insert_family(self, records: Sequence[CheckpointRecord]) -> str | None:
+    async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
+        """A plain save: None if it was written, else the digest stored under the top id."""
         top = records[0]
         retries = self.settings.conflict_retries
         for attempt in range(retries + 1):
-            headers, pointers = await self.headers_for(records)
-            nested = await self.settle_nested(
-                top, headers[1:], records[1:], may_replace=attempt >= retries - 1
-            )
-            if nested is None:
-                await backoff(attempt)
+            written = await self.write_records(records, attempt)
+            if written is None:
                 continue  # a nested record changed under the save, or is being saved: try again
-            # Records adopted from an earlier attempt keep the sequences they were written with.
-            headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
-            if await self.create_record(headers[0], top.body, "save"):
-                await self.commit(headers[0], "save", pointers)
+            if written.created:
+                await self.commit(written.headers[0], "save", written.pointers)
                 return None
             existing = await self.read(top.checkpoint_id, "save")
             if existing is None:
@@ -202,6 +197,26 @@ class CommitProtocol:
             f"{self.settings.describe()}: {self.keys.record_key(top.checkpoint_id)} kept changing "
             "under the save",
         )
+
+    async def write_records(
+        self, records: Sequence[CheckpointRecord], attempt: int, known: Mapping[str, Mark] | None = None
+    ) -> Written | None:
+        """Steps 1 and 2 of every save, plain or fenced (fence.py): number the records (``known``:
+        high-water marks already read, by workflow name), create the nested records, adopting
+        those an earlier attempt left, then the checkpoint's own record with its group key. None,
+        after a backoff, if a nested record changed under the save (try again)."""
+        top = records[0]
+        headers, pointers = await self.headers_for(records, known)
+        nested = await self.settle_nested(
+            top, headers[1:], records[1:], may_replace=attempt >= self.settings.conflict_retries - 1
+        )
+        if nested is None:
+            await backoff(attempt)
+            return None
+        # Records adopted from an earlier attempt keep the sequences they were written with.
+        headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
+        created = await self.create_record(headers[0], top.body, "save")
+        return Written(headers, pointers, created)
 
     async def headers_for(
         self, records: Sequence[CheckpointRecord], known: Mapping[str, Mark] | None = None
@@ -492,6 +507,20 @@ class CommitProtocol:
 
 
 @dataclass(frozen=True, slots=True)
+class Written:
+    """What steps 1 and 2 of a save wrote (:meth:`CommitProtocol.write_records`)."""
+
+    headers: list[Header]
+    """The records' headers, the checkpoint's first, whose members are the nested records as
+    settled (one adopted from an earlier attempt keeps the sequence it was written with)."""
+    pointers: dict[str, Pointer | None]
+    """The pointers read for the sequences, by workflow name (raising them needs no second read
+    unless another save moved them)."""
+    created: bool
+    """False: the checkpoint's id was stored already, and its record was left as it was."""
+
+
+@dataclass(frozen=True, slots=True)
 class Mark:
     """What a save reads of a workflow first: its high-water mark, its pointer, its ``t/`` head."""
 
@@ -508,4 +537,4 @@ def highest(members: Iterable[Member]) -> dict[str, int]:
     return found
 
 
-__all__ = ["UNREAD", "CommitProtocol", "KnownPointers", "Mark", "highest"]
+__all__ = ["UNREAD", "CommitProtocol", "KnownPointers", "Mark", "Written", "highest"]

@@ -15,7 +15,6 @@ are removed (:func:`swap_pointer`); records whose swap may have been applied are
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -72,19 +71,14 @@ async def insert_fenced(
                 else None
             )
             return FenceCheck(current, existing)
-        headers, pointers = await protocol.headers_for(
-            records, known={workflow: Mark(view.mark, view.pointer, view.head)}
+        written = await protocol.write_records(
+            records, attempt, known={workflow: Mark(view.mark, view.pointer, view.head)}
         )
-        if len(records) > 1:
-            nested = await protocol.settle_nested(
-                top, headers[1:], records[1:], may_replace=attempt >= retries - 1
-            )
-            if nested is None:
-                await backoff(attempt)
-                continue
-            headers[0] = dataclasses.replace(headers[0], members=tuple(h.member for h in nested))
+        if written is None:
+            continue
+        headers, pointers = written.headers, written.pointers
         key = protocol.keys.record_key(top.checkpoint_id)
-        if not await protocol.create_record(headers[0], top.body, "save"):
+        if not written.created:
             stored = await protocol.read(top.checkpoint_id, "save")
             if stored is None:
                 continue

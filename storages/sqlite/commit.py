@@ -104,11 +104,11 @@ def insert_families(
                 outcomes.append(Abandoned())
                 continue
             if len(records) == 1:  # one statement, all or nothing by itself: nothing to undo
-                outcomes.append(_insert_absent(connection, records))
+                outcomes.append(insert_or_compare(connection, records))
                 continue
             connection.execute("SAVEPOINT save")
             try:
-                outcomes.append(_insert_absent(connection, records))
+                outcomes.append(insert_or_compare(connection, records))
             except CheckpointConflictError as exc:
                 connection.execute("ROLLBACK TO save")
                 outcomes.append(exc)
@@ -116,14 +116,20 @@ def insert_families(
     return outcomes
 
 
-def _insert_absent(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> InsertResult:
-    """Insert a family whose top id is absent; else say whether the stored body is the same
-    (see the module's docstring)."""
-    top = records[0]
+def insert_or_compare(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> InsertResult:
+    """The one write of a save, plain or fenced: insert a family whose top id is absent; else
+    say whether the stored body is the same (see the module's docstring)."""
     if _write_family(connection, records):
         return InsertResult.INSERTED
-    (same,) = connection.execute(schema.SELECT_SAME_BODY, (top.checkpoint_id, top.body)).fetchone()
-    return _COMPARED[same]
+    compared = _compare_stored(connection, records[0])
+    assert compared is not None  # the INSERT found the id, inside this transaction
+    return compared
+
+
+def _compare_stored(connection: sqlite3.Connection, top: CheckpointRecord) -> InsertResult | None:
+    """Whether the row stored under the top id holds the same bytes; None if the id is absent."""
+    stored = connection.execute(schema.SELECT_SAME_BODY, (top.checkpoint_id, top.body)).fetchone()
+    return None if stored is None else _COMPARED[stored[0]]
 
 
 def insert_fenced(
@@ -133,18 +139,18 @@ def insert_fenced(
     expected_latest_id: CheckpointID | None,
 ) -> FenceCheck | None:
     """Insert only if the workflow's latest is ``expected_latest_id``: check and write share one
-    transaction, so no other writer, in this process or another, can commit between them."""
+    transaction, so no other writer, in this process or another, can commit between them. The
+    fence only decides whether the save reaches the write every save makes (``insert_or_compare``)."""
     top = records[0]
     with immediate_transaction(connection, abandon):
-        stored = connection.execute(schema.SELECT_SAME_BODY, (top.checkpoint_id, top.body)).fetchone()
         latest = lineage.latest_id(connection, top.workflow_name)
         latest_id = None if latest is None else stored_id(latest)
-        if stored is not None:
-            return FenceCheck(latest_id, _COMPARED[stored[0]])
         if latest_id != expected_latest_id:
-            return FenceCheck(latest_id, None)
-        _write_family(connection, records)
-    return None
+            # Refused; an id already stored is still compared, to tell a retry of a save that
+            # won from a stale writer.
+            return FenceCheck(latest_id, _compare_stored(connection, top))
+        outcome = insert_or_compare(connection, records)
+    return FenceCheck.after_insert(latest_id, outcome)
 
 
 def _write_family(connection: sqlite3.Connection, records: Sequence[CheckpointRecord]) -> bool:
