@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from storages.codec import CheckpointCodec
@@ -25,6 +26,7 @@ class Saved:
     workflow_name: str
     previous_checkpoint_id: str | None
     graph_signature_hash: str
+    timestamp: object
     body: bytes
 
 
@@ -50,6 +52,7 @@ class SixMethodStorage:
             validate_identifier(checkpoint.workflow_name, "workflow_name"),
             _previous_id(checkpoint.previous_checkpoint_id),
             checkpoint.graph_signature_hash,
+            checkpoint.timestamp,
             self.shelf.codec.encode_checkpoint(checkpoint),
         )
         with self.shelf.lock:
@@ -100,7 +103,8 @@ class SixMethodStorage:
         if not ids:
             return None
         tip = _lineage_tip(ids, saved)
-        return self._decoded(tip, saved[tip])
+        chosen = _resume_point([*_rivals(ids, saved, tip), tip], saved)
+        return self._decoded(chosen, saved[chosen])
 
     def _decoded(self, checkpoint_id: str, stored: Saved) -> Any:
         return self.shelf.codec.decode_checkpoint(stored.body, checkpoint_id=checkpoint_id)
@@ -127,3 +131,61 @@ def _lineage_tip(ids: list[str], saved: dict[str, Saved]) -> str:
             return tip
         tip = following[-1]
         seen.add(tip)
+
+
+RIVALS_READ = 64
+"""At most this many rivals count: the ones saved last (docs/contract.md, "Latest")."""
+
+
+def _rivals(ids: list[str], saved: dict[str, Saved], tip: str) -> list[str]:
+    """The tip's rivals (parallel steps), in save order: leaves of its signature (no checkpoint of
+    it names them as previous) that continue the tip's previous checkpoint, or for a root tip the
+    leaf roots saved right before it."""
+    signature = saved[tip].graph_signature_hash
+    continued = {(s.previous_checkpoint_id, s.graph_signature_hash) for s in saved.values()}
+
+    def leaf(checkpoint_id: str) -> bool:
+        return (checkpoint_id, saved[checkpoint_id].graph_signature_hash) not in continued
+
+    previous = saved[tip].previous_checkpoint_id
+    if previous is None:  # a root tip is the newest saved of its signature
+        roots: list[str] = []
+        for i in reversed(ids[: ids.index(tip)]):
+            if (
+                saved[i].previous_checkpoint_id is not None
+                or saved[i].graph_signature_hash != signature
+                or not leaf(i)
+                or len(roots) == RIVALS_READ
+            ):
+                break
+            roots.append(i)
+        return roots[::-1]
+    siblings = [
+        i
+        for i in ids
+        if i != tip
+        and saved[i].previous_checkpoint_id == previous
+        and saved[i].graph_signature_hash == signature
+        and leaf(i)
+    ]
+    return siblings[-RIVALS_READ:]
+
+
+def _resume_point(candidates: list[str], saved: dict[str, Saved]) -> str:
+    """Of the rivals and the tip, in save order (the tip last): the newest timestamp, the one saved
+    last on equal ones; a timestamp that does not parse ranks below every one that does."""
+    best, best_moment = candidates[-1], _moment(saved[candidates[-1]].timestamp)
+    for i in reversed(candidates[:-1]):
+        moment = _moment(saved[i].timestamp)
+        if moment is not None and (best_moment is None or moment > best_moment):
+            best, best_moment = i, moment
+    return best
+
+
+def _moment(timestamp: object) -> datetime | None:
+    """An ISO 8601 timestamp as an instant (UTC when it names no offset, as MAF reads it)."""
+    try:
+        moment = datetime.fromisoformat(timestamp)  # type: ignore[arg-type]  # anything may be saved
+    except (TypeError, ValueError):
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)

@@ -479,20 +479,26 @@ async def rival_timestamps_compare_as_instants(ctx: ClauseContext) -> None:
 
 @clause(
     "ordering.latest_reads_the_rivals_committed_last",
-    "With more rivals than the 64 a latest reads, the rivals read are the 64 committed last: the "
-    "newest of them by timestamp is the latest, not one of the first committed.",
+    "With more rivals than the 64 a latest reads, the rivals read are exactly the 64 committed "
+    "last: the newest of them by timestamp is the latest, not a newer one committed before them.",
 )
 async def latest_reads_the_rivals_committed_last(ctx: ClauseContext) -> None:
     run = _Run(ctx)
     entry = run.make(f"{run.workflow}-entry", _at(-100))
     await ctx.storage.save(entry)
-    # 70 rivals: the 69th committed has the newest timestamp, the head (70th) an old one.
-    ranks = [*range(1, 69), 500, 0]
+    # 70 rivals, the head (70th) with an old timestamp: the 64 read before it are the 6th to the
+    # 69th. The 6th, the oldest read, is the newest of them; the 5th, just before, newer still, so
+    # reading one rival more or one fewer (or the first 64) answers another.
+    ranks = [*range(1, 5), 900, 800, *range(5, 68), 0]
     rivals = [run.make(f"{run.workflow}-{position:02d}", _at(rank)) for position, rank in enumerate(ranks)]
     for rival in rivals:
         rival.previous_checkpoint_id = entry.checkpoint_id
         await ctx.storage.save(rival)
-    await run.expect_latest(rivals[-2], "after saving 70 rivals continuing c0, c69 the newest by timestamp")
+    await run.expect_latest(
+        rivals[5],
+        "after saving 70 rivals continuing c0 (c6 the newest of the 64 committed last before the "
+        "head c70, c5 newer but committed before them)",
+    )
 
 
 async def _latest_through_a_cycle(ctx: ClauseContext) -> None:

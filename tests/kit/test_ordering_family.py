@@ -12,7 +12,7 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
-from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, latest_record
+from storages.backend import RIVALS_LIMIT, Backend, CheckpointRecord, InsertResult, StoredBody, latest_record
 from storages.contract import Capability, CheckpointID
 from storages.errors import CheckpointNotFoundError
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
@@ -80,6 +80,16 @@ class RootsNeverRival(DoubleBackend):
         if stored is None or (await self.decode(stored)).previous_checkpoint_id is not None:
             return stored
         return replace(stored, rivals=())
+
+
+class ReadsOneRivalFewer(DoubleBackend):
+    """Reads the 63 rivals committed last with the head, not 64 (``LIMIT 63``, an off-by-one)."""
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        stored = await super().latest(workflow_name, graph_signature_hash)
+        if stored is None or len(stored.rivals) < RIVALS_LIMIT:
+            return stored
+        return replace(stored, rivals=stored.rivals[1:])
 
 
 class SavesOvertakeEachOther(DoubleStorage):
@@ -210,6 +220,7 @@ def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> No
         "ordering.latest_among_rivals_by_timestamp",  # the first saved of equal timestamps
         "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",  # a newer rival before the 64 read
     }
     message = backend.result("ordering.latest_with_equal_timestamps").message
     assert "after saving c1 with the same timestamp returned c0, expected c1" in message
@@ -248,6 +259,15 @@ def test_roots_that_never_rival_fail_the_root_rivals_clause_only() -> None:
         backend,
         "ordering.latest_among_root_rivals_by_timestamp",
         "then roots c2, c3 and c4 (c2 the newest) returned c4, expected c2",
+    )
+
+
+def test_reading_one_rival_fewer_fails_the_rivals_limit_clause_only() -> None:
+    backend = run_family(ReadsOneRivalFewer)
+    caught_only_by(
+        backend,
+        "ordering.latest_reads_the_rivals_committed_last",
+        "before the head c70, c5 newer but committed before them) returned c69, expected c6",
     )
 
 
@@ -332,6 +352,7 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
         "ordering.latest_among_rivals_by_timestamp",
         "ordering.latest_among_root_rivals_by_timestamp",
         "ordering.rival_timestamps_compare_as_instants",
+        "ordering.latest_reads_the_rivals_committed_last",
     }
     assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED
     # MAF's storage declares no capabilities, so the two-handle clause cannot run.
