@@ -23,6 +23,7 @@ from storages.errors import (
     CheckpointConflictError,
     InvalidCheckpointError,
     NestedCheckpointDeletionError,
+    StaleWriterError,
 )
 
 from ..clause import clause, ensure, ensure_equal, fail
@@ -457,7 +458,8 @@ async def delete_nested_refused(ctx: ClauseContext) -> None:
     "nested.save_is_atomic",
     "A save whose embedded checkpoint collides with a stored id, or cannot be encoded, is refused with "
     "a typed error and stores neither the checkpoint nor any of its embedded ones; a fenced save "
-    "(with `fencing`) whose last embedded checkpoint collides is refused naming that id.",
+    "(with `fencing`) whose last embedded checkpoint collides is refused naming that id, and under a "
+    "stale fence with StaleWriterError: the fence decides before the collision.",
     requires=[Capability.NESTED],
 )
 async def save_is_atomic(ctx: ClauseContext) -> None:
@@ -533,6 +535,25 @@ async def _fenced_collision_refused(ctx: ClauseContext, existing: Any, clash: An
             f"embedded checkpoint reuses stored id {existing.checkpoint_id!r} with other content"
         )
     await _expect_nothing_stored(ctx, fenced, [], "after the fenced save refused for an id collision")
+    # The same collision behind a stale fence: the top id is new, so the fence decides (a fence
+    # whose stored-id check reads the last record finds the reused id and writes to collide).
+    stale = f"{fenced.checkpoint_id}-not-latest"
+    try:
+        await ctx.storage.save(fenced, expected_latest_id=stale)
+    except StaleWriterError:
+        pass
+    except Exception as exc:
+        fail(
+            f"save({fenced.checkpoint_id!r}, expected_latest_id={stale!r}) on a workflow with no latest, "
+            f"whose last embedded checkpoint reuses stored id {existing.checkpoint_id!r}, raised "
+            f"{type(exc).__name__}: {exc}, not StaleWriterError"
+        )
+    else:
+        fail(
+            f"save({fenced.checkpoint_id!r}, expected_latest_id={stale!r}) was accepted on a workflow "
+            "with no latest"
+        )
+    await _expect_nothing_stored(ctx, fenced, [], "after the fenced save refused by a stale fence")
 
 
 async def _expect_nothing_stored(ctx: ClauseContext, parent: Any, children: list[Any], when: str) -> None:

@@ -27,7 +27,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend import CheckpointRecord, nested_id_conflict
+from ..backend import CheckpointRecord
 from ..contract import CheckpointID
 from ..records import index_text
 from .commit import Located, SlotSpan
@@ -53,10 +53,10 @@ class ClusterSlotSpan(SlotSpan):
 
     async def before_save(
         self, records: Sequence[CheckpointRecord], home: str
-    ) -> tuple[str | None, list[int | None]]:
+    ) -> tuple[tuple[Any, ...] | None, list[int | None]]:
         """Location pointers, nested sequences and nested index entries, each idempotent, and the
-        names in the workflow index; the stored digest if the top id is stored under another
-        workflow."""
+        names in the workflow index; or what the save script would answer, when a claim finds
+        an id already stored."""
         if len(records) > 1:
             claimed = await self._claim(records, home)
             if claimed[0] is None:
@@ -64,7 +64,8 @@ class ClusterSlotSpan(SlotSpan):
             return claimed
         # A lone record: its name goes in the index while its pointer is claimed, not after.
         claimed, _ = await asyncio.gather(self._claim(records, home), self.list_workflows_of([home]))
-        return claimed
+        result: tuple[tuple[Any, ...] | None, list[int | None]] = claimed
+        return result
 
     async def list_workflows_of(self, names: list[str]) -> None:
         """Put ``names`` in the workflow index (a test hook patches it to race a delete)."""
@@ -80,7 +81,7 @@ class ClusterSlotSpan(SlotSpan):
 
     async def _claim(
         self, records: Sequence[CheckpointRecord], home: str
-    ) -> tuple[str | None, list[int | None]]:
+    ) -> tuple[tuple[Any, ...] | None, list[int | None]]:
         connection, keys, client = self.connection, self.keys, self.connection.client
         for index, record in enumerate(records):
             location = keys.location(record.checkpoint_id)
@@ -93,8 +94,8 @@ class ClusterSlotSpan(SlotSpan):
             )
             if digest is not None:
                 if index == 0:
-                    return index_text(digest, record.checkpoint_id, "digest"), []
-                raise nested_id_conflict(records, record.checkpoint_id)
+                    return ("exists", digest), []
+                return ("conflict", record.checkpoint_id), []
             # A stale pointer: take it over.
             await connection.run("save", Claim(pointer=location, home=home, take_over=True))
         sequences: list[int | None] = [None] * len(records)

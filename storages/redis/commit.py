@@ -55,6 +55,17 @@ class SavePath(enum.Enum):
 _SCRIPT, _ONE, _STAGED = SavePath.SCRIPT, SavePath.ONE, SavePath.STAGED
 
 
+def _stored_digest(reply: Any, records: Sequence[CheckpointRecord]) -> str:
+    """The digest stored under the top id, from a refusing reply: save_one's bare digest, or
+    save.lua's ``('exists', digest, ...)``; its ``('conflict', id)`` raises, naming the
+    embedded id already stored."""
+    if isinstance(reply, bytes):
+        return index_text(reply, records[0].checkpoint_id, "digest")
+    if text(reply[0]) == "conflict":
+        raise nested_id_conflict(records, text(reply[1]))
+    return index_text(reply[1], records[0].checkpoint_id, "digest")
+
+
 @dataclass(frozen=True, slots=True)
 class Located:
     """Where an id-addressed script is sent: the key that routes it, and the record's home when
@@ -86,9 +97,10 @@ class SlotSpan:
 
     async def before_save(
         self, records: Sequence[CheckpointRecord], home: str
-    ) -> tuple[str | None, list[int | None]]:
-        """(stored digest if the top id is already stored elsewhere, sequence per record: None
-        for the script to take)."""
+    ) -> tuple[tuple[Any, ...] | None, list[int | None]]:
+        """(what the save script would answer, if this half found it first: ``('exists',
+        digest)`` for a top id stored under another workflow, ``('conflict', id)`` for an
+        embedded id already stored; the sequence per record: None for the script to take)."""
         return None, [None] * len(records)
 
     async def after_save(self, home: str, *, created: bool) -> None:
@@ -132,16 +144,36 @@ class Commits:
     async def insert(self, records: Sequence[CheckpointRecord]) -> str | None:
         """Save a top-level record and those nested in it; None if written, else the digest
         already stored under the top id."""
+        reply = await self._save(records, fenced=False, expected=None)
+        return None if reply is None else _stored_digest(reply, records)
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        # The check runs inside the script that writes the checkpoint, in the workflow's slot, so
+        # it is atomic on a cluster too. A refused cluster save may leave the location pointers
+        # it claimed first; they name no record, so reads treat them as not found (as after a crash).
+        reply = await self._save(records, fenced=True, expected=expected_latest_id)
+        if reply is None:
+            return None
+        if text(reply[0]) == "stale":
+            return FenceCheck(optional_id(reply[1]), None)
+        stored = _stored_digest(reply, records)
+        return FenceCheck(optional_id(reply[2]), InsertResult.of_stored_digest(stored, records[0]))
+
+    async def _save(
+        self, records: Sequence[CheckpointRecord], *, fenced: bool, expected: CheckpointID | None
+    ) -> Any:
+        """Send a save by its path: None if written, else the reply of the script that refused
+        it (save_one's bare digest, or a tuple in save.lua's shape)."""
         path = self.path(records)
         if path is _SCRIPT:
-            return await self._insert_by_script(records)
-        digest = await self._run_save_one(records[0], path, fenced=False, expected=None)
-        if digest is None:
-            return None
-        if type(digest) is int:  # written, and the workflow index is not complete yet
+            return await self._save_family(records, fenced=fenced, expected=expected)
+        reply = await self._run_save_one(records[0], path, fenced=fenced, expected=expected)
+        if type(reply) is int:  # written, and the workflow index is not complete yet
             await self.span.index.complete("save")
             return None
-        return index_text(digest, records[0].checkpoint_id, "digest")
+        return reply
 
     async def _run_save_one(
         self, record: CheckpointRecord, path: SavePath, *, fenced: bool, expected: CheckpointID | None
@@ -194,59 +226,15 @@ class Commits:
             stage=keys.stage_under(tag, checkpoint_id) if staged else None,
         )
 
-    async def _insert_by_script(self, records: Sequence[CheckpointRecord]) -> str | None:
-        reply = await self._save_family(records, fenced=False, expected=None)
-        if reply is None or isinstance(reply, str):
-            return reply
-        status = text(reply[0])
-        if status == "exists":
-            return index_text(reply[1], records[0].checkpoint_id, "digest")
-        if status == "conflict":
-            raise nested_id_conflict(records, text(reply[1]))
-        return None
-
-    async def insert_fenced(
-        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
-    ) -> FenceCheck | None:
-        # The check runs inside the script that writes the checkpoint, in the workflow's slot, so
-        # it is atomic on a cluster too. A refused cluster save may leave the location pointers
-        # it claimed first; they name no record, so reads treat them as not found (as after a crash).
-        path = self.path(records)
-        if path is not _SCRIPT:
-            reply = await self._run_save_one(records[0], path, fenced=True, expected=expected_latest_id)
-            if type(reply) is int:  # written, and the workflow index is not complete yet
-                await self.span.index.complete("save")
-                return None
-        else:
-            reply = await self._save_family(records, fenced=True, expected=expected_latest_id)
-            if isinstance(reply, str):
-                # The top id is stored under another workflow, found before the script ran: read
-                # this workflow's latest for the error message (nothing is written either way).
-                tag = self.keys.tag(records[0].workflow_name)
-                call = LatestHead(index=self.keys.index_under(tag, None), home_tag=tag)
-                latest = optional_id(await self.connection.run("save", call))
-                return FenceCheck(latest, InsertResult.of_stored_digest(reply, records[0]))
-        if reply is None:
-            return None
-        status = text(reply[0])
-        if status == "stale":
-            return FenceCheck(optional_id(reply[1]), None)
-        if status == "exists":
-            stored = index_text(reply[1], records[0].checkpoint_id, "digest")
-            return FenceCheck(optional_id(reply[2]), InsertResult.of_stored_digest(stored, records[0]))
-        if status == "conflict":
-            raise nested_id_conflict(records, text(reply[1]))
-        return None
-
     async def _save_family(
         self, records: Sequence[CheckpointRecord], *, fenced: bool, expected: CheckpointID | None
     ) -> Any:
-        """The general save script's reply, or the stored digest (a str) when a cluster save
-        finds the top id already stored under another workflow."""
+        """None if written, else the general save script's reply, or the reply it would have
+        given to what a cluster's claims found before it ran."""
         home = records[0].workflow_name
-        existing, sequences = await self.span.before_save(records, home)
-        if existing is not None:
-            return existing
+        found, sequences = await self.span.before_save(records, home)
+        if found is not None:
+            return await self._as_the_script_answers(found, records, fenced=fenced, expected=expected)
         rows = [
             SavedRecord(
                 id=record.checkpoint_id,
@@ -265,12 +253,37 @@ class Commits:
             counter=self.keys.sequence(home), home=home, fenced=fenced, expected=expected, records=rows
         )
         reply = await self.connection.run("save", call)
-        if text(reply[0]) == "ok":
-            _, unindexed, created = reply
-            if unindexed:
-                await self.span.index.complete("save")
-            await self.span.after_save(home, created=bool(created))
-        return reply
+        if text(reply[0]) != "ok":
+            return reply
+        _, unindexed, created = reply
+        if unindexed:
+            await self.span.index.complete("save")
+        await self.span.after_save(home, created=bool(created))
+        return None
+
+    async def _as_the_script_answers(
+        self,
+        found: tuple[Any, ...],
+        records: Sequence[CheckpointRecord],
+        *,
+        fenced: bool,
+        expected: CheckpointID | None,
+    ) -> tuple[Any, ...]:
+        """What save.lua would answer to what the claims found, in the script's order (the top
+        id, then the fence, then the embedded ids: docs/contract.md, "Writer fencing"): a fenced
+        save reads its workflow's head back, so a stale writer whose family collides is told it
+        is stale, and a top id stored elsewhere comes with the head for the error message."""
+        if not fenced:
+            return found
+        tag = self.keys.tag(records[0].workflow_name)
+        call = LatestHead(index=self.keys.index_under(tag, None), home_tag=tag)
+        head = await self.connection.run("save", call)
+        if text(found[0]) == "exists":
+            return (*found, head)
+        latest = optional_id(head)
+        if latest != expected and latest != records[0].checkpoint_id:
+            return ("stale", head)
+        return found
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
         located = await self.span.locate("delete", checkpoint_id)

@@ -264,6 +264,26 @@ def test_a_fence_looking_up_the_last_record_is_caught() -> None:
     caught_only_by(run_family(FenceLooksUpTheLastRecord), "nested.save_is_atomic", "not the reused id")
 
 
+class FenceLetsStoredLastRecordsThrough(FencingDouble):
+    """A fence that lets a save through to the write when the family's last record is stored
+    (meaning the top, as a retry of a save that won): a stale save whose last embedded id is taken
+    collides in the write instead of being refused by the fence."""
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        state = self._read()
+        if self.stored_digest(state, records[-1].checkpoint_id) is not None:
+            expected_latest_id = self.latest_id(state, records[0].workflow_name)
+        return await super().insert_fenced(records, expected_latest_id)
+
+
+def test_a_collision_deciding_before_a_stale_fence_is_caught() -> None:
+    caught_only_by(
+        run_family(FenceLetsStoredLastRecordsThrough), "nested.save_is_atomic", "not StaleWriterError"
+    )
+
+
 class ReplacesFamilyWithNewEmbeddedIds(MemoryBackend):
     """Takes a family whose last embedded id is not stored for a new save, and replaces the stored
     checkpoint of the same id with it."""
