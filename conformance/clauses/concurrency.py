@@ -29,6 +29,7 @@ from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 from .fidelity import first_difference
+from .nested import embedded, sub_workflow_state
 
 BURST = 120
 """Checkpoints saved at once in the single-workflow clauses."""
@@ -675,3 +676,75 @@ async def cancelled_calls_leave_no_trace(ctx: ClauseContext) -> None:
         f"get_latest after cancelled saves is {getattr(latest, 'checkpoint_id', None)!r}, "
         f"not the last listed {ids[-1]!r}",
     )
+
+
+CANCEL_NESTED_AFTER_YIELDS = 12
+"""Loop turns a save of a family is given before it is cancelled: 0 to this, then the delays."""
+CANCEL_NESTED_AFTER_SECONDS = (0.0001, 0.001, 0.01)
+
+
+@clause(
+    "concurrency.cancelled_nested_saves_whole_or_nothing",
+    "A save of a checkpoint with embedded ones cancelled at any point leaves them stored with it or "
+    "not at all, and saving it again returns its id and stores each of them once.",
+    requires=[Capability.NESTED],
+    timeout=_TIMEOUT * 2,
+)
+async def cancelled_nested_saves_whole_or_nothing(ctx: ClauseContext) -> None:
+    # A cancelled save is a request whose answer was lost: the runner saves again, and that save
+    # must neither collide with embedded records the cancelled one left nor store them twice.
+    storage = ctx.storage
+    points = [(yields, 0.0) for yields in range(CANCEL_NESTED_AFTER_YIELDS + 1)]
+    points += [(0, delay) for delay in CANCEL_NESTED_AFTER_SECONDS]
+    for index, (yields, delay) in enumerate(points):
+        where = f"after {yields} loop turns" if not delay else f"after {delay * 1000:g} ms"
+        grandchild = embedded(ctx, f"cancel-{index}-l2", state={"leaf": index})
+        child = embedded(ctx, f"cancel-{index}-l1", state={"inner": [grandchild]})
+        parent = embedded(ctx, f"cancel-{index}", state=sub_workflow_state(child))
+        was_cancelled, returned = await _cancelled(storage.save(parent), yields, delay)
+        if not was_cancelled:
+            ensure_equal(returned, parent.checkpoint_id, f"id returned by a save not cancelled {where}")
+        # The container first: a cancelled save that lands late lands whole, so once the container
+        # is found its embedded checkpoints must be too.
+        if await _found(storage, parent.checkpoint_id, f"after a save cancelled {where}"):
+            for checkpoint in (child, grandchild):
+                loaded = await _followed_up(
+                    storage.load(checkpoint.checkpoint_id),
+                    f"load({checkpoint.checkpoint_id!r}), embedded in {parent.checkpoint_id!r}, whose "
+                    f"save cancelled {where} stored it",
+                )
+                problem = first_difference(checkpoint, loaded)
+                ensure(
+                    problem is None,
+                    f"load({checkpoint.checkpoint_id!r}) after a save cancelled {where}: {problem}",
+                )
+        again = f"saving {parent.checkpoint_id!r} again after a save cancelled {where}"
+        ensure_equal(
+            await _followed_up(storage.save(parent), again), parent.checkpoint_id, f"id returned by {again}"
+        )
+        for checkpoint in (parent, child, grandchild):
+            loaded = await _followed_up(storage.load(checkpoint.checkpoint_id), f"load after {again}")
+            problem = first_difference(checkpoint, loaded)
+            ensure(problem is None, f"load({checkpoint.checkpoint_id!r}) after {again}: {problem}")
+        for checkpoint in (child, grandchild):
+            listed = await storage.list_checkpoint_ids(
+                workflow_name=checkpoint.workflow_name, include_nested=True
+            )
+            ensure_equal(
+                list(listed),
+                [checkpoint.checkpoint_id],
+                f"list_checkpoint_ids({checkpoint.workflow_name!r}, include_nested=True) after {again}",
+            )
+
+
+async def _found(storage: Any, checkpoint_id: str, when: str) -> bool:
+    """Whether ``checkpoint_id`` loads; not found is False, any other answer fails the clause."""
+    try:
+        await asyncio.wait_for(storage.load(checkpoint_id), _FOLLOW_UP_SECONDS)
+    except asyncio.TimeoutError:
+        fail(f"load({checkpoint_id!r}) {when} did not return within {_FOLLOW_UP_SECONDS:g} s")
+    except Exception as exc:
+        if is_not_found(exc):
+            return False
+        fail(f"load({checkpoint_id!r}) {when} raised {type(exc).__name__}: {exc}")
+    return True

@@ -13,12 +13,12 @@ import pytest
 from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody
+from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, nested_id_conflict
 from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
-from .double import DoubleBackend, DoubleState, double_target
+from .double import DoubleBackend, DoubleState, Row, double_target
 from .support import failed
 
 FAMILY = "concurrency"
@@ -283,6 +283,44 @@ def test_a_reply_left_unread_by_a_cancelled_load_is_caught() -> None:
     }
     message = backend.result("concurrency.cancelled_calls_leave_no_trace").message
     assert "the backend answered a read of" in message
+
+
+class WritesEmbeddedRecordsFirst(DoubleBackend):
+    """Writes a family's embedded records one at a time, each after an await (a request to a
+    server), and its container last: a save cancelled between leaves embedded records that the
+    runner's second save collides with."""
+
+    _locks: ClassVar[dict[int, asyncio.Lock]] = {}
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        # Saves take turns (no check-then-act race between them); only a cancellation splits one.
+        async with self._locks.setdefault(id(self.backing), asyncio.Lock()):
+            state = self._read()
+            existing = state.rows.get(self._key(records[0].checkpoint_id))
+            if existing is not None:
+                return InsertResult.of_stored_digest(existing.record.digest, records[0])
+            for record in records[1:]:
+                if self._key(record.checkpoint_id) in state.rows:
+                    raise nested_id_conflict(records, record.checkpoint_id)
+            for record in [*records[1:], records[0]]:
+                await asyncio.sleep(0)
+                sequence = self._next_sequence(state, record.workflow_name)
+                state.rows[self._key(record.checkpoint_id)] = Row(record, sequence)
+                self._commit(state)
+            return InsertResult.INSERTED
+
+
+def test_embedded_records_left_by_a_cancelled_save_are_caught() -> None:
+    backend = run_family(WritesEmbeddedRecordsFirst)
+    assert failed(backend) == {"concurrency.cancelled_nested_saves_whole_or_nothing"}
+    message = backend.result("concurrency.cancelled_nested_saves_whole_or_nothing").message
+    assert "again after a save cancelled" in message
+    assert "CheckpointConflictError" in message
+
+
+def test_cancelled_nested_saves_need_nested() -> None:
+    (clause,) = [c for c in all_clauses() if c.id == "concurrency.cancelled_nested_saves_whole_or_nothing"]
+    assert Capability.NESTED in clause.requires
 
 
 class NumbersFromTheHighestStored(DoubleBackend):
