@@ -106,7 +106,16 @@ kit as it was caught 38 of 41 (a 42nd, a backend rewriting its digest on `overwr
 correct under docs/backends.md and passes); two more were caught only by luck or by a second
 slip (a shard chosen by the name's hash met the one other workflow half the time; a `name:` key
 scan, only because its listing skipped name validation). Stronger clauses now catch all 41 by
-their own defect (tests/kit/test_blind_batch_two.py names each clause).
+their own defect (tests/kit/test_blind_batch_two.py names each clause). A fourth batch,
+tests/kit/blind_batch_four.py, holds 51 more (the worked example grown with prune and inspect, a
+JSON-lines journal backend, wrappers and six-method storages): the kit as it was caught 43
+(tests/kit/blind_batch_four.md). Of the 8 it missed, two break nothing (an id with a surrogate,
+which the engine refuses first; a cache whose window a save over memory never opens); six are now
+caught: a fence on get_latest's rival instead of the head, a re-save skipped when `==` says equal
+(`True` over `1`), a head skipped for a timestamp that does not parse, a writes log filed under a
+caller's name once control characters are dropped, and a counter or tombstones a reopened store
+does not read back (the reopen clauses now rebuild the store from its settings instead of taking
+a new handle, which may share this process's memory).
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

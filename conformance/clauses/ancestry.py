@@ -21,6 +21,7 @@ from storages.errors import CheckpointNotFoundError, InvalidCheckpointError
 from ..clause import clause, ensure, fail
 from ..context import ClauseContext
 from ._maf import is_not_found
+from .durability import rebuilt
 from .fidelity import first_difference
 
 _ANCESTRY = (Capability.ANCESTRY,)
@@ -491,7 +492,8 @@ async def walk_from_other_handle(ctx: ClauseContext) -> None:
 
 @clause(
     "ancestry.walk_after_reopen",
-    "After every handle closes, a new handle walks chains, dangling links and cycles as before.",
+    "After every handle closes and the storage is built anew from its settings, it walks chains, "
+    "dangling links and cycles as before.",
     requires=[Capability.ANCESTRY, Capability.DURABLE],
 )
 async def walk_after_reopen(ctx: ClauseContext) -> None:
@@ -501,7 +503,7 @@ async def walk_after_reopen(ctx: ClauseContext) -> None:
     dangling = await book.chain(2, prefix="m", previous=ghost)
     a = await book.save("A", previous=book.id("B"))
     b = await book.save("B", previous=a.checkpoint_id)
-    storage = await ctx.reopen()
+    storage = await rebuilt(ctx)  # not a new handle, which may share this process's memory
     when = "after reopening"
     root = chain[0].checkpoint_id
     await expect_walk(book, chain[-1].checkpoint_id, chain[::-1], AncestryEnd.ROOT, root, when=when)

@@ -11,6 +11,7 @@ import copy
 import importlib.util
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from storages.contract import Capability
@@ -288,6 +289,48 @@ async def resave_conflict_raises(ctx: ClauseContext) -> None:
     ensure_equal(
         listed, [original.checkpoint_id], f"list_checkpoint_ids({workflow!r}) after a refused re-save"
     )
+
+
+@clause(
+    "contract.resave_equal_values_of_other_types_conflicts",
+    "save() of an id stored with True, 1.0, -0.0, a frozenset or Decimal('1.0') where the stored one "
+    "holds 1, 1, 0.0, a set or Decimal('1.00') (== but other values) raises CheckpointConflictError.",
+)
+async def resave_equal_values_of_other_types_conflicts(ctx: ClauseContext) -> None:
+    # "The same content" is the codec's, never ==: a layer that skips a re-save whose stored
+    # checkpoint compares equal turns True over 1 into a silent no-op.
+    workflow = ctx.workflow_name("resave-equal")
+    pairs: list[tuple[str, Any, Any]] = [
+        ("bool-over-int", 1, True),
+        ("float-over-int", 1, 1.0),
+        ("negative-zero", 0.0, -0.0),
+        ("frozenset-over-set", {1, 2}, frozenset({1, 2})),
+        ("decimal-scale", Decimal("1.00"), Decimal("1.0")),
+    ]
+    for label, stored_value, other_value in pairs:
+        original = ctx.checkpoint(
+            workflow, checkpoint_id=f"{workflow}-{label}", timestamp=_at(0), state={"value": stored_value}
+        )
+        await ctx.storage.save(original)
+        other = copy.deepcopy(original)
+        other.state["value"] = other_value
+        ensure(other == original, f"{label}: the two checkpoints compare equal with ==")
+        try:
+            await ctx.storage.save(other)
+        except CheckpointConflictError:
+            pass
+        else:
+            fail(
+                f"re-save of {original.checkpoint_id!r} with state {{'value': {other_value!r}}} over "
+                f"{{'value': {stored_value!r}}} returned instead of raising CheckpointConflictError: "
+                "equal under == is not the same content"
+            )
+        kept = (await ctx.storage.load(original.checkpoint_id)).state.get("value")
+        ensure(
+            type(kept) is type(stored_value) and repr(kept) == repr(stored_value),
+            f"{label}: load({original.checkpoint_id!r}) after the refused re-save holds {kept!r}, "
+            f"not the stored {stored_value!r}",
+        )
 
 
 @clause(

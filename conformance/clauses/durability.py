@@ -166,6 +166,33 @@ async def sequence_continues(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "durability.counter_survives_reopen",
+    "After the newest checkpoint of a workflow, then all of them, are deleted and the storage is built "
+    "anew, the next save's sequence (checkpoint_info) is above every one handed out before.",
+    requires=(*_DURABLE, Capability.INSPECT),
+)
+async def counter_survives_reopen(ctx: ClauseContext) -> None:
+    # A store that sets a workflow's counter on open from the records it holds (the highest
+    # sequence stored, or their count) hands a deleted checkpoint's number out again.
+    for label, emptied in (("newest-deleted", False), ("emptied", True)):
+        workflow_name = ctx.workflow_name(f"counter-{label}")
+        chain = await ctx.save_chain(workflow_name, 3)
+        before = [r.sequence for r in await ctx.storage.list_records(workflow_name=workflow_name)]
+        for checkpoint in chain if emptied else chain[-1:]:
+            await ctx.storage.delete(checkpoint.checkpoint_id)
+        storage = await rebuilt(ctx)
+        again = ctx.checkpoint(workflow_name, checkpoint_id=f"{workflow_name}-again", iteration_count=9)
+        await storage.save(again)
+        sequence = getattr(await storage.checkpoint_info(again.checkpoint_id), "sequence", None)
+        what = "every checkpoint" if emptied else "the newest checkpoint"
+        ensure(
+            isinstance(sequence, int) and sequence > max(before),
+            f"checkpoint_info({again.checkpoint_id!r}).sequence is {sequence!r} after deleting {what} of "
+            f"{workflow_name!r} (sequences {before}) and reopening; it must be above {max(before)}",
+        )
+
+
+@clause(
     "durability.deletes_persist",
     "Deleted checkpoints stay deleted after reopening, including a deleted latest.",
     requires=_DURABLE,

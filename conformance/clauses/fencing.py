@@ -246,3 +246,56 @@ async def expected_none_means_no_checkpoint_yet(ctx: ClauseContext) -> None:
     _ensure_names(refused, workflow, None, first.checkpoint_id)
     await _ensure_absent(ctx.storage, rival, "its save expecting None was refused")
     ensure_equal(await _latest_id(ctx.storage, workflow), first.checkpoint_id, "get_latest after the refusal")
+
+
+@clause(
+    "fencing.fence_is_the_head_not_a_rival",
+    "Of two siblings, the one committed last (the head) is what a fence checks even when get_latest() "
+    "resumes from the other by its newer timestamp: expecting the head stores, expecting the rival is "
+    "refused naming the head.",
+    requires=_REQUIRES,
+)
+async def fence_is_the_head_not_a_rival(ctx: ClauseContext) -> None:
+    # A fence decides between writers and clocks never do: a layer that fences on get_latest()
+    # (which prefers the rival with the newer timestamp) refuses the writer holding the head and
+    # lets through one that read the rival.
+    workflow = ctx.workflow_name("fence-rival")
+    root = ctx.checkpoint(workflow, checkpoint_id=f"{workflow}-root", timestamp="2030-01-01T00:00:00+00:00")
+    await ctx.storage.save(root)
+    newer = ctx.checkpoint(
+        workflow,
+        checkpoint_id=f"{workflow}-newer",
+        previous_checkpoint_id=root.checkpoint_id,
+        timestamp="2030-01-01T00:00:09+00:00",
+    )
+    head = ctx.checkpoint(
+        workflow,
+        checkpoint_id=f"{workflow}-head",
+        previous_checkpoint_id=root.checkpoint_id,
+        timestamp="2030-01-01T00:00:05+00:00",
+    )
+    await ctx.storage.save(newer)
+    await ctx.storage.save(head)
+    ensure_equal(
+        await _latest_id(ctx.storage, workflow),
+        newer.checkpoint_id,
+        "get_latest() of two siblings, the one committed first with the newer timestamp",
+    )
+    from_rival = ctx.checkpoint(
+        workflow, checkpoint_id=f"{workflow}-from-rival", previous_checkpoint_id=newer.checkpoint_id
+    )
+    refused = await _fenced_save(ctx.storage, from_rival, newer.checkpoint_id)
+    if refused is None:
+        fail(
+            f"a save expecting {newer.checkpoint_id!r} (the rival get_latest() resumes from) was stored, "
+            f"although the head is {head.checkpoint_id!r}: the fence must check the head, not a rival"
+        )
+    _ensure_names(refused, workflow, newer.checkpoint_id, head.checkpoint_id)
+    await _ensure_absent(ctx.storage, from_rival, "its save expecting the rival was refused")
+    following = ctx.checkpoint(
+        workflow, checkpoint_id=f"{workflow}-from-head", previous_checkpoint_id=head.checkpoint_id
+    )
+    stored = await _fenced_save(ctx.storage, following, head.checkpoint_id)
+    if stored is not None:
+        fail(f"a save expecting {head.checkpoint_id!r}, the head (committed last), was refused: {stored}")
+    ensure_equal(await _latest_id(ctx.storage, workflow), following.checkpoint_id, "get_latest() after it")

@@ -478,6 +478,27 @@ async def rival_timestamps_compare_as_instants(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "ordering.unparsable_timestamp_is_data",
+    "A checkpoint whose timestamp does not parse, with no rival, is the latest where it is the head: "
+    "after a chain's root, and as a workflow's only checkpoint.",
+)
+async def unparsable_timestamp_is_data(ctx: ClauseContext) -> None:
+    # Outside rivals, timestamps are data: a reader that skips "bad" timestamps resumes from an
+    # older checkpoint, or from none.
+    run = _Run(ctx, "chain")
+    root = run.make(f"{run.workflow}-root", _at(0))
+    head = run.make(f"{run.workflow}-head", "not a time")
+    head.previous_checkpoint_id = root.checkpoint_id
+    for checkpoint in (root, head):
+        await ctx.storage.save(checkpoint)
+    await run.expect_latest(head, "after saving c0, then c1 continuing it with the timestamp 'not a time'")
+    alone = _Run(ctx, "alone")
+    only = alone.make(f"{alone.workflow}-only", "yesterday")
+    await ctx.storage.save(only)
+    await alone.expect_latest(only, "after saving one checkpoint whose timestamp is 'yesterday'")
+
+
+@clause(
     "ordering.latest_reads_the_rivals_committed_last",
     "With more rivals than the 64 a latest reads, the rivals read are exactly the 64 committed "
     "last: the newest of them by timestamp is the latest, not a newer one committed before them.",

@@ -255,3 +255,28 @@ async def _writes_of_an_embedded_survivor(ctx: ClauseContext) -> None:
         [("task", 0, "out", 1, "")],
         "the writes of a kept checkpoint's embedded one",
     )
+
+
+@clause(
+    "writes.logs_never_shadow_workflows",
+    "A workflow's pending writes never show as checkpoints of a workflow whose name is the log's with "
+    "its control characters dropped or replaced ('writes' + name, '_writes_' + name, '?writes?' + name).",
+    requires=_WRITES,
+)
+async def logs_never_shadow_workflows(ctx: ClauseContext) -> None:
+    # The engine keeps a workflow's writes in a log named "\x1fwrites\x1f" + name, a name no caller
+    # may use; a backend that makes names safe (for files, keys) by dropping or replacing control
+    # characters files the log under a name a caller may use.
+    (owner,) = await ctx.save_chain(ctx.workflow_name("shadowed"), 1)
+    await ctx.storage.put_writes(
+        owner.checkpoint_id, [PendingWrite("task", 0, "out", "value")], workflow_name=owner.workflow_name
+    )
+    for name in (
+        f"writes{owner.workflow_name}",
+        f"_writes_{owner.workflow_name}",
+        f"?writes?{owner.workflow_name}",
+    ):
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=name)
+        ensure_equal(list(listed), [], f"list_checkpoint_ids({name!r}), a workflow never saved to")
+        latest = await ctx.storage.get_latest(workflow_name=name)
+        ensure(latest is None, f"get_latest({name!r}), a workflow never saved to, returned {latest!r:.200}")

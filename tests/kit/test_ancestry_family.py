@@ -216,9 +216,15 @@ def test_sqlite_storage_passes_every_ancestry_clause(tmp_path: Path) -> None:
     # Declared, so that no clause of the family is skipped on SQLite.
     needed = {Capability.ANCESTRY, Capability.NESTED, Capability.SHARED, Capability.DURABLE}
     assert needed <= SQLiteBackend.capabilities
-    root = open_storage(f"sqlite:///{tmp_path}/ancestry.db")
+    url = f"sqlite:///{tmp_path}/ancestry.db"
+    root = open_storage(url)
     backend = run_family(
-        StorageTarget(name="sqlite (temp file)", factory=root.new_handle, cleanup=root.aclose)
+        StorageTarget(
+            name="sqlite (temp file)",
+            factory=root.new_handle,
+            cleanup=root.aclose,
+            reopen=lambda: open_storage(url),
+        )
     )
     assert {r.clause_id: (r.outcome, r.message) for r in backend.results} == {
         clause_id: (Outcome.PASSED, "") for clause_id in _expected_outcomes(frozenset(Capability))

@@ -109,8 +109,12 @@ def test_in_memory_storage_passes_every_contract_clause() -> None:
 
 def test_overwrite_on_conflict_fails_only_resave_conflict_raises() -> None:
     backend = run_family(OverwritesOnConflict)
-    # Saving the id under another workflow overwrites it too.
-    assert failed(backend) == {"contract.resave_conflict_raises", "contract.ids_are_global"}
+    # Saving the id under another workflow, or with values == to the stored ones, overwrites it too.
+    assert failed(backend) == {
+        "contract.resave_conflict_raises",
+        "contract.ids_are_global",
+        "contract.resave_equal_values_of_other_types_conflicts",
+    }
     assert "overwrote the original" in backend.result("contract.resave_conflict_raises").message
 
 
@@ -126,6 +130,7 @@ def test_conflict_raised_as_value_error_fails_the_typed_error_clauses() -> None:
         "contract.ids_are_global",
         "contract.errors_are_checkpoint_exceptions",
         "contract.resave_equal_content_encoded_differently_is_noop",
+        "contract.resave_equal_values_of_other_types_conflicts",
     }
     message = backend.result("contract.errors_are_checkpoint_exceptions").message
     assert "conflicting re-save raised ValueError" in message
@@ -164,5 +169,9 @@ def test_maf_in_memory_storage_fails_only_the_immutability_clauses() -> None:
         checkpoint_class=agent_framework.WorkflowCheckpoint,
     )
     backend = validate(target, clauses=[FAMILY]).backends[0]
-    assert failed(backend) == {"contract.resave_conflict_raises", "contract.ids_are_global"}
-    assert backend.count(Outcome.PASSED) == len(backend.results) - 2
+    assert failed(backend) == {
+        "contract.resave_conflict_raises",
+        "contract.ids_are_global",
+        "contract.resave_equal_values_of_other_types_conflicts",
+    }
+    assert backend.count(Outcome.PASSED) == len(backend.results) - 3

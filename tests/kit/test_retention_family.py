@@ -243,9 +243,15 @@ def test_sqlite_storage_passes_every_retention_clause(tmp_path: Path) -> None:
         Capability.DURABLE,
     }
     assert needed <= SQLiteBackend.capabilities
-    root = open_storage(f"sqlite:///{tmp_path}/retention.db")
+    url = f"sqlite:///{tmp_path}/retention.db"
+    root = open_storage(url)
     backend = run_family(
-        StorageTarget(name="sqlite (temp file)", factory=root.new_handle, cleanup=root.aclose)
+        StorageTarget(
+            name="sqlite (temp file)",
+            factory=root.new_handle,
+            cleanup=root.aclose,
+            reopen=lambda: open_storage(url),
+        )
     )
     assert {r.clause_id: (r.outcome, r.message) for r in backend.results} == {
         clause_id: (Outcome.PASSED, "") for clause_id in _expected_outcomes(frozenset(Capability))
