@@ -65,7 +65,7 @@ def client_from_url(url: str, options: Mapping[str, Any]) -> Any:
 
 
 class OwnClient:
-    """A client the storage made, closed on its own event loop whoever stops using it first.
+    """A client the storage made, closed on its own event loop even if the storage never is.
 
     redis-py closes connections only by awaiting, on the loop they belong to, and its objects
     report themselves unclosed when collected open. So the client is closed where it can be:
@@ -125,7 +125,8 @@ class OwnClient:
             _run_on_a_private_loop(self._close)
 
     def _close_soon(self) -> None:
-        closing = asyncio.ensure_future(self._close())
+        assert self._loop is not None
+        closing = self._loop.create_task(self._close())
         _CLOSING.add(closing)
         closing.add_done_callback(_CLOSING.discard)
 
