@@ -25,7 +25,7 @@ import pytest
 
 from storages import WorkflowCheckpoint
 from storages.sqlite import SQLiteCheckpointStorage
-from tests import redis_servers, s3_support
+from tests import postgres_servers, redis_servers, s3_support
 
 WORK_WITHIN_SECONDS = 120.0
 """For the program's imports and its four round trips, before the exit is timed (0.3 s for memory
@@ -183,6 +183,78 @@ async def test_a_storage_never_closed_lets_its_process_exit_quietly(
             "Task was destroyed",
         ):
             assert noise not in result.stderr
+
+
+LEFT_OPEN_PROGRAM = """
+import asyncio, gc, os, sys
+from storages import WorkflowCheckpoint, open_storage
+
+def sockets():
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return count
+
+url, run = sys.argv[1:]
+before = sockets()
+storage = open_storage(url)
+
+async def save(n):
+    checkpoint = WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="s", checkpoint_id=f"{run}-{n}")
+    await storage.save(checkpoint)
+
+asyncio.run(save(0))
+print(sockets() - before)
+asyncio.run(save(1))  # the storage follows a new loop
+del storage
+gc.collect()
+print(sockets() - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts sockets through /proc")
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis_cluster),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
+async def test_a_storage_left_open_closes_its_sockets_without_a_resource_warning(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Never closed, used on two loops in turn, then collected: every socket it opened is closed,
+    and nothing warns of an unclosed client, connection, transport or socket (ResourceWarning is
+    shown here, where Python hides it by default). Redis clients close when their loop ends;
+    a PostgreSQL pool's connections when the storage follows a new loop or is collected."""
+    if backend == "postgres":
+        base, schema = postgres_servers.run_database_url(), postgres_servers.fresh_schema("lifecycle")
+        url = postgres_servers.with_schema(base, schema)
+        request.addfinalizer(lambda: asyncio.run(postgres_servers.drop_schema(base, schema)))
+    else:
+        url = backend_url(backend, tmp_path, request)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-W",
+        "always::ResourceWarning",
+        "-c",
+        LEFT_OPEN_PROGRAM,
+        url,
+        uuid.uuid4().hex,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), WORK_WITHIN_SECONDS)
+    assert (process.returncode, stderr.decode()) == (0, "")
+    after_first_loop, after_collection = (int(line) for line in stdout.decode().split())
+    assert after_collection == 0
+    if backend != "postgres":
+        assert after_first_loop == 0
 
 
 @pytest.mark.sqlite

@@ -106,7 +106,7 @@ class PostgresClient:
         )
         if self._abandoned is not None:
             self._abandoned.detach()
-        self._abandoned = weakref.finalize(self, _finish_connections, pool, made)
+        self._abandoned = weakref.finalize(self, _finish_connections, made)
         self._made = made
         return pool
 
@@ -115,7 +115,7 @@ class PostgresClient:
         (that loop is usually closed) and let the next operation start a new one here."""
         if self.injected or self._pool is None or self._made is None:
             return
-        _finish_connections(self._pool, self._made)
+        _finish_connections(self._made)
         self._pool = self._new_pool()
         await _start_detached(self._pool)
 
@@ -422,16 +422,14 @@ class _Made:
             await _read_only_session(connection)
 
 
-def _finish_connections(pool: AsyncConnectionPool[Any], made: _Made) -> None:
+def _finish_connections(made: _Made) -> None:
     """Close a pool's sockets without an event loop: its storage was collected unclosed, or its
-    loop ended. Best effort, as nobody is left to tell."""
+    loop ended. Best effort, as nobody is left to tell. The pool itself needs nothing: an
+    AsyncConnectionPool has no finalizer (psycopg_pool 3.2 on), and its worker tasks end with
+    their loop."""
     with contextlib.suppress(Exception):
         for connection in list(made.connections):
             connection.pgconn.finish()
-        # The pool's one private field we touch: psycopg_pool has no close without the pool's
-        # loop, and an unclosed pool's __del__ makes a coroutine that is never awaited (a
-        # RuntimeWarning at collection). close() sets this first; nothing else here needs it.
-        pool._closed = True
 
 
 __all__ = ["PostgresClient", "SchemaState", "missing_privilege"]

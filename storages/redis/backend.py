@@ -197,7 +197,7 @@ class RedisBackend(Backend):
             raise
 
     async def follow_loop(self) -> None:
-        self._connection.follow_loop(self)
+        await self._connection.follow_loop(self)
 
     async def close(self) -> None:
         await self._connection.close()

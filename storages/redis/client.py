@@ -31,7 +31,7 @@ from .config import (
     driver_url,
     url_is_cluster,
 )
-from .driver import check_client, client_from_url, close_abandoned
+from .driver import OwnClient, check_client, client_from_url
 from .keys import RedisKeys
 from .replies import text
 from .scripts import SCRIPTS, ScriptCall, script_sha
@@ -71,6 +71,7 @@ class RedisConnection:
         self.scripts: dict[str, Any] = {}
         """Script name -> :class:`Script` on the client in use; refilled in place when it changes."""
         self._common = [settings.prefix, "0" if self.cluster else "1", settings.ttl_ms]
+        self._own: OwnClient | None = None
         self._abandoned: weakref.finalize[Any, Any] | None = None
 
     def describe(self) -> str:
@@ -83,7 +84,7 @@ class RedisConnection:
 
     async def open(self, owner: object) -> None:
         if self.client is None:
-            self._own_client(owner)
+            await self._own_client(owner)
         if self.cluster:
             # Read the slot map now (a no-op if the client already has it): left to the first
             # commands, a burst of concurrent ones each reinitialises the client and drops the
@@ -94,37 +95,41 @@ class RedisConnection:
                 raise self.unavailable("open", exc) from chainable(exc)
         self._register_scripts()
 
-    def follow_loop(self, owner: object) -> None:
+    async def follow_loop(self, owner: object) -> None:
         if self.injected is not None:
             return  # the caller's client: binding it to loops is the caller's business
-        # Our client's connections belong to the old loop, which is usually closed: awaiting
-        # their close would fail, so they are closed without waiting and a new client connects
-        # on this loop.
-        close_abandoned(self.client)
-        self._own_client(owner)
+        # Our client's connections belong to the old loop, which usually ended and closed them
+        # (OwnClient): awaiting anything of theirs here would fail, so the client is abandoned
+        # (closed on its loop if that still runs) and a new one connects on this loop.
+        if self._own is not None:
+            self._own.abandon()
+        await self._own_client(owner)
         self._register_scripts()
 
-    def _own_client(self, owner: object) -> None:
-        """A new client from the URL, closed by close_abandoned if ``owner`` (the storage) is
-        collected without aclose()."""
+    async def _own_client(self, owner: object) -> None:
+        """A new client from the URL, closed when its loop ends, or abandoned if ``owner`` (the
+        storage) is collected without aclose()."""
         assert self.url is not None
         self.client = client_from_url(self.url, self.client_options)
+        self._own = OwnClient(self.client)
+        await self._own.bind()
         if self._abandoned is not None:
             self._abandoned.detach()
-        self._abandoned = weakref.finalize(owner, close_abandoned, self.client)
+        self._abandoned = weakref.finalize(owner, self._own.abandon)
 
     def _register_scripts(self) -> None:
         self.scripts.clear()
         self.scripts.update({name: Script(self.client, name) for name in SCRIPTS})
 
     async def close(self) -> None:
-        client, self.client = self.client, None
+        self.client = None
+        own, self._own = self._own, None
         if self._abandoned is not None:
             self._abandoned.detach()
             self._abandoned = None
-        if client is not None and self.injected is None:
+        if own is not None:  # a given client is the caller's to close
             try:
-                await client.aclose()
+                await own.close()
             except (redis_errors.RedisError, OSError) as exc:
                 raise self.unavailable("aclose", exc) from chainable(exc)
 

@@ -1,14 +1,15 @@
 """redis-py clients: built from a URL (plain or cluster, with retries and a pool that waits for a
-free connection instead of failing), checked when given, and closed when their handle was
-abandoned. The rest of the backend talks to the client; only this module builds one.
+free connection instead of failing), checked when given, and closed on their own event loop
+when their handle was abandoned. The rest of the backend talks to the client; only this module
+builds one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -28,11 +29,6 @@ from .config import (
     driver_url,
     url_is_cluster,
 )
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # redis-py depends on async-timeout below 3.11
-    pass  # type: ignore[import-not-found,unused-ignore]
 
 
 def check_client(client: object) -> None:
@@ -68,28 +64,114 @@ def client_from_url(url: str, options: Mapping[str, Any]) -> Any:
         raise StorageConfigurationError(f"invalid Redis URL {url!r}: {exc}") from chainable(exc)
 
 
-def close_abandoned(client: Any) -> None:
-    """Close a client of ours that nobody will ``aclose()``: its storage was collected, or it
-    was left on an event loop that ended. Awaiting is not possible (the loop may be closed, or
-    about to be), so its sockets are closed without waiting, and a cluster client is marked
-    closed, so that neither reports itself "unclosed" from a running loop when collected."""
-    with contextlib.suppress(Exception):  # best effort: nobody is left to tell
-        if isinstance(client, RedisCluster):
-            nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
-            connections = [connection for node in nodes for connection in node._connections]
-            # What aclose() sets first: _initialize (redis-py < 8.2), and no default node (8.2
-            # tells a closed client by it, and warns "Unclosed RedisCluster client" otherwise).
-            client._initialize = True
-            client.nodes_manager.default_node = None  # type: ignore[assignment,unused-ignore]
-        else:
-            pool = client.connection_pool
-            connections = [*pool._available_connections, *pool._in_use_connections]
-        for connection in connections:
-            try:
-                connection._close()  # type: ignore[no-untyped-call]
-            except RuntimeError:
-                # Its loop is closed: forget the streams; collecting the transport closes the socket.
-                connection._reader = connection._writer = None
+class OwnClient:
+    """A client the storage made, closed on its own event loop even if the storage never is.
+
+    redis-py closes connections only by awaiting, on the loop they belong to, and its objects
+    report themselves unclosed when collected open. So the client is closed where it can be:
+    when its loop ends (``asyncio.run`` and ``asyncio.Runner`` close a loop's open async
+    generators before closing the loop: :meth:`bind` leaves one waiting there), soon after its
+    storage is collected or follows a new loop while its loop still runs (a task on that loop),
+    and, on a loop that was closed without closing its async generators, on a private loop:
+    redis-py then forgets the streams, and asyncio closes each socket when it collects its
+    transport (a transport cannot be closed once its loop is)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._until_loop_ends: AsyncGenerator[None, None] | None = None
+
+    async def bind(self) -> None:
+        """Tie the client to the running loop: the loop's end closes it."""
+        self._loop = asyncio.get_running_loop()
+        self._until_loop_ends = self._closed_when_the_loop_ends()
+        await self._until_loop_ends.asend(None)  # started: the loop now holds it, weakly
+        _OPEN.add(self)  # and this holds it until the client is closed
+
+    async def _closed_when_the_loop_ends(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if self in _OPEN:
+                await disconnect(self.client)
+                _OPEN.discard(self)
+
+    async def close(self) -> None:
+        """The storage's aclose(): the client, then what waited for the loop's end."""
+        try:
+            await self.client.aclose()
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        _OPEN.discard(self)
+        if self._until_loop_ends is not None:
+            await self._until_loop_ends.aclose()  # it finds the client closed: nothing to do
+
+    async def _close(self) -> None:
+        """Close every connection; left where it is if interrupted, so that what waits for the
+        loop's end closes what this did not."""
+        await disconnect(self.client)
+        await self._release()
+
+    def abandon(self) -> None:
+        """Close the client without awaiting: its storage was collected, or follows a new loop."""
+        if self not in _OPEN or self._loop is None:
+            return  # closed already
+        with contextlib.suppress(RuntimeError):  # its loop is closed
+            self._loop.call_soon_threadsafe(self._close_soon)
+            return
+        with contextlib.suppress(Exception):  # best effort: nobody is left to tell
+            _run_on_a_private_loop(self._close)
+
+    def _close_soon(self) -> None:
+        assert self._loop is not None
+        closing = self._loop.create_task(self._close())
+        _CLOSING.add(closing)
+        closing.add_done_callback(_CLOSING.discard)
+
+
+_OPEN: set[OwnClient] = set()
+"""Clients of ours not closed yet (one whose storage was collected among them)."""
+_CLOSING: set[asyncio.Future[None]] = set()
+"""Closes under way (a loop holds its tasks weakly)."""
+
+
+async def disconnect(client: Any) -> None:
+    """Close every connection of ``client`` and mark it closed (``aclose()``), then each node's
+    or the pool's connections again: closing a connection twice is harmless, and the second
+    pass closes what an interrupted or failed first one left."""
+    with contextlib.suppress(Exception):
+        await client.aclose()
+    if isinstance(client, RedisCluster):
+        # A list: a startup node and the node of the slot map for one address are two objects,
+        # equal by name, each with connections of its own.
+        nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
+        await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
+    else:
+        with contextlib.suppress(Exception):
+            await client.connection_pool.disconnect()
+
+
+def _run_on_a_private_loop(work: Callable[[], Awaitable[None]]) -> None:
+    """Run ``work`` to its end on a loop of its own, in this thread if no loop runs here, else
+    in a short-lived thread; the thread's current loop (``set_event_loop``) is left alone."""
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(work())
+        finally:
+            loop.close()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        run()
+        return
+    thread = threading.Thread(target=run, name="redis-close", daemon=True)
+    thread.start()
+    thread.join()
 
 
 class WaitingConnectionPool(ConnectionPool):
@@ -136,4 +218,4 @@ class WaitingConnectionPool(ConnectionPool):
                 self._free.release()
 
 
-__all__ = ["WaitingConnectionPool", "check_client", "client_from_url", "close_abandoned"]
+__all__ = ["OwnClient", "WaitingConnectionPool", "check_client", "client_from_url", "disconnect"]
