@@ -684,13 +684,13 @@ CANCEL_NESTED_AFTER_SECONDS = (0.0001, 0.001, 0.01)
 
 
 @clause(
-    "concurrency.cancelled_nested_saves_whole_or_nothing",
+    "concurrency.cancelled_nested_saves_whole",
     "A save of a checkpoint with embedded ones cancelled at any point leaves them stored with it or "
     "not at all, and saving it again returns its id and stores each of them once.",
     requires=[Capability.NESTED],
     timeout=_TIMEOUT * 2,
 )
-async def cancelled_nested_saves_whole_or_nothing(ctx: ClauseContext) -> None:
+async def cancelled_nested_saves_whole(ctx: ClauseContext) -> None:
     # A cancelled save is a request whose answer was lost: the runner saves again, and that save
     # must neither collide with embedded records the cancelled one left nor store them twice.
     storage = ctx.storage

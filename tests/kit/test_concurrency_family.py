@@ -312,14 +312,14 @@ class WritesEmbeddedRecordsFirst(DoubleBackend):
 
 def test_embedded_records_left_by_a_cancelled_save_are_caught() -> None:
     backend = run_family(WritesEmbeddedRecordsFirst)
-    assert failed(backend) == {"concurrency.cancelled_nested_saves_whole_or_nothing"}
-    message = backend.result("concurrency.cancelled_nested_saves_whole_or_nothing").message
+    assert failed(backend) == {"concurrency.cancelled_nested_saves_whole"}
+    message = backend.result("concurrency.cancelled_nested_saves_whole").message
     assert "again after a save cancelled" in message
     assert "CheckpointConflictError" in message
 
 
 def test_cancelled_nested_saves_need_nested() -> None:
-    (clause,) = [c for c in all_clauses() if c.id == "concurrency.cancelled_nested_saves_whole_or_nothing"]
+    (clause,) = [c for c in all_clauses() if c.id == "concurrency.cancelled_nested_saves_whole"]
     assert Capability.NESTED in clause.requires
 
 
