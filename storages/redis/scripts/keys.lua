@@ -28,3 +28,18 @@ local function listed(w)
   end
   return added and not redis.call('ZSCORE', index, '')
 end
+-- A record's fields as HSET takes them after its key: the one list of what a save writes
+-- (save.lua and save_one.lua). r is a SavedRecord row; seq its sequence; mark its lineage mark
+-- (lineage.lua: index_top_level) or false; top_id the top-level record of the save, which a
+-- nested record names. with_body false leaves the body out: a staged body is renamed into place.
+local function record_fields(r, seq, mark, top_id, with_body)
+  local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
+  if not with_body then table.remove(fields, 1); table.remove(fields, 1) end
+  if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
+  if mark then fields[#fields + 1] = 'r'; fields[#fields + 1] = mark end
+  if r.container ~= '' then
+    fields[#fields + 1] = 'c'; fields[#fields + 1] = r.container
+    fields[#fields + 1] = 'o'; fields[#fields + 1] = top_id
+  end
+  return fields
+end
