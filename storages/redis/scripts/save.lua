@@ -44,7 +44,7 @@ for _, r in ipairs(records) do
   local key = rkey(H, r.id)
   -- A top-level record's mark says where its rivals may be, should it be the head (lineage.lua).
   local mark = r.container == '' and index_top_level(nextkey(H), r.previous, r.signature, seq, r.id)
-  redis.call('HSET', key, unpack(record_fields(r, seq, mark, top.id, true)))
+  redis.call('HSET', key, record_fields(r, seq, mark, top.id, true))
   touch(key)
   if r.container == '' then
     local signature = sigkey(H, r.signature)

@@ -33,7 +33,7 @@ if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
 end
-redis.call('HSET', record, unpack(record_fields(r, seq, mark, id, not staged)))
+redis.call('HSET', record, record_fields(r, seq, mark, id, not staged))
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
 redis.call('SET', pointer, workflow)
