@@ -10,10 +10,12 @@ from ..records import CheckpointRecord
 from .script_calls import Encoded, Key, Rest, Rows, ScriptCall, binding, script_text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SavedRecord:
     """One record of a save, as the save scripts read it: the one definition of what a record
-    sends (:meth:`of`), and of what it writes (``record_fields`` in scripts/keys.lua)."""
+    sends (:meth:`of`), and of what it writes (``record_fields`` in scripts/keys.lua). Not
+    frozen: a frozen dataclass sets each field through ``object.__setattr__``, about 50 ns a
+    field, and every save makes one per record."""
 
     id: str
     workflow: str
