@@ -290,17 +290,18 @@ async def test_a_nested_id_already_stored_writes_nothing(storage: PostgresCheckp
 # ---------------------------------------------------------------------- schema 1 -> 2, sequences
 
 
-async def _create_version_1(base: str, schema: str) -> None:
-    """A schema exactly as code of version 1 created it."""
+async def _create_version(base: str, schema: str, version: int) -> None:
+    """A schema exactly as code of ``version`` created it."""
     async with (
         await psycopg.AsyncConnection.connect(base, autocommit=True) as connection,
         connection.transaction(),
     ):
         await connection.execute(render(CREATE_SCHEMA, schema))
         await connection.execute(render(CREATE_SCHEMA_VERSION, schema))
-        for statement in MIGRATIONS[0]:
-            await connection.execute(render(statement, schema))
-        await connection.execute(render(RECORD_VERSION, schema), (1,))
+        for step in MIGRATIONS[:version]:
+            for statement in step:
+                await connection.execute(render(statement, schema))
+        await connection.execute(render(RECORD_VERSION, schema), (version,))
 
 
 async def _save_as_version_1(
@@ -332,7 +333,7 @@ async def _save_as_version_1(
 async def test_a_version_1_schema_is_migrated_in_place_and_read_and_written(schema_url: str) -> None:
     base = schema_url.partition("?")[0]
     schema = schema_url.rpartition("schema=")[2]
-    await _create_version_1(base, schema)
+    await _create_version(base, schema, 1)
     encoder = PostgresCheckpointStorage.from_url(schema_url)  # only its codec: never opened
     first = WorkflowCheckpoint("wf", "sig")
     child = WorkflowCheckpoint("child", "sig")
@@ -390,10 +391,107 @@ async def test_a_version_1_schema_is_migrated_in_place_and_read_and_written(sche
             await connection.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,))
         ).fetchall()
     assert version == (SCHEMA_VERSION,)
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     names = {row[0] for row in indexes}
     assert {"checkpoints_by_kind_and_sequence", "checkpoints_by_successor"} <= names
     assert not {"checkpoints_by_sequence", "checkpoints_top_by_sequence"} & names
+
+
+# ---------------------------------------------------------------------- schema 3 -> 4, one row write
+
+
+async def test_a_version_3_schema_is_migrated_to_one_row_write_and_read_and_written(schema_url: str) -> None:
+    base = schema_url.partition("?")[0]
+    schema = schema_url.rpartition("schema=")[2]
+    await _create_version(base, schema, 3)
+    encoder = PostgresCheckpointStorage.from_url(schema_url)  # only its codec: never opened
+    first = WorkflowCheckpoint("wf", "sig")
+    (top,) = encoder.records_for(first)
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as connection:
+        # Saved by version 3's save_one, as code of version 3 called it.
+        cursor = await connection.execute(
+            f'SELECT inserted FROM "{schema}".save_one(%s, %s, %s, %s, %s, %b, %s, %s)',
+            save_one_arguments(top, fenced=False, expected_latest_id=None),
+        )
+        assert await cursor.fetchone() == (True,)
+    await encoder.aclose()
+
+    async with PostgresCheckpointStorage.from_url(schema_url) as storage:
+        assert await storage.load(first.checkpoint_id) == first
+        child = WorkflowCheckpoint("child", "sig")
+        second = WorkflowCheckpoint(
+            "wf",
+            "sig",
+            previous_checkpoint_id=first.checkpoint_id,
+            state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+        )
+        third = WorkflowCheckpoint("wf", "sig", previous_checkpoint_id=second.checkpoint_id)
+        await storage.save(second)  # save_family
+        await storage.save(third)  # save_one
+        assert await storage.get_latest(workflow_name="wf") == third
+        assert await storage.load(child.checkpoint_id) == child
+        info = await storage.checkpoint_info(third.checkpoint_id)
+        assert info is not None
+        assert info.sequence == 3
+        clash = WorkflowCheckpoint(
+            "wf",
+            "sig",
+            previous_checkpoint_id=third.checkpoint_id,
+            state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+        )
+        with pytest.raises(CheckpointConflictError, match=child.checkpoint_id):
+            await storage.save(clash)
+        assert await storage.get_latest(workflow_name="wf") == third
+        # An id twice in one family is a conflict too, the second time it comes.
+        twin = WorkflowCheckpoint("child", "sig")
+        family = storage.records_for(
+            WorkflowCheckpoint(
+                "wf", "sig", state={"_executor_state": {"sub": {"sub_workflow_checkpoint": twin}}}
+            )
+        )
+        arrays = [
+            [getattr(r, field) for r in (*family, family[1])]
+            for field in (
+                "checkpoint_id",
+                "workflow_name",
+                "previous_checkpoint_id",
+                "graph_signature_hash",
+                "digest",
+                "body",
+                "container_id",
+                "root_id",
+                "position",
+            )
+        ]
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as connection:
+        with pytest.raises(psycopg.Error) as raised:
+            await connection.execute(
+                f'SELECT inserted FROM "{schema}".save_family('
+                "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[], %s::text[], "
+                "%s::text[], %s::integer[], false, NULL)",
+                arrays,
+            )
+        diagnostic: Any = raised.value.diag
+        assert (raised.value.sqlstate, diagnostic.message_primary) == ("CSCNF", twin.checkpoint_id)
+        version = await (
+            await connection.execute(f'SELECT version FROM "{schema}".schema_version')
+        ).fetchone()
+        sources = dict(
+            await (
+                await connection.execute(
+                    "SELECT p.proname::text, p.prosrc FROM pg_proc AS p "
+                    "JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = %s",
+                    (schema,),
+                )
+            ).fetchall()
+        )
+    assert version == (SCHEMA_VERSION,)
+    # One function writes a checkpoint row; both save functions call it.
+    row_write = f'INSERT INTO "{schema}".checkpoints'
+    assert sources["insert_checkpoint"].count(row_write) == 1
+    for name in ("save_one", "save_family"):
+        assert row_write not in sources[name]
+        assert f'"{schema}".insert_checkpoint(' in sources[name]
 
 
 async def test_every_delete_leaves_the_high_water_mark(storage: PostgresCheckpointStorage) -> None:

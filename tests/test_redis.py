@@ -503,7 +503,7 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
         async def counted(
             *, keys: list[str], args: list[Any], script: Any = fast_path, seen: list[str] = fast_saves
         ) -> Any:
-            seen.append(str(args[4]))
+            seen.append(str(args[6]))  # the record's id: after the common inputs, fenced, expected, stage
             return await script(keys=keys, args=args)
 
         fast.backend.scripts["save_one"] = counted

@@ -11,6 +11,7 @@ import pytest
 import redis_servers
 from redis.asyncio import Redis
 
+from storages.records import CheckpointRecord
 from storages.redis import RedisKeys, escape, keys, script_sha
 from storages.redis.keys import nested_member
 from storages.redis.scripts import (
@@ -30,31 +31,39 @@ from storages.redis.scripts import (
 pytestmark = pytest.mark.redis
 
 
-def _save_one(**changes: object) -> SaveOne:
-    fields: dict[str, object] = {
+def _save_one(stage: str | None = None, **changes: object) -> SaveOne:
+    record: dict[str, object] = {
+        "id": "id",
+        "workflow": "wf",
+        "previous": None,
+        "signature": "s",
+        "body": b"\x00body",
+        "digest": "d",
+        "container": None,
+        "position": 0,
+        "sequence": None,
+    }
+    call: dict[str, object] = {
         "pointer": "p:{id}:loc",
         "record": "p:{wf}:r:id",
         "counter": "p:{wf}:seq",
         "top": "p:{wf}:top",
         "signature_index": "p:{wf}:sig:s",
-        "workflow": "wf",
-        "id": "id",
-        "body": b"\x00body",
-        "digest": "d",
-        "signature": "s",
-        "previous": None,
         "fenced": True,
         "expected": "before",
+        "stage": stage,
     }
-    return SaveOne(**{**fields, **changes})  # type: ignore[arg-type]
+    for name, value in changes.items():
+        (record if name in record else call)[name] = value
+    return SaveOne(**call, saved=[SavedRecord(**record)])  # type: ignore[arg-type]
 
 
 def test_a_call_encodes_its_keys_and_typed_arguments_in_declaration_order() -> None:
     keys, args = _save_one().encode()
     assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s"]
-    assert args == ["wf", "id", b"\x00body", "d", "s", "", "1", "before", ""]
+    assert args == ["1", "before", "", "id", "wf", "", "s", b"\x00body", "d", "", "0", ""]
     _, staged = _save_one(body=b"", stage="p:{wf}:stage:id").encode()
-    assert staged == ["wf", "id", b"", "d", "s", "", "1", "before", "p:{wf}:stage:id"]
+    assert staged == ["1", "before", "p:{wf}:stage:id", "id", "wf", "", "s", b"", "d", "", "0", ""]
 
 
 def test_the_lua_binding_names_each_input_where_the_encoder_puts_it() -> None:
@@ -62,10 +71,32 @@ def test_the_lua_binding_names_each_input_where_the_encoder_puts_it() -> None:
     assert "local pointer = KEYS[1]" in lines
     assert "local signature_index = KEYS[5]" in lines
     # ARGV[1..3] are the common inputs; the call's own start at ARGV[4].
-    assert "local workflow = ARGV[4]" in lines
-    assert "local fenced = ARGV[10] == '1'" in lines
-    assert "local expected = ARGV[11]" in lines
-    assert "local stage = ARGV[12]" in lines
+    assert "local fenced = ARGV[4] == '1'" in lines
+    assert "local expected = ARGV[5]" in lines
+    assert "local stage = ARGV[6]" in lines
+    assert "for b = 7, #ARGV, 9 do" in binding(SaveOne)
+
+
+def test_a_save_sends_each_record_as_one_definition_says() -> None:
+    # The general save and save_one send a record's fields from one definition (SavedRecord.of),
+    # so a field added there reaches both scripts.
+    record = CheckpointRecord(
+        checkpoint_id="id",
+        workflow_name="wf",
+        previous_checkpoint_id="before",
+        graph_signature_hash="s",
+        body=b"body",
+        digest="d",
+        container_id=None,
+        root_id=None,
+        position=0,
+    )
+    row = SavedRecord.of(record)
+    assert SavedRecord.of(record, 7) == dataclasses.replace(row, sequence=7)
+    assert SavedRecord.of(record, staged=True) == dataclasses.replace(row, body=b"")
+    _, general = Save(counter="c", home="wf", fenced=False, expected=None, records=[row]).encode()
+    _, one = _save_one(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)}).encode()
+    assert general[3:] == one[3:] == ["id", "wf", "before", "s", b"body", "d", "", "0", ""]
 
 
 def test_rows_are_sent_field_by_field_and_read_back_by_name() -> None:

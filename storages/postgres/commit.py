@@ -8,10 +8,10 @@ across processes and hosts, each in one statement (one round trip, one transacti
   inserts. A top id already stored writes nothing and returns the stored digest, so a retry
   after an ambiguous connection loss finds the first attempt's record and the base calls it a
   no-op. A refused fence (``CSFNC``), a nested id already stored (``CSCNF``), a top id stored
-  meanwhile by a concurrent statement (``CSRTY`` from save_family, a primary-key violation from
-  save_one) or a sequence read from a stale snapshot (a unique violation on the sequence index,
-  outside READ COMMITTED) is raised, so the statement rolls back: all or nothing; the last two
-  are repeated here.
+  meanwhile by a concurrent statement (a unique violation on the primary key, from the one
+  function that writes a row) or a sequence read from a stale snapshot (a unique violation on
+  the sequence index, outside READ COMMITTED) is raised, so the statement rolls back: all or
+  nothing; the last two are repeated here.
 * Delete, prune and delete_workflow are single statements with data-modifying CTEs: they see one
   snapshot and commit together; a statement trigger records each workflow's high-water mark.
   Server-side locks, never process-local ones, order concurrent writers.
@@ -29,7 +29,7 @@ from ..contract import CheckpointID
 from ..errors import CheckpointConflictError, NestedCheckpointDeletionError
 from .client import Connection, PostgresClient
 from .lineage import rivals_cte, tip_ctes
-from .save_functions import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, RETRY_SQLSTATE, SEQUENCE_INDEX
+from .save_functions import CONFLICT_SQLSTATE, FENCE_SQLSTATE, PRIMARY_KEY, SEQUENCE_INDEX
 from .schema import render
 
 # %b: in binary. A body goes as it is (in text it would travel hex-encoded, twice its size, and a
@@ -172,7 +172,7 @@ class PostgresCommits:
                 try:
                     cursor = await connection.execute(query, parameters)
                 except psycopg.Error as exc:
-                    if exc.sqlstate == RETRY_SQLSTATE or _lost_race(exc, self._raced_constraints):
+                    if _lost_race(exc, self._raced_constraints):
                         continue
                     if exc.sqlstate == CONFLICT_SQLSTATE:
                         raise nested_id_conflict(records, _conflicting_id(records, exc)) from None
@@ -226,7 +226,7 @@ class PostgresCommits:
 
 
 def _lost_race(exc: psycopg.Error, raced_constraints: tuple[str, ...]) -> bool:
-    """A unique violation that a repeated call resolves: the id stored concurrently (save_one's
+    """A unique violation that a repeated call resolves: the id stored concurrently (the save's
     probe came first: the primary key), or a sequence read from a stale snapshot (outside READ
     COMMITTED: the sequence index); both named after the table prefix."""
     diagnostic: Any = exc.diag

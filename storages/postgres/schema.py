@@ -49,14 +49,17 @@ from .lineage import CREATE_SUCCESSOR_INDEX
 from .save_functions import (
     CONFLICT_SQLSTATE,
     FENCE_SQLSTATE,
+    INSERT_CHECKPOINT,
     KEEP_HIGH_WATER,
     PRIMARY_KEY,
     RETRY_SQLSTATE,
     SAVE_FAMILY,
     SAVE_FAMILY_V1,
     SAVE_FAMILY_V2,
+    SAVE_FAMILY_V3,
     SAVE_ONE,
     SAVE_ONE_V2,
+    SAVE_ONE_V3,
     SEQUENCE_INDEX,
     with_constants,
 )
@@ -117,6 +120,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # whose fence checks that latest.
     (
         CREATE_SUCCESSOR_INDEX,
+        with_constants(SAVE_FAMILY_V3),
+        with_constants(SAVE_ONE_V3),
+    ),
+    # 4: every checkpoint row written by one function, insert_checkpoint, which both save
+    # functions call: a column is written in one place. save_family probes each nested id
+    # before its insert instead of the insert skipping a stored id.
+    (
+        with_constants(INSERT_CHECKPOINT),
         with_constants(SAVE_FAMILY),
         with_constants(SAVE_ONE),
     ),

@@ -215,15 +215,10 @@ class Commits:
             counter=counter,
             top=top,
             signature_index=signature_index,
-            workflow=workflow_name,
-            id=checkpoint_id,
-            body=b"" if staged else record.body,
-            digest=record.digest,
-            signature=record.graph_signature_hash,
-            previous=record.previous_checkpoint_id,
             fenced=fenced,
             expected=expected,
             stage=keys.stage_under(tag, checkpoint_id) if staged else None,
+            saved=(SavedRecord.of(record, staged=staged),),
         )
 
     async def _save_family(
@@ -235,20 +230,7 @@ class Commits:
         found, sequences = await self.span.before_save(records, home)
         if found is not None:
             return await self._as_the_script_answers(found, records, fenced=fenced, expected=expected)
-        rows = [
-            SavedRecord(
-                id=record.checkpoint_id,
-                workflow=record.workflow_name,
-                previous=record.previous_checkpoint_id,
-                signature=record.graph_signature_hash,
-                body=record.body,
-                digest=record.digest,
-                container=record.container_id,
-                position=record.position,
-                sequence=sequence,
-            )
-            for record, sequence in zip(records, sequences, strict=True)
-        ]
+        rows = [SavedRecord.of(record, sequence) for record, sequence in zip(records, sequences, strict=True)]
         call = Save(
             counter=self.keys.sequence(home), home=home, fenced=fenced, expected=expected, records=rows
         )

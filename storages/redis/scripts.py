@@ -6,12 +6,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from ..records import CheckpointRecord
 from .script_calls import Encoded, Key, Rest, Rows, ScriptCall, binding, script_text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SavedRecord:
-    """One record of a general save, as the script reads it."""
+    """One record of a save, as the save scripts read it: the one definition of what a record
+    sends (:meth:`of`), and of what it writes (``record_fields`` in scripts/keys.lua). Not
+    frozen: a frozen dataclass sets each field through ``object.__setattr__``, about 50 ns a
+    field, and every save makes one per record."""
 
     id: str
     workflow: str
@@ -23,6 +27,24 @@ class SavedRecord:
     position: int
     sequence: int | None
     """Taken by the client on a cluster (nested records); None: the script takes the next."""
+
+    @classmethod
+    def of(
+        cls, record: CheckpointRecord, sequence: int | None = None, *, staged: bool = False
+    ) -> SavedRecord:
+        """``record`` as a save script reads it; ``staged``: without its body, which the save's
+        transaction writes to a key of its own (SaveOne.stage)."""
+        return cls(
+            record.checkpoint_id,
+            record.workflow_name,
+            record.previous_checkpoint_id,
+            record.graph_signature_hash,
+            b"" if staged else record.body,
+            record.digest,
+            record.container_id,
+            record.position,
+            sequence,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +68,14 @@ class SaveOne(ScriptCall):
     counter: Key
     top: Key
     signature_index: Key
-    workflow: str
-    id: str
-    body: bytes
-    digest: str
-    signature: str
-    previous: str | None
     fenced: bool
     expected: str | None
-    stage: str | None = None
+    stage: str | None
     """The key a transaction wrote a large body to just before this call (plain Redis): renamed
-    into place whole, never copied through Lua; ``body`` is then empty. None: ``body`` is it."""
+    into place whole, never copied through Lua; the record's body is then empty. None: the
+    record's body is it."""
+    saved: Rows[SavedRecord]
+    """The one top-level record, nothing nested in it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,3 +28,19 @@ local function listed(w)
   end
   return added and not redis.call('ZSCORE', index, '')
 end
+-- A record's fields as HSET takes them after its key: the one list of what a save writes
+-- (save.lua and save_one.lua). r is a SavedRecord row; seq its sequence; mark its lineage mark
+-- (lineage.lua: index_top_level) or false; top_id the top-level record of the save, which a
+-- nested record names. with_body false leaves the body out: a staged body is renamed into place.
+-- The table has room for every optional field from the start: growing a Lua table reallocates it.
+local function record_fields(r, seq, mark, top_id, with_body)
+  local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position,
+    false, false, false, false, false, false, false, false}
+  local n = 12
+  if r.previous ~= '' then fields[n + 1] = 'p'; fields[n + 2] = r.previous; n = n + 2 end
+  if mark then fields[n + 1] = 'r'; fields[n + 2] = mark; n = n + 2 end
+  if r.container ~= '' then
+    fields[n + 1] = 'c'; fields[n + 2] = r.container; fields[n + 3] = 'o'; fields[n + 4] = top_id; n = n + 4
+  end
+  return unpack(fields, with_body and 1 or 3, n)
+end

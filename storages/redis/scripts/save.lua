@@ -42,16 +42,9 @@ for _, r in ipairs(records) do
     touch(next_counter)
   end
   local key = rkey(H, r.id)
-  local fields = {'b', r.body, 'd', r.digest, 'w', r.workflow, 's', r.signature, 'q', seq, 'n', r.position}
-  if r.previous ~= '' then fields[#fields + 1] = 'p'; fields[#fields + 1] = r.previous end
   -- A top-level record's mark says where its rivals may be, should it be the head (lineage.lua).
   local mark = r.container == '' and index_top_level(nextkey(H), r.previous, r.signature, seq, r.id)
-  if mark then fields[#fields + 1] = 'r'; fields[#fields + 1] = mark end
-  if r.container ~= '' then
-    fields[#fields + 1] = 'c'; fields[#fields + 1] = r.container
-    fields[#fields + 1] = 'o'; fields[#fields + 1] = top.id
-  end
-  redis.call('HSET', key, unpack(fields))
+  redis.call('HSET', key, record_fields(r, seq, mark, top.id, true))
   touch(key)
   if r.container == '' then
     local signature = sigkey(H, r.signature)

@@ -4,6 +4,8 @@
 -- yet complete: the client completes it), else the stored digest; fenced, {'exists', digest, latest} or {'stale', latest}.
 -- A large body comes in a key of its own (stage, written by the same MULTI just before this
 -- script): renamed into place, so its bytes never pass through Lua (about 2 ms a megabyte).
+local r = saved[1]
+local id, workflow, previous = r.id, r.workflow, r.previous
 local staged = stage ~= ''
 local found = redis.call('GET', pointer)
 if found then
@@ -26,24 +28,12 @@ local seq = redis.call('INCR', counter)
 -- The home's successor index, beside its top index: same slot. The record's mark says where its
 -- rivals may be, should it be the head (lineage.lua: index_top_level); a root always has one.
 local successors = nextkey_beside(top)
-local mark = index_top_level(successors, previous, signature, seq, id)
+local mark = index_top_level(successors, previous, r.signature, seq, id)
 if staged then
   redis.call('RENAME', stage, record)
   if TTL == 0 then redis.call('PERSIST', record) end  -- the stage's safety-net TTL came along
-  if previous == '' then
-    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0', 'r', mark)
-  else
-    redis.call('HSET', record, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
-      'p', previous)
-  end
-elseif previous == '' then
-  redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
-    'r', mark)
-else
-  redis.call('HSET', record, 'b', body, 'd', digest, 'w', workflow, 's', signature, 'q', seq, 'n', '0',
-    'p', previous)
 end
-if previous ~= '' and mark then redis.call('HSET', record, 'r', mark) end  -- one call more
+redis.call('HSET', record, record_fields(r, seq, mark, id, not staged))
 redis.call('ZADD', top, seq, id)
 redis.call('ZADD', signature_index, seq, id)
 redis.call('SET', pointer, workflow)
