@@ -462,7 +462,14 @@ async def waits_yield_to_the_loop(ctx: ClauseContext) -> None:
         not_applicable(f"no per-thread run-queue time ({_SCHEDSTAT}) to tell waiting from preemption")
     try:
         workflow_name = ctx.workflow_name("waits")
-        checkpoints = [ctx.checkpoint(workflow_name, iteration_count=i) for i in range(WAIT_CALLS)]
+        # A chain: each continues the one before, as a run saves, so get_latest reads no rivals.
+        checkpoints = [ctx.checkpoint(workflow_name, iteration_count=0)]
+        for i in range(1, WAIT_CALLS):
+            checkpoints.append(
+                ctx.checkpoint(
+                    workflow_name, previous_checkpoint_id=checkpoints[-1].checkpoint_id, iteration_count=i
+                )
+            )
         waits: dict[str, list[float]] = {"save": [], "load": [], "get_latest": [], "list_checkpoint_ids": []}
         storage = ctx.storage
         for checkpoint in checkpoints:
