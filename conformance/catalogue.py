@@ -78,8 +78,8 @@ for the commit before them (02d5af4) and after, alternated five times on this ma
 run used it, medians 16.3 s before and 15.0 s after (ranges 11.4 to 18.6 s and 13.3 to 18.6 s),
 with eight clauses more; the embedded S3, most of the no-URL run's time, was not timed again (the
 added calls, about 40 on S3 at about 50 ms each, come to some 2 s). Measured again for 3f20012
-and 2702bd2 (thirty clauses more: the third and fourth blind batches', the fence's precedence,
-cancelled nested saves), alternated twice on this machine with nothing else running (load
+and 2702bd2 (19 clauses more, 190 to 209: the third and fourth blind batches' and the cancelled
+nested saves'), alternated twice on this machine with nothing else running (load
 average 1.3 to 1.8; `checkpoint-conformance` with no URL, wall and CPU time of the process):
 82.2 s and 77.4 s before (CPU 76.5 s and 71.9 s), 105.7 s and 113.5 s after (CPU 101.1 s and
 106.9 s): +37% by wall time, over the +25% this tier was given. The embedded S3 is 26 s of the 30 s
