@@ -29,7 +29,7 @@ from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 from .fidelity import first_difference
-from .nested import embedded, sub_workflow_state
+from .nested import embedded, expect_loads, sub_workflow_state
 
 BURST = 120
 """Checkpoints saved at once in the single-workflow clauses."""
@@ -715,24 +715,13 @@ async def cancelled_nested_saves_whole(ctx: ClauseContext) -> None:
         # is found its embedded checkpoints must be too.
         if await _found(storage, parent.checkpoint_id, f"after a save cancelled {where}"):
             for checkpoint in (child, grandchild):
-                loaded = await _followed_up(
-                    storage.load(checkpoint.checkpoint_id),
-                    f"load({checkpoint.checkpoint_id!r}), embedded in {parent.checkpoint_id!r}, whose "
-                    f"save cancelled {where} stored it",
-                )
-                problem = first_difference(checkpoint, loaded)
-                ensure(
-                    problem is None,
-                    f"load({checkpoint.checkpoint_id!r}) after a save cancelled {where}: {problem}",
-                )
+                await expect_loads(ctx, checkpoint, f"after a save cancelled {where} stored its container")
         again = f"saving {parent.checkpoint_id!r} again after a save cancelled {where}"
         ensure_equal(
             await _followed_up(storage.save(parent), again), parent.checkpoint_id, f"id returned by {again}"
         )
         for checkpoint in (parent, child, grandchild):
-            loaded = await _followed_up(storage.load(checkpoint.checkpoint_id), f"load after {again}")
-            problem = first_difference(checkpoint, loaded)
-            ensure(problem is None, f"load({checkpoint.checkpoint_id!r}) after {again}: {problem}")
+            await expect_loads(ctx, checkpoint, f"after {again}")
         for checkpoint in (child, grandchild):
             listed = await storage.list_checkpoint_ids(
                 workflow_name=checkpoint.workflow_name, include_nested=True
