@@ -30,7 +30,7 @@ from typing import Any
 from ..backend import CheckpointRecord
 from ..contract import CheckpointID
 from ..records import index_text
-from .commit import Located, SlotSpan
+from .commit import BeforeSave, Located, SlotSpan
 from .keys import nested_member
 from .replies import text
 from .scripts import Claim, UnlinkIf
@@ -51,9 +51,7 @@ class ClusterSlotSpan(SlotSpan):
         home_name = index_text(home, checkpoint_id, "location pointer")
         return Located(self.keys.record(home_name, checkpoint_id), home_name)
 
-    async def before_save(
-        self, records: Sequence[CheckpointRecord], home: str
-    ) -> tuple[tuple[Any, ...] | None, list[int | None]]:
+    async def before_save(self, records: Sequence[CheckpointRecord], home: str) -> BeforeSave:
         """Location pointers, nested sequences and nested index entries, each idempotent, and the
         names in the workflow index; or what the save script would answer, when a claim finds
         an id already stored."""
@@ -64,7 +62,7 @@ class ClusterSlotSpan(SlotSpan):
             return claimed
         # A lone record: its name goes in the index while its pointer is claimed, not after.
         claimed, _ = await asyncio.gather(self._claim(records, home), self.list_workflows_of([home]))
-        result: tuple[tuple[Any, ...] | None, list[int | None]] = claimed
+        result: BeforeSave = claimed
         return result
 
     async def list_workflows_of(self, names: list[str]) -> None:
@@ -79,9 +77,7 @@ class ClusterSlotSpan(SlotSpan):
             # A removal that emptied home may have dropped the name after this save added it.
             await self.index.add("save", [home])
 
-    async def _claim(
-        self, records: Sequence[CheckpointRecord], home: str
-    ) -> tuple[tuple[Any, ...] | None, list[int | None]]:
+    async def _claim(self, records: Sequence[CheckpointRecord], home: str) -> BeforeSave:
         connection, keys, client = self.connection, self.keys, self.connection.client
         for index, record in enumerate(records):
             location = keys.location(record.checkpoint_id)

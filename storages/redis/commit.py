@@ -38,6 +38,11 @@ STAGED_BODY_MIN = 64 * 1024
 _REMEMBERED_WORKFLOWS = 1024
 
 
+BeforeSave = tuple[tuple[Any, ...] | None, list[int | None]]
+"""What :meth:`SlotSpan.before_save` finds: the reply the save script would give, if it found
+one first, and the sequence per record (None: for the script to take)."""
+
+
 class SavePath(enum.Enum):
     """The ways a save reaches the server (:meth:`Commits.path` picks one)."""
 
@@ -95,9 +100,7 @@ class SlotSpan:
         """Where to send a script about ``checkpoint_id``; None if it is surely not stored."""
         return Located(self.keys.location(checkpoint_id), None)
 
-    async def before_save(
-        self, records: Sequence[CheckpointRecord], home: str
-    ) -> tuple[tuple[Any, ...] | None, list[int | None]]:
+    async def before_save(self, records: Sequence[CheckpointRecord], home: str) -> BeforeSave:
         """(what the save script would answer, if this half found it first: ``('exists',
         digest)`` for a top id stored under another workflow, ``('conflict', id)`` for an
         embedded id already stored; the sequence per record: None for the script to take)."""
