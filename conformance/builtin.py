@@ -64,6 +64,18 @@ class _EmbeddedTarget:
             return self._embedded.open()
         return open_storage(self._embedded.url, **self._embedded.options)
 
+    async def fresh_store(self) -> bool:
+        """Moves to a new, empty store where the running backend makes one (``Embedded.
+        next_store``); False where it does not, or has not started (its first store is new)."""
+        embedded = self._embedded
+        if embedded is None or embedded.next_store is None:
+            return False
+        root, self._root = self._root, None
+        if root is not None:
+            await root.aclose()
+        self._embedded = embedded.next_store()
+        return True
+
     def process_opener(self) -> str | None:
         return None if self._embedded is None else self._embedded.process_opener
 
@@ -85,16 +97,16 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
         name=backend.name,
         factory=embedded.open,
         cleanup=embedded.cleanup,
+        fresh_store=embedded.fresh_store,
         faults=backend.faults,
         round_trips=backend.round_trips,
         expected_failures=backend.expected_failures,
         process_opener=embedded.process_opener,
         reopen=embedded.rebuild,
         timeout_factor=backend.timeout_factor,
-        # Each clause's workflows go when it ends, as on a server: a store that only grows makes
-        # every later listing dearer (moto reads every key of the bucket for each LIST, and S3's
-        # list_workflows sends one LIST per workflow prefix), and the removal runs delete_workflow
-        # on what every clause wrote.
+        # Each clause starts on an empty store where the backend makes one cheaply (the embedded
+        # S3's buckets); elsewhere its workflows go when it ends, as on a server: a store that only
+        # grows makes every later listing dearer.
         remove_workflows=True,
     )
 

@@ -63,28 +63,19 @@ run fails at once ("not run: the storage is stuck since ...") instead of waiting
 timeout, so a storage that hangs costs about one bound more than a healthy one, not 45 minutes.
 Under pytest the mark lasts for the test class's storage across the session: the clause tests
 after the stuck one fail at once the same way (tests/kit/test_pytest_plugin.py).
-A clause may allow its calls longer (`@clause(operation_timeout=...)`). What the bound, the
-counted walks, the many-writers clause, the blind batches' clauses and the root rivals cost,
-measured with `checkpoint-conformance` (no URL) for 3f20012 (before them) and 85e0d7a, alternated
-twice on this 2-core machine with nothing else running (load average 1.2 to 1.6): 99.0 s and
-101.3 s before, 124.1 s and 123.7 s after (+24%). Nearly all of it is the embedded S3 (83 s to
-108 s; memory, SQLite and fakeredis 13.1 s to 14.3 s together): its concurrency family 10.3 s to
-17.5 s (a get_latest after concurrent saves of roots now reads the roots before the head as
-rivals, a LIST and a GET each, up to 64), scale 25.4 s to 32.0 s (counted walks and cycles),
-model 12.7 s to 15.2 s. An earlier run of main against the change on a loaded machine (load
-average 7 to 9): 215 s before, 255 s after (+19%). The clauses the two
-blind batches added or strengthened (below): `checkpoint-conformance memory:// sqlite:///k.db`
-for the commit before them (02d5af4) and after, alternated five times on this machine while a CI
-run used it, medians 16.3 s before and 15.0 s after (ranges 11.4 to 18.6 s and 13.3 to 18.6 s),
-with eight clauses more; the embedded S3, most of the no-URL run's time, was not timed again (the
-added calls, about 40 on S3 at about 50 ms each, come to some 2 s). Measured again for 3f20012
-and 2702bd2 (19 clauses more, 190 to 209: the third and fourth blind batches' and the cancelled
-nested saves'), alternated twice on this machine with nothing else running (load
-average 1.3 to 1.8; `checkpoint-conformance` with no URL, wall and CPU time of the process):
-82.2 s and 77.4 s before (CPU 76.5 s and 71.9 s), 105.7 s and 113.5 s after (CPU 101.1 s and
-106.9 s): +37% by wall time, over the +25% this tier was given. The embedded S3 is 26 s of the 30 s
-added (its families 68 s before, 95 s after); removing each clause's workflows is not it: 39f85da
-took 104.8 s with the removal and 113.2 s without it, run one after the other.
+A clause may allow its calls longer (`@clause(operation_timeout=...)`). What this tier costs (the
+bound on each call, the counted walks and cycles, the many-writers clause, the root rivals, the
+model family's rebuilds and the blind batches' clauses: 190 clauses to 209 and more calls in many),
+measured with `python -m bench.kit_time 3f20012` (the README's main command for the commit before
+them and for this tree, alternated; wall and CPU time of the process) on this 2-core machine:
+115.4 s before and 117.1 s after (+1%; CPU 107.1 s and 106.6 s), the second run while another
+kit run used the other core. Nearly all of the time is the embedded S3, where every request costs
+moto and botocore about 2.5 ms of Python. Two things pay for the tier there: each clause starts on
+a bucket of its own instead of deleting what it wrote one workflow at a time (a LIST per prefix
+and a GET per record, a fifth of the run's requests), and moto's listing of a prefix reads only
+the keys under it (conformance/s3_moto.py) instead of every object of the bucket three Python
+calls each. Without the two (3a9c0e0) the run took 143.5 s that afternoon, when the commit
+before the tier took 107.6 s to 115.4 s.
 
 **Mutation score.** `python -m bench.mutation --sample 45 --seed 1` (bench/mutation.py) makes
 small unpicked bugs (operators swapped, constants shifted, calls and returns emptied) in four
@@ -144,6 +135,9 @@ the records each hands back, and a latest or load that reads every checkpoint, a
 time or one spinning a cycle to `max_depth` fails with a 20x margin; on any other storage latest
 is timed on 2,000 checkpoints against 10, calls interleaved, and the walk clauses are not
 applicable). The built-in targets count SQLite statements, Redis commands and S3 requests.
+A target whose store is cheaper to replace than to clean may give `fresh_store` (awaited before
+each clause; it moves the target to a new, empty store and returns True, and then what the
+clause wrote is not deleted one workflow at a time after it).
 The `expiry` family waits out the storage's own `ttl`, so run it on a store configured with a
 short one (`--clause expiry` with `?ttl=1`).
 
@@ -229,10 +223,12 @@ With no URL, configured servers (`CHECKPOINT_POSTGRESQL_URL`, a third-party back
 `server_url_env`) are checked first, then every registered backend on its embedded default; the
 run ends with a `Not run:` line for each registered backend it could not check and what that
 backend needs (a server variable, a URL), also in the JSON report's `not_run`. A configured
-server that does not answer ends the run with exit status 2 before any embedded backend starts. As on a
-server, each clause's workflows are deleted when it ends, so no clause pays for the ones before
-it; the embedded S3 (moto, which answers every request in Python and reads the whole bucket for
-each listing) runs with three times the timeouts and the bound on each call.
+server that does not answer ends the run with exit status 2 before any embedded backend starts. No
+clause pays for the ones before it: on the embedded S3 each clause starts on a bucket of its own
+(one request, where deleting what a clause wrote took a LIST per prefix and a GET per record, a
+fifth of the run's requests); elsewhere, as on a server, each clause's workflows are deleted when
+it ends. The embedded S3 (moto, which answers every request in Python) runs with three times the
+timeouts and the bound on each call.
 
 Exit status: 0 when every clause passed, was not applicable, failed as declared or was a runner
 finding; 1 when any clause failed, a backend could not be opened or a required capability is not

@@ -75,6 +75,7 @@ async def _run_clause(
     seconds = max(target.operation_timeout, clause.operation_timeout or 0.0) * target.timeout_factor
     watch.begin(clause.id, seconds)
     try:
+        fresh = target.fresh_store is not None and await watch.run("a fresh store", target.fresh_store())
         storage = await watch.run("the target's factory", target.open())
     except Exception as exc:
         message = f"could not open the storage: {_describe(exc)}"
@@ -91,7 +92,8 @@ async def _run_clause(
         )
     if watch.stuck:
         result = _result(clause, Outcome.FAILED, started, _stuck_here(watch))
-    return result, context.created_workflows
+    # On a store of its own, what the clause wrote goes with the store when the next one starts.
+    return result, [] if fresh else context.created_workflows
 
 
 def _stuck_here(watch: OperationWatch) -> str:

@@ -12,6 +12,11 @@ another thread can interleave, where S3 decides atomically; and its listings wal
 bucket's key names and look each one up again, so a key deleted in between raises KeyError inside
 moto (an InternalError over HTTP) where S3 just lists. :func:`make_moto_s3_atomic` answers one S3
 request at a time, which is what real S3 guarantees and what the storage relies on.
+
+moto also answers a LIST with a prefix by reading every object of the bucket, three Python calls
+each, where S3 seeks to the prefix: a save's one-item LIST of its workflow's head cost more the
+more the bucket held, and the kit's 2,400-checkpoint clause spent most of its time there.
+:func:`make_moto_s3_lists_by_prefix` hands moto's listing only the objects under the prefix.
 """
 
 from __future__ import annotations
@@ -57,6 +62,43 @@ def _serialised(handler: Callable[..., Any]) -> Callable[..., Any]:
     return serialised
 
 
+def make_moto_s3_lists_by_prefix() -> None:
+    """Make moto's LIST with a prefix read only the objects under it (idempotent): the answer is
+    moto's own, computed over those objects instead of the whole bucket
+    (tests/test_s3.py holds the two answers equal)."""
+    from moto.s3.models import S3Backend
+
+    original = S3Backend.list_objects
+    if not getattr(original, "_checkpoint_by_prefix", False):
+        S3Backend.list_objects = _listing_by_prefix(original)  # type: ignore[method-assign]
+
+
+class _UnderPrefix:
+    """A bucket as moto's listing reads it, holding only the objects whose keys start with a prefix."""
+
+    def __init__(self, bucket: Any, prefix: str) -> None:
+        self._bucket = bucket
+        objects = bucket.keys
+        # dict.keys walks the names in C; moto's own items() looks every object up in Python.
+        self.keys = {name: objects[name] for name in dict.keys(objects) if name.startswith(prefix)}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bucket, name)
+
+
+def _listing_by_prefix(original: Callable[..., Any]) -> Callable[..., Any]:
+    def list_objects(self: Any, bucket: Any, prefix: str | None, *args: Any, **kwargs: Any) -> Any:
+        from moto.s3.models import FakeTableStorageBucket
+
+        if prefix and not isinstance(bucket, FakeTableStorageBucket):
+            bucket = _UnderPrefix(bucket, prefix)
+        return original(self, bucket, prefix, *args, **kwargs)
+
+    list_objects._checkpoint_by_prefix = True  # type: ignore[attr-defined]
+    list_objects.__wrapped__ = original  # type: ignore[attr-defined]
+    return list_objects
+
+
 def make_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64) -> Any:
     """A boto3 S3 client with fake credentials (moto accepts any) and standard retries, three
     attempts per request (fewer than the storage's own default, so exhausting it is quick)."""
@@ -76,6 +118,7 @@ def start_in_process(bucket: str) -> tuple[Any, Callable[[], None]]:
     from moto import mock_aws
 
     make_moto_s3_atomic()
+    make_moto_s3_lists_by_prefix()
     mock = mock_aws()
     mock.start()
     try:
@@ -93,6 +136,7 @@ def start_server() -> tuple[str, Callable[[], None]]:
     from moto.server import ThreadedMotoServer
 
     make_moto_s3_atomic()
+    make_moto_s3_lists_by_prefix()
     # werkzeug logs every request at INFO; thousands of lines per kit run hide real output.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -273,6 +317,7 @@ __all__ = [
     "S3FaultInjector",
     "make_client",
     "make_moto_s3_atomic",
+    "make_moto_s3_lists_by_prefix",
     "serve",
     "start_in_process",
     "start_server",

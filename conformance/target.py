@@ -49,6 +49,10 @@ class StorageTarget:
         remove_workflows: delete every workflow a clause created when the clause ends, so a run
             against a real store leaves nothing behind (``checkpoint-conformance`` does, unless
             ``--keep``).
+        fresh_store: awaited before each clause: True when it moved the target to a new, empty
+            store of the same backend (an embedded one that makes stores cheaply), so the clause
+            starts on it and what it writes needs no removing after it; False leaves the store as
+            it is.
         timeout_factor: multiplies every clause's timeout (slow remote backends, tests).
         process_opener: how another process opens the same store, for the durability clauses that
             write in one process and read in another: a storage URL, or ``"module:function"``
@@ -86,6 +90,7 @@ class StorageTarget:
     required_capabilities: frozenset[Capability] = frozenset()
     prepare: Callable[[], Awaitable[None]] | None = None
     remove_workflows: bool = False
+    fresh_store: Callable[[], Awaitable[bool]] | None = None
     timeout_factor: float = 1.0
     process_opener: str | Callable[[], str | None] | None = None
     round_trips: Callable[[Any], int] | None = None

@@ -153,6 +153,28 @@ def test_the_default_kit_run_includes_s3_on_moto() -> None:
     assert set(HTTP_FAULT_CLAUSES) <= passed
 
 
+async def test_the_embedded_s3_starts_each_clause_on_an_empty_bucket() -> None:
+    target = builtin_target(S3_MOTO)
+    try:
+        first = await target.open()
+        await first.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="g", checkpoint_id="a"))
+        await first.aclose()
+        assert await target.fresh_store() is True
+        second = await target.open()
+        assert await second.list_workflows() == []
+        with pytest.raises(CheckpointNotFoundError):
+            await second.load("a")
+        await second.save(WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="g", checkpoint_id="a"))
+        rebuilt = target.reopen() if target.reopen is not None else None
+        assert rebuilt is not None  # a rebuild opens the store the clause is on, not the first one
+        assert await rebuilt.list_checkpoint_ids(workflow_name="wf") == ["a"]
+        await rebuilt.aclose()
+        await second.aclose()
+    finally:
+        assert target.cleanup is not None
+        await target.cleanup()
+
+
 def test_the_cli_passes_against_a_moto_server_url(monkeypatch: pytest.MonkeyPatch) -> None:
     endpoint = server_endpoint()
     make_client(endpoint).create_bucket(Bucket="ckpt-conformance")
@@ -566,12 +588,56 @@ def test_moto_never_walks_its_key_map_while_a_delete_changes_it() -> None:
         deleter.start()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(_VersionedKeyStore, "_self_iterable", copy_then_wait)
-            listed = client.list_objects_v2(Bucket="ckpt-moto-race", Prefix="p/w/")
+            # No prefix: moto's own walk of the whole bucket (a prefix reads only the keys under it).
+            listed = client.list_objects_v2(Bucket="ckpt-moto-race")
         deleter.join()
     finally:
         stop()
     assert deleted_during_walk == [False]
-    assert listed.get("KeyCount") == 0
+    assert [item["Key"] for item in listed["Contents"]] == ["p/r/doomed"]  # as before the delete
+
+
+_LISTED_KEYS = [
+    "p/r/a",
+    "p/r/a b",
+    "p/r/ab",
+    "p/w/x/t/1",
+    "p/w/x/t/2",
+    "p/w/x/s/1/9",
+    "p/w/xy/t/1",
+    "p/w/y/t/3",
+    "q/w/x/t/1",
+    "p",
+    "p/",
+    "p/w/x/t/%1F",
+    "p/w/\u00e9/t/1",
+]
+
+
+@pytest.mark.parametrize("prefix", ["p/", "p/r/a", "p/w/x/", "p/w/x/t/", "p/w/", "q", "none/", "p/w/\u00e9/"])
+@pytest.mark.parametrize("arguments", [{}, {"MaxKeys": 1}, {"Delimiter": "/"}, {"StartAfter": "p/w/x/t/1"}])
+def test_moto_lists_a_prefix_as_its_own_walk_does(prefix: str, arguments: dict[str, Any]) -> None:
+    from moto.s3.models import S3Backend
+
+    client, stop = start_in_process("ckpt-moto-prefix")
+    try:
+        for key in _LISTED_KEYS:
+            client.put_object(Bucket="ckpt-moto-prefix", Key=key, Body=b"")
+        client.delete_object(Bucket="ckpt-moto-prefix", Key="p/r/ab")
+
+        def listing() -> tuple[list[str], list[str], bool]:
+            answer = client.list_objects_v2(Bucket="ckpt-moto-prefix", Prefix=prefix, **arguments)
+            keys = [item["Key"] for item in answer.get("Contents", [])]
+            folders = [item["Prefix"] for item in answer.get("CommonPrefixes", [])]
+            return keys, folders, answer["IsTruncated"]
+
+        by_prefix = listing()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(S3Backend, "list_objects", S3Backend.list_objects.__wrapped__)
+            walked = listing()
+    finally:
+        stop()
+    assert by_prefix == walked
 
 
 # ---------------------------------------------------------------------- injected errors

@@ -644,6 +644,33 @@ def test_cleanup_failures_are_reported_not_hidden(tmp_path: Path) -> None:
     assert backend["leftovers"][0].startswith("ck-")
 
 
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_clause_on_a_fresh_store_leaves_its_workflows_to_the_store(fresh: bool) -> None:
+    deleted: list[str] = []
+    asked: list[bool] = []
+
+    class CountsDeletes(InMemoryCheckpointStorage):
+        async def delete_workflow(self, **options: Any) -> int:
+            deleted.append(options["workflow_name"])
+            return await super().delete_workflow(**options)
+
+    async def fresh_store() -> bool:
+        asked.append(fresh)
+        return fresh
+
+    root = CountsDeletes()
+    target = StorageTarget("fresh", root.new_handle, remove_workflows=True, fresh_store=fresh_store)
+    clauses = ["contract.save_returns_id", "contract.load_returns_saved"]
+    (backend,) = validate(target, clauses=clauses).backends
+    assert [r.outcome.value for r in backend.results] == ["passed", "passed"]
+    assert len(asked) == 2  # before each clause
+    if fresh:
+        assert deleted == []  # the clause's store goes as a whole, with nothing left to remove
+    else:
+        assert len(deleted) >= 2
+        assert all(name.startswith("ck-") for name in deleted)
+
+
 def test_url_runs_write_under_a_run_prefix_of_their_own() -> None:
     from conformance.target import with_run_prefix
 
