@@ -164,7 +164,8 @@ def _s3_moto() -> Embedded:
 
 class _MotoBuckets:
     """The embedded S3's stores, a bucket each: a bucket costs one request, where removing what
-    a clause wrote costs a LIST per prefix and a GET per record, a fifth of the run's requests."""
+    a clause wrote costs a LIST per prefix and a GET per record, a fifth of the run's requests.
+    The buckets stay in moto's memory until it stops (the run's end)."""
 
     def __init__(self, client: Any, stop: Callable[[], None]) -> None:
         self._client = client

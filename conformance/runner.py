@@ -92,7 +92,7 @@ async def _run_clause(
         )
     if watch.stuck:
         result = _result(clause, Outcome.FAILED, started, _stuck_here(watch))
-    # On a store of its own, what the clause wrote goes with the store when the next one starts.
+    # On a store of its own, nothing the clause wrote is where a later clause runs.
     return result, [] if fresh else context.created_workflows
 
 

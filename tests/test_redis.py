@@ -501,9 +501,9 @@ async def test_the_one_record_save_writes_what_the_general_save_writes(
         fast_saves: list[str] = []
 
         async def counted(
-            *, keys: list[str], args: list[Any], script: Any = fast_path, seen: list[str] = fast_saves
+            *, keys: list[bytes], args: list[Any], script: Any = fast_path, seen: list[str] = fast_saves
         ) -> Any:
-            seen.append(str(args[6]))  # the record's id: after the common inputs, fenced, expected, stage
+            seen.append(args[6].decode())  # the record's id: after the common inputs, fenced, expected, stage
             return await script(keys=keys, args=args)
 
         fast.backend.scripts["save_one"] = counted

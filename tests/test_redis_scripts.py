@@ -60,10 +60,10 @@ def _save_one(stage: str | None = None, **changes: object) -> SaveOne:
 
 def test_a_call_encodes_its_keys_and_typed_arguments_in_declaration_order() -> None:
     keys, args = _save_one().encode()
-    assert keys == ["p:{id}:loc", "p:{wf}:r:id", "p:{wf}:seq", "p:{wf}:top", "p:{wf}:sig:s"]
-    assert args == ["1", "before", "", "id", "wf", "", "s", b"\x00body", "d", "", "0", ""]
+    assert keys == [b"p:{id}:loc", b"p:{wf}:r:id", b"p:{wf}:seq", b"p:{wf}:top", b"p:{wf}:sig:s"]
+    assert args == [b"1", b"before", b"", b"id", b"wf", b"", b"s", b"\x00body", b"d", b"", b"0", b""]
     _, staged = _save_one(body=b"", stage="p:{wf}:stage:id").encode()
-    assert staged == ["1", "before", "p:{wf}:stage:id", "id", "wf", "", "s", b"", "d", "", "0", ""]
+    assert staged == [b"1", b"before", b"p:{wf}:stage:id", b"id", b"wf", b"", b"s", b"", b"d", b"", b"0", b""]
 
 
 def test_the_lua_binding_names_each_input_where_the_encoder_puts_it() -> None:
@@ -96,14 +96,14 @@ def test_a_save_sends_each_record_as_one_definition_says() -> None:
     assert SavedRecord.of(record, staged=True) == dataclasses.replace(row, body=b"")
     _, general = Save(counter="c", home="wf", fenced=False, expected=None, records=[row]).encode()
     _, one = _save_one(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)}).encode()
-    assert general[3:] == one[3:] == ["id", "wf", "before", "s", b"body", "d", "", "0", ""]
+    assert general[3:] == one[3:] == [b"id", b"wf", b"before", b"s", b"body", b"d", b"", b"0", b""]
 
 
 def test_rows_are_sent_field_by_field_and_read_back_by_name() -> None:
     record = SavedRecord("id", "wf", None, "s", b"b", "d", None, 0, 7)
     keys, args = Save(counter="p:{wf}:seq", home="wf", fenced=False, expected=None, records=[record]).encode()
-    assert keys == ["p:{wf}:seq"]
-    assert args == ["wf", "0", "", "id", "wf", "", "s", b"b", "d", "", "0", "7"]
+    assert keys == [b"p:{wf}:seq"]
+    assert args == [b"wf", b"0", b"", b"id", b"wf", b"", b"s", b"b", b"d", b"", b"0", b"7"]
     assert "position = tonumber(ARGV[b + 7])" in binding(Save)
     assert "for b = 7, #ARGV, 9 do" in binding(Save)
 
@@ -127,18 +127,18 @@ def test_an_argument_of_the_wrong_type_is_refused_before_it_is_sent(
 def test_each_kind_is_encoded_as_its_binding_decodes_it() -> None:
     # Every kind, the rows' optional int included, through the one encoder of each call class.
     load = Load(route="p:{id}:loc", id="id", given_home=None, inline_limit=65536)
-    assert load.encode() == (["p:{id}:loc"], ["id", "", "65536"])
-    assert dataclasses.replace(load, given_home="wf").encode()[1] == ["id", "wf", "65536"]
+    assert load.encode() == ([b"p:{id}:loc"], [b"id", b"", b"65536"])
+    assert dataclasses.replace(load, given_home="wf").encode()[1] == [b"id", b"wf", b"65536"]
     rows = [
         SavedRecord("a", "wf", "before", "s", b"x", "d", "a", 2, None),
         SavedRecord("b", "wf", None, "s", b"y", "d", None, 0, 12),
     ]
     _, args = Save(counter="c", home="wf", fenced=True, expected="e", records=rows).encode()
-    assert args[:12] == ["wf", "1", "e", "a", "wf", "before", "s", b"x", "d", "a", "2", ""]
-    assert args[12:] == ["b", "wf", "", "s", b"y", "d", "", "0", "12"]
+    assert args[:12] == [b"wf", b"1", b"e", b"a", b"wf", b"before", b"s", b"x", b"d", b"a", b"2", b""]
+    assert args[12:] == [b"b", b"wf", b"", b"s", b"y", b"d", b"", b"0", b"12"]
     assert ListAdd(index="p:workflows", complete=False, names=["a", "b"]).encode() == (
-        ["p:workflows"],
-        ["0", "a", "b"],
+        [b"p:workflows"],
+        [b"0", b"a", b"b"],
     )
 
 

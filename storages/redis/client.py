@@ -70,7 +70,7 @@ class RedisConnection:
         self.cluster = isinstance(client, RedisCluster) if client is not None else url_is_cluster(url)
         self.scripts: dict[str, Any] = {}
         """Script name -> :class:`Script` on the client in use; refilled in place when it changes."""
-        self._common = [settings.prefix, "0" if self.cluster else "1", settings.ttl_ms]
+        self._common = [settings.prefix.encode(), b"0" if self.cluster else b"1", settings.ttl_ms.encode()]
         self._own: OwnClient | None = None
         self._abandoned: weakref.finalize[Any, Any] | None = None
 
@@ -367,19 +367,21 @@ class Script:
     it (a restarted or failed-over server). redis-py's ``AsyncScript`` does the same through
     three more coroutine layers per call."""
 
-    __slots__ = ("client", "script", "sha")
+    __slots__ = ("_sent_sha", "client", "script", "sha")
 
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
         self.script = SCRIPTS[name]
         self.sha = script_sha(name)
+        self._sent_sha = self.sha.encode()
 
-    async def __call__(self, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def __call__(self, *, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        sha, count = self._sent_sha, b"%d" % len(keys)
         try:
-            return await self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.client.execute_command("EVALSHA", sha, count, *keys, *args)
         except redis_errors.NoScriptError:
             await self.client.script_load(self.script)
-            return await self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.client.execute_command("EVALSHA", sha, count, *keys, *args)
 
 
 def by_node(reply: Any) -> Mapping[str | None, Any]:
