@@ -13,7 +13,8 @@ could ship. Four styles, each with an honest storage that passes the whole kit:
   ``list_checkpoint_ids``, ``delete``, ``get_latest``).
 
 ``ENTRIES`` lists them as (name, factory, defect); a factory returns a
-``conformance.StorageTarget``. tests/kit/blind_batch_five.md has the kit's verdicts.
+``conformance.StorageTarget``. tests/kit/blind_batch_five.md has the kit's verdicts before this
+batch's clauses; tests/kit/test_blind_batch_five.py names the clause that catches each defect now.
 """
 
 from __future__ import annotations
@@ -689,9 +690,10 @@ class CloseTwiceRaises(Wrapper):
     """aclose raises RuntimeError("already closed") on a second call."""
 
     async def aclose(self) -> None:
-        if self.shared.get(id(self)):
+        key = f"closed-{id(self)}"
+        if self.shared.get(key):
             raise RuntimeError("storage already closed")
-        self.shared[id(self)] = True  # type: ignore[index]
+        self.shared[key] = True
         await self.inner.aclose()
 
 
@@ -1086,9 +1088,6 @@ def _entries() -> list[Entry]:
         LoadIgnoresCase,
         WorkflowNamesNfc,
         WorkflowNamesCaseFolded,
-        RemoveDropsEmptyCounter,
-        WalkOneTooDeep,
-        OverwriteTakesNewDigest,
         KeyedByWorkflowAndId,
         FenceNoneIsNoFence,
         FenceOnNewestCommit,
@@ -1149,8 +1148,14 @@ def _entries() -> list[Entry]:
 ENTRIES: list[Entry] = _entries()
 """Every broken storage: (name, factory of its target, its one defect)."""
 
-NOT_VIOLATIONS: list[Entry] = []
-"""Written as broken, judged not to break the contract; each passes the whole kit."""
+NOT_VIOLATIONS: list[Entry] = [
+    (c.__name__, backend_target(c), _doc(c))
+    for c in (RemoveDropsEmptyCounter, WalkOneTooDeep, OverwriteTakesNewDigest)
+]
+"""Written as broken, judged not to break the contract as built (tests/kit/blind_batch_five.md
+says why): without ``inspect`` no caller sees a sequence number, the engine cuts a walk at
+``max_depth`` whatever the backend returns, and docs/backends.md allows either digest on
+``overwrite_body``. Each passes the whole kit."""
 
 HONEST: list[Entry] = [
     ("FencedDictBackend", backend_target(FencedDictBackend), _doc(FencedDictBackend)),

@@ -28,10 +28,11 @@ def run_one(name: str) -> dict[str, object]:
 
 
 def main(names: list[str]) -> None:
-    from tests.kit.blind_batch_five import ENTRIES, HONEST
+    from tests.kit.blind_batch_five import ENTRIES, HONEST, NOT_VIOLATIONS
 
-    honest = {name for name, _, _ in HONEST}
-    chosen = names or [name for name, _, _ in HONEST + ENTRIES]
+    # A storage judged not to break the contract must pass, as an honest one does.
+    honest = {name for name, _, _ in HONEST + NOT_VIOLATIONS}
+    chosen = names or [name for name, _, _ in HONEST + NOT_VIOLATIONS + ENTRIES]
     for name in chosen:
         started = time.monotonic()
         try:
