@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import statistics
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -495,6 +498,89 @@ async def waits_yield_to_the_loop(ctx: ClauseContext) -> None:
     )
 
 
+_FILE_EVENTS = frozenset({"open", "sqlite3.connect"})
+"""Audit events that open a file: the builtin and ``os.open``, and a SQLite database."""
+_IMPORT_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth", ".zip")
+"""Files an import (or a traceback's source line) opens: the interpreter's, not the storage's."""
+
+
+class _FileWatch:
+    """The audit hook's state: the thread whose opens are recorded (None: none), and what it
+    opened. An audit hook cannot be removed, so one is installed per process and does nothing
+    outside a watch but compare one attribute."""
+
+    installed = False
+    thread: int | None = None
+    opened: list[str] = []  # noqa: RUF012 - one list per process, as the hook is
+
+    @classmethod
+    def hook(cls, event: str, args: tuple[Any, ...]) -> None:
+        if cls.thread is None or event not in _FILE_EVENTS or threading.get_ident() != cls.thread:
+            return
+        target = args[0] if args else None
+        name = os.fsdecode(target) if isinstance(target, (str, bytes, os.PathLike)) else repr(target)
+        if not name.endswith(_IMPORT_SUFFIXES):
+            cls.opened.append(f"{event} {name}")
+
+    @classmethod
+    def install(cls) -> None:
+        if not cls.installed:
+            sys.addaudithook(cls.hook)
+            cls.installed = True
+
+
+OPEN_WATCH_CALLS = 4
+"""Checkpoints the file clause saves and reads while it watches (after one round unwatched)."""
+
+
+@clause(
+    "concurrency.no_file_opened_on_the_loop",
+    "No save, load or read opens a file on the event loop's thread (after a first round): file work "
+    "runs in a thread.",
+    timeout=_TIMEOUT,
+)
+async def no_file_opened_on_the_loop(ctx: ClauseContext) -> None:
+    # A journal appended on the loop's thread takes microseconds on an idle disk, below what
+    # waits_yield_to_the_loop can tell from preemption, and stalls every task on a busy or
+    # network disk. The audit hook sees the open itself, whatever it costs. The first round is
+    # not watched: a client that loads its files once when first used (botocore's models) is
+    # setup, not a wait per call.
+    _FileWatch.install()
+    workflow_name = ctx.workflow_name("files")
+    storage = ctx.storage
+    checkpoints = [ctx.checkpoint(workflow_name, iteration_count=0)]
+    for index in range(1, OPEN_WATCH_CALLS + 1):
+        checkpoints.append(
+            ctx.checkpoint(
+                workflow_name, previous_checkpoint_id=checkpoints[-1].checkpoint_id, iteration_count=index
+            )
+        )
+
+    async def one_round(checkpoint: Any) -> None:
+        await storage.save(checkpoint)
+        await storage.load(checkpoint.checkpoint_id)
+        await storage.get_latest(workflow_name=workflow_name)
+        await storage.list_checkpoints(workflow_name=workflow_name)
+        await storage.list_checkpoint_ids(workflow_name=workflow_name)
+
+    await one_round(checkpoints[0])
+    _FileWatch.opened = []
+    _FileWatch.thread = threading.get_ident()
+    try:
+        for checkpoint in checkpoints[1:]:
+            await one_round(checkpoint)
+        await storage.delete(checkpoints[-1].checkpoint_id)
+    finally:
+        _FileWatch.thread = None
+    opened = sorted(set(_FileWatch.opened))
+    ensure(
+        not opened,
+        f"the storage opened files on the event loop's thread while saving, loading, listing and deleting "
+        f"({len(_FileWatch.opened)} opens: {opened[:3]}): a file's open, read or write waits for the disk; "
+        "run it in a thread (asyncio.to_thread) so other tasks run meanwhile",
+    )
+
+
 # ---------------------------------------------------------------------- many writers
 
 WRITERS = 16
@@ -682,6 +768,42 @@ async def cancelled_calls_leave_no_trace(ctx: ClauseContext) -> None:
         latest is not None and latest.checkpoint_id == ids[-1],
         f"get_latest after cancelled saves is {getattr(latest, 'checkpoint_id', None)!r}, "
         f"not the last listed {ids[-1]!r}",
+    )
+
+
+@clause(
+    "concurrency.cancelled_retry_keeps_stored",
+    "A save of a checkpoint already stored (a retry) cancelled at any point leaves it stored, listed "
+    "and latest.",
+    timeout=_TIMEOUT * 2,
+)
+async def cancelled_retry_keeps_stored(ctx: ClauseContext) -> None:
+    # A cancelled save stores all or nothing of itself: a layer that undoes a cancelled save by
+    # deleting its id deletes the checkpoint a retried save found already stored.
+    storage = ctx.storage
+    workflow_name = ctx.workflow_name("cancel-resave")
+    chain = await ctx.save_chain(workflow_name, 2)
+    expected = [checkpoint.checkpoint_id for checkpoint in chain]
+    points = [(yields, 0.0) for yields in range(CANCEL_AFTER_YIELDS + 1)]
+    points += [(0, delay) for delay in CANCEL_AFTER_SECONDS]
+    for yields, delay in points:
+        where = f"after {yields} loop turns" if not delay else f"after {delay * 1000:g} ms"
+        for checkpoint in chain:
+            was_cancelled, returned = await _cancelled(storage.save(checkpoint), yields, delay)
+            if not was_cancelled:
+                ensure_equal(
+                    returned, checkpoint.checkpoint_id, f"id returned by a re-save not cancelled {where}"
+                )
+        what = f"after re-saves of stored checkpoints cancelled {where}, "
+        ids = await _followed_up(storage.list_checkpoint_ids(workflow_name=workflow_name), what + "listing")
+        ensure_equal(list(ids), expected, what + "list_checkpoint_ids")
+    for checkpoint in chain:
+        await expect_loads(ctx, checkpoint, "after re-saves of it cancelled at every point")
+    latest = await storage.get_latest(workflow_name=workflow_name)
+    ensure_equal(
+        getattr(latest, "checkpoint_id", None),
+        expected[-1],
+        "get_latest after cancelled re-saves of its chain",
     )
 
 

@@ -264,6 +264,32 @@ async def immutable_after_reopen(ctx: ClauseContext) -> None:
     await expect_loads_equal(storage, checkpoint, "after a refused overwrite")
 
 
+@clause(
+    "durability.raw_writes_survive_reopen",
+    "A body written with write_raw_body is the stored body after reopening: a damage and its repair "
+    "both last.",
+    requires=(Capability.DURABLE, Capability.RAW_ACCESS),
+)
+async def raw_writes_survive_reopen(ctx: ClauseContext) -> None:
+    # A repair tool rewrites a damaged body and reports success; a backend that changes only what
+    # this process holds brings the damage back at the next start.
+    workflow_name = ctx.workflow_name("raw-reopen")
+    (checkpoint,) = await ctx.save_chain(workflow_name, 1)
+    original = await ctx.storage.read_raw_body(checkpoint.checkpoint_id)
+    ensure(isinstance(original, bytes), f"read_raw_body returned {type(original).__name__}, not bytes")
+    damaged = b"\x00damaged by the kit\x00"
+    await ctx.storage.write_raw_body(checkpoint.checkpoint_id, damaged)
+    storage = await rebuilt(ctx)
+    ensure_equal(
+        await storage.read_raw_body(checkpoint.checkpoint_id),
+        damaged,
+        "read_raw_body after write_raw_body of other bytes and reopening",
+    )
+    await storage.write_raw_body(checkpoint.checkpoint_id, original)
+    storage = await rebuilt(ctx)
+    await expect_loads_equal(storage, checkpoint, "after write_raw_body of its original bytes and reopening")
+
+
 _CHILD_TIMEOUT = 60.0
 """Seconds a child process gets to start, import the storage and do its part."""
 

@@ -20,8 +20,10 @@ from typing import Any
 from storages.contract import Capability
 from storages.errors import StorageClosedError
 
-from ..clause import clause, ensure, fail, not_applicable
+from ..bounded import unbound
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
+from ..verdicts import ClauseFailure
 from ._loads import expect_loads_equal, loads_equal_or_absent
 
 _HANDLES = 8
@@ -146,6 +148,64 @@ async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
     ensure(found, f"the second handle saved {after.checkpoint_id!r} after the first closed, then lost it")
     reopened = await ctx.other_handle()  # new_handle() of the closed ctx.storage
     await expect_loads_equal(reopened, after, "on new_handle() of a closed handle")
+
+
+_LOOPS = 3
+"""Event loops one handle is used from, one after another."""
+_LOOP_SAVES = 4
+"""Saves each loop makes at once, so that whatever makes them take turns is waited on."""
+_LOOPS_SECONDS = 60.0
+
+
+@clause(
+    "lifecycle.works_across_event_loops",
+    f"One handle, never closed, works from {_LOOPS} event loops in turn (asyncio.run() after "
+    "asyncio.run()), concurrent saves included.",
+)
+async def works_across_event_loops(ctx: ClauseContext) -> None:
+    # MAF's storages have no aclose(), so a program that calls asyncio.run() per run keeps one
+    # storage across loops: a lock or a connection bound to a finished loop must be replaced on
+    # first use in the next, not raise there. The loops run in a worker thread, one after another
+    # (the kit's own loop is not finished, but the handle is never used from it).
+    workflow_name = ctx.workflow_name("loops")
+    bound = await ctx.other_handle()
+    handle = unbound(bound)
+    rounds = [
+        [ctx.checkpoint(f"{workflow_name}-{round_}-{index}") for index in range(_LOOP_SAVES)]
+        for round_ in range(_LOOPS)
+    ]
+
+    async def one_loop(checkpoints: list[Any]) -> None:
+        returned = await asyncio.gather(*(handle.save(checkpoint) for checkpoint in checkpoints))
+        ensure_equal(
+            list(returned), [c.checkpoint_id for c in checkpoints], "ids the concurrent saves returned"
+        )
+        for checkpoint in checkpoints:
+            await expect_loads_equal(handle, checkpoint, "in the loop that saved it")
+            ids = await handle.list_checkpoint_ids(workflow_name=checkpoint.workflow_name)
+            ensure_equal(
+                list(ids), [checkpoint.checkpoint_id], f"list_checkpoint_ids({checkpoint.workflow_name!r})"
+            )
+
+    def every_loop() -> None:
+        for number, checkpoints in enumerate(rounds, 1):
+            try:
+                asyncio.run(one_loop(checkpoints))
+            except ClauseFailure:
+                raise
+            except Exception as exc:
+                fail(f"the handle failed in event loop {number} of {_LOOPS}: {type(exc).__name__}: {exc}")
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(every_loop), _LOOPS_SECONDS)
+    except asyncio.TimeoutError:
+        fail(
+            f"{_LOOPS} event loops in turn did not finish within {_LOOPS_SECONDS:g} s "
+            "(a lock bound to a loop?)"
+        )
+    for checkpoints in rounds:
+        for checkpoint in checkpoints:
+            await expect_loads_equal(bound, checkpoint, "in the kit's own loop, after the loops ended")
 
 
 def _require_aclose(ctx: ClauseContext) -> None:

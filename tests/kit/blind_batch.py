@@ -333,22 +333,25 @@ class JsonFileBackend(DictBackend):
             "body": self.body_text(record.body),
         }
 
+    # Appends run in a worker thread, so the loop's thread never waits on the file; a call
+    # returns once its line is written, so the lines of one id keep the order of its calls.
+
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         result = await super().insert(records)
         if result is InsertResult.INSERTED:
-            self.append(self.row("insert", records[0].checkpoint_id))
+            await asyncio.to_thread(self.append, self.row("insert", records[0].checkpoint_id))
         return result
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
         removed = await super().remove(checkpoint_id)
         if removed:
-            self.append({"op": "remove", "id": checkpoint_id})
+            await asyncio.to_thread(self.append, {"op": "remove", "id": checkpoint_id})
         return removed
 
     async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         written = await super().overwrite_body(checkpoint_id, body, digest)
         if written:
-            self.append(self.row("overwrite", checkpoint_id))
+            await asyncio.to_thread(self.append, self.row("overwrite", checkpoint_id))
         return written
 
 
