@@ -383,6 +383,13 @@ async def test_client_injection_rules() -> None:
     with pytest.raises(StorageConfigurationError, match="decode_responses=False"):
         RedisCheckpointStorage(decoding)
     await decoding.aclose()
+    latin = Redis(encoding="latin-1")
+    with pytest.raises(StorageConfigurationError, match="encoding='utf-8'"):
+        RedisCheckpointStorage(latin)
+    await latin.aclose()
+    utf8 = Redis(encoding="UTF8")  # another name of UTF-8
+    await RedisCheckpointStorage(utf8, prefix=redis_servers.fresh_prefix("utf8")).aclose()
+    await utf8.aclose()
     client = Redis.from_url(redis_servers.redis_url())
     prefix = redis_servers.fresh_prefix("inject")
     storage = RedisCheckpointStorage(client, prefix=prefix)

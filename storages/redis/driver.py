@@ -7,6 +7,7 @@ builds one.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -42,6 +43,21 @@ def check_client(client: object) -> None:
             "the Redis client decodes responses to str; checkpoint bodies are bytes: "
             "build it with decode_responses=False"
         )
+    encoding = str(kwargs.get("encoding", "utf-8"))
+    if _codec_name(encoding) != "utf-8":
+        # Script arguments go out as UTF-8 bytes and replies are read as UTF-8: a client that
+        # encodes its own commands otherwise would name other keys for the same workflow.
+        raise StorageConfigurationError(
+            f"the Redis client encodes text as {encoding!r}; the storage reads and writes UTF-8: "
+            "build it with encoding='utf-8' (the default)"
+        )
+
+
+def _codec_name(encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
 
 
 def client_from_url(url: str, options: Mapping[str, Any]) -> Any:
