@@ -110,3 +110,29 @@ def test_the_sqlite_callgrind_programs_run_and_exit() -> None:
 
     for subject in SUBJECTS:  # without valgrind; a program left hanging (a thread) times out
         subprocess.run([sys.executable, "-c", script_for(subject, 2)], cwd=REPO_ROOT, check=True, timeout=120)
+
+
+def _run_server_callgrind_programs(backend: str, endpoint: str) -> None:
+    import subprocess
+    import sys
+
+    from bench.callgrind_codec import REPO_ROOT
+    from bench.postgres_bench import DEFAULT_URL
+    from bench.server_callgrind import OPERATIONS, script_for
+
+    for operation in OPERATIONS:  # without valgrind; each program checks what it stored
+        script = script_for(backend, operation, 2, tree="", url=DEFAULT_URL, endpoint=endpoint)
+        subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, check=True, timeout=120)
+
+
+@pytest.mark.postgres
+def test_the_postgres_callgrind_programs_run_and_store_what_they_save() -> None:
+    _run_server_callgrind_programs("postgres", endpoint="")
+
+
+@pytest.mark.s3
+def test_the_s3_callgrind_programs_run_against_moto_in_a_process_of_its_own() -> None:
+    from bench.server_callgrind import moto_server
+
+    with moto_server() as endpoint:
+        _run_server_callgrind_programs("s3", endpoint)
