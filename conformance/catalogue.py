@@ -114,7 +114,20 @@ caught: a fence on get_latest's rival instead of the head, a re-save skipped whe
 (`True` over `1`), a head skipped for a timestamp that does not parse, a writes log filed under a
 caller's name once control characters are dropped, and a counter or tombstones a reopened store
 does not read back (the reopen clauses now rebuild the store from its settings instead of taking
-a new handle, which may share this process's memory).
+a new handle, which may share this process's memory). A sixth batch, tests/kit/blind_batch_six.py,
+holds 53 more: a backend written from scratch on the standard library's sqlite3 (its own schema,
+every capability but `ttl`), wrappers around the built-in SQLite storage on a file and six-method
+storages over it. The kit as it was caught 42 (tests/kit/blind_batch_six.md); the 11 it missed
+are now each caught by a clause of their own defect: a listing that loads its ids one by one
+while deletes run (`concurrency.listings_race_deletes`), user types a metrics layer pickles
+(`fidelity.user_types`), a retry layer or a driver that swallows a cancellation (Python 3.11's
+`asyncio.wait_for` under redis-py did, in the built-in Redis storage), a save that snapshots after
+its first await, saves a batcher sorts by timestamp, children listed by id, an index entry sized
+as hex or cached past its delete, a keyed handle whose `new_handle()` drops the key, `latest_id`
+answered through get_latest, and a latest cached across another process's saves. Three more
+were caught only by a clause about something else and now are by their own: a sibling of another
+signature taken for a rival, a new handle that takes over its maker's open connection, and
+pending-write values made JSON-portable.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

@@ -313,7 +313,8 @@ async def raw_access(ctx: ClauseContext) -> None:
 @clause(
     "capabilities.inspect",
     "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered, past the "
-    "engine's own records in the index) describe stored records; undeclared: refused.",
+    "engine's own records in the index) describe stored records, sizes in stored bytes, and a deleted one "
+    "no more; undeclared: refused.",
 )
 async def inspect(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
@@ -342,6 +343,14 @@ async def inspect(ctx: ClauseContext) -> None:
         f"checkpoint_info of a top-level checkpoint names container {info.container_id!r}",
     )
     ensure(info.size > 0, f"checkpoint_info({newest.checkpoint_id!r}).size is {info.size!r}")
+    if ctx.has(Capability.RAW_ACCESS):
+        stored = await ctx.storage.read_raw_body(newest.checkpoint_id)
+        stored_size = None if stored is None else len(stored)
+        ensure_equal(
+            info.size,
+            stored_size,
+            f"checkpoint_info({newest.checkpoint_id!r}).size against the stored body's bytes (read_raw_body)",
+        )
     records = await ctx.storage.list_records(workflow_name=workflow_name)
     ensure_equal(
         [r.checkpoint_id for r in records], _ids(saved), f"list_records(workflow_name={workflow_name!r}) ids"
@@ -354,6 +363,17 @@ async def inspect(ctx: ClauseContext) -> None:
     ensure_equal(tombstones, [], f"list_tombstones of never-pruned workflow {workflow_name!r}")
     unknown = await ctx.storage.checkpoint_info(f"missing-{workflow_name}")
     ensure(unknown is None, f"checkpoint_info of an unknown id returned {_show(unknown)}, not None")
+    # Described once, then deleted: the index no longer knows it (an entry kept in a cache is not
+    # the index).
+    await ctx.storage.delete(newest.checkpoint_id)
+    gone = await ctx.storage.checkpoint_info(newest.checkpoint_id)
+    ensure(gone is None, f"checkpoint_info({newest.checkpoint_id!r}) after its delete returned {_show(gone)}")
+    remaining = await ctx.storage.list_records(workflow_name=workflow_name)
+    ensure_equal(
+        [r.checkpoint_id for r in remaining],
+        _ids(saved[:1]),
+        f"list_records(workflow_name={workflow_name!r}) ids after the newest was deleted",
+    )
     await _streamed_index_is_the_listing(ctx)
 
 

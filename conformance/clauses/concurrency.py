@@ -303,6 +303,73 @@ async def reads_see_whole_checkpoints(ctx: ClauseContext) -> None:
     _ensure_exactly_once(ids, checkpoints, "list_checkpoint_ids after racing reads")
 
 
+_DELETE_RACE_LENGTH = 8
+"""Checkpoints a listing races the deletes of: enough for a listing that reads its bodies one
+request at a time to meet a delete coming the other way."""
+
+
+@clause(
+    "concurrency.listings_race_deletes",
+    "Listings and get_latest racing deletes of the workflow's newest checkpoints answer as some order of "
+    "the deletes explains (the oldest checkpoints, whole, in order); none raises.",
+    timeout=_TIMEOUT,
+)
+async def listings_race_deletes(ctx: ClauseContext) -> None:
+    # A listing is one read: a layer that lists ids and then loads them one by one finds some
+    # deleted in between and raises CheckpointNotFoundError, an answer no order explains.
+    workflow_name = ctx.workflow_name("race-deletes")
+    chain = await ctx.save_chain(workflow_name, _DELETE_RACE_LENGTH)
+    await _race_deletes(ctx.storage, chain)
+
+
+async def _race_deletes(storage: Any, chain: list[Any]) -> None:
+    """Delete ``chain`` newest first while two readers list it and read its latest."""
+    workflow_name = chain[0].workflow_name
+    ids = [c.checkpoint_id for c in chain]
+    deleting = True
+
+    def explained(listed_ids: list[str], what: str) -> None:
+        ensure(
+            listed_ids == ids[: len(listed_ids)],
+            f"{what} racing deletes of the newest checkpoints returned {listed_ids}, which is not the "
+            f"oldest {len(listed_ids)} of {ids} in order",
+        )
+
+    async def read() -> None:
+        try:
+            listed = await storage.list_checkpoints(workflow_name=workflow_name)
+            listed_ids = await storage.list_checkpoint_ids(workflow_name=workflow_name)
+            latest = await storage.get_latest(workflow_name=workflow_name)
+        except Exception as exc:
+            fail(f"a listing or get_latest racing deletes raised {type(exc).__name__}: {exc}")
+        explained([c.checkpoint_id for c in listed], "list_checkpoints")
+        explained(list(listed_ids), "list_checkpoint_ids")
+        for checkpoint in [*listed, *([] if latest is None else [latest])]:
+            ensure(
+                checkpoint.checkpoint_id in ids,
+                f"a read racing deletes returned {checkpoint.checkpoint_id!r}, never saved in {ids}",
+            )
+            problem = first_difference(chain[ids.index(checkpoint.checkpoint_id)], checkpoint)
+            ensure(problem is None, f"a read racing deletes: {problem}")
+
+    async def reader() -> None:
+        while deleting:
+            await read()
+            await asyncio.sleep(0)
+
+    async def deleter() -> None:
+        nonlocal deleting
+        try:
+            for checkpoint_id in reversed(ids):
+                await storage.delete(checkpoint_id)
+                await asyncio.sleep(0)
+        finally:
+            deleting = False
+
+    await asyncio.gather(deleter(), reader(), reader())
+    await read()
+
+
 @clause(
     "concurrency.shared_handles_interleave",
     "Two handles saving to one workflow at once both see every save once, in one order, agreeing on latest.",
@@ -670,13 +737,22 @@ async def _cancelled(call: Awaitable[Any], yields: int, delay: float) -> tuple[b
         await asyncio.sleep(0)
     if delay:
         await asyncio.sleep(delay)
-    task.cancel()
+    requested = task.cancel()
     try:
-        return False, await task
+        result = await task
     except asyncio.CancelledError:
         if not task.cancelled():
             raise  # this clause itself is being cancelled
         return True, None
+    # cancel() returned True: the call had not finished, so it must end cancelled. One that goes on
+    # to return (a retry layer taking CancelledError for a transient failure) makes a caller's
+    # timeout or shutdown wait for it, and tells the caller it was cancelled when it was not.
+    ensure(
+        not requested,
+        f"a call cancelled before it finished returned {result!r:.80} instead of raising CancelledError: "
+        "the cancellation was swallowed",
+    )
+    return False, result
 
 
 async def _followed_up(call: Awaitable[Any], what: str) -> Any:
@@ -690,7 +766,8 @@ async def _followed_up(call: Awaitable[Any], what: str) -> Any:
 
 @clause(
     "concurrency.cancelled_calls_leave_no_trace",
-    "A save or read cancelled at any point stores all or nothing and leaves the handle answering correctly.",
+    "A save or read cancelled at any point ends cancelled, stores all or nothing and leaves the handle "
+    "answering correctly.",
     timeout=_TIMEOUT * 2,
 )
 async def cancelled_calls_leave_no_trace(ctx: ClauseContext) -> None:

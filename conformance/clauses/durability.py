@@ -386,8 +386,9 @@ def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: 
 
 @clause(
     "durability.across_processes",
-    "Another process reads what an open handle saved; its deletes and saves show here, its saves in "
-    "commit order, and killed after they were acknowledged, without aclose(), it loses none of them.",
+    "Another process reads what an open handle saved; its deletes and saves show here (also in reads made "
+    "here before them), its saves in commit order, and killed after they were acknowledged, without "
+    "aclose(), it loses none of them.",
     requires=_DURABLE,
     timeout=2 * _CHILD_TIMEOUT,
 )
@@ -399,6 +400,16 @@ async def across_processes(ctx: ClauseContext) -> None:
     # The child continues the same workflow, so its saves must also sort after this process's.
     written = _chain_fields(ctx, here, previous=ids[-1], start=len(ids))
     doomed = ids[0]
+    # Read here first: what this process read before the other one wrote (a cache of latest or of
+    # a listing) must not be what it reads after.
+    ensure_equal(
+        getattr(await ctx.storage.get_latest(workflow_name=here), "checkpoint_id", None),
+        ids[-1],
+        "get_latest() before another process wrote",
+    )
+    ensure_equal(
+        list(await ctx.storage.list_checkpoint_ids(workflow_name=here)), ids, "listing before it wrote"
+    )
     request = {
         "read": {"ids": ids, "workflow_name": here},
         "delete": [doomed],

@@ -252,7 +252,7 @@ async def expected_none_means_no_checkpoint_yet(ctx: ClauseContext) -> None:
     "fencing.fence_is_the_head_not_a_rival",
     "Of two siblings, the one committed last (the head) is what a fence checks even when get_latest() "
     "resumes from the other by its newer timestamp: expecting the head stores, expecting the rival is "
-    "refused naming the head.",
+    "refused naming the head, and latest_id(), where offered, names the head.",
     requires=_REQUIRES,
 )
 async def fence_is_the_head_not_a_rival(ctx: ClauseContext) -> None:
@@ -281,6 +281,14 @@ async def fence_is_the_head_not_a_rival(ctx: ClauseContext) -> None:
         newer.checkpoint_id,
         "get_latest() of two siblings, the one committed first with the newer timestamp",
     )
+    latest_id = getattr(ctx.storage, "latest_id", None)
+    if callable(latest_id):
+        # What a writer passes as expected_latest_id (docs/contract.md, "Writer fencing").
+        ensure_equal(
+            await latest_id(workflow_name=workflow),
+            head.checkpoint_id,
+            "latest_id() of two siblings: the head (committed last), not the rival get_latest() prefers",
+        )
     from_rival = ctx.checkpoint(
         workflow, checkpoint_id=f"{workflow}-from-rival", previous_checkpoint_id=newer.checkpoint_id
     )

@@ -5,24 +5,28 @@ Each clause saves one checkpoint and reads it back three ways (``load``, ``get_l
 strictly: types must match at every depth (a tuple that comes back as a list is a failure, so is
 an int key that comes back as a str), NaN matches NaN, and -0.0 keeps its sign.
 
-Only types the built-in codec stores without registration are used: the kit cannot assume its
-target's codec knows any enum, dataclass or pydantic model.
+Only types the built-in codec stores without registration are used, but for ``user_types``: the
+kit cannot assume its target's codec knows any enum, dataclass or NamedTuple, so that clause adds
+its own to the allow-list of the storage's ``codec`` (only the kit's types, for the run) and does
+not apply to a storage that refuses them and exposes no codec.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import math
 import random
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from storages.contract import CHECKPOINT_FIELDS, Capability
 from storages.engine import CheckpointStore
 from storages.errors import UnserializableValueError
 
-from ..clause import clause, ensure, ensure_equal, fail
+from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 
@@ -394,6 +398,71 @@ async def envelope_lookalikes(ctx: ClauseContext) -> None:
             "in_list": [{"__pickled__": "x", "__type__": "y"}],
         },
     )
+
+
+@dataclass
+class KitRecord:
+    """A user dataclass, defined at module level."""
+
+    name: str
+    items: tuple[int, ...]
+
+
+class KitColour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class KitPoint(NamedTuple):
+    x: int
+    y: int
+
+
+def _class_defined_in_a_function() -> type[Any]:
+    """A dataclass defined inside a function, as applications do (pickle cannot name it; the
+    codec stores it by the class itself once it is allowed)."""
+
+    @dataclass
+    class LocalRecord:
+        label: str
+        point: KitPoint
+
+    return LocalRecord
+
+
+@clause(
+    "fidelity.user_types",
+    "A dataclass, an enum member and a NamedTuple, one class defined inside a function, round trip with "
+    "their types once allowed on the storage's codec; a storage that refuses them and has no codec does not "
+    "apply.",
+)
+async def user_types(ctx: ClauseContext) -> None:
+    local = _class_defined_in_a_function()
+    allow = getattr(getattr(ctx.storage, "codec", None), "allow", None)
+    if callable(allow):
+        allow(types=[KitRecord, KitColour, KitPoint, local])
+    checkpoint = ctx.checkpoint(
+        ctx.workflow_name("user-types"),
+        state={
+            "record": KitRecord("kit", (1, 2)),
+            "colour": KitColour.BLUE,
+            "point": KitPoint(3, 4),
+            "local": local("defined in a function", KitPoint(5, 6)),
+            "in_a_list": [KitColour.RED, KitPoint(0, 0), KitRecord("", ())],
+        },
+    )
+    try:
+        await ctx.storage.save(checkpoint)
+    except Exception as exc:
+        if not callable(allow):
+            not_applicable(
+                f"the storage refused the kit's types ({type(exc).__name__}) and has no codec to allow them"
+            )
+        fail(f"save() of user types allowed on the storage's codec raised {type(exc).__name__}: {exc}")
+    for source, copy in await read_back(ctx, checkpoint):
+        problem = first_difference(checkpoint, copy)
+        if problem is not None:
+            fail(f"{source} of checkpoint {checkpoint.checkpoint_id!r}: {problem}")
 
 
 @clause(

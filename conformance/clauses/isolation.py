@@ -7,6 +7,7 @@ changes an object in place, nested containers included, and reads again.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -75,8 +76,8 @@ async def _expect_every_read_equals(ctx: ClauseContext, expected: Any, after: st
 
 @clause(
     "isolation.save_snapshots",
-    "Changing a checkpoint in place after save(), nested containers included, changes nothing that "
-    "load(), list_checkpoints() or get_latest() return.",
+    "Changing a checkpoint in place after save() returned, or once a save started as a task has begun, "
+    "nested containers included, changes nothing that load(), list_checkpoints() or get_latest() return.",
 )
 async def save_snapshots(ctx: ClauseContext) -> None:
     checkpoint = _rich_checkpoint(ctx, ctx.workflow_name())
@@ -84,6 +85,18 @@ async def save_snapshots(ctx: ClauseContext) -> None:
     await ctx.storage.save(checkpoint)
     _scribble(checkpoint)
     await _expect_every_read_equals(ctx, snapshot, "after the caller changed the saved object")
+    # The snapshot is taken when the save is called: a caller that starts a save as a task and
+    # changes the object once the task has begun (a runner moving on to its next superstep) must
+    # not find the change stored, even though the save has not returned yet.
+    started = _rich_checkpoint(ctx, ctx.workflow_name())
+    started_snapshot = copy.deepcopy(started)
+    task = asyncio.ensure_future(ctx.storage.save(started))
+    await asyncio.sleep(0)  # the task's first step runs: the save has been called
+    _scribble(started)
+    await task
+    await _expect_every_read_equals(
+        ctx, started_snapshot, "after the caller changed the object once its save had begun"
+    )
 
 
 @clause(

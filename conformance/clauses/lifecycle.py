@@ -135,8 +135,10 @@ async def closing_one_handle_leaves_others_working(ctx: ClauseContext) -> None:
     _require_aclose(ctx)
     workflow_name = ctx.workflow_name("siblings")
     first = ctx.storage
-    sibling = await ctx.other_handle()
     (before,) = await ctx.save_chain(workflow_name, 1)
+    # Made once the first handle is in use: what a handle opened (a connection) is its own, and
+    # a second handle taking it over would lose it when the first closes.
+    sibling = await ctx.other_handle()
     await expect_loads_equal(sibling, before, "on a second handle, before closing the first")
     await ctx.close(first)
     after = ctx.checkpoint(workflow_name, previous_checkpoint_id=before.checkpoint_id, iteration_count=1)

@@ -164,18 +164,21 @@ async def loadable_by_own_id(ctx: ClauseContext) -> None:
 
 @clause(
     "nested.list_nested_children",
-    "list_nested(id) names the checkpoints embedded directly in id, in order, not deeper ones; an "
-    "unknown id raises CheckpointNotFoundError.",
+    "list_nested(id) names the checkpoints embedded directly in id, in the order they are embedded "
+    "(not by id), not deeper ones; an unknown id raises CheckpointNotFoundError.",
     requires=[Capability.NESTED],
 )
 async def list_nested_children(ctx: ClauseContext) -> None:
-    grandchildren = [embedded(ctx, f"children-a{index}") for index in (1, 2)]
-    first = embedded(ctx, "children-a", state={"subs": list(grandchildren)})
-    second = embedded(ctx, "children-b")
-    parent = embedded(ctx, "children-parent", state={"subs": [first, second]})
+    # Ids that sort neither in the order the children are embedded nor in its reverse: a backend
+    # that lists a container's children by id (its primary key) instead of by position is seen.
+    grandchildren = [embedded(ctx, f"children-g{index}") for index in (2, 3, 1)]
+    first = embedded(ctx, "children-m", state={"subs": list(grandchildren)})
+    second = embedded(ctx, "children-z")
+    third = embedded(ctx, "children-b")
+    parent = embedded(ctx, "children-parent", state={"subs": [first, second, third]})
     await ctx.storage.save(parent)
     expected = {
-        parent.checkpoint_id: ids([first, second]),
+        parent.checkpoint_id: ids([first, second, third]),
         first.checkpoint_id: ids(grandchildren),
         second.checkpoint_id: [],
         grandchildren[0].checkpoint_id: [],

@@ -18,6 +18,7 @@ a prune): none rivals another, so only commit order can rank them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -378,7 +379,8 @@ async def _latest_through_two_continued_children(ctx: ClauseContext) -> None:
     "ordering.latest_among_rivals_by_timestamp",
     "Checkpoints that continue one checkpoint and that none continues (parallel steps) are rivals: "
     "get_latest() returns the one with the newest timestamp whatever order they were committed in, "
-    "the one committed last on equal timestamps; a rival that is continued stops being one.",
+    "the one committed last on equal timestamps; a rival that is continued stops being one, and one of "
+    "another signature never is one.",
 )
 async def latest_among_rivals_by_timestamp(ctx: ClauseContext) -> None:
     run = _Run(ctx)
@@ -402,6 +404,20 @@ async def latest_among_rivals_by_timestamp(ctx: ClauseContext) -> None:
     onwards.previous_checkpoint_id = rivals[1].checkpoint_id
     await ctx.storage.save(onwards)
     await run.expect_latest(onwards, f"after saving {run.name(onwards)}, which continues c2")
+    # Rivals share the head's signature: a sibling saved by another graph, however new its clock,
+    # is not a parallel step of this one.
+    graphs = _Run(ctx, "rivals-other-graph")
+    base = graphs.make(f"{graphs.workflow}-entry", _at(0))
+    foreign = graphs.make(f"{graphs.workflow}-foreign", _at(9))
+    head = graphs.make(f"{graphs.workflow}-head", _at(1))
+    foreign.graph_signature_hash = f"{base.graph_signature_hash}-another-graph"
+    for checkpoint in (foreign, head):
+        checkpoint.previous_checkpoint_id = base.checkpoint_id
+    for checkpoint in (base, foreign, head):
+        await ctx.storage.save(checkpoint)
+    await graphs.expect_latest(
+        head, "after saving c1 (another graph, the newer clock) and c2, both continuing c0"
+    )
 
 
 @clause(
@@ -536,7 +552,8 @@ async def _latest_through_a_cycle(ctx: ClauseContext) -> None:
 @clause(
     "ordering.concurrent_saves_commit_in_call_order",
     "Saves of one workflow started together on one handle commit in the order save() was called "
-    "(a runner's parallel steps): listed in that order, the last one called is the latest.",
+    "(a runner's parallel steps), whatever their timestamps: listed in that order, the last one called "
+    "is the latest.",
 )
 async def concurrent_saves_commit_in_call_order(ctx: ClauseContext) -> None:
     run = _Run(ctx)
@@ -551,3 +568,15 @@ async def concurrent_saves_commit_in_call_order(ctx: ClauseContext) -> None:
     await asyncio.gather(*tasks)
     await run.expect_listed([entry, *saved], "after six saves started together")
     await run.expect_latest(saved[-1], "after six saves started together")
+    # A chain whose clock went backwards, its saves started together: call order, not timestamp
+    # order, is commit order (a layer that batches saves and sorts a batch by time reorders it).
+    chain_run = _Run(ctx, "call-order-chain")
+    chain = [
+        chain_run.make(f"{chain_run.workflow}-{suffix}", _at(100 - n), root=n == 0)
+        for n, (suffix, _) in enumerate(_SCRAMBLE)
+    ]
+    for previous, checkpoint in itertools.pairwise(chain):
+        checkpoint.previous_checkpoint_id = previous.checkpoint_id
+    await asyncio.gather(*(asyncio.ensure_future(ctx.storage.save(c)) for c in chain))
+    await chain_run.expect_listed(chain, "after a chain's six saves, newest timestamp first, started at once")
+    await chain_run.expect_latest(chain[-1], "after a chain's six saves started together")

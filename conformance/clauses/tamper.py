@@ -132,7 +132,8 @@ async def _latest_id(storage: Any, workflow: str, **options: Any) -> str | None:
 
 @clause(
     "tamper.unedited_store_verifies",
-    "Signed records reload on a new handle, verify, walk and anchor; an anchor accepts later saves.",
+    "Signed records reload on a new handle, verify, walk and anchor; a keyed handle's new_handle() signs "
+    "its saves; an anchor accepts later saves.",
     requires=_BASE,
 )
 async def unedited_store_verifies(ctx: ClauseContext) -> None:
@@ -151,7 +152,19 @@ async def unedited_store_verifies(ctx: ClauseContext) -> None:
             walk = await reader.walk_ancestry(chain[-1].checkpoint_id)
             ensure(walk.intact and len(walk.items) == 3, f"the walk of an unedited chain ended {walk.end}")
         more = ctx.checkpoint(workflow, previous_checkpoint_id=chain[-1].checkpoint_id, iteration_count=3)
-        await reader.save(more)
+        # new_handle() keeps the key (docs/integrity.md, "Keys"): what a second handle of a keyed
+        # one saves is signed, or the next reader refuses it as a forged insert.
+        second = reader.new_handle()
+        try:
+            await second.save(more)
+            raw = await _raw(second, more.checkpoint_id)
+        finally:
+            await second.aclose()
+        ensure(
+            is_sealed(raw),
+            f"checkpoint {more.checkpoint_id!r}, saved through new_handle() of a keyed handle, is stored "
+            "without a seal: new_handle() dropped the integrity key",
+        )
     async with keyed(ctx) as fresh:
         # A later save continues from the anchored record: progress, not a rollback.
         ensure_equal(

@@ -1,0 +1,45 @@
+"""A Redis request cancelled while it runs ends cancelled, whatever redis-py did with it.
+
+``asyncio.wait_for`` before Python 3.12 returns its inner result when a cancellation reaches it
+just as the inner awaitable finishes, and redis-py calls it on every request (its
+``send_packed_command`` waits for the socket's drain with it): a save cancelled at that moment
+returned its id as if no one had cancelled it, so a runner's timeout or shutdown went unheard
+(``concurrency.cancelled_calls_leave_no_trace``). The task still counts the request
+(``Task.cancelling()``, Python 3.11+), so a primitive that returns normally after a request
+arrived raises CancelledError instead; what it wrote stays written, as a cancelled save whose
+request had left may land (docs/contract.md, "The methods"). Python 3.10 has no count to read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from typing_extensions import ParamSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def cancel_requests() -> int:
+    """Cancellation requests the running task holds (0 outside a task, or before Python 3.11)."""
+    task = asyncio.current_task()
+    counted = getattr(task, "cancelling", None)
+    return 0 if counted is None else int(counted())
+
+
+def ends_cancelled(primitive: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """``primitive``, raising CancelledError when a cancellation of the calling task arrived while
+    it ran and something under it swallowed the request."""
+
+    @functools.wraps(primitive)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        before = cancel_requests()
+        result = await primitive(*args, **kwargs)
+        if cancel_requests() > before:
+            raise asyncio.CancelledError
+        return result
+
+    return call
