@@ -43,6 +43,7 @@ from storages import (
 from storages.backend import RIVALS_LIMIT, CheckpointRecord
 from storages.engine.encoding import plain_records, record_drafts
 from storages.redis import RedisCheckpointStorage, RedisKeys, WaitingConnectionPool, escape, unescape
+from storages.redis.cancellation import ends_cancelled
 from storages.redis.commit import STAGED_BODY_MIN
 from storages.redis.loads import INLINE_BODY_LIMIT
 from storages.redis.scripts import SCRIPTS
@@ -1539,3 +1540,36 @@ async def test_a_rival_gone_under_a_ttl_has_expired_and_is_passed() -> None:
     finally:
         await redis_servers.delete_prefix(client, prefix)
         await client.aclose()
+
+
+@redis_mark
+async def test_a_primitive_whose_request_swallowed_its_cancellation_ends_cancelled() -> None:
+    reached = asyncio.Event()
+
+    async def request_swallowing_cancellation() -> str:
+        reached.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return "stored"  # asyncio.wait_for before Python 3.12, its inner call just finished
+        return "not cancelled"
+
+    task = asyncio.ensure_future(ends_cancelled(request_swallowing_cancellation)())
+    await reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+@redis_mark
+async def test_a_timeout_inside_a_primitive_is_not_taken_for_the_callers_cancellation() -> None:
+    async def request_timing_out() -> str:
+        try:
+            async with asyncio.timeout(0):  # cancels this task, then takes the request back
+                await asyncio.sleep(3600)
+        except TimeoutError:
+            return "timed out"
+        return "not timed out"
+
+    assert await ends_cancelled(request_timing_out)() == "timed out"
