@@ -122,8 +122,8 @@ class SqlBackend(Backend):
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._sqlite: sqlite3.Connection | None = None
+        self._handle_lock = threading.Lock()
 
     def describe(self) -> str:
         return f"sqlfile://{self.path}"
@@ -142,28 +142,28 @@ class SqlBackend(Backend):
 
     async def open(self, operation: str) -> None:
         def connect() -> None:
-            with self._lock:
-                if self._db is None:
-                    self._db = self._connect()
+            with self._handle_lock:
+                if self._sqlite is None:
+                    self._sqlite = self._connect()
 
         await asyncio.to_thread(connect)
 
     async def close(self) -> None:
         def disconnect() -> None:
-            with self._lock:
-                if self._db is not None:
-                    self._db.close()
-                    self._db = None
+            with self._handle_lock:
+                if self._sqlite is not None:
+                    self._sqlite.close()
+                    self._sqlite = None
 
         await asyncio.to_thread(disconnect)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
-            with self._lock:
-                if self._db is None:
-                    self._db = self._connect()
+            with self._handle_lock:
+                if self._sqlite is None:
+                    self._sqlite = self._connect()
                 try:
-                    return work(self._db)
+                    return work(self._sqlite)
                 except sqlite3.Error as error:
                     raise StorageUnavailableError("sqlite", f"{self.describe()}: {error}") from error
 
@@ -903,11 +903,11 @@ class SqlExecutorNotShutDown(SqlBackend):
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
-            with self._lock:
-                if self._db is None:
-                    self._db = self._connect()
+            with self._handle_lock:
+                if self._sqlite is None:
+                    self._sqlite = self._connect()
                 try:
-                    return work(self._db)
+                    return work(self._sqlite)
                 except sqlite3.Error as error:
                     raise StorageUnavailableError("sqlite", f"{self.describe()}: {error}") from error
 
@@ -1006,8 +1006,8 @@ class SqlNewHandleSharesConnection(SqlBackend):
 
     def new_handle(self) -> Self:
         handle = type(self)(self.path)
-        handle._db = self._db
-        handle._lock = self._lock
+        handle._sqlite = self._sqlite
+        handle._handle_lock = self._handle_lock
         return handle
 
 

@@ -222,6 +222,7 @@ def test_latest_by_timestamp_fails_every_clause_that_reorders_timestamps() -> No
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",  # a newer rival before the 64 read
         "ordering.unparsable_timestamp_is_data",  # a parsing timestamp before the head
+        "ordering.concurrent_saves_commit_in_call_order",  # a chain whose clock went backwards
     }
     message = backend.result("ordering.latest_with_equal_timestamps").message
     assert "after saving c1 with the same timestamp returned c0, expected c1" in message
@@ -355,6 +356,7 @@ def test_maf_in_memory_storage_fails_ordering_by_timestamp() -> None:
         "ordering.rival_timestamps_compare_as_instants",
         "ordering.latest_reads_the_rivals_committed_last",
         "ordering.unparsable_timestamp_is_data",
+        "ordering.concurrent_saves_commit_in_call_order",  # a chain whose clock went backwards
     }
     assert backend.result("ordering.workflows_are_independent").outcome is Outcome.PASSED
     # MAF's storage declares no capabilities, so the two-handle clause cannot run.
