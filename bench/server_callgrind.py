@@ -1,12 +1,13 @@
 """Instructions per PostgreSQL and S3 save, load, get_latest and list, this process's side
 (valgrind's callgrind).
 
-Each subject runs in a fresh interpreter under ``valgrind --tool=callgrind`` twice, with N calls
-and with none; the difference over N is what one call costs the client, every thread included
-(boto3 calls run on the S3 storage's worker threads). The server is another process, so its work
-is not in these figures: PostgreSQL is the server at ``--url`` (a scratch schema per program,
-dropped after); S3 is moto's HTTP server, started once in a process of its own (a fresh bucket
-per program). The stored workflow holds 10 checkpoints of the benchmark (bench/workload.py):
+Each subject runs in a fresh interpreter under ``valgrind --tool=callgrind`` twice, with N calls and
+with none; the difference over N is what one call costs the client, every thread included (boto3
+calls run on the S3 storage's worker threads), with the cyclic garbage collector paused while the
+calls run. The server is another process, so its work is not in these figures: PostgreSQL is the
+server at ``--url`` (a scratch schema per program, dropped after); S3 is moto's HTTP server, started
+once in a process of its own (a fresh bucket per program). The stored workflow holds 10 checkpoints
+of the benchmark (bench/workload.py):
 
 * save: ``save`` of a new checkpoint continuing the workflow;
 * load: ``load`` of a stored id; latest: ``get_latest`` of the workflow;
@@ -34,7 +35,7 @@ OPERATIONS = ("save", "load", "latest", "list")
 BACKENDS = ("postgres", "s3")
 
 _COMMON = """
-import asyncio, sys, uuid, warnings
+import asyncio, gc, sys, uuid, warnings
 if {tree!r}:
     sys.path.insert(0, {tree!r})
 warnings.simplefilter("ignore")
@@ -89,7 +90,9 @@ _CALLS = {
 def script_for(backend: str, operation: str, calls: int, *, tree: str, url: str, endpoint: str) -> str:
     """The program callgrind runs: open, store the workflow, make ``calls`` calls, close."""
     fill = "for item in stored:\n    run(storage.save(item))\n"
-    timed = f"for _ in range({calls}):\n    {_CALLS[operation]}\n"
+    # The collector paused while the calls run: a full collection of a heap holding boto3 costs
+    # millions of instructions, and whether one falls inside N calls or not would move the count.
+    timed = f"gc.disable()\nfor _ in range({calls}):\n    {_CALLS[operation]}\ngc.enable()\n"
     saved = calls if operation == "save" else 0
     # Outside what is counted (the same in both runs): a subject that stored nothing fails here.
     check = (
