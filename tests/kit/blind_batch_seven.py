@@ -1528,7 +1528,6 @@ def _entries() -> list[Entry]:
     ]
     broken_wrappers: list[type[MemoryWrapper]] = [
         BreakerCountsDomainErrors,
-        BreakerCountsCancellations,
         RateLimitSleepsOnLoop,
         FenceRebasedOnStale,
         ConflictWithSameTimestampIsRetry,
@@ -1537,7 +1536,6 @@ def _entries() -> list[Entry]:
         WithKeyRekeysInPlace,
         LoadDropsAnchor,
         HeadAnchorCachedBriefly,
-        LatestCacheSharedAcrossKeys,
         TimeoutPerCall,
     ]
     broken_six: list[type[SixPydanticRows]] = [
@@ -1561,8 +1559,16 @@ def _entries() -> list[Entry]:
 ENTRIES: list[Entry] = _entries()
 """Every broken storage: (name, factory of its target, its one defect)."""
 
-NOT_VIOLATIONS: list[Entry] = []
-"""Written as broken, judged not to break the contract as built."""
+NOT_VIOLATIONS: list[Entry] = [
+    # Over the in-memory storage no call suspends, so no call is ever cancelled part-way: the
+    # breaker never counts a cancellation, and the store is never refused.
+    ("BreakerCountsCancellations", wrapped(BreakerCountsCancellations), _doc(BreakerCountsCancellations)),
+    # A keyed handle's cache hit is a keyed load of the cached id (verified as any load), and a
+    # write through any handle drops the cache: no answer differs from an uncached one.
+    ("LatestCacheSharedAcrossKeys", wrapped(LatestCacheSharedAcrossKeys), _doc(LatestCacheSharedAcrossKeys)),
+]
+"""Written as broken, judged not to break the contract as built (tests/kit/blind_batch_seven.md
+says why); each must pass the whole kit."""
 
 HONEST: list[Entry] = [
     ("ObjectBackend", object_target(ObjectBackend), _doc(ObjectBackend)),
