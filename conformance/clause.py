@@ -58,7 +58,7 @@ FAMILIES: dict[str, str] = {
     "faults": "Injected crashes, cuts and server errors lose no acknowledged checkpoint and leave no half.",
     "tamper": "With an integrity key, every at-rest edit is refused by reads, walks or an anchor.",
     "fencing": "A stale writer can never move a workflow's latest off the branch that superseded it.",
-    "lifecycle": "Closed handles raise StorageClosedError, close twice quietly, and leave no threads.",
+    "lifecycle": "Closed handles raise StorageClosedError, close quietly, leave no threads, show no secrets.",
     "expiry": "A declared time to live expires checkpoints entirely after it, and not before.",
     "scale": "Latest stays constant-cost, nothing is dropped as history grows, a walk is one round trip.",
     "model": "Generated programs answer exactly as the contract's reference model does, also concurrently.",

@@ -313,8 +313,8 @@ async def raw_access(ctx: ClauseContext) -> None:
 @clause(
     "capabilities.inspect",
     "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered, past the "
-    "engine's own records in the index) describe stored records, sizes in stored bytes, and a deleted one "
-    "no more; undeclared: refused.",
+    "engine's own records in the index) describe stored records, sizes in stored bytes, an entry a raw "
+    "write leaves as it was, and a deleted one no more; undeclared: refused.",
 )
 async def inspect(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
@@ -350,6 +350,15 @@ async def inspect(ctx: ClauseContext) -> None:
             info.size,
             stored_size,
             f"checkpoint_info({newest.checkpoint_id!r}).size against the stored body's bytes (read_raw_body)",
+        )
+        # A raw write replaces a body; it is no commit: the record's index entry, its sequence
+        # included, is what it was (a sequence taken from an object's version would move).
+        assert stored is not None
+        await ctx.storage.write_raw_body(newest.checkpoint_id, stored)
+        ensure_equal(
+            await ctx.storage.checkpoint_info(newest.checkpoint_id),
+            info,
+            f"checkpoint_info({newest.checkpoint_id!r}) after write_raw_body of its own bytes",
         )
     records = await ctx.storage.list_records(workflow_name=workflow_name)
     ensure_equal(

@@ -274,3 +274,25 @@ async def no_thread_left_per_handle(ctx: ClauseContext) -> None:
             f"{_HANDLES} handles ({len(before)} before; new: {names}); aclose() must stop every "
             "thread a handle started"
         )
+
+
+@clause(
+    "lifecycle.describe_shows_no_credentials",
+    "describe() and repr() of a handle show no credential: nothing in them is a password or secret "
+    "option that storages.redaction hides.",
+)
+async def describe_shows_no_credentials(ctx: ClauseContext) -> None:
+    # What names a store in messages, reports and logs is shown wherever the storage is: a
+    # password in it (a connection string's userinfo, a secret query option) leaks with it.
+    from storages.redaction import redact_text, redact_url
+
+    shown: list[tuple[str, str]] = [("repr()", repr(ctx.storage))]
+    describe = getattr(ctx.storage, "describe", None)
+    if callable(describe):
+        shown.append(("describe()", str(describe())))
+    for what, text in shown:
+        ensure(
+            redact_url(text) == text and redact_text(text) == text,
+            f"{what} of the storage shows a credential: it reads {redact_url(redact_text(text))!r} "
+            "once storages.redaction hides it",
+        )

@@ -165,7 +165,8 @@ async def loadable_by_own_id(ctx: ClauseContext) -> None:
 @clause(
     "nested.list_nested_children",
     "list_nested(id) names the checkpoints embedded directly in id, in the order they are embedded "
-    "(not by id), not deeper ones; an unknown id raises CheckpointNotFoundError.",
+    "(not by id, twelve of them), not deeper ones; an id deleted and saved again names only its new "
+    "children; an unknown id raises CheckpointNotFoundError.",
     requires=[Capability.NESTED],
 )
 async def list_nested_children(ctx: ClauseContext) -> None:
@@ -175,16 +176,29 @@ async def list_nested_children(ctx: ClauseContext) -> None:
     first = embedded(ctx, "children-m", state={"subs": list(grandchildren)})
     second = embedded(ctx, "children-z")
     third = embedded(ctx, "children-b")
-    parent = embedded(ctx, "children-parent", state={"subs": [first, second, third]})
+    # Past nine children: a position kept as text in a key ("10" before "2") is seen.
+    more = [embedded(ctx, f"children-x{index}") for index in range(9)]
+    parent = embedded(ctx, "children-parent", state={"subs": [first, second, third, *more]})
     await ctx.storage.save(parent)
     expected = {
-        parent.checkpoint_id: ids([first, second, third]),
+        parent.checkpoint_id: ids([first, second, third, *more]),
         first.checkpoint_id: ids(grandchildren),
         second.checkpoint_id: [],
         grandchildren[0].checkpoint_id: [],
     }
     for container_id, children in expected.items():
         ensure_equal(await ctx.storage.list_nested(container_id), children, f"list_nested({container_id!r})")
+    # A container's children go with it: its id, deleted and saved again with one child of its
+    # own, names that one only (an index of children left behind by the delete is seen).
+    await ctx.storage.delete(parent.checkpoint_id)
+    newcomer = embedded(ctx, "children-new")
+    again = embedded(ctx, "children-again", checkpoint_id=parent.checkpoint_id, state={"subs": [newcomer]})
+    await ctx.storage.save(again)
+    ensure_equal(
+        await ctx.storage.list_nested(parent.checkpoint_id),
+        [newcomer.checkpoint_id],
+        f"list_nested({parent.checkpoint_id!r}) of an id deleted and saved again",
+    )
     unknown = f"{parent.checkpoint_id}-unknown"
     try:
         result = await ctx.storage.list_nested(unknown)

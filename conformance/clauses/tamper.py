@@ -207,13 +207,22 @@ async def content_edit(ctx: ClauseContext) -> None:
 
 @clause(
     "tamper.tail_truncation",
-    "Deleting the newest checkpoint is refused by get_latest and load given an anchor taken before.",
+    "Deleting the newest checkpoint is refused by get_latest and load given an anchor taken before "
+    "(one taken right after that checkpoint's save, with an anchor taken before the save too).",
     requires=_BASE,
 )
 async def tail_truncation(ctx: ClauseContext) -> None:
     async with keyed(ctx) as storage:
-        chain = await _chain(ctx, storage, "tail", 3)
+        chain = await _chain(ctx, storage, "tail", 2)
         workflow = chain[0].workflow_name
+        # A runner takes an anchor after each save: the one taken after the newest save must name
+        # it, not the head an anchor taken a moment before named (an anchor kept in a cache).
+        await storage.head_anchor(workflow_name=workflow)
+        newest_saved = ctx.checkpoint(
+            workflow, previous_checkpoint_id=chain[-1].checkpoint_id, iteration_count=2, state={"step": 2}
+        )
+        await storage.save(newest_saved)
+        chain.append(newest_saved)
         anchor = await storage.head_anchor(workflow_name=workflow)
         async with keyless(storage) as attacker:
             ensure(await attacker.delete(chain[-1].checkpoint_id), "the delete did not land")
@@ -535,7 +544,8 @@ async def snapshot_rollback(ctx: ClauseContext) -> None:
 
 @clause(
     "tamper.key_rotation",
-    "After a rotation old records verify by their key id; a record whose key is not trusted is refused.",
+    "After a rotation old records verify by their key id; a record whose key is not trusted is refused; "
+    "a key provider is asked at every save, so one rotated live signs the next save with its new key.",
     requires=_BASE,
 )
 async def key_rotation(ctx: ClauseContext) -> None:
@@ -564,6 +574,40 @@ async def key_rotation(ctx: ClauseContext) -> None:
             (TamperKind.UNKNOWN_KEY,),
         )
         ensure_equal((await retired_old.load(new.checkpoint_id)).state, new.state, "a new record")
+    await _rotated_live(ctx, new_keys)
+
+
+class _LiveKeys:
+    """A key provider rotated in place, as one reading a secret manager is."""
+
+    def __init__(self, keys: IntegrityKeys) -> None:
+        self.current = keys
+
+    def signing_key(self) -> tuple[str, bytes]:
+        return self.current.signing_key()
+
+    def verifying_key(self, key_id: str) -> bytes | None:
+        return self.current.verifying_key(key_id)
+
+
+async def _rotated_live(ctx: ClauseContext, rotated_keys: IntegrityKeys) -> None:
+    """A provider that rotates while a handle holds it signs the handle's next save with the new
+    key (docs/integrity.md, "Keys": asked on every save and read); a layer that asked it once
+    keeps signing with a key the operator is retiring."""
+    live = _LiveKeys(IntegrityKeys(KIT_KEY))
+    async with keyed(ctx, live) as storage:
+        (first,) = await _chain(ctx, storage, "live-rotation", 1)
+        live.current = rotated_keys
+        later = ctx.checkpoint(
+            first.workflow_name, previous_checkpoint_id=first.checkpoint_id, iteration_count=1
+        )
+        await storage.save(later)
+        seal, _ = split_sealed(later.checkpoint_id, await _raw(storage, later.checkpoint_id))
+        ensure_equal(
+            seal.key_id,
+            rotated_keys.signing_key()[0],
+            "the key id of a record saved after its key provider rotated live",
+        )
 
 
 __all__ = ["ATTACKER_KEY", "KIT_KEY", "ROTATED_KEY", "expect_tampered", "keyed", "keyless"]
