@@ -1543,7 +1543,7 @@ async def test_a_rival_gone_under_a_ttl_has_expired_and_is_passed() -> None:
 
 
 @redis_mark
-async def test_a_primitive_whose_request_swallowed_its_cancellation_ends_cancelled() -> None:
+async def test_a_request_that_swallowed_its_cancellation_ends_cancelled() -> None:
     reached = asyncio.Event()
 
     async def request_swallowing_cancellation() -> str:
@@ -1554,7 +1554,7 @@ async def test_a_primitive_whose_request_swallowed_its_cancellation_ends_cancell
             return "stored"  # asyncio.wait_for before Python 3.12, its inner call just finished
         return "not cancelled"
 
-    task = asyncio.ensure_future(ends_cancelled(request_swallowing_cancellation)())
+    task = asyncio.ensure_future(ends_cancelled(request_swallowing_cancellation()))
     await reached.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -1563,7 +1563,7 @@ async def test_a_primitive_whose_request_swallowed_its_cancellation_ends_cancell
 
 
 @redis_mark
-async def test_a_timeout_inside_a_primitive_is_not_taken_for_the_callers_cancellation() -> None:
+async def test_a_timeout_inside_a_request_is_not_taken_for_the_callers_cancellation() -> None:
     async def request_timing_out() -> str:
         try:
             async with asyncio.timeout(0):  # cancels this task, then takes the request back
@@ -1572,4 +1572,4 @@ async def test_a_timeout_inside_a_primitive_is_not_taken_for_the_callers_cancell
             return "timed out"
         return "not timed out"
 
-    assert await ends_cancelled(request_timing_out)() == "timed out"
+    assert await ends_cancelled(request_timing_out()) == "timed out"

@@ -15,7 +15,6 @@ from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, Lefto
 from ..contract import Capability, CheckpointID, CheckpointInfo
 from ..errors import StorageConfigurationError
 from . import leftovers
-from .cancellation import ends_cancelled
 from .client import RedisConnection
 from .cluster import ClusterSlotSpan
 from .commit import Commits, SlotSpan
@@ -205,7 +204,6 @@ class RedisBackend(Backend):
 
     # ------------------------------------------------------------------ writes
 
-    @ends_cancelled
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         self._refuse_if_read_only("save")
         stored = await self._commits.insert(records)
@@ -223,7 +221,6 @@ class RedisBackend(Backend):
             if record.checkpoint_id not in containers:
                 loads.remember(record.checkpoint_id, home)
 
-    @ends_cancelled
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
@@ -233,74 +230,59 @@ class RedisBackend(Backend):
             self._remember_family(records)
         return refused
 
-    @ends_cancelled
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
         self._refuse_if_read_only("delete")
         self._loads.forget(checkpoint_id)
         return await self._commits.remove(checkpoint_id)
 
-    @ends_cancelled
     async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
         self._refuse_if_read_only("write_raw_body")
         return await self._commits.overwrite_body(checkpoint_id, body)
 
-    @ends_cancelled
     async def prune(self, workflow_name: str, keep_last: int) -> int:
         self._refuse_if_read_only("prune")
         return await self._commits.prune(workflow_name, keep_last)
 
-    @ends_cancelled
     async def delete_workflow(self, workflow_name: str) -> int:
         self._refuse_if_read_only("delete_workflow")
         return await self._commits.delete_workflow(workflow_name)
 
     # ------------------------------------------------------------------ reads
 
-    @ends_cancelled
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
         return await self._loads.load(checkpoint_id)
 
-    @ends_cancelled
     async def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> Mapping[CheckpointID, bytes]:
         return await self._reads.nested_bodies(checkpoint_ids)
 
-    @ends_cancelled
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
         return await self._reads.latest(workflow_name, graph_signature_hash)
 
-    @ends_cancelled
     async def list_bodies(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> Sequence[StoredBody]:
         return await self._reads.list_bodies(workflow_name, graph_signature_hash, include_nested)
 
-    @ends_cancelled
     async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
         return await self._reads.list_ids(workflow_name, graph_signature_hash, include_nested)
 
-    @ends_cancelled
     async def walk(self, checkpoint_id: CheckpointID, max_depth: int, *, with_bodies: bool) -> WalkRecords:
         return await self._reads.walk(checkpoint_id, max_depth, with_bodies=with_bodies)
 
-    @ends_cancelled
     async def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
         return await self._reads.nested_ids(checkpoint_id)
 
-    @ends_cancelled
     async def workflow_names(self) -> list[str]:
         return await self._span.index.names("list_workflows", ("top",))
 
-    @ends_cancelled
     async def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
         return await self._reads.info(checkpoint_id)
 
-    @ends_cancelled
     async def records(self, workflow_name: str | None) -> Sequence[CheckpointInfo]:
         return await self._reads.records(workflow_name)
 
-    @ends_cancelled
     async def tombstones(self, workflow_name: str | None) -> Collection[CheckpointID]:
         return await self._reads.tombstones(workflow_name)
 

@@ -5,21 +5,18 @@ just as the inner awaitable finishes, and redis-py calls it on every request (it
 ``send_packed_command`` waits for the socket's drain with it): a save cancelled at that moment
 returned its id as if no one had cancelled it, so a runner's timeout or shutdown went unheard
 (``concurrency.cancelled_calls_leave_no_trace``). The task still counts the request
-(``Task.cancelling()``, Python 3.11+), so a primitive that returns normally after a request
-arrived raises CancelledError instead; what it wrote stays written, as a cancelled save whose
+(``Task.cancelling()``, Python 3.11+), so every request the connection sends (a command, a
+pipeline, a script or a transaction) that returns normally after a cancellation request arrived
+raises CancelledError instead; what it wrote stays written, as a cancelled save whose
 request had left may land (docs/contract.md, "The methods"). Python 3.10 has no count to read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
-from typing_extensions import ParamSpec
-
-P = ParamSpec("P")
 R = TypeVar("R")
 
 
@@ -30,16 +27,11 @@ def cancel_requests() -> int:
     return 0 if counted is None else int(counted())
 
 
-def ends_cancelled(primitive: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """``primitive``, raising CancelledError when a cancellation of the calling task arrived while
-    it ran and something under it swallowed the request."""
-
-    @functools.wraps(primitive)
-    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        before = cancel_requests()
-        result = await primitive(*args, **kwargs)
-        if cancel_requests() > before:
-            raise asyncio.CancelledError
-        return result
-
-    return call
+async def ends_cancelled(request: Awaitable[R]) -> R:
+    """``request``'s result, or CancelledError when a cancellation of the calling task arrived
+    while it ran and something under it swallowed the request."""
+    before = cancel_requests()
+    result = await request
+    if cancel_requests() > before:
+        raise asyncio.CancelledError
+    return result

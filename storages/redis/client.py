@@ -25,6 +25,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..redaction import chainable, redact_text
+from .cancellation import ends_cancelled
 from .config import (
     RedisSettings,
     describe_url,
@@ -166,7 +167,7 @@ class RedisConnection:
         )
         if reply is None or len(reply) != 3:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await self.client.delete(stage)
+                await ends_cancelled(self.client.delete(stage))
             return NOT_RUN
         return reply[2]
 
@@ -181,10 +182,16 @@ class RedisConnection:
         redis-py's transaction pipeline cost the client about 430,000 more instructions per call
         than a script (its command stack, callbacks and checks), more than the 70,000 the server
         saves: so the commands go as one write packed here, and the five replies are read under
-        one timeout (the connection's socket timeout) rather than one timer each.
+        one timeout (the connection's socket timeout) rather than one timer each. Like every
+        request, it ends cancelled when the calling task was cancelled while it ran.
         """
         if not self.transactions:
             return None
+        return await ends_cancelled(self._transaction(operation, commands))
+
+    async def _transaction(
+        self, operation: str, commands: Sequence[tuple[str | bytes, ...]]
+    ) -> list[Any] | None:
         pool: Any = self.client.connection_pool
         try:
             connection = await pool.get_connection()
@@ -211,9 +218,10 @@ class RedisConnection:
 
     async def call(self, operation: str, request: Awaitable[Any]) -> Any:
         """Await one driver request, translating driver errors into StorageUnavailableError, or
-        CheckpointCorruptedError where the store itself is damaged (see :meth:`damaged`)."""
+        CheckpointCorruptedError where the store itself is damaged (see :meth:`damaged`); a
+        request during which the calling task was cancelled ends cancelled (cancellation.py)."""
         try:
-            return await request
+            return await ends_cancelled(request)
         except redis_errors.ResponseError as exc:
             raise (
                 self.damaged(operation, exc)
