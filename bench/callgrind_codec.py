@@ -16,6 +16,7 @@ the reads over the same 10-checkpoint history each (bench/targets_bench.py build
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +110,22 @@ for _read in MEMORY_READS:
 _TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 
-def _instructions(setup: str, call: str, calls: int, workdir: Path, tree: str = "") -> int:
+def _script(setup: str, call: str, calls: int, tree: str = "") -> str:
     first = f"import sys\nsys.path.insert(0, {tree!r})\n" if tree else ""
-    script = f"{first}{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
-    return program_instructions(script, workdir / f"callgrind.{calls}.out")
+    return f"{first}{_SETUP}\n{setup}\nfor _ in range({calls}):\n    {call}\n"
+
+
+def instructions_per_call(
+    script_for: Callable[[int], str], calls: int, out: Path, *, warm_up: int = 0
+) -> float:
+    """Instructions one call costs: the program ``script_for(n)`` makes ``n`` calls, and it runs
+    with ``warm_up + calls`` and with ``warm_up`` (start-up, imports and the warm-up calls cancel
+    out); the difference divided by ``calls``. Outputs go to ``out`` suffixed by the call count."""
+    made, baseline = (
+        program_instructions(script_for(number), out.with_name(f"{out.name}.{number}"))
+        for number in (warm_up + calls, warm_up)
+    )
+    return (made - baseline) / calls
 
 
 def program_instructions(script: str, out: Path) -> int:
@@ -137,9 +151,11 @@ def measure(calls: int, names: list[str] | None = None, tree: str = "") -> dict[
     with tempfile.TemporaryDirectory(prefix="callgrind-codec-") as directory:
         for name in names or list(SUBJECTS):
             setup, call = SUBJECTS[name]
-            with_calls = _instructions(setup, call, calls, Path(directory), tree)
-            without = _instructions(setup, call, 0, Path(directory), tree)
-            results[name] = (with_calls - without) / calls
+            results[name] = instructions_per_call(
+                functools.partial(_script, setup, call, tree=tree),
+                calls,
+                Path(directory) / f"callgrind.{name.replace('/', '-')}",
+            )
     return results
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import gc
 import json
 import shlex
@@ -36,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python bench/codec_rows.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.callgrind_codec import program_instructions
+from bench.callgrind_codec import instructions_per_call
 from bench.measure import TIMES
 from bench.sections import CODEC_ROWS_END, CODEC_ROWS_HEADING, CODEC_ROWS_START
 
@@ -162,15 +163,12 @@ def count_row(shape: str, size: int, calls: int, jobs: int = 1) -> dict[str, Any
     runs at a time (each is one process counting its own instructions, so they do not blur)."""
     with tempfile.TemporaryDirectory(prefix="codec-rows-") as directory:
 
-        def instructions(run: tuple[str, int]) -> int:
-            subject, n = run
-            out = Path(directory) / f"callgrind.{subject}.{n}.out"
-            return program_instructions(callgrind_script(subject, shape, size, n), out)
+        def instructions(subject: str) -> float:
+            script = functools.partial(callgrind_script, subject, shape, size)
+            return instructions_per_call(script, calls, Path(directory) / f"callgrind.{subject}")
 
-        runs = [(subject, n) for subject in SUBJECTS for n in (calls, 0)]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            totals = dict(zip(runs, pool.map(instructions, runs), strict=True))
-    counts = {subject: (totals[subject, calls] - totals[subject, 0]) / calls for subject in SUBJECTS}
+            counts = dict(zip(SUBJECTS, pool.map(instructions, SUBJECTS), strict=True))
     return {"instructions": counts, "ratios": {peer: counts["ours"] / counts[peer] for peer in PEERS}}
 
 

@@ -22,12 +22,13 @@ times what it costs natively on a CPU that has them (docs/integrity.md gives bot
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.callgrind_codec import program_instructions
+from bench.callgrind_codec import instructions_per_call
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SETUP = """
@@ -87,19 +88,18 @@ def script_for(subject: str, calls: int) -> str:
     return f"{setup}\nfor _ in range({calls}):\n    {call}()\n"
 
 
-def _instructions(subject: str, calls: int, workdir: Path) -> int:
-    out = workdir / f"callgrind.{subject.replace('/', '.')}.{calls}.out"
-    return program_instructions(script_for(subject, calls), out)
-
-
 def measure(calls: int, subjects: tuple[str, ...] = SUBJECTS) -> dict[str, float]:
     """Instructions per call of each subject."""
     if shutil.which("valgrind") is None:
         raise RuntimeError("valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="callgrind-integrity-") as directory:
-        workdir = Path(directory)
         return {
-            subject: (_instructions(subject, calls + 1, workdir) - _instructions(subject, 1, workdir)) / calls
+            subject: instructions_per_call(
+                functools.partial(script_for, subject),
+                calls,
+                Path(directory) / f"callgrind.{subject.replace('/', '.')}",
+                warm_up=1,
+            )
             for subject in subjects
         }
 

@@ -17,11 +17,12 @@ calls and with none (bench/callgrind_codec.py's method), so machine load cannot 
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import tempfile
 from pathlib import Path
 
-from .callgrind_codec import program_instructions
+from .callgrind_codec import instructions_per_call
 from .postgres_bench import DEFAULT_URL
 
 _COMMON = """
@@ -85,14 +86,11 @@ def measure(calls: int, url: str = DEFAULT_URL, only: str | None = None) -> dict
                 continue
             found[name] = {}
             for label, general in (("second", False), ("general", True)):
-                totals = [
-                    program_instructions(
-                        _script(name, general, number, url),
-                        Path(directory) / f"{name.replace('/', '-')}.{label}.{number}",
-                    )
-                    for number in (calls, 0)
-                ]
-                found[name][label] = (totals[0] - totals[1]) / calls
+                found[name][label] = instructions_per_call(
+                    functools.partial(_script, name, general, url=url),
+                    calls,
+                    Path(directory) / f"{name.replace('/', '-')}.{label}",
+                )
     return found
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .callgrind_codec import REPO_ROOT, program_instructions
+from .callgrind_codec import REPO_ROOT, instructions_per_call
 from .postgres_bench import DEFAULT_URL
 
 OPERATIONS = ("save", "load", "latest", "list")
@@ -149,14 +150,11 @@ def measure(
         for backend in backends:
             found[backend] = {}
             for operation in OPERATIONS:
-                totals = [
-                    program_instructions(
-                        script_for(backend, operation, number, tree=tree, url=url, endpoint=endpoint),
-                        Path(directory) / f"{backend}-{operation}.{number}",
-                    )
-                    for number in (calls, 0)
-                ]
-                found[backend][operation] = (totals[0] - totals[1]) / calls
+                found[backend][operation] = instructions_per_call(
+                    functools.partial(script_for, backend, operation, tree=tree, url=url, endpoint=endpoint),
+                    calls,
+                    Path(directory) / f"{backend}-{operation}",
+                )
     return found
 
 

@@ -18,11 +18,12 @@ itself). Both sides use WAL with synchronous=NORMAL, so no call waits on an fsyn
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import tempfile
 from pathlib import Path
 
-from .callgrind_codec import program_instructions
+from .callgrind_codec import instructions_per_call
 
 _COMMON = """
 import asyncio, sys, tempfile, pathlib
@@ -88,16 +89,9 @@ def measure(calls: int, tree: str = "") -> dict[str, float]:
         raise RuntimeError("valgrind is not installed")
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="callgrind-sqlite-") as directory:
-        for name, (setup, call) in SUBJECTS.items():
-            totals = []
-            for number in (calls, 0):
-                script = (
-                    f"{_COMMON.format(tree=tree)}\n{setup}\nfor _ in range({number}):\n    {call}\n{_CLOSE}"
-                )
-                totals.append(
-                    program_instructions(script, Path(directory) / f"{name.replace('/', '-')}.{number}")
-                )
-            counts[name] = (totals[0] - totals[1]) / calls
+        for name in SUBJECTS:
+            script = functools.partial(script_for, name, tree=tree)
+            counts[name] = instructions_per_call(script, calls, Path(directory) / name.replace("/", "-"))
     return counts
 
 
