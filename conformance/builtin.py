@@ -40,19 +40,34 @@ class _EmbeddedTarget:
         self._backend = backend
         self._embedded: Embedded | None = None
         self._root: CheckpointStore | None = None
+        self._expiring: CheckpointStore | None = None
 
     async def open(self) -> CheckpointStore:
         from storages.urls import open_storage
 
+        embedded = self._started()
         if self._root is None:
-            if self._embedded is None:
-                self._embedded = self._backend.start()
-            if self._embedded.open is not None:
-                self._root = self._embedded.open()
+            if embedded.open is not None:
+                self._root = embedded.open()
             else:
                 # Raises MissingDependencyError when the backend's extra is not installed.
-                self._root = open_storage(self._embedded.url, **self._embedded.options)
+                self._root = open_storage(embedded.url, **embedded.options)
         return self._root.new_handle()
+
+    async def open_expiring(self) -> CheckpointStore:
+        """A handle on the backend's short-lived store, where it has one (``Embedded.
+        open_expiring``); else a handle as :meth:`open` gives."""
+        embedded = self._started()
+        if embedded.open_expiring is None:
+            return await self.open()
+        if self._expiring is None:
+            self._expiring = embedded.open_expiring()
+        return self._expiring.new_handle()
+
+    def _started(self) -> Embedded:
+        if self._embedded is None:
+            self._embedded = self._backend.start()
+        return self._embedded
 
     def rebuild(self) -> CheckpointStore:
         """A new root storage on the running embedded store, built from its settings."""
@@ -70,9 +85,10 @@ class _EmbeddedTarget:
         embedded = self._embedded
         if embedded is None or embedded.next_store is None:
             return False
-        root, self._root = self._root, None
-        if root is not None:
-            await root.aclose()
+        for root in (self._root, self._expiring):
+            if root is not None:
+                await root.aclose()
+        self._root = self._expiring = None
         self._embedded = embedded.next_store()
         return True
 
@@ -80,11 +96,12 @@ class _EmbeddedTarget:
         return None if self._embedded is None else self._embedded.process_opener
 
     async def cleanup(self) -> None:
-        root, embedded = self._root, self._embedded
-        self._root = self._embedded = None
+        roots, embedded = (self._root, self._expiring), self._embedded
+        self._root = self._expiring = self._embedded = None
         try:
-            if root is not None:
-                await root.aclose()
+            for root in roots:
+                if root is not None:
+                    await root.aclose()
         finally:
             if embedded is not None and embedded.stop is not None:
                 embedded.stop()
@@ -103,6 +120,7 @@ def builtin_target(backend: BuiltinBackend) -> StorageTarget:
         expected_failures=backend.expected_failures,
         process_opener=embedded.process_opener,
         reopen=embedded.rebuild,
+        expiry_factory=embedded.open_expiring,
         timeout_factor=backend.timeout_factor,
         # Each clause starts on an empty store where the backend makes one cheaply (the embedded
         # S3's buckets); elsewhere its workflows go when it ends, as on a server: a store that only

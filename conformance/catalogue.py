@@ -160,8 +160,12 @@ applicable). The built-in targets count SQLite statements, Redis commands and S3
 A target whose store is cheaper to replace than to clean may give `fresh_store` (awaited before
 each clause; it moves the target to a new, empty store and returns True, and then what the
 clause wrote is not deleted one workflow at a time after it).
-The `expiry` family waits out the storage's own `ttl`, so run it on a store configured with a
-short one (`--clause expiry` with `?ttl=1`).
+The `expiry` family waits out the storage's own `ttl`, so it runs on a store whose records live a
+second or so. A target gives one as `expiry_factory` (`--expiry-url` with one URL), and the family
+runs there while every other clause runs on `factory`, whose records live longer than any clause
+(or for ever): one run judges a `ttl` backend whole. Without one, the family runs on `factory`
+and is not applicable to a ttl longer than it waits (a second run, `--clause expiry` on a `?ttl=1`
+store, judges it). The built-in run gives the embedded Redis one (a prefix of its own, `ttl=1`).
 
 **`durable` is verified, not trusted.** The durability clauses close every handle and build the
 storage anew with `reopen` (or `process_opener`), never with `new_handle()`, which may share this
@@ -237,7 +241,7 @@ $ checkpoint-conformance
 $ checkpoint-conformance memory:// sqlite:///ck.db --json report.json --junit-xml junit.xml
 $ checkpoint-conformance --clause ordering --clause contract.load_missing_raises
 $ checkpoint-conformance --checkpoint-class both
-$ checkpoint-conformance 'redis://127.0.0.1:6379/0?prefix=kit&ttl=1' --clause expiry
+$ checkpoint-conformance 'redis://127.0.0.1:6379/0?prefix=kit' --expiry-url 'redis://127.0.0.1:6379/0?prefix=kit-ttl&ttl=1'
 $ checkpoint-conformance --list
 ```
 

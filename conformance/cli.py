@@ -114,11 +114,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.checkpoint_class == "both":
             # Twice over, each from its own targets: a run closes its target's storage at the end.
             targets = [
-                *_targets(args.urls, keep=args.keep),
-                *with_checkpoint_class(_targets(args.urls, keep=args.keep), "maf"),
+                *_targets(args),
+                *with_checkpoint_class(_targets(args), "maf"),
             ]
         else:
-            targets = with_checkpoint_class(_targets(args.urls, keep=args.keep), args.checkpoint_class)
+            targets = with_checkpoint_class(_targets(args), args.checkpoint_class)
         _use_runner(targets, args.runner, args.child_storage)
         targets = _with_model_settings(targets, args.model_seed, args.model_budget)
         if args.operation_timeout is not None:
@@ -326,6 +326,12 @@ def _parser() -> argparse.ArgumentParser:
         help="keep the workflows the kit wrote to a URL (default: delete each one it created)",
     )
     parser.add_argument(
+        "--expiry-url",
+        metavar="URL",
+        help="with one URL: a store of the same backend whose records live a few seconds (e.g. "
+        "?ttl=1), where the expiry family runs, so one run judges a ttl backend whole",
+    )
+    parser.add_argument(
         "--checkpoint-class",
         choices=CHECKPOINT_CLASS_CHOICES,
         default="project",
@@ -377,14 +383,25 @@ def _with_model_settings(
     return [dataclasses.replace(t, model_seed=seed, model_budget=budget) for t in targets]
 
 
-def _targets(urls: Sequence[str], *, keep: bool = False) -> list[StorageTarget]:
+def _targets(args: argparse.Namespace) -> list[StorageTarget]:
+    """The targets of the URLs given (``--keep``, ``--expiry-url``), or the built-in ones."""
+    urls: Sequence[str] = args.urls
+    keep: bool = args.keep
+    expiry_url: str | None = args.expiry_url
+    if expiry_url is not None and len(urls) != 1:
+        raise UsageError(
+            "--expiry-url names the short-ttl store of one storage: give exactly one URL with it, "
+            f"not {len(urls)}"
+        )
     if not urls:
         return builtin_targets()  # embedded backends are thrown away whole after the run
     targets: list[StorageTarget] = []
     run_prefix = new_run_prefix()
     for url in urls:
         try:
-            targets.append(target_from_url(url, run_prefix=run_prefix, remove_workflows=not keep))
+            targets.append(
+                target_from_url(url, run_prefix=run_prefix, remove_workflows=not keep, expiry_url=expiry_url)
+            )
         except StorageConfigurationError as exc:
             raise UsageError(redact_text(str(exc))) from exc
         except MissingDependencyError as exc:

@@ -38,6 +38,9 @@ class Embedded:
     """Builds the root storage when a URL cannot say how (an injected in-process client)."""
     process_opener: str | None = None
     """How another process opens the same store (see StorageTarget.process_opener)."""
+    open_expiring: Callable[[], CheckpointStore] | None = None
+    """Builds a root storage on the same running backend, in a namespace of its own, whose
+    records live a second: the expiry family runs there (StorageTarget.expiry_factory)."""
     next_store: Callable[[], Embedded] | None = None
     """The same running backend on a new, empty store (a new bucket), for a backend where that
     is cheaper than removing what each clause wrote: each clause then starts on one of its own
@@ -144,6 +147,9 @@ def _redis_fakeredis() -> Embedded:
     return Embedded(
         "redis (fakeredis)",
         open=lambda: RedisCheckpointStorage(client, prefix="conformance", allow_evicting_policy=True),
+        open_expiring=lambda: RedisCheckpointStorage(
+            client, prefix="conformance-expiring", ttl=1, allow_evicting_policy=True
+        ),
     )
 
 

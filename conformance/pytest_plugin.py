@@ -102,6 +102,13 @@ class CheckpointStorageConformance:
         ``durable`` with it (or with ``process_opener``); without either, ``durable`` is unverified."""
         raise NotImplementedError
 
+    def make_expiring_storage(self) -> Any:
+        """A new, unopened storage of the same backend whose records live a second (``ttl=1``), in
+        a namespace of its own. Define it for a storage with a time to live: the ``expiry`` family
+        runs on it, and every other clause on ``make_storage()``/the fixture's storage, whose
+        records must outlive a clause (see StorageTarget.expiry_factory)."""
+        raise NotImplementedError
+
     def make_storage(self) -> Any:
         """A new, unopened storage on a fresh store; override this or the ``storage`` fixture."""
         raise NotImplementedError(
@@ -149,6 +156,7 @@ class CheckpointStorageConformance:
             process_opener=self.process_opener,
             round_trips=type(self).round_trips,
             reopen=self.reopen_storage if _overrides(self, "reopen_storage") else None,
+            expiry_factory=self.make_expiring_storage if _overrides(self, "make_expiring_storage") else None,
             model_seed=self.model_seed,
             model_budget=self.model_budget,
             operation_timeout=self.operation_timeout,

@@ -53,6 +53,7 @@ async def run_clause(
     storage marked stuck by one fails the later ones at once (None: a watch for this clause)."""
     if watch is None:
         watch = operation_watch(target)
+    target = target.for_family(clause.family)
     result, created = await _run_clause(clause, target, watch)
     if created and target.remove_workflows:
         leftovers = await _remove_workflows(target, created, watch)
@@ -338,8 +339,9 @@ async def avalidate_target(
         for clause in selected:
             deadline = (clause.timeout + WATCHDOG_GRACE) * target.timeout_factor
             started = time.perf_counter()
+            on = target.for_family(clause.family)
             try:
-                result, created = await loop.call(_run_clause(clause, target, watch), deadline)
+                result, created = await loop.call(_run_clause(clause, on, watch), deadline)
             except asyncio.TimeoutError:
                 blocked = not loop.responsive()
                 loop.abandon()
@@ -350,7 +352,7 @@ async def avalidate_target(
                 # Watched on its own: a slow cleanup must not eat into the clause's deadline.
                 try:
                     watch.begin(f"the cleanup after {clause.id}", operation_watch(target).seconds)
-                    cleanup = _remove_workflows(target, created, watch)
+                    cleanup = _remove_workflows(on, created, watch)
                     leftovers = await loop.call(cleanup, CLEANUP_TIMEOUT)
                 except asyncio.TimeoutError:
                     leftovers = tuple(created)

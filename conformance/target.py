@@ -76,6 +76,11 @@ class StorageTarget:
             call that does not return in time fails its clause ("did not return within N s") and
             marks the storage stuck: every later clause fails at once without running, so a
             storage that hangs costs one bound, not every clause's timeout (conformance/bounded.py).
+        expiry_factory: opens a handle on a store of the same backend whose records live a few
+            seconds (a ``ttl`` of 1, say), for the ``expiry`` family, which waits the time to live
+            out. A ``ttl`` backend then passes the whole kit in one run: ``factory``'s store keeps
+            records longer than any clause runs (or for ever), and the expiry family runs here,
+            judged by what this store declares. None: the expiry family runs on ``factory``.
     """
 
     name: str
@@ -98,12 +103,28 @@ class StorageTarget:
     model_seed: int | None = None
     model_budget: str | None = None
     operation_timeout: float = OPERATION_TIMEOUT
+    expiry_factory: StorageFactory | None = None
 
     async def open(self) -> Any:
         handle = self.factory()
         if inspect.isawaitable(handle):
             handle = await handle
         return handle
+
+    def for_family(self, family: str) -> StorageTarget:
+        """The target a clause of ``family`` runs on: the short-lived store of
+        ``expiry_factory`` for the expiry family, where there is one; else this target."""
+        if family != "expiry" or self.expiry_factory is None:
+            return self
+        return dataclasses.replace(
+            self,
+            factory=self.expiry_factory,
+            capabilities=None,
+            fresh_store=None,
+            process_opener=None,
+            reopen=None,
+            expiry_factory=None,
+        )
 
     def declared_capabilities(self, storage: Any) -> frozenset[Capability]:
         if self.capabilities is not None:
@@ -162,26 +183,38 @@ def target_from_url(
     *,
     run_prefix: str | None = None,
     remove_workflows: bool = False,
+    expiry_url: str | None = None,
     **options: Any,
 ) -> StorageTarget:
     """A target for a storage URL: one root storage, each clause on a new handle of it.
 
     The root is opened before the first clause (``prepare``), which is when options such as S3's
     ``create_bucket=true`` take effect. ``run_prefix`` writes under a prefix of its own (see
-    :func:`with_run_prefix`); the report still names the URL as given, redacted.
+    :func:`with_run_prefix`); the report still names the URL as given, redacted. ``expiry_url``
+    names a store of the same backend with a short time to live for the ``expiry`` family
+    (``StorageTarget.expiry_factory``), in a namespace of its own: under ``run_prefix`` with
+    ``-expiry`` added, since a store whose every key expires must share none with one whose
+    records stay.
     """
     from storages.urls import open_storage
 
     opened = with_run_prefix(url, run_prefix) if run_prefix is not None else url
     root = open_storage(opened, **options)
+    roots = [root]
+    if expiry_url is not None:
+        if run_prefix is not None:
+            expiry_url = with_run_prefix(expiry_url, f"{run_prefix}-expiry")
+        roots.append(open_storage(expiry_url, **options))
 
     async def prepare() -> None:
-        # One real round trip on the root handle: it connects (and creates what the URL asks
+        # One real round trip on each root handle: it connects (and creates what the URL asks
         # for, such as a bucket) before any clause opens handles of its own.
-        await root.get_latest(workflow_name=f"ck-connectivity-{uuid.uuid4().hex[:8]}")
+        for each in roots:
+            await each.get_latest(workflow_name=f"ck-connectivity-{uuid.uuid4().hex[:8]}")
 
     async def cleanup() -> None:
-        await root.aclose()
+        for each in roots:
+            await each.aclose()
 
     return StorageTarget(
         name=redact_url(url),
@@ -190,6 +223,7 @@ def target_from_url(
         prepare=prepare,
         remove_workflows=remove_workflows,
         process_opener=opened,
+        expiry_factory=roots[1].new_handle if expiry_url is not None else None,
     )
 
 

@@ -1,9 +1,10 @@
 """expiry: a storage that declares ``ttl`` forgets each checkpoint entirely after its time to live.
 
 The time to live is the storage's own ``ttl`` (seconds, or a timedelta). The kit waits for it, so
-it checks expiry only when the ttl is short (at most a few seconds): run this family against a
-store configured for it, e.g. ``checkpoint-conformance 'redis://host/0?prefix=kit&ttl=1' --clause
-expiry``. Expired means gone from every read: load, latest, listings, nested records, walks.
+it checks expiry only when the ttl is short (at most a few seconds): the family runs on the
+target's ``expiry_factory`` where it gives one (``--expiry-url 'redis://host/0?prefix=kit-ttl&ttl=1'``),
+a store whose records live a second beside the one the other clauses use. Expired means gone from
+every read: load, latest, listings, nested records, walks.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def _ttl_seconds(ctx: ClauseContext) -> float:
     seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
     if seconds > _LONGEST_WAIT:
         not_applicable(
-            f"the storage's ttl is {seconds:g} s and the kit waits at most {_LONGEST_WAIT:g} s; run the "
-            "expiry family against a store configured with a short ttl (e.g. ttl=1)"
+            f"the storage's ttl is {seconds:g} s and the kit waits at most {_LONGEST_WAIT:g} s; give the "
+            "target a store of the same backend with a short ttl (e.g. ttl=1) as expiry_factory "
+            "(--expiry-url), where this family runs"
         )
     return seconds
 

@@ -139,3 +139,28 @@ def _client(endpoint: str) -> Any:
     import boto3
 
     return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name="us-east-1")
+
+
+@pytest.mark.redis
+def test_expiry_url_runs_the_expiry_family_on_a_short_lived_store(tmp_path: Path) -> None:
+    server = redis_servers.redis_url()
+    prefix = redis_servers.fresh_prefix("cli-expiry")
+    url = redis_servers.with_query(server, prefix=prefix)
+    expiring = redis_servers.with_query(server, prefix=f"{prefix}-expiring", ttl="1")
+
+    def expiry_outcome(*options: str) -> str:
+        report = tmp_path / "report.json"
+        assert main([url, "--clause", "expiry", "--quiet", "--json", str(report), *options]) == 0
+        [result] = json.loads(report.read_text())["backends"][0]["results"]
+        return str(result["outcome"])
+
+    try:
+        assert expiry_outcome() == "not_applicable"  # the store keeps its records: no ttl to judge
+        assert expiry_outcome("--expiry-url", expiring) == "passed"
+    finally:
+        asyncio.run(redis_servers.wipe(server, prefix))
+
+
+def test_expiry_url_with_other_than_one_url_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory://", "memory://", "--expiry-url", "memory://?ttl=1"]) == 2
+    assert "give exactly one URL with it, not 2" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from conformance import BackendReport, Outcome, StorageTarget
+from conformance import BackendReport, Outcome, StorageTarget, validate
 from storages.backend import CheckpointRecord, InsertResult
 
 from . import support
@@ -83,6 +83,27 @@ def test_a_ttl_longer_than_the_kit_waits_is_skipped_and_says_how_to_run_it() -> 
 )
 def test_expiry_mutants_are_caught(mutant: type[ExpiringStorage], says: str) -> None:
     caught_only_by(run_family(mutant), CLAUSE, says)
+
+
+def _with_short_lived_store(expiring: type[ExpiringStorage]) -> StorageTarget:
+    """A ttl backend whose own store keeps records an hour, with ``expiring``'s store beside it."""
+    short_lived = double_target(expiring)
+    return double_target(LongTtl, expiry_factory=short_lived.factory)
+
+
+def test_the_expiry_family_runs_on_the_targets_short_lived_store() -> None:
+    passing = support.run_family(FAMILY, _with_short_lived_store(ExpiringStorage))
+    assert passing.result(CLAUSE).outcome is Outcome.PASSED, passing.failures
+    broken = support.run_family(FAMILY, _with_short_lived_store(NeverExpires))
+    caught_only_by(broken, CLAUSE, "still show the checkpoints")
+
+
+def test_a_ttl_backend_with_a_short_lived_store_passes_the_whole_kit_in_one_run() -> None:
+    target = _with_short_lived_store(ExpiringStorage)
+    (backend,) = validate(target).backends
+    assert not backend.error, backend.error
+    assert backend.failures == [], [(r.clause_id, r.message) for r in backend.failures]
+    assert backend.result(CLAUSE).outcome is Outcome.PASSED
 
 
 @pytest.mark.redis

@@ -356,3 +356,44 @@ def test_a_stuck_storage_stays_stuck_for_the_rest_of_the_session(pytester: pytes
     assert text.count("did not return within 0.5 s") >= 1
     # Every clause after the first stuck one is failed without running, not given its own bound.
     assert text.count("not run: the storage is stuck since") == len(contract) - 1, text
+
+
+EXPIRING_SUITE = """
+import fakeredis
+import pytest
+
+from conformance.pytest_plugin import CheckpointStorageConformance
+from storages.memory import InMemoryCheckpointStorage
+from storages.redis import RedisCheckpointStorage
+
+
+class TestWithExpiringStore(CheckpointStorageConformance):
+    clauses = ["expiry"]
+
+    def make_storage(self):
+        return InMemoryCheckpointStorage()
+
+    def make_expiring_storage(self):
+        return RedisCheckpointStorage(fakeredis.FakeAsyncRedis(), prefix="expiring", ttl=1)
+
+
+class TestWithout(CheckpointStorageConformance):
+    clauses = ["expiry"]
+
+    def make_storage(self):
+        return InMemoryCheckpointStorage()
+"""
+
+
+@pytest.mark.redis
+def test_make_expiring_storage_is_where_the_expiry_family_runs(pytester: pytest.Pytester) -> None:
+    auto_mode(pytester)
+    pytester.makepyfile(EXPIRING_SUITE)
+    result = pytester.runpytest("-v", "-rs")
+    result.stdout.fnmatch_lines(
+        [
+            "*TestWithExpiringStore::test_clause?expiry.checkpoints_expire_after_ttl? PASSED*",
+            "*TestWithout::test_clause?expiry.checkpoints_expire_after_ttl? SKIPPED*",
+        ]
+    )
+    result.assert_outcomes(passed=1, skipped=1)
