@@ -1,9 +1,11 @@
 """The other process of the cross-process durability clauses, run as ``python <this file>``.
 
-It reads one JSON request on stdin: how to open the store (a storage URL or ``"module:function"``),
-the checkpoint class (``"module:qualname"``), what to read, checkpoints to save and ids to delete.
-It prints one line with what it read (if asked), then one JSON line per acknowledged save and
-per delete. With ``"crash"``
+It reads one JSON request, a line on stdin: how to open the store (a storage URL or
+``"module:function"``), the checkpoint class (``"module:qualname"``), what to read, checkpoints to
+save and ids to delete. With ``"together"`` it first opens the store, prints that it is ready,
+waits for a line on stdin and saves those checkpoints (one JSON line each), while the kit's
+process saves its own. It prints one line with what it read (if asked), then one JSON line per
+acknowledged save and per delete. With ``"crash"``
 it ends with ``os._exit`` right after the last acknowledged write: no ``aclose()``, no atexit hooks,
 no buffered writes flushed, as a killed worker would.
 """
@@ -58,6 +60,15 @@ def _emit(message: dict[str, Any]) -> None:
 async def _main(request: dict[str, Any]) -> None:
     storage = await _open(request["opener"])
     checkpoint_class = _resolve(request["checkpoint_class"])
+    together = request.get("together")
+    if together is not None:
+        # Connected first, then told when to start: these saves run while the kit's process saves.
+        await storage.list_checkpoint_ids(workflow_name=together["workflow_name"])
+        _emit({"ready": True})
+        sys.stdin.readline()
+        for fields in together["save"]:
+            await storage.save(checkpoint_class(**fields))
+            _emit({"saved_together": fields["checkpoint_id"]})
     read = request.get("read")
     if read is not None:
         found: dict[str, Any] = {}
@@ -88,4 +99,4 @@ async def _main(request: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_main(json.loads(sys.stdin.read())))
+    asyncio.run(_main(json.loads(sys.stdin.readline())))

@@ -136,6 +136,16 @@ break nothing over memory, six are now caught (a tenth child listed before the s
 left behind by a delete, a sequence that a raw write moves, a `describe()` showing a secret, an
 anchor cached past a save, a key provider asked once) and one, a latest read without the
 backend's lease, is left: its answers mix moments only when it runs slower than a racing delete.
+An eighth batch, tests/kit/blind_batch_eight.py, holds 44 more: a backend keeping one JSON file
+per record in a directory (files moved into place with `os.replace`, an index file per workflow,
+an `flock` across processes), a backend over the standard library's `dbm.dumb`, and layers over
+the in-memory backend (a read replica, shards, compression, encryption at rest, a tenant prefix,
+an audit log, a load cache). The kit as it was caught 37 (tests/kit/blind_batch_eight.md); of
+the seven it missed, one breaks nothing on this machine's filesystem (an index cached by
+modification time), five are now caught (two processes saving into one store at once under a
+lock that spans one process, an id holding a comma, a replica or cache that prune or
+delete_workflow forgets, a listing that drops an emptied body) and one, a load that can read a
+record file half written, is caught only when a race lands in its window.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

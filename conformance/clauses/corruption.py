@@ -158,7 +158,8 @@ async def get_latest_raises(ctx: ClauseContext) -> None:
 
 @clause(
     "corruption.list_checkpoints_raises",
-    "list_checkpoints() raises CheckpointCorruptedError naming a damaged checkpoint instead of dropping it.",
+    "list_checkpoints() raises CheckpointCorruptedError naming a damaged checkpoint (garbage, or an emptied "
+    "body) instead of dropping it.",
     requires=_RAW,
 )
 async def list_checkpoints_raises(ctx: ClauseContext) -> None:
@@ -169,6 +170,14 @@ async def list_checkpoints_raises(ctx: ClauseContext) -> None:
         f"list_checkpoints({chain[0].workflow_name!r}) with damaged {damaged!r}",
         ctx.storage.list_checkpoints(workflow_name=chain[0].workflow_name),
         damaged,
+    )
+    # A body too short to be read at all (emptied) is damage too, never a reason to leave it out.
+    emptied = await _saved(ctx, "listing-emptied", 2)
+    await ctx.tamper(emptied[0].checkpoint_id, empty)
+    await expect_corrupted(
+        f"list_checkpoints({emptied[0].workflow_name!r}) with emptied {emptied[0].checkpoint_id!r}",
+        ctx.storage.list_checkpoints(workflow_name=emptied[0].workflow_name),
+        emptied[0].checkpoint_id,
     )
 
 

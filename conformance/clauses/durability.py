@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,12 +293,16 @@ async def raw_writes_survive_reopen(ctx: ClauseContext) -> None:
 
 _CHILD_TIMEOUT = 60.0
 """Seconds a child process gets to start, import the storage and do its part."""
+_TOGETHER = 16
+"""Checkpoints each process saves into one workflow at the same time."""
 
 
 @dataclass(frozen=True, slots=True)
 class _ChildRun:
     saved: list[str]
     """Ids the child acknowledged, in save order."""
+    together: list[str]
+    """Ids the child acknowledged while this process saved too."""
     deleted: dict[str, bool]
     """Ids the child deleted -> whether delete() said they existed."""
     read: dict[str, Any] | None
@@ -324,8 +329,14 @@ def _shared_fields(checkpoint: Any) -> dict[str, Any]:
     return {name: getattr(checkpoint, name) for name in SHARED_FIELDS}
 
 
-async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _ChildRun:
-    """Run the child process on ``request`` and parse what it printed."""
+async def _in_child(
+    ctx: ClauseContext,
+    request: dict[str, Any],
+    what: str,
+    meanwhile: Callable[[], Awaitable[None]] | None = None,
+) -> _ChildRun:
+    """Run the child process on ``request`` and parse what it printed; with ``meanwhile``, awaited
+    once the child is ready, while it makes the saves ``request["together"]`` names."""
     request = {
         "opener": _process_opener(ctx),
         "checkpoint_class": _class_spec(ctx.target.checkpoint_class),
@@ -342,8 +353,25 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
         stderr=asyncio.subprocess.PIPE,
         env=env,
     )
+    early: list[bytes] = []
+
+    async def converse() -> tuple[bytes, bytes]:
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(json.dumps(request).encode() + b"\n")
+        if meanwhile is not None:
+            while not early or b'"ready"' not in early[-1]:
+                line = await child.stdout.readline()
+                if not line:
+                    break  # it ended early: its status and stderr say why
+                early.append(line)
+            child.stdin.write(b"go\n")
+            await child.stdin.drain()
+            await meanwhile()
+        return await child.communicate()
+
     try:
-        out, err = await asyncio.wait_for(child.communicate(json.dumps(request).encode()), _CHILD_TIMEOUT)
+        out, err = await asyncio.wait_for(converse(), _CHILD_TIMEOUT)
     except asyncio.TimeoutError:
         fail(f"the child process that {what} did not finish within {_CHILD_TIMEOUT:g} s")
     finally:
@@ -354,19 +382,24 @@ async def _in_child(ctx: ClauseContext, request: dict[str, Any], what: str) -> _
         last_line = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
         fail(f"the child process that {what} exited with status {child.returncode}: {redact_text(last_line)}")
     saved: list[str] = []
+    together: list[str] = []
     deleted: dict[str, bool] = {}
     read: dict[str, Any] | None = None
-    for line in out.decode(errors="replace").splitlines():
+    for line in (b"".join(early) + out).decode(errors="replace").splitlines():
         if not line.startswith(MESSAGE_PREFIX):
             continue  # the storage's own output
         message = json.loads(line[len(MESSAGE_PREFIX) :])
-        if "saved" in message:
+        if "ready" in message:
+            continue
+        if "saved_together" in message:
+            together.append(message["saved_together"])
+        elif "saved" in message:
             saved.append(message["saved"])
         elif "deleted" in message:
             deleted[message["deleted"]] = message["existed"]
         else:
             read = message
-    return _ChildRun(saved, deleted, read)
+    return _ChildRun(saved, together, deleted, read)
 
 
 def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: int) -> list[dict[str, Any]]:
@@ -388,7 +421,8 @@ def _chain_fields(ctx: ClauseContext, workflow_name: str, previous: str, start: 
     "durability.across_processes",
     "Another process reads what an open handle saved; its deletes and saves show here (also in reads made "
     "here before them), its saves in commit order, and killed after they were acknowledged, without "
-    "aclose(), it loses none of them.",
+    "aclose(), it loses none of them; saves both processes make into one workflow at the same time are "
+    "all listed, once each.",
     requires=_DURABLE,
     timeout=2 * _CHILD_TIMEOUT,
 )
@@ -410,13 +444,31 @@ async def across_processes(ctx: ClauseContext) -> None:
     ensure_equal(
         list(await ctx.storage.list_checkpoint_ids(workflow_name=here)), ids, "listing before it wrote"
     )
+    # Both processes save into one more workflow at the same time: a store whose lock or
+    # transaction spans only one process's handles loses or duplicates some of them.
+    shared = ctx.workflow_name("saved-together")
+    theirs = [
+        _shared_fields(ctx.checkpoint(shared, state={"by": "the other process"})) for _ in range(_TOGETHER)
+    ]
+    ours = [ctx.checkpoint(shared, state={"by": "this process"}) for _ in range(_TOGETHER)]
+
+    async def save_ours() -> None:
+        for checkpoint in ours:
+            await ctx.storage.save(checkpoint)
+
     request = {
+        "together": {"workflow_name": shared, "save": theirs},
         "read": {"ids": ids, "workflow_name": here},
         "delete": [doomed],
         "save": written,
         "crash": True,
     }
-    run = await _in_child(ctx, request, "read this process's saves, saved three more, deleted one and died")
+    run = await _in_child(
+        ctx,
+        request,
+        "saved while this process saved, read this process's saves, saved three more, deleted one and died",
+        meanwhile=save_ours,
+    )
     _check_read_elsewhere(run, chain, here)
     ensure_equal(run.deleted, {doomed: True}, "what delete() answered in the other process")
     await _expect_missing(ctx.storage, doomed, "after another process deleted it")
@@ -448,6 +500,15 @@ async def across_processes(ctx: ClauseContext) -> None:
         getattr(latest, "checkpoint_id", None),
         acknowledged[-1],
         "get_latest() after the other process's saves",
+    )
+    ensure_equal(run.together, [f["checkpoint_id"] for f in theirs], "saves the other process acknowledged")
+    listed_together = list(await ctx.storage.list_checkpoint_ids(workflow_name=shared))
+    expected_together = {c.checkpoint_id for c in ours} | set(run.together)
+    ensure(
+        len(listed_together) == len(expected_together) and set(listed_together) == expected_together,
+        f"list_checkpoint_ids({shared!r}) after two processes saved {_TOGETHER} checkpoints each at the "
+        f"same time lists {len(listed_together)} ids, {len(set(listed_together))} distinct, missing "
+        f"{sorted(expected_together - set(listed_together))[:3]} (does the store's lock span processes?)",
     )
 
 

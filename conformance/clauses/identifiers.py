@@ -47,6 +47,7 @@ _HOSTILE: tuple[tuple[str, Builder], ...] = (
     ("invisible format characters", lambda t: f"{t}\u200b\u200d\u202e\ufeff"),
     ("unicode separators", lambda t: f"{t}\u2028\u00a0\u3000"),
     ("file suffix", lambda t: f"{t}.json"),
+    ("list and query delimiters", lambda t: f"{t},a;b|c&d=e,"),
     ("exactly 256 ascii characters", lambda t: t + "x" * (MAX_ID_LENGTH - len(t))),
     ("exactly 256 characters of 4-byte UTF-8", lambda t: t + "🙂" * (MAX_ID_LENGTH - len(t))),
 )
@@ -168,8 +169,8 @@ async def _expect_not_found(ctx: ClauseContext, problems: _Problems, checkpoint_
 @clause(
     "identifiers.hostile_ids_round_trip",
     "Valid but hostile checkpoint ids (path traversal, slashes, backslashes, globs, {hash tags}, quotes, "
-    "% escapes, spaces, emoji, right-to-left text, exactly 256 characters) save, load, list and delete "
-    "exactly as given.",
+    "% escapes, commas and other list delimiters, spaces, emoji, right-to-left text, exactly 256 "
+    "characters) save, load, list and delete exactly as given.",
 )
 async def hostile_ids_round_trip(ctx: ClauseContext) -> None:
     workflow = ctx.workflow_name("hostile-ids")

@@ -245,13 +245,16 @@ async def tombstones_listed(ctx: ClauseContext) -> None:
 
 @clause(
     "retention.prune_removes_nested",
-    "Pruning a checkpoint deletes the checkpoints embedded in it too: none stays loadable, listed or "
-    "indexed, while the kept checkpoint's embedded one stays intact.",
+    "Pruning a checkpoint deletes the checkpoints embedded in it too: none stays loadable (also when "
+    "loaded just before), listed or indexed, while the kept checkpoint's embedded one stays intact.",
     requires=[Capability.PRUNE, Capability.NESTED],
 )
 async def prune_removes_nested(ctx: ClauseContext) -> None:
     book = Book(ctx, "nested-prune")
     tops, nested, sub = await _nested_family(book, 3)
+    # Loaded first: a read cache or replica that prune forgets must not answer for them after it.
+    for checkpoint in [*tops, *nested]:
+        await expect_loads_equal(book, checkpoint, "before prune")
     await _prune(book, book.workflow, 1, 2, "of 3 checkpoints with one embedded each (nested not counted)")
     when = "after prune(keep_last=1)"
     for checkpoint in nested[:2]:
@@ -298,8 +301,8 @@ async def walk_reaches_pruned_nested(ctx: ClauseContext) -> None:
 @clause(
     "retention.delete_workflow_removes_all",
     "delete_workflow deletes every checkpoint of the workflow and those embedded in them, returns the "
-    "count, and leaves get_latest None (also when read just before), listing empty and other workflows "
-    "intact.",
+    "count, and leaves get_latest None and none of them loadable (also when read just before), listing "
+    "empty and other workflows intact.",
     requires=_PRUNE,
 )
 async def delete_workflow_removes_all(ctx: ClauseContext) -> None:
@@ -312,8 +315,10 @@ async def delete_workflow_removes_all(ctx: ClauseContext) -> None:
     else:
         tops = await book.chain(3)
     bystanders += await other.chain(1, prefix="later", previous=bystanders[-1].checkpoint_id)
-    # A latest the storage just answered must not outlive the delete (a cache it forgets).
+    # A latest or a load the storage just answered must not outlive the delete (a cache it forgets).
     await expect_latest(book, book.workflow, tops[-1], "before delete_workflow")
+    for checkpoint in [*tops, *nested]:
+        await expect_loads_equal(book, checkpoint, "before delete_workflow")
     deleted = await ctx.storage.delete_workflow(workflow_name=book.workflow)
     ensure_equal(
         deleted, 3, f"count returned by delete_workflow(workflow_name={book.workflow!r}) of 3 checkpoints"

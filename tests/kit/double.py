@@ -10,6 +10,8 @@ one backend round trip, which the ``scale`` clauses read through :func:`round_tr
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import itertools
 import os
 import pickle
@@ -17,7 +19,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from typing_extensions import Self
 
@@ -122,13 +124,35 @@ class MemoryBacking(Backing):
         self._state = state
 
 
+_LOCKS_HELD: dict[Path, IO[bytes]] = {}
+"""The lock files this process holds, by store path: one process never waits for itself."""
+
+
 class FileBacking(Backing):
-    """A pickle file replaced atomically after every write: durable, shared between processes."""
+    """A pickle file replaced atomically after every write: durable, shared between processes.
+    A primitive reads and writes it in one synchronous stretch (no await between), under an
+    ``flock`` of a lock file beside it, taken by the read and released by the event loop once the
+    stretch is over, so processes saving at the same time take turns."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def lock(self) -> None:
+        if self.path in _LOCKS_HELD:
+            return  # this process holds it: its handles never run at the same time as each other
+        held = open(self.path.with_suffix(".lock"), "ab")  # noqa: SIM115 - closed by release()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _LOCKS_HELD[self.path] = held
+        asyncio.get_running_loop().call_soon(self.release)
+
+    def release(self) -> None:
+        held = _LOCKS_HELD.pop(self.path, None)
+        if held is not None:
+            fcntl.flock(held, fcntl.LOCK_UN)
+            held.close()
+
     def read(self) -> DoubleState:
+        self.lock()
         try:
             state: DoubleState = pickle.loads(self.path.read_bytes())
         except FileNotFoundError:
