@@ -299,8 +299,41 @@ async def reads_see_whole_checkpoints(ctx: ClauseContext) -> None:
     await asyncio.gather(writer(), *(reader(handle) for handle in readers_handles for _ in range(2)))
     for handle in readers_handles:
         await read_everything(handle)
+    # Bodies that take a while to write, each loaded by its id for as long as its save runs: a
+    # record written in place (truncated, then filled) is found half written here, where the
+    # small bodies above are written too fast for a racing read to land in between.
+    for index in range(_LARGE_RACES):
+        body = random.Random(index).randbytes(_LARGE_BODY_BYTES)  # noqa: S311 - incompressible, reproducible
+        state = {"i": index, "large": body}
+        large = ctx.checkpoint(workflow_name, iteration_count=len(checkpoints), state=state)
+        checkpoints.append(large)
+        expected[large.checkpoint_id] = large
+        saving = asyncio.ensure_future(ctx.storage.save(large))
+        try:
+            while not saving.done():
+                for handle in readers_handles:
+                    await _load_whole_or_nothing(handle, large.checkpoint_id, check)
+                await asyncio.sleep(0)
+        finally:
+            await saving
     ids = await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name)
     _ensure_exactly_once(ids, checkpoints, "list_checkpoint_ids after racing reads")
+
+
+_LARGE_RACES = 6
+"""Saves of a large body that loads of its id race in ``reads_see_whole_checkpoints``."""
+_LARGE_BODY_BYTES = 1_000_000
+"""How large: a write of it takes long enough on a file or a socket for loads to land within it."""
+
+
+async def _load_whole_or_nothing(storage: Any, checkpoint_id: str, check: Callable[[Any, str], None]) -> None:
+    try:
+        loaded = await storage.load(checkpoint_id)
+    except Exception as exc:
+        if is_not_found(exc):
+            return
+        fail(f"load({checkpoint_id!r}) racing its own save raised {type(exc).__name__}: {exc}")
+    check(loaded, f"load({checkpoint_id!r}) racing its own save")
 
 
 _DELETE_RACE_LENGTH = 8

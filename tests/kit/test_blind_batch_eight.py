@@ -31,6 +31,7 @@ CAUGHT_BY: dict[str, str] = {
     "FileRemoveIndexesTopLevelOnly": "nested.delete_cascades",
     "FilePruneMarksOnlyInIndex": "retention.pruned_ancestor_leaves_tombstone",
     "FileExistsThenReplace": "concurrency.conflicting_saves",
+    "FileRecordWrittenInPlace": "concurrency.reads_see_whole_checkpoints",
     # a dbm.dumb database
     "DbmKeysLatin1": "identifiers.long_ids_distinct_and_whole",
     "DbmSyncOnlyOnClose": "ordering.commit_order_across_handles",
@@ -64,13 +65,7 @@ CAUGHT_BY: dict[str, str] = {
     "CachePrunesTopLevelOnly": "retention.prune_removes_nested",
 }
 
-STILL_MISSED: dict[str, str] = {
-    "FileRecordWrittenInPlace": (
-        "its lock-free load reads a torn record file only when it lands between the truncation and "
-        "the write of a save or raw write of the same id; the whole-kit run before hit that window, "
-        "no clause run alone does (tests/kit/blind_batch_eight.md)"
-    ),
-}
+STILL_MISSED: dict[str, str] = {}
 
 
 def test_every_storage_of_the_batch_names_the_clause_that_catches_it() -> None:
