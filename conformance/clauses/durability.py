@@ -435,7 +435,7 @@ async def across_processes(ctx: ClauseContext) -> None:
     written = _chain_fields(ctx, here, previous=ids[-1], start=len(ids))
     doomed = ids[0]
     # Read here first: what this process read before the other one wrote (a cache of latest or of
-    # a listing) must not be what it reads after.
+    # a listing) must not be what it reads after, and nothing this process writes comes between.
     ensure_equal(
         getattr(await ctx.storage.get_latest(workflow_name=here), "checkpoint_id", None),
         ids[-1],
@@ -444,31 +444,13 @@ async def across_processes(ctx: ClauseContext) -> None:
     ensure_equal(
         list(await ctx.storage.list_checkpoint_ids(workflow_name=here)), ids, "listing before it wrote"
     )
-    # Both processes save into one more workflow at the same time: a store whose lock or
-    # transaction spans only one process's handles loses or duplicates some of them.
-    shared = ctx.workflow_name("saved-together")
-    theirs = [
-        _shared_fields(ctx.checkpoint(shared, state={"by": "the other process"})) for _ in range(_TOGETHER)
-    ]
-    ours = [ctx.checkpoint(shared, state={"by": "this process"}) for _ in range(_TOGETHER)]
-
-    async def save_ours() -> None:
-        for checkpoint in ours:
-            await ctx.storage.save(checkpoint)
-
     request = {
-        "together": {"workflow_name": shared, "save": theirs},
         "read": {"ids": ids, "workflow_name": here},
         "delete": [doomed],
         "save": written,
         "crash": True,
     }
-    run = await _in_child(
-        ctx,
-        request,
-        "saved while this process saved, read this process's saves, saved three more, deleted one and died",
-        meanwhile=save_ours,
-    )
+    run = await _in_child(ctx, request, "read this process's saves, saved three more, deleted one and died")
     _check_read_elsewhere(run, chain, here)
     ensure_equal(run.deleted, {doomed: True}, "what delete() answered in the other process")
     await _expect_missing(ctx.storage, doomed, "after another process deleted it")
@@ -501,6 +483,25 @@ async def across_processes(ctx: ClauseContext) -> None:
         acknowledged[-1],
         "get_latest() after the other process's saves",
     )
+    await _saves_together(ctx)
+
+
+async def _saves_together(ctx: ClauseContext) -> None:
+    """Both processes save into one workflow at the same time: a store whose lock or transaction
+    spans only one process's handles loses or duplicates some of them. A child of its own, after
+    the reads above: this process's saves made before them would refresh any cache of its own."""
+    shared = ctx.workflow_name("saved-together")
+    theirs = [
+        _shared_fields(ctx.checkpoint(shared, state={"by": "the other process"})) for _ in range(_TOGETHER)
+    ]
+    ours = [ctx.checkpoint(shared, state={"by": "this process"}) for _ in range(_TOGETHER)]
+
+    async def save_ours() -> None:
+        for checkpoint in ours:
+            await ctx.storage.save(checkpoint)
+
+    request = {"together": {"workflow_name": shared, "save": theirs}}
+    run = await _in_child(ctx, request, "saved while this process saved", meanwhile=save_ours)
     ensure_equal(run.together, [f["checkpoint_id"] for f in theirs], "saves the other process acknowledged")
     listed_together = list(await ctx.storage.list_checkpoint_ids(workflow_name=shared))
     expected_together = {c.checkpoint_id for c in ours} | set(run.together)
