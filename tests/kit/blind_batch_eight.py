@@ -1328,51 +1328,52 @@ def layer_target(backend_class: type[LayerBackend]) -> Callable[[], StorageTarge
     return target
 
 
-# ---------------------------------------------------------------------- a read replica
+# ---------------------------------------------------------------------- layers that keep copies
 
 
-class ReplicaRouter(LayerBackend):
-    """Reads by id go to a replica (a second in-memory map shared by the store's handles) filled
-    lazily from the primary on a miss; every write that removes or rewrites a record drops it there."""
+class CopyingLayer(LayerBackend):
+    """Keeps copies of loaded records in a map shared by the store's handles, filled on a load
+    that misses; every write that removes or rewrites records drops the copies of the records it
+    touches, nested ones included. Subclasses name the map and say where else copies go stale."""
 
-    def replica(self) -> dict[CheckpointID, StoredBody]:
-        return self.shared.setdefault("replica", {})
+    copies_key: str = "copies"
 
-    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        hit = self.replica().get(checkpoint_id)
-        if hit is not None:
-            return hit
-        found = await self.inner.load(checkpoint_id)
-        if found is not None:
-            self.replica()[checkpoint_id] = found
-        return found
+    def copies(self) -> dict[CheckpointID, StoredBody | None]:
+        return self.shared.setdefault(self.copies_key, {})
 
     def forget(self, checkpoint_ids: Collection[CheckpointID]) -> None:
         for checkpoint_id in checkpoint_ids:
-            self.replica().pop(checkpoint_id, None)
+            self.copies().pop(checkpoint_id, None)
 
-    async def family_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
-        return [checkpoint_id, *(await self.inner.nested_bodies([checkpoint_id]))]
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        copies = self.copies()
+        if checkpoint_id in copies:
+            return copies[checkpoint_id]
+        found = await self.inner.load(checkpoint_id)
+        if found is not None:
+            copies[checkpoint_id] = found
+        return found
+
+    async def family(self, checkpoint_ids: Collection[CheckpointID]) -> list[CheckpointID]:
+        return [*checkpoint_ids, *(await self.inner.nested_bodies(checkpoint_ids))]
+
+    async def workflow_family(self, workflow_name: str) -> list[CheckpointID]:
+        return await self.family(await self.inner.list_ids(workflow_name, None, include_nested=False))
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
-        family = await self.family_ids(checkpoint_id)
+        family = await self.family([checkpoint_id])
         removed = await self.inner.remove(checkpoint_id)
         self.forget(family)
         return removed
 
-    async def workflow_family_ids(self, workflow_name: str) -> list[CheckpointID]:
-        top = await self.inner.list_ids(workflow_name, None, include_nested=False)
-        nested = await self.inner.nested_bodies(top)
-        return [*top, *nested]
-
     async def prune(self, workflow_name: str, keep_last: int) -> int:
-        family = await self.workflow_family_ids(workflow_name)
+        family = await self.workflow_family(workflow_name)
         pruned = await self.inner.prune(workflow_name, keep_last)
         self.forget(family)
         return pruned
 
     async def delete_workflow(self, workflow_name: str) -> int:
-        family = await self.workflow_family_ids(workflow_name)
+        family = await self.workflow_family(workflow_name)
         deleted = await self.inner.delete_workflow(workflow_name)
         self.forget(family)
         return deleted
@@ -1381,6 +1382,16 @@ class ReplicaRouter(LayerBackend):
         written = await self.inner.overwrite_body(checkpoint_id, body, digest)
         self.forget([checkpoint_id])
         return written
+
+
+# ---------------------------------------------------------------------- a read replica
+
+
+class ReplicaRouter(CopyingLayer):
+    """Reads by id go to a replica (a second in-memory map shared by the store's handles) filled
+    lazily from the primary on a miss; every write that removes or rewrites a record drops it there."""
+
+    copies_key = "replica"
 
 
 class ReplicaKeepsDeleted(ReplicaRouter):
@@ -1411,7 +1422,7 @@ class ReplicaPruneKeepsNested(ReplicaRouter):
     """prune drops the replica's copies of the workflow's top-level checkpoints but not of the
     records nested in them: a pruned nested record still loads."""
 
-    async def workflow_family_ids(self, workflow_name: str) -> list[CheckpointID]:
+    async def workflow_family(self, workflow_name: str) -> list[CheckpointID]:
         return list(await self.inner.list_ids(workflow_name, None, include_nested=False))
 
 
@@ -2014,25 +2025,11 @@ class AuditErrorsAsUnavailable(AuditLogged):
 # ---------------------------------------------------------------------- a load cache
 
 
-class LoadCache(LayerBackend):
+class LoadCache(CopyingLayer):
     """load is memoized per id in a cache shared by the store's handles (records are immutable);
-    every write that removes or rewrites records drops their ids."""
+    every write that removes or rewrites records drops their ids, and so does a save."""
 
-    def cache(self) -> dict[CheckpointID, StoredBody | None]:
-        return self.shared.setdefault("cache", {})
-
-    def forget(self, checkpoint_ids: Collection[CheckpointID]) -> None:
-        for checkpoint_id in checkpoint_ids:
-            self.cache().pop(checkpoint_id, None)
-
-    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        cache = self.cache()
-        if checkpoint_id in cache:
-            return cache[checkpoint_id]
-        found = await self.inner.load(checkpoint_id)
-        if found is not None:
-            cache[checkpoint_id] = found
-        return found
+    copies_key = "cache"
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
         result = await self.inner.insert(records)
@@ -2046,46 +2043,17 @@ class LoadCache(LayerBackend):
         self.forget([record.checkpoint_id for record in records])
         return result
 
-    async def family(self, checkpoint_ids: Collection[CheckpointID]) -> list[CheckpointID]:
-        return [*checkpoint_ids, *(await self.inner.nested_bodies(checkpoint_ids))]
-
-    async def remove(self, checkpoint_id: CheckpointID) -> bool:
-        family = await self.family([checkpoint_id])
-        removed = await self.inner.remove(checkpoint_id)
-        self.forget(family)
-        return removed
-
-    async def workflow_family(self, workflow_name: str) -> list[CheckpointID]:
-        return await self.family(await self.inner.list_ids(workflow_name, None, include_nested=False))
-
-    async def prune(self, workflow_name: str, keep_last: int) -> int:
-        family = await self.workflow_family(workflow_name)
-        pruned = await self.inner.prune(workflow_name, keep_last)
-        self.forget(family)
-        return pruned
-
-    async def delete_workflow(self, workflow_name: str) -> int:
-        family = await self.workflow_family(workflow_name)
-        deleted = await self.inner.delete_workflow(workflow_name)
-        self.forget(family)
-        return deleted
-
-    async def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
-        written = await self.inner.overwrite_body(checkpoint_id, body, digest)
-        self.forget([checkpoint_id])
-        return written
-
 
 class CacheRemembersMisses(LoadCache):
     """load memoizes misses too (a runner polls for ids that are not there yet), and a save drops
     nothing (a new record cannot be in the cache): an id loaded before it was saved stays not found."""
 
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        cache = self.cache()
-        if checkpoint_id in cache:
-            return cache[checkpoint_id]
+        copies = self.copies()
+        if checkpoint_id in copies:
+            return copies[checkpoint_id]
         found = await self.inner.load(checkpoint_id)
-        cache[checkpoint_id] = found
+        copies[checkpoint_id] = found
         return found
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
