@@ -267,13 +267,7 @@ async def reads_see_whole_checkpoints(ctx: ClauseContext) -> None:
 
     async def read_everything(storage: Any) -> None:
         for checkpoint_id in expected:
-            try:
-                loaded = await storage.load(checkpoint_id)
-            except Exception as exc:
-                if is_not_found(exc):
-                    continue
-                fail(f"load({checkpoint_id!r}) during concurrent saves raised {type(exc).__name__}: {exc}")
-            check(loaded, f"load({checkpoint_id!r})")
+            await _load_whole_or_nothing(storage, checkpoint_id, check, "during concurrent saves")
         try:
             latest = await storage.get_latest(workflow_name=workflow_name)
             listed = await storage.list_checkpoints(workflow_name=workflow_name)
@@ -312,7 +306,7 @@ async def reads_see_whole_checkpoints(ctx: ClauseContext) -> None:
         try:
             while not saving.done():
                 for handle in readers_handles:
-                    await _load_whole_or_nothing(handle, large.checkpoint_id, check)
+                    await _load_whole_or_nothing(handle, large.checkpoint_id, check, "racing its own save")
                 await asyncio.sleep(0)
         finally:
             await saving
@@ -326,14 +320,18 @@ _LARGE_BODY_BYTES = 1_000_000
 """How large: a write of it takes long enough on a file or a socket for loads to land within it."""
 
 
-async def _load_whole_or_nothing(storage: Any, checkpoint_id: str, check: Callable[[Any, str], None]) -> None:
+async def _load_whole_or_nothing(
+    storage: Any, checkpoint_id: str, check: Callable[[Any, str], None], while_: str
+) -> None:
+    """Loads ``checkpoint_id`` and checks it, taking "not found" as not saved yet; ``while_``
+    names what the load raced, in the message of a load that raises."""
     try:
         loaded = await storage.load(checkpoint_id)
     except Exception as exc:
         if is_not_found(exc):
             return
-        fail(f"load({checkpoint_id!r}) racing its own save raised {type(exc).__name__}: {exc}")
-    check(loaded, f"load({checkpoint_id!r}) racing its own save")
+        fail(f"load({checkpoint_id!r}) {while_} raised {type(exc).__name__}: {exc}")
+    check(loaded, f"load({checkpoint_id!r})")
 
 
 _DELETE_RACE_LENGTH = 8
