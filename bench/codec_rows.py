@@ -2,7 +2,7 @@
 
 ``python -m bench.codec_rows [--calls N] [--rounds R] [--no-callgrind] [--json PATH]
 [--markdown PATH]``. Rows: the benchmark checkpoint (bench/workload.py) with 1 KB, 100 KB or
-1 MB more state, either one ``bytes`` value or a list of 1 KB text messages
+1 MB more state: one ``bytes`` value, a list of 1 KB text messages, or a list of floats
 (bench/tails_bench.py's ``large_checkpoint``). Subjects, each an encode then a decode of the same
 checkpoint: our ``CheckpointCodec``; plain msgspec (``msgspec.msgpack.encode`` and a typed
 ``Decoder``); orjson (``dumps`` of the dataclass, ``bytes`` as base64 through ``default``, and
@@ -43,7 +43,7 @@ from bench.sections import CODEC_ROWS_END, CODEC_ROWS_HEADING, CODEC_ROWS_START
 
 SIZES: tuple[tuple[str, int], ...] = (("small", 1_000), ("100 KB", 100_000), ("1 MB", 1_000_000))
 """Row label -> bytes of state added to the benchmark checkpoint ("small": 1 KB more)."""
-SHAPES: tuple[tuple[str, str], ...] = (("bytes", "blob"), ("text", "text"))
+SHAPES: tuple[tuple[str, str], ...] = (("bytes", "blob"), ("text", "text"), ("floats", "floats"))
 """Row label -> ``large_checkpoint``'s shape."""
 SUBJECTS = ("ours", "msgspec", "orjson", "jsonplus")
 PEERS = SUBJECTS[1:]

@@ -332,11 +332,15 @@ async def memory_list_ids_vs_maf(history: int, calls: int, rounds: int) -> Paire
 
 
 def large_checkpoint(shape: str, size: int) -> WorkflowCheckpoint:
-    """The benchmark checkpoint with ``size`` bytes more state: one ``bytes`` value ("blob"), or
-    ``size // 1,000`` messages of about 1 KB of text each ("text"). Deterministic."""
+    """The benchmark checkpoint with ``size`` bytes more state: one ``bytes`` value ("blob"),
+    a list of ``size // 9`` floats, an embedding's shape (msgpack writes a float in 9 bytes:
+    "floats"), or ``size // 1,000`` messages of about 1 KB of text each ("text"). Deterministic."""
     base = template(WorkflowCheckpoint)
     if shape == "blob":
         extra: dict[str, Any] = {"blob": random.Random(size).randbytes(size)}
+    elif shape == "floats":
+        numbers = random.Random(size)
+        extra = {"embedding": [numbers.uniform(-1.0, 1.0) for _ in range(size // 9)]}
     else:
         text = "lorem ipsum dolor sit amet " * 37
         extra = {
