@@ -179,6 +179,8 @@ runs there while every other clause runs on `factory`, whose records live longer
 (or for ever): one run judges a `ttl` backend whole. Without one, the family runs on `factory`
 and is not applicable to a ttl longer than it waits (a second run, `--clause expiry` on a `?ttl=1`
 store, judges it). The built-in run gives the embedded Redis one (a prefix of its own, `ttl=1`).
+A report lists what that store declares beside the main store's capabilities ("its expiry
+store", `expiry_capabilities` in JSON), since the family is judged by it.
 
 **`durable` is verified, not trusted.** The durability clauses close every handle and build the
 storage anew with `reopen` (or `process_opener`), never with `new_handle()`, which may share this

@@ -116,6 +116,9 @@ class BackendReport:
     """The storage opened but its backend did not answer the kit's one connectivity check."""
     missing_capabilities: list[str] = field(default_factory=list)
     """Capabilities the run required (``--require``) that the storage does not declare."""
+    expiry_capabilities: list[str] | None = None
+    """What the store the expiry family runs on declares, where the target has one of its own
+    (``StorageTarget.expiry_factory``); None where the family runs on the main store."""
     leftovers: list[str] = field(default_factory=list)
     """Workflows the kit created and could not delete afterwards."""
     storage_type: str = ""
@@ -179,6 +182,7 @@ class BackendReport:
             "storage_package": self.storage_package,
             "capabilities": self.capabilities,
             "missing_capabilities": self.missing_capabilities,
+            "expiry_capabilities": self.expiry_capabilities,
             "ok": self.ok,
             "error": self.error,
             "unreachable": self.unreachable,

@@ -335,6 +335,10 @@ async def avalidate_target(
             report.finished_at = now()
             return report
         report.missing_capabilities = sorted(c.value for c in required - probe.capabilities)
+        if target.expiry_factory is not None:
+            expiry_store = await loop.call(_probe(target.for_family("expiry")), patience)
+            if not expiry_store.error:
+                report.expiry_capabilities = sorted(c.value for c in expiry_store.capabilities)
         watch = operation_watch(target)
         for clause in selected:
             deadline = (clause.timeout + WATCHDOG_GRACE) * target.timeout_factor

@@ -60,6 +60,8 @@ def backend_report(
     shown = backend.failures if quiet else backend.results
     if shown:
         capabilities = ", ".join(backend.capabilities) or "none"
+        if backend.expiry_capabilities is not None:
+            capabilities += f"; its expiry store: {', '.join(backend.expiry_capabilities) or 'none'}"
         rendered.append(Text.assemble((backend.backend, "bold"), f"  capabilities: {capabilities}"))
         if backend.storage_type:
             package = f" ({backend.storage_package})" if backend.storage_package else ""

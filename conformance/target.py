@@ -120,6 +120,7 @@ class StorageTarget:
             self,
             factory=self.expiry_factory,
             capabilities=None,
+            prepare=None,  # the run's one, awaited before the first clause, readies both stores
             fresh_store=None,
             process_opener=None,
             reopen=None,

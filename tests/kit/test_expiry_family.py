@@ -3,16 +3,19 @@ never expire, read the ttl in the wrong unit, or let nested records outlive thei
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import ClassVar
 
 import pytest
+from rich.console import Console
 
 from conformance import BackendReport, Outcome, StorageTarget, validate
+from conformance.tables import backend_report
 from storages.backend import CheckpointRecord, InsertResult
 
 from . import support
-from .double import ExpiringStorage, Row, double_target
+from .double import DoubleBackend, ExpiringStorage, Row, double_target
 from .support import caught_only_by
 
 FAMILY = "expiry"
@@ -96,6 +99,31 @@ def test_the_expiry_family_runs_on_the_targets_short_lived_store() -> None:
     assert passing.result(CLAUSE).outcome is Outcome.PASSED, passing.failures
     broken = support.run_family(FAMILY, _with_short_lived_store(NeverExpires))
     caught_only_by(broken, CLAUSE, "still show the checkpoints")
+
+
+def render_text(backend: BackendReport) -> str:
+    console = Console(width=80, record=True, file=io.StringIO())
+    for part in backend_report(backend):
+        console.print(part)
+    return console.export_text()
+
+
+def test_the_report_names_what_the_short_lived_store_declares() -> None:
+    # The expiry family is judged by what its own store declares: a report that listed only the
+    # main store's capabilities could show expiry passed for a store declaring no ttl.
+    with_one = support.run_family(
+        FAMILY, double_target(DoubleBackend, expiry_factory=double_target(ExpiringStorage).factory)
+    )
+    assert "ttl" not in with_one.capabilities
+    assert with_one.expiry_capabilities is not None
+    assert "ttl" in with_one.expiry_capabilities
+    assert with_one.to_dict()["expiry_capabilities"] == with_one.expiry_capabilities
+    shown = render_text(with_one)
+    assert "its expiry store: " in shown
+    assert "ttl" in shown.partition("its expiry store: ")[2]
+    without = run_family(ExpiringStorage)
+    assert without.expiry_capabilities is None
+    assert "expiry store" not in render_text(without)
 
 
 def test_a_ttl_backend_with_a_short_lived_store_passes_the_whole_kit_in_one_run() -> None:
