@@ -9,6 +9,7 @@ every fall-back case keeps its fidelity guarantee.
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,13 @@ def test_the_benchmark_shape_takes_the_native_path() -> None:
     assert native == exact
 
 
+_BIN_LIKE_FLOATS = [
+    struct.unpack(">d", bytes([0x3F, 0xC4, 0xC5, 0xC6, 0, 0, index >> 8, index & 0xFF]))[0]
+    for index in range(300)
+]
+"""A list long enough to be tested in one native call, whose floats hold every bin marker."""
+
+
 @pytest.mark.parametrize(
     ("value", "why"),
     [
@@ -92,6 +100,9 @@ def test_the_benchmark_shape_takes_the_native_path() -> None:
         ({"b": bytearray(b"x")}, "bytearray would be written as bin"),
         ({"b": [b"\xc4 bytes", (bytearray(b"y"),)]}, "a bytearray in a tuple beside bytes"),
         ({"b": b"\xc4 bytes", "s": {b"x"}}, "bytes beside a set: only exact containers are looked through"),
+        ({"embedding": [*_BIN_LIKE_FLOATS, bytearray(b"x")]}, "a bytearray ending a long list of floats"),
+        ({"embedding": [*_BIN_LIKE_FLOATS, (bytearray(b"x"),)]}, "a bytearray in a tuple in a long list"),
+        ({"rows": [_BIN_LIKE_FLOATS, [*_BIN_LIKE_FLOATS, bytearray(b"x")]]}, "one of two long lists"),
     ],
 )
 def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: Any, why: str) -> None:
@@ -125,6 +136,48 @@ def test_bytes_and_bin_lookalikes_keep_the_native_path(state: Any) -> None:
     assert native is not None
     assert native == exact
     assert codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x") == checkpoint
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"embedding": _BIN_LIKE_FLOATS},
+        {"embedding": _BIN_LIKE_FLOATS, "messages": [{"role": "user", "content": "\u0104"}] * 3},
+        {"series": [*_BIN_LIKE_FLOATS, 7, "label", None, True]},
+        {"matrix": [_BIN_LIKE_FLOATS, _BIN_LIKE_FLOATS[::-1]]},
+    ],
+)
+def test_long_lists_of_plain_values_keep_the_native_path(state: Any) -> None:
+    # Floats hold bin markers by chance (an embedding of 120,000 holds thousands), and a list
+    # of them has nothing ormsgpack writes as bin.
+    codec = CheckpointCodec()
+    checkpoint = WorkflowCheckpoint("wf", "sig", state=state)
+    native, exact = _both_payloads(codec, checkpoint)
+    assert native is not None
+    assert native == exact
+    assert codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x") == checkpoint
+
+
+class _Tag(str):
+    """A subclass of ``str``: the native walk hands it to the hook, whatever list it is in."""
+
+
+def test_a_hooked_value_in_a_long_list_keeps_the_bytearray_its_hook_gives() -> None:
+    # The list passes the test of plain values (a subclass of str is one there), so the bin its
+    # hook's bytearray makes must be caught where the hook's contents are packed.
+    codec = CheckpointCodec()
+    given_to_decode: list[type[Any]] = []
+
+    def decode(data: Any) -> _Tag:
+        given_to_decode.append(type(data))
+        return _Tag(bytes(data).decode())
+
+    codec.register(_Tag, encode=lambda tag: bytearray(tag.encode()), decode=decode)
+    checkpoint = WorkflowCheckpoint("wf", "sig", state={"embedding": [*_BIN_LIKE_FLOATS, _Tag("tag")]})
+    decoded = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
+    assert given_to_decode and set(given_to_decode) == {bytearray}  # at save (the rebuild check) and load
+    assert decoded.state["embedding"][-1] == "tag"
+    assert type(decoded.state["embedding"][-1]) is _Tag
 
 
 def test_a_memoryview_is_refused_as_before_not_written_as_bytes() -> None:
