@@ -74,7 +74,7 @@ async def _leftovers(ctx: ClauseContext, workflow_names: list[str], ids: list[st
 _LATE_CHECK = 0.85
 """Fraction of the ttl at which everything must still be there, a second time: a deadline cut to
 whole seconds (an integer expiry time) has passed by then."""
-_TOGETHER = 0.3
+_TOGETHER = 0.5
 """Fraction of the ttl within which checkpoints saved together are gone together."""
 
 

@@ -2,7 +2,7 @@
 
 Each broken storage has exactly one defect an author who read only README.md, docs/contract.md,
 docs/backends.md, docs/registry.md, docs/integrity.md, docs/conformance.md's prose, examples/ and
-the public author API could ship. Three styles:
+the public author API could ship. Four styles:
 
 * ``ActorBackend``: every primitive is a message sent over an ``asyncio.Queue`` to one task per
   handle (started on the loop the handle is used from), which owns nothing but the store's
@@ -16,7 +16,11 @@ the public author API could ship. Three styles:
 * ``TtlBackend``: a time to live over the built-in in-memory backend. Each top-level record's
   deadline (saved at + ``ttl``) is kept beside the store; every primitive first sweeps what is
   past its deadline (removing the record, and with it its nested records) and then delegates.
-  The usual store lives an hour; the target's ``expiry_factory`` gives a store of a second.
+  The usual store lives an hour; the target's ``expiry_factory`` gives a store of a second;
+* ``AuthorRedisBackend``: an author's own key layout over redis-py's asyncio client on fakeredis
+  (a hash per record, a sorted set per workflow scored by an ``INCR`` counter, a set of names,
+  under a prefix per store): saves in one Lua script, ``latest`` and fenced saves in ``WATCH``ed
+  transactions.
 
 ``ENTRIES`` lists them as (name, factory, defect); a factory returns a
 ``conformance.StorageTarget``. tests/kit/blind_batch_nine.md has the kit's verdicts.
