@@ -148,7 +148,18 @@ the seven it missed, one breaks nothing on this machine's filesystem (an index c
 modification time) and six are now caught: two processes saving into one store at once under a
 lock that spans one process, an id holding a comma, a replica or cache that prune or
 delete_workflow forgets, a listing that drops an emptied body, and a load that can read a record
-file half written (loads of a 1 MB body's id for as long as its save runs).
+file half written (loads of a 1 MB body's id for as long as its save runs). A ninth batch,
+tests/kit/blind_batch_nine.py, holds 37 more: an actor answering every primitive from one task per
+handle with group commits, an event-sourced store with snapshots, a time to live over the
+in-memory backend, and an author's own Redis key layout on fakeredis. The kit as it was caught 18
+(tests/kit/blind_batch_nine.md, its model also failing the honest Redis layout: a probe pruned a
+storage without `prune`); one breaks nothing (a cancelled save applied on its turn), and the 18
+others are now caught: expiry judged read by read (each the first call to meet expired
+checkpoints), a deadline cut to whole seconds, renewed by a re-save, lost by a new handle or a
+fenced save; a previous id of "None"; a workflow name listed from another store; embedded
+checkpoints and tombstones another handle still holds after a delete; a refusal failing the calls
+made with it; calls left waiting by `aclose()`; and tombstones or commit order lost by a handle
+opened after a long history.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

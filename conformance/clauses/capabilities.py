@@ -265,6 +265,25 @@ async def list_workflows(ctx: ClauseContext) -> None:
         f"list_workflows() still names {emptied[0].workflow_name!r} after its only checkpoint was deleted",
     )
     ensure(kept[0].workflow_name in names, f"list_workflows() lost {kept[0].workflow_name!r}")
+    # Exactly: every name it lists holds checkpoints of this store, not a name another store of
+    # the target (another prefix on the same server, where the factory opens one) saved under. A
+    # name another writer emptied meanwhile is listed no more when asked again.
+    elsewhere = ctx.track_handle(await ctx.watch.run("the target's factory", ctx.target.open()))
+    await elsewhere.save(ctx.checkpoint(ctx.workflow_name("listed-elsewhere")))
+    names = await ctx.storage.list_workflows()
+    empty = [n for n in names[:_NAMES_CHECKED] if not await ctx.storage.list_checkpoint_ids(workflow_name=n)]
+    if empty:
+        again = await ctx.storage.list_workflows()
+        empty = [n for n in empty if n in again]
+    ensure(
+        not empty,
+        f"list_workflows() names {len(empty)} workflow(s) holding no checkpoint of this store: "
+        f"{', '.join(repr(n) for n in empty[:5])}",
+    )
+
+
+_NAMES_CHECKED = 64
+"""How many listed names list_workflows' clause asks for checkpoints (a store left with many)."""
 
 
 @clause(

@@ -170,7 +170,8 @@ async def _expect_not_found(ctx: ClauseContext, problems: _Problems, checkpoint_
     "identifiers.hostile_ids_round_trip",
     "Valid but hostile checkpoint ids (path traversal, slashes, backslashes, globs, {hash tags}, quotes, "
     "% escapes, commas and other list delimiters, spaces, emoji, right-to-left text, exactly 256 "
-    "characters) save, load, list and delete exactly as given.",
+    "characters) save, load, list and delete exactly as given; previous ids that read as a null "
+    '("None", "null", "0") come back as given.',
 )
 async def hostile_ids_round_trip(ctx: ClauseContext) -> None:
     workflow = ctx.workflow_name("hostile-ids")
@@ -215,6 +216,38 @@ async def hostile_ids_round_trip(ctx: ClauseContext) -> None:
     ensure_equal(
         await ctx.storage.list_checkpoint_ids(workflow_name=workflow), [], "listing after deleting all"
     )
+    await _null_like_previous_ids(ctx, problems)
+
+
+_NULL_LIKE = ("None", "null", "nil", "NULL", "undefined", "0", "false", "[]")
+"""Previous ids a store that writes a missing previous id as text could read back as none."""
+
+
+async def _null_like_previous_ids(ctx: ClauseContext, problems: _Problems) -> None:
+    # A previous id need not be stored (a dangling link), so these ids are never saved themselves.
+    workflow = ctx.workflow_name("null-like-previous")
+    saved = []
+    for previous in _NULL_LIKE:
+        checkpoint = ctx.checkpoint(workflow, previous_checkpoint_id=previous)
+        ok, _ = await problems.attempt(
+            f"save() with previous id {previous!r}", partial(ctx.storage.save, checkpoint)
+        )
+        if ok:
+            saved.append(checkpoint)
+    for checkpoint in saved:
+        previous = checkpoint.previous_checkpoint_id
+        ok, loaded = await problems.attempt(
+            f"load() of a checkpoint whose previous id is {previous!r}",
+            partial(ctx.storage.load, checkpoint.checkpoint_id),
+        )
+        if ok and getattr(loaded, "previous_checkpoint_id", None) != previous:
+            problems.add(
+                f"load() of a checkpoint whose previous id is {previous!r} returned previous id "
+                f"{getattr(loaded, 'previous_checkpoint_id', loaded)!r}"
+            )
+    for checkpoint in saved:
+        await _discard(ctx, checkpoint.checkpoint_id)
+    problems.check("previous ids that read as a null did not come back as given")
 
 
 @clause(

@@ -12,6 +12,7 @@ the garbage collector runs late, so the kit does not let it run first).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -73,7 +74,8 @@ async def _expect_closed_error(storage: Any, name: str, operation: Operation, wh
 
 @clause(
     "lifecycle.closed_handle_refuses_every_operation",
-    "After aclose(), every operation raises StorageClosedError and changes nothing, even on unused handles.",
+    "After aclose(), every operation raises StorageClosedError and changes nothing, even on unused handles; "
+    "calls in flight when aclose() runs end (answer or raise), and the saves that answered are kept.",
 )
 async def closed_handle_refuses_every_operation(ctx: ClauseContext) -> None:
     _require_aclose(ctx)
@@ -103,6 +105,40 @@ async def closed_handle_refuses_every_operation(ctx: ClauseContext) -> None:
         f"list_checkpoint_ids({workflow_name!r}) after closed handles were asked to save, delete and prune: "
         f"expected only {stored.checkpoint_id!r}, got {ids!r}",
     )
+    await _calls_in_flight_end(ctx, witness, stored)
+
+
+_IN_FLIGHT = 6
+"""Saves (and as many loads) in flight on a handle when it is closed."""
+
+
+async def _calls_in_flight_end(ctx: ClauseContext, witness: Any, stored: Any) -> None:
+    """A handle closed while calls on it are in flight (a shutdown) leaves none of them waiting
+    for ever: each answers or raises, and a save that answered is stored."""
+    bound = await ctx.other_handle()
+    ctx.release(bound)  # closed here, once
+    closing = unbound(bound)
+    workflow_name = ctx.workflow_name("closed-in-flight")
+    saves = [ctx.checkpoint(workflow_name, iteration_count=i) for i in range(_IN_FLIGHT)]
+    calls = [asyncio.ensure_future(closing.save(c)) for c in saves]
+    calls += [asyncio.ensure_future(closing.load(stored.checkpoint_id)) for _ in range(_IN_FLIGHT)]
+    await asyncio.sleep(0)  # every call started
+    with contextlib.suppress(Exception):  # how aclose() itself behaves is other clauses' to judge
+        await closing.aclose()
+    _, waiting = await asyncio.wait(calls, timeout=_SETTLE_SECONDS * ctx.target.timeout_factor)
+    for call in waiting:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    ensure(
+        not waiting,
+        f"{len(waiting)} of {len(calls)} calls in flight when aclose() ran had neither answered nor raised "
+        f"{_SETTLE_SECONDS * ctx.target.timeout_factor:g} s later",
+    )
+    if not ctx.has(Capability.SHARED):
+        return  # the witness would be another store
+    for checkpoint, call in zip(saves, calls, strict=False):
+        if not call.cancelled() and call.exception() is None:
+            await expect_loads_equal(witness, checkpoint, "after its save answered while its handle closed")
 
 
 @clause(

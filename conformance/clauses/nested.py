@@ -14,6 +14,7 @@ the one saved, and gives each embedded checkpoint a workflow name of its own and
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from typing import Any
@@ -91,9 +92,9 @@ async def expect_loads(ctx: ClauseContext, expected: Any, when: str) -> None:
     expect_same(expected, loaded, f"load({checkpoint_id!r}) {when}")
 
 
-async def expect_not_found(ctx: ClauseContext, checkpoint_id: str, when: str) -> None:
+async def expect_not_found(ctx: ClauseContext, checkpoint_id: str, when: str, storage: Any = None) -> None:
     try:
-        loaded = await ctx.storage.load(checkpoint_id)
+        loaded = await (ctx.storage if storage is None else storage).load(checkpoint_id)
     except Exception as exc:
         if is_not_found(exc):
             return
@@ -394,8 +395,8 @@ async def hidden_from_listing(ctx: ClauseContext) -> None:
 
 @clause(
     "nested.delete_cascades",
-    "Deleting a checkpoint deletes every checkpoint embedded in it, at any depth, leaving no orphan; "
-    "other checkpoints' embedded ones stay.",
+    "Deleting a checkpoint deletes every checkpoint embedded in it, at any depth, leaving no orphan (on "
+    "another handle that read them too); other checkpoints' embedded ones stay.",
     requires=[Capability.NESTED],
 )
 async def delete_cascades(ctx: ClauseContext) -> None:
@@ -408,12 +409,19 @@ async def delete_cascades(ctx: ClauseContext) -> None:
     await storage.save(kept_parent)
     for checkpoint in [*doomed_levels, sibling, *kept_levels]:
         await expect_loads(ctx, checkpoint, "right after saving its container")
+    # Another handle that read the embedded checkpoints before the delete must not find them after.
+    other = await ctx.other_handle() if ctx.has(Capability.SHARED) else None
+    if other is not None:
+        for checkpoint in [*doomed_levels, sibling]:
+            await other.load(checkpoint.checkpoint_id)
     deleted = await storage.delete(doomed_parent.checkpoint_id)
     ensure(deleted is True, f"delete({doomed_parent.checkpoint_id!r}) returned {deleted!r}, not True")
     when = f"after delete({doomed_parent.checkpoint_id!r}) of its container"
     for orphan in [*doomed_levels, sibling]:
         orphan_id = orphan.checkpoint_id
         await expect_not_found(ctx, orphan_id, when)
+        if other is not None:
+            await expect_not_found(ctx, orphan_id, f"through another handle {when}", other)
         remaining = await listed_ids(ctx, orphan.workflow_name, include_nested=True)
         ensure(
             orphan_id not in remaining,
@@ -436,7 +444,7 @@ async def delete_cascades(ctx: ClauseContext) -> None:
 @clause(
     "nested.delete_nested_refused",
     "delete() of an embedded checkpoint raises NestedCheckpointDeletionError while its container "
-    "exists, and deletes nothing.",
+    "exists, and deletes nothing; calls made at the same time answer as they would alone.",
     requires=[Capability.NESTED],
 )
 async def delete_nested_refused(ctx: ClauseContext) -> None:
@@ -469,6 +477,28 @@ async def delete_nested_refused(ctx: ClauseContext) -> None:
         [level1.checkpoint_id],
         f"list_nested({parent.checkpoint_id!r}) after the refused deletes",
     )
+    # A refusal is the refused call's own: calls made on the handle at the same time answer as
+    # they would alone (a backend that batches calls must not fail the batch with it).
+    bystander = ctx.checkpoint(ctx.workflow_name("refuse-bystander"))
+    answers = await asyncio.gather(
+        ctx.storage.save(bystander),
+        ctx.storage.delete(level1.checkpoint_id),
+        ctx.storage.load(parent.checkpoint_id),
+        return_exceptions=True,
+    )
+    calls = (f"save({bystander.checkpoint_id!r})", "the refused delete", f"load({parent.checkpoint_id!r})")
+    for call, answer in zip(calls, answers, strict=True):
+        refused = isinstance(answer, NestedCheckpointDeletionError)
+        if (call == "the refused delete") != refused:
+            shown = (
+                f"raised {type(answer).__name__}: {answer}"
+                if isinstance(answer, BaseException)
+                else f"answered {answer!r}"
+            )
+            fail(
+                f"{call}, made at the same time as a delete of the embedded {level1.checkpoint_id!r}, {shown}"
+            )
+    await expect_loads(ctx, bystander, "after it was saved at the same time as a refused delete")
 
 
 @clause(

@@ -41,8 +41,11 @@ _PRUNE = (Capability.PRUNE,)
 _SCRAMBLE: tuple[tuple[str, int], ...] = (("c", 3), ("f", 1), ("a", 5), ("d", 0), ("b", 2), ("e", 4))
 
 
-async def _expect_tombstones(book: Book, workflow_name: str, expected: list[str], when: str) -> None:
-    tombstones = await book.ctx.storage.list_tombstones(workflow_name=workflow_name)
+async def _expect_tombstones(
+    book: Book, workflow_name: str, expected: list[str], when: str, storage: Any = None
+) -> None:
+    storage = book.ctx.storage if storage is None else storage
+    tombstones = await storage.list_tombstones(workflow_name=workflow_name)
     ensure(
         sorted(tombstones) == sorted(expected),
         f"list_tombstones(workflow_name={workflow_name!r}) {when} returned {book.show(list(tombstones))}, "
@@ -400,8 +403,9 @@ async def _spares_others(ctx: ClauseContext, operation: str, call: Callable[[str
 
 @clause(
     "retention.delete_workflow_clears_tombstones",
-    "delete_workflow clears the workflow's tombstones (a link to a pruned id is then MISSING) and no "
-    "other workflow's, not even those of a workflow whose name extends its own.",
+    "delete_workflow clears the workflow's tombstones (a link to a pruned id is then MISSING; on another "
+    "handle that listed them too) and no other workflow's, not even those of a workflow whose name "
+    "extends its own.",
     requires=[Capability.PRUNE, Capability.INSPECT],
 )
 async def delete_workflow_clears_tombstones(ctx: ClauseContext) -> None:
@@ -415,12 +419,20 @@ async def delete_workflow_clears_tombstones(ctx: ClauseContext) -> None:
     await _expect_tombstones(
         book, book.workflow, ids_of(chain[:2]), "after prune(keep_last=2), before delete_workflow"
     )
+    # Another handle that listed the tombstones before the delete lists none after it.
+    handle = await ctx.other_handle() if ctx.has(Capability.SHARED) else None
+    if handle is not None:
+        await _expect_tombstones(
+            book, book.workflow, ids_of(chain[:2]), "through another handle, before delete_workflow", handle
+        )
     deleted = await ctx.storage.delete_workflow(workflow_name=book.workflow)
     ensure_equal(
         deleted, 2, f"count returned by delete_workflow(workflow_name={book.workflow!r}) of 2 checkpoints"
     )
     when = "after delete_workflow"
     await _expect_tombstones(book, book.workflow, [], when)
+    if handle is not None:
+        await _expect_tombstones(book, book.workflow, [], f"through another handle {when}", handle)
     await _expect_tombstones(other, other.workflow, ids_of(others[:2]), f"{when} of {book.workflow!r}")
     everything = set(await ctx.storage.list_tombstones())
     stale = [i for i in ids_of(chain[:2]) if i in everything]

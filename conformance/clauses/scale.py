@@ -379,12 +379,14 @@ async def cycle_walk_stops_at_the_cycle(ctx: ClauseContext) -> None:
 @clause(
     "scale.history_is_kept",
     f"{_KEPT_WORKFLOWS * _KEPT_PER_WORKFLOW:,} checkpoints over {_KEPT_WORKFLOWS} workflows all stay listed "
-    "and loadable: none is dropped to make room.",
+    "and loadable: none is dropped to make room; a prune's tombstones from before them stay too, seen "
+    "from a handle opened after them, which agrees on the order of what is saved next.",
     timeout=180.0,
 )
 async def history_is_kept(ctx: ClauseContext) -> None:
     if ctx.has(Capability.TTL):
         not_applicable("the storage declares a time to live: old checkpoints are meant to go")
+    pruned_name, pruned = await _pruned_before(ctx)
     names = [ctx.workflow_name(f"kept{index}") for index in range(_KEPT_WORKFLOWS)]
     saved: dict[str, list[Any]] = {name: [] for name in names}
     for index in range(_KEPT_PER_WORKFLOW):
@@ -423,3 +425,48 @@ async def history_is_kept(ctx: ClauseContext) -> None:
                 loaded == checkpoint,
                 f"after {total:,} saves, load({checkpoint.checkpoint_id!r}) returned another checkpoint",
             )
+    if not ctx.has(Capability.SHARED):
+        return  # another handle would be another store
+    if pruned:
+        # A store that compacts its history (snapshots, logs) keeps what the compaction covers.
+        later = await ctx.other_handle()
+        tombstones = sorted(await later.list_tombstones(workflow_name=pruned_name))
+        ensure(
+            tombstones == sorted(pruned),
+            f"after {total:,} saves, list_tombstones({pruned_name!r}) on a handle opened after them returned "
+            f"{tombstones!r}; the prune before them tombstoned {sorted(pruned)!r}",
+        )
+    await _order_after_history(ctx, total)
+
+
+async def _order_after_history(ctx: ClauseContext, total: int) -> None:
+    """After the history, a handle opened then and the one that wrote it agree on the order of
+    what comes next: a checkpoint deleted and saved again lists before one saved after it."""
+    later = await ctx.other_handle()
+    name = ctx.workflow_name("after-history")
+    await later.list_checkpoint_ids(workflow_name=name)
+    again, after = ctx.checkpoint(name, iteration_count=0), ctx.checkpoint(name, iteration_count=1)
+    await ctx.storage.save(again)
+    await ctx.storage.delete(again.checkpoint_id)
+    await ctx.storage.save(again)
+    await ctx.storage.save(after)
+    expected = [again.checkpoint_id, after.checkpoint_id]
+    for label, handle in (("a handle opened after them", later), ("the handle that saved them", ctx.storage)):
+        listed = await handle.list_checkpoint_ids(workflow_name=name)
+        ensure(
+            listed == expected,
+            f"after {total:,} saves, list_checkpoint_ids({name!r}) on {label} returned {listed!r}, "
+            f"expected {expected!r} ({again.checkpoint_id!r} deleted and saved again, then "
+            f"{after.checkpoint_id!r} saved)",
+        )
+
+
+async def _pruned_before(ctx: ClauseContext) -> tuple[str, list[str]]:
+    """A workflow pruned before the history: its name and the ids its prune tombstoned (none
+    where the storage cannot prune or list tombstones)."""
+    name = ctx.workflow_name("pruned-before")
+    if not (ctx.has(Capability.PRUNE) and ctx.has(Capability.INSPECT)):
+        return name, []
+    chain = await ctx.save_chain(name, 3)
+    await ctx.storage.prune(workflow_name=name, keep_last=1)
+    return name, [c.checkpoint_id for c in chain[:2]]

@@ -245,7 +245,10 @@ class ProgramProbes(ProgramDraws):
                 )
             )
         )
-        removal = rng.choice(("prune", "delete_workflow", "delete", "delete_writes", "none"))
+        removals = ["delete", "delete_writes", "none"]
+        if self.settings.has(Capability.PRUNE):  # a storage without it refuses both
+            removals[:0] = ["prune", "delete_workflow"]
+        removal = rng.choice(removals)
         if removal == "prune":
             ops.append(
                 self._applied(Op("prune", 0, {"workflow": record.workflow, "keep_last": rng.choice((0, 1))}))
