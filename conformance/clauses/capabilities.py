@@ -271,7 +271,7 @@ async def list_workflows(ctx: ClauseContext) -> None:
     elsewhere = ctx.track_handle(await ctx.watch.run("the target's factory", ctx.target.open()))
     await elsewhere.save(ctx.checkpoint(ctx.workflow_name("listed-elsewhere")))
     names = await ctx.storage.list_workflows()
-    empty = [n for n in names[:_NAMES_CHECKED] if not await ctx.storage.list_checkpoint_ids(workflow_name=n)]
+    empty = [n for n in names[:_NAMES_CHECKED] if not await _holds_checkpoints(ctx, n)]
     if empty:
         again = await ctx.storage.list_workflows()
         empty = [n for n in empty if n in again]
@@ -284,6 +284,14 @@ async def list_workflows(ctx: ClauseContext) -> None:
 
 _NAMES_CHECKED = 64
 """How many listed names list_workflows' clause asks for checkpoints (a store left with many)."""
+
+
+async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
+    """Whether the workflow holds a checkpoint, an embedded one counting where there are any
+    (a name only embedded checkpoints carry may be listed)."""
+    if ctx.has(Capability.NESTED):
+        return bool(await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name, include_nested=True))
+    return bool(await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name))
 
 
 @clause(
