@@ -342,3 +342,37 @@ async def test_first_operations_started_together_open_the_storage_once() -> None
     results = await asyncio.gather(*(storage.load(f"absent-{n}") for n in range(8)), return_exceptions=True)
     assert CountsOpens.opens == 1
     assert all(isinstance(result, CheckpointNotFoundError) for result in results), results
+
+
+async def test_a_handle_closed_while_its_first_operation_opens_it_closes_what_the_open_made() -> None:
+    from storages.engine import CheckpointStore
+    from storages.errors import StorageClosedError
+    from storages.memory import MemoryBackend
+
+    opening = asyncio.Event()
+    may_finish = asyncio.Event()
+
+    class SlowOpen(MemoryBackend):
+        opened = closed = 0
+
+        async def open(self, operation: str) -> None:
+            opening.set()
+            await may_finish.wait()
+            type(self).opened += 1
+
+        async def close(self) -> None:
+            type(self).closed += 1
+
+    storage = CheckpointStore(SlowOpen())
+    first = asyncio.ensure_future(storage.save(WorkflowCheckpoint("wf", "sig")))
+    await opening.wait()
+    waiting = asyncio.ensure_future(storage.load("queued-behind-the-open"))
+    closing = asyncio.ensure_future(storage.aclose())
+    await asyncio.sleep(0)
+    may_finish.set()
+    await closing
+    # A pool or a connection the open made would otherwise outlive the closed handle.
+    assert (SlowOpen.opened, SlowOpen.closed) == (1, 1)
+    await asyncio.gather(first, return_exceptions=True)
+    with pytest.raises(StorageClosedError):
+        await waiting

@@ -49,6 +49,8 @@ class Lifecycle:
             self._lock = asyncio.Lock()
             self._lock_loop = loop
         async with self._lock:
+            if self._closed:  # closed while this operation waited for another's open
+                raise StorageClosedError(self._backend.describe(), operation)
             if not self._connected:
                 await self._backend.open(operation)
                 self._connected = True
@@ -63,6 +65,16 @@ class Lifecycle:
         if self._closed:
             return
         self._closed = True
+        lock = self._lock
+        if lock is not None and self._lock_loop is asyncio.get_running_loop():
+            # An open under way (a first operation in flight) ends first: what it connects must
+            # be closed here, not left running after the handle is closed.
+            async with lock:
+                await self._close_backend()
+        else:
+            await self._close_backend()
+
+    async def _close_backend(self) -> None:
         if self._connected:
             if self._loop is not asyncio.get_running_loop():
                 await self._backend.follow_loop()  # closing from a new loop closes what is bound to it
