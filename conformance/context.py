@@ -129,6 +129,12 @@ class ClauseContext:
         self._handles.append(bound)
         return bound
 
+    async def factory_handle(self) -> Any:
+        """A handle the target's factory opens (a store of its own where the factory makes one,
+        not a handle on this clause's store), bound by the run's operation timeout and closed
+        when the clause ends."""
+        return self.track_handle(await self._open_from_factory())
+
     def track_workflow(self, name: str) -> None:
         """Count ``name`` among the workflows this clause created, for the end-of-clause cleanup."""
         if isinstance(name, str):
@@ -194,7 +200,10 @@ class ClauseContext:
             if inspect.isawaitable(handle):
                 handle = await handle
             return self.watch.bound(handle)
-        return self.watch.bound(await self.watch.run("the target's factory", self.target.open()))
+        return self.watch.bound(await self._open_from_factory())
+
+    async def _open_from_factory(self) -> Any:
+        return await self.watch.run("the target's factory", self.target.open())
 
 
 def _opener_from(process_opener: Any) -> Callable[[], Any] | None:

@@ -268,7 +268,7 @@ async def list_workflows(ctx: ClauseContext) -> None:
     # Exactly: every name it lists holds checkpoints of this store, not a name another store of
     # the target (another prefix on the same server, where the factory opens one) saved under. A
     # name another writer emptied meanwhile is listed no more when asked again.
-    elsewhere = ctx.track_handle(await ctx.watch.run("the target's factory", ctx.target.open()))
+    elsewhere = await ctx.factory_handle()
     await elsewhere.save(ctx.checkpoint(ctx.workflow_name("listed-elsewhere")))
     names = await ctx.storage.list_workflows()
     empty = [n for n in names[:_NAMES_CHECKED] if not await _holds_checkpoints(ctx, n)]

@@ -109,7 +109,7 @@ async def _probes(ctx: ClauseContext) -> list[tuple[str, Callable[[], Awaitable[
         reads.append(("checkpoint_info()", _info_shows))
     probes: list[tuple[str, Callable[[], Awaitable[bool]]]] = []
     for what, read in reads:
-        storage = ctx.track_handle(await ctx.watch.run("the target's factory", ctx.target.open()))
+        storage = await ctx.factory_handle()
         workflow_name = ctx.workflow_name("expiring-probe")
         ids: list[str] = []
         previous: str | None = None
