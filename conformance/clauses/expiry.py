@@ -57,18 +57,29 @@ async def _present(storage: Any, checkpoint_id: str) -> bool:
 
 async def _leftovers(ctx: ClauseContext, workflow_names: list[str], ids: list[str]) -> list[str]:
     """What a read still shows of checkpoints that should have expired."""
-    storage = ctx.storage
-    found = [f"load({i!r})" for i in ids if await _present(storage, i)]
+    found = [f"load({i!r})" for i in ids if await _present(ctx.storage, i)]
     for workflow_name in workflow_names:
-        if await storage.get_latest(workflow_name=workflow_name) is not None:
-            found.append(f"get_latest({workflow_name!r})")
-        if await storage.list_checkpoint_ids(workflow_name=workflow_name):
-            found.append(f"list_checkpoint_ids({workflow_name!r})")
-        if await storage.list_checkpoints(workflow_name=workflow_name):
-            found.append(f"list_checkpoints({workflow_name!r})")
-        if ctx.has(Capability.LIST_WORKFLOWS) and workflow_name in await storage.list_workflows():
-            found.append(f"list_workflows() naming {workflow_name!r}")
+        for what, read in _workflow_reads(ctx):
+            if await read(ctx.storage, workflow_name, ids):
+                found.append(f"{what} for {workflow_name!r}")
     return found
+
+
+_Read = Callable[[Any, str, list[str]], Awaitable[bool]]
+"""A read of (storage, workflow name, the ids saved under it) answering whether it still shows
+any of them."""
+
+
+def _workflow_reads(ctx: ClauseContext) -> list[tuple[str, _Read]]:
+    """The reads that answer for a whole workflow."""
+    reads: list[tuple[str, _Read]] = [
+        ("get_latest()", _latest_shows),
+        ("list_checkpoint_ids()", _ids_show),
+        ("list_checkpoints()", _listing_shows),
+    ]
+    if ctx.has(Capability.LIST_WORKFLOWS):
+        reads.append(("list_workflows()", _workflows_show))
+    return reads
 
 
 _LATE_CHECK = 0.85
@@ -94,13 +105,7 @@ async def _probes(ctx: ClauseContext) -> list[tuple[str, Callable[[], Awaitable[
     read is the first call to meet after it expired: a storage that purges as a side effect of
     some reads cannot let another read's purge hide a read that shows expired checkpoints.
     Each read answers True while it still shows them."""
-    reads: list[tuple[str, Callable[[Any, str, list[str]], Awaitable[bool]]]] = [
-        ("get_latest()", _latest_shows),
-        ("list_checkpoint_ids()", _ids_show),
-        ("list_checkpoints()", _listing_shows),
-    ]
-    if ctx.has(Capability.LIST_WORKFLOWS):
-        reads.append(("list_workflows()", _workflows_show))
+    reads = _workflow_reads(ctx)
     if ctx.has(Capability.NESTED):
         reads.append(("load() of an embedded checkpoint", _embedded_loads))
     if ctx.has(Capability.ANCESTRY):
