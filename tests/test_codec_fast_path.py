@@ -90,6 +90,11 @@ _BIN_LIKE_FLOATS = [
     for index in range(300)
 ]
 """A list long enough to be tested in one native call, whose floats hold every bin marker."""
+_PAYLOAD_SIZES = pytest.mark.parametrize(
+    "padding", [{}, {"padding": "p" * 70_000}], ids=["small payload", "payload over 64 KiB"]
+)
+"""Long lists are looked for at different moments in small and large payloads: each case runs in
+both."""
 
 
 @pytest.mark.parametrize(
@@ -105,7 +110,11 @@ _BIN_LIKE_FLOATS = [
         ({"rows": [_BIN_LIKE_FLOATS, [*_BIN_LIKE_FLOATS, bytearray(b"x")]]}, "one of two long lists"),
     ],
 )
-def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: Any, why: str) -> None:
+@_PAYLOAD_SIZES
+def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(
+    value: Any, why: str, padding: dict[str, str]
+) -> None:
+    value = {**value, **padding}
     codec = CheckpointCodec()
     checkpoint = WorkflowCheckpoint("wf", "sig", state=value)
     native, _ = _both_payloads(codec, checkpoint)
@@ -133,11 +142,12 @@ def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(value: 
         {"matrix": [_BIN_LIKE_FLOATS, _BIN_LIKE_FLOATS[::-1]]},
     ],
 )
-def test_bytes_and_bin_lookalikes_keep_the_native_path(state: Any) -> None:
+@_PAYLOAD_SIZES
+def test_bytes_and_bin_lookalikes_keep_the_native_path(state: Any, padding: dict[str, str]) -> None:
     # Runners that store serialized blobs (LangGraph's saver) hold bytes in every body: their bin
     # must not send the value down the exact walk when nothing else would.
     codec = CheckpointCodec()
-    checkpoint = WorkflowCheckpoint("wf", "sig", state=state)
+    checkpoint = WorkflowCheckpoint("wf", "sig", state={**state, **padding})
     native, exact = _both_payloads(codec, checkpoint)
     assert native is not None
     assert native == exact
@@ -148,7 +158,8 @@ class _Tag(str):
     """A subclass of ``str``: the native walk hands it to the hook, whatever list it is in."""
 
 
-def test_a_hooked_value_in_a_long_list_keeps_the_bytearray_its_hook_gives() -> None:
+@_PAYLOAD_SIZES
+def test_a_hooked_value_in_a_long_list_keeps_the_bytearray_its_hook_gives(padding: dict[str, str]) -> None:
     # The list passes the test of plain values (a subclass of str is one there), so the bin its
     # hook's bytearray makes must be caught where the hook's contents are packed.
     codec = CheckpointCodec()
@@ -159,7 +170,8 @@ def test_a_hooked_value_in_a_long_list_keeps_the_bytearray_its_hook_gives() -> N
         return _Tag(bytes(data).decode())
 
     codec.register(_Tag, encode=lambda tag: bytearray(tag.encode()), decode=decode)
-    checkpoint = WorkflowCheckpoint("wf", "sig", state={"embedding": [*_BIN_LIKE_FLOATS, _Tag("tag")]})
+    state = {"embedding": [*_BIN_LIKE_FLOATS, _Tag("tag")], **padding}
+    checkpoint = WorkflowCheckpoint("wf", "sig", state=state)
     decoded = codec.decode_checkpoint(codec.encode_checkpoint(checkpoint), checkpoint_id="x")
     assert given_to_decode  # at save (the rebuild check) and at load
     assert set(given_to_decode) == {bytearray}
