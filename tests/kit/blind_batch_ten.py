@@ -14,9 +14,10 @@ the public author API could ship. Four styles:
   each carrying the client's id and a request id (arguments and answers pickled in base64). The
   server answers reads at once and writes on a task of their own (so answers can overtake each
   other), keeps every answer by (client, request id) and replays it for a request sent again, and
-  drops the connection instead of answering one request in ``LOSE_EVERY``: a lost answer of a
-  request that was applied. The client matches answers by request id, and resends a request whose
-  answer was lost under the same id on a new connection;
+  drops the connection instead of answering one request in ``LOSE_EVERY`` of each client's
+  (never a request sent again): a lost answer of a request that was applied. The client matches
+  answers by request id, and resends a request whose answer was lost under the same id on a new
+  connection;
 * ``CowBackend``: a copy-on-write store. The whole state is one root (``Tables``) never changed
   once published; a write copies the root it read, applies itself to the copy, and publishes it
   with a compare-and-swap on the store's cell, starting again from the new root when another
@@ -683,8 +684,8 @@ def shard_target(backend_class: type[ShardRouter]) -> Callable[[], StorageTarget
 # ====================================================================== a client and its server
 
 LOSE_EVERY = 17
-"""The server drops the connection instead of sending one first answer in this many (after
-applying); an answer sent again is never lost on purpose."""
+"""The server drops the connection instead of sending one first answer in this many of each
+client's (after applying); an answer sent again is never lost on purpose."""
 
 LINE_LIMIT = 1 << 30
 """A request or an answer is one line, whatever the body's size."""
@@ -722,7 +723,8 @@ class Server:
     def __init__(self) -> None:
         self.stores: dict[str, Tables] = {}
         self.answers: dict[tuple[str, int], bytes] = {}
-        self.count = 0
+        self.counts: dict[str, int] = {}
+        """client -> first answers made to it."""
         self.loop = asyncio.new_event_loop()
         self.started = threading.Event()
         self.port = 0
@@ -778,8 +780,8 @@ class Server:
             self.answers[key] = line
             if len(self.answers) > self.KEEP_ANSWERS:
                 del self.answers[next(iter(self.answers))]
-            self.count += 1
-        if first and self.count % LOSE_EVERY == 0:
+            self.counts[request["client"]] = self.counts.get(request["client"], 0) + 1
+        if first and self.counts[request["client"]] % LOSE_EVERY == 0:
             writer.close()  # applied, but its answer is lost with the connection
             return
         if not writer.is_closing():
@@ -864,11 +866,14 @@ class Connection:
             pass
         finally:
             self.closed = True
-            for future in self.pending.values():
-                if not future.done():
-                    future.set_exception(ConnectionLost())
+            # Also run when a loop closed with this task pending is collected: nothing can be
+            # scheduled on that loop any more, and no one waits there.
+            with contextlib.suppress(RuntimeError):
+                for future in self.pending.values():
+                    if not future.done():
+                        future.set_exception(ConnectionLost())
+                self.writer.close()
             self.pending.clear()
-            self.writer.close()
 
     def send(self, request: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
         if self.closed:

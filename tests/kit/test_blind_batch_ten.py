@@ -29,7 +29,7 @@ CAUGHT_BY: dict[str, str] = {
     "ShardRecordsFromHome": "capabilities.inspect",
     "ShardChildrenAtRecordHome": "nested.list_nested_children",
     # a client of a JSON-lines server
-    "ClientResendsUnderNewId": "model.sequential_histories",
+    "ClientResendsUnderNewId": "identifiers.hostile_ids_round_trip",
     "ClientAnswersInSendOrder": "concurrency.reads_see_whole_checkpoints",
     "ClientConnectionKeptAcrossLoops": "lifecycle.works_across_event_loops",
     "ClientOneRequestAtATime": "concurrency.cancelled_calls_leave_no_trace",
