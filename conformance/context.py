@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import uuid
@@ -27,6 +28,9 @@ def unstored_parent(checkpoint_id: str) -> str:
 
 
 _counter = itertools.count()
+
+SETTLE_TURNS = 8
+"""How many times :meth:`ClauseContext.settle` yields to the event loop."""
 
 
 class ClauseContext:
@@ -95,6 +99,13 @@ class ClauseContext:
             chain.append(checkpoint)
             previous = checkpoint.checkpoint_id
         return chain
+
+    async def settle(self) -> None:
+        """Yield to the event loop a few times, so that work a storage started in the background
+        and can do at once (a flusher, a compaction, a cache's write-behind) runs before the clause
+        goes on. It waits for no clock: what it checks next must hold whether or not that work ran."""
+        for _ in range(SETTLE_TURNS):
+            await asyncio.sleep(0)
 
     async def other_handle(self) -> Any:
         """Another handle on the same backend, closed when the clause ends."""

@@ -10,6 +10,7 @@ keyword that is quietly ignored, is the failure these clauses exist to catch.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 from collections import Counter
@@ -296,7 +297,8 @@ async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
 
 @clause(
     "capabilities.raw_access",
-    "Declared: read_raw_body/write_raw_body read and replace stored bytes; undeclared: refused, no writes.",
+    "Declared: read_raw_body/write_raw_body read and replace stored bytes (a replacement made beside a save "
+    "is kept); undeclared: refused, no writes.",
 )
 async def raw_access(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("raw"), 1, state={"pair": (1, 2)})
@@ -318,6 +320,8 @@ async def raw_access(ctx: ClauseContext) -> None:
     )
     await ctx.storage.write_raw_body(checkpoint_id, body)
     await _ensure_unchanged(ctx, saved, "writing its own body back")
+    await _replacement_beside_a_save(ctx, checkpoint_id, body)
+    await _ensure_unchanged(ctx, saved, "writing its own body back after a replacement")
     try:
         await ctx.storage.write_raw_body(missing_id, body)
     except CheckpointNotFoundError:
@@ -337,11 +341,35 @@ async def raw_access(ctx: ClauseContext) -> None:
     fail(f"write_raw_body({missing_id!r}) created a checkpoint under an unknown id")
 
 
+async def _replacement_beside_a_save(ctx: ClauseContext, checkpoint_id: str, body: bytes) -> None:
+    """A replacement made while a save runs beside it, in either order, is kept: a store that
+    publishes whole states must not publish one taken before the replacement."""
+    stand_in = (await ctx.save_chain(ctx.workflow_name("raw-stand-in"), 1))[0]
+    replacement = await ctx.storage.read_raw_body(stand_in.checkpoint_id)
+    ensure(
+        isinstance(replacement, bytes),
+        f"read_raw_body({stand_in.checkpoint_id!r}) returned {_show(replacement)}",
+    )
+    for first in ("the save", "the replacement"):
+        beside = ctx.checkpoint(ctx.workflow_name("raw-beside"))
+        save, replace = ctx.storage.save(beside), ctx.storage.write_raw_body(checkpoint_id, replacement)
+        await asyncio.gather(*((save, replace) if first == "the save" else (replace, save)))
+        now = await ctx.storage.read_raw_body(checkpoint_id)
+        if now != replacement:
+            was = "the bytes it held before" if now == body else _show(now)
+            fail(
+                f"read_raw_body({checkpoint_id!r}) after write_raw_body of another checkpoint's bytes, made "
+                f"while a save ran beside it ({first} started first), returned {was}: it was lost"
+            )
+        await ctx.storage.write_raw_body(checkpoint_id, body)
+
+
 @clause(
     "capabilities.inspect",
     "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered, past the "
-    "engine's own records in the index) describe stored records, sizes in stored bytes, an entry a raw "
-    "write leaves as it was, and a deleted one no more; undeclared: refused.",
+    "engine's own records in the index) describe stored records (embedded ones under their own workflow, "
+    "whatever their containers'), sizes in stored bytes, an entry a raw write leaves as it was, and a "
+    "deleted one no more; undeclared: refused.",
 )
 async def inspect(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
@@ -410,7 +438,35 @@ async def inspect(ctx: ClauseContext) -> None:
         _ids(saved[:1]),
         f"list_records(workflow_name={workflow_name!r}) ids after the newest was deleted",
     )
+    if ctx.has(Capability.NESTED):
+        await _embedded_listed_under_their_workflow(ctx)
     await _streamed_index_is_the_listing(ctx)
+
+
+EMBEDDING_WORKFLOWS = 8
+"""Workflows each saving a checkpoint that embeds one of a single sub-workflow: a store placing
+each save's family by its container's workflow (a shard, a partition) spreads them over places
+other than the sub-workflow's own."""
+
+
+async def _embedded_listed_under_their_workflow(ctx: ClauseContext) -> None:
+    sub = ctx.workflow_name("inspect-sub")
+    embedded: list[str] = []
+    for index in range(EMBEDDING_WORKFLOWS):
+        child = ctx.checkpoint(sub, iteration_count=index)
+        parent = ctx.checkpoint(
+            ctx.workflow_name(f"inspect-parent-{index}"),
+            state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+        )
+        await ctx.storage.save(parent)
+        embedded.append(child.checkpoint_id)
+    records = await ctx.storage.list_records(workflow_name=sub)
+    ensure_equal(
+        sorted(r.checkpoint_id for r in records),
+        sorted(embedded),
+        f"list_records(workflow_name={sub!r}) of a workflow whose checkpoints are each embedded in a "
+        f"checkpoint of another of {EMBEDDING_WORKFLOWS} workflows",
+    )
 
 
 STREAM_PAGE = 2

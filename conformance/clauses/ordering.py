@@ -231,9 +231,11 @@ async def raw_write_keeps_commit_order(ctx: ClauseContext) -> None:
     # A rewrite is a repair, not a save: a backend that makes it a delete and an insert moves the
     # checkpoint to the end of the order, and a run resumes from it.
     run = _Run(ctx, "rewritten")
-    saved = run.scrambled(3)
+    saved = run.scrambled(6)
     for checkpoint in saved:
         await ctx.storage.save(checkpoint)
+    # Older records a storage moved behind the saves (a colder tier) are rewritten in place too.
+    await ctx.settle()
     oldest = saved[0].checkpoint_id
     body = await ctx.storage.read_raw_body(oldest)
     ensure(isinstance(body, bytes), f"read_raw_body({oldest!r}) returned {type(body).__name__}, not bytes")

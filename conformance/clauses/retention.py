@@ -11,6 +11,7 @@ Checkpoint ids here are readable, ``<workflow>-<label>``; see :class:`~.ancestry
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -97,6 +98,8 @@ async def prune_keeps_newest(ctx: ClauseContext) -> None:
         # Another workflow's checkpoints, interleaved and newer by clock: prune must not see them.
         previous = bystanders[-1].checkpoint_id if bystanders else None
         bystanders.append(await other.save(f"o{index}", previous=previous, timestamp=at(100 + index)))
+    # What a storage does behind the saves (moving older records elsewhere) must not hide them.
+    await ctx.settle()
     await _prune(book, book.workflow, 2, len(saved) - 2, "of 6 checkpoints")
     when = "after prune(keep_last=2)"
     await expect_listed(book, book.workflow, saved[-2:], when)
@@ -226,13 +229,15 @@ async def pruned_ancestor_leaves_tombstone(ctx: ClauseContext) -> None:
 @clause(
     "retention.tombstones_listed",
     "list_tombstones(workflow_name=) names exactly the ids pruned from that workflow, accumulating over "
-    "prunes, keep_last=0 included; other workflows' lists are unaffected.",
+    "prunes, keep_last=0 included, and a prune racing a plain delete tombstones exactly what it reports it "
+    "deleted; other workflows' lists are unaffected.",
     requires=[Capability.PRUNE, Capability.INSPECT],
 )
 async def tombstones_listed(ctx: ClauseContext) -> None:
     book, other = Book(ctx, "listed"), Book(ctx, "unpruned")
     chain = await book.chain(5)
     await other.chain(2)
+    await ctx.settle()  # older records a storage moved behind the saves are pruned and marked too
     await _prune(book, book.workflow, 3, 2, "of 5 checkpoints")
     await _expect_tombstones(book, book.workflow, ids_of(chain[:2]), "after prune(keep_last=3)")
     await _prune(book, book.workflow, 1, 2, "of the 3 left")
@@ -244,6 +249,33 @@ async def tombstones_listed(ctx: ClauseContext) -> None:
     # keep_last=0 is a prune like any other, not a delete_workflow: it adds, and clears nothing.
     await _prune(book, book.workflow, 0, 1, "of the last one left")
     await _expect_tombstones(book, book.workflow, ids_of(chain), "after a third prune(keep_last=0)")
+    for first in ("delete", "prune"):
+        await _delete_racing_prune(ctx, first)
+
+
+async def _delete_racing_prune(ctx: ClauseContext, first: str) -> None:
+    """A delete of c1 and a prune(keep_last=1) made together, on a workflow already holding a
+    tombstone (c0): the prune tombstones exactly what it says it deleted (c2, and c1 if it took
+    it), whatever the delete did, and c1 is gone."""
+    book = Book(ctx, f"raced-{first}")
+    chain = await book.chain(4)
+    await _prune(book, book.workflow, 3, 1, "of 4 checkpoints")
+    delete = ctx.storage.delete(chain[1].checkpoint_id)
+    prune = ctx.storage.prune(workflow_name=book.workflow, keep_last=1)
+    if first == "delete":
+        deleted, pruned = await asyncio.gather(delete, prune)
+    else:
+        pruned, deleted = await asyncio.gather(prune, delete)
+    when = f"after delete(c1) and prune(keep_last=1) made together ({first} started first)"
+    # Where deletes are not atomic (S3) both may say they took c1; one of them must have.
+    ensure(
+        pruned in (1, 2) and (deleted is True or pruned == 2),
+        f"{when}: delete returned {deleted!r} and prune {pruned!r}; one of them takes c1, the prune c2 "
+        f"{book.legend}",
+    )
+    marked = ids_of(chain[:3]) if pruned == 2 else ids_of(chain[:1] + chain[2:3])
+    await _expect_tombstones(book, book.workflow, marked, f"{when}, the prune reporting {pruned}")
+    await expect_gone(book, chain[1].checkpoint_id, when)
 
 
 @clause(
