@@ -242,7 +242,7 @@ async def works_across_event_loops(ctx: ClauseContext) -> None:
                 except Exception as exc:
                     fail(f"the handle failed in event loop {number} of {_LOOPS}: {type(exc).__name__}: {exc}")
         finally:
-            stopped.close()
+            _finish_by_hand(stopped)
 
     try:
         await asyncio.wait_for(asyncio.to_thread(every_loop), _LOOPS_SECONDS)
@@ -254,6 +254,19 @@ async def works_across_event_loops(ctx: ClauseContext) -> None:
     for checkpoints in rounds:
         for checkpoint in checkpoints:
             await expect_loads_equal(bound, checkpoint, "in the kit's own loop, after the loops ended")
+
+
+def _finish_by_hand(loop: asyncio.AbstractEventLoop) -> None:
+    """End a loop run by hand as asyncio.run() ends its own: what the handle left running there
+    (a pool's workers) is cancelled and run to its end before the loop closes, so that nothing is
+    destroyed pending when the loop is collected."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 def _require_aclose(ctx: ClauseContext) -> None:
