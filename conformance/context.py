@@ -51,7 +51,6 @@ class ClauseContext:
         self.storage = self.watch.bound(storage)
         self.capabilities = capabilities
         self._handles: list[Any] = [self.storage]
-        self._run_tag = uuid.uuid4().hex[:8]
         self._created_workflows: dict[str, None] = {}
 
     def has(self, capability: Capability) -> bool:
@@ -65,8 +64,12 @@ class ClauseContext:
         return self.target.faults
 
     def workflow_name(self, label: str = "wf") -> str:
-        """A workflow name no other clause or run uses, so the kit never needs to wipe a store."""
-        name = f"ck-{label}-{self._run_tag}-{next(_counter)}"
+        """A workflow name no other clause or run uses, so the kit never needs to wipe a store.
+
+        Each name carries random bits of its own: names that differ only in a counter hash alike
+        where the hash is linear (CRC-32's low bits), so a store placing workflows by such a hash
+        would put a clause's workflows together far more often than chance."""
+        name = f"ck-{label}-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         self._created_workflows[name] = None
         return name
 
