@@ -159,7 +159,15 @@ checkpoints), a deadline cut to whole seconds, renewed by a re-save, lost by a n
 fenced save; a previous id of "None"; a workflow name listed from another store; embedded
 checkpoints and tombstones another handle still holds after a delete; a refusal failing the calls
 made with it; calls left waiting by `aclose()`; and tombstones or commit order lost by a handle
-opened after a long history.
+opened after a long history. A tenth batch, tests/kit/blind_batch_ten.py, holds 39 more: a router
+over four shards placed by a hash of the workflow name, a client of a JSON-lines server on
+loopback that loses one answer in 17 after applying the request, a copy-on-write store whose
+root is published by compare-and-swap, and a tiered store whose background task demotes older
+records to a cold tier. The kit as it was caught 33 (tests/kit/blind_batch_ten.md); the six it
+missed are now caught: a prune, a raw write or an inspection that sees the hot tier only, cold
+records pruned without a tombstone (the clauses now let a storage's background work run before
+they look), a raw write lost to a save running beside it, a prune racing a delete that
+tombstones what the delete removed, and a connection kept from a loop left open.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
