@@ -68,11 +68,12 @@ bound on each call, the counted walks and cycles, the many-writers clause, the r
 model family's rebuilds and the blind batches' clauses: 190 clauses to 216 and more calls in many),
 measured with `python -m bench.kit_time 3f20012 --rounds 2` (the README's main command for the
 commit before them and for this tree, alternated; wall and CPU time of the process) on this 2-core
-machine with little else running (load 1.6 to 2.0): 135.6 s before and 146.2 s after (+8%; CPU
-128.5 s and 137.5 s). Most of the 8% is the eighth blind batch's clauses (two processes saving 32
-checkpoints together, loads racing six 1 MB saves) and the embedded Redis's expiry run (2 s): the
-tree before them gave 180.0 s and 172.7 s (-4%) the same night under load 3.6 to 5.3, and with 213
-clauses, nothing else running, 123.3 s and 123.8 s (+0%). Nearly all
+machine, at f9fcd76 (the clauses of ten blind batches in): 108.8 s before and 123.5 s after (+14%;
+CPU 102.9 s and 109.3 s), the first round at load 1.5 to 1.8 (+14%), the second at 3.4 to 6.0
+(+13%). Before the ninth and tenth batches' clauses it gave 135.6 s and 146.2 s (+8%, load 1.6 to
+2.0), most of that the eighth batch's clauses (two processes saving 32 checkpoints together, loads
+racing six 1 MB saves) and the embedded Redis's expiry run (2 s); with 213 clauses, nothing else
+running, 123.3 s and 123.8 s (+0%). Nearly all
 of the time is the embedded S3, where every request costs moto and botocore about 2.5 ms of
 Python. Two things pay for the tier there: each clause starts on a bucket of its own instead of
 deleting what it wrote one workflow at a time (a LIST per prefix and a GET per record, a fifth of
