@@ -272,7 +272,7 @@ async def list_workflows(ctx: ClauseContext) -> None:
     elsewhere = await ctx.factory_handle()
     await elsewhere.save(ctx.checkpoint(ctx.workflow_name("listed-elsewhere")))
     names = await ctx.storage.list_workflows()
-    empty = [n for n in names[:_NAMES_CHECKED] if not await _holds_checkpoints(ctx, n)]
+    empty = [n for n in foreign_first(names)[:_NAMES_CHECKED] if not await _holds_checkpoints(ctx, n)]
     if empty:
         again = await ctx.storage.list_workflows()
         empty = [n for n in empty if n in again]
@@ -285,6 +285,18 @@ async def list_workflows(ctx: ClauseContext) -> None:
 
 _NAMES_CHECKED = 64
 """How many listed names list_workflows' clause asks for checkpoints (a store left with many)."""
+
+KIT_NAME_PREFIX = "ck-"
+"""How every workflow name the kit makes starts (ClauseContext.workflow_name)."""
+
+
+def foreign_first(names: list[str]) -> list[str]:
+    """``names`` with those the kit did not make first: on a store the clauses filled, a name
+    leaking in from elsewhere (another tenant, another prefix) is then among the ones checked,
+    wherever it sorts."""
+    return [n for n in names if not n.startswith(KIT_NAME_PREFIX)] + [
+        n for n in names if n.startswith(KIT_NAME_PREFIX)
+    ]
 
 
 async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
@@ -369,7 +381,8 @@ async def _replacement_beside_a_save(ctx: ClauseContext, checkpoint_id: str, bod
     "Declared: checkpoint_info/list_records/list_tombstones (and iter_records, where offered, past the "
     "engine's own records in the index) describe stored records (embedded ones under their own workflow, "
     "whatever their containers'), sizes in stored bytes, an entry a raw write leaves as it was, and a "
-    "deleted one no more; undeclared: refused.",
+    "deleted one no more; every entry of the whole store's list_records is one checkpoint_info describes; "
+    "undeclared: refused.",
 )
 async def inspect(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("inspect"), 2)
@@ -441,6 +454,7 @@ async def inspect(ctx: ClauseContext) -> None:
     if ctx.has(Capability.NESTED):
         await _embedded_listed_under_their_workflow(ctx)
     await _streamed_index_is_the_listing(ctx)
+    await _whole_index_is_described(ctx)
 
 
 EMBEDDING_WORKFLOWS = 8
@@ -508,6 +522,32 @@ async def _streamed_index_is_the_listing(ctx: ClauseContext) -> None:
     )
     extra = sorted(set(streamed) - set(listed))
     ensure(not extra, f"iter_records streamed {extra[:3]}, which list_records does not list")
+
+
+async def _whole_index_is_described(ctx: ClauseContext) -> None:
+    """Each entry list_records() lists for the whole store is one checkpoint_info knows, under
+    the same id and workflow (entries of the kit's own workflows last, at most ``_NAMES_CHECKED``).
+    An entry deleted meanwhile by another writer is listed no more when asked again."""
+    records = await ctx.storage.list_records()
+    ordered = [r for r in records if not r.workflow_name.startswith(KIT_NAME_PREFIX)] + [
+        r for r in records if r.workflow_name.startswith(KIT_NAME_PREFIX)
+    ]
+    unknown = []
+    for record in ordered[:_NAMES_CHECKED]:
+        info = await ctx.storage.checkpoint_info(record.checkpoint_id)
+        if info is None or (info.checkpoint_id, info.workflow_name) != (
+            record.checkpoint_id,
+            record.workflow_name,
+        ):
+            unknown.append(record)
+    if unknown:
+        again = {(r.checkpoint_id, r.workflow_name) for r in await ctx.storage.list_records()}
+        unknown = [r for r in unknown if (r.checkpoint_id, r.workflow_name) in again]
+    ensure(
+        not unknown,
+        f"list_records() lists {len(unknown)} entries checkpoint_info does not describe as listed: "
+        + ", ".join(f"{r.checkpoint_id!r} of workflow {r.workflow_name!r}" for r in unknown[:3]),
+    )
 
 
 @clause(

@@ -67,6 +67,8 @@ _LOOKALIKES: tuple[Builder, ...] = (
     lambda t: f"{t}-a\\b",
     lambda t: f"{t}-a%2Fb",
     lambda t: f"{t}-a:b",
+    lambda t: f"{t}-a%3Ab",  # a:b percent-escaped: an escape that leaves % as it is folds the two
+    lambda t: f"{t}-a%253Ab",  # a%3Ab with its % escaped
     lambda t: f"{t}-a b",
     lambda t: f"{t}-a.b",
     lambda t: f"{t}-a-b",
@@ -273,8 +275,9 @@ async def hostile_names_round_trip(ctx: ClauseContext) -> None:
 
 @clause(
     "identifiers.distinct_ids",
-    "Checkpoint ids that differ only by a suffix, separator (/ \\ _ : %2F), case, Unicode normalisation "
-    "or surrounding spaces are distinct checkpoints: each loads its own, deleting one keeps the others.",
+    "Checkpoint ids that differ only by a suffix, separator (/ \\ _ : %2F), a separator's percent escape "
+    "(a:b, a%3Ab), case, Unicode normalisation or surrounding spaces are distinct checkpoints: each loads "
+    "its own, deleting one keeps the others.",
 )
 async def distinct_ids(ctx: ClauseContext) -> None:
     workflow = ctx.workflow_name("lookalike-ids")
@@ -307,8 +310,9 @@ async def distinct_ids(ctx: ClauseContext) -> None:
 
 @clause(
     "identifiers.distinct_workflow_names",
-    "Workflow names that differ only by a suffix (wf1, wf10), separator, case, Unicode normalisation "
-    "or surrounding spaces are distinct workflows: none lists or returns as latest another's checkpoints.",
+    "Workflow names that differ only by a suffix (wf1, wf10), separator, a separator's percent escape, case, "
+    "Unicode normalisation or surrounding spaces are distinct workflows: none lists or returns as latest "
+    "another's checkpoints.",
 )
 async def distinct_workflow_names(ctx: ClauseContext) -> None:
     tag = ctx.workflow_name("lookalike-names")

@@ -260,7 +260,8 @@ async def list_by_signature(ctx: ClauseContext) -> None:
 @clause(
     "signature.filter_is_exact",
     "Signatures differing only in case, surrounding whitespace or unicode normal form, and the empty "
-    "signature, filter apart: each selects only its own checkpoint in both listings and get_latest.",
+    "signature, filter apart: each selects only its own checkpoint in both listings and get_latest; so do "
+    "two workflows whose name and signature join into one string (w/x with y, w with x/y).",
     requires=[Capability.SIGNATURE_FILTER],
 )
 async def filter_is_exact(ctx: ClauseContext) -> None:
@@ -291,6 +292,36 @@ async def filter_is_exact(ctx: ClauseContext) -> None:
             latest is not None and latest.checkpoint_id == checkpoint.checkpoint_id,
             f"get_latest(graph_signature_hash={signature!r}) returned {_show_ids(latest)}, expected "
             f"{checkpoint.checkpoint_id!r}, the only checkpoint with exactly that signature",
+        )
+    await _name_and_signature_kept_apart(ctx)
+
+
+JOINERS: tuple[str, ...] = ("/", ":", "|", "#", " ", "-", "")
+"""What a store may put between a workflow name and a signature to key a filter by one string."""
+
+
+async def _name_and_signature_kept_apart(ctx: ClauseContext) -> None:
+    """A workflow ``w + j + "x"`` of signature ``"y"`` and the workflow ``w`` of signature
+    ``"x" + j + "y"`` join into one string by ``j``: a filter keyed so hands each the other's."""
+    base = ctx.workflow_name("joined-filter")
+    pairs = []
+    for joiner in JOINERS:
+        longer = ctx.checkpoint(f"{base}{joiner}x", graph_signature_hash="y")
+        shorter = ctx.checkpoint(base, graph_signature_hash=f"x{joiner}y")
+        for checkpoint in (longer, shorter):
+            await ctx.storage.save(checkpoint)
+        pairs += [longer, shorter]
+    for checkpoint in pairs:
+        name, signature = checkpoint.workflow_name, checkpoint.graph_signature_hash
+        where = f"of workflow {name!r} (graph_signature_hash={signature!r})"
+        listed = await ctx.storage.list_checkpoint_ids(workflow_name=name, graph_signature_hash=signature)
+        ensure_equal(listed, [checkpoint.checkpoint_id], f"list_checkpoint_ids() {where}")
+        bodies = await ctx.storage.list_checkpoints(workflow_name=name, graph_signature_hash=signature)
+        ensure_equal(ids(bodies), [checkpoint.checkpoint_id], f"list_checkpoints() {where} ids")
+        latest = await ctx.storage.get_latest(workflow_name=name, graph_signature_hash=signature)
+        ensure(
+            latest is not None and latest.checkpoint_id == checkpoint.checkpoint_id,
+            f"get_latest() {where} returned {_show_ids(latest)}, expected {checkpoint.checkpoint_id!r}",
         )
 
 
