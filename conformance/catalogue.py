@@ -168,7 +168,15 @@ records to a cold tier. The kit as it was caught 33 (tests/kit/blind_batch_ten.m
 missed are now caught: a prune, a raw write or an inspection that sees the hot tier only, cold
 records pruned without a tombstone (the clauses now let a storage's background work run before
 they look), a raw write lost to a save running beside it, a prune racing a delete that
-tombstones what the delete removed, and a connection kept from a loop left open.
+tombstones what the delete removed, and a connection kept from a loop left open. An eleventh
+batch, tests/kit/blind_batch_eleven.py, holds 34 more: an author's own PostgreSQL schema through
+psycopg's async API, a log-structured merge store, a store keeping secondary indexes beside its
+records, and a wrapper keeping many tenants in one in-memory store. The kit as it was caught 29
+of them (tests/kit/blind_batch_eleven.md; three more storages break nothing); the five it missed
+are now caught: an escape that folds `a:b` and `a%3Ab`, a filter keyed by a workflow name and a
+signature joined into one string, and another tenant's workflow names, index entries and
+tombstones in the whole store's listings (the last where each store the target opens is a
+tenant of its own).
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)

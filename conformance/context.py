@@ -29,6 +29,9 @@ def unstored_parent(checkpoint_id: str) -> str:
 
 _counter = itertools.count()
 
+WORKFLOW_NAME_PREFIX = "ck-"
+"""How every workflow name :meth:`ClauseContext.workflow_name` makes starts."""
+
 SETTLE_TURNS = 8
 """How many times :meth:`ClauseContext.settle` yields to the event loop."""
 
@@ -69,7 +72,7 @@ class ClauseContext:
         Each name carries random bits of its own: names that differ only in a counter hash alike
         where the hash is linear (CRC-32's low bits), so a store placing workflows by such a hash
         would put a clause's workflows together far more often than chance."""
-        name = f"ck-{label}-{uuid.uuid4().hex[:8]}-{next(_counter)}"
+        name = f"{WORKFLOW_NAME_PREFIX}{label}-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         self._created_workflows[name] = None
         return name
 

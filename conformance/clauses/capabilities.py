@@ -14,14 +14,15 @@ import asyncio
 import datetime as dt
 import math
 from collections import Counter
-from collections.abc import Set
-from typing import Any
+from collections.abc import Callable, Set
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from storages.contract import AncestryEnd, Capability, PendingWrite
 from storages.errors import CheckpointNotFoundError, StaleWriterError, UnsupportedOperationError
 
 from ..clause import clause, ensure, ensure_equal, fail
-from ..context import ClauseContext
+from ..context import WORKFLOW_NAME_PREFIX, ClauseContext
 from ._maf import is_not_found
 from .fidelity import first_difference
 
@@ -272,7 +273,7 @@ async def list_workflows(ctx: ClauseContext) -> None:
     elsewhere = await ctx.factory_handle()
     await elsewhere.save(ctx.checkpoint(ctx.workflow_name("listed-elsewhere")))
     names = await ctx.storage.list_workflows()
-    empty = [n for n in foreign_first(names)[:_NAMES_CHECKED] if not await _holds_checkpoints(ctx, n)]
+    empty = [n for n in foreign_first(names, str)[:_NAMES_CHECKED] if not await _holds_checkpoints(ctx, n)]
     if empty:
         again = await ctx.storage.list_workflows()
         empty = [n for n in empty if n in again]
@@ -286,17 +287,14 @@ async def list_workflows(ctx: ClauseContext) -> None:
 _NAMES_CHECKED = 64
 """How many listed names list_workflows' clause asks for checkpoints (a store left with many)."""
 
-KIT_NAME_PREFIX = "ck-"
-"""How every workflow name the kit makes starts (ClauseContext.workflow_name)."""
+T = TypeVar("T")
 
 
-def foreign_first(names: list[str]) -> list[str]:
-    """``names`` with those the kit did not make first: on a store the clauses filled, a name
-    leaking in from elsewhere (another tenant, another prefix) is then among the ones checked,
-    wherever it sorts."""
-    return [n for n in names if not n.startswith(KIT_NAME_PREFIX)] + [
-        n for n in names if n.startswith(KIT_NAME_PREFIX)
-    ]
+def foreign_first(items: list[T], name_of: Callable[[T], str]) -> list[T]:
+    """``items`` with those of workflows the kit did not make first: on a store the clauses
+    filled, a name leaking in from elsewhere (another tenant, another prefix) is then among the
+    ones checked, wherever it sorts."""
+    return sorted(items, key=lambda item: name_of(item).startswith(WORKFLOW_NAME_PREFIX))
 
 
 async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
@@ -529,11 +527,8 @@ async def _whole_index_is_described(ctx: ClauseContext) -> None:
     the same id and workflow (entries of the kit's own workflows last, at most ``_NAMES_CHECKED``).
     An entry deleted meanwhile by another writer is listed no more when asked again."""
     records = await ctx.storage.list_records()
-    ordered = [r for r in records if not r.workflow_name.startswith(KIT_NAME_PREFIX)] + [
-        r for r in records if r.workflow_name.startswith(KIT_NAME_PREFIX)
-    ]
     unknown = []
-    for record in ordered[:_NAMES_CHECKED]:
+    for record in foreign_first(records, attrgetter("workflow_name"))[:_NAMES_CHECKED]:
         info = await ctx.storage.checkpoint_info(record.checkpoint_id)
         if info is None or (info.checkpoint_id, info.workflow_name) != (
             record.checkpoint_id,

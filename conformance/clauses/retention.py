@@ -230,7 +230,7 @@ async def pruned_ancestor_leaves_tombstone(ctx: ClauseContext) -> None:
     "retention.tombstones_listed",
     "list_tombstones(workflow_name=) names exactly the ids pruned from that workflow, accumulating over "
     "prunes, keep_last=0 included, and a prune racing a plain delete tombstones exactly what it reports it "
-    "deleted; other workflows' lists are unaffected.",
+    "deleted; other workflows' lists are unaffected, and list_tombstones() names none of another store's.",
     requires=[Capability.PRUNE, Capability.INSPECT],
 )
 async def tombstones_listed(ctx: ClauseContext) -> None:
@@ -246,11 +246,32 @@ async def tombstones_listed(ctx: ClauseContext) -> None:
     everything = set(await ctx.storage.list_tombstones())
     missing = [i for i in ids_of(chain[:4]) if i not in everything]
     ensure(not missing, f"list_tombstones() without a workflow lacks {book.show(missing)} {book.legend}")
+    await _no_tombstone_of_another_store(ctx)
     # keep_last=0 is a prune like any other, not a delete_workflow: it adds, and clears nothing.
     await _prune(book, book.workflow, 0, 1, "of the last one left")
     await _expect_tombstones(book, book.workflow, ids_of(chain), "after a third prune(keep_last=0)")
     for first in ("delete", "prune"):
         await _delete_racing_prune(ctx, first)
+
+
+async def _no_tombstone_of_another_store(ctx: ClauseContext) -> None:
+    """A tombstone left by a prune through a store the target's factory opens (another tenant,
+    another prefix) is in this store's whole list only where that store is this one, and then
+    its workflow's list names it too: a tombstone carries no workflow to tell it apart by."""
+    elsewhere = await ctx.factory_handle()
+    workflow_name = ctx.workflow_name("pruned-elsewhere")
+    first = ctx.checkpoint(workflow_name, iteration_count=0)
+    for checkpoint in (first, ctx.checkpoint(workflow_name, previous_checkpoint_id=first.checkpoint_id)):
+        await elsewhere.save(checkpoint)
+    await elsewhere.prune(workflow_name=workflow_name, keep_last=1)
+    if first.checkpoint_id not in await ctx.storage.list_tombstones():
+        return
+    ensure(
+        first.checkpoint_id in await ctx.storage.list_tombstones(workflow_name=workflow_name),
+        f"list_tombstones() names {first.checkpoint_id!r}, pruned from workflow {workflow_name!r} through "
+        f"another store the target's factory opened, and list_tombstones(workflow_name={workflow_name!r}) "
+        "does not: the whole store's list reaches past this store",
+    )
 
 
 async def _delete_racing_prune(ctx: ClauseContext, first: str) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import secrets
 import threading
 import weakref
@@ -1418,6 +1419,18 @@ def tenant_target(backend_class: type[TenantBackend]) -> Callable[[], StorageTar
         )
 
     return target
+
+
+def tenant_per_store_target(backend_class: type[TenantBackend]) -> StorageTarget:
+    """The same store, each storage the target opens a tenant of its own (as a service handing
+    each customer a tenant would be tested): a store the factory opens is another tenant."""
+    inner = InMemoryCheckpointStorage().backend
+    tenants = (f"tenant{number}" for number in itertools.count())
+    return StorageTarget(
+        f"{backend_class.__name__} (a tenant per store)",
+        lambda: LocalStorage(backend_class(inner.new_handle(), next(tenants))),
+        prepare=lambda: seed_neighbours(inner),
+    )
 
 
 # ====================================================================== the author's PostgreSQL schema
