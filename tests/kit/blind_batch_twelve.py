@@ -281,6 +281,7 @@ class DocBackend(Backend):
         self.add(docs, records)
         for doc in docs.values():
             self.limit(doc)
+        await asyncio.sleep(0)  # the write's own round trip: others may commit meanwhile
         self.commit(docs, claims=records)
         return None if fenced else InsertResult.INSERTED
 
@@ -574,6 +575,7 @@ class DocFenceOnStaleRead(DocBackend):
         if latest != expected:
             return FenceCheck(latest, None)
         self.check_nested(records)
+        await asyncio.sleep(0)  # the write's own round trip
         with self.store.lock:
             fresh = {
                 n: copy.deepcopy(self.store.docs.get(n) or Doc()) for n in {r.workflow_name for r in records}
