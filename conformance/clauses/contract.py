@@ -7,6 +7,7 @@ here; the ordering family covers that.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib.util
 from collections.abc import Awaitable, Callable
@@ -336,7 +337,8 @@ async def resave_equal_values_of_other_types_conflicts(ctx: ClauseContext) -> No
 @clause(
     "contract.ids_are_global",
     "save() of an id stored under one workflow, under any of 16 other workflows, raises "
-    "CheckpointConflictError.",
+    "CheckpointConflictError; of 4 saves of one new id under 4 workflows made at once (through "
+    "separate handles where shared), exactly one stores it.",
 )
 async def ids_are_global(ctx: ClauseContext) -> None:
     first = ctx.workflow_name("owner")
@@ -375,6 +377,52 @@ async def ids_are_global(ctx: ClauseContext) -> None:
         [original.checkpoint_id],
         f"list_checkpoint_ids({first!r}) after the refused saves",
     )
+    await _one_claim_wins(ctx)
+
+
+RACING_CLAIMS = 4
+"""Saves of one new id under as many workflows, made at once, in ``contract.ids_are_global``."""
+
+
+async def _one_claim_wins(ctx: ClauseContext) -> None:
+    """A store that checks an id is free and then claims it in two steps lets two workflows'
+    saves of it both through, where the sequential saves above each see the other's claim."""
+    handles = [ctx.storage]
+    for _ in range(RACING_CLAIMS - 1):
+        handles.append(await ctx.other_handle() if ctx.has(Capability.SHARED) else ctx.storage)
+    names = [ctx.workflow_name(f"racing-claim{index}") for index in range(RACING_CLAIMS)]
+    first = ctx.checkpoint(names[0], timestamp=_at(0), state={"racing": "claim"})
+    claims = [first]
+    for name in names[1:]:
+        claim = copy.deepcopy(first)
+        claim.workflow_name = name
+        claims.append(claim)
+
+    async def attempt(storage: Any, claim: Any) -> bool:
+        try:
+            await storage.save(claim)
+        except CheckpointConflictError:
+            return False
+        return True
+
+    stored = await asyncio.gather(*(attempt(h, c) for h, c in zip(handles, claims, strict=True)))
+    winners = [c.workflow_name for c, won in zip(claims, stored, strict=True) if won]
+    race = f"{RACING_CLAIMS} saves of new id {first.checkpoint_id!r} under {names} made at once"
+    ensure(
+        len(winners) == 1,
+        f"{race}: {len(winners)} returned ({winners}), expected exactly one and CheckpointConflictError "
+        "for the others: one id now names several checkpoints",
+    )
+    loaded = await ctx.storage.load(first.checkpoint_id)
+    ensure_equal(
+        loaded.workflow_name, winners[0], f"workflow_name of load({first.checkpoint_id!r}) after {race}"
+    )
+    for name in names:
+        ensure_equal(
+            await ctx.storage.list_checkpoint_ids(workflow_name=name),
+            [first.checkpoint_id] if name == winners[0] else [],
+            f"list_checkpoint_ids({name!r}) after {race}",
+        )
 
 
 def _expected_error_base() -> tuple[type[BaseException], str]:

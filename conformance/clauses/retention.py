@@ -213,7 +213,8 @@ async def prune_invalid_keep_last(ctx: ClauseContext) -> None:
 
 @clause(
     "retention.pruned_ancestor_leaves_tombstone",
-    "A walk from a checkpoint kept by prune ends PRUNED at the newest pruned id, not MISSING.",
+    "A walk from a checkpoint kept by prune ends PRUNED at the newest pruned id, not MISSING, and still "
+    "does after later saves to the workflow.",
     requires=[Capability.PRUNE, Capability.ANCESTRY],
 )
 async def pruned_ancestor_leaves_tombstone(ctx: ClauseContext) -> None:
@@ -223,6 +224,12 @@ async def pruned_ancestor_leaves_tombstone(ctx: ClauseContext) -> None:
     cut = chain[2].checkpoint_id
     when = "after prune(keep_last=2)"
     await expect_walk(book, chain[4].checkpoint_id, [chain[4], chain[3]], AncestryEnd.PRUNED, cut, when=when)
+    await expect_walk(book, chain[3].checkpoint_id, [chain[3]], AncestryEnd.PRUNED, cut, when=when)
+    # A store that rewrites a workflow's state on each save (a document, a row of JSON) must
+    # carry the tombstones over, not only the records.
+    after = ctx.checkpoint(book.workflow, previous_checkpoint_id=chain[4].checkpoint_id, iteration_count=5)
+    await ctx.storage.save(after)
+    when = "after prune(keep_last=2) and one more save to the workflow"
     await expect_walk(book, chain[3].checkpoint_id, [chain[3]], AncestryEnd.PRUNED, cut, when=when)
 
 
