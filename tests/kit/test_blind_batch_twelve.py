@@ -21,7 +21,7 @@ CAUGHT_BY: dict[str, str] = {
     "SaverListingOrder": "contract.list_ids_match_list",
     "SaverDeleteThreadDropsCounter": "retention.save_after_delete_workflow",
     "SaverNestedInRootNamespace": "nested.hidden_from_listing",
-    "SaverLatestFromGetTuple": "contract.latest_returns_saved",
+    "SaverLatestFromGetTuple": "ordering.latest_is_the_lineage_tip",
     # a document per workflow
     "DocVersionNotChecked": "concurrency.many_saves_one_workflow",
     "DocClaimsNotChecked": "contract.ids_are_global",
@@ -46,7 +46,7 @@ CAUGHT_BY: dict[str, str] = {
     "KvOverwriteRenumbers": "ordering.raw_write_keeps_commit_order",
     # a mirrored pair
     "MirrorPruneOnPrimaryOnly": "retention.prune_edge_counts",
-    "MirrorRemoveOnPrimaryOnly": "contract.delete_removes",
+    "MirrorRemoveOnPrimaryOnly": "ordering.order_survives_delete",
     "MirrorOverwriteOnPrimaryOnly": "corruption.body_names_another_workflow",
     "MirrorFencedLoserReachesSecondary": "fencing.one_winner_per_head",
     "MirrorSecondaryWrittenLater": "contract.delete_removes",

@@ -81,8 +81,9 @@ class ListsNewestFirst(DoubleBackend):
 class StaleLatestAfterDelete(DoubleBackend):
     """Keeps a 'latest' pointer per workflow that save() updates and delete() forgets."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, *args: Any, **options: Any) -> None:
+        # new_handle() passes the shared store on: a race through a second handle needs it.
+        super().__init__(*args, **options)
         self._latest_pointer: dict[str, StoredBody] = {}
 
     async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
