@@ -177,6 +177,13 @@ are now caught: an escape that folds `a:b` and `a%3Ab`, a filter keyed by a work
 signature joined into one string, and another tenant's workflow names, index entries and
 tombstones in the whole store's listings (the last where each store the target opens is a
 tenant of its own).
+A twelfth batch, tests/kit/blind_batch_twelve.py, holds 33 more: an adapter keeping checkpoints
+in LangGraph's `InMemorySaver`, one document per workflow rewritten under a version check beside a
+global id directory, a backend over an etcd-like revisioned key-value store, and a mirrored pair
+of in-memory stores with failover. The kit as it was caught 30 of them (tests/kit/blind_batch_twelve.md;
+one more breaks nothing: a NUL the saver strips from a signature); the two it missed are now
+caught: an id claimed by two workflows' saves made at once, and tombstones a workflow's rewritten
+document no longer carries.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
