@@ -19,7 +19,7 @@ BATCH = {name: factory for name, factory, _ in ENTRIES}
 CAUGHT_BY: dict[str, str] = {
     # a sharded router
     "ShardFoldedNames": "identifiers.distinct_workflow_names",
-    "ShardSaltPerHandle": "ordering.commit_order_across_handles",
+    "ShardSaltPerHandle": "concurrency.many_saves_one_workflow",
     "ShardCountersPerShard": "model.sequential_histories",
     "ShardMergeConcatenates": "nested.hidden_from_listing",
     "ShardDirectoryOutlivesDeletes": "retention.save_after_delete_workflow",

@@ -18,7 +18,7 @@ BATCH = {name: factory for name, factory, _ in ENTRIES}
 
 CAUGHT_BY: dict[str, str] = {
     # an adapter over LangGraph's InMemorySaver
-    "SaverListingOrder": "contract.list_ids_match_list",
+    "SaverListingOrder": "ordering.list_is_commit_order",
     "SaverDeleteThreadDropsCounter": "retention.save_after_delete_workflow",
     "SaverNestedInRootNamespace": "nested.hidden_from_listing",
     "SaverLatestFromGetTuple": "ordering.latest_is_the_lineage_tip",
