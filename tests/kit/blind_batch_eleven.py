@@ -58,10 +58,11 @@ from storages.backend import (
     pruned_records,
     rivals_of,
 )
-from storages.codec import CheckpointCodec
 from storages.contract import Capability, CheckpointID, CheckpointInfo
-from storages.engine import CheckpointStore
 from storages.records import IndexEntry
+
+from .blind_batch_nine import TableStorage as LocalStorage
+from .blind_batch_nine import stored
 
 Entry = tuple[str, Callable[[], StorageTarget], str]
 Row = tuple[int, CheckpointRecord]
@@ -80,16 +81,6 @@ ALL_CAPABILITIES = frozenset(
         Capability.FENCING,
     }
 )
-
-
-def stored(record: CheckpointRecord) -> StoredBody:
-    return StoredBody(record.checkpoint_id, record.body, entry=record.index_entry())
-
-
-class LocalStorage(CheckpointStore[Backend]):
-    def __init__(self, backend: Backend, **options: Any) -> None:
-        # The bytes never leave this process, as with the in-memory storage.
-        super().__init__(backend, codec=CheckpointCodec(trust_saved_types=True), **options)
 
 
 def top_of(

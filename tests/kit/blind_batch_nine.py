@@ -34,7 +34,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -88,7 +88,7 @@ class Tables:
     """Every primitive as a plain function over dicts: what one atomic step of a store does. The
     caller makes each call atomic (the actor's batch, the event log's lock)."""
 
-    records: dict[CheckpointID, tuple[int, CheckpointRecord]] = field(default_factory=dict)
+    records: MutableMapping[CheckpointID, tuple[int, CheckpointRecord]] = field(default_factory=dict)
     """id -> (sequence, record), nested records included."""
     sequences: dict[str, int] = field(default_factory=dict)
     """workflow name -> last sequence handed out (kept after deletes)."""
@@ -98,8 +98,8 @@ class Tables:
     """workflow name -> ids its prunes deleted."""
     lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
-    def copy(self) -> Tables:
-        return Tables(
+    def copy(self) -> Self:
+        return type(self)(
             dict(self.records),
             dict(self.sequences),
             {k: list(v) for k, v in self.children.items()},

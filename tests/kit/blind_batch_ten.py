@@ -50,7 +50,7 @@ from typing import Any
 from typing_extensions import Self
 
 from conformance import StorageTarget
-from storages import NestedCheckpointDeletionError, StorageUnavailableError
+from storages import StorageUnavailableError
 from storages.backend import (
     Backend,
     CheckpointRecord,
@@ -63,9 +63,9 @@ from storages.backend import (
     pruned_records,
     rivals_of,
 )
-from storages.codec import CheckpointCodec
 from storages.contract import Capability, CheckpointID, CheckpointInfo
-from storages.engine import CheckpointStore
+
+from .blind_batch_nine import Tables, TableStorage, stored
 
 Entry = tuple[str, Callable[[], StorageTarget], str]
 Row = tuple[int, CheckpointRecord]
@@ -87,213 +87,6 @@ TABLE_CAPABILITIES = frozenset(
 
 
 # ====================================================================== the tables
-@dataclass
-class Tables:
-    """Every primitive as a plain function over dicts: what one atomic step of a store does. The
-    caller makes each call atomic (the actor's batch, the event log's lock)."""
-
-    records: MutableMapping[CheckpointID, Row] = field(default_factory=dict)
-    """id -> (sequence, record), nested records included."""
-    sequences: dict[str, int] = field(default_factory=dict)
-    """workflow name -> last sequence handed out (kept after deletes)."""
-    children: dict[CheckpointID, list[CheckpointID]] = field(default_factory=dict)
-    """container id -> the ids embedded directly in it."""
-    tombstones: dict[str, dict[CheckpointID, None]] = field(default_factory=dict)
-    """workflow name -> ids its prunes deleted."""
-    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
-
-    def copy(self) -> Self:
-        return type(self)(
-            dict(self.records),
-            dict(self.sequences),
-            {k: list(v) for k, v in self.children.items()},
-            {k: dict(v) for k, v in self.tombstones.items()},
-        )
-
-    # ------------------------------------------------------------ writes
-
-    def store(self, record: CheckpointRecord) -> None:
-        sequence = self.sequences.get(record.workflow_name, 0) + 1
-        self.sequences[record.workflow_name] = sequence
-        self.records[record.checkpoint_id] = (sequence, record)
-        if record.container_id is not None:
-            self.children.setdefault(record.container_id, []).append(record.checkpoint_id)
-
-    def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
-        top = records[0]
-        found = self.records.get(top.checkpoint_id)
-        if found is not None:
-            return InsertResult.of_stored_digest(found[1].digest, top)
-        for record in records[1:]:
-            if record.checkpoint_id in self.records:
-                raise nested_id_conflict(records, record.checkpoint_id)
-        for record in records:
-            self.store(record)
-        return InsertResult.INSERTED
-
-    def head_id(self, workflow_name: str) -> CheckpointID | None:
-        head = latest_record(self.top_rows(workflow_name, None))
-        return None if head is None else head.checkpoint_id
-
-    def insert_fenced(
-        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
-    ) -> FenceCheck | None:
-        record = records[0]
-        latest = self.head_id(record.workflow_name)
-        if latest != expected_latest_id and record.checkpoint_id not in self.records:
-            return FenceCheck(latest, None)
-        return FenceCheck.after_insert(latest, self.insert(records))
-
-    def family(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
-        """The id and every id nested in it, at any depth."""
-        found = [checkpoint_id]
-        for child in self.children.get(checkpoint_id, []):
-            found += self.family(child)
-        return found
-
-    def drop(self, checkpoint_id: CheckpointID) -> list[CheckpointID]:
-        gone = self.family(checkpoint_id)
-        for each in gone:
-            self.records.pop(each, None)
-            self.children.pop(each, None)
-        return gone
-
-    def remove(self, checkpoint_id: CheckpointID) -> bool:
-        found = self.records.get(checkpoint_id)
-        if found is None:
-            return False
-        if found[1].container_id is not None:
-            raise NestedCheckpointDeletionError(checkpoint_id, found[1].container_id)
-        self.drop(checkpoint_id)
-        return True
-
-    def prune(self, workflow_name: str, keep_last: int) -> int:
-        doomed = pruned_records(self.top_rows(workflow_name, None), keep_last)
-        marks = self.tombstones.setdefault(workflow_name, {})
-        for record in doomed:
-            for gone in self.drop(record.checkpoint_id):
-                marks[gone] = None
-        return len(doomed)
-
-    def delete_workflow(self, workflow_name: str) -> int:
-        doomed = self.top_rows(workflow_name, None)
-        for record in doomed:
-            self.drop(record.checkpoint_id)
-        self.tombstones.pop(workflow_name, None)
-        return len(doomed)
-
-    def overwrite_body(self, checkpoint_id: CheckpointID, body: bytes, digest: str) -> bool:
-        found = self.records.get(checkpoint_id)
-        if found is None:
-            return False
-        sequence, old = found
-        self.records[checkpoint_id] = (sequence, old.replaced(body=body, digest=old.digest))
-        return True
-
-    # ------------------------------------------------------------ reads
-
-    def rows(
-        self, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
-    ) -> list[CheckpointRecord]:
-        found = [
-            (sequence, record)
-            for sequence, record in self.records.values()
-            if record.workflow_name == workflow_name
-            and (include_nested or record.container_id is None)
-            and graph_signature_hash in (None, record.graph_signature_hash)
-        ]
-        found.sort(key=lambda row: row[0])
-        return [record for _, record in found]
-
-    def top_rows(self, workflow_name: str, graph_signature_hash: str | None) -> list[CheckpointRecord]:
-        return self.rows(workflow_name, graph_signature_hash, False)
-
-    def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        found = self.records.get(checkpoint_id)
-        return None if found is None else stored(found[1])
-
-    def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        rows = self.top_rows(workflow_name, None)
-        head = latest_record(rows, graph_signature_hash)
-        if head is None:
-            return None
-        return replace(stored(head), rivals=[stored(rival) for rival in rivals_of(rows, head)])
-
-    def list_bodies(
-        self, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
-    ) -> list[StoredBody]:
-        return [stored(r) for r in self.rows(workflow_name, graph_signature_hash, include_nested)]
-
-    def list_ids(
-        self, workflow_name: str, graph_signature_hash: str | None, include_nested: bool
-    ) -> list[CheckpointID]:
-        return [r.checkpoint_id for r in self.rows(workflow_name, graph_signature_hash, include_nested)]
-
-    def nested_bodies(self, checkpoint_ids: Collection[CheckpointID]) -> dict[CheckpointID, bytes]:
-        bodies: dict[CheckpointID, bytes] = {}
-        for checkpoint_id in checkpoint_ids:
-            for each in self.family(checkpoint_id)[1:]:
-                found = self.records.get(each)
-                if found is not None:
-                    bodies[each] = found[1].body
-        return bodies
-
-    def nested_ids(self, checkpoint_id: CheckpointID) -> list[CheckpointID] | None:
-        if checkpoint_id not in self.records:
-            return None
-        children = [c for c in self.children.get(checkpoint_id, []) if c in self.records]
-        return sorted(children, key=lambda c: self.records[c][1].position)
-
-    def is_tombstone(self, checkpoint_id: CheckpointID) -> bool:
-        return any(checkpoint_id in marks for marks in self.tombstones.values())
-
-    def walk(self, checkpoint_id: CheckpointID, max_depth: int, with_bodies: bool) -> WalkRecords:
-        links: dict[CheckpointID, CheckpointID | None] = {}
-        bodies: dict[CheckpointID, bytes] = {}
-        tombstones: set[CheckpointID] = set()
-        current: CheckpointID | None = checkpoint_id
-        while current is not None and current not in links and len(links) < max_depth:
-            found = self.records.get(current)
-            if found is None:
-                if current != checkpoint_id and self.is_tombstone(current):
-                    tombstones.add(current)
-                break
-            record = found[1]
-            links[current] = record.previous_checkpoint_id
-            if with_bodies:
-                bodies[current] = record.body
-                bodies.update(self.nested_bodies([current]))
-            current = record.previous_checkpoint_id
-        return WalkRecords(links, bodies, frozenset(tombstones))
-
-    def workflow_names(self) -> list[str]:
-        return sorted({r.workflow_name for _, r in self.records.values() if r.container_id is None})
-
-    def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
-        found = self.records.get(checkpoint_id)
-        return None if found is None else found[1].info(found[0])
-
-    def records_of(self, workflow_name: str | None) -> list[CheckpointInfo]:
-        return [
-            record.info(sequence)
-            for sequence, record in self.records.values()
-            if workflow_name in (None, record.workflow_name)
-        ]
-
-    def tombstones_of(self, workflow_name: str | None) -> list[CheckpointID]:
-        if workflow_name is not None:
-            return list(self.tombstones.get(workflow_name, {}))
-        return [each for marks in self.tombstones.values() for each in marks]
-
-
-def stored(record: CheckpointRecord) -> StoredBody:
-    return StoredBody(record.checkpoint_id, record.body, entry=record.index_entry())
-
-
-class TableStorage(CheckpointStore[Backend]):
-    def __init__(self, backend: Backend, **options: Any) -> None:
-        # The bytes never leave this process, as with the in-memory storage.
-        super().__init__(backend, codec=CheckpointCodec(trust_saved_types=True), **options)
 
 
 # ====================================================================== a sharded router
