@@ -307,8 +307,8 @@ async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
 
 @clause(
     "capabilities.raw_access",
-    "Declared: read_raw_body/write_raw_body read and replace stored bytes (a replacement made beside a save "
-    "is kept); undeclared: refused, no writes.",
+    "Declared: read_raw_body/write_raw_body read and replace stored bytes exactly (NUL and blank bytes at "
+    "either end included; a replacement made beside a save is kept); undeclared: refused, no writes.",
 )
 async def raw_access(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("raw"), 1, state={"pair": (1, 2)})
@@ -328,6 +328,7 @@ async def raw_access(ctx: ClauseContext) -> None:
     ensure(
         nothing is None, f"read_raw_body({missing_id!r}) of an unknown id returned {_show(nothing)}, not None"
     )
+    await _raw_bytes_kept_exactly(ctx, checkpoint_id, body)
     await ctx.storage.write_raw_body(checkpoint_id, body)
     await _ensure_unchanged(ctx, saved, "writing its own body back")
     await _replacement_beside_a_save(ctx, checkpoint_id, body)
@@ -349,6 +350,21 @@ async def raw_access(ctx: ClauseContext) -> None:
             return
         fail(f"load({missing_id!r}) after a refused raw write raised {type(exc).__name__}: {exc}")
     fail(f"write_raw_body({missing_id!r}) created a checkpoint under an unknown id")
+
+
+async def _raw_bytes_kept_exactly(ctx: ClauseContext, checkpoint_id: str, body: bytes) -> None:
+    """Raw bytes come back as written: a store that pads bodies into fixed blocks and strips the
+    padding again, or trims what it stores, loses the NUL or blank bytes a body begins or ends
+    with."""
+    for written in (body + b"\x00\x00\x00", b"\x00 " + body + b" \n\x00"):
+        await ctx.storage.write_raw_body(checkpoint_id, written)
+        now = await ctx.storage.read_raw_body(checkpoint_id)
+        if now != written:
+            fail(
+                f"read_raw_body({checkpoint_id!r}) after write_raw_body of {len(written)} bytes that begin "
+                f"with {written[:2]!r} and end with {written[-3:]!r} returned {_show(now)}: raw bytes must "
+                "come back exactly"
+            )
 
 
 async def _replacement_beside_a_save(ctx: ClauseContext, checkpoint_id: str, body: bytes) -> None:

@@ -341,8 +341,9 @@ request at a time to meet a delete coming the other way."""
 
 @clause(
     "concurrency.listings_race_deletes",
-    "Listings and get_latest racing deletes of the workflow's newest checkpoints answer as some order of "
-    "the deletes explains (the oldest checkpoints, whole, in order); none raises.",
+    "Listings, get_latest and loads racing deletes of the workflow's newest checkpoints answer as some order "
+    "of the deletes explains (the oldest checkpoints, whole, in order; a load finds its checkpoint whole or "
+    "not at all); none raises another error.",
     timeout=_TIMEOUT,
 )
 async def listings_race_deletes(ctx: ClauseContext) -> None:
@@ -397,7 +398,22 @@ async def _race_deletes(storage: Any, chain: list[Any]) -> None:
         finally:
             deleting = False
 
-    await asyncio.gather(deleter(), reader(), reader())
+    async def loader() -> None:
+        # A load racing the delete of its own checkpoint: a store that reads a record in two
+        # steps (an index entry, then the body or its parts) must not report a checkpoint
+        # deleted between them as corrupted.
+        for checkpoint_id in reversed(ids):
+            try:
+                loaded = await storage.load(checkpoint_id)
+            except Exception as exc:
+                if is_not_found(exc):
+                    continue
+                fail(f"load({checkpoint_id!r}) racing its delete raised {type(exc).__name__}: {exc}")
+            problem = first_difference(chain[ids.index(checkpoint_id)], loaded)
+            ensure(problem is None, f"load({checkpoint_id!r}) racing its delete: {problem}")
+            await asyncio.sleep(0)
+
+    await asyncio.gather(deleter(), reader(), reader(), loader())
     await read()
 
 
