@@ -199,7 +199,9 @@ class ThreadExistsCheckThenWrite(ThreadBackend):
         found = await self.run(tables.records.get, records[0].checkpoint_id)
         if found is not None:
             return InsertResult.of_stored_digest(found[1].digest, records[0])
-        taken = await self.run(lambda: [r.checkpoint_id for r in records[1:] if r.checkpoint_id in tables.records])
+        taken = await self.run(
+            lambda: [r.checkpoint_id for r in records[1:] if r.checkpoint_id in tables.records]
+        )
         if taken:
             raise nested_id_conflict(records, taken[0])
 
@@ -348,7 +350,7 @@ class GroupBackend(Backend):
         with self.tables.lock:
             self.publish()
             answers = [self.apply(step) for step, _ in self.ordered(batch)]
-        for (_, answer), (value, error) in zip(self.ordered(batch), answers):
+        for (_, answer), (value, error) in zip(self.ordered(batch), answers, strict=True):
             self.answer(answer, value, error)
 
     def publish(self) -> None:
@@ -459,7 +461,7 @@ class GroupFailureFailsBatch(GroupBackend):
         with self.tables.lock:
             answers = [self.apply(step) for step, _ in batch]
         first = next((error for _, error in answers if error is not None), None)
-        for (_, answer), (value, error) in zip(batch, answers):
+        for (_, answer), (value, error) in zip(batch, answers, strict=True):
             self.answer(answer, value, first if first is not None else error)
 
 
@@ -535,7 +537,7 @@ class GroupSequenceAtEnqueue(GroupBackend):
             for record in records[1:]:
                 if record.checkpoint_id in tables.records:
                     raise nested_id_conflict(records, record.checkpoint_id)
-            for record, number in zip(records, numbers):
+            for record, number in zip(records, numbers, strict=True):
                 tables.records[record.checkpoint_id] = (number, record)
                 name = record.workflow_name
                 tables.sequences[name] = max(tables.sequences.get(name, 0), number)
@@ -565,7 +567,7 @@ class GroupBatchSharesNumber(GroupBackend):
             for name, last in list(tables.sequences.items()):
                 if last > before.get(name, 0):
                     tables.sequences[name] = before.get(name, 0) + 1
-        for (_, answer), (value, error) in zip(batch, answers):
+        for (_, answer), (value, error) in zip(batch, answers, strict=True):
             self.answer(answer, value, error)
 
     def view(self) -> Tables:
@@ -631,24 +633,26 @@ class WrappedRedisBackend(RedisBackend):
     async def insert_fenced(
         self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
     ) -> FenceCheck | None:
-        parent = super(WrappedRedisBackend, self)
+        parent = super()
         return await self.counted("insert_fenced", lambda: parent.insert_fenced(records, expected_latest_id))
 
     async def remove(self, checkpoint_id: CheckpointID) -> bool:
         return await self.counted("remove", lambda: super(WrappedRedisBackend, self).remove(checkpoint_id))
 
     async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
-        parent = super(WrappedRedisBackend, self)
+        parent = super()
         return await self.counted("load", lambda: parent.load(checkpoint_id), read=True)
 
     async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
-        parent = super(WrappedRedisBackend, self)
-        return await self.counted("latest", lambda: parent.latest(workflow_name, graph_signature_hash), read=True)
+        parent = super()
+        return await self.counted(
+            "latest", lambda: parent.latest(workflow_name, graph_signature_hash), read=True
+        )
 
     async def list_ids(
         self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
     ) -> list[CheckpointID]:
-        parent = super(WrappedRedisBackend, self)
+        parent = super()
         return await self.counted(
             "list_ids",
             lambda: parent.list_ids(workflow_name, graph_signature_hash, include_nested=include_nested),
@@ -910,7 +914,9 @@ class RowStorage:
         return number
 
     def of(self, workflow_name: str) -> list[Row]:
-        return sorted((r for r in self.rows.values() if r.workflow_name == workflow_name), key=lambda r: r.sequence)
+        return sorted(
+            (r for r in self.rows.values() if r.workflow_name == workflow_name), key=lambda r: r.sequence
+        )
 
     def listed(self, workflow_name: str) -> list[Row]:
         return self.of(workflow_name)
@@ -1173,4 +1179,3 @@ HONEST: list[Entry] = [
 BY_NAME: dict[str, Callable[[], StorageTarget]] = {
     name: factory for name, factory, _ in ENTRIES + NOT_VIOLATIONS + HONEST
 }
-
