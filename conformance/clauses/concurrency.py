@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import os
 import random
+import socket
 import statistics
 import sys
 import threading
@@ -695,6 +696,78 @@ async def no_file_opened_on_the_loop(ctx: ClauseContext) -> None:
     )
 
 
+_SOCKET_CALLS = frozenset(
+    {"recv", "recv_into", "recvfrom", "recvfrom_into", "recvmsg", "send", "sendall", "sendto", "sendmsg"}
+)
+"""Socket methods that wait for the peer when the socket blocks (a timeout other than 0)."""
+
+
+class _SocketWatch:
+    """A profile function for the loop's thread that records sends and receives on blocking
+    sockets. asyncio's transports and ``sock_*`` calls use non-blocking sockets (timeout 0),
+    which never wait; a synchronous client's socket waits for its server on every call."""
+
+    def __init__(self) -> None:
+        self.used: list[str] = []
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "c_call" or getattr(arg, "__name__", None) not in _SOCKET_CALLS:
+            return
+        owner = getattr(arg, "__self__", None)
+        if isinstance(owner, socket.socket) and owner.gettimeout() != 0.0:
+            try:
+                peer = owner.getpeername()
+            except OSError:
+                peer = "?"
+            self.used.append(f"{arg.__name__} to {peer}")
+
+
+@clause(
+    "concurrency.no_blocking_socket_on_the_loop",
+    "No save, load or read sends or receives on a blocking socket on the event loop's thread (after "
+    "a first round): a synchronous client's request runs in a thread.",
+    timeout=_TIMEOUT,
+)
+async def no_blocking_socket_on_the_loop(ctx: ClauseContext) -> None:
+    # A request to a server on loopback takes tens of µs, below what waits_yield_to_the_loop can
+    # tell from preemption, and stalls every task for as long as the server takes to answer. The
+    # profile function sees the send and the receive, whatever they cost. As with files, the first
+    # round is not watched; a blocking socket used per call is used in every round.
+    workflow_name = ctx.workflow_name("sockets")
+    storage = ctx.storage
+    checkpoints = [ctx.checkpoint(workflow_name, iteration_count=0)]
+    for index in range(1, OPEN_WATCH_CALLS + 1):
+        checkpoints.append(
+            ctx.checkpoint(
+                workflow_name, previous_checkpoint_id=checkpoints[-1].checkpoint_id, iteration_count=index
+            )
+        )
+
+    async def one_round(checkpoint: Any) -> None:
+        await storage.save(checkpoint)
+        await storage.load(checkpoint.checkpoint_id)
+        await storage.get_latest(workflow_name=workflow_name)
+        await storage.list_checkpoint_ids(workflow_name=workflow_name)
+
+    await one_round(checkpoints[0])
+    watch = _SocketWatch()
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        for checkpoint in checkpoints[1:]:
+            await one_round(checkpoint)
+        await storage.delete(checkpoints[-1].checkpoint_id)
+    finally:
+        sys.setprofile(previous)
+    used = sorted(set(watch.used))
+    ensure(
+        not used,
+        f"the storage used blocking sockets on the event loop's thread while saving, loading, listing and "
+        f"deleting ({len(watch.used)} calls: {used[:3]}): each waits for the server while no other task "
+        "runs; use the client's asyncio API, or run the synchronous call in a thread (asyncio.to_thread)",
+    )
+
+
 # ---------------------------------------------------------------------- many writers
 
 WRITERS = 16
@@ -814,7 +887,7 @@ async def _followed_up(call: Awaitable[Any], what: str) -> Any:
 @clause(
     "concurrency.cancelled_calls_leave_no_trace",
     "A save or read cancelled at any point ends cancelled, stores all or nothing and leaves the handle "
-    "answering correctly.",
+    "answering correctly, a save running beside it included.",
     timeout=_TIMEOUT * 2,
 )
 async def cancelled_calls_leave_no_trace(ctx: ClauseContext) -> None:
@@ -835,10 +908,21 @@ async def cancelled_calls_leave_no_trace(ctx: ClauseContext) -> None:
         where = f"after {yields} loop turns" if not delay else f"after {delay * 1000:g} ms"
         checkpoint = ctx.checkpoint(workflow_name, iteration_count=index, state={"point": index})
         attempted[checkpoint.checkpoint_id] = checkpoint
-        was_cancelled, returned = await _cancelled(storage.save(checkpoint), yields, delay)
+        # A save started right after the cancelled one, on the same handle, is not cancelled: it
+        # must return, whatever the cancellation did to what the two shared (a batch, a queue).
+        bystander = ctx.checkpoint(workflow_name, iteration_count=index, state={"beside": index})
+        attempted[bystander.checkpoint_id] = bystander
+        cancelled = asyncio.ensure_future(storage.save(checkpoint))
+        beside = asyncio.ensure_future(storage.save(bystander))
+        was_cancelled, returned = await _cancelled(cancelled, yields, delay)
         if not was_cancelled:
             ensure_equal(returned, checkpoint.checkpoint_id, f"id returned by a save not cancelled {where}")
             completed.append(checkpoint.checkpoint_id)
+        returned = await _followed_up(beside, f"a save started beside a save cancelled {where}")
+        ensure_equal(
+            returned, bystander.checkpoint_id, f"id returned by the save beside one cancelled {where}"
+        )
+        completed.append(bystander.checkpoint_id)
         for name, read in reads.items():
             read_cancelled, answer = await _cancelled(read(), yields, delay)
             if read_cancelled:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -12,12 +13,13 @@ from typing import Any, ClassVar
 import pytest
 from typing_extensions import Self
 
-from conformance import BackendReport, Outcome, all_clauses
+from conformance import BackendReport, Outcome, all_clauses, validate
 from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, nested_id_conflict
 from storages.contract import Capability, CheckpointID
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
+from .blind_batch_fourteen import GroupAnswersCancelledCallers, group_target
 from .double import DoubleBackend, DoubleState, Row, double_target
 from .support import failed
 
@@ -166,6 +168,21 @@ class BlockingReads(DoubleBackend):
         return await super().load(checkpoint_id)
 
 
+class BlockingSocketReads(DoubleBackend):
+    """Every load sends a byte down a blocking socket and reads it back on the loop's thread, as a
+    synchronous client's request to a server on loopback would: microseconds, on every call."""
+
+    async def load(self, checkpoint_id: CheckpointID) -> StoredBody | None:
+        ours, theirs = socket.socketpair()
+        try:
+            ours.sendall(b"x")
+            theirs.recv(1)
+        finally:
+            ours.close()
+            theirs.close()
+        return await super().load(checkpoint_id)
+
+
 class LockLeftHeldOnCancel(DoubleBackend):
     """Takes a write lock and releases it only on the way out of a save that was not cancelled."""
 
@@ -265,6 +282,24 @@ def test_a_synchronous_lock_wait_in_load_is_caught() -> None:
     backend = run_family(BlockingReads)
     assert "concurrency.waits_yield_to_the_loop" in failed(backend)
     assert "inside load (" in backend.result("concurrency.waits_yield_to_the_loop").message
+
+
+def test_a_blocking_socket_request_in_load_is_caught() -> None:
+    (backend,) = validate(
+        double_target(BlockingSocketReads), clauses=["concurrency.no_blocking_socket_on_the_loop"]
+    ).backends
+    assert failed(backend) == {"concurrency.no_blocking_socket_on_the_loop"}
+    assert "blocking sockets" in backend.result("concurrency.no_blocking_socket_on_the_loop").message
+
+
+def test_a_save_beside_a_cancelled_one_left_unanswered_is_caught() -> None:
+    # A group commit whose flusher stops answering its batch at a cancelled caller's future.
+    (backend,) = validate(
+        group_target(GroupAnswersCancelledCallers)(), clauses=["concurrency.cancelled_calls_leave_no_trace"]
+    ).backends
+    assert failed(backend) == {"concurrency.cancelled_calls_leave_no_trace"}
+    message = backend.result("concurrency.cancelled_calls_leave_no_trace").message
+    assert "a save started beside a save cancelled" in message
 
 
 def test_a_lock_left_held_by_a_cancelled_save_is_caught() -> None:
