@@ -10,16 +10,27 @@ filters must compare the hash exactly and order by commit, never by timestamp, a
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any
 
 from storages.contract import Capability
-from storages.errors import GraphSignatureMismatchError
+from storages.errors import GraphSignatureMismatchError, InvalidCheckpointError
 
 from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext, unstored_parent
 from .fidelity import read_back
-from .nested import FIXED_TIMESTAMP, embedded, expect_loads, expect_same, ids, sub_workflow_state
+from .nested import (
+    FIXED_TIMESTAMP,
+    embedded,
+    expect_loads,
+    expect_not_found,
+    expect_same,
+    ids,
+    listed_ids,
+    sub_workflow_state,
+)
 
 _CAFE = "café-graph"
 
@@ -112,6 +123,90 @@ async def preserved_exactly(ctx: ClauseContext) -> None:
         )
         if depth:
             loaded = loaded.state["_executor_state"]["sub"]["sub_workflow_checkpoint"]
+
+
+NUL_SIGNATURE = "sig\x00nul"
+"""A signature holding NUL, which PostgreSQL's text cannot hold: a storage keeps it or refuses it."""
+
+
+_REFUSED = object()
+"""What _kept_or_refused answers for a call refused as the contract allows."""
+
+
+async def _kept_or_refused(call: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
+    """``attempt``'s answer, or _REFUSED if it refused as the contract allows
+    (InvalidCheckpointError naming graph_signature_hash); any other error fails the clause."""
+    try:
+        return await attempt()
+    except InvalidCheckpointError as exc:
+        ensure_equal(exc.field, "graph_signature_hash", f"the field {call} named refusing a NUL signature")
+        return _REFUSED
+    except Exception as exc:
+        fail(
+            f"{call} raised {type(exc).__name__}: {exc}; a signature holding NUL is kept byte for byte "
+            "or refused with InvalidCheckpointError naming graph_signature_hash"
+        )
+
+
+@clause(
+    "signature.nul_kept_or_refused",
+    "A graph signature holding NUL, at the top or embedded, is kept byte for byte (load, get_latest, "
+    "listings, filters) or refused with InvalidCheckpointError naming graph_signature_hash, nothing "
+    "stored; never changed, never another error.",
+)
+async def nul_kept_or_refused(ctx: ClauseContext) -> None:
+    storage = ctx.storage
+    workflow_name = ctx.workflow_name("nul-signature")
+    top = ctx.checkpoint(
+        workflow_name, checkpoint_id=f"{workflow_name}-top", graph_signature_hash=NUL_SIGNATURE
+    )
+    top_kept = (
+        await _kept_or_refused(f"save({top.checkpoint_id!r})", partial(storage.save, top)) is not _REFUSED
+    )
+    if top_kept:
+        for source, copy in await read_back(ctx, top):
+            ensure_equal(copy.graph_signature_hash, NUL_SIGNATURE, f"graph_signature_hash of {source}")
+    else:
+        await expect_not_found(ctx, top.checkpoint_id, "after its save was refused")
+        ensure_equal(
+            await listed_ids(ctx, workflow_name),
+            [],
+            f"list_checkpoint_ids({workflow_name!r}) after a refused save",
+        )
+    if ctx.has(Capability.SIGNATURE_FILTER):
+        kept = top.checkpoint_id if top_kept else None
+        # The signature itself finds it; one differing only after the NUL, or cut at it, does not.
+        for signature, expected in ((NUL_SIGNATURE, kept), ("sig\x00nux", None), ("sig", None)):
+            call = f"list_checkpoint_ids({workflow_name!r}, graph_signature_hash={signature!r})"
+            found = await _kept_or_refused(
+                call,
+                partial(
+                    storage.list_checkpoint_ids, workflow_name=workflow_name, graph_signature_hash=signature
+                ),
+            )
+            if found is not _REFUSED:
+                ensure_equal(list(found), [] if expected is None else [expected], call)
+            call = f"get_latest({workflow_name!r}, graph_signature_hash={signature!r})"
+            latest = await _kept_or_refused(
+                call, partial(storage.get_latest, workflow_name=workflow_name, graph_signature_hash=signature)
+            )
+            if latest is not _REFUSED:
+                ensure_equal(getattr(latest, "checkpoint_id", None), expected, f"id of {call}")
+    if not ctx.has(Capability.NESTED):
+        return
+    child = embedded(ctx, "nul-signature-child", graph_signature_hash=NUL_SIGNATURE)
+    parent = embedded(ctx, "nul-signature-parent", state=sub_workflow_state(child))
+    saved = await _kept_or_refused(
+        f"save({parent.checkpoint_id!r}) embedding it", partial(storage.save, parent)
+    )
+    if saved is not _REFUSED:
+        await expect_loads(ctx, child, f"embedded in {parent.checkpoint_id!r}")
+        await expect_loads(ctx, parent, "holding a checkpoint whose signature holds NUL")
+    else:
+        await expect_not_found(ctx, parent.checkpoint_id, "after its save was refused")
+        await expect_not_found(
+            ctx, child.checkpoint_id, f"(embedded in {parent.checkpoint_id!r}) after the refused save"
+        )
 
 
 @clause(

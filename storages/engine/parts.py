@@ -14,6 +14,7 @@ from ..errors import InvalidCheckpointError, UnsupportedOperationError
 from .lifecycle import Lifecycle
 from .reading import Reader
 from .sealing import Sealer
+from .validation import NUL_IN_SIGNATURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,10 @@ class HandleParts:
                 raise InvalidCheckpointError(
                     f"graph_signature_hash must be a str, not {type(graph_signature_hash).__name__}",
                     field="graph_signature_hash",
+                )
+            if "\x00" in graph_signature_hash:
+                raise InvalidCheckpointError(
+                    f"{operation}(graph_signature_hash=...) {NUL_IN_SIGNATURE}", field="graph_signature_hash"
                 )
         if include_nested:
             self.require(Capability.NESTED, f"{operation}(include_nested=True)")

@@ -12,6 +12,10 @@ from ..codec.packing import ATOMS
 from ..contract import CHECKPOINT_FIELDS, CheckpointID, PendingWrite, validate_identifier
 from ..errors import InvalidCheckpointError
 
+NUL_IN_SIGNATURE = "holds a NUL character (U+0000), which no graph signature may hold"
+"""Why a signature is refused: PostgreSQL's text cannot hold NUL, and a signature one built-in
+store cannot keep would make a copy between stores fail (docs/contract.md, "Graph signatures")."""
+
 _DICT_FIELDS = ("messages", "state", "pending_request_info_events", "metadata")
 _DICTS = (dict,) * len(_DICT_FIELDS)
 
@@ -71,6 +75,12 @@ def check_fields(checkpoint: Any, *, embedded_in: CheckpointID | None = None) ->
         _expect_field(checkpoint_id, "graph_signature_hash", signature, str)
         _expect_field(checkpoint_id, "timestamp", timestamp, str)
         _expect_field(checkpoint_id, "version", version, str)
+    if "\x00" in signature:
+        where = "" if embedded_in is None else f" (embedded in checkpoint {embedded_in!r})"
+        raise InvalidCheckpointError(
+            f"Checkpoint {checkpoint_id!r}{where}: field graph_signature_hash {NUL_IN_SIGNATURE}",
+            field="graph_signature_hash",
+        )
     if isinstance(iteration_count, bool) or not isinstance(iteration_count, int):
         _expect_field(checkpoint_id, "iteration_count", iteration_count, int, got_bool=True)
     dicts = (messages, state, pending, metadata)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Sequence
 from datetime import datetime
@@ -10,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from conformance import BackendReport, Outcome, select_clauses, target_from_url
+from conformance import BackendReport, Outcome, select_clauses, target_from_url, validate
 from storages.backend import CheckpointRecord, InsertResult, StoredBody
-from storages.contract import CheckpointID
+from storages.contract import CheckpointID, WorkflowCheckpoint
+from storages.errors import InvalidCheckpointError, StorageUnavailableError
 from storages.memory import InMemoryCheckpointStorage
 
-from . import support
+from . import blind_batch_seven, support
 from .blind_batch_three import RootRivalsOverFilteredRows, over
 from .double import DoubleBackend, DoubleStorage
 from .support import caught_only_by, failed
@@ -111,6 +113,50 @@ class NestedIndexedWithContainerSignature(DoubleBackend):
         top = records[0].graph_signature_hash
         return await super().insert(
             [records[0], *(r.replaced(graph_signature_hash=top) for r in records[1:])]
+        )
+
+
+class NulStrippedFromSignature(DoubleStorage):
+    """Strips NUL from a checkpoint's signature before storing it, as a C-string column would."""
+
+    async def save(self, checkpoint: Any) -> CheckpointID:
+        rewritten = copy.copy(checkpoint)
+        rewritten.graph_signature_hash = checkpoint.graph_signature_hash.replace("\x00", "")
+        return await super().save(rewritten)
+
+
+class NulSignatureUnavailable(DoubleStorage):
+    """Fails a save or a filter whose signature holds NUL as the store's driver reports it (a text
+    column that cannot hold NUL): StorageUnavailableError, which tells the caller to retry."""
+
+    def _refuse(self, signature: str | None) -> None:
+        if signature is not None and "\x00" in signature:
+            raise StorageUnavailableError("save", "DataError: text fields cannot contain NUL (0x00) bytes")
+
+    async def save(self, checkpoint: Any) -> CheckpointID:
+        self._refuse(checkpoint.graph_signature_hash)
+        return await super().save(checkpoint)
+
+    async def get_latest(self, *, workflow_name: str, graph_signature_hash: str | None = None) -> Any:
+        self._refuse(graph_signature_hash)
+        return await super().get_latest(
+            workflow_name=workflow_name, graph_signature_hash=graph_signature_hash
+        )
+
+
+class NulFilterFailsOnly(DoubleStorage):
+    """Refuses a NUL signature on save as the contract allows, but its listing filter fails on
+    one with the driver's error instead of refusing it or answering."""
+
+    async def list_checkpoint_ids(
+        self, *, workflow_name: str, graph_signature_hash: str | None = None, include_nested: bool = False
+    ) -> list[CheckpointID]:
+        if graph_signature_hash is not None and "\x00" in graph_signature_hash:
+            raise StorageUnavailableError("save", "DataError: text fields cannot contain NUL (0x00) bytes")
+        return await super().list_checkpoint_ids(
+            workflow_name=workflow_name,
+            graph_signature_hash=graph_signature_hash,
+            include_nested=include_nested,
         )
 
 
@@ -212,3 +258,72 @@ def test_root_rivals_chosen_among_filtered_rows_fail_the_root_rivals_clause_only
         "signature.latest_root_rivals_across_signatures",
         "get_latest(graph_signature_hash='sig-root-a') after roots r0 (a), r1 (b), r2 (a) returned",
     )
+
+
+def test_a_signature_with_nul_stripped_fails_nul_kept_or_refused() -> None:
+    caught_only_by(
+        run_family(NulStrippedFromSignature),
+        "signature.nul_kept_or_refused",
+        "graph_signature_hash of load(",
+    )
+
+
+def test_a_driver_error_for_a_nul_signature_fails_nul_kept_or_refused() -> None:
+    caught_only_by(
+        run_family(NulSignatureUnavailable),
+        "signature.nul_kept_or_refused",
+        "raised StorageUnavailableError: save failed: DataError: text fields cannot contain NUL "
+        "(0x00) bytes; a signature holding NUL is kept byte for byte or refused with "
+        "InvalidCheckpointError",
+    )
+
+
+def test_a_filter_failing_on_a_nul_signature_fails_nul_kept_or_refused() -> None:
+    caught_only_by(
+        run_family(NulFilterFailsOnly),
+        "signature.nul_kept_or_refused",
+        "list_checkpoint_ids(",
+    )
+
+
+def test_the_engine_refuses_a_nul_signature_on_save_and_as_a_filter() -> None:
+    async def scenario() -> None:
+        storage = InMemoryCheckpointStorage()
+        async with storage:
+            top = WorkflowCheckpoint(workflow_name="nul", graph_signature_hash="a\x00b")
+            with pytest.raises(InvalidCheckpointError, match="graph_signature_hash holds a NUL") as refused:
+                await storage.save(top)
+            assert refused.value.field == "graph_signature_hash"
+            child = WorkflowCheckpoint(workflow_name="nul-child", graph_signature_hash="\x00")
+            parent = WorkflowCheckpoint(
+                workflow_name="nul",
+                graph_signature_hash="sig",
+                state={"_executor_state": {"sub": {"sub_workflow_checkpoint": child}}},
+            )
+            with pytest.raises(
+                InvalidCheckpointError, match=f"embedded in checkpoint {parent.checkpoint_id!r}"
+            ):
+                await storage.save(parent)
+            for call in (storage.get_latest, storage.list_checkpoint_ids, storage.list_checkpoints):
+                with pytest.raises(InvalidCheckpointError) as filtered:
+                    await call(workflow_name="nul", graph_signature_hash="\x00")
+                assert filtered.value.field == "graph_signature_hash"
+            assert await storage.list_checkpoint_ids(workflow_name="nul") == []
+            assert await storage.list_checkpoint_ids(workflow_name="nul-child", include_nested=True) == []
+
+    asyncio.run(scenario())
+
+
+def test_a_six_method_storage_keeping_nul_signatures_passes_nul_kept_or_refused() -> None:
+    # Storages off the engine may keep such a signature: the clause then reads it back exactly.
+    factory = {name: made for name, made, _ in blind_batch_seven.HONEST}["SixPydanticRows"]
+    (backend,) = validate(factory(), clauses=["signature.nul_kept_or_refused"]).backends
+    assert [r.outcome for r in backend.results] == [Outcome.PASSED], backend.failures
+
+    async def kept() -> str:
+        storage = blind_batch_seven.SixPydanticRows()
+        top = WorkflowCheckpoint(workflow_name="nul", graph_signature_hash="a\x00b")
+        await storage.save(top)
+        return str((await storage.load(top.checkpoint_id)).graph_signature_hash)
+
+    assert asyncio.run(kept()) == "a\x00b"
