@@ -163,6 +163,21 @@ async def test_opening_a_current_file_needs_no_write_lock(db_path: Path) -> None
             assert (await storage.load(saved)).checkpoint_id == saved
 
 
+async def test_handles_opening_a_new_file_together_all_open(tmp_path: Path) -> None:
+    # Switching a new file to WAL takes an exclusive lock, and SQLite answers one of several
+    # connections switching at once with SQLITE_BUSY without waiting: each round races twelve
+    # first opens of a fresh file, and an open refused instead of retried fails most runs.
+    for round_number in range(300):
+        first = SQLiteCheckpointStorage(tmp_path / f"race-{round_number}.db")
+        handles = [first, *(first.new_handle() for _ in range(11))]
+        try:
+            listed = await asyncio.gather(*(h.list_checkpoint_ids(workflow_name="w") for h in handles))
+        finally:
+            for handle in handles:
+                await handle.aclose()
+        assert listed == [[]] * len(handles)
+
+
 async def test_file_with_a_newer_schema_is_refused(db_path: Path) -> None:
     async with SQLiteCheckpointStorage(db_path) as storage:
         await storage.save(checkpoint())

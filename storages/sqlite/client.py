@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,7 +98,7 @@ class SQLiteClient:
         try:
             await connection.open()
             if self._access == "rw":
-                await connection.call(_prepare, self._describe, self._synchronous)
+                await connection.call(_prepare, self._describe, self._synchronous, self._busy_timeout_ms)
             else:
                 await connection.call(_check_readable, self._describe)
         except BaseException as exc:
@@ -379,12 +380,13 @@ def _call_marking_not_text(connection: sqlite3.Connection, function: Callable[..
         connection.text_factory = previous
 
 
-def _prepare(connection: sqlite3.Connection, describe: str, synchronous: Synchronous) -> None:
+def _prepare(
+    connection: sqlite3.Connection, describe: str, synchronous: Synchronous, busy_timeout_ms: int
+) -> None:
     """On the connection's thread, once: refuse foreign or newer files, WAL, sync mode, migrate."""
     # Reading the version first refuses foreign and newer files before anything changes them.
     version = _schema_version(connection, describe)
-    row = connection.execute("PRAGMA journal_mode = WAL").fetchone()
-    mode = str(row[0]).lower() if row else "unknown"
+    mode = _switch_to_wal(connection, busy_timeout_ms)
     if mode != "wal":
         raise StorageConfigurationError(
             f"{describe}: could not switch to WAL journal mode (it is {mode!r}); "
@@ -400,6 +402,40 @@ def _prepare(connection: sqlite3.Connection, describe: str, synchronous: Synchro
                 for statement in step:
                     connection.execute(statement)
             connection.execute(schema.RECORD_SCHEMA_VERSION, (schema.SCHEMA_VERSION,))
+
+
+def _switch_to_wal(connection: sqlite3.Connection, busy_timeout_ms: int) -> str:
+    """The file's journal mode after asking for WAL. Switching a new file takes an exclusive lock,
+    and SQLite answers SQLITE_BUSY at once, without its busy handler, to one of several
+    connections switching together (to avoid a deadlock between them): so a busy answer is
+    retried within the busy timeout, each try first reading the mode another connection may have
+    switched already (WAL is kept in the file)."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            row = connection.execute("PRAGMA journal_mode").fetchone()
+            if row is None or str(row[0]).lower() != "wal":
+                row = connection.execute("PRAGMA journal_mode = WAL").fetchone()
+            return str(row[0]).lower() if row else "unknown"
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)  # on the connection's own thread, never the loop's
+        pause = min(pause * 2, 0.05)
+
+
+_SQLITE_BUSY = 5
+"""SQLite's primary result code for a lock another connection holds (extended codes keep it in
+their low byte)."""
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY or one of its extended codes (Python 3.11+ gives the code; 3.10 the message)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code) & 0xFF == _SQLITE_BUSY
+    return "database is locked" in str(exc)
 
 
 def _check_readable(connection: sqlite3.Connection, describe: str) -> None:
