@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import hashlib
 import hmac
 import os
 import shutil
-import sqlite3
 import tempfile
 import threading
 import zlib
@@ -839,12 +837,7 @@ def _remove_temp_dirs() -> None:
 def temp_sqlite() -> SQLiteBackend:
     path = tempfile.mkdtemp(prefix="blind13-")
     TEMP_DIRS.append(path)
-    file = os.path.join(path, "store.db")
-    # The built-in backend's first opens of a new file, made at once by several handles, can
-    # fail with "database is locked" (its switch to WAL); a file already in WAL mode avoids it.
-    with contextlib.closing(sqlite3.connect(file)) as connection:
-        connection.execute("PRAGMA journal_mode = WAL")
-    return SQLiteBackend(file)
+    return SQLiteBackend(os.path.join(path, "store.db"))
 
 
 class SealBackend(Backend):
