@@ -1,7 +1,7 @@
 """A fifteenth blind batch: broken storages written from the author docs alone.
 
 Each broken storage has exactly one defect an author who read only the author docs and the
-public author API could ship. Three styles, each over batch nine's ``Tables`` (the primitives as
+public author API could ship. Four styles, each over batch nine's ``Tables`` (the primitives as
 plain functions) with the style's own representation underneath:
 
 * ``DynamoBackend``: a DynamoDB-like single table: a record is an item ``("CP#id", "META")`` and
@@ -10,6 +10,10 @@ plain functions) with the style's own representation underneath:
   family is one TransactWriteItems with ``attribute_not_exists`` conditions; a global secondary
   index by checkpoint id is fed asynchronously by a stream task (one stream event a call) and is
   only eventually consistent, so the honest storage never reads it for an answer;
+* ``S3Backend``: an author's own S3 key layout through boto3 on in-process moto, a bucket with
+  random bits per store: ``rec/<percent-escaped id>`` written with ``IfNoneMatch='*'`` and
+  ``wf/<escaped workflow>/<zero-padded sequence>`` naming the id, listed ten keys a page with
+  continuation tokens; every primitive's boto3 calls run on a worker thread;
 * ``SoftBackend``: a soft-delete store: remove, prune and delete_workflow set a row's deleted
   flag (prune also writes a tombstone) and a background vacuum (one pass a call) removes the
   flagged rows later, first listing them, then deleting each one still flagged;
@@ -376,6 +380,33 @@ class DynamoPruneIgnoresUnprocessed(DynamoBackend):
         return BatchPruneTables.new()
 
 
+class GsiNamesTables(DynamoTables):
+    def workflow_names(self) -> list[str]:
+        return sorted({v[1].workflow_name for v in self.table.gsi.values() if v[1].container_id is None})
+
+
+class DynamoWorkflowNamesFromIndex(DynamoBackend):
+    """workflow_names Scans the global secondary index (one item per checkpoint, smaller than
+    the table): a workflow saved a moment ago is missing, one deleted a moment ago still listed."""
+
+    def new_tables(self) -> Tables:
+        return GsiNamesTables.new()
+
+
+class GsiInfoTables(DynamoTables):
+    def info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:
+        found = self.table.gsi.get(checkpoint_id)
+        return None if found is None else found[1].info(found[0])
+
+
+class DynamoInfoFromIndex(DynamoBackend):
+    """info (the index entry of one id) is a GetItem on the global secondary index, eventually
+    consistent: a checkpoint just saved has no entry, one just deleted still has one."""
+
+    def new_tables(self) -> Tables:
+        return GsiInfoTables.new()
+
+
 # ====================================================================== soft deletes
 
 
@@ -604,6 +635,26 @@ class SoftRemoveFlagsTopOnly(SoftBackend):
 
     def new_tables(self) -> Tables:
         return TopOnlyTables.new()
+
+
+class RemoveTombstonesTables(SoftTables):
+    def remove(self, checkpoint_id: CheckpointID) -> bool:
+        found = self.records.get(checkpoint_id)
+        removed = Tables.remove(self, checkpoint_id)
+        if removed and found is not None:
+            # Every soft delete writes its tombstone row, whatever deleted it.
+            marks = self.tombstones.setdefault(found[1].workflow_name, {})
+            for gone in self.family(checkpoint_id):
+                marks[gone] = None
+        return removed
+
+
+class SoftRemoveWritesTombstone(SoftBackend):
+    """remove writes a tombstone as prune does (a soft delete is a soft delete): a deleted id is
+    listed among the pruned ones, and a walk reaching it ends as pruned, not missing."""
+
+    def new_tables(self) -> Tables:
+        return RemoveTombstonesTables.new()
 
 
 class RawNamesTables(SoftTables):
@@ -1152,6 +1203,8 @@ BROKEN_DYNAMO: list[type[TablesBackend]] = [
     DynamoCounterWithoutCondition,
     DynamoDeleteWithoutCondition,
     DynamoPruneIgnoresUnprocessed,
+    DynamoWorkflowNamesFromIndex,
+    DynamoInfoFromIndex,
 ]
 BROKEN_SOFT: list[type[TablesBackend]] = [
     SoftLoadIgnoresFlag,
@@ -1163,6 +1216,7 @@ BROKEN_SOFT: list[type[TablesBackend]] = [
     SoftDeleteWorkflowKeepsTombstones,
     SoftRemoveFlagsTopOnly,
     SoftWorkflowNamesIgnoreFlag,
+    SoftRemoveWritesTombstone,
 ]
 BROKEN_S3: list[type[TablesBackend]] = [
     S3IncrementalListing,
