@@ -191,6 +191,31 @@ async def prune_edge_counts(ctx: ClauseContext) -> None:
     await _prune(book, ctx.workflow_name("never-saved"), 0, 0, "of a workflow never saved")
 
 
+_MANY = 70
+"""Checkpoints prune_many_at_once saves: more than a batch or page a store may handle at once
+(25 for a DynamoDB batch write, 50 or 64 for many listing pages)."""
+
+
+@clause(
+    "retention.prune_many_at_once",
+    f"prune(keep_last=1) of {_MANY} checkpoints deletes the {_MANY - 1} before the latest in one call, "
+    "returns that count and tombstones each: none is left behind a batch or page limit.",
+    requires=_PRUNE,
+)
+async def prune_many_at_once(ctx: ClauseContext) -> None:
+    book = Book(ctx, "prune-many")
+    chain = await book.chain(_MANY)
+    await ctx.settle()
+    when = f"after prune(keep_last=1) of {_MANY} checkpoints"
+    await _prune(book, book.workflow, 1, _MANY - 1, f"of {_MANY} checkpoints")
+    await expect_listed(book, book.workflow, chain[-1:], when)
+    await expect_latest(book, book.workflow, chain[-1], when)
+    for checkpoint in chain[:-1]:
+        await expect_gone(book, checkpoint.checkpoint_id, when)
+    if ctx.has(Capability.INSPECT):
+        await _expect_tombstones(book, book.workflow, ids_of(chain[:-1]), when)
+
+
 @clause(
     "retention.prune_invalid_keep_last",
     "prune with keep_last of -1, True, False, 1.5 or '2' raises InvalidCheckpointError and deletes nothing.",

@@ -26,7 +26,7 @@ CAUGHT_BY: dict[str, str] = {
     "DynamoFamilyPutOneByOne": "nested.save_is_atomic",
     "DynamoCounterWithoutCondition": "concurrency.many_writers_number_once",
     "DynamoDeleteWithoutCondition": "nested.delete_nested_refused",
-    "DynamoPruneIgnoresUnprocessed": "model.long_histories",
+    "DynamoPruneIgnoresUnprocessed": "retention.prune_many_at_once",
     "DynamoWorkflowNamesFromIndex": "model.sequential_histories",
     "DynamoInfoFromIndex": "model.sequential_histories",
     # an S3 key layout on moto

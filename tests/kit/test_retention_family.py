@@ -207,6 +207,21 @@ class DeleteLeavesTombstone(DoubleBackend):
         return removed
 
 
+class PruneOneBatchOnly(DoubleBackend):
+    """Deletes the doomed records in one batch write of at most 25 (a DynamoDB BatchWriteItem)
+    and ignores what the batch left unprocessed, yet counts every doomed record."""
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        state = self._read()
+        rows = {row.record: row for row in state.top_level(workflow_name)}
+        doomed = [rows[record] for record in pruned_records(list(rows), keep_last)]
+        for row in doomed[:25]:
+            for dropped in self._drop(state, row):
+                state.tombstones[dropped] = workflow_name
+        self._commit(state)
+        return len(doomed)
+
+
 # ---------------------------------------------------------------- tests
 
 
@@ -266,6 +281,7 @@ def test_prune_without_tombstones_fails_every_tombstone_clause() -> None:
         "retention.prune_removes_nested",
         "retention.walk_reaches_pruned_nested",
         "retention.delete_workflow_clears_tombstones",
+        "retention.prune_many_at_once",
     }
     assert (
         "walk_ancestry_ids(c4) after prune(keep_last=2) returned [c4, c3] ending missing at c2, "
@@ -409,4 +425,12 @@ def test_rivals_counted_inside_keep_last_fail_the_rivals_prune_clause() -> None:
         run_family(RivalsCountTowardKeepLast),
         "retention.prune_keeps_the_rivals",
         "prune(keep_last=2)",
+    )
+
+
+def test_prune_of_one_batch_only_fails_prune_many_at_once_only() -> None:
+    caught_only_by(
+        run_family(PruneOneBatchOnly),
+        "retention.prune_many_at_once",
+        "after prune(keep_last=1) of 70 checkpoints",
     )
