@@ -21,7 +21,7 @@ CAUGHT_BY: dict[str, str] = {
     "ShardFoldedNames": "identifiers.distinct_workflow_names",
     "ShardSaltPerHandle": "concurrency.many_saves_one_workflow",
     "ShardCountersPerShard": "model.sequential_histories",
-    "ShardMergeConcatenates": "model.sequential_histories",
+    "ShardMergeConcatenates": "nested.hidden_from_listing",
     "ShardDirectoryOutlivesDeletes": "retention.save_after_delete_workflow",
     "ShardWalkStaysOnShard": "ancestry.walks_across_workflow_names",
     "ShardNamesFromCounters": "capabilities.list_workflows",
