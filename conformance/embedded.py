@@ -9,6 +9,7 @@ is not skipped: its ``start`` raises ``MissingDependencyError``, so the report s
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -161,11 +162,15 @@ def _s3_moto() -> Embedded:
     require("s3", ("moto", "conformance", "moto[server]"))
     from .s3_moto import start_in_process
 
-    # moto in this process: the client must be made inside the mock, so it is injected.
-    client, stop = start_in_process("ckpt-conformance")
+    # moto in this process: the client must be made inside the mock, so it is injected. moto's
+    # state is the process's: while any other mock of it runs (another embedded S3, a test's own),
+    # stopping this one clears nothing, so every bucket name carries this run's own random bits
+    # and a bucket created "fresh" can never be one an earlier run filled.
+    run = f"ckpt-conformance-{secrets.token_hex(6)}"
+    client, stop = start_in_process(run)
     _S3_FAULTS.attach(client)
     _S3_REQUESTS.attach(client)
-    return _MotoBuckets(client, stop).store("ckpt-conformance")
+    return _MotoBuckets(client, stop, run).store(run)
 
 
 class _MotoBuckets:
@@ -173,9 +178,10 @@ class _MotoBuckets:
     a clause wrote costs a LIST per prefix and a GET per record, a fifth of the run's requests.
     The buckets stay in moto's memory until it stops (the run's end)."""
 
-    def __init__(self, client: Any, stop: Callable[[], None]) -> None:
+    def __init__(self, client: Any, stop: Callable[[], None], run: str) -> None:
         self._client = client
         self._stop = stop
+        self._run = run
         self._made = 0
 
     def store(self, bucket: str) -> Embedded:
@@ -191,7 +197,7 @@ class _MotoBuckets:
 
     def _next(self) -> Embedded:
         self._made += 1
-        bucket = f"ckpt-conformance-{self._made}"
+        bucket = f"{self._run}-{self._made}"
         self._client.create_bucket(Bucket=bucket)
         return self.store(bucket)
 
