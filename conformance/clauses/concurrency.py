@@ -14,6 +14,7 @@ stalls every other task of the process meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import random
@@ -22,7 +23,8 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -643,25 +645,28 @@ class _FileWatch:
             sys.addaudithook(cls.hook)
             cls.installed = True
 
+    @classmethod
+    @contextlib.contextmanager
+    def watching(cls) -> Iterator[None]:
+        """Record the opens of this thread (the loop's) while the block runs."""
+        cls.install()
+        cls.opened = []
+        cls.thread = threading.get_ident()
+        try:
+            yield
+        finally:
+            cls.thread = None
+
 
 OPEN_WATCH_CALLS = 4
-"""Checkpoints the file clause saves and reads while it watches (after one round unwatched)."""
+"""Checkpoints the loop-thread clauses save and read while they watch (after one round unwatched)."""
 
 
-@clause(
-    "concurrency.no_file_opened_on_the_loop",
-    "No save, load or read opens a file on the event loop's thread (after a first round): file work "
-    "runs in a thread.",
-    timeout=_TIMEOUT,
-)
-async def no_file_opened_on_the_loop(ctx: ClauseContext) -> None:
-    # A journal appended on the loop's thread takes microseconds on an idle disk, below what
-    # waits_yield_to_the_loop can tell from preemption, and stalls every task on a busy or
-    # network disk. The audit hook sees the open itself, whatever it costs. The first round is
-    # not watched: a client that loads its files once when first used (botocore's models) is
-    # setup, not a wait per call.
-    _FileWatch.install()
-    workflow_name = ctx.workflow_name("files")
+async def _rounds_while_watched(ctx: ClauseContext, label: str, watch: AbstractContextManager[Any]) -> None:
+    """A save, a load, get_latest and both listings per checkpoint of a chain, the first round
+    unwatched (a client that loads its files or connects once, when first used, does setup, not
+    a wait per call), the other rounds and a delete inside ``watch``."""
+    workflow_name = ctx.workflow_name(label)
     storage = ctx.storage
     checkpoints = [ctx.checkpoint(workflow_name, iteration_count=0)]
     for index in range(1, OPEN_WATCH_CALLS + 1):
@@ -679,14 +684,23 @@ async def no_file_opened_on_the_loop(ctx: ClauseContext) -> None:
         await storage.list_checkpoint_ids(workflow_name=workflow_name)
 
     await one_round(checkpoints[0])
-    _FileWatch.opened = []
-    _FileWatch.thread = threading.get_ident()
-    try:
+    with watch:
         for checkpoint in checkpoints[1:]:
             await one_round(checkpoint)
         await storage.delete(checkpoints[-1].checkpoint_id)
-    finally:
-        _FileWatch.thread = None
+
+
+@clause(
+    "concurrency.no_file_opened_on_the_loop",
+    "No save, load or read opens a file on the event loop's thread (after a first round): file work "
+    "runs in a thread.",
+    timeout=_TIMEOUT,
+)
+async def no_file_opened_on_the_loop(ctx: ClauseContext) -> None:
+    # A journal appended on the loop's thread takes microseconds on an idle disk, below what
+    # waits_yield_to_the_loop can tell from preemption, and stalls every task on a busy or
+    # network disk. The audit hook sees the open itself, whatever it costs.
+    await _rounds_while_watched(ctx, "files", _FileWatch.watching())
     opened = sorted(set(_FileWatch.opened))
     ensure(
         not opened,
@@ -704,11 +718,20 @@ _SOCKET_CALLS = frozenset(
 
 class _SocketWatch:
     """A profile function for the loop's thread that records sends and receives on blocking
-    sockets. asyncio's transports and ``sock_*`` calls use non-blocking sockets (timeout 0),
-    which never wait; a synchronous client's socket waits for its server on every call."""
+    sockets while it is entered. asyncio's transports and ``sock_*`` calls use non-blocking
+    sockets (timeout 0), which never wait; a synchronous client's socket waits for its server on
+    every call."""
 
     def __init__(self) -> None:
         self.used: list[str] = []
+        self._previous: Any = None
+
+    def __enter__(self) -> None:
+        self._previous = sys.getprofile()
+        sys.setprofile(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        sys.setprofile(self._previous)
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         if event != "c_call" or getattr(arg, "__name__", None) not in _SOCKET_CALLS:
@@ -731,34 +754,9 @@ class _SocketWatch:
 async def no_blocking_socket_on_the_loop(ctx: ClauseContext) -> None:
     # A request to a server on loopback takes tens of µs, below what waits_yield_to_the_loop can
     # tell from preemption, and stalls every task for as long as the server takes to answer. The
-    # profile function sees the send and the receive, whatever they cost. As with files, the first
-    # round is not watched; a blocking socket used per call is used in every round.
-    workflow_name = ctx.workflow_name("sockets")
-    storage = ctx.storage
-    checkpoints = [ctx.checkpoint(workflow_name, iteration_count=0)]
-    for index in range(1, OPEN_WATCH_CALLS + 1):
-        checkpoints.append(
-            ctx.checkpoint(
-                workflow_name, previous_checkpoint_id=checkpoints[-1].checkpoint_id, iteration_count=index
-            )
-        )
-
-    async def one_round(checkpoint: Any) -> None:
-        await storage.save(checkpoint)
-        await storage.load(checkpoint.checkpoint_id)
-        await storage.get_latest(workflow_name=workflow_name)
-        await storage.list_checkpoint_ids(workflow_name=workflow_name)
-
-    await one_round(checkpoints[0])
+    # profile function sees the send and the receive, whatever they cost.
     watch = _SocketWatch()
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        for checkpoint in checkpoints[1:]:
-            await one_round(checkpoint)
-        await storage.delete(checkpoints[-1].checkpoint_id)
-    finally:
-        sys.setprofile(previous)
+    await _rounds_while_watched(ctx, "sockets", watch)
     used = sorted(set(watch.used))
     ensure(
         not used,
