@@ -459,6 +459,68 @@ async def shared_handles_interleave(ctx: ClauseContext) -> None:
         )
 
 
+READERS_IN_FLIGHT = 4
+"""Tasks each reading through the reading handle without pause while the other handle saves: a
+read of that handle is then in flight whenever the other's save commits."""
+
+FRESH_READ_ROUNDS = 12
+
+
+@clause(
+    "concurrency.reads_follow_other_handles",
+    "A read started after another handle's save returned sees that save, while the reading handle's "
+    "earlier reads are still in flight.",
+    requires=(Capability.SHARED,),
+    timeout=_TIMEOUT,
+)
+async def reads_follow_other_handles(ctx: ClauseContext) -> None:
+    # A handle pinning its reads to a snapshot it took (its own last write, a version its running
+    # reads keep alive) or joining a read already in flight (one request for identical reads)
+    # answers as of before the other handle's save, and only while its own reads overlap.
+    reader, writer = ctx.storage, await ctx.other_handle()
+    workflow_name = ctx.workflow_name("fresh-reads")
+    first = ctx.checkpoint(workflow_name)
+    await reader.save(first)
+    saved = [first]
+    stop = asyncio.Event()
+
+    async def keep_reading() -> None:
+        while not stop.is_set():
+            await reader.get_latest(workflow_name=workflow_name)
+            await reader.list_checkpoint_ids(workflow_name=workflow_name)
+            await asyncio.sleep(0)  # a storage answering without a suspension would starve the loop
+
+    background = [asyncio.create_task(keep_reading()) for _ in range(READERS_IN_FLIGHT)]
+    try:
+        await asyncio.sleep(0)
+        for index in range(1, FRESH_READ_ROUNDS + 1):
+            checkpoint = ctx.checkpoint(
+                workflow_name, previous_checkpoint_id=saved[-1].checkpoint_id, iteration_count=index
+            )
+            await writer.save(checkpoint)
+            saved.append(checkpoint)
+            after = f"save {index} of {FRESH_READ_ROUNDS} on the other handle returned"
+            latest = await reader.get_latest(workflow_name=workflow_name)
+            ensure_equal(
+                getattr(latest, "checkpoint_id", None),
+                checkpoint.checkpoint_id,
+                f"get_latest on the reading handle, started after {after}",
+            )
+            ensure_equal(
+                await reader.list_checkpoint_ids(workflow_name=workflow_name),
+                [c.checkpoint_id for c in saved],
+                f"list_checkpoint_ids on the reading handle, started after {after}",
+            )
+    finally:
+        stop.set()
+        outcomes = await asyncio.gather(*background, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            fail(
+                f"a read in flight beside the other handle's saves raised {type(outcome).__name__}: {outcome}"
+            )
+
+
 @clause(
     "concurrency.shared_identical_saves",
     "Equal checkpoints saved under one id through two handles at once are stored once, without error.",

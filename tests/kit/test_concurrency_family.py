@@ -220,7 +220,11 @@ def test_two_handle_clauses_need_shared() -> None:
     not_shared = MemoryBackend.capabilities - {Capability.SHARED}
     backend = run_family(InMemoryCheckpointStorage, capabilities=not_shared)
     skipped = {r.clause_id for r in backend.results if r.outcome is Outcome.SKIPPED}
-    assert skipped == {"concurrency.shared_handles_interleave", "concurrency.shared_identical_saves"}
+    assert skipped == {
+        "concurrency.shared_handles_interleave",
+        "concurrency.shared_identical_saves",
+        "concurrency.reads_follow_other_handles",
+    }
     assert not backend.failures
 
 
@@ -250,6 +254,7 @@ def test_handles_that_do_not_share_a_store_are_caught() -> None:
         "concurrency.many_saves_one_workflow",
         "concurrency.conflicting_saves",
         "concurrency.many_writers_number_once",
+        "concurrency.reads_follow_other_handles",
     }
     assert "lost" in backend.result("concurrency.shared_handles_interleave").message
 
@@ -318,6 +323,63 @@ def test_a_reply_left_unread_by_a_cancelled_load_is_caught() -> None:
     }
     message = backend.result("concurrency.cancelled_calls_leave_no_trace").message
     assert "the backend answered a read of" in message
+
+
+ANSWER_TURNS = 4
+"""Loop turns a read's answer takes to come back from where it was read."""
+
+
+class JoinsReadsInFlight(DoubleBackend):
+    """Sends one request for identical reads of a handle (latest, ids): a read started while an
+    identical one is in flight takes that one's answer, read before the read was asked for."""
+
+    def __init__(self, backing: Any = None) -> None:
+        super().__init__(backing)
+        self.in_flight: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+
+    async def joined(self, key: tuple[Any, ...], read: Any) -> Any:
+        if key in self.in_flight:
+            return await asyncio.shield(self.in_flight[key])
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.in_flight[key] = answer
+        try:
+            result = await read()
+            for _ in range(ANSWER_TURNS):
+                await asyncio.sleep(0)  # the answer on its way back
+            answer.set_result(result)
+            return result
+        except BaseException as exc:
+            answer.set_exception(exc)
+            answer.exception()  # retrieved: a joiner may not come
+            raise
+        finally:
+            del self.in_flight[key]
+
+    async def latest(self, workflow_name: str, graph_signature_hash: str | None) -> StoredBody | None:
+        read = super().latest
+        return await self.joined(
+            ("latest", workflow_name, graph_signature_hash), lambda: read(workflow_name, graph_signature_hash)
+        )
+
+    async def list_ids(
+        self, workflow_name: str, graph_signature_hash: str | None, *, include_nested: bool = False
+    ) -> list[str]:
+        read = super().list_ids
+        return await self.joined(  # type: ignore[no-any-return]
+            ("ids", workflow_name, graph_signature_hash, include_nested),
+            lambda: read(workflow_name, graph_signature_hash, include_nested=include_nested),
+        )
+
+
+def test_reads_joined_to_one_in_flight_are_caught() -> None:
+    (backend,) = validate(
+        double_target(JoinsReadsInFlight), clauses=["concurrency.reads_follow_other_handles"]
+    ).backends
+    assert failed(backend) == {"concurrency.reads_follow_other_handles"}
+    assert (
+        "on the reading handle, started after save"
+        in backend.result("concurrency.reads_follow_other_handles").message
+    )
 
 
 class WritesEmbeddedRecordsFirst(DoubleBackend):
