@@ -14,14 +14,14 @@ import asyncio
 import datetime as dt
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Set
+from collections.abc import Callable, Set
 from operator import attrgetter
 from typing import Any, TypeVar
 
 from storages.contract import AncestryEnd, Capability, PendingWrite
 from storages.errors import CheckpointNotFoundError, StaleWriterError, UnsupportedOperationError
 
-from ..clause import clause, ensure, ensure_equal, fail, not_applicable
+from ..clause import clause, ensure, ensure_equal, fail
 from ..context import WORKFLOW_NAME_PREFIX, ClauseContext
 from ._maf import is_not_found
 from .fidelity import first_difference
@@ -559,143 +559,6 @@ async def _whole_index_is_described(ctx: ClauseContext) -> None:
         f"list_records() lists {len(unknown)} entries checkpoint_info does not describe as listed: "
         + ", ".join(f"{r.checkpoint_id!r} of workflow {r.workflow_name!r}" for r in unknown[:3]),
     )
-
-
-Read = tuple[str, Callable[[], Awaitable[None]]]
-"""One read a clause makes right after a write: what it reads, and the read with its check."""
-
-
-@clause(
-    "capabilities.index_follows_each_write",
-    "Declared: list_workflows, checkpoint_info and list_records answer as of the last write returned, read "
-    "first right after one changing several records at once (a nested save, a prune, a cascading delete, "
-    "a workflow's deletion).",
-)
-async def index_follows_each_write(ctx: ClauseContext) -> None:
-    if not (ctx.has(Capability.LIST_WORKFLOWS) or ctx.has(Capability.INSPECT)):
-        not_applicable("neither list_workflows nor inspect is declared")
-    writes: list[Callable[[], Awaitable[list[Read]]]] = []
-    if ctx.has(Capability.NESTED):
-        writes += [lambda: _nested_save(ctx), lambda: _cascading_delete(ctx)]
-    if ctx.has(Capability.PRUNE):
-        writes += [lambda: _prune(ctx), lambda: _workflow_deletion(ctx)]
-    for write in writes:
-        await _each_read_first(write)
-
-
-async def _each_read_first(write: Callable[[], Awaitable[list[Read]]]) -> None:
-    """Makes the write once for each of its reads and makes that read first: an index fed behind
-    the write (a stream, a queue, a cache) lags most on the read nothing came before."""
-    first = 0
-    while True:
-        reads = await write()
-        if not reads:
-            return
-        for _, read in [reads[first], *reads[:first], *reads[first + 1 :]]:
-            await read()
-        first += 1
-        if first == len(reads):
-            return
-
-
-def _named(ctx: ClauseContext, workflow_name: str, listed: bool, after: str) -> list[Read]:
-    if not ctx.has(Capability.LIST_WORKFLOWS):
-        return []
-
-    async def read() -> None:
-        names = await ctx.storage.list_workflows()
-        ensure(
-            (workflow_name in names) == listed,
-            f"list_workflows() read first right after {after} "
-            f"{'lacks' if listed else 'still names'} {workflow_name!r}",
-        )
-
-    return [("list_workflows", read)]
-
-
-def _described(ctx: ClauseContext, checkpoint_id: str, workflow_name: str | None, after: str) -> list[Read]:
-    """checkpoint_info of ``checkpoint_id``: under ``workflow_name``, or None when that is None."""
-    if not ctx.has(Capability.INSPECT):
-        return []
-
-    async def read() -> None:
-        info = await ctx.storage.checkpoint_info(checkpoint_id)
-        ensure_equal(
-            None if info is None else (info.checkpoint_id, info.workflow_name),
-            None if workflow_name is None else (checkpoint_id, workflow_name),
-            f"checkpoint_info({checkpoint_id!r}) (id, workflow) read first right after {after}",
-        )
-
-    return [(f"checkpoint_info({checkpoint_id!r})", read)]
-
-
-def _recorded(ctx: ClauseContext, workflow_name: str, checkpoint_ids: list[str], after: str) -> list[Read]:
-    if not ctx.has(Capability.INSPECT):
-        return []
-
-    async def read() -> None:
-        records = await ctx.storage.list_records(workflow_name=workflow_name)
-        ensure_equal(
-            [r.checkpoint_id for r in records],
-            checkpoint_ids,
-            f"list_records(workflow_name={workflow_name!r}) ids read first right after {after}",
-        )
-
-    return [("list_records", read)]
-
-
-async def _saved_family(ctx: ClauseContext, label: str) -> tuple[Any, list[Any]]:
-    """A checkpoint embedding two of two sub-workflows, saved: (it, the embedded ones)."""
-    embedded = [ctx.checkpoint(ctx.workflow_name(f"{label}-sub-{i}")) for i in range(2)]
-    top = ctx.checkpoint(
-        ctx.workflow_name(label),
-        state={
-            "_executor_state": {f"sub{i}": {"sub_workflow_checkpoint": c} for i, c in enumerate(embedded)}
-        },
-    )
-    await ctx.storage.save(top)
-    return top, embedded
-
-
-async def _nested_save(ctx: ClauseContext) -> list[Read]:
-    top, embedded = await _saved_family(ctx, "index-nested")
-    after = "a save embedding two checkpoints"
-    reads = _named(ctx, top.workflow_name, True, after)
-    for checkpoint in (top, *embedded):
-        reads += _described(ctx, checkpoint.checkpoint_id, checkpoint.workflow_name, after)
-    return reads
-
-
-async def _cascading_delete(ctx: ClauseContext) -> list[Read]:
-    top, embedded = await _saved_family(ctx, "index-cascade")
-    await ctx.storage.delete(top.checkpoint_id)
-    after = "the delete of a checkpoint embedding two"
-    reads = _named(ctx, top.workflow_name, False, after)
-    for checkpoint in (top, *embedded):
-        reads += _described(ctx, checkpoint.checkpoint_id, None, after)
-    return reads
-
-
-async def _prune(ctx: ClauseContext) -> list[Read]:
-    chain = await ctx.save_chain(ctx.workflow_name("index-prune"), 4)
-    workflow_name = chain[0].workflow_name
-    await ctx.storage.prune(workflow_name=workflow_name, keep_last=1)
-    after = "a prune of three checkpoints"
-    reads = _recorded(ctx, workflow_name, _ids(chain[-1:]), after)
-    for checkpoint in reversed(chain[:-1]):
-        reads += _described(ctx, checkpoint.checkpoint_id, None, after)
-    return reads
-
-
-async def _workflow_deletion(ctx: ClauseContext) -> list[Read]:
-    chain = await ctx.save_chain(ctx.workflow_name("index-deleted"), 3)
-    workflow_name = chain[0].workflow_name
-    await ctx.storage.delete_workflow(workflow_name=workflow_name)
-    after = "delete_workflow of three checkpoints"
-    reads = _named(ctx, workflow_name, False, after) + _recorded(ctx, workflow_name, [], after)
-    for checkpoint in reversed(chain):
-        reads += _described(ctx, checkpoint.checkpoint_id, None, after)
-    return reads
 
 
 @clause(

@@ -610,3 +610,195 @@ async def maf_checkpoint_class_round_trips(ctx: ClauseContext) -> None:
         f"the checkpoint embedded in a MAF checkpoint came back as {type(embedded).__qualname__}, "
         "not MAF's class",
     )
+
+
+Read = tuple[str, Callable[[], Awaitable[None]]]
+"""One read a clause makes right after a write: what it reads, and the read with its check."""
+
+
+@clause(
+    "contract.reads_follow_each_write",
+    "A read made first right after a write answers as of it (load, list_checkpoint_ids, get_latest, and "
+    "where declared list_workflows, checkpoint_info, list_records), also after one changing several "
+    "records at once (a nested save, a cascading delete, a prune, a workflow's deletion).",
+)
+async def reads_follow_each_write(ctx: ClauseContext) -> None:
+    writes: list[Callable[[], Awaitable[list[Read]]]] = [lambda: _single_save(ctx)]
+    if ctx.has(Capability.NESTED):
+        writes += [lambda: _nested_save(ctx), lambda: _cascading_delete(ctx)]
+    if ctx.has(Capability.PRUNE):
+        writes += [lambda: _prune(ctx), lambda: _workflow_deletion(ctx)]
+    for write in writes:
+        await _each_read_first(write)
+
+
+async def _each_read_first(write: Callable[[], Awaitable[list[Read]]]) -> None:
+    """Makes the write once for each of its reads and makes that read first: an index fed behind
+    the write (a stream, a queue, a cache) lags most on the read nothing came before."""
+    first = 0
+    while True:
+        reads = await write()
+        for _, read in [reads[first], *reads[:first], *reads[first + 1 :]]:
+            await read()
+        first += 1
+        if first == len(reads):
+            return
+
+
+def _loaded(ctx: ClauseContext, checkpoint_id: str, stored: bool, after: str) -> list[Read]:
+    async def read() -> None:
+        if not stored:
+            await _expect_not_found(ctx, checkpoint_id, f"read first right after {after}")
+            return
+        loaded = await ctx.storage.load(checkpoint_id)
+        ensure_equal(
+            getattr(loaded, "checkpoint_id", None),
+            checkpoint_id,
+            f"load({checkpoint_id!r}) read first right after {after}",
+        )
+
+    return [(f"load({checkpoint_id!r})", read)]
+
+
+def _listed(ctx: ClauseContext, workflow_name: str, chain: list[Any], after: str) -> list[Read]:
+    """list_checkpoint_ids of the workflow is ``chain``'s ids, and get_latest its last (or None)."""
+
+    async def ids() -> None:
+        ensure_equal(
+            await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name),
+            _ids(chain),
+            f"list_checkpoint_ids({workflow_name!r}) read first right after {after}",
+        )
+
+    async def latest() -> None:
+        found = await ctx.storage.get_latest(workflow_name=workflow_name)
+        ensure_equal(
+            getattr(found, "checkpoint_id", None),
+            chain[-1].checkpoint_id if chain else None,
+            f"get_latest({workflow_name!r}) id read first right after {after}",
+        )
+
+    return [("list_checkpoint_ids", ids), ("get_latest", latest)]
+
+
+def _named(ctx: ClauseContext, workflow_name: str, listed: bool, after: str) -> list[Read]:
+    if not ctx.has(Capability.LIST_WORKFLOWS):
+        return []
+
+    async def read() -> None:
+        names = await ctx.storage.list_workflows()
+        ensure(
+            (workflow_name in names) == listed,
+            f"list_workflows() read first right after {after} "
+            f"{'lacks' if listed else 'still names'} {workflow_name!r}",
+        )
+
+    return [("list_workflows", read)]
+
+
+def _described(ctx: ClauseContext, checkpoint: Any, stored: bool, after: str) -> list[Read]:
+    """checkpoint_info of ``checkpoint``: its id under its workflow, or None when not ``stored``."""
+    if not ctx.has(Capability.INSPECT):
+        return []
+
+    async def read() -> None:
+        info = await ctx.storage.checkpoint_info(checkpoint.checkpoint_id)
+        ensure_equal(
+            None if info is None else (info.checkpoint_id, info.workflow_name),
+            (checkpoint.checkpoint_id, checkpoint.workflow_name) if stored else None,
+            f"checkpoint_info({checkpoint.checkpoint_id!r}) (id, workflow) read first right after {after}",
+        )
+
+    return [(f"checkpoint_info({checkpoint.checkpoint_id!r})", read)]
+
+
+def _recorded(ctx: ClauseContext, workflow_name: str, chain: list[Any], after: str) -> list[Read]:
+    if not ctx.has(Capability.INSPECT):
+        return []
+
+    async def read() -> None:
+        records = await ctx.storage.list_records(workflow_name=workflow_name)
+        ensure_equal(
+            [r.checkpoint_id for r in records],
+            _ids(chain),
+            f"list_records(workflow_name={workflow_name!r}) ids read first right after {after}",
+        )
+
+    return [("list_records", read)]
+
+
+def _record_reads(ctx: ClauseContext, checkpoints: list[Any], stored: bool, after: str) -> list[Read]:
+    reads: list[Read] = []
+    for checkpoint in checkpoints:
+        reads += _loaded(ctx, checkpoint.checkpoint_id, stored, after)
+        reads += _described(ctx, checkpoint, stored, after)
+    return reads
+
+
+async def _single_save(ctx: ClauseContext) -> list[Read]:
+    chain = await ctx.save_chain(ctx.workflow_name("fresh-single"), 1)
+    workflow_name, after = chain[0].workflow_name, "a save"
+    return [
+        *_listed(ctx, workflow_name, chain, after),
+        *_named(ctx, workflow_name, True, after),
+        *_record_reads(ctx, chain, True, after),
+    ]
+
+
+async def _saved_family(ctx: ClauseContext, label: str) -> tuple[Any, list[Any]]:
+    """A checkpoint embedding one checkpoint of each of two sub-workflows, saved."""
+    embedded = [ctx.checkpoint(ctx.workflow_name(f"{label}-sub-{i}")) for i in range(2)]
+    top = ctx.checkpoint(
+        ctx.workflow_name(label),
+        state={
+            "_executor_state": {f"sub{i}": {"sub_workflow_checkpoint": c} for i, c in enumerate(embedded)}
+        },
+    )
+    await ctx.storage.save(top)
+    return top, embedded
+
+
+async def _nested_save(ctx: ClauseContext) -> list[Read]:
+    top, embedded = await _saved_family(ctx, "fresh-nested")
+    after = "a save embedding two checkpoints"
+    return [
+        *_listed(ctx, top.workflow_name, [top], after),
+        *_named(ctx, top.workflow_name, True, after),
+        *_record_reads(ctx, [top, *embedded], True, after),
+    ]
+
+
+async def _cascading_delete(ctx: ClauseContext) -> list[Read]:
+    top, embedded = await _saved_family(ctx, "fresh-cascade")
+    await ctx.storage.delete(top.checkpoint_id)
+    after = "the delete of a checkpoint embedding two"
+    return [
+        *_listed(ctx, top.workflow_name, [], after),
+        *_named(ctx, top.workflow_name, False, after),
+        *_record_reads(ctx, [top, *embedded], False, after),
+    ]
+
+
+async def _prune(ctx: ClauseContext) -> list[Read]:
+    chain = await ctx.save_chain(ctx.workflow_name("fresh-prune"), 4)
+    workflow_name = chain[0].workflow_name
+    await ctx.storage.prune(workflow_name=workflow_name, keep_last=1)
+    after = "a prune of three checkpoints"
+    return [
+        *_listed(ctx, workflow_name, chain[-1:], after),
+        *_recorded(ctx, workflow_name, chain[-1:], after),
+        *_record_reads(ctx, chain[-2::-1], False, after),
+    ]
+
+
+async def _workflow_deletion(ctx: ClauseContext) -> list[Read]:
+    chain = await ctx.save_chain(ctx.workflow_name("fresh-deleted"), 3)
+    workflow_name = chain[0].workflow_name
+    await ctx.storage.delete_workflow(workflow_name=workflow_name)
+    after = "delete_workflow of three checkpoints"
+    return [
+        *_listed(ctx, workflow_name, [], after),
+        *_named(ctx, workflow_name, False, after),
+        *_recorded(ctx, workflow_name, [], after),
+        *_record_reads(ctx, chain[::-1], False, after),
+    ]

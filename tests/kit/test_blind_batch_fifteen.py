@@ -27,8 +27,8 @@ CAUGHT_BY: dict[str, str] = {
     "DynamoCounterWithoutCondition": "concurrency.many_writers_number_once",
     "DynamoDeleteWithoutCondition": "nested.delete_nested_refused",
     "DynamoPruneIgnoresUnprocessed": "retention.prune_many_at_once",
-    "DynamoWorkflowNamesFromIndex": "capabilities.index_follows_each_write",
-    "DynamoInfoFromIndex": "capabilities.index_follows_each_write",
+    "DynamoWorkflowNamesFromIndex": "contract.reads_follow_each_write",
+    "DynamoInfoFromIndex": "contract.reads_follow_each_write",
     # an S3 key layout on moto
     "S3IncrementalListing": "tamper.forged_prune",
     "S3EscapesSlashOnly": "identifiers.distinct_ids",

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from conformance import BackendReport, Outcome, all_clauses
-from storages.backend import CheckpointRecord, InsertResult
 from storages.contract import OPERATION_CAPABILITIES, AncestryEnd, AncestryWalk, Capability, CheckpointInfo
 from storages.engine import CheckpointStore
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
@@ -134,72 +131,6 @@ def RepeatingPages() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(RepeatingPagesBackend())
 
 
-class StreamFedIndexBackend(MemoryBackend):
-    """Answers checkpoint_info and workflow_names from an index a change stream feeds, one event
-    (a record written or deleted) at the end of every call: the index keeps up with writes of one
-    record and falls behind a write of several."""
-
-    def __init__(self, store: Any = None) -> None:
-        super().__init__(store)
-        self.described: dict[str, CheckpointInfo] = {}
-        self.named: set[str] = set()
-        self.stream: deque[tuple[str, str]] = deque()
-
-    async def apply_one(self) -> None:
-        if not self.stream:
-            return
-        checkpoint_id, workflow_name = self.stream.popleft()
-        info = await super().info(checkpoint_id)
-        if info is None:
-            self.described.pop(checkpoint_id, None)
-        else:
-            self.described[checkpoint_id] = info
-        self.named.discard(workflow_name)
-        if workflow_name in await super().workflow_names():
-            self.named.add(workflow_name)
-
-    async def streamed(self, records: Sequence[Any]) -> None:
-        self.stream.extend((r.checkpoint_id, r.workflow_name) for r in records)
-        await self.apply_one()
-
-    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
-        result = await super().insert(records)
-        await self.streamed(records)
-        return result
-
-    async def remove(self, checkpoint_id: str) -> bool:
-        before = await self.records(None)
-        removed = await super().remove(checkpoint_id)
-        after = {r.checkpoint_id for r in await self.records(None)}
-        await self.streamed([r for r in before if r.checkpoint_id not in after])
-        return removed
-
-    async def prune(self, workflow_name: str, keep_last: int) -> int:
-        before = await self.records(workflow_name)
-        count = await super().prune(workflow_name, keep_last)
-        after = {r.checkpoint_id for r in await self.records(workflow_name)}
-        await self.streamed([r for r in before if r.checkpoint_id not in after])
-        return count
-
-    async def delete_workflow(self, workflow_name: str) -> int:
-        before = await self.records(workflow_name)
-        count = await super().delete_workflow(workflow_name)
-        await self.streamed(before)
-        return count
-
-    async def info(self, checkpoint_id: str) -> CheckpointInfo | None:
-        await self.apply_one()
-        return self.described.get(checkpoint_id)
-
-    async def workflow_names(self) -> list[str]:
-        await self.apply_one()
-        return sorted(self.named)
-
-
-def StreamFedIndex() -> CheckpointStore[MemoryBackend]:
-    return CheckpointStore(StreamFedIndexBackend())
-
-
 class UndeclaredTtl(InMemoryCheckpointStorage):
     """Expires checkpoints after a minute without declaring ttl."""
 
@@ -275,20 +206,12 @@ def test_in_memory_storage_passes_every_capabilities_clause() -> None:
 def test_a_storage_with_only_mafs_methods_passes() -> None:
     # A missing method or keyword is an honest refusal.
     backend = run_family(MafOnlyStorage)
-    assert not backend.failures, backend.failures
-    # With neither list_workflows nor inspect there is no index to read after a write.
-    assert {r.clause_id for r in backend.results if r.outcome is not Outcome.PASSED} == {
-        "capabilities.index_follows_each_write"
-    }
+    assert all(r.outcome is Outcome.PASSED for r in backend.results), backend.failures
 
 
 def test_declared_but_hollow_extensions_are_caught() -> None:
     backend = run_family(HollowExtensions)
-    assert failed(backend) == {
-        "capabilities.ancestry",
-        "capabilities.list_workflows",
-        "capabilities.index_follows_each_write",
-    }
+    assert failed(backend) == {"capabilities.ancestry", "capabilities.list_workflows"}
     assert "walk_ancestry_ids" in backend.result("capabilities.ancestry").message
     assert "list_workflows() lacks" in backend.result("capabilities.list_workflows").message
 
@@ -324,11 +247,6 @@ def test_a_streamed_index_that_skips_records_is_caught() -> None:
 
 def test_a_streamed_index_that_repeats_records_is_caught() -> None:
     caught_only_by(run_family(RepeatingPages), "capabilities.inspect", "more than once")
-
-
-def test_an_index_lagging_behind_writes_of_several_records_is_caught() -> None:
-    backend = run_family(StreamFedIndex)
-    caught_only_by(backend, "capabilities.index_follows_each_write", "read first right after")
 
 
 def test_the_targets_declaration_is_what_counts() -> None:

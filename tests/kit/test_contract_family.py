@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,8 +10,9 @@ import pytest
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
 from storages.backend import CheckpointRecord, InsertResult, StoredBody
-from storages.contract import CheckpointID
-from storages.memory import InMemoryCheckpointStorage
+from storages.contract import CheckpointID, CheckpointInfo
+from storages.engine import CheckpointStore
+from storages.memory import InMemoryCheckpointStorage, MemoryBackend
 
 from . import support
 from .double import DoubleBackend
@@ -100,6 +102,72 @@ class StaleLatestAfterDelete(DoubleBackend):
 # ---------------------------------------------------------------- tests
 
 
+class StreamFedIndexBackend(MemoryBackend):
+    """Answers checkpoint_info and workflow_names from an index a change stream feeds, one event
+    (a record written or deleted) at the end of every call: the index keeps up with writes of one
+    record and falls behind a write of several."""
+
+    def __init__(self, store: Any = None) -> None:
+        super().__init__(store)
+        self.described: dict[str, CheckpointInfo] = {}
+        self.named: set[str] = set()
+        self.stream: deque[tuple[str, str]] = deque()
+
+    async def apply_one(self) -> None:
+        if not self.stream:
+            return
+        checkpoint_id, workflow_name = self.stream.popleft()
+        info = await super().info(checkpoint_id)
+        if info is None:
+            self.described.pop(checkpoint_id, None)
+        else:
+            self.described[checkpoint_id] = info
+        self.named.discard(workflow_name)
+        if workflow_name in await super().workflow_names():
+            self.named.add(workflow_name)
+
+    async def streamed(self, records: Sequence[Any]) -> None:
+        self.stream.extend((r.checkpoint_id, r.workflow_name) for r in records)
+        await self.apply_one()
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        result = await super().insert(records)
+        await self.streamed(records)
+        return result
+
+    async def remove(self, checkpoint_id: str) -> bool:
+        before = await self.records(None)
+        removed = await super().remove(checkpoint_id)
+        after = {r.checkpoint_id for r in await self.records(None)}
+        await self.streamed([r for r in before if r.checkpoint_id not in after])
+        return removed
+
+    async def prune(self, workflow_name: str, keep_last: int) -> int:
+        before = await self.records(workflow_name)
+        count = await super().prune(workflow_name, keep_last)
+        after = {r.checkpoint_id for r in await self.records(workflow_name)}
+        await self.streamed([r for r in before if r.checkpoint_id not in after])
+        return count
+
+    async def delete_workflow(self, workflow_name: str) -> int:
+        before = await self.records(workflow_name)
+        count = await super().delete_workflow(workflow_name)
+        await self.streamed(before)
+        return count
+
+    async def info(self, checkpoint_id: str) -> CheckpointInfo | None:
+        await self.apply_one()
+        return self.described.get(checkpoint_id)
+
+    async def workflow_names(self) -> list[str]:
+        await self.apply_one()
+        return sorted(self.named)
+
+
+def StreamFedIndex() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(StreamFedIndexBackend())
+
+
 def test_in_memory_storage_passes_every_contract_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     assert {r.clause_id: r.outcome for r in backend.results} == {
@@ -155,7 +223,11 @@ def test_listing_newest_first_fails_the_order_checks() -> None:
 
 def test_latest_that_survives_delete_fails_the_delete_clauses() -> None:
     backend = run_family(StaleLatestAfterDelete)
-    assert failed(backend) == {"contract.delete_removes", "contract.delete_latest_promotes_previous"}
+    assert failed(backend) == {
+        "contract.delete_removes",
+        "contract.delete_latest_promotes_previous",
+        "contract.reads_follow_each_write",
+    }
     assert "get_latest(" in backend.result("contract.delete_removes").message
 
 
@@ -176,3 +248,8 @@ def test_maf_in_memory_storage_fails_only_the_immutability_clauses() -> None:
         "contract.resave_equal_values_of_other_types_conflicts",
     }
     assert backend.count(Outcome.PASSED) == len(backend.results) - 3
+
+
+def test_an_index_lagging_behind_writes_of_several_records_is_caught() -> None:
+    backend = run_family(StreamFedIndex)
+    caught_only_by(backend, "contract.reads_follow_each_write", "read first right after")
