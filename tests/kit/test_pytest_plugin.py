@@ -8,12 +8,17 @@ import textwrap
 
 import pytest
 
+import conformance.clauses  # noqa: F401
 from conformance import ClauseResult, Outcome, all_clauses
 from conformance.pytest_plugin import report_outcome
 from storages.contract import Capability
 from storages.memory import MemoryBackend
 
 pytest_plugins = ["pytester"]
+# The clause modules are imported above, before any in-process pytester run: each run puts
+# sys.modules back as it found it, and a clause module first imported inside one would be gone
+# from sys.modules in the next while the registry still runs its functions (a dataclass a clause
+# defines then cannot find its module).
 
 MEMORY_SUITE = """
 import pytest
