@@ -248,11 +248,20 @@ async def ttl(ctx: ClauseContext) -> None:
 
 @clause(
     "capabilities.list_workflows",
-    "Declared: list_workflows() names exactly the workflows holding checkpoints; undeclared: refused.",
+    "Declared: list_workflows() names exactly the workflows holding top-level checkpoints (not one only "
+    "embedded checkpoints carry); undeclared: refused.",
 )
 async def list_workflows(ctx: ClauseContext) -> None:
     kept = await ctx.save_chain(ctx.workflow_name("listed"), 2)
     emptied = await ctx.save_chain(ctx.workflow_name("emptied"), 1)
+    only_embedded = ctx.checkpoint(ctx.workflow_name("listed-only-embedded"))
+    if ctx.has(Capability.NESTED):
+        await ctx.storage.save(
+            ctx.checkpoint(
+                ctx.workflow_name("listed-container"),
+                state={"_executor_state": {"sub": {"sub_workflow_checkpoint": only_embedded}}},
+            )
+        )
     if not ctx.has(Capability.LIST_WORKFLOWS):
         await expect_refused(ctx, Capability.LIST_WORKFLOWS, "list_workflows")
         return
@@ -260,6 +269,11 @@ async def list_workflows(ctx: ClauseContext) -> None:
     ensure(isinstance(names, list), f"list_workflows() returned {_show(names)}, not a list")
     for checkpoint in (kept[0], emptied[0]):
         ensure(checkpoint.workflow_name in names, f"list_workflows() lacks {checkpoint.workflow_name!r}")
+    ensure(
+        only_embedded.workflow_name not in names,
+        f"list_workflows() names {only_embedded.workflow_name!r}, whose only checkpoint is embedded in "
+        "another's: a workflow is listed for its top-level checkpoints",
+    )
     await ctx.storage.delete(emptied[0].checkpoint_id)
     names = await ctx.storage.list_workflows()
     ensure(
@@ -279,7 +293,7 @@ async def list_workflows(ctx: ClauseContext) -> None:
         empty = [n for n in empty if n in again]
     ensure(
         not empty,
-        f"list_workflows() names {len(empty)} workflow(s) holding no checkpoint of this store: "
+        f"list_workflows() names {len(empty)} workflow(s) holding no top-level checkpoint of this store: "
         f"{', '.join(repr(n) for n in empty[:5])}",
     )
 
@@ -298,10 +312,7 @@ def foreign_first(items: list[T], name_of: Callable[[T], str]) -> list[T]:
 
 
 async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
-    """Whether the workflow holds a checkpoint, an embedded one counting where there are any
-    (a name only embedded checkpoints carry may be listed)."""
-    if ctx.has(Capability.NESTED):
-        return bool(await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name, include_nested=True))
+    """Whether the workflow holds a top-level checkpoint."""
     return bool(await ctx.storage.list_checkpoint_ids(workflow_name=workflow_name))
 
 

@@ -191,6 +191,28 @@ async def delete_removes(ctx: ClauseContext) -> None:
 
 
 @clause(
+    "contract.resave_after_delete_is_new",
+    "A checkpoint deleted and saved again under its id with other content is stored anew: load(), the "
+    "listing and get_latest() give the new content, never the deleted one.",
+)
+async def resave_after_delete_is_new(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name("resave-after-delete")
+    deleted = ctx.checkpoint(workflow, state={"role": "deleted", "pad": "d" * 64})
+    await ctx.storage.save(deleted)
+    ensure(await ctx.storage.delete(deleted.checkpoint_id) is True, "delete() of a stored checkpoint")
+    again = ctx.checkpoint(
+        workflow, checkpoint_id=deleted.checkpoint_id, state={"role": "saved again"}, iteration_count=1
+    )
+    returned = await ctx.storage.save(again)
+    ensure_equal(returned, again.checkpoint_id, "save() of a deleted id saved again with other content")
+    ensure_equal(await ctx.storage.load(again.checkpoint_id), again, "load() of the id saved again")
+    listed = await ctx.storage.list_checkpoints(workflow_name=workflow)
+    ensure_equal(listed, [again], f"list_checkpoints({workflow!r}) after the id was saved again")
+    latest = await ctx.storage.get_latest(workflow_name=workflow)
+    ensure_equal(latest, again, "get_latest() after the id was saved again")
+
+
+@clause(
     "contract.delete_missing_returns_false",
     "delete() returns False, without raising, for an id never stored and for one already deleted.",
 )

@@ -190,6 +190,42 @@ async def retried_save_is_idempotent(ctx: ClauseContext) -> None:
     )
 
 
+STALE_RESAVES = 10
+"""Fenced re-saves of a superseded checkpoint in ``fencing.superseded_resave_is_stale``: a store
+whose answers are sometimes lost (and read back) meets the loss on some of them."""
+
+
+@clause(
+    "fencing.superseded_resave_is_stale",
+    "A fenced re-save of a stored checkpoint that is no longer the latest raises StaleWriterError naming "
+    f"the latest, each of {STALE_RESAVES} times on either handle, and stores nothing.",
+    requires=_REQUIRES,
+)
+async def superseded_resave_is_stale(ctx: ClauseContext) -> None:
+    workflow = ctx.workflow_name("fence-superseded")
+    handles = (ctx.storage, await ctx.other_handle())
+    first = ctx.checkpoint(workflow, iteration_count=0)
+    second = ctx.checkpoint(workflow, previous_checkpoint_id=first.checkpoint_id, iteration_count=1)
+    for checkpoint, expected in ((first, None), (second, first.checkpoint_id)):
+        refused = await _fenced_save(ctx.storage, checkpoint, expected)
+        ensure(refused is None, f"the fenced save of {checkpoint.checkpoint_id!r} was refused: {refused}")
+    for attempt in range(STALE_RESAVES):
+        refused = await _fenced_save(handles[attempt % 2], first, None)
+        if refused is None:
+            fail(
+                f"re-save {attempt + 1} of {STALE_RESAVES} of {first.checkpoint_id!r} expecting None "
+                f"returned its id, although {second.checkpoint_id!r} superseded it: it must raise "
+                "StaleWriterError"
+            )
+        _ensure_names(refused, workflow, None, second.checkpoint_id)
+    ensure_equal(
+        await ctx.storage.list_checkpoint_ids(workflow_name=workflow),
+        [first.checkpoint_id, second.checkpoint_id],
+        "list_checkpoint_ids after the refused re-saves",
+    )
+    ensure_equal(await _latest_id(ctx.storage, workflow), second.checkpoint_id, "get_latest after them")
+
+
 @clause(
     "fencing.fence_follows_the_lineage",
     "The fence checks the latest get_latest() names: after a parent is saved after its child, a save "

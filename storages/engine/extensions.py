@@ -157,7 +157,7 @@ class Extensions:
         return deleted
 
     async def list_workflows(self) -> list[str]:
-        """Names of every workflow with a stored checkpoint, sorted."""
+        """Names of every workflow with a stored top-level checkpoint, sorted."""
         self._parts.require(Capability.LIST_WORKFLOWS, "list_workflows")
         await self._parts.ready("list_workflows")
         names = [listed_workflow_name(name) for name in await self._parts.backend.workflow_names()]

@@ -472,7 +472,7 @@ class CheckpointStore(Generic[BackendT]):
         return await self._extensions.delete_workflow(workflow_name)
 
     async def list_workflows(self) -> list[str]:
-        """Names of every workflow with a stored checkpoint, sorted."""
+        """Names of every workflow with a stored top-level checkpoint, sorted."""
         return await self._extensions.list_workflows()
 
     async def checkpoint_info(self, checkpoint_id: CheckpointID) -> CheckpointInfo | None:

@@ -131,6 +131,17 @@ def RepeatingPages() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(RepeatingPagesBackend())
 
 
+class ListsEmbeddedNamesBackend(MemoryBackend):
+    """Lists the workflow of every stored record, embedded ones included."""
+
+    async def workflow_names(self) -> list[str]:
+        return sorted({r.workflow_name for r in await self.records(None)})
+
+
+def ListsEmbeddedNames() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(ListsEmbeddedNamesBackend())
+
+
 class UndeclaredTtl(InMemoryCheckpointStorage):
     """Expires checkpoints after a minute without declaring ttl."""
 
@@ -247,6 +258,12 @@ def test_a_streamed_index_that_skips_records_is_caught() -> None:
 
 def test_a_streamed_index_that_repeats_records_is_caught() -> None:
     caught_only_by(run_family(RepeatingPages), "capabilities.inspect", "more than once")
+
+
+def test_a_workflow_only_embedded_checkpoints_carry_listed_is_caught() -> None:
+    caught_only_by(
+        run_family(ListsEmbeddedNames), "capabilities.list_workflows", "whose only checkpoint is embedded"
+    )
 
 
 def test_the_targets_declaration_is_what_counts() -> None:

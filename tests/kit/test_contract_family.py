@@ -168,6 +168,31 @@ def StreamFedIndex() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(StreamFedIndexBackend())
 
 
+class BodyKeptPastDeleteBackend(MemoryBackend):
+    """Keeps the body of a deleted record beside the store (a blob left to a cleanup pass) and
+    writes a save of the same id with it, taking it for a retry's."""
+
+    def __init__(self, store: Any = None) -> None:
+        super().__init__(store)
+        self.left: dict[str, bytes] = {}
+
+    async def remove(self, checkpoint_id: str) -> bool:
+        stored = await self.load(checkpoint_id)
+        if stored is not None:
+            self.left[checkpoint_id] = stored.body
+        return await super().remove(checkpoint_id)
+
+    async def insert(self, records: Sequence[CheckpointRecord]) -> InsertResult:
+        left = self.left.pop(records[0].checkpoint_id, None)
+        if left is not None:
+            records = [records[0].replaced(body=left), *records[1:]]
+        return await super().insert(records)
+
+
+def BodyKeptPastDelete() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(BodyKeptPastDeleteBackend())
+
+
 def test_in_memory_storage_passes_every_contract_clause() -> None:
     backend = run_family(InMemoryCheckpointStorage)
     assert {r.clause_id: r.outcome for r in backend.results} == {
@@ -253,3 +278,7 @@ def test_maf_in_memory_storage_fails_only_the_immutability_clauses() -> None:
 def test_an_index_lagging_behind_writes_of_several_records_is_caught() -> None:
     backend = run_family(StreamFedIndex)
     caught_only_by(backend, "contract.reads_follow_each_write", "read first right after")
+
+
+def test_a_deleted_body_read_back_for_a_new_save_of_its_id_is_caught() -> None:
+    caught_only_by(run_family(BodyKeptPastDelete), "contract.resave_after_delete_is_new", "saved again")

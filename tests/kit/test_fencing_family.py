@@ -127,6 +127,23 @@ class FencesOnTheNewestCommit(_Fence):
         return None
 
 
+class LostAnswerReadBackAsInserted(_Fence):
+    """Loses the answer of every third fenced insert and reads the id back: finding it stored
+    with the same body, it reports the insert as made, never asking whether it was stored
+    before (then a superseded re-save, which must be refused, passes)."""
+
+    calls = 0
+
+    async def insert_fenced(
+        self, records: Sequence[CheckpointRecord], expected_latest_id: CheckpointID | None
+    ) -> FenceCheck | None:
+        type(self).calls += 1
+        check = await super().insert_fenced(records, expected_latest_id)
+        if type(self).calls % 3 == 0 and check is not None and check.existing is InsertResult.SAME_BODY:
+            return None
+        return check
+
+
 class WithoutFencing(FencingDouble):
     capabilities = FencingDouble.capabilities - {Capability.FENCING}
 
@@ -168,7 +185,10 @@ def test_a_retry_refused_as_stale_fails_the_idempotency_clause() -> None:
 
 @pytest.mark.memory
 def test_none_taken_as_unfenced_fails_the_fresh_workflow_clause() -> None:
-    caught_only_by(run_family(NoneMeansUnfenced), NONE_FIRST, "although the workflow already had")
+    backend = run_family(NoneMeansUnfenced)
+    # A re-save expecting None is let through too, though another checkpoint superseded it.
+    assert failed(backend) == {NONE_FIRST, "fencing.superseded_resave_is_stale"}
+    assert "although the workflow already had" in backend.result(NONE_FIRST).message
 
 
 @pytest.mark.memory
@@ -177,6 +197,15 @@ def test_a_fence_on_the_newest_commit_fails_the_lineage_clause() -> None:
         run_family(FencesOnTheNewestCommit),
         "fencing.fence_follows_the_lineage",
         "a save expecting the parent (committed last, but continued by the child) was stored",
+    )
+
+
+@pytest.mark.memory
+def test_a_lost_answer_read_back_as_inserted_fails_the_superseded_clause() -> None:
+    caught_only_by(
+        run_family(LostAnswerReadBackAsInserted),
+        "fencing.superseded_resave_is_stale",
+        "it must raise StaleWriterError",
     )
 
 
