@@ -247,7 +247,7 @@ def _environment() -> dict[str, Any]:
 
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {
-        "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         "python": platform.python_version(),
         "nproc": os.cpu_count(),
         "affinity": affinity,

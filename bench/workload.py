@@ -13,7 +13,7 @@ from typing import Any
 
 WORKFLOW_NAME = "bench-workflow"
 GRAPH_SIGNATURE = "9f2c4e6a1b3d5f7e9a0c2e4b6d8f1a3c5e7b9d0f2a4c6e8b1d3f5a7c9e0b2d4f"
-_EPOCH = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def _state() -> dict[str, Any]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -113,63 +112,31 @@ def unbound(handle: Any) -> Any:
     return handle
 
 
-if sys.version_info >= (3, 11):
+async def _within(overdue_at: Callable[[], float], awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+    """(False, the answer), or (True, None) once ``overdue_at()`` has passed (checked when it
+    comes, and put off while it moves: the call is then cancelled); the storage's own errors,
+    TimeoutError included, propagate."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(None) as scope:
+            timers: list[asyncio.TimerHandle] = []
 
-    async def _within(overdue_at: Callable[[], float], awaitable: Awaitable[T]) -> tuple[bool, T | None]:
-        """(False, the answer), or (True, None) once ``overdue_at()`` has passed (checked when it
-        comes, and put off while it moves: the call is then cancelled); the storage's own errors,
-        TimeoutError included, propagate."""
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(None) as scope:
-                timers: list[asyncio.TimerHandle] = []
+            def check() -> None:
+                due = overdue_at()
+                if loop.time() >= due:
+                    scope.reschedule(loop.time())  # expires now, through asyncio's own timeout
+                else:
+                    timers.append(loop.call_at(due, check))
 
-                def check() -> None:
-                    due = overdue_at()
-                    if loop.time() >= due:
-                        scope.reschedule(loop.time())  # expires now, through asyncio's own timeout
-                    else:
-                        timers.append(loop.call_at(due, check))
-
-                timers.append(loop.call_at(overdue_at(), check))
-                try:
-                    return False, await awaitable
-                finally:
-                    timers[-1].cancel()
-        except TimeoutError:
-            if not scope.expired():
-                raise
-            return True, None
-
-else:
-
-    async def _within(overdue_at: Callable[[], float], awaitable: Awaitable[T]) -> tuple[bool, T | None]:
-        """(False, the answer), or (True, None) once ``overdue_at()`` has passed (the call is
-        cancelled); the storage's own errors propagate."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        expired = False
-        timers: list[asyncio.TimerHandle] = []
-
-        def check() -> None:
-            nonlocal expired
-            due = overdue_at()
-            if loop.time() >= due:
-                expired = True
-                task.cancel()
-            else:
-                timers.append(loop.call_at(due, check))
-
-        timers.append(loop.call_at(overdue_at(), check))
-        try:
-            return False, await awaitable
-        except asyncio.CancelledError:
-            if not expired:
-                raise
-            return True, None
-        finally:
-            timers[-1].cancel()
+            timers.append(loop.call_at(overdue_at(), check))
+            try:
+                return False, await awaitable
+            finally:
+                timers[-1].cancel()
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        return True, None
 
 
 class _Deferred:

@@ -12,7 +12,7 @@ import json
 import platform
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -345,7 +345,7 @@ def _last_segment(path: str) -> str:
 
 def now() -> str:
     """The current UTC time, ISO 8601 with seconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _summary(backends: list[BackendReport]) -> dict[str, int]:

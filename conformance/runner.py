@@ -143,10 +143,10 @@ async def _judge(
     return _result(clause, outcome, started, message, where)
 
 
-async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str, str]:
+async def _outcome(clause: Clause, context: ClauseContext, seconds: float) -> tuple[Outcome, str, str]:
     """The clause's outcome, its message, and the traceback of an unexpected exception (a
     clause's own verdicts need none: their message says what broke)."""
-    outcome = await _verdict(clause, context, timeout)
+    outcome = await _verdict(clause, context, seconds)
     if context.watch.stuck and context.watch.stuck_in == clause.id:
         # Whatever the clause made of the stuck call (it may have caught the error), the call
         # did not return: that is the finding.
@@ -154,17 +154,17 @@ async def _outcome(clause: Clause, context: ClauseContext, timeout: float) -> tu
     return outcome
 
 
-async def _verdict(clause: Clause, context: ClauseContext, timeout: float) -> tuple[Outcome, str, str]:
+async def _verdict(clause: Clause, context: ClauseContext, seconds: float) -> tuple[Outcome, str, str]:
     try:
-        await asyncio.wait_for(clause.function(context), timeout=timeout)
+        await asyncio.wait_for(clause.function(context), timeout=seconds)
     except RunnerFinding as exc:
         return Outcome.FINDING, str(exc), ""
     except ClauseFailure as exc:
         return Outcome.FAILED, str(exc), ""
     except ClauseNotApplicable as exc:
         return Outcome.NOT_APPLICABLE, str(exc), ""
-    except asyncio.TimeoutError:
-        return Outcome.FAILED, f"timed out after {timeout:g} s", ""
+    except TimeoutError:
+        return Outcome.FAILED, f"timed out after {seconds:g} s", ""
     except Exception as exc:
         return Outcome.FAILED, f"unexpected {_describe(exc)}", _traceback(exc)
     return Outcome.PASSED, "", ""
@@ -316,7 +316,7 @@ async def avalidate_target(
         patience = CONNECTIVITY_TIMEOUT * target.timeout_factor
         try:
             probe = await loop.call(_probe(target), patience)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if not loop.responsive():
                 loop.abandon()
                 loop = ClauseLoop()
@@ -346,7 +346,7 @@ async def avalidate_target(
             on = target.for_family(clause.family)
             try:
                 result, created = await loop.call(_run_clause(clause, on, watch), deadline)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 blocked = not loop.responsive()
                 loop.abandon()
                 loop = ClauseLoop()
@@ -358,7 +358,7 @@ async def avalidate_target(
                     watch.begin(f"the cleanup after {clause.id}", operation_watch(target).seconds)
                     cleanup = _remove_workflows(on, created, watch)
                     leftovers = await loop.call(cleanup, CLEANUP_TIMEOUT)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     leftovers = tuple(created)
                     if not loop.responsive():
                         loop.abandon()
@@ -383,7 +383,7 @@ async def _finish_target(loop: ClauseLoop, target: StorageTarget) -> None:
     try:
         if target.cleanup is not None:
             await loop.call(target.cleanup(), CLEANUP_TIMEOUT)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass  # close() below abandons a loop that is still blocked
     finally:
         await loop.close()

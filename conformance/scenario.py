@@ -44,7 +44,7 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from storages.contract import CHECKPOINT_FIELDS, WorkflowCheckpoint
@@ -328,7 +328,7 @@ class ScenarioRunner(RunnerProfile):
         runs again every completed step its state lacks."""
         rng = random.Random(seed)  # noqa: S311 - delays, not secrets
         signature = _signatures(GraphChange.NONE)[0]
-        start = datetime.now(timezone.utc)
+        start = datetime.now(UTC)
 
         def build(done: list[str], previous: str | None) -> Any:
             return self._checkpoint_class(

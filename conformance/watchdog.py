@@ -67,7 +67,7 @@ class ClauseLoop:
         """Cancel what is left on the loop, stop it and join its thread."""
         try:
             await self.call(_finish_loop(), CLEANUP_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.abandon()
             return
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import ClassVar, Protocol, TypeVar
-
-from typing_extensions import Self
+from typing import ClassVar, Protocol, Self, TypeVar
 
 from .contract import Capability, CheckpointID, CheckpointInfo
 from .records import (
@@ -379,7 +377,7 @@ def _moment(timestamp: object) -> datetime | None:
         moment = datetime.fromisoformat(timestamp)
     except ValueError:
         return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def pruned_records(records: Sequence[CheckpointRecord], keep_last: int) -> list[CheckpointRecord]:

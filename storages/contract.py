@@ -36,10 +36,8 @@ import unicodedata
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
-from typing import Any, Generic, Protocol, TypeGuard, TypeVar, runtime_checkable
-
-from typing_extensions import Self
+from datetime import UTC, datetime
+from typing import Any, Generic, Protocol, Self, TypeGuard, TypeVar, runtime_checkable
 
 from .errors import InvalidCheckpointIdError
 
@@ -61,7 +59,7 @@ class WorkflowCheckpoint:
     graph_signature_hash: str
     checkpoint_id: CheckpointID = field(default_factory=lambda: str(uuid.uuid4()))
     previous_checkpoint_id: CheckpointID | None = None
-    timestamp: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    timestamp: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     messages: dict[str, list[Any]] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     pending_request_info_events: dict[str, Any] = field(default_factory=dict)

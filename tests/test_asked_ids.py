@@ -4,9 +4,9 @@ id the backend says it read: a backend matching ids loosely cannot hand back ano
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Self
 
 import pytest
-from typing_extensions import Self
 
 from storages import WorkflowCheckpoint
 from storages.backend import StoredBody

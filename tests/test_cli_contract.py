@@ -470,7 +470,7 @@ def test_inspect_and_diff_json_carry_the_values_themselves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path}/values.db?allowed_modules=test_cli_contract"
-    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     state = {
         "steps": ["plan", "act", "review", "ship", "celebrate", "rest", "again"],
         "blob": b"\x00\xff",

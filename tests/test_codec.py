@@ -214,11 +214,11 @@ def assert_round_trips(roundtrip: RoundTrip, same_types: SameTypes, value: Any) 
         (b"a", bytearray(b"a")),
         ({"k": (1, 2)}, {"k": [1, 2]}),
         (
-            dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc),
+            dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC),
             dt.datetime(2024, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=1))),
         ),
         (dt.datetime(2024, 1, 1, fold=0), dt.datetime(2024, 1, 1, fold=1)),
-        (dt.datetime(2024, 1, 1, tzinfo=ZoneInfo("UTC")), dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)),
+        (dt.datetime(2024, 1, 1, tzinfo=ZoneInfo("UTC")), dt.datetime(2024, 1, 1, tzinfo=dt.UTC)),
     ],
 )
 def test_same_types_tells_apart_equal_values_of_different_types(
@@ -303,7 +303,7 @@ def test_tuples_sets_and_frozensets_keep_their_types(
         dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
         dt.datetime.min,
         dt.datetime.max,
-        dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.timezone.utc),
+        dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.UTC),
         dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))),
         dt.datetime(2024, 5, 6, tzinfo=dt.timezone(-dt.timedelta(hours=9, minutes=45))),
         dt.datetime(2024, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=1, seconds=7, microseconds=5))),
@@ -315,7 +315,7 @@ def test_tuples_sets_and_frozensets_keep_their_types(
         dt.datetime(2021, 10, 31, 2, 30, tzinfo=ZoneInfo("Europe/Paris"), fold=0),
         dt.datetime(2021, 10, 31, 2, 30, tzinfo=ZoneInfo("Europe/Paris"), fold=1),
         dt.datetime(2021, 10, 31, 2, 30, fold=1),
-        dt.datetime(2021, 10, 31, 2, 30, tzinfo=dt.timezone.utc, fold=1),
+        dt.datetime(2021, 10, 31, 2, 30, tzinfo=dt.UTC, fold=1),
     ],
 )
 def test_datetimes_keep_wall_clock_zone_and_fold(

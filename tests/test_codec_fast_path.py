@@ -132,7 +132,7 @@ def test_what_the_native_walk_cannot_write_faithfully_goes_the_exact_way(
         {"text": "\u0104\u0144 has \\xc4 and \\xc5 in its UTF-8"},
         # An exact datetime is written as an extension of its text, never as bin: a large blob
         # beside the datetimes every workflow state holds took the exact walk, 4x the native one.
-        {"blob": b"\xc4\xc5\xc6" * 1000, "at": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)},
+        {"blob": b"\xc4\xc5\xc6" * 1000, "at": dt.datetime(2025, 1, 1, tzinfo=dt.UTC)},
         {"blob": b"\xc4", "times": [dt.datetime(2025, 1, 1), (dt.datetime(2025, 1, 2), b"\xc5")]},
         # Floats hold bin markers by chance (an embedding of 120,000 holds thousands), and a long
         # list of them, or of other plain values, has nothing ormsgpack writes as bin.
@@ -200,7 +200,7 @@ def test_remembered_datetimes_keep_their_zone_and_fold() -> None:
     from zoneinfo import ZoneInfo
 
     codec = CheckpointCodec()
-    utc = dt.datetime(2025, 10, 26, 0, 30, tzinfo=dt.timezone.utc)
+    utc = dt.datetime(2025, 10, 26, 0, 30, tzinfo=dt.UTC)
     same_instant = [
         utc,
         utc.astimezone(dt.timezone(dt.timedelta(hours=2))),
@@ -237,7 +237,7 @@ def test_objects_remembered_by_id_are_never_confused_with_later_objects_at_that_
     codec = CheckpointCodec()
     for index in range(300):
         value = tuple([index, str(index)])
-        moment = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=index)
+        moment = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=index)
         checkpoint = WorkflowCheckpoint("wf", "sig", state={"t": value, "d": moment})
         body = codec.encode_checkpoint(checkpoint)
         assert body == codec.exact_body(checkpoint)

@@ -39,7 +39,7 @@ fixed_offsets = st.builds(
         min_value=-dt.timedelta(hours=23, minutes=59), max_value=dt.timedelta(hours=23, minutes=59)
     ),
 )
-zones = st.none() | st.just(dt.timezone.utc) | fixed_offsets | st.timezones()
+zones = st.none() | st.just(dt.UTC) | fixed_offsets | st.timezones()
 folds = st.integers(min_value=0, max_value=1)
 
 datetimes = st.builds(lambda value, fold: value.replace(fold=fold), st.datetimes(timezones=zones), folds)

@@ -88,7 +88,7 @@ def test_a_per_test_store_is_opened_by_the_other_process(tmp_path: Path) -> None
 
 
 def _pyproject_value(name: str) -> str:
-    """A top-level ``name = ...`` line's value in pyproject.toml (tomllib needs Python 3.11)."""
+    """A top-level ``name = ...`` line's value in pyproject.toml."""
     found = re.search(
         rf"^{re.escape(name)} = (.+)$", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M
     )

@@ -150,7 +150,7 @@ async def run_until_exit(*arguments: str, cwd: Path) -> Ended:
             lines.append(line)
         try:
             await asyncio.wait_for(process.wait(), EXIT_WITHIN_SECONDS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pytest.fail(f"the process did not exit within {EXIT_WITHIN_SECONDS:g} s of its last line")
         rest = await process.stdout.read()
         return Ended(process.returncode or 0, b"".join([*lines, rest]).decode(), (await stderr).decode())

@@ -23,9 +23,9 @@ import importlib.metadata
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Never, cast
 
 import pytest
 from agent_framework import (
@@ -46,7 +46,6 @@ from agent_framework._workflows._request_info_mixin import RequestInfoMixin
 from agent_framework._workflows._runner_context import WorkflowMessage
 from conftest import BACKENDS, StorageMaker
 from packaging.version import Version
-from typing_extensions import Never
 
 from storages import CheckpointTypeNotAllowedError, open_storage
 
@@ -412,8 +411,8 @@ async def maf_memory_checkpoint_storage_roundtrip_json_native_types(s: Subject) 
 
 @case()
 async def maf_memory_checkpoint_storage_roundtrip_datetime(s: Subject) -> None:
-    now = datetime.now(timezone.utc)
-    specific = datetime(2025, 6, 15, 10, 30, 45, 123456, tzinfo=timezone.utc)
+    now = datetime.now(UTC)
+    specific = datetime(2025, 6, 15, 10, 30, 45, 123456, tzinfo=UTC)
     checkpoint = _plain(
         state={
             "current_time": now,
@@ -463,7 +462,7 @@ async def maf_memory_checkpoint_storage_roundtrip_tuple_and_set(s: Subject) -> N
 
 @case()
 async def maf_memory_checkpoint_storage_roundtrip_complex_nested_structures(s: Subject) -> None:
-    first, second, third = (datetime(2025, month, 1, tzinfo=timezone.utc) for month in (1, 2, 3))
+    first, second, third = (datetime(2025, month, 1, tzinfo=UTC) for month in (1, 2, 3))
     state = {
         "level1": {
             "level2": {
@@ -496,7 +495,7 @@ async def maf_memory_checkpoint_storage_roundtrip_complex_nested_structures(s: S
 
 @case()
 async def maf_memory_checkpoint_storage_roundtrip_messages_with_complex_data(s: Subject) -> None:
-    moment = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    moment = datetime(2025, 1, 1, tzinfo=UTC)
     one = WorkflowMessage(data={"text": "hello", "timestamp": moment}, source_id="source", target_id="target")
     two = WorkflowMessage(data=(1, 2, 3), source_id="s2", target_id=None)
     three = WorkflowMessage(data="simple string", source_id="s3", target_id="t3")
@@ -517,7 +516,7 @@ async def maf_memory_checkpoint_storage_roundtrip_messages_with_complex_data(s: 
 @case()
 async def maf_memory_checkpoint_storage_roundtrip_pending_request_info_events(s: Subject) -> None:
     s.allow(_TestToolApprovalRequest)
-    moment = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    moment = datetime(2025, 1, 1, tzinfo=UTC)
     first = WorkflowEvent.request_info(
         request_id="req123",
         source_executor_id="executor1",
@@ -554,14 +553,14 @@ async def maf_memory_checkpoint_storage_roundtrip_pending_request_info_events(s:
 @case()
 async def maf_memory_checkpoint_storage_roundtrip_full_checkpoint(s: Subject) -> None:
     s.allow(_TestApprovalRequest, _TestExecutorState)
-    moment = datetime(2025, 1, 1, tzinfo=timezone.utc)
-    started = datetime(2025, 6, 15, 11, 0, 0, tzinfo=timezone.utc)
+    moment = datetime(2025, 1, 1, tzinfo=UTC)
+    started = datetime(2025, 6, 15, 11, 0, 0, tzinfo=UTC)
     checkpoint = WorkflowCheckpoint(
         checkpoint_id="full-test-checkpoint",
         workflow_name="comprehensive-test",
         graph_signature_hash="hash-abc123",
         previous_checkpoint_id="previous-checkpoint-id",
-        timestamp=datetime(2025, 6, 15, 12, 0, 0, tzinfo=timezone.utc).isoformat(),
+        timestamp=datetime(2025, 6, 15, 12, 0, 0, tzinfo=UTC).isoformat(),
         messages={
             "exec1": [WorkflowMessage(data="msg1", source_id="s", target_id="t")],
             "exec2": [WorkflowMessage(data=moment, source_id="a", target_id="b")],
@@ -651,7 +650,7 @@ async def maf_memory_checkpoint_storage_roundtrip_empty_collections(s: Subject) 
 async def maf_memory_get_latest_ties_broken_by_lineage_not_save_order(s: Subject) -> None:
     """MAF runs both save orders on one fresh storage each; one store serves both here, under two
     workflow names."""
-    ts = datetime(2026, 9, 18, 10, 0, 0, tzinfo=timezone.utc).isoformat()
+    ts = datetime(2026, 9, 18, 10, 0, 0, tzinfo=UTC).isoformat()
     for name, reverse in (("w-forward", False), ("w-reverse", True)):
         parent = WorkflowCheckpoint(
             workflow_name=name,

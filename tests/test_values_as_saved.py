@@ -374,7 +374,7 @@ def _with_attributes(plain: Plain, **attributes: Any) -> Plain:
     return plain
 
 
-UTC_NOON = dt.datetime(2025, 1, 1, 12, tzinfo=dt.timezone.utc)
+UTC_NOON = dt.datetime(2025, 1, 1, 12, tzinfo=dt.UTC)
 
 RESAVE_CONFLICTS: list[tuple[str, Any, Any]] = [
     ("bool over int", 1, True),

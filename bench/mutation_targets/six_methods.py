@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from storages.codec import CheckpointCodec
@@ -188,4 +188,4 @@ def _moment(timestamp: object) -> datetime | None:
         moment = datetime.fromisoformat(timestamp)  # type: ignore[arg-type]  # anything may be saved
     except (TypeError, ValueError):
         return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -12,7 +12,7 @@ The retention family reuses :class:`Book` and :func:`expect_walk`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from storages.contract import AncestryEnd, Capability
@@ -32,7 +32,7 @@ LONG_CHAIN = 300
 _SHOWN_ITEMS = 8
 """Walk items shown in a message before the rest is summarised as a count."""
 
-_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
 T = TypeVar("T")
 

@@ -938,7 +938,7 @@ async def _cancelled(call: Awaitable[Any], yields: int, delay: float) -> tuple[b
 async def _followed_up(call: Awaitable[Any], what: str) -> Any:
     try:
         return await asyncio.wait_for(call, _FOLLOW_UP_SECONDS)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         fail(f"{what} did not return within {_FOLLOW_UP_SECONDS:g} s (a lock or a connection left held?)")
     except Exception as exc:
         fail(f"{what} raised {type(exc).__name__}: {exc} (a reply a cancelled call left unread?)")
@@ -1127,7 +1127,7 @@ async def _found(storage: Any, checkpoint_id: str, when: str) -> bool:
     """Whether ``checkpoint_id`` loads; not found is False, any other answer fails the clause."""
     try:
         await asyncio.wait_for(storage.load(checkpoint_id), _FOLLOW_UP_SECONDS)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         fail(f"load({checkpoint_id!r}) {when} did not return within {_FOLLOW_UP_SECONDS:g} s")
     except Exception as exc:
         if is_not_found(exc):

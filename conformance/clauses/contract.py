@@ -11,7 +11,7 @@ import asyncio
 import copy
 import importlib.util
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -22,7 +22,7 @@ from ..clause import clause, ensure, ensure_equal, fail, not_applicable
 from ..context import ClauseContext
 from ._maf import is_not_found
 
-_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def _at(second: int) -> str:

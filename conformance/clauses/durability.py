@@ -92,7 +92,7 @@ def _ensure_same_view(after: _View, before: _View, workflow_name: str) -> None:
 async def survives_reopen(ctx: ClauseContext) -> None:
     rich_state = {
         "tuple": (1, "two"),
-        "when": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+        "when": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
         "blob": b"\x00\xff",
     }
     saved = [
@@ -372,7 +372,7 @@ async def _in_child(
 
     try:
         out, err = await asyncio.wait_for(converse(), _CHILD_TIMEOUT)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         fail(f"the child process that {what} did not finish within {_CHILD_TIMEOUT:g} s")
     finally:
         if child.returncode is None:  # timed out, or the clause was cancelled: leave no process behind

@@ -293,7 +293,7 @@ async def collections(ctx: ClauseContext) -> None:
 async def datetimes(ctx: ClauseContext) -> None:
     state: dict[str, Any] = {
         "naive": dt.datetime(2024, 2, 29, 23, 59, 59, 999_999),
-        "utc": dt.datetime(2024, 2, 29, 12, 0, tzinfo=dt.timezone.utc),
+        "utc": dt.datetime(2024, 2, 29, 12, 0, tzinfo=dt.UTC),
         "plus_0530": dt.datetime(2024, 1, 1, 9, 30, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))),
         "minus_0345": dt.datetime(
             1999, 12, 31, 23, 0, 1, 5, tzinfo=dt.timezone(dt.timedelta(hours=-3, minutes=-45))

@@ -254,7 +254,7 @@ async def works_across_event_loops(ctx: ClauseContext) -> None:
 
     try:
         await asyncio.wait_for(asyncio.to_thread(every_loop), _LOOPS_SECONDS)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         fail(
             f"{_LOOPS} event loops in turn did not finish within {_LOOPS_SECONDS:g} s "
             "(a lock bound to a loop?)"

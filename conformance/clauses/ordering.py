@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from storages.contract import Capability
@@ -27,7 +27,7 @@ from storages.contract import Capability
 from ..clause import clause, ensure
 from ..context import ClauseContext, unstored_parent
 
-_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
 # Commit position -> (id suffix, timestamp rank). In the first three or more, neither the ids nor
 # the timestamps sort, ascending or descending, into commit order; in the first five and in all

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -52,7 +52,7 @@ ODD_SIGNATURES: tuple[str, ...] = (
 unicode normal forms. Pairs differ only in case, whitespace or normal form: a storage must keep
 them apart."""
 
-_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def _falling_timestamp(position: int) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from storages.backend import RIVALS_LIMIT
@@ -444,7 +444,7 @@ __all__ = [
 ]
 
 
-_NO_MOMENT = (0, datetime.min.replace(tzinfo=timezone.utc))
+_NO_MOMENT = (0, datetime.min.replace(tzinfo=UTC))
 
 
 def _moment(timestamp: object) -> tuple[int, datetime]:
@@ -455,4 +455,4 @@ def _moment(timestamp: object) -> tuple[int, datetime]:
         moment = None
     if moment is None:
         return _NO_MOMENT
-    return (1, moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc))
+    return (1, moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC))

@@ -38,7 +38,7 @@ SCALARS: tuple[Callable[[random.Random], Any], ...] = (
     lambda r: r.choice(
         (
             dt.datetime(2024, 2, 29, 12, 30, 15, 123456),
-            dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+            dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
             dt.datetime(2023, 6, 1, 8, 0, tzinfo=_KOLKATA),
             dt.datetime(2024, 10, 27, 2, 30, tzinfo=_PARIS, fold=1),
         )

@@ -81,7 +81,7 @@ def _sequence(code: int) -> Reducer:
     return lambda value, packer: packer.ext(code, packer.pack(list(value)))
 
 
-_UTC: Final = dt.timezone.utc
+_UTC: Final = dt.UTC
 
 
 def _zone_key(tzinfo: dt.tzinfo | None) -> str | None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 from collections.abc import AsyncIterator, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Generic
+from typing import Any, ClassVar, Final, Generic, Self
 
-from typing_extensions import Self, TypeVar
+from typing_extensions import TypeVar
 
 from ..backend import RIVALS_LIMIT, Backend, CheckedIds, check_backend, resume_point
 from ..codec import CheckpointCodec, TypeRef

@@ -14,8 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-
-from typing_extensions import Self
+from typing import Self
 
 from ..backend import (
     RIVALS_LIMIT,

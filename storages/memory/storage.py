@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import ClassVar, Self
 from urllib.parse import urlsplit
-
-from typing_extensions import Self
 
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore

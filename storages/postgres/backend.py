@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
-from typing_extensions import Self
 
 from ..backend import (
     Backend,

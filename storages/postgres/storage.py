@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from psycopg_pool import AsyncConnectionPool
-from typing_extensions import Self
 
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from typing_extensions import Self
 
 from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, Leftover, StoredBody, WalkRecords
 from ..contract import Capability, CheckpointID, CheckpointInfo

@@ -5,10 +5,10 @@ just as the inner awaitable finishes, and redis-py calls it on every request (it
 ``send_packed_command`` waits for the socket's drain with it): a save cancelled at that moment
 returned its id as if no one had cancelled it, so a runner's timeout or shutdown went unheard
 (``concurrency.cancelled_calls_leave_no_trace``). The task still counts the request
-(``Task.cancelling()``, Python 3.11+), so every request the connection sends (a command, a
+(``Task.cancelling()``), so every request the connection sends (a command, a
 pipeline, a script or a transaction) that returns normally after a cancellation request arrived
 raises CancelledError instead; what it wrote stays written, as a cancelled save whose
-request had left may land (docs/contract.md, "The methods"). Python 3.10 has no count to read.
+request had left may land (docs/contract.md, "The methods").
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ R = TypeVar("R")
 
 
 def cancel_requests() -> int:
-    """Cancellation requests the running task holds (0 outside a task, or before Python 3.11)."""
+    """Cancellation requests the running task holds (0 outside a task)."""
     task = asyncio.current_task()
-    counted = getattr(task, "cancelling", None)
-    return 0 if counted is None else int(counted())
+    return 0 if task is None else task.cancelling()
 
 
 async def ends_cancelled(request: Awaitable[R]) -> R:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import sys
 import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
@@ -36,11 +35,6 @@ from .driver import OwnClient, check_client, client_from_url
 from .keys import RedisKeys
 from .replies import text
 from .scripts import SCRIPTS, ScriptCall, script_sha
-
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as _timeout
-else:  # redis-py depends on async-timeout below 3.11
-    from async_timeout import timeout as _timeout  # type: ignore[import-not-found,unused-ignore]
 
 _logger = logging.getLogger("storages.redis")
 
@@ -200,7 +194,7 @@ class RedisConnection:
         try:
             try:
                 await connection.send_packed_command(_packed(("MULTI",), *commands, ("EXEC",)))
-                async with _timeout(connection.socket_timeout):
+                async with asyncio.timeout(connection.socket_timeout):
                     for _ in range(len(commands) + 1):
                         await connection.read_response(timeout=math.inf)  # OK, then QUEUED each
                     reply = await connection.read_response(timeout=math.inf)

@@ -209,7 +209,7 @@ class WaitingConnectionPool(ConnectionPool):
         if self._free.locked():
             try:
                 await asyncio.wait_for(self._free.acquire(), self.wait_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise redis_errors.ConnectionError(
                     f"no free connection after {self.wait_seconds} s ({self.max_connections} in use)"
                 ) from None

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from typing_extensions import Self
 
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore

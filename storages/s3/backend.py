@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
-
-from typing_extensions import Self
+from typing import Self
 
 from ..backend import Backend, CheckpointRecord, FenceCheck, InsertResult, Leftover, StoredBody, WalkRecords
 from ..contract import Capability, CheckpointID, CheckpointInfo

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
-
-from typing_extensions import Self
+from typing import Any, ClassVar, Self
 
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore

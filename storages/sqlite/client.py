@@ -431,7 +431,8 @@ their low byte)."""
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    """SQLITE_BUSY or one of its extended codes (Python 3.11+ gives the code; 3.10 the message)."""
+    """SQLITE_BUSY or one of its extended codes (an error the module raises itself carries no
+    code, only the message)."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return int(code) & 0xFF == _SQLITE_BUSY
@@ -474,6 +475,6 @@ def _schema_version(connection: sqlite3.Connection, describe: str) -> int:
 
 
 def _error_name(exc: sqlite3.Error) -> str | None:
-    # sqlite_errorname exists from Python 3.11; older versions fall back to the message.
+    # None on an error the module raises itself rather than SQLite.
     name = getattr(exc, "sqlite_errorname", None)
     return name if isinstance(name, str) else None

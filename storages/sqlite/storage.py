@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
-
-from typing_extensions import Self
+from typing import ClassVar, Self
 
 from ..codec import CheckpointCodec, TypeRef
 from ..engine import CheckpointStore

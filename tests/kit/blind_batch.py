@@ -21,9 +21,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
-
-from typing_extensions import Self
+from typing import Any, Self
 
 from conformance import StorageTarget
 from conformance.six_methods import SixMethods
@@ -894,9 +892,9 @@ def _parsed(timestamp: str) -> tuple[int, datetime.datetime]:
     try:
         moment = datetime.datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
-        return (0, datetime.datetime.min.replace(tzinfo=datetime.timezone.utc))
+        return (0, datetime.datetime.min.replace(tzinfo=datetime.UTC))
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
     return (1, moment)
 
 

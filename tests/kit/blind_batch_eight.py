@@ -44,10 +44,8 @@ import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 from urllib.parse import quote
-
-from typing_extensions import Self
 
 from conformance import StorageTarget
 from storages import CheckpointCorruptedError, NestedCheckpointDeletionError, StorageUnavailableError

@@ -35,9 +35,7 @@ import threading
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-from typing_extensions import Self
+from typing import Any, Self
 
 from conformance import StorageTarget
 from storages import (

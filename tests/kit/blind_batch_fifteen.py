@@ -38,9 +38,7 @@ import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
-from typing import Any, TypeVar
-
-from typing_extensions import Self
+from typing import Any, Self, TypeVar
 
 from conformance import StorageTarget
 from storages.backend import (

@@ -30,8 +30,8 @@ import tempfile
 import unicodedata
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC
 from datetime import datetime as _datetime
-from datetime import timezone
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -848,7 +848,7 @@ class MetricsStampsMetadata(Wrapper):
     """A metrics layer that records the save time into the checkpoint's metadata before saving."""
 
     async def save(self, checkpoint: Any, **options: Any) -> CheckpointID:
-        checkpoint.metadata["saved_at"] = _datetime.now(timezone.utc).isoformat()
+        checkpoint.metadata["saved_at"] = _datetime.now(UTC).isoformat()
         return await super().save(checkpoint, **options)
 
 
@@ -1104,9 +1104,9 @@ class TimestampsToUtc(Wrapper):
         except (TypeError, ValueError):
             return await super().save(checkpoint, **options)
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
         normalised = copy.copy(checkpoint)
-        normalised.timestamp = moment.astimezone(timezone.utc).isoformat()
+        normalised.timestamp = moment.astimezone(UTC).isoformat()
         return await super().save(normalised, **options)
 
 
@@ -1215,8 +1215,8 @@ def _instant(timestamp: str) -> _datetime:
     try:
         moment = _datetime.fromisoformat(timestamp)
     except ValueError:
-        return _datetime.min.replace(tzinfo=timezone.utc)
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+        return _datetime.min.replace(tzinfo=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class SixLatestIsLastListed(SixMethods):

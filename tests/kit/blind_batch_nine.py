@@ -36,11 +36,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import fakeredis
 import redis
-from typing_extensions import Self
 
 from conformance import StorageTarget
 from storages import CheckpointConflictError, NestedCheckpointDeletionError, StorageUnavailableError

@@ -35,11 +35,10 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote, quote_plus, unquote
 
 from pydantic import BaseModel, ConfigDict
-from typing_extensions import Self
 
 from conformance import StorageTarget
 from storages import (

@@ -45,9 +45,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-from typing_extensions import Self
+from typing import Any, Self
 
 from conformance import StorageTarget
 from storages import StorageUnavailableError

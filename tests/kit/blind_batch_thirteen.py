@@ -40,9 +40,7 @@ import threading
 import zlib
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
-
-from typing_extensions import Self
+from typing import Any, Self, TypeVar
 
 from conformance import StorageTarget
 from storages import CheckpointCorruptedError

@@ -22,9 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from threading import Lock
-from typing import Any, cast
-
-from typing_extensions import Self
+from typing import Any, Self, cast
 
 from storages.backend import (
     Backend,

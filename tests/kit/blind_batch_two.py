@@ -17,10 +17,8 @@ import pickle
 import unicodedata
 import zlib
 from collections.abc import Callable, Collection, Sequence
-from datetime import datetime, timezone
-from typing import Any
-
-from typing_extensions import Self
+from datetime import UTC, datetime
+from typing import Any, Self
 
 from examples.dict_storage import DictBackend, DictCheckpointStorage
 from storages.backend import CheckpointRecord, FenceCheck, InsertResult, StoredBody, WalkRecords
@@ -544,9 +542,9 @@ class TimestampToUtc(Wrapper):
         except (TypeError, ValueError):
             return await self._inner.save(checkpoint, **kwargs)
         if instant.tzinfo is None:
-            instant = instant.replace(tzinfo=timezone.utc)
+            instant = instant.replace(tzinfo=UTC)
         normal = copy.copy(checkpoint)
-        normal.timestamp = instant.astimezone(timezone.utc).isoformat()
+        normal.timestamp = instant.astimezone(UTC).isoformat()
         return await self._inner.save(normal, **kwargs)
 
 

@@ -19,9 +19,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, ClassVar
-
-from typing_extensions import Self
+from typing import IO, Any, ClassVar, Self
 
 from conformance import StorageTarget
 from storages.backend import (

@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import pytest
-from typing_extensions import Self
 
 from storages.backend import (
     CAPABILITY_PRIMITIVES,

@@ -8,10 +8,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import pytest
-from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, all_clauses, validate
 from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody, nested_id_conflict

@@ -5,9 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing_extensions import Self
+from typing import Any, Self
 
 from conformance import BackendReport, Outcome, StorageTarget, all_clauses
 from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing_extensions import Self
+from typing import Any, Self
 
 from conformance import BackendReport, Outcome, StorageTarget
 from conformance.faults import Fault, FaultInjector

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import ClassVar
-
-from typing_extensions import Self
+from typing import ClassVar, Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from conformance.faults import Fault, FaultInjector, SimulatedCrash

@@ -6,10 +6,9 @@ from __future__ import annotations
 import copy
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import pytest
-from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses
 from storages.backend import Backend, CheckpointRecord, InsertResult, StoredBody

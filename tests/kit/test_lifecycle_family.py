@@ -6,10 +6,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import pytest
-from typing_extensions import Self
 
 from conformance import BackendReport, Outcome
 from storages.errors import StorageClosedError

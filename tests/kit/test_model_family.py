@@ -222,7 +222,7 @@ class AwareDatetimesToUtc(_Sanitiser):
 
     def clean(self, value: Any) -> Any:
         if isinstance(value, dt.datetime) and value.tzinfo is not None:
-            return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            return value.astimezone(dt.UTC).replace(tzinfo=None)
         return value
 
 

@@ -260,11 +260,7 @@ class TimestampsNormalised(Wrapper):
     """Timestamps are rewritten to UTC ISO form."""
 
     async def save(self, checkpoint, **kw):
-        ts = (
-            datetime.datetime.fromisoformat(checkpoint.timestamp)
-            .astimezone(datetime.timezone.utc)
-            .isoformat()
-        )
+        ts = datetime.datetime.fromisoformat(checkpoint.timestamp).astimezone(datetime.UTC).isoformat()
         return await self.inner.save(dataclasses.replace(checkpoint, timestamp=ts), **kw)
 
 

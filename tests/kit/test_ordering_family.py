@@ -6,10 +6,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 import pytest
-from typing_extensions import Self
 
 from conformance import BackendReport, Outcome, StorageTarget, select_clauses, validate
 from storages.backend import RIVALS_LIMIT, Backend, CheckpointRecord, InsertResult, StoredBody, latest_record

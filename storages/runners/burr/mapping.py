@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
@@ -129,7 +129,7 @@ def build_checkpoint(
         GRAPH_SIGNATURE,
         checkpoint_id,
         previous_id,
-        datetime.now(timezone.utc).isoformat(),
+        datetime.now(UTC).isoformat(),
         {},
         {
             "partition_key": partition_key,

@@ -11,12 +11,11 @@ the async one runs on the caller's loop. Both do the same operations (storages.r
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from burr.common.types import BaseCopyable
 from burr.core.persistence import AsyncBaseStatePersister, BaseStatePersister, PersistedStateData
 from burr.core.state import State
-from typing_extensions import Self
 
 from ...engine import CheckpointStore
 from ...errors import StorageConfigurationError

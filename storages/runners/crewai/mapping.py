@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
@@ -101,7 +101,7 @@ def build_checkpoint(
         GRAPH_SIGNATURE,
         new_checkpoint_id(),
         previous_id,
-        datetime.now(timezone.utc).isoformat(),
+        datetime.now(UTC).isoformat(),
         {},
         {"flow_uuid": flow_uuid, "method_name": method_name, "state": state, "pending": pending},
         {},

@@ -22,7 +22,7 @@ import asyncio
 import heapq
 import re
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +194,7 @@ def _inferred_order(checkpoints: dict[CheckpointID, Any]) -> tuple[list[Any], bo
     return ordered + [checkpoints[i] for i in rest], False
 
 
-_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 def _when(stamp: object) -> datetime:
@@ -203,7 +203,7 @@ def _when(stamp: object) -> datetime:
         when = datetime.fromisoformat(str(stamp))
     except ValueError:
         return _EARLIEST
-    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 __all__ = ["import_maf_directory"]

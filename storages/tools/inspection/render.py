@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType
@@ -140,7 +140,7 @@ def short_timestamp(timestamp: str) -> str:
         return timestamp
     if moment.tzinfo is None:
         return moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _label(entry: LineageEntry, fields: BodyFields | None, workflow_name: str) -> Text:
