@@ -44,9 +44,7 @@ import threading
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-from typing_extensions import Self
+from typing import Any, Self, TypeVar
 
 from conformance import StorageTarget
 from storages import CheckpointCorruptedError, StorageUnavailableError
