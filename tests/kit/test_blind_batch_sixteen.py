@@ -25,7 +25,7 @@ CAUGHT_BY: dict[str, str] = {
     "SplitDeleteWorkflowDropsCounter": "retention.save_after_delete_workflow",
     "SplitIndexBeforeBlob": "concurrency.reads_see_whole_checkpoints",
     "SplitCleanupRacesWrite": "concurrency.conflicting_saves",
-    "SplitReSaveReadsOldBlob": "model.sequential_histories",
+    "SplitReSaveReadsOldBlob": "contract.resave_after_delete_is_new",
     "SplitSequenceReadApart": "concurrency.many_writers_number_once",
     "SplitListsByLike": "identifiers.distinct_workflow_names",
     "SplitLoadsByGlob": "identifiers.hostile_ids_round_trip",
@@ -46,7 +46,7 @@ CAUGHT_BY: dict[str, str] = {
     "WriteBackFlushesPutsFirst": "retention.save_after_delete_workflow",
     "WriteBackBufferPerHandle": "ordering.commit_order_across_handles",
     # a columnar store
-    "ColumnNamesCountNestedRows": "model.sequential_histories",
+    "ColumnNamesCountNestedRows": "capabilities.list_workflows",
     "ColumnScanStopsAtDead": "ordering.order_survives_delete",
     "ColumnIndexNotRemapped": "retention.prune_many_at_once",
     "ColumnScanIgnoresDead": "contract.delete_removes",
@@ -58,7 +58,7 @@ CAUGHT_BY: dict[str, str] = {
     # a retry wrapper over a flaky store
     "RetryLostRemoveGoneIsTrue": "contract.delete_missing_returns_false",
     "RetryLostSaveFoundById": "contract.resave_equal_values_of_other_types_conflicts",
-    "RetryFencedLostIsInserted": "model.handles_and_rebuilds",
+    "RetryFencedLostIsInserted": "fencing.superseded_resave_is_stale",
     "RetryRetriesCancellation": "concurrency.cancelled_calls_leave_no_trace",
     "RetryRemoveBlindly": "nested.delete_cascades",
     "RetryPruneBlindly": "retention.prune_keeps_the_latest",
