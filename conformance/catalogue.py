@@ -186,6 +186,19 @@ of in-memory stores with failover. The kit as it was caught 30 of them (tests/ki
 one more breaks nothing: a NUL the saver strips from a signature); the two it missed are now
 caught: an id claimed by two workflows' saves made at once, and tombstones a workflow's rewritten
 document no longer carries.
+Batches thirteen to sixteen (tests/kit/blind_batch_thirteen.md to blind_batch_sixteen.md) hold
+38, 34, 32 and 46 more: content-addressed chunks, time partitions, a compressing and encrypting
+wrapper over the built-in SQLite, a leader with asynchronous read replicas; a thread pool, a group
+commit, wrappers of the built-in Redis, a MAF user's six methods; a DynamoDB-like single table, an
+S3 key layout through boto3, soft deletes with a vacuum, MVCC; an index in the author's own SQLite
+with bodies as files, a write-back cache, a columnar store, and a retry wrapper over a store that
+loses answers. The kit as it was caught 36, 32, 32 and 46 of them; the four it missed are now
+caught: a body padded into fixed blocks, a load that reads a record in two requests meeting a
+delete, a group commit that stops answering after a cancelled caller, and a blocking socket
+request on the loop's thread. Catches only the model clauses made are aimed now too: an index
+fed behind writes of several records, a handle reading at a snapshot its running reads keep
+alive, a deleted id saved again reading back the deleted body, a name only embedded checkpoints
+carry listed, and a superseded fenced re-save whose lost answer read back as inserted.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
