@@ -1912,7 +1912,7 @@ BROKEN_SIDECAR: list[type[SidecarBackend]] = [
     SidecarIdsAsTuples,
 ]
 
-for _cls in [HONEST_BITCASK, *BROKEN_BITCASK]:
+for _cls in [HONEST_BITCASK, *BROKEN_BITCASK, BitcaskTornTailRefusesFile]:
 
     def _opener(cls: type[BitcaskBackend] = _cls) -> TableStorage:
         return TableStorage(cls(os.environ[ENVIRONMENT]))
