@@ -551,14 +551,16 @@ class Sidecar:
     tables_class: type[Tables] = Tables
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="blind17-sidecar-")
-        self.address = os.path.join(self.directory, "socket")
+        self.address = ""
         self.started = threading.Lock()
         self.process: Any = None
 
     def start(self) -> str:
         with self.started:
             if self.process is None:
+                # made with the child, so a store never used leaves no directory behind
+                self.directory = tempfile.mkdtemp(prefix="blind17-sidecar-")
+                self.address = os.path.join(self.directory, "socket")
                 context = multiprocessing.get_context(SIDECAR_CONTEXT)
                 context.set_forkserver_preload([__name__])
                 ours, theirs = context.Pipe()
