@@ -318,8 +318,9 @@ async def _holds_checkpoints(ctx: ClauseContext, workflow_name: str) -> bool:
 
 @clause(
     "capabilities.raw_access",
-    "Declared: read_raw_body/write_raw_body read and replace stored bytes exactly (NUL and blank bytes at "
-    "either end included; a replacement made beside a save is kept); undeclared: refused, no writes.",
+    "Declared: read_raw_body/write_raw_body read and replace stored bytes exactly, read back as bytes (NUL "
+    "and blank bytes at either end included; a replacement made beside a save is kept); undeclared: refused, "
+    "no writes.",
 )
 async def raw_access(ctx: ClauseContext) -> None:
     saved = await ctx.save_chain(ctx.workflow_name("raw"), 1, state={"pair": (1, 2)})
@@ -370,11 +371,12 @@ async def _raw_bytes_kept_exactly(ctx: ClauseContext, checkpoint_id: str, body: 
     for written in (body + b"\x00\x00\x00", b"\x00 " + body + b" \n\x00"):
         await ctx.storage.write_raw_body(checkpoint_id, written)
         now = await ctx.storage.read_raw_body(checkpoint_id)
-        if now != written:
+        # bytes, not a bytearray or memoryview that compares equal: callers hash, key and keep them.
+        if not isinstance(now, bytes) or now != written:
             fail(
                 f"read_raw_body({checkpoint_id!r}) after write_raw_body of {len(written)} bytes that begin "
-                f"with {written[:2]!r} and end with {written[-3:]!r} returned {_show(now)}: raw bytes must "
-                "come back exactly"
+                f"with {written[:2]!r} and end with {written[-3:]!r} returned {type(now).__name__} "
+                f"{_show(now)}: raw bytes must come back exactly, as bytes"
             )
 
 

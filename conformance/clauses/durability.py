@@ -168,24 +168,30 @@ async def sequence_continues(ctx: ClauseContext) -> None:
 
 @clause(
     "durability.counter_survives_reopen",
-    "After the newest checkpoint of a workflow, then all of them, are deleted and the storage is built "
-    "anew, the next save's sequence (checkpoint_info) is above every one handed out before.",
+    "After the newest checkpoint of a workflow, then all of three, then all of twelve (newest first) are "
+    "deleted and the storage is built anew, the next save's sequence (checkpoint_info) is above every one "
+    "handed out before.",
     requires=(*_DURABLE, Capability.INSPECT),
 )
 async def counter_survives_reopen(ctx: ClauseContext) -> None:
     # A store that sets a workflow's counter on open from the records it holds (the highest
-    # sequence stored, or their count) hands a deleted checkpoint's number out again.
-    for label, emptied in (("newest-deleted", False), ("emptied", True)):
+    # sequence stored, or their count) hands a deleted checkpoint's number out again; so does a
+    # log that a compaction rewrites without it, met once deletes outnumber what is left.
+    cases = (
+        ("newest-deleted", 3, slice(-1, None), "the newest checkpoint"),
+        ("emptied", 3, slice(None), "every checkpoint"),
+        ("emptied-newest-first", 12, slice(None, None, -1), "every checkpoint, newest first,"),
+    )
+    for label, length, doomed, what in cases:
         workflow_name = ctx.workflow_name(f"counter-{label}")
-        chain = await ctx.save_chain(workflow_name, 3)
+        chain = await ctx.save_chain(workflow_name, length)
         before = [r.sequence for r in await ctx.storage.list_records(workflow_name=workflow_name)]
-        for checkpoint in chain if emptied else chain[-1:]:
+        for checkpoint in chain[doomed]:
             await ctx.storage.delete(checkpoint.checkpoint_id)
         storage = await rebuilt(ctx)
-        again = ctx.checkpoint(workflow_name, checkpoint_id=f"{workflow_name}-again", iteration_count=9)
+        again = ctx.checkpoint(workflow_name, checkpoint_id=f"{workflow_name}-again", iteration_count=99)
         await storage.save(again)
         sequence = getattr(await storage.checkpoint_info(again.checkpoint_id), "sequence", None)
-        what = "every checkpoint" if emptied else "the newest checkpoint"
         ensure(
             isinstance(sequence, int) and sequence > max(before),
             f"checkpoint_info({again.checkpoint_id!r}).sequence is {sequence!r} after deleting {what} of "

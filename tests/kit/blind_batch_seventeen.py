@@ -50,9 +50,7 @@ import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Any
-
-from typing_extensions import Self
+from typing import Any, Self
 
 from conformance import StorageTarget
 from storages.backend import (
