@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conformance import BackendReport, Outcome, all_clauses
+from storages.backend import StoredBody
 from storages.contract import OPERATION_CAPABILITIES, AncestryEnd, AncestryWalk, Capability, CheckpointInfo
 from storages.engine import CheckpointStore
 from storages.memory import InMemoryCheckpointStorage, MemoryBackend
@@ -142,6 +143,28 @@ def ListsEmbeddedNames() -> CheckpointStore[MemoryBackend]:
     return CheckpointStore(ListsEmbeddedNamesBackend())
 
 
+class RawWritesReadAsBytearrayBackend(MemoryBackend):
+    """Hands a body written raw back as a bytearray (equal to the bytes, but not bytes)."""
+
+    def __init__(self, store: Any = None) -> None:
+        super().__init__(store)
+        self.rewritten: set[str] = set()
+
+    async def overwrite_body(self, checkpoint_id: str, body: bytes, digest: str) -> bool:
+        self.rewritten.add(checkpoint_id)
+        return await super().overwrite_body(checkpoint_id, body, digest)
+
+    async def load(self, checkpoint_id: str) -> StoredBody | None:
+        stored = await super().load(checkpoint_id)
+        if stored is None or checkpoint_id not in self.rewritten:
+            return stored
+        return dataclasses.replace(stored, body=bytearray(stored.body))  # type: ignore[arg-type]
+
+
+def RawWritesReadAsBytearray() -> CheckpointStore[MemoryBackend]:
+    return CheckpointStore(RawWritesReadAsBytearrayBackend())
+
+
 class UndeclaredTtl(InMemoryCheckpointStorage):
     """Expires checkpoints after a minute without declaring ttl."""
 
@@ -264,6 +287,12 @@ def test_a_workflow_only_embedded_checkpoints_carry_listed_is_caught() -> None:
     caught_only_by(
         run_family(ListsEmbeddedNames), "capabilities.list_workflows", "whose only checkpoint is embedded"
     )
+
+
+def test_raw_bodies_read_back_as_a_bytearray_are_caught() -> None:
+    backend = run_family(RawWritesReadAsBytearray)
+    assert "capabilities.raw_access" in failed(backend), backend.failures
+    assert "returned bytearray" in backend.result("capabilities.raw_access").message
 
 
 def test_the_targets_declaration_is_what_counts() -> None:
