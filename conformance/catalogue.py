@@ -199,6 +199,13 @@ request on the loop's thread. Catches only the model clauses made are aimed now 
 fed behind writes of several records, a handle reading at a snapshot its running reads keep
 alive, a deleted id saved again reading back the deleted body, a name only embedded checkpoints
 carry listed, and a superseded fenced re-save whose lost answer read back as inserted.
+A seventeenth batch, tests/kit/blind_batch_seventeen.py, holds 26 more: a Bitcask-like log rebuilt
+on open and merged in the background, the author's own schema over aiosqlite, a store in a child
+process answering over a socket, and an adapter over LangGraph's `AsyncSqliteSaver`. The kit as it
+was caught 24 of them (tests/kit/blind_batch_seventeen.md; one more breaks nothing: a torn last
+entry refused, which only a power loss can leave); the two it missed are now caught: a merge that
+drops the workflows' counters (seen once a workflow emptied newest first is reopened), and raw
+bodies read back as a bytearray.
 
 **Coverage.** Reports count what did not apply, per family and in total ("14 of 135 clauses not
 applicable"). Requiring capabilities (`--require nested,ancestry`, `required_capabilities=`)
