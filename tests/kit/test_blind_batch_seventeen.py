@@ -2,7 +2,8 @@
 broken storage in it but the one listed in ``STILL_MISSED`` is caught by the clause named here,
 and the honest ones (a Bitcask-like append-only file, a store served by a child process, the
 author's own schema over aiosqlite, an adapter over LangGraph's AsyncSqliteSaver), with any
-judged not to break the contract, pass the whole kit. What the kit caught before this batch's clauses is in tests/kit/blind_batch_seventeen.md."""
+judged not to break the contract, pass the whole kit. What the kit caught before this batch's
+clauses is in tests/kit/blind_batch_seventeen.md."""
 
 from __future__ import annotations
 
