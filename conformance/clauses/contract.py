@@ -750,10 +750,20 @@ def _recorded(ctx: ClauseContext, workflow_name: str, chain: list[Any], after: s
 
 
 def _record_reads(ctx: ClauseContext, checkpoints: list[Any], stored: bool, after: str) -> list[Read]:
+    """One read a record: its index entry (where declared), then its load; each record's is first
+    once, which is what a stream applying one record's change a call lags on."""
     reads: list[Read] = []
     for checkpoint in checkpoints:
-        reads += _loaded(ctx, checkpoint.checkpoint_id, stored, after)
-        reads += _described(ctx, checkpoint, stored, after)
+        parts = [
+            *_described(ctx, checkpoint, stored, after),
+            *_loaded(ctx, checkpoint.checkpoint_id, stored, after),
+        ]
+
+        async def read(parts: list[Read] = parts) -> None:
+            for _, part in parts:
+                await part()
+
+        reads.append((f"the record {checkpoint.checkpoint_id!r}", read))
     return reads
 
 
