@@ -25,6 +25,7 @@ from ..clause import clause, ensure, ensure_equal, fail
 from ..context import WORKFLOW_NAME_PREFIX, ClauseContext
 from ._maf import is_not_found
 from .fidelity import first_difference
+from .nested import sub_workflow_state
 
 
 async def expect_refused(
@@ -257,10 +258,7 @@ async def list_workflows(ctx: ClauseContext) -> None:
     only_embedded = ctx.checkpoint(ctx.workflow_name("listed-only-embedded"))
     if ctx.has(Capability.NESTED):
         await ctx.storage.save(
-            ctx.checkpoint(
-                ctx.workflow_name("listed-container"),
-                state={"_executor_state": {"sub": {"sub_workflow_checkpoint": only_embedded}}},
-            )
+            ctx.checkpoint(ctx.workflow_name("listed-container"), state=sub_workflow_state(only_embedded))
         )
     if not ctx.has(Capability.LIST_WORKFLOWS):
         await expect_refused(ctx, Capability.LIST_WORKFLOWS, "list_workflows")
